@@ -1,0 +1,40 @@
+"""tilesafe: safe tile kernels for Python.
+
+Kernels are Python functions over tiles; tilesafe proves before launch that they cannot
+race, write through read-only inputs, write outside their own tile or read memory nobody
+wrote, then runs them on the reference (NumPy) backend or through Triton.
+"""
+from .dtypes import DType, bf16, bool_, f8e4m3fn, f8e5m2, f16, f32, f64, i8, i16, i32, i64, u8
+from .errors import AliasError, KernelError, LaunchError, OwnershipError, SanitizerError, TileSafeError
+from .lang.annotations import Const, Mut, MutTiles, Ptr, Ref
+from .lang.objects import function
+from .lang.stubs import (abs, argmax, argmin, astype, atomic_add, atomic_cas, atomic_max, atomic_min, block_id,
+                         broadcast_to, ceil, cos, cumsum, dot, erf, exp, exp2, expand_dims, floor, fma, gather, join,
+                         load, load_ptr, load_tile_like, log, log2, max, maximum, min, minimum, mma, num_blocks,
+                         num_tiles, permute, print, reshape, rsqrt, scalar, sigmoid, sin, sqrt, static_assert,
+                         store_ptr, sum, tanh, transpose, valid, where)
+from .runtime.constructors import arange, empty, from_torch, full, ones, rand, randn, tensor, zeros
+from .runtime.future import Future
+from .runtime.kernel import Kernel, kernel
+from .runtime.partition import Partition
+from .runtime.spec import spec
+from .runtime.tensor import Tensor
+from .settings import SETTINGS as settings, backend, current_backend, strict_sync
+
+
+def _register_device_constructors() -> None:
+    """Host constructors double as device ops inside kernels (a tile instead of a tensor)."""
+    from .lang import calls
+    calls.REGISTRY[zeros] = calls.zeros_handler
+    calls.REGISTRY[full] = calls.full_handler
+    calls.REGISTRY[arange] = calls.arange_handler
+    import inspect
+    calls.SIGNATURES[zeros] = inspect.signature(lambda shape, dtype=f32: None)
+    calls.SIGNATURES[full] = inspect.signature(lambda shape, value, dtype=f32: None)
+    calls.SIGNATURES[arange] = inspect.signature(lambda start, stop=None: None)
+
+
+_register_device_constructors()
+from .lang import memory as _memory  # noqa: E402,F401  (registers the memory ops)
+
+__version__ = "0.1.0"

@@ -1,0 +1,79 @@
+"""The error classes users see, and how a located diagnostic is rendered.
+
+Every error a user can cause is a `TileSafeError`. Errors about a kernel's code carry a
+`Loc` and render like a compiler diagnostic: one `error:` line, the file and line, the
+source with a caret, and a hint that says what to do next.
+"""
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A place in the user's source: 1-based line, 1-based column, caret width."""
+    file: str
+    line: int
+    col: int = 1
+    width: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+class TileSafeError(Exception):
+    """Base of every error tilesafe reports."""
+
+    def __init__(self, message: str, loc: Loc | None = None, help: str | None = None):
+        self.message = message
+        self.loc = loc
+        self.help = help
+        super().__init__(render(message, loc, help))
+
+
+class KernelError(TileSafeError):
+    """A kernel's code breaks a rule (raised at definition or first specialization)."""
+
+
+class LaunchError(TileSafeError):
+    """Arguments, grid or preconditions of a launch are wrong."""
+
+
+class AliasError(TileSafeError):
+    """An output shares bytes with another argument or with itself."""
+
+
+class OwnershipError(TileSafeError):
+    """A tensor is used while lent, or after it was given back."""
+
+
+class SanitizerError(TileSafeError):
+    """The reference sanitizer saw a race, an out-of-bounds access or an uninitialised read."""
+
+
+def render(message: str, loc: Loc | None, help: str | None) -> str:
+    lines = [f"error: {message}"]
+    if loc is not None:
+        lines.append(f"  --> {loc}")
+        source = linecache.getline(loc.file, loc.line).rstrip("\n")
+        if source:
+            gutter = " " * len(str(loc.line))
+            lines.append(f" {gutter} |")
+            lines.append(f" {loc.line} | {source}")
+            lines.append(f" {gutter} | {' ' * (loc.col - 1)}{'^' * max(1, loc.width)}")
+    if help:
+        lines.append(f"   = help: {help}")
+    return "\n".join(lines)
+
+
+def caller_loc(skip_package: str = "tilesafe") -> Loc | None:
+    """The first stack frame outside tilesafe: where the user called us from."""
+    import sys
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not (name == skip_package or name.startswith(skip_package + ".")):
+            return Loc(frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return None

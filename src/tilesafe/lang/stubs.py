@@ -1,0 +1,287 @@
+"""The device-side language: documented stubs.
+
+Each function here is what a kernel calls (`ts.exp(x)`); its meaning lives in the frontend's
+op registry (`lowering.py`), the reference interpreter and the Triton code generator. Called
+on the host, a stub explains how to use it instead. Host constructors that share a name
+(`ts.zeros`, `ts.full`, `ts.arange`) are registered for the device side in `lowering.py`.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..errors import KernelError
+
+
+def _stub(fn):
+    @functools.wraps(fn)
+    def host_call(*args, **kwargs):
+        raise KernelError(f"`ts.{fn.__name__}` is a device-side operation and only works inside a @ts.kernel",
+                          help="call it from a function decorated with @ts.kernel (or @ts.function)")
+    host_call.__tilesafe_stub__ = fn.__name__
+    return host_call
+
+
+# --- launch geometry ---------------------------------------------------------------------
+@_stub
+def block_id(axis: int):
+    """This block's index along grid `axis` (i32). `i = ts.block_id(0)`"""
+
+
+@_stub
+def num_blocks(axis: int):
+    """The grid's size along `axis` (i32). `n = ts.num_blocks(0)`"""
+
+
+# --- elementwise math ------------------------------------------------------------------
+@_stub
+def where(cond, a, b):
+    """Elementwise `a if cond else b`, broadcasting. `y = ts.where(x > 0, x, 0.0)`"""
+
+
+@_stub
+def maximum(a, b):
+    """Elementwise maximum. `y = ts.maximum(x, 0.0)`"""
+
+
+@_stub
+def minimum(a, b):
+    """Elementwise minimum. `y = ts.minimum(x, 1.0)`"""
+
+
+@_stub
+def exp(x):
+    """e**x (computed in f32 for half types). `y = ts.exp(x)`"""
+
+
+@_stub
+def exp2(x):
+    """2**x. `y = ts.exp2(x)`"""
+
+
+@_stub
+def log(x):
+    """Natural logarithm. `y = ts.log(x)`"""
+
+
+@_stub
+def log2(x):
+    """Base-2 logarithm. `y = ts.log2(x)`"""
+
+
+@_stub
+def sqrt(x):
+    """Square root. `y = ts.sqrt(x)`"""
+
+
+@_stub
+def rsqrt(x):
+    """1 / sqrt(x). `y = ts.rsqrt(ms + eps)`"""
+
+
+@_stub
+def sin(x):
+    """Sine. `y = ts.sin(x)`"""
+
+
+@_stub
+def cos(x):
+    """Cosine. `y = ts.cos(x)`"""
+
+
+@_stub
+def tanh(x):
+    """Hyperbolic tangent (an exp-based form on every backend). `y = ts.tanh(x)`"""
+
+
+@_stub
+def sigmoid(x):
+    """1 / (1 + exp(-x)). `y = ts.sigmoid(x)`"""
+
+
+@_stub
+def erf(x):
+    """The error function (a polynomial form on every backend). `y = ts.erf(x)`"""
+
+
+@_stub
+def abs(x):
+    """Absolute value. `y = ts.abs(x)`"""
+
+
+@_stub
+def floor(x):
+    """Round toward -inf (floats). `y = ts.floor(x)`"""
+
+
+@_stub
+def ceil(x):
+    """Round toward +inf (floats). `y = ts.ceil(x)`"""
+
+
+@_stub
+def fma(a, b, c):
+    """a * b + c. `y = ts.fma(x, w, b)`"""
+
+
+@_stub
+def astype(x, dtype):
+    """Convert, rounding to nearest-even and saturating. `h = ts.astype(x, ts.bf16)`"""
+
+
+# --- reductions and scans ----------------------------------------------------------------
+@_stub
+def sum(x, axis=None, keepdims=False):
+    """Sum over `axis` (all axes when None). `s = ts.sum(x, axis=1)`"""
+
+
+@_stub
+def max(x, axis=None, keepdims=False):
+    """Maximum over `axis`. `m = ts.max(x, axis=1, keepdims=True)`"""
+
+
+@_stub
+def min(x, axis=None, keepdims=False):
+    """Minimum over `axis`. `m = ts.min(x, axis=0)`"""
+
+
+@_stub
+def argmax(x, axis, keepdims=False):
+    """Index of the maximum along `axis` (i32; the first on ties). `i = ts.argmax(x, 0)`"""
+
+
+@_stub
+def argmin(x, axis, keepdims=False):
+    """Index of the minimum along `axis` (i32; the first on ties). `i = ts.argmin(x, 0)`"""
+
+
+@_stub
+def cumsum(x, axis=0):
+    """Inclusive prefix sum along `axis`. `c = ts.cumsum(x, 0)`"""
+
+
+# --- matrix multiply -------------------------------------------------------------------
+@_stub
+def mma(a, b, acc, precision=None):
+    """acc + a @ b on tensor cores; returns the new accumulator. `acc = ts.mma(a, b, acc)`
+
+    fp32 inputs are IEEE fp32 unless `precision="tf32"`; bf16/fp16 accumulate in `acc`'s dtype.
+    """
+
+
+@_stub
+def dot(a, b, precision=None):
+    """a @ b with an fp32 (float inputs) or i32 (int8 inputs) result. `c = ts.dot(a, b)`"""
+
+
+# --- shape manipulation -----------------------------------------------------------------
+@_stub
+def reshape(x, shape):
+    """Same elements, new static shape. `y = ts.reshape(x, (16, 8))`"""
+
+
+@_stub
+def permute(x, dims):
+    """Reorder axes. `y = ts.permute(x, (1, 0))`"""
+
+
+@_stub
+def transpose(x, dims=None):
+    """Swap the two axes of a 2-D tile (or permute by `dims`). `y = ts.transpose(x)`"""
+
+
+@_stub
+def broadcast_to(x, shape):
+    """Repeat along size-1 axes. `y = ts.broadcast_to(row, (64, 128))`"""
+
+
+@_stub
+def expand_dims(x, axis):
+    """Insert a size-1 axis. `col = ts.expand_dims(v, 1)`"""
+
+
+@_stub
+def join(a, b):
+    """Stack two equal-shape tiles along a new last axis of size 2. `y = ts.join(re, im)`"""
+
+
+@_stub
+def scalar(x):
+    """A one-element tile as a scalar. `s = ts.scalar(ts.sum(x))`"""
+
+
+# --- memory: tile-space loads ---------------------------------------------------------------
+@_stub
+def load(x, index, shape, padding=0):
+    """Load the tile `index` (counted in tiles) of shape `shape` from a ts.Ref.
+
+    `a = ts.load(x, (i, k), shape=(64, 32))` reads x[i*64:(i+1)*64, k*32:(k+1)*32]; elements
+    outside x read `padding`.
+    """
+
+
+@_stub
+def load_tile_like(x, out, padding=0):
+    """Load the tile of `x` at this block's position in output `out`. `t = ts.load_tile_like(x, z)`"""
+
+
+@_stub
+def gather(x, idx, axis=0, shape=None, index=None, padding=0):
+    """Read `x` at positions `idx` (an integer tile) along `axis`; out-of-range positions read `padding`.
+
+    `rows = ts.gather(table, ids, axis=0, shape=(1, 128), index=(0, j))`
+    """
+
+
+@_stub
+def num_tiles(view, axis):
+    """How many tiles a device-side partition has along `axis`. `n = ts.num_tiles(px, 1)`"""
+
+
+@_stub
+def valid(tile):
+    """The in-bounds mask (bool tile) of a tile that was loaded. `m = ts.valid(t)`"""
+
+
+# --- compile-time helpers and debugging -------------------------------------------------------
+@_stub
+def static_assert(cond, msg=""):
+    """Fail compilation when a compile-time condition is false. `ts.static_assert(B % 16 == 0)`"""
+
+
+@_stub
+def print(fmt, *values):
+    """Print from the device (every block prints). `ts.print("m", m)`"""
+
+
+# --- unsafe: pointers and atomics (only in @ts.kernel(unsafe=True)) ----------------------------
+@_stub
+def load_ptr(p, offsets, mask=None, other=0):
+    """Read `p[offsets]` where `mask` (unsafe kernels only). `v = ts.load_ptr(p, offs, mask=offs < n)`"""
+
+
+@_stub
+def store_ptr(p, offsets, values, mask=None):
+    """Write `p[offsets] = values` where `mask` (unsafe kernels only)."""
+
+
+@_stub
+def atomic_add(p, offsets, values, mask=None):
+    """Atomically add and return the old values (unsafe kernels only)."""
+
+
+@_stub
+def atomic_max(p, offsets, values, mask=None):
+    """Atomic maximum, returning the old values (unsafe kernels only)."""
+
+
+@_stub
+def atomic_min(p, offsets, values, mask=None):
+    """Atomic minimum, returning the old values (unsafe kernels only)."""
+
+
+@_stub
+def atomic_cas(p, offsets, cmp, values):
+    """Atomic compare-and-swap, returning the old values (unsafe kernels only)."""
+
+
+UNSAFE_OPS = ("load_ptr", "store_ptr", "atomic_add", "atomic_max", "atomic_min", "atomic_cas")

@@ -1,0 +1,220 @@
+"""Binding a launch's arguments to a kernel's parameters (S5, S6).
+
+Checks kinds, dtypes, ranks, static and named dimensions, fills in omitted `int`/`Const`
+parameters from extents and tiles, and infers the grid. Works on real tensors and
+partitions and on `ts.spec`s alike, so inspection and launch share one path. Nothing here
+touches memory or changes state: a refused launch writes nothing.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from .. import dtypes
+from ..dtypes import DType
+from ..errors import LaunchError
+from ..lang.annotations import CONST, MUT, MUT_TILES, PTR, REF, SCALAR
+from .partition import Partition
+from .spec import Spec
+from .tensor import Tensor
+
+
+@dataclass
+class ArgFacts:
+    """What a launch knows about one tensor argument."""
+    obj: object                      # Tensor, Partition or Spec
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: DType
+    tile: tuple[int, ...] | None     # the partition's tile
+    prefix: bool = False
+
+    @property
+    def tensor(self) -> Tensor | None:
+        if isinstance(self.obj, Partition):
+            return self.obj._tensor
+        return self.obj if isinstance(self.obj, Tensor) else None
+
+
+@dataclass
+class Bound:
+    tensors: dict = field(default_factory=dict)    # name -> ArgFacts
+    consts: dict = field(default_factory=dict)     # name -> Python value
+    scalars: dict = field(default_factory=dict)    # name -> Python number
+    grid: tuple[int, ...] = ()
+
+
+def facts_of(name: str, arg) -> ArgFacts | None:
+    if isinstance(arg, Partition):
+        arg._check_live()
+        t = arg._tensor._torch()
+        return ArgFacts(arg, tuple(t.shape), tuple(t.stride()), arg._tensor._dtype, arg._tile, arg._prefix)
+    if isinstance(arg, Tensor):
+        arg._check_usable(name)
+        t = arg._torch()
+        return ArgFacts(arg, tuple(t.shape), tuple(t.stride()), arg._dtype, None)
+    if isinstance(arg, Spec):
+        return ArgFacts(arg, arg.shape, arg.strides, arg.dtype, arg.tile)
+    if type(arg).__module__.startswith("torch") and hasattr(arg, "data_ptr"):
+        from .constructors import from_torch
+        return facts_of(name, from_torch(arg))
+    return None
+
+
+def bind(kernel, args, kwargs, grid, unsafe_launch: bool) -> Bound:
+    try:
+        ba = kernel.signature.bind_partial(*args, **kwargs)
+    except TypeError as e:
+        raise LaunchError(f"bad arguments to `{kernel.name}`: {e}") from None
+    given = dict(ba.arguments)
+    out = Bound()
+    for p in kernel.params:
+        if p.is_tensor:
+            if p.name not in given:
+                raise LaunchError(f"`{kernel.name}` is missing the tensor argument `{p.name}`")
+            out.tensors[p.name] = _tensor_arg(kernel, p, given[p.name])
+    for p in kernel.params:
+        if p.is_tensor:
+            _bind_tensor(kernel, p, out, given)
+    for p in kernel.params:
+        if p.kind in (CONST, SCALAR):
+            _bind_value(kernel, p, out, given)
+    out.grid = _grid(kernel, out, grid, unsafe_launch)
+    return out
+
+
+def _tensor_arg(kernel, p, arg) -> ArgFacts:
+    f = facts_of(p.name, arg)
+    if f is None:
+        raise LaunchError(f"argument `{p.name}` of `{kernel.name}` must be a tilesafe tensor"
+                          f"{' partition' if p.kind in (MUT, MUT_TILES) else ''}, got {type(arg).__name__}",
+                          help="make one with ts.tensor(array), ts.from_torch(t) or ts.zeros(shape)")
+    is_partition = f.tile is not None
+    if p.kind in (MUT, MUT_TILES) and not is_partition:
+        raise LaunchError(f"argument `{p.name}` of `{kernel.name}` is a plain tensor, but an output "
+                          f"({'ts.Mut' if p.kind == MUT else 'ts.MutTiles'}) needs a partition",
+                          help=f"pass `{p.name}.partition(tile)`: the partition lends it to the launch")
+    if p.kind in (REF, PTR) and is_partition:
+        raise LaunchError(f"argument `{p.name}` of `{kernel.name}` is a partition, but a "
+                          f"{'ts.Ref' if p.kind == REF else 'ts.Ptr'} takes the tensor itself",
+                          help="partitions are for outputs; pass the tensor (unpartition it first)")
+    if p.kind == PTR and isinstance(f.obj, Tensor) and not f.obj._torch().is_contiguous():
+        raise LaunchError(f"ts.Ptr argument `{p.name}` must be contiguous", help="pass a contiguous tensor")
+    return f
+
+
+def _bind_tensor(kernel, p, out: Bound, given) -> None:
+    f = out.tensors[p.name]
+    dtype = p.dtype
+    if isinstance(dtype, str):
+        _set(kernel, out.consts, dtype, f.dtype, f"the dtype of `{p.name}`", given)
+    elif f.dtype != dtype:
+        raise LaunchError(f"argument `{p.name}` of `{kernel.name}` has dtype {f.dtype.name}, "
+                          f"but the kernel declares {dtype.name}",
+                          help=f"convert the data to {dtype.name} before the launch")
+    if p.kind == PTR:
+        return
+    if len(f.shape) != len(p.shape):
+        raise LaunchError(f"argument `{p.name}` of `{kernel.name}` has rank {len(f.shape)} "
+                          f"(shape {f.shape}), but the kernel declares rank {len(p.shape)} ({p.shape})")
+    if p.kind in (MUT, MUT_TILES):
+        for axis, (entry, t) in enumerate(zip(p.shape, f.tile)):
+            if isinstance(entry, int):
+                if entry != t:
+                    raise LaunchError(f"`{p.name}` is partitioned with tile {f.tile}, but the kernel's tile is "
+                                      f"{p.shape} (axis {axis}: {t} != {entry})",
+                                      help=f"partition it with {tuple(e if isinstance(e, int) else '?' for e in p.shape)}")
+            else:
+                _set(kernel, out.consts, entry, t, f"the tile of `{p.name}` (axis {axis})", given)
+    else:
+        for axis, (entry, n) in enumerate(zip(p.shape, f.shape)):
+            if isinstance(entry, int) and entry != -1 and entry != n:
+                raise LaunchError(f"argument `{p.name}` of `{kernel.name}` has shape {f.shape}, but axis {axis} "
+                                  f"must be {entry}")
+            if isinstance(entry, str):
+                target = out.consts if kernel.param(entry).kind == CONST else out.scalars
+                _set(kernel, target, entry, n, f"dimension {axis} of `{p.name}`", given)
+
+
+def _set(kernel, table: dict, name: str, value, source: str, given) -> None:
+    if name in given:
+        if _differs(given[name], value):
+            raise LaunchError(f"`{name}` = {given[name]!r} was passed, but {source} is {value!r}",
+                              help=f"omit `{name}` (it is inferred) or pass a matching value")
+    if name in table and _differs(table[name], value):
+        raise LaunchError(f"`{name}` is {table[name]!r} from one argument but {value!r} from {source}",
+                          help="arguments that share a dimension name must agree")
+    table[name] = value
+
+
+def _differs(a, b) -> bool:
+    if isinstance(a, DType) or isinstance(b, DType):
+        try:
+            return dtypes.coerce(a) != dtypes.coerce(b)
+        except (ValueError, TypeError):
+            return True
+    return a != b
+
+
+def _bind_value(kernel, p, out: Bound, given) -> None:
+    table = out.consts if p.kind == CONST else out.scalars
+    if p.name in given:
+        value = given[p.name]
+        if p.dtype is DType:
+            try:
+                value = dtypes.coerce(value)
+            except (ValueError, TypeError):
+                raise LaunchError(f"`{p.name}` of `{kernel.name}` must be a dtype, got {value!r}") from None
+        elif not _fits(value, p.dtype):
+            raise LaunchError(f"`{p.name}` of `{kernel.name}` must be {p.dtype.__name__}, got "
+                              f"{type(value).__name__} {value!r}")
+        if p.name in table and _differs(table[p.name], value):
+            raise LaunchError(f"`{p.name}` = {value!r} was passed, but the arguments imply {table[p.name]!r}")
+        table[p.name] = value
+    elif p.name not in table:
+        if p.default is inspect.Parameter.empty:
+            raise LaunchError(f"`{kernel.name}` is missing `{p.name}`, and no argument shape implies it",
+                              help=f"pass {p.name}=...")
+        table[p.name] = p.default
+
+
+def _fits(value, kind) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True
+
+
+def _grid(kernel, out: Bound, grid, unsafe_launch: bool) -> tuple[int, ...]:
+    if grid is not None:
+        grid = (grid,) if isinstance(grid, int) else tuple(grid)
+        if not grid or any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in grid) or len(grid) > 3:
+            raise LaunchError(f"grid {grid!r} must be 1 to 3 non-negative ints")
+    muts = [(n, f) for n, f in out.tensors.items() if kernel.param(n).kind == MUT]
+    if muts:
+        inferred = None
+        for name, f in muts:
+            g = tuple(-(-n // t) for n, t in zip(f.shape, f.tile))
+            if inferred is None:
+                inferred, first = g, name
+            elif g != inferred:
+                raise LaunchError(f"the partitions disagree on the grid: `{first}` has {inferred}, `{name}` has {g}",
+                                  help="partition the outputs so they have the same number of tiles per axis")
+        if grid is None:
+            return inferred
+        prefix = all(f.prefix for _, f in muts)
+        if grid == inferred:
+            return grid
+        if prefix and len(grid) == len(inferred) and all(a <= b for a, b in zip(grid, inferred)):
+            return grid
+        raise LaunchError(f"grid {grid} does not match the grid {inferred} the partitions imply",
+                          help="omit grid=, or use t.partition_prefix(tile) to launch a leading part of it")
+    if grid is not None:
+        return grid
+    if unsafe_launch:
+        raise LaunchError(f"unsafe kernel `{kernel.name}` has no ts.Mut output to infer its grid from",
+                          help="pass grid=(n,) to unsafe_launch")
+    return None

@@ -1,0 +1,230 @@
+"""Host constructors: `ts.zeros`, `ts.empty`, `ts.tensor`, `ts.from_torch`, ...
+
+Every tensor's memory comes from PyTorch (its caching allocator on CUDA). `device=None`
+picks CUDA when present, else the CPU. Only `empty` makes a tensor whose bytes are not yet
+written (S14); everything else is fully initialised.
+"""
+from __future__ import annotations
+
+import operator
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from .. import dtypes
+from ..dtypes import DType, f32, i32
+from ..errors import LaunchError, caller_loc
+from . import numpy_bridge
+from .storage_state import StorageState
+from .tensor import Tensor
+
+_FP8 = (dtypes.f8e4m3fn, dtypes.f8e5m2)
+
+
+def zeros(shape, dtype=f32, device=None) -> Tensor:
+    """A tensor of zeros."""
+    return _filled(shape, 0, dtype, device)
+
+
+def ones(shape, dtype=f32, device=None) -> Tensor:
+    """A tensor of ones."""
+    return _filled(shape, 1, dtype, device)
+
+
+def full(shape, value, dtype=f32, device=None) -> Tensor:
+    """A tensor with every element `value` (fp8 saturates to its finite range, as GPUs do)."""
+    return _filled(shape, value, dtype, device)
+
+
+def empty(shape, dtype=f32, device=None) -> Tensor:
+    """An uninitialised tensor: write-only until every element has been written (S14)."""
+    dt, dev = resolve_dtype(dtype), resolve_device(device)
+    t = torch.empty(resolve_shape(shape), dtype=dt.torch, device=dev)
+    state = StorageState(t.untyped_storage().nbytes(), initialised=False)
+    return Tensor(t, StorageState.attach(t, state))
+
+
+def arange(start, stop=None, step=1, dtype=i32, device=None) -> Tensor:
+    """`start, start+step, ...` below `stop`; `arange(n)` is `0..n-1`."""
+    if stop is None:
+        start, stop = 0, start
+    dt, dev = resolve_dtype(dtype), resolve_device(device)
+    try:
+        t = _in_compute_dtype(dt, lambda cdt: torch.arange(start, stop, step, dtype=cdt, device=dev))
+    except (RuntimeError, TypeError) as e:
+        raise LaunchError(f"arange({start!r}, {stop!r}, {step!r}) failed: {e}", loc=caller_loc(),
+                          help="start, stop and step are numbers and step is not 0") from None
+    return _own(t)
+
+
+def rand(shape, dtype=f32, seed=None, device=None) -> Tensor:
+    """Uniform random values in [0, 1); `seed` makes them reproducible."""
+    dt, dev = _float_dtype(dtype, "rand"), resolve_device(device)
+    gen = _generator(seed, dev)
+    t = torch.rand(resolve_shape(shape), dtype=_wide(dt), device=dev, generator=gen)
+    # Rounding to a narrow dtype can reach 1.0; pull those back to the largest value below 1.
+    below_one = 1.0 - float(ml_dtypes.finfo(dt.np).epsneg)
+    return _own(torch.where(t.to(dt.torch).to(_wide(dt)) >= 1.0, below_one, t).to(dt.torch))
+
+
+def randn(shape, dtype=f32, seed=None, device=None) -> Tensor:
+    """Standard normal random values; `seed` makes them reproducible."""
+    dt, dev = _float_dtype(dtype, "randn"), resolve_device(device)
+    gen = _generator(seed, dev)
+    return _own(torch.randn(resolve_shape(shape), dtype=_wide(dt), device=dev, generator=gen).to(dt.torch))
+
+
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """A new tensor holding a copy of `data`.
+
+    `data` may be a NumPy array (ml_dtypes bf16/fp8 arrays too), a nested list, a scalar,
+    a torch tensor or a tilesafe tensor. Without `dtype`, arrays and tensors keep theirs and
+    Python data follows torch (floats f32, ints i64). Without `device`, tensors stay on
+    their device and other data goes to the default device.
+    """
+    source = _source_tensor(data)
+    if dtype is not None:
+        dt = resolve_dtype(dtype)
+    elif isinstance(data, (np.ndarray, np.generic, torch.Tensor, Tensor)):
+        dt = dtypes.from_torch(source.dtype)
+    else:
+        dt = f32 if source.dtype == torch.float64 else dtypes.from_torch(source.dtype)
+    keep = device is None and isinstance(data, (torch.Tensor, Tensor))
+    dev = source.device if keep else resolve_device(device)
+    copy = torch.empty(source.shape, dtype=dt.torch, device=dev)
+    copy.copy_(source)                          # one copy: casts, moves and makes contiguous
+    return _own(copy)
+
+
+def from_torch(t) -> Tensor:
+    """Borrow a torch tensor without copying (S13): the result shares its storage.
+
+    The storage stays alive as long as the tilesafe tensor does. The borrowed elements
+    count as written: torch made them.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise LaunchError(f"ts.from_torch takes a torch.Tensor, got {type(t).__name__}",
+                          loc=caller_loc(), help="use ts.tensor(data) to copy other data")
+    if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+        raise LaunchError(f"ts.from_torch takes a dense CPU or CUDA tensor, got layout {t.layout} on {t.device}",
+                          loc=caller_loc(), help="convert it with .to_dense() / .to('cuda') first")
+    resolve_dtype(t.dtype)
+    t = t.detach()                              # same storage, no autograd history
+    _check_extent(t)
+    state = StorageState.of(t)
+    state.mark_written(t)
+    return Tensor(t, state)
+
+
+# -- argument normalisation --------------------------------------------------------------
+
+
+def resolve_shape(shape) -> tuple[int, ...]:
+    """An int or a sequence of non-negative ints, as a tuple."""
+    entries = shape if isinstance(shape, (tuple, list, torch.Size)) else (shape,)
+    try:
+        if any(isinstance(n, bool) for n in entries):
+            raise TypeError
+        dims = tuple(operator.index(n) for n in entries)
+    except TypeError:
+        raise LaunchError(f"a shape is an int or a tuple of ints, got {shape!r}",
+                          loc=caller_loc(), help="write e.g. (128, 64)") from None
+    if any(n < 0 for n in dims):
+        raise LaunchError(f"shape {dims} has a negative dimension", loc=caller_loc(),
+                          help="dimensions are >= 0")
+    return dims
+
+
+def resolve_dtype(dtype) -> DType:
+    """A DType from a DType, a name ("bf16"), a NumPy or a torch dtype."""
+    try:
+        return dtypes.coerce(dtype)
+    except (ValueError, TypeError):
+        names = ", ".join(f"ts.{d.name}" for d in dtypes.ALL)
+        raise LaunchError(f"{dtype!r} is not a tilesafe dtype", loc=caller_loc(),
+                          help=f"use one of {names}") from None
+
+
+def resolve_device(device) -> torch.device:
+    """None: CUDA when present, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise LaunchError(f"{device!r} is not a device tilesafe supports", loc=caller_loc(),
+                          help='use "cpu", "cuda" or "cuda:N", or leave device=None')
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise LaunchError(f"device {device!r} was asked for but CUDA is not available",
+                          loc=caller_loc(), help='use device="cpu", or leave device=None')
+    return dev
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _own(t: torch.Tensor) -> Tensor:
+    """Wrap a freshly made torch tensor, fully initialised, with its own state."""
+    return Tensor(t, StorageState.attach(t, StorageState(t.untyped_storage().nbytes())))
+
+
+def _filled(shape, value, dtype, device) -> Tensor:
+    dt, dev, dims = resolve_dtype(dtype), resolve_device(device), resolve_shape(shape)
+    try:
+        return _own(_in_compute_dtype(dt, lambda cdt: torch.full(dims, value, dtype=cdt, device=dev)))
+    except (RuntimeError, TypeError) as e:
+        raise LaunchError(f"cannot fill a {dt!r} tensor with {value!r}: {e}", loc=caller_loc(),
+                          help=f"pass a number that fits {dt!r}") from None
+
+
+def _in_compute_dtype(dt: DType, make) -> torch.Tensor:
+    # torch builds few things directly in fp8; build in f32 and cast (which saturates).
+    if dt in _FP8:
+        return make(torch.float32).to(dt.torch)
+    return make(dt.torch)
+
+
+def _wide(dt: DType) -> torch.dtype:
+    """The dtype random values are drawn in before rounding to `dt`."""
+    return torch.float64 if dt == dtypes.f64 else torch.float32
+
+
+def _float_dtype(dtype, what: str) -> DType:
+    dt = resolve_dtype(dtype)
+    if not dt.is_float:
+        raise LaunchError(f"ts.{what} makes floating-point values, not {dt!r}", loc=caller_loc(),
+                          help="pass a float dtype such as ts.f32 or ts.bf16, then convert")
+    return dt
+
+
+def _generator(seed, device: torch.device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(operator.index(seed))
+
+
+def _source_tensor(data) -> torch.Tensor:
+    """`data` as a torch tensor (may share memory with it; `tensor` copies)."""
+    if isinstance(data, Tensor):
+        data._check_usable("ts.tensor()")
+        data._check_read("ts.tensor()")
+        return data._torch()
+    try:
+        return numpy_bridge.to_torch(data)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise LaunchError(f"cannot make a tensor from {type(data).__name__}: {e}", loc=caller_loc(),
+                          help="pass a NumPy array, a (nested) list of numbers or a tensor") from None
+
+
+def _check_extent(t: torch.Tensor) -> None:
+    """The view lies inside its storage (S13); torch guarantees it, foreign memory may not."""
+    if t.numel() == 0:
+        return
+    offset = t.data_ptr() - t.untyped_storage().data_ptr()
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * t.element_size()
+    if offset < 0 or offset + last + t.element_size() > t.untyped_storage().nbytes():
+        raise LaunchError("the torch tensor reaches outside its storage", loc=caller_loc(),
+                          help="pass a view that lies within its storage")

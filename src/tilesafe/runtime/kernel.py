@@ -1,0 +1,158 @@
+"""`@ts.kernel`: a checked kernel object that specializes, compiles and launches.
+
+The launch pipeline, in order (each step can refuse, and a refused launch changes nothing):
+  1. bind arguments to parameters (kinds, dtypes, ranks, named dims; S6) and infer the grid (S5);
+  2. check preconditions;
+  3. check aliasing (S7) and initialisation (S14) on the real memory;
+  4. specialize: build the IR for these compile-time facts (cached), place bounds masks
+     from the launch facts (S11), compile for the backend (cached);
+  5. run, then record what the launch wrote (S14) and what it still uses (S9/S10).
+"""
+from __future__ import annotations
+
+import inspect
+
+from ..errors import KernelError, LaunchError, TileSafeError
+from ..lang.annotations import CONST, MUT, MUT_TILES, SCALAR
+from ..lang.definition_checks import check_definition
+from ..lang.signature import parse_params
+from ..lang.source import KernelSource
+from ..settings import current_backend, launching_disabled_var
+from . import binding, safety
+from .preconditions import Precondition
+from .specialize import Specializer
+
+
+class Kernel:
+    def __init__(self, fn, unsafe=False, preconditions=(), deny_kernel_checks=False, sanitize=None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.unsafe = unsafe
+        self.deny_kernel_checks = deny_kernel_checks
+        self.sanitize = sanitize
+        self.src = KernelSource.of(fn)
+        self.params = parse_params(fn, self.src, unsafe)
+        self.signature = inspect.signature(fn)
+        self._by_name = {p.name: p for p in self.params}
+        check_definition(self.src, self.params, unsafe)
+        names = set(self._by_name)
+        loc = self.src.loc(self.src.tree)
+        self.preconditions = [Precondition.parse(t, names, loc) for t in (preconditions or ())]
+        self.specializer = Specializer(self)
+        self.specializer.try_at_definition()
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def param(self, name: str):
+        return self._by_name[name]
+
+    @property
+    def outputs(self) -> list[str]:
+        return [p.name for p in self.params if p.kind in (MUT, MUT_TILES)]
+
+    # --- launching --------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        """Launch on the current backend and stream; returns a Future at once."""
+        if self.unsafe:
+            raise _clean(LaunchError(f"`{self.name}` is an unsafe kernel and cannot be launched by a plain call",
+                                     help=f"use {self.name}.unsafe_launch(*args, grid=...) to take responsibility"))
+        return self._launch(args, kwargs, None, False)
+
+    def launch(self, *args, grid=None, **kwargs):
+        """Launch with an explicit grid (it must match the partitions, see S5)."""
+        if self.unsafe:
+            raise _clean(LaunchError(f"`{self.name}` is an unsafe kernel",
+                                     help=f"use {self.name}.unsafe_launch(*args, grid=...)"))
+        return self._launch(args, kwargs, grid, False)
+
+    def unsafe_launch(self, *args, grid=None, **kwargs):
+        """Launch an unsafe kernel (pointers, atomics); the reference backend sanitizes it."""
+        if not self.unsafe:
+            raise _clean(LaunchError(f"`{self.name}` is a safe kernel; call it directly",
+                                     help=f"{self.name}(*args)"))
+        return self._launch(args, kwargs, grid, True)
+
+    def _launch(self, args, kwargs, grid, unsafe):
+        if launching_disabled_var.get():
+            raise _clean(LaunchError(f"launching `{self.name}` is disabled here (tilesafe check imports files "
+                                     "without running kernels)"))
+        try:
+            bound = binding.bind(self, args, kwargs, grid, unsafe)
+            self._check_preconditions(bound)
+            backend = current_backend()
+            compiled = self.specializer.compiled(bound, backend)
+            safety.check_launch(self, bound, compiled.spec.fn)
+            return compiled.run(bound)
+        except TileSafeError as e:
+            raise _clean(e) from None
+
+    def _check_preconditions(self, bound) -> None:
+        def lookup(key):
+            if isinstance(key, tuple):
+                _, name, axis = key
+                if name not in bound.tensors:
+                    raise LaunchError(f"a precondition of `{self.name}` uses dim() of `{name}`, which is not a tensor")
+                return bound.tensors[name].shape[axis]
+            if key in bound.scalars:
+                return bound.scalars[key]
+            return bound.consts[key]
+        for pre in self.preconditions:
+            pre.check(lookup, self.name)
+
+    # --- inspection without running -----------------------------------------------------------
+    def _spec(self, args, kwargs):
+        grid = kwargs.pop("grid", None)
+        try:
+            bound = binding.bind(self, args, kwargs, grid, self.unsafe)
+            self._check_preconditions(bound)
+            return bound
+        except TileSafeError as e:
+            raise _clean(e) from None
+
+    def ir(self, *args, **kwargs) -> str:
+        """The typed tile IR for these arguments or `ts.spec`s, as text."""
+        from ..lang.ir import format_function
+        bound = self._spec(args, kwargs)
+        return format_function(self.specializer.spec(bound).fn)
+
+    def checks(self, *args, **kwargs):
+        """The S11 report: how many accesses are proven statically, by launch facts, or masked."""
+        bound = self._spec(args, kwargs)
+        return self.specializer.report(bound)
+
+    def compile(self, *args, backend=None, **kwargs):
+        """Specialize and compile for these arguments without running."""
+        bound = self._spec(args, kwargs)
+        try:
+            return self.specializer.compiled(bound, backend or current_backend())
+        except TileSafeError as e:
+            raise _clean(e) from None
+
+    def source(self, *args, **kwargs) -> str:
+        """The generated Triton source for these arguments."""
+        bound = self._spec(args, kwargs)
+        try:
+            return self.specializer.triton_source(bound)
+        except TileSafeError as e:
+            raise _clean(e) from None
+
+    def __repr__(self) -> str:
+        return f"<tilesafe kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
+
+
+def _clean(e: TileSafeError) -> TileSafeError:
+    """Drop tilesafe's own frames: the user sees their call, not our internals."""
+    return e.with_traceback(None)
+
+
+def kernel(fn=None, *, unsafe: bool = False, preconditions=(), deny_kernel_checks: bool = False, sanitize=None):
+    """Define a tile kernel. `@ts.kernel` or `@ts.kernel(unsafe=..., preconditions=[...], ...)`."""
+    def make(f):
+        try:
+            return Kernel(f, unsafe, preconditions, deny_kernel_checks, sanitize)
+        except KernelError as e:
+            raise _clean(e) from None
+    return make(fn) if fn is not None else make
+
+
+_ = CONST, SCALAR

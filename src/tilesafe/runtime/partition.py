@@ -1,0 +1,127 @@
+"""S8: a partition lends its tensor exclusively to the launches that write it tile by tile.
+
+`t.partition(tile)` splits `t` into a grid of `tile`-shaped blocks (ragged at the edges)
+and lends `t` to the partition: until `p.unpartition()` gives the same tensor back, every
+other use of `t` is an OwnershipError that names where it was lent. A partition nobody can
+reach any more cannot be launched either, so its lending ends when it is garbage-collected.
+"""
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING
+
+from ..errors import LaunchError, Loc, OwnershipError, caller_loc
+
+if TYPE_CHECKING:
+    from ..dtypes import DType
+    from .tensor import Tensor
+
+MAX_RANK = 3
+
+
+def where(loc: Loc | None) -> str:
+    """`file:line` of a recorded place, for messages."""
+    return f"{loc.file}:{loc.line}" if loc is not None else "an unknown place"
+
+
+class Partition:
+    """A tensor split into a grid of tiles and lent exclusively to the launches that write it.
+
+    Made by `t.partition(tile)` or `t.partition_prefix(tile)`; `p.unpartition()` ends the
+    lending and returns `t` itself.
+    """
+    __slots__ = ("_tensor", "_tile", "_prefix", "_lent_at", "_live", "_ended_at", "__weakref__")
+
+    def __init__(self, tensor: "Tensor", tile, prefix: bool, lent_at: Loc | None):
+        shape = tuple(tensor._torch().shape)
+        self._tile = check_tile(tile, shape)
+        self._tensor = tensor
+        self._prefix = prefix
+        self._lent_at = lent_at
+        self._live = True
+        self._ended_at: Loc | None = None
+        tensor._lend(self)
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Tiles per axis: ceil(shape / tile)."""
+        self._check_live()
+        return tuple(-(-n // t) for n, t in zip(self._tensor._torch().shape, self._tile))
+
+    @property
+    def tile(self) -> tuple[int, ...]:
+        self._check_live()
+        return self._tile
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        self._check_live()
+        return tuple(self._tensor._torch().shape)
+
+    @property
+    def dtype(self) -> "DType":
+        self._check_live()
+        return self._tensor._dtype
+
+    @property
+    def prefix(self) -> bool:
+        """True for `partition_prefix`: a launch grid may cover a leading part of `grid`."""
+        self._check_live()
+        return self._prefix
+
+    def unpartition(self) -> "Tensor":
+        """End the lending and return the tensor (the same object that was partitioned)."""
+        self._check_live()
+        self._live = False
+        self._ended_at = caller_loc()
+        self._tensor._give_back(self)
+        return self._tensor
+
+    def _check_live(self) -> None:
+        if not self._live:
+            raise OwnershipError(
+                f"this partition was unpartitioned at {where(self._ended_at)}",
+                loc=caller_loc(),
+                help="use the tensor that unpartition() returned, or partition it again")
+
+    def __repr__(self) -> str:
+        if not self._live:
+            return f"Partition(<unpartitioned at {where(self._ended_at)}>)"
+        kind = "partition_prefix" if self._prefix else "partition"
+        return (f"Partition(shape={self.shape}, tile={self._tile}, grid={self.grid}, "
+                f"dtype={self._tensor._dtype!r}, kind={kind})")
+
+
+def check_tile(tile, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The tile as a tuple of ints, or a LaunchError naming the bad entry."""
+    if not isinstance(tile, (tuple, list)):
+        example = (next_pow2(tile),) if isinstance(tile, int) and tile > 0 else (128,)
+        raise LaunchError(f"a tile must be a tuple with one entry per axis, got {tile!r}",
+                          loc=caller_loc(), help=f"write the tile as a tuple, e.g. {example}")
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise LaunchError(f"only tensors of rank 1 to {MAX_RANK} can be partitioned; this one has rank {len(shape)}",
+                          loc=caller_loc(), help="view it with .reshape(...) to a rank the kernel expects")
+    if len(tile) != len(shape):
+        raise LaunchError(f"tile {tuple(tile)} has {len(tile)} entries but the tensor has {len(shape)} axes {shape}",
+                          loc=caller_loc(), help="give one tile size per axis")
+    return tuple(_check_entry(axis, entry) for axis, entry in enumerate(tile))
+
+
+def _check_entry(axis: int, entry) -> int:
+    try:
+        if isinstance(entry, bool):
+            raise TypeError                       # True is an int to Python, never a tile size
+        size = operator.index(entry)
+    except TypeError:
+        raise LaunchError(f"tile entry {axis} is {entry!r}, not an int",
+                          loc=caller_loc(), help="tile sizes are positive powers of two, e.g. 64") from None
+    if size <= 0 or size & (size - 1):
+        suggestion = next_pow2(size) if size > 0 else 1
+        raise LaunchError(f"tile entry {axis} is {size}, not a positive power of two",
+                          loc=caller_loc(), help=f"use {suggestion}, the next power of two")
+    return size
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1

@@ -1,0 +1,49 @@
+"""Launch-time memory checks on real tensors: aliasing (S7) and initialisation (S14)."""
+from __future__ import annotations
+
+from ..errors import AliasError, OwnershipError
+from ..lang.annotations import MUT, MUT_TILES, PTR
+from ..lang.coverage import reads_outputs
+from .aliasing import overlaps, self_overlaps
+
+
+def check_launch(kernel, bound, fn) -> None:
+    real = {n: f for n, f in bound.tensors.items() if f.tensor is not None}
+    sets = {n: f.tensor._byte_set() for n, f in real.items()}
+    for name, f in real.items():
+        kind = kernel.param(name).kind
+        if kind not in (MUT, MUT_TILES, PTR):
+            continue
+        if self_overlaps(sets[name]):
+            raise AliasError(f"output `{name}` of `{kernel.name}` overlaps itself (a stride-0 or overlapping view)",
+                             help="write into a tensor whose elements are distinct, e.g. a fresh ts.empty(shape)")
+        for other, s in sets.items():
+            if other != name and overlaps(sets[name], s):
+                raise AliasError(f"output `{name}` of `{kernel.name}` shares memory with argument `{other}`",
+                                 help=f"an output's bytes must not be reachable through another argument; "
+                                      f"pass a separate tensor for `{name}`")
+    loaded = reads_outputs(fn)
+    for name, f in real.items():
+        kind = kernel.param(name).kind
+        if kind in (MUT, MUT_TILES) and name not in loaded or kind == PTR:
+            continue
+        t = f.tensor
+        if not t._state.is_written(t._torch()):
+            raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty and "
+                                 "has not been written",
+                                 help="write it first (a launch whose partition covers it, or a host write), "
+                                      "or create it with ts.zeros")
+
+
+def mark_written(bound, names) -> None:
+    """After a launch: the outputs it wrote completely are initialised (S14)."""
+    for name in names:
+        f = bound.tensors[name]
+        t = f.tensor
+        if t is None:
+            continue
+        view = t._torch()
+        if f.prefix and bound.grid:
+            slices = tuple(slice(0, g * tile) for g, tile in zip(bound.grid, f.tile))
+            view = view[slices]
+        t._state.mark_written(view)

@@ -1,0 +1,131 @@
+"""What tilesafe knows about one storage, shared by every view of it.
+
+Two facts live here, because both are about bytes rather than about handles:
+- S14, which bytes were ever written (`init_mask`), so nothing reads memory nobody wrote;
+- S9/S10, which launches still read or write which bytes (the pending-access registry),
+  so host and device accesses wait for the conflicting work before them.
+
+The state is attached to torch's storage object, so every view of a storage — including
+one that went out to torch and came back through `ts.from_torch` — finds the same state.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from ..errors import OwnershipError, caller_loc
+from ..settings import strict_var
+from .aliasing import ByteSet, overlaps
+
+# Attribute name on torch.UntypedStorage; torch keeps a storage's Python object (and so
+# this attribute) alive as long as any tensor uses the storage.
+_ATTR = "_tilesafe_state"
+
+
+class Future(Protocol):
+    """What the registry needs of a launch's future."""
+    def done(self) -> bool: ...
+    def wait(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAccess:
+    byteset: ByteSet
+    is_write: bool
+    future: Future
+
+
+class StorageState:
+    """Initialisation tracking (S14) and pending device accesses (S9) of one storage."""
+
+    def __init__(self, nbytes: int, initialised: bool = True):
+        # One flag per byte of the allocation, on the CPU so that marking never waits on
+        # a GPU; None once every byte was written (the common case costs nothing).
+        self.init_mask: torch.Tensor | None = (
+            None if initialised or nbytes == 0 else torch.zeros(nbytes, dtype=torch.bool))
+        self._pending: list[PendingAccess] = []
+        self._lock = threading.Lock()
+
+    # -- finding the state of a storage ---------------------------------------------------
+
+    @staticmethod
+    def of(view: torch.Tensor) -> "StorageState":
+        """The state of `view`'s storage, made (fully initialised) on first use."""
+        storage = view.untyped_storage()
+        state = getattr(storage, _ATTR, None)
+        if state is None:
+            state = StorageState(storage.nbytes())
+            setattr(storage, _ATTR, state)
+        return state
+
+    @staticmethod
+    def attach(view: torch.Tensor, state: "StorageState") -> "StorageState":
+        """Make `state` the state of `view`'s (fresh) storage."""
+        setattr(view.untyped_storage(), _ATTR, state)
+        return state
+
+    # -- S14: initialisation --------------------------------------------------------------
+
+    def mark_written(self, view: torch.Tensor) -> None:
+        """Record that every byte `view` covers now holds a written value."""
+        if self.init_mask is None:
+            return
+        if _covers_whole_storage(view):
+            self.init_mask = None
+            return
+        _bytes_of(self.init_mask, view).fill_(True)
+        if bool(self.init_mask.all()):
+            self.init_mask = None
+
+    def is_written(self, view: torch.Tensor) -> bool:
+        """True when every byte `view` covers was written."""
+        if self.init_mask is None:
+            return True
+        return bool(_bytes_of(self.init_mask, view).all())
+
+    # -- S9/S10: pending accesses ---------------------------------------------------------
+
+    def record(self, byteset: ByteSet, is_write: bool, future: Future) -> None:
+        """Register a launch's access to `byteset`, pending until `future.done()`."""
+        with self._lock:
+            self._pending.append(PendingAccess(byteset, is_write, future))
+
+    def pending_conflicts(self, byteset: ByteSet, write: bool) -> list[Future]:
+        """Unfinished futures an access to `byteset` must be ordered after: writers for a
+        read; readers and writers for a write."""
+        with self._lock:
+            self._pending = [p for p in self._pending if not p.future.done()]
+            return [p.future for p in self._pending
+                    if (write or p.is_write) and overlaps(p.byteset, byteset)]
+
+    def wait_for_host(self, byteset: ByteSet, write: bool, what: str) -> None:
+        """Block the host until the conflicting pending accesses finished (S9).
+
+        Inside `ts.strict_sync()` a wait that would block is an OwnershipError instead.
+        """
+        conflicts = self.pending_conflicts(byteset, write)
+        if conflicts and strict_var.get() and not all(f.done() for f in conflicts):
+            raise OwnershipError(
+                f"an implicit wait on pending device work was needed for {what}",
+                loc=caller_loc(),
+                help="call fut.sync() on the launch that uses this tensor first "
+                     "(implicit waits are errors inside ts.strict_sync())")
+        for future in conflicts:
+            future.wait()
+        self.pending_conflicts(byteset, write)   # prune what just finished
+
+
+def _covers_whole_storage(view: torch.Tensor) -> bool:
+    storage = view.untyped_storage()
+    return (view.is_contiguous() and view.data_ptr() == storage.data_ptr()
+            and view.numel() * view.element_size() == storage.nbytes())
+
+
+def _bytes_of(mask: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+    """The entries of a per-byte mask that `view`'s elements cover: shape (*view.shape, itemsize)."""
+    item = view.element_size()
+    offset = view.data_ptr() - view.untyped_storage().data_ptr()
+    return mask.as_strided((*view.shape, item), (*(s * item for s in view.stride()), 1), offset)
