@@ -218,6 +218,15 @@ def _tuple(b: Builder, node):
 
 
 def _call(b: Builder, node: ast.Call):
+    saved = b.loc
+    b.loc = b.src.loc(node)   # ops a call emits point at the call, not the whole statement
+    try:
+        return _lower_call(b, node)
+    finally:
+        b.loc = saved
+
+
+def _lower_call(b: Builder, node: ast.Call):
     from .calls import lower_call
     callee = lower_expr(b, node.func)
     args = []

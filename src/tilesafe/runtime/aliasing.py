@@ -62,7 +62,7 @@ def byte_set(view: torch.Tensor) -> ByteSet:
         device=str(view.device),
         storage=storage.data_ptr(),
         storage_nbytes=storage.nbytes(),
-        offset=view.data_ptr() - storage.data_ptr(),
+        offset=view.storage_offset() * item,   # not data_ptr(): it is 0 for empty views
         shape=tuple(view.shape),
         strides=tuple(s * item for s in view.stride()),
         itemsize=item,

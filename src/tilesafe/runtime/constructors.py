@@ -223,7 +223,7 @@ def _check_extent(t: torch.Tensor) -> None:
     """The view lies inside its storage (S13); torch guarantees it, foreign memory may not."""
     if t.numel() == 0:
         return
-    offset = t.data_ptr() - t.untyped_storage().data_ptr()
+    offset = t.storage_offset() * t.element_size()
     last = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * t.element_size()
     if offset < 0 or offset + last + t.element_size() > t.untyped_storage().nbytes():
         raise LaunchError("the torch tensor reaches outside its storage", loc=caller_loc(),

@@ -120,12 +120,12 @@ class StorageState:
 
 def _covers_whole_storage(view: torch.Tensor) -> bool:
     storage = view.untyped_storage()
-    return (view.is_contiguous() and view.data_ptr() == storage.data_ptr()
+    return (view.is_contiguous() and view.storage_offset() == 0
             and view.numel() * view.element_size() == storage.nbytes())
 
 
 def _bytes_of(mask: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
     """The entries of a per-byte mask that `view`'s elements cover: shape (*view.shape, itemsize)."""
     item = view.element_size()
-    offset = view.data_ptr() - view.untyped_storage().data_ptr()
+    offset = view.storage_offset() * item     # not data_ptr(): it is 0 for empty views
     return mask.as_strided((*view.shape, item), (*(s * item for s in view.stride()), 1), offset)
