@@ -1,6 +1,5 @@
 """S7: overlaps / self_overlaps against a brute-force oracle over the actual byte addresses."""
 import numpy as np
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st

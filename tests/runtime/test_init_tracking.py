@@ -136,3 +136,23 @@ def test_readability_matches_a_model_of_written_elements(writes, reads):
             with pytest.raises(OwnershipError):
                 t[s].numpy()
     assert (t._state.init_mask is None) == bool(written.all())
+
+
+def test_per_element_flags_for_the_sanitizer():
+    t = empty((3, 4), dtypes.bf16)
+    view = t._torch().t()                                   # (4, 3), strided
+    flags = torch.zeros(4, 3, dtype=torch.bool)
+    flags[1, 2] = flags[3, 0] = True
+    t._state.mark_elements_written(view, flags)
+    assert torch.equal(t._state.written_elements(view), flags)
+    assert torch.equal(t._state.written_elements(t._torch()), flags.t())
+    t._state.mark_elements_written(view, ~flags)
+    assert t._state.init_mask is None
+    assert bool(t._state.written_elements(view).all())
+
+
+def test_a_view_on_another_storage_is_an_internal_error():
+    t = empty((4, 4))
+    copy = t._torch().t().reshape(-1)                       # reshape of a transpose copies
+    with pytest.raises(ValueError, match="not on this StorageState's storage"):
+        t._state.is_written(copy)

@@ -42,11 +42,20 @@ def test_shapes_int_or_tuple_and_dtype_spellings():
     assert zeros(3, "bf16").dtype is dtypes.bf16
     assert zeros(3, np.int16).dtype is dtypes.i16
     assert zeros(3, torch.float16).dtype is dtypes.f16
-    assert zeros(3).device == "cpu" and zeros(3, device="cpu").device == "cpu"
+    assert zeros(3, device="cpu").device == "cpu"
+    assert zeros(3).device == ("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
-def test_full_fp8_saturates_like_the_gpu():
-    np.testing.assert_array_equal(full(2, 1000.0, dtypes.f8e4m3fn).numpy().astype(np.float32), [448, 448])
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_host_casts_to_fp8_saturate_like_the_gpu_on_every_device(device):
+    as_f32 = lambda t: t.numpy().astype(np.float32)
+    np.testing.assert_array_equal(as_f32(full(2, 1000.0, dtypes.f8e4m3fn, device)), [448, 448])
+    np.testing.assert_array_equal(as_f32(full(1, -1e6, dtypes.f8e5m2, device)), [-57344])
+    values = np.array([1e4, -1e4, 1.5, np.nan], np.float32)
+    np.testing.assert_array_equal(as_f32(tensor(values, dtypes.f8e4m3fn, device)), [448, -448, 1.5, np.nan])
+    t = zeros(4, dtypes.f8e4m3fn, device)
+    t[:] = values
+    np.testing.assert_array_equal(as_f32(t), [448, -448, 1.5, np.nan])
 
 
 def test_arange_matches_numpy():
@@ -169,7 +178,7 @@ def test_metadata_matches_numpy():
     view = a[1:, ::2]
     assert t.shape == view.shape and t.ndim == 2 and t.numel == view.size
     assert t.strides == tuple(s // 4 for s in view.strides)
-    assert t.nbytes == view.nbytes and t.dtype is dtypes.f32 and t.device == "cpu"
+    assert t.nbytes == view.nbytes and t.dtype is dtypes.f32
     assert not t.is_contiguous() and tensor(a).is_contiguous()
     assert len(t) == 3
     np.testing.assert_array_equal(np.stack([row.numpy() for row in t]), view)
@@ -426,3 +435,29 @@ def test_strict_sync_allows_reads_next_to_pending_reads():
 def test_storage_state_is_shared_through_the_storage():
     t = zeros(8)
     assert StorageState.of(t._torch()[3:]) is t._state
+
+
+# -- the same on a GPU (skipped without CUDA) ---------------------------------------------
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_tensors_work_like_cpu_tensors():
+    a = sample((8, 6)).astype(ml_dtypes.bfloat16)
+    t = tensor(a, device="cuda")
+    assert t.device.startswith("cuda") and t._state.init_mask is None
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal(t.T[1:, ::2].numpy(), a.T[1:, ::2])
+    e = empty((4, 4), dtypes.f32, device="cuda")
+    e[:2] = 1.0
+    with pytest.raises(OwnershipError, match="has not been written"):
+        e.numpy()
+    e._torch()[2:].fill_(2.0)
+    e._state.mark_written(e._torch()[2:])                   # as a launch would
+    np.testing.assert_array_equal(e.numpy(), np.r_[np.ones((2, 4)), np.full((2, 4), 2.0)])
+    np.testing.assert_array_equal(rand(16, seed=5, device="cuda").numpy(), rand(16, seed=5, device="cuda").numpy())
+    src = torch.arange(6.0, device="cuda")
+    borrowed = from_torch(src)
+    borrowed[0] = 9.0
+    assert src[0].item() == 9.0
+    assert tensor(borrowed).device == borrowed.device       # copies stay on the device
+    p = borrowed.partition((4,))
+    assert p.grid == (2,) and p.unpartition() is borrowed

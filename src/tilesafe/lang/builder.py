@@ -116,7 +116,9 @@ class Builder:
             raise rules.TypingError(f"`{op}` needs integer or bool tiles, got {dtype.name}")
         if op == "/" and not dtype.is_float:
             x, y, dtype = self.cast(x, dt.f32), self.cast(y, dt.f32), dt.f32
-        return self.emit1("binary", (x, y), TileType(x.shape, dtype), {"op": op})
+        # A scalar operand stays unbroadcast, so the result's shape is that of both.
+        shape = rules.broadcast_shapes(x.shape, y.shape)
+        return self.emit1("binary", (x, y), TileType(shape, dtype), {"op": op})
 
     def compare(self, op: str, a, b) -> object:
         if isinstance(a, PY_SCALARS) and isinstance(b, PY_SCALARS):
@@ -124,7 +126,7 @@ class Builder:
         check_operand(a)
         check_operand(b)
         x, y, _ = self.unify(a, b)
-        return self.emit1("compare", (x, y), TileType(x.shape, dt.bool_), {"op": op})
+        return self.emit1("compare", (x, y), TileType(rules.broadcast_shapes(x.shape, y.shape), dt.bool_), {"op": op})
 
     def unary(self, op: str, a) -> Value:
         a = self.as_value(a)
@@ -144,7 +146,7 @@ class Builder:
         if isinstance(a, PY_SCALARS) and isinstance(b, PY_SCALARS):
             a = self.as_value(a)
         x, y, dtype = self.unify(a, b)
-        shape = rules.broadcast_shapes(c.shape, x.shape)
+        shape = rules.broadcast_shapes(c.shape, rules.broadcast_shapes(x.shape, y.shape))
         c, x, y = self.broadcast(c, shape), self.broadcast(x, shape), self.broadcast(y, shape)
         return self.emit1("where", (c, x, y), TileType(shape, dtype))
 

@@ -172,10 +172,12 @@ def _minimum(b: Builder, node, a, b_):
 def _fma(b: Builder, node, a, b_, c):
     x, y, dtype = b.unify(a, b_)
     x, z, dtype = b.unify(x, c)
-    y = b.broadcast(b.cast(y, dtype), x.shape)
     if not dtype.is_float:
         raise b.error(node, "ts.fma needs float tiles")
-    return b.emit1("fma", (x, y, z), TileType(x.shape, dtype))
+    # unify leaves scalar operands unbroadcast: give all three the common shape.
+    shape = rules.broadcast_shapes(rules.broadcast_shapes(x.shape, y.shape), z.shape)
+    x, y, z = (b.broadcast(b.cast(v, dtype), shape) for v in (x, y, z))
+    return b.emit1("fma", (x, y, z), TileType(shape, dtype))
 
 
 @register(stubs.astype)

@@ -93,7 +93,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     keep = device is None and isinstance(data, (torch.Tensor, Tensor))
     dev = source.device if keep else resolve_device(device)
     copy = torch.empty(source.shape, dtype=dt.torch, device=dev)
-    copy.copy_(source)                          # one copy: casts, moves and makes contiguous
+    copy.copy_(numpy_bridge.saturated_for(source, dt.torch))   # one copy: casts, moves, packs
     return _own(copy)
 
 
@@ -181,9 +181,9 @@ def _filled(shape, value, dtype, device) -> Tensor:
 
 
 def _in_compute_dtype(dt: DType, make) -> torch.Tensor:
-    # torch builds few things directly in fp8; build in f32 and cast (which saturates).
+    # torch builds few things directly in fp8; build in f32, then cast saturating.
     if dt in _FP8:
-        return make(torch.float32).to(dt.torch)
+        return numpy_bridge.saturated_for(make(torch.float32), dt.torch).to(dt.torch)
     return make(dt.torch)
 
 

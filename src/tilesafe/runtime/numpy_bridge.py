@@ -1,7 +1,8 @@
-"""Moving element data between NumPy (with ml_dtypes) and torch.
+"""Moving element data between NumPy (with ml_dtypes) and torch, and casting it on the host.
 
 torch cannot hand bf16 or fp8 tensors to NumPy, and NumPy knows those types only through
 ml_dtypes; both sides agree on the bits, so such data crosses as a same-size integer view.
+Host casts to fp8 saturate, as the GPU's `cvt.rn.satfinite` does.
 """
 from __future__ import annotations
 
@@ -45,3 +46,16 @@ def to_torch(value) -> torch.Tensor:
         np_carrier, torch_carrier = _CARRIER[dt.itemsize]
         return torch.from_numpy(arr.view(np_carrier)).view(torch_carrier).view(dt.torch)
     return torch.from_numpy(arr)
+
+
+def saturated_for(source: torch.Tensor, target: torch.dtype) -> torch.Tensor:
+    """`source`, clipped to an fp8 target's finite range, ready for `target.copy_(...)`.
+
+    torch's own float-to-fp8 cast saturates on the CPU but gives NaN on CUDA; clipping
+    first makes host writes agree everywhere (NaN stays NaN).
+    """
+    dt = dtypes.from_torch(target)
+    if dt not in (dtypes.f8e4m3fn, dtypes.f8e5m2) or source.dtype == target:
+        return source
+    lo, hi = dtypes.finite_range(dt)
+    return source.to(torch.float32).clamp(lo, hi)

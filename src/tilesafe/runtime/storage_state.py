@@ -48,6 +48,7 @@ class StorageState:
             None if initialised or nbytes == 0 else torch.zeros(nbytes, dtype=torch.bool))
         self._pending: list[PendingAccess] = []
         self._lock = threading.Lock()
+        self._storage_ptr: int | None = None      # set once attached to a storage
 
     # -- finding the state of a storage ---------------------------------------------------
 
@@ -57,14 +58,15 @@ class StorageState:
         storage = view.untyped_storage()
         state = getattr(storage, _ATTR, None)
         if state is None:
-            state = StorageState(storage.nbytes())
-            setattr(storage, _ATTR, state)
+            state = StorageState.attach(view, StorageState(storage.nbytes()))
         return state
 
     @staticmethod
     def attach(view: torch.Tensor, state: "StorageState") -> "StorageState":
         """Make `state` the state of `view`'s (fresh) storage."""
-        setattr(view.untyped_storage(), _ATTR, state)
+        storage = view.untyped_storage()
+        setattr(storage, _ATTR, state)
+        state._storage_ptr = storage.data_ptr()
         return state
 
     # -- S14: initialisation --------------------------------------------------------------
@@ -76,15 +78,40 @@ class StorageState:
         if _covers_whole_storage(view):
             self.init_mask = None
             return
-        _bytes_of(self.init_mask, view).fill_(True)
-        if bool(self.init_mask.all()):
-            self.init_mask = None
+        self._bytes_of(view).fill_(True)
+        self._drop_mask_when_full()
+
+    def mark_elements_written(self, view: torch.Tensor, flags: torch.Tensor) -> None:
+        """Like `mark_written`, for the elements of `view` where `flags` (shape of view) is True."""
+        if self.init_mask is None:
+            return
+        self._bytes_of(view)[flags.to("cpu", torch.bool)] = True   # writes through to the mask
+        self._drop_mask_when_full()
 
     def is_written(self, view: torch.Tensor) -> bool:
         """True when every byte `view` covers was written."""
         if self.init_mask is None:
             return True
-        return bool(_bytes_of(self.init_mask, view).all())
+        return bool(self._bytes_of(view).all())
+
+    def written_elements(self, view: torch.Tensor) -> torch.Tensor:
+        """Per element of `view`, whether all its bytes were written (a CPU bool tensor)."""
+        if self.init_mask is None:
+            return torch.ones(view.shape, dtype=torch.bool)
+        return self._bytes_of(view).all(dim=-1)
+
+    def _drop_mask_when_full(self) -> None:
+        if bool(self.init_mask.all()):
+            self.init_mask = None
+
+    def _bytes_of(self, view: torch.Tensor) -> torch.Tensor:
+        """The mask entries `view`'s elements cover: shape (*view.shape, itemsize)."""
+        if self._storage_ptr is not None and view.untyped_storage().data_ptr() != self._storage_ptr:
+            # e.g. a reshape that copied: its offsets would index the wrong bytes
+            raise ValueError("internal: the view is not on this StorageState's storage")
+        item = view.element_size()
+        offset = view.storage_offset() * item     # not data_ptr(): it is 0 for empty views
+        return self.init_mask.as_strided((*view.shape, item), (*(s * item for s in view.stride()), 1), offset)
 
     # -- S9/S10: pending accesses ---------------------------------------------------------
 
@@ -123,9 +150,3 @@ def _covers_whole_storage(view: torch.Tensor) -> bool:
     return (view.is_contiguous() and view.storage_offset() == 0
             and view.numel() * view.element_size() == storage.nbytes())
 
-
-def _bytes_of(mask: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
-    """The entries of a per-byte mask that `view`'s elements cover: shape (*view.shape, itemsize)."""
-    item = view.element_size()
-    offset = view.storage_offset() * item     # not data_ptr(): it is 0 for empty views
-    return mask.as_strided((*view.shape, item), (*(s * item for s in view.stride()), 1), offset)

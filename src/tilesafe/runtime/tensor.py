@@ -64,7 +64,7 @@ class Tensor:
                 f"cannot use `{what}`: this tensor was handed to torch at {where(self._handed_at)}",
                 loc=caller_loc(),
                 help="call ts.from_torch(t) on the torch tensor to get a tilesafe tensor back, "
-                     "or use to_torch(copy=True) to keep this one")
+                     "or next time use to_torch(copy=True) to keep using this tensor")
         partition = self._lent_to()
         if partition is not None:
             raise OwnershipError(
@@ -202,7 +202,7 @@ class Tensor:
         source = _host_source(value, target, what)
         # Everything that can refuse has run: now order after pending work (S9) and write.
         self._state.wait_for_host(byte_set(target), write=True, what=f"`{what}`")
-        target.copy_(source)
+        target.copy_(numpy_bridge.saturated_for(source, target.dtype))
         self._state.mark_written(target)
 
     # -- views (share storage and state) ----------------------------------------------------

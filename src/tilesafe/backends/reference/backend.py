@@ -59,20 +59,20 @@ def _numpy_view(t: torch.Tensor) -> np.ndarray:
 
 
 def _init_flags(f):
+    """Per element (flat, as the pointer sees it): was it written before this launch?"""
     t = f.tensor
-    mask = t._state.init_mask
-    if mask is None:
+    if t._state.init_mask is None:
         return None
-    flat = t._torch().reshape(-1)
-    return np.array([t._state.is_written(flat[i:i + 1]) for i in range(flat.numel())], bool)
+    return t._state.written_elements(t._torch()).reshape(-1).numpy()
 
 
 def _mark_pointer_writes(bound, san: Sanitizer) -> None:
+    """What an unsafe launch wrote through pointers counts as initialised (S14)."""
     for name, writer in san.writer.items():
         t = bound.tensors[name].tensor
-        flat = t._torch().reshape(-1)
-        for i in np.nonzero(writer >= 0)[0]:
-            t._state.mark_written(flat[int(i):int(i) + 1])
+        view = t._torch()
+        flags = torch.from_numpy(writer >= 0).reshape(view.shape)
+        t._state.mark_elements_written(view, flags)
 
 
 class ReferenceBackend:

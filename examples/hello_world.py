@@ -1,0 +1,27 @@
+"""Hello, tilesafe: the smallest kernel.
+
+Each block of the launch owns one tile of the output `y` (a `ts.Mut`) and writes twice the
+matching tile of the read-only input `x` (a `ts.Ref`). The grid is inferred from the
+partition: 64 elements in tiles of 16 make 4 blocks.
+"""
+import numpy as np
+
+import tilesafe as ts
+
+
+@ts.kernel
+def double(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+    y.store(2.0 * ts.load_tile_like(x, y))   # (16,)
+
+
+def main():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(64).astype(np.float32)                 # (64,)
+    py = ts.empty(64).partition((16,))                               # 4 tiles of (16,)
+    out = double(py, ts.tensor(x)).sync().unpartition().numpy()      # (64,)
+    np.testing.assert_array_equal(out, 2.0 * x)
+    print(f"hello_world: ok, doubled {out.size} elements in 4 blocks")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Helpers shared by the kernel-language tests: launching, random data, tolerances.
+
+Oracles live in the tests themselves (NumPy / ml_dtypes); nothing here imports tilesafe
+internals.
+"""
+from __future__ import annotations
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+
+import tilesafe as ts
+
+NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f8e4m3fn": ml_dtypes.float8_e4m3fn,
+      "f8e5m2": ml_dtypes.float8_e5m2, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+      "u8": np.uint8, "bool_": np.bool_}
+
+# (rtol, atol) per dtype, as DESIGN §2 states them.
+TOL = {"f32": (1e-5, 1e-6), "tf32": (1e-3, 1e-3), "f16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)}
+
+
+def launch(kernel, out: ts.Tensor, tile, *args, grid=None, **kwargs) -> np.ndarray:
+    """Launch `kernel(out.partition(tile), *args)`; return the written output's values."""
+    p = out.partition(tile)
+    if grid is None:
+        kernel(p, *args, **kwargs).sync()
+    else:
+        kernel.launch(p, *args, grid=grid, **kwargs).sync()
+    back = p.unpartition()
+    assert back is out
+    return back.numpy()
+
+
+def rand(rng, shape, dtype: str, lo=-3.0, hi=3.0) -> np.ndarray:
+    """Random values of `dtype`, never all zeros or ones; ints in [lo, hi]."""
+    if dtype == "bool_":
+        return rng.random(shape) < 0.5
+    if dtype in ("i8", "i16", "i32", "i64", "u8"):
+        return rng.integers(int(lo), int(hi) + 1, size=shape).astype(NP[dtype])
+    return rng.uniform(lo, hi, size=shape).astype(NP[dtype])
+
+
+def poisoned(shape, dtype: str, value=None) -> tuple[ts.Tensor, np.ndarray]:
+    """A written tensor full of a value no kernel in these tests produces, and its copy."""
+    if value is None:
+        value = np.nan if dtype in TOL else -12345
+    host = np.full(shape, value, dtype=NP[dtype])
+    return ts.tensor(host), host
+
+
+def assert_close(got, want, dtype: str) -> None:
+    rtol, atol = TOL[dtype]
+    got64 = np.asarray(got).astype(np.float64)
+    want64 = np.asarray(want).astype(np.float64)
+    assert got64.shape == want64.shape
+    np.testing.assert_allclose(got64, want64, rtol=rtol, atol=atol)
+
+
+def line_of(fn, marker: str) -> int:
+    """The file line of the first source line of `fn` that contains `marker`."""
+    lines, first = inspect.getsourcelines(getattr(fn, "__wrapped__", fn))
+    for i, text in enumerate(lines):
+        if marker in text:
+            return first + i
+    raise AssertionError(f"marker {marker!r} not in {fn}")
