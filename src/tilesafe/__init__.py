@@ -15,6 +15,8 @@ from .lang.stubs import (abs, argmax, argmin, astype, atomic_add, atomic_cas, at
                          store_ptr, sum, tanh, transpose, valid, where)
 from .runtime.constructors import arange, empty, from_torch, full, ones, rand, randn, tensor, zeros
 from .runtime.future import Future
+from .runtime.graph import Graph, graph
+from .runtime.streams import stream
 from .runtime.kernel import Kernel, kernel
 from .runtime.partition import Partition
 from .runtime.spec import spec

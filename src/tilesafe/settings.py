@@ -41,6 +41,7 @@ SETTINGS = Settings.from_env()
 backend_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("tilesafe_backend", default=None)
 strict_var: contextvars.ContextVar[bool] = contextvars.ContextVar("tilesafe_strict", default=False)
 launching_disabled_var: contextvars.ContextVar[bool] = contextvars.ContextVar("tilesafe_no_launch", default=False)
+graph_var: contextvars.ContextVar[object] = contextvars.ContextVar("tilesafe_graph", default=None)
 
 
 def current_backend() -> str:

@@ -148,6 +148,8 @@ def resolve_dtype(dtype) -> DType:
 
 def resolve_device(device) -> torch.device:
     """None: CUDA when present, else the CPU."""
+    from .graph import refuse_in_capture
+    refuse_in_capture("allocating a tensor")
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -20,6 +20,7 @@ from ..dtypes import DType
 from ..errors import AliasError, Loc, OwnershipError, TileSafeError, caller_loc
 from . import numpy_bridge
 from .aliasing import ByteSet, byte_set, overlaps, self_overlaps
+from .graph import refuse_in_capture
 from .partition import Partition, where
 from .storage_state import StorageState
 
@@ -74,6 +75,7 @@ class Tensor:
 
     def _check_read(self, what: str) -> None:
         """S14 then S9: the bytes were written, and no pending launch still writes them."""
+        refuse_in_capture(f"reading `{what}` on the host")
         if not self._state.is_written(self._t):
             raise OwnershipError(
                 f"`{what}` reads a tensor that came from ts.empty and has not been written",
@@ -195,6 +197,7 @@ class Tensor:
         return self
 
     def _host_write(self, target: torch.Tensor, value, what: str) -> None:
+        refuse_in_capture(f"writing `{what}` from the host")
         if self_overlaps(byte_set(target)):
             raise AliasError(f"cannot write through `{what}`: the view's elements share bytes "
                              "(stride 0 or overlapping strides)", loc=caller_loc(),

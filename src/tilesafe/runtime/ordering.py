@@ -1,0 +1,37 @@
+"""S9/S10 on a GPU: order each launch after the conflicting work before it, and record it.
+
+Tracking is by storage byte ranges (`StorageState`), not by handles, so views and aliases
+are covered. Work on the same stream is already ordered by the stream; only a conflict on
+another stream costs a `wait_event`. Every launch records one event, and its future keeps
+the launch's tensors alive until the GPU is done with them.
+"""
+from __future__ import annotations
+
+from ..lang.annotations import MUT, MUT_TILES, PTR
+from .future import Future
+
+
+def writes(kernel, name: str) -> bool:
+    return kernel.param(name).kind in (MUT, MUT_TILES, PTR)
+
+
+def order_before(kernel, bound, stream) -> None:
+    """Make `stream` wait for pending conflicting accesses issued on other streams."""
+    for name, f in bound.tensors.items():
+        t = f.tensor
+        for fut in t._state.pending_conflicts(t._byte_set(), writes(kernel, name)):
+            if fut._stream is not None and fut._stream != stream:
+                stream.wait_event(fut._event)
+
+
+def record_after(kernel, bound, stream, outputs) -> Future:
+    """Record the launch's completion event and register its accesses as pending."""
+    import torch
+    event = torch.cuda.Event()
+    event.record(stream)
+    keep = tuple(f.tensor._torch() for f in bound.tensors.values())
+    fut = Future(outputs, event, stream, keep)
+    for name, f in bound.tensors.items():
+        t = f.tensor
+        t._state.record(t._byte_set(), writes(kernel, name), fut)
+    return fut
