@@ -32,7 +32,8 @@ def main():
     C = out.unpartition().numpy()
     np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
     report = matmul.checks(ts.spec((64, 96), tile=(16, 32)), ts.spec((64, 64)), ts.spec((64, 96)), BK=16)
-    print(f"persistent_matmul: ok, 12 tiles on 5 blocks; {str(report).splitlines()[0]}")
+    print(report)                     # every access proven in bounds by the launch: no masks
+    print(f"persistent_matmul: ok, 12 tiles on 5 blocks, {report.kernel} accesses masked")
 
 
 if __name__ == "__main__":

@@ -64,3 +64,33 @@ def line_of(fn, marker: str) -> int:
         if marker in text:
             return first + i
     raise AssertionError(f"marker {marker!r} not in {fn}")
+
+
+# --- diagnostics ------------------------------------------------------------------------------
+INTERNAL_NAMES = ("tilesafe/lang", "tilesafe/runtime", "tilesafe/backends", "Builder", "Traceback", "TensorArg",
+                  "MintedIndex", "Value(", "TileType", "ast.")
+
+
+def marker_line(path: str, marker: str) -> int:
+    """The line of `path` that carries the comment `# <marker>` (exactly one must)."""
+    with open(path) as f:
+        hits = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
+    assert len(hits) == 1, f"marker {marker!r} found on lines {hits}"
+    return hits[0]
+
+
+def assert_diagnostic(e, path: str, marker: str, fragment: str) -> None:
+    """A located error: message fragment, the marked line, rendering with a caret and a help line."""
+    text = str(e)
+    assert fragment in e.message, e.message
+    assert e.loc is not None, text
+    assert e.loc.file == path and e.loc.line == marker_line(path, marker), text
+    assert text.startswith("error: ") and text.count("error:") == 1, text
+    lines = text.splitlines()
+    shown = [i for i, ln in enumerate(lines) if ln.lstrip().startswith(f"{e.loc.line} |")]
+    assert shown and lines[shown[0]].rstrip().endswith(f"# {marker}"), text      # the offending source line
+    caret = lines[shown[0] + 1]
+    assert "^" in caret and caret.index("^") == lines[shown[0]].index("|") + 1 + e.loc.col, text
+    assert "= help: " in text, text
+    for name in INTERNAL_NAMES:
+        assert name not in text, f"{name!r} leaks into:\n{text}"

@@ -70,8 +70,10 @@ class Builder:
             return v
         return self.emit1("cast", (v,), TileType(v.shape, dtype), {"dtype": dtype})
 
-    def broadcast(self, v: Value, shape: tuple[int, ...]) -> Value:
-        if v.shape == shape or v.shape == ():
+    def broadcast(self, v: Value, shape: tuple[int, ...], materialize: bool = False) -> Value:
+        """`v` broadcast to `shape`. A scalar stays a scalar (elementwise ops take it as is)
+        unless `materialize`: stores and constructors need a value of exactly `shape`."""
+        if v.shape == shape or (v.shape == () and not materialize):
             return v
         if len(v.shape) < len(shape):
             padded = (1,) * (len(shape) - len(v.shape)) + v.shape
@@ -186,4 +188,6 @@ def describe(x) -> str:
         return f"a {x.type} tile"
     if isinstance(x, DType):
         return f"the dtype {x!r}"
+    if isinstance(x, tuple):
+        return f"a plain tuple of {len(x)} value(s)"
     return f"{type(x).__name__} {x!r}"

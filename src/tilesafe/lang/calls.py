@@ -33,17 +33,18 @@ def lower_call(b: Builder, node, callee, args, kwargs):
         raise b.error(node, f"`{name}` cannot be called in a kernel",
                       help="kernels call ts.* operations, @ts.function helpers and range/min/max/len")
     bound = _bind(b, node, callee, args, kwargs)
-    return handler(b, node, **bound)
+    # Positionally, in the stub's order, so `*values` parameters (min, max, print) reach the handler.
+    return handler(b, node, *bound.args, **bound.kwargs)
 
 
-def _bind(b, node, callee, args, kwargs) -> dict:
+def _bind(b, node, callee, args, kwargs) -> inspect.BoundArguments:
     target = SIGNATURES.get(callee) or inspect.signature(getattr(callee, "__wrapped__", callee))
     try:
         ba = target.bind(*args, **kwargs)
     except TypeError as e:
         raise b.error(node, f"bad arguments to `{getattr(callee, '__name__', callee)}`: {e}") from None
     ba.apply_defaults()
-    return dict(ba.arguments)
+    return ba
 
 
 def tile(b: Builder, node, x, what="operand") -> Value:
@@ -125,7 +126,7 @@ def full_handler(b: Builder, node, shape, value, dtype=dt.f32):
     v = tile(b, node, value, "fill value")
     if v.shape != ():
         raise b.error(node, "the fill value of ts.full must be a scalar")
-    return b.broadcast(b.cast(v, dtype), shape) if shape else b.cast(v, dtype)
+    return b.broadcast(b.cast(v, dtype), shape, materialize=True)
 
 
 def arange_handler(b: Builder, node, start, stop=None):
@@ -341,7 +342,7 @@ def broadcast_to(b: Builder, node, x, shape):
             raise rules.TypingError(f"cannot broadcast {v.type} to {shape}")
     except rules.TypingError as e:
         raise b.error(node, str(e), e.help) from None
-    return b.broadcast(v, shape)
+    return b.broadcast(v, shape, materialize=True)
 
 
 @register(stubs.expand_dims)

@@ -89,7 +89,7 @@ def _attribute(b: Builder, node: ast.Attribute):
 
 def _subscript(b: Builder, node: ast.Subscript):
     obj = lower_expr(b, node.value)
-    index = lower_expr(b, node.slice) if not isinstance(node.slice, ast.Slice) else _slice(b, node.slice)
+    index = _index(b, node.slice)
     if isinstance(obj, MintedIndex):
         if not isinstance(index, int) or not -len(obj) <= index < len(obj):
             raise b.error(node, f"a tile index of `{obj.brand.name}` has {len(obj)} coordinates; index it with 0..{len(obj) - 1}")
@@ -105,6 +105,15 @@ def _subscript(b: Builder, node: ast.Subscript):
         return _tile_subscript(b, node, obj, index)
     raise b.error(node, f"cannot index {describe(obj)}",
                   help="load tiles from tensors with ts.load / px.load, then combine tiles")
+
+
+def _index(b, node: ast.expr):
+    """A subscript's index: slices may appear on their own or inside a tuple (`t[:, None]`)."""
+    if isinstance(node, ast.Slice):
+        return _slice(b, node)
+    if isinstance(node, ast.Tuple):
+        return tuple(_index(b, e) for e in node.elts)
+    return lower_expr(b, node)
 
 
 def _slice(b, s: ast.Slice):

@@ -137,7 +137,7 @@ def store(b: Builder, node, z, value, idx=None):
         except Exception:
             raise b.error(node, f"the stored tile is {v.type}, but `{z.name}`'s tile is {shape}",
                           help="store a tile of exactly the output's tile shape") from None
-        v = b.broadcast(v, shape)
+        v = b.broadcast(v, shape, materialize=True)
     attrs = {"mode": mode}
     if sub is not None:
         attrs["sub"] = sub
@@ -206,8 +206,8 @@ def gather(b: Builder, node, x, idx, axis=0, shape=None, index=None, padding=0):
                    {"axis": axis, "shape": shape, "padding": padding_value(b, node, padding)})
 
 
-def valid(b: Builder, node, t):
-    op = b.loads.get(id(t))
+def valid(b: Builder, node, tile):   # the parameter is named as in the stub, which binds the call
+    op = b.loads.get(id(tile))
     if op is None:
         raise b.error(node, "ts.valid takes a tile produced by a load (ts.load, px.load, z.load())")
     return b.emit1("valid", op.args, TileType(op.results[0].shape, dt.bool_), dict(op.attrs))
@@ -235,7 +235,7 @@ def _mask(b: Builder, node, mask, shape):
     if mask is None:
         return ()
     m = b.cast(tile(b, node, mask, "mask"), dt.bool_)
-    return (b.broadcast(m, shape),)
+    return (b.broadcast(m, shape, materialize=True),)
 
 
 def load_ptr(b: Builder, node, p, offsets, mask=None, other=0):
@@ -248,7 +248,7 @@ def load_ptr(b: Builder, node, p, offsets, mask=None, other=0):
 def store_ptr(b: Builder, node, p, offsets, values, mask=None):
     p = _ptr(b, node, p, "store_ptr")
     off = _offsets(b, node, offsets)
-    v = b.broadcast(b.as_value(values, p.dtype), off.shape)
+    v = b.broadcast(b.as_value(values, p.dtype), off.shape, materialize=True)
     b.emit("store_ptr", (p.value, off, v, *_mask(b, node, mask, off.shape)), (), {"masked": mask is not None})
 
 
@@ -256,7 +256,7 @@ def atomic(op: str):
     def handler(b: Builder, node, p, offsets, values, mask=None):
         p_ = _ptr(b, node, p, f"atomic_{op}")
         off = _offsets(b, node, offsets)
-        v = b.broadcast(b.as_value(values, p_.dtype), off.shape)
+        v = b.broadcast(b.as_value(values, p_.dtype), off.shape, materialize=True)
         return b.emit1("atomic", (p_.value, off, v, *_mask(b, node, mask, off.shape)), TileType(off.shape, p_.dtype),
                        {"op": op, "masked": mask is not None})
     return handler
@@ -265,8 +265,8 @@ def atomic(op: str):
 def atomic_cas(b: Builder, node, p, offsets, cmp, values):
     p = _ptr(b, node, p, "atomic_cas")
     off = _offsets(b, node, offsets)
-    c = b.broadcast(b.as_value(cmp, p.dtype), off.shape)
-    v = b.broadcast(b.as_value(values, p.dtype), off.shape)
+    c = b.broadcast(b.as_value(cmp, p.dtype), off.shape, materialize=True)
+    v = b.broadcast(b.as_value(values, p.dtype), off.shape, materialize=True)
     return b.emit1("atomic_cas", (p.value, off, c, v), TileType(off.shape, p.dtype))
 
 

@@ -282,6 +282,7 @@ class Interpreter:
         p, offs, vals = args[0], args[1], args[2]
         mask = args[3] if op.attrs["masked"] else None
         offs, ok = self._flat(op, p, offs, mask, "atomic")
+        vals = np.broadcast_to(vals, offs.shape)      # a scalar value stays unbroadcast in the IR
         flat = p.reshape(-1)
         d = op.result.dtype
         old = np.zeros(offs.shape, d.np)
@@ -295,6 +296,7 @@ class Interpreter:
     def op_atomic_cas(self, op, args, env):
         p, offs, cmp, vals = args
         offs, ok = self._flat(op, p, offs, None, "atomic")
+        cmp, vals = np.broadcast_to(cmp, offs.shape), np.broadcast_to(vals, offs.shape)
         flat = p.reshape(-1)
         old = np.zeros(offs.shape, op.result.dtype.np)
         for k in zip(*np.nonzero(ok)):

@@ -30,7 +30,7 @@ class Sanitizer:
             self.writer[name] = np.full(size, NOBODY, np.int64)
             self.reader[name] = np.full(size, NOBODY, np.int64)
             self.shared_read[name] = np.zeros(size, bool)
-            self.atomic[name] = np.zeros(size, bool)
+            self.atomic[name] = np.full(size, NOBODY, np.int64)   # the last block to update atomically
         return self.writer[name], self.reader[name], self.shared_read[name], self.atomic[name]
 
     def _block(self, interp) -> int:
@@ -87,15 +87,15 @@ class Sanitizer:
         writer, reader, shared, atomic = self._arrays(name, size)
         me = self._block(interp)
         if kind == "atomic":
-            clash = offs[(writer[offs] != NOBODY) & (writer[offs] != me) & ~atomic[offs]]
-            atomic[offs] = True
+            clash = offs[(writer[offs] != NOBODY) & (writer[offs] != me) & (atomic[offs] == NOBODY)]
+            atomic[offs] = me
             if clash.size:
-                self._race(interp, op, name, int(clash[0]), int(writer[clash[0]]), "writes")
+                self._race(interp, op, name, int(clash[0]), int(writer[clash[0]]), "writes", "atomically updates")
             return
         if kind == "read":
             clash = offs[(writer[offs] != NOBODY) & (writer[offs] != me)]
             if clash.size:
-                self._race(interp, op, name, int(clash[0]), int(writer[clash[0]]), "writes")
+                self._race(interp, op, name, int(clash[0]), int(writer[clash[0]]), "writes", "reads")
             other = (reader[offs] != NOBODY) & (reader[offs] != me)
             shared[offs[other]] = True
             reader[offs[reader[offs] == NOBODY]] = me
@@ -103,13 +103,18 @@ class Sanitizer:
         clash_w = offs[(writer[offs] != NOBODY) & (writer[offs] != me)]
         if clash_w.size:
             self._race(interp, op, name, int(clash_w[0]), int(writer[clash_w[0]]), "also writes")
-        clash_r = offs[((reader[offs] != NOBODY) & (reader[offs] != me)) | shared[offs] | atomic[offs]]
+        other_reader = (reader[offs] != NOBODY) & (reader[offs] != me)
+        other_atomic = (atomic[offs] != NOBODY) & (atomic[offs] != me)
+        clash_r = offs[other_reader | shared[offs] | other_atomic]
         if clash_r.size:
-            self._race(interp, op, name, int(clash_r[0]), int(reader[clash_r[0]]), "reads")
+            o = int(clash_r[0])
+            if atomic[o] not in (NOBODY, me) and reader[o] in (NOBODY, me):
+                self._race(interp, op, name, o, int(atomic[o]), "atomically updates")
+            self._race(interp, op, name, o, int(reader[o]), "reads")
         writer[offs] = me
 
-    def _race(self, interp, op, name, offset, other, what) -> None:
-        raise SanitizerError(f"race on `{name}` at element {offset}: block {interp.block_id} writes it and block "
+    def _race(self, interp, op, name, offset, other, what, mine="writes") -> None:
+        raise SanitizerError(f"race on `{name}` at element {offset}: block {interp.block_id} {mine} it and block "
                              f"{self._where(other)} {what} it in the same launch of `{self.kernel_name}`",
                              op.loc, help="give each block its own elements (a ts.Mut output), or use atomics")
 

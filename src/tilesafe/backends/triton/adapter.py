@@ -1,0 +1,150 @@
+"""The one module that touches Triton beyond its public language (pinned to Triton 3.6).
+
+  * `load`: Triton reads a kernel's source from its file (`inspect.getsource`), so generated
+    source is written under `<cache_dir>/triton/<name>-<hash>.py` and imported from there.
+    The name is content-hashed: an existing file with other content is rewritten (a corrupt
+    entry is a miss, never a failure).
+  * The interpreter switch. Triton 3.6 decides "interpreted or compiled" when `@triton.jit`
+    runs — for its own standard library (`tl.sum`, `tl.max`, `tl.cdiv`, ...) that is when
+    `triton` is first imported, from TRITON_INTERPRET. Setting that variable would switch
+    the whole process (every later GPU launch and `triton.compile` would be interpreted), so
+    we do not: the generated function is wrapped in Triton's `InterpretedFunction`, and while
+    an interpreted launch runs, calling a compiled-mode library `JITFunction` runs it through
+    `InterpretedFunction` too (what TRITON_INTERPRET=1 would have made it). Outside a kernel,
+    `JITFunction.__call__` only raises, so nothing else changes; launches are serialised by a
+    lock because Triton's interpreter patches `triton.language` for the duration of a run.
+    If the process was started with TRITON_INTERPRET=1 nothing needs patching.
+  * `compile_for`: ahead-of-time `triton.compile` for a GPU target (e.g. Hopper, sm_90) on
+    any machine, for PTX checks in CI.
+  * `ensure_allocator`: in-kernel TMA descriptors need Triton's scratch allocator on a GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from pathlib import Path
+
+_INTERPRETER_LOCK = threading.RLock()
+_ALLOCATOR_SET = threading.Event()
+
+# tilesafe dtype name -> Triton signature type
+_SIG = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f8e4m3fn": "fp8e4nv", "f8e5m2": "fp8e5", "f64": "fp64",
+        "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "u8": "u8", "bool_": "i1"}
+
+
+def source_path(generated, cache_dir: Path) -> Path:
+    digest = hashlib.sha256(generated.text.encode()).hexdigest()[:16]
+    return Path(cache_dir) / "triton" / f"{generated.name}-{digest}.py"
+
+
+def load(generated, cache_dir: Path, interpret: bool):
+    """The launchable function for `generated`: a JITFunction, or an InterpretedFunction."""
+    path = _write(generated.text, source_path(generated, cache_dir))
+    module_name = f"tilesafe_generated.{path.stem.replace('-', '_')}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[module_name] = module   # so inspect and Triton can find the function's module
+    jitted = getattr(module, generated.name)
+    if not interpret:
+        return jitted
+    from triton.runtime.interpreter import InterpretedFunction
+    return jitted if isinstance(jitted, InterpretedFunction) else InterpretedFunction(jitted.fn)
+
+
+def _write(text: str, path: Path) -> Path:
+    try:
+        if path.exists() and path.read_text() == text:
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)   # atomic: a concurrent reader sees the old or the new file
+        return path
+    except OSError:
+        import tempfile
+        fallback = Path(tempfile.gettempdir()) / "tilesafe-triton" / path.name
+        if fallback != path:
+            return _write(text, fallback)
+        raise
+
+
+def launch(fn, grid: tuple[int, ...], args: list, interpret: bool, options: dict | None = None) -> None:
+    if interpret:
+        with _INTERPRETER_LOCK, _library_interpreted():
+            fn[grid](*args)
+    else:
+        fn[grid](*args, **(options or {}))
+
+
+@contextlib.contextmanager
+def _library_interpreted():
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+    if isinstance(tl.standard.sum, InterpretedFunction):   # TRITON_INTERPRET=1 at import
+        yield
+        return
+    cache: dict = {}
+
+    def call(self, *args, **kwargs):
+        f = cache.get(self.fn)
+        if f is None:
+            f = cache[self.fn] = InterpretedFunction(self.fn)
+        return f(*args, **kwargs)
+
+    original = JITFunction.__call__
+    JITFunction.__call__ = call
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = original
+
+
+def ensure_allocator() -> None:
+    """Device-side tensor descriptors take scratch memory from Triton's allocator."""
+    if _ALLOCATOR_SET.is_set():
+        return
+    import torch
+    import triton
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+
+    triton.set_allocator(alloc)
+    _ALLOCATOR_SET.set()
+
+
+def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_size: int = 32, **options):
+    """`triton.compile` the generated kernel for a CUDA target, specialized like a JIT launch
+    on `values` (one per ArgSlot; pointers are assumed 16-byte aligned). Works without a GPU."""
+    import triton
+    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction, native_specialize_impl
+    path = _write(generated.text, source_path(generated, cache_dir))
+    spec = importlib.util.spec_from_file_location(f"tilesafe_aot.{path.stem.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, generated.name)
+    fn = fn if isinstance(fn, JITFunction) else JITFunction(fn.fn)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, (slot, value) in enumerate(zip(generated.args, values)):
+        if slot.what == "ptr":
+            signature[slot.name] = "*" + _SIG[slot.dtype.name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif slot.what == "scalar" and not slot.dtype.is_int:
+            signature[slot.name] = _SIG[slot.dtype.name]
+        else:
+            ty, spec_ = native_specialize_impl(BaseBackend, int(value), False, True, True)
+            signature[slot.name] = ty
+            if ty == "constexpr":
+                constexprs[slot.name] = spec_
+            elif spec_ == "D":
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, warp_size), options=options or None)

@@ -1,0 +1,211 @@
+"""Running a specialization through Triton: on a GPU ("triton") or under Triton's CPU
+interpreter ("triton-interpreter").
+
+`TritonBackend.get(name).compile(kernel, spec, masks, wide, bound)` (called by the
+specializer, which caches the result per code key) generates the source and loads it;
+`.run(bound)` packs the launch arguments, launches, records what the launch wrote (S14)
+and returns a `Future` — with a CUDA event on a GPU, already done under the interpreter.
+"""
+from __future__ import annotations
+
+from ...errors import LaunchError
+from ...lang.annotations import MUT, MUT_TILES, PTR, REF
+from ...lang.coverage import definitely_written, reads_outputs
+from ...lang.ir import walk
+from ...runtime.future import Future
+from ...runtime.safety import mark_written
+from ...settings import SETTINGS
+from . import adapter, codegen
+
+NAMES = ("triton", "triton-interpreter")
+INTERPRETER_PERSISTENT_GRID = 3   # small, so every persistent loop runs several tiles per block
+OCCUPANCY = 1                     # persistent blocks per SM on a GPU
+_INTERPRETER_DTYPES = ("bf16", "f8e4m3fn", "f8e5m2")
+
+
+class TritonBackend:
+    """One per backend name; `descriptors=True` lets eligible 2-D accesses use TMA."""
+    _shared: dict = {}
+
+    def __init__(self, name: str, descriptors: bool = False):
+        self.name = name
+        self.interpret = name == "triton-interpreter"
+        self.descriptors = descriptors
+        self._loaded: dict[str, object] = {}   # source text -> launchable function
+
+    @classmethod
+    def get(cls, name: str) -> "TritonBackend":
+        if name not in NAMES:
+            raise LaunchError(f"{name!r} is not a Triton backend", help=f"use one of {', '.join(NAMES)}")
+        if name == "triton":
+            _require_cuda()
+        backend = cls._shared.get(name)
+        if backend is None:
+            backend = cls._shared[name] = cls(name)
+        return backend
+
+    def compile(self, kernel, spec, masks, wide, bound) -> "TritonCompiled":
+        if self.interpret:
+            _refuse_interpreter_dtypes(kernel, spec.fn)
+        return TritonCompiled(self, kernel, spec, masks, wide)
+
+    def load(self, generated):
+        fn = self._loaded.get(generated.text)
+        if fn is None:
+            fn = self._loaded[generated.text] = adapter.load(generated, SETTINGS.cache_dir, self.interpret)
+        return fn
+
+
+class TritonCompiled:
+    def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool):
+        self.backend = backend
+        self.kernel = kernel
+        self.spec = spec
+        self.masks = masks
+        self.wide = wide
+        self.written = definitely_written(spec.fn)
+        self._reloaded = reads_outputs(spec.fn)
+        self._variants: dict = {}   # descriptor tensors -> (Generated, launchable)
+        self.generated, _ = self.variant(frozenset())
+
+    @property
+    def source(self) -> str:
+        return self.generated.text
+
+    def variant(self, descriptors: frozenset):
+        v = self._variants.get(descriptors)
+        if v is None:
+            gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors)
+            v = self._variants[descriptors] = (gen, self.backend.load(gen))
+        return v
+
+    def run(self, bound) -> Future:
+        tensors = {name: f.tensor._torch() for name, f in bound.tensors.items()}
+        if not self.backend.interpret:
+            _check_devices(self.kernel, tensors)
+        grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
+        descriptors = self._descriptor_tensors(tensors) if self.backend.descriptors else frozenset()
+        gen, fn = self.variant(descriptors)
+        args = launch_values(gen, bound, tensors)
+        if all(g > 0 for g in grid):
+            if gen.descriptors and not self.backend.interpret:
+                adapter.ensure_allocator()
+            adapter.launch(fn, grid, args, self.backend.interpret)
+        mark_written(bound, self.written)
+        event = None
+        if not self.backend.interpret:
+            import torch
+            event = torch.cuda.Event()
+            event.record()
+        return Future(tuple(bound.tensors[n].obj for n in self.kernel.outputs), event)
+
+    def _persistent_grid(self, bound, tensors) -> int:
+        tiles = 1
+        for name, f in bound.tensors.items():
+            if self.kernel.param(name).kind == MUT_TILES:
+                n = 1
+                for extent, t in zip(f.shape, f.tile):
+                    n *= -(-extent // t)
+                tiles = max(tiles, n)
+        if self.backend.interpret:
+            return INTERPRETER_PERSISTENT_GRID
+        import torch
+        device = next((t.device for t in tensors.values() if t.is_cuda), torch.device("cuda"))
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return max(1, min(tiles, sms * OCCUPANCY))
+
+    def _descriptor_tensors(self, tensors) -> frozenset:
+        """2-D tensors TMA can address: contiguous last axis, 16-byte aligned base and row stride.
+        Outputs this kernel loads back stay on pointers (S15 orders pointer accesses only)."""
+        out = set()
+        for name, t in tensors.items():
+            kind = self.kernel.param(name).kind
+            if kind not in (REF, MUT, MUT_TILES) or t.dim() != 2 or name in self._reloaded:
+                continue
+            size = t.element_size()
+            if t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0 and t.data_ptr() % 16 == 0 and size >= 1:
+                out.add(name)
+        return frozenset(out)
+
+
+def launch_values(gen, bound, tensors) -> list:
+    """The generated function's arguments, in its order (see codegen.ArgSlot)."""
+    values = []
+    for slot in gen.args:
+        if slot.what == "ptr":
+            values.append(tensors[slot.param])
+        elif slot.what == "extent":
+            values.append(int(tensors[slot.param].shape[slot.axis]))
+        elif slot.what == "stride":
+            values.append(int(tensors[slot.param].stride(slot.axis)))
+        elif slot.what == "numel":
+            values.append(int(tensors[slot.param].numel()))
+        else:
+            v = bound.scalars[slot.param]
+            values.append(float(v) if slot.dtype.is_float else bool(v) if slot.dtype.is_bool else int(v))
+    return values
+
+
+def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool = False, grid=None, **kwargs):
+    """`triton.compile` a kernel for a CUDA target (sm_`arch`) from `ts.spec`s or tensors,
+    without a GPU; returns Triton's compiled kernel (`.asm["ptx"]`, `.asm["ttgir"]`, ...).
+    Pointers are taken as 16-byte aligned; with `descriptors`, eligible 2-D tensors use TMA."""
+    from ...lang import bounds
+    from ...runtime import binding
+    from ...runtime.specialize import LaunchFacts, _needs_64bit
+    bound = binding.bind(kernel, args, kwargs, grid, kernel.unsafe)
+    spec = kernel.specializer.spec(bound)
+    masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
+    eligible = frozenset()
+    if descriptors:
+        reloaded = reads_outputs(spec.fn)
+        eligible = frozenset(n for n, f in bound.tensors.items()
+                             if kernel.param(n).kind in (REF, MUT, MUT_TILES) and len(f.shape) == 2
+                             and f.strides[1] == 1 and (f.strides[0] * f.dtype.itemsize) % 16 == 0
+                             and n not in reloaded)
+    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), eligible)
+    values = []
+    for slot in gen.args:
+        f = bound.tensors.get(slot.param)
+        values.append({"ptr": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
+                       "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
+    return adapter.compile_for(gen, values, SETTINGS.cache_dir, arch)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _require_cuda() -> None:
+    import torch
+    if not torch.cuda.is_available():
+        raise LaunchError("the `triton` backend needs a CUDA GPU, and none is available",
+                          help="run the generated Triton on the CPU with ts.backend(\"triton-interpreter\") "
+                               "(or TILESAFE_BACKEND=triton-interpreter), or use the reference backend")
+
+
+def _check_devices(kernel, tensors) -> None:
+    for name, t in tensors.items():
+        if not t.is_cuda:
+            raise LaunchError(f"argument `{name}` of `{kernel.name}` is in {t.device.type} memory, but the `triton` "
+                              "backend runs on the GPU",
+                              help="create it on the GPU (device=\"cuda\"), or run on the triton-interpreter backend")
+
+
+def _refuse_interpreter_dtypes(kernel, fn) -> None:
+    used = {p.value.dtype.name for p in fn.params if p.value is not None}
+    for op in walk(fn.body):
+        used.update(r.dtype.name for r in op.results)
+        if op.opcode == "cast":
+            used.add(op.attrs["dtype"].name)
+    bad = sorted(used & set(_INTERPRETER_DTYPES))
+    if bad:
+        raise LaunchError(f"`{kernel.name}` uses {', '.join(bad)}, which Triton 3.6's interpreter cannot run "
+                          "correctly (it computes bf16 wrongly and mis-casts fp8)",
+                          help="run it with ts.backend(\"reference\") on the CPU, or with the `triton` backend on a GPU")
+
+
+_ = PTR

@@ -1,0 +1,288 @@
+"""Triton emitters for memory: tile loads and stores, `valid`, `gather`, unsafe pointer ops.
+
+A tile access at element origin `o` (per axis) with tile shape `s` becomes
+    offs_a = o_a + tl.arange(0, s_a)
+    ptrs   = ptr + sum_a offs_a[expanded to axis a] * stride_a
+and a masked `tl.load(..., other=padding)` / `tl.store(..., mask=...)` — masked only on the
+axes `bounds.masks_for` flagged (S11). Origins follow the interpreter's `origin()`:
+    'block'   : block_id(a) * tile_a                     (the block's own tile)
+    'subtile' : block_id(a) * tile_a + j_a * sub_a       (a minted sub-tile)
+    'tile'    : index_a * shape_a                        (a tile-space index, may be anything)
+With 64-bit offsets (`wide`) the origins are cast to int64 first.
+
+When the backend marks a 2-D tensor as descriptor-eligible (contiguous last axis, 16-byte
+aligned base and strides), its unmasked loads and stores use a TMA tensor descriptor made
+once at the top of the kernel instead.
+
+S15: a load of an output that may follow a store to the same output in this block gets a
+`tl.debug_barrier()` first, so every thread sees the stored elements.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...lang.ir import Block, Function, Op
+from .codegen import Emitter, fold_value, literal, ttype
+
+_LOOPS = ("for", "while", "tiles", "subtiles")
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    tensor: str
+    shape: tuple[int, ...]
+    origins: tuple[str, ...]   # element coordinates of the tile's first element, per axis
+    may_be_negative: bool      # a 'tile' index is arbitrary: check the lower bound too
+
+
+def _geometry(em: Emitter, op: Op) -> _Geometry:
+    t = op.args[0]
+    mode = op.attrs.get("mode", "tile")
+    if op.opcode == "store":
+        index = op.args[2:]
+        shape = {"block": t.type.tile, "subtile": op.attrs.get("sub"), "tile": t.type.tile}[mode]
+    else:
+        index = op.args[1:]
+        shape = tuple(op.attrs["shape"])
+    owner = op.attrs.get("owner")
+    tile = em.fn.param(owner).value.type.tile if owner else t.type.tile
+    origins = []
+    for a in range(len(shape)):
+        if mode == "block":
+            terms = [_scaled(_pid(em, a), tile[a])]
+        elif mode == "subtile":
+            terms = [_scaled(_pid(em, a), tile[a]), _scaled(_index(em, index[a]), op.attrs["sub"][a])]
+        else:
+            terms = [_scaled(_index(em, index[a]), shape[a])]
+        terms = [x for x in terms if x != "0"]
+        origins.append(" + ".join(terms) or "0")
+    return _Geometry(em.tensor_name(t), tuple(shape), tuple(origins), mode == "tile")
+
+
+def _pid(em: Emitter, axis: int) -> str:
+    pid = f"tl.program_id({axis})"
+    return f"{pid}.to(tl.int64)" if em.wide else pid
+
+
+def _index(em: Emitter, v) -> str:
+    if em.wide:
+        return f"tl.cast({em.ref(v)}, tl.int64)"
+    return em.ref(v)
+
+
+def _scaled(expr: str, k: int) -> str:
+    if expr == "0" or k == 0:
+        return "0"
+    return expr if k == 1 else f"{expr} * {k}"
+
+
+def _expand(name: str, axis: int, rank: int) -> str:
+    if rank == 1:
+        return name
+    return f"{name}[{', '.join(':' if a == axis else 'None' for a in range(rank))}]"
+
+
+def _offsets(em: Emitter, g: _Geometry) -> list[str]:
+    names = []
+    for a, (o, s) in enumerate(zip(g.origins, g.shape)):
+        ar = f"tl.arange(0, {s})"
+        names.append(em.memo(ar if o == '0' else f'{o} + {ar}', f"offs{a}"))
+    return names
+
+
+def _pointers(em: Emitter, tensor: str, offs: list[str]) -> str:
+    names = em.tensors[tensor]
+    terms = [f"{_expand(o, a, len(offs))} * {names.strides[a]}" for a, o in enumerate(offs)]
+    return f"{names.ptr} + {' + '.join(terms)}"
+
+
+def _axis_mask(em: Emitter, tensor: str, axis: int, offs: str, lower: bool) -> str:
+    upper = f"({offs} < {em.tensors[tensor].extents[axis]})"
+    return f"({offs} >= 0) & {upper}" if lower else upper
+
+
+def _mask(em: Emitter, g: _Geometry, offs: list[str], flags) -> str | None:
+    """The in-bounds mask over the flagged axes, or None when no axis needs one."""
+    parts = []
+    for a, need in enumerate(flags):
+        if need:
+            m = em.memo(_axis_mask(em, g.tensor, a, offs[a], g.may_be_negative), f"{g.tensor}_in{a}")
+            parts.append(_expand(m, a, len(offs)))
+    return " & ".join(parts) if parts else None
+
+
+def _padding(op: Op) -> str:
+    d = op.results[0].dtype
+    return literal(fold_value(op.attrs["padding"], d), d)
+
+
+# --- tile accesses ----------------------------------------------------------------------------
+def emit_load(em: Emitter, op: Op) -> None:
+    if id(op) in em.barriers:
+        em.line("tl.debug_barrier()   # S15: see this block's earlier stores")
+    g = _geometry(em, op)
+    flags = em.masks.get(id(op), (True,) * len(g.shape))
+    hint = f"{g.tensor}_tile"
+    if _use_descriptor(em, op, g, flags):
+        em.bind(op.result, f"{_descriptor(em, g)}.load([{', '.join(g.origins)}])", hint)
+        return
+    offs = _offsets(em, g)
+    ptrs = _pointers(em, g.tensor, offs)
+    mask = _mask(em, g, offs, flags)
+    if mask is None:
+        em.bind(op.result, f"tl.load({ptrs})", hint)
+    else:
+        em.bind(op.result, f"tl.load({ptrs}, mask={mask}, other={_padding(op)})", hint)
+
+
+def emit_store(em: Emitter, op: Op) -> None:
+    g = _geometry(em, op)
+    value = op.args[1]
+    flags = em.masks.get(id(op), (True,) * len(g.shape))
+    if _use_descriptor(em, op, g, flags):
+        em.line(f"{_descriptor(em, g)}.store([{', '.join(g.origins)}], {em.strong(value)})")
+        return
+    offs = _offsets(em, g)
+    ptrs = _pointers(em, g.tensor, offs)
+    mask = _mask(em, g, offs, flags)
+    em.line(f"tl.store({ptrs}, {em.strong(value)}{'' if mask is None else f', mask={mask}'})")
+
+
+def emit_valid(em: Emitter, op: Op) -> None:
+    """The in-bounds mask of the load with the same operands and attributes (every axis)."""
+    g = _geometry(em, op)
+    offs = _offsets(em, g)
+    lower = g.may_be_negative
+    parts = []
+    for a in range(len(g.shape)):
+        parts.append(_expand(f"({_axis_mask(em, g.tensor, a, offs[a], lower)})", a, len(g.shape)))
+    expr = " & ".join(parts)
+    if len(g.shape) > 1:
+        expr = f"tl.broadcast_to({expr}, {g.shape})"
+    em.bind(op.result, expr, f"{g.tensor}_valid")
+
+
+def emit_gather(em: Emitter, op: Op) -> None:
+    """Rows (along `axis`) at positions from a tile; other axes a tile at `index`."""
+    x, pos, index = op.args[0], op.args[1], op.args[2:]
+    tensor, axis, shape = em.tensor_name(x), op.attrs["axis"], tuple(op.attrs["shape"])
+    flags = em.masks.get(id(op), (True,) * len(shape))
+    rank = len(shape)
+    offs, parts = [], []
+    for a in range(rank):
+        n = em.fresh(f"{tensor}_offs{a}")
+        if a == axis:
+            p = em.ref(pos)
+            em.line(f"{n} = {p}.to(tl.int64)" if em.wide else f"{n} = {p}")
+            need, lower = True, True
+        else:
+            origin = _scaled(_index(em, index[a]), shape[a])
+            ar = f"tl.arange(0, {shape[a]})"
+            em.line(f"{n} = {ar if origin == '0' else f'{origin} + {ar}'}")
+            need, lower = flags[a], True
+        offs.append(n)
+        if need:
+            m = em.fresh(f"{tensor}_in{a}")
+            em.line(f"{m} = {_axis_mask(em, tensor, a, n, lower)}")
+            parts.append(_expand(m, a, rank))
+    ptrs = _pointers(em, tensor, offs)
+    pad = literal(fold_value(op.attrs["padding"], op.result.dtype), op.result.dtype)
+    em.bind(op.result, f"tl.load({ptrs}, mask={' & '.join(parts)}, other={pad})", f"{tensor}_rows")
+
+
+# --- tensor descriptors (TMA) -----------------------------------------------------------------
+def _use_descriptor(em: Emitter, op: Op, g: _Geometry, flags) -> bool:
+    if g.tensor not in em.descriptors or len(g.shape) != 2 or any(flags):
+        return False
+    itemsize = op.args[0].dtype.itemsize
+    return g.shape[1] * itemsize >= 16 and all(s <= 256 for s in g.shape)
+
+
+def _descriptor(em: Emitter, g: _Geometry) -> str:
+    key = (g.tensor, g.shape)
+    name = em.desc_names.get(key)
+    if name is None:
+        names = em.tensors[g.tensor]
+        name = em.fresh(f"{g.tensor}_desc")
+        em.desc_names[key] = name
+        em.prologue.append(f"    {name} = tl.make_tensor_descriptor({names.ptr}, shape=[{', '.join(names.extents)}], "
+                           f"strides=[{names.strides[0]}, 1], block_shape={list(g.shape)})")
+    return name
+
+
+# --- unsafe pointer ops -----------------------------------------------------------------------
+def _flat(em: Emitter, op: Op, masked: bool, mask_index: int) -> tuple[str, str, str]:
+    """(pointers, mask) for an unsafe access; out-of-range offsets are dropped like the interpreter."""
+    names = em.tensors[em.tensor_name(op.args[0])]
+    offs = em.fresh("offs")
+    src = op.args[1]
+    em.line(f"{offs} = {em.strong(src)}.to(tl.int64)" if em.wide else f"{offs} = {em.strong(src)}")
+    m = em.fresh("ok")
+    inb = f"({offs} >= 0) & ({offs} < {names.numel})"
+    em.line(f"{m} = {inb} & {em.ref(op.args[mask_index])}" if masked else f"{m} = {inb}")
+    return f"{names.ptr} + {offs}", m, offs
+
+
+def emit_load_ptr(em: Emitter, op: Op) -> None:
+    ptrs, m, _ = _flat(em, op, op.attrs["masked"], 2)
+    d = op.result.dtype
+    em.bind(op.result, f"tl.load({ptrs}, mask={m}, other={literal(fold_value(op.attrs['other'], d), d)})", "val")
+
+
+def emit_store_ptr(em: Emitter, op: Op) -> None:
+    ptrs, m, _ = _flat(em, op, op.attrs["masked"], 3)
+    em.line(f"tl.store({ptrs}, {em.strong(op.args[2])}, mask={m})")
+
+
+def emit_atomic(em: Emitter, op: Op) -> None:
+    ptrs, m, _ = _flat(em, op, op.attrs["masked"], 3)
+    fn = {"add": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}[op.attrs["op"]]
+    old = em.fresh("old")
+    em.line(f"{old} = {fn}({ptrs}, {em.strong(op.args[2])}, mask={m})")
+    em.bind(op.result, f"tl.where({m}, {old}, 0)", "old")
+
+
+def emit_atomic_cas(em: Emitter, op: Op) -> None:
+    """tl.atomic_cas has no mask: an out-of-range lane compares-and-swaps element 0 with
+    itself (writing back what it compared equal to changes nothing) and reports 0."""
+    names = em.tensors[em.tensor_name(op.args[0])]
+    _, m, offs = _flat(em, op, False, 0)
+    cmp, val = em.strong(op.args[2]), em.strong(op.args[3])
+    old = em.fresh("old")
+    em.line(f"{old} = tl.atomic_cas({names.ptr} + tl.where({m}, {offs}, 0), {cmp}, tl.where({m}, {val}, {cmp}))")
+    em.bind(op.result, f"tl.where({m}, {old}, 0)", "old")
+
+
+# --- S15 ----------------------------------------------------------------------------------------
+def barrier_loads(fn: Function) -> set[int]:
+    """ids of output loads that may read elements this block stored earlier (in program order,
+    or in an earlier iteration of an enclosing loop)."""
+    out: set[int] = set()
+
+    def stores_in(block: Block) -> set[int]:
+        from ...lang.ir import walk
+        return {id(op.args[0]) for op in walk(block) if op.opcode == "store"}
+
+    def visit(block: Block, stored: set, in_loop: frozenset) -> None:
+        for op in block.ops:
+            if op.opcode == "load" and op.args[0].type.tile is not None:
+                if id(op.args[0]) in stored or id(op.args[0]) in in_loop:
+                    out.add(id(op))
+            elif op.opcode == "store":
+                stored.add(id(op.args[0]))
+            inner = in_loop
+            if op.opcode in _LOOPS:
+                inner = in_loop | frozenset().union(*(stores_in(r) for r in op.regions))
+            for r in op.regions:
+                visit(r, stored, inner)
+
+    visit(fn.body, set(), frozenset())
+    return out
+
+
+EMITTERS = {
+    "load": emit_load, "store": emit_store, "valid": emit_valid, "gather": emit_gather,
+    "load_ptr": emit_load_ptr, "store_ptr": emit_store_ptr, "atomic": emit_atomic, "atomic_cas": emit_atomic_cas,
+}
+
+_ = ttype
