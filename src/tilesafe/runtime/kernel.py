@@ -19,6 +19,7 @@ from ..lang.signature import parse_params
 from ..lang.source import KernelSource
 from ..settings import current_backend, launching_disabled_var
 from . import binding, safety
+from .launch_plan import LaunchPlan
 from .preconditions import Precondition
 from .specialize import Specializer
 
@@ -39,6 +40,7 @@ class Kernel:
         loc = self.src.loc(self.src.tree)
         self.preconditions = [Precondition.parse(t, names, loc) for t in (preconditions or ())]
         self.specializer = Specializer(self)
+        self._last_plan: LaunchPlan | None = None
         self.specializer.try_at_definition()
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -76,12 +78,16 @@ class Kernel:
         if launching_disabled_var.get():
             raise _clean(LaunchError(f"launching `{self.name}` is disabled here (tilesafe check imports files "
                                      "without running kernels)"))
+        backend = current_backend()
+        plan = self._last_plan
         try:
+            if plan is not None and plan.matches(args, kwargs, grid, backend):
+                return plan.compiled.run(plan.bound)
             bound = binding.bind(self, args, kwargs, grid, unsafe)
             self._check_preconditions(bound)
-            backend = current_backend()
             compiled = self.specializer.compiled(bound, backend)
             safety.check_launch(self, bound, compiled.spec.fn)
+            self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
             return compiled.run(bound)
         except TileSafeError as e:
             raise _clean(e) from None

@@ -48,7 +48,9 @@ def cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
         lo, hi = dt.finite_range(dst)
         y = np.trunc(x.astype(np.float64))
         y = np.where(np.isnan(y), 0, np.clip(y, lo, hi))
-        return y.astype(dst.np)
+        # i64's max is no f64: `hi` rounds up to 2**63, which astype would wrap to the minimum.
+        top = y >= 2.0 ** 63
+        return np.where(top, np.iinfo(dst.np).max, np.where(top, 0, y).astype(dst.np))
     return x.astype(dst.np)   # int -> int wraps, as on the GPU
 
 

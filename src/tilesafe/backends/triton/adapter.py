@@ -5,15 +5,16 @@
     The name is content-hashed: an existing file with other content is rewritten (a corrupt
     entry is a miss, never a failure).
   * The interpreter switch. Triton 3.6 decides "interpreted or compiled" when `@triton.jit`
-    runs — for its own standard library (`tl.sum`, `tl.max`, `tl.cdiv`, ...) that is when
+    runs — for its own standard library (`tl.sum`, `tl.max`, `tl.zeros`, ...) that is when
     `triton` is first imported, from TRITON_INTERPRET. Setting that variable would switch
     the whole process (every later GPU launch and `triton.compile` would be interpreted), so
     we do not: the generated function is wrapped in Triton's `InterpretedFunction`, and while
     an interpreted launch runs, calling a compiled-mode library `JITFunction` runs it through
-    `InterpretedFunction` too (what TRITON_INTERPRET=1 would have made it). Outside a kernel,
-    `JITFunction.__call__` only raises, so nothing else changes; launches are serialised by a
-    lock because Triton's interpreter patches `triton.language` for the duration of a run.
-    If the process was started with TRITON_INTERPRET=1 nothing needs patching.
+    the interpreter too (what TRITON_INTERPRET=1 would have made it; see `_interpreting`).
+    Outside a kernel `JITFunction.__call__` only raises, so nothing else changes. Launches are
+    serialised by a lock because Triton's interpreter patches `triton.language` for the
+    duration of a run, and every patch is undone afterwards, so compiled-mode launches and
+    `triton.compile` keep working in the same process.
   * `compile_for`: ahead-of-time `triton.compile` for a GPU target (e.g. Hopper, sm_90) on
     any machine, for PTX checks in CI.
   * `ensure_allocator`: in-kernel TMA descriptors need Triton's scratch allocator on a GPU.
@@ -75,34 +76,51 @@ def _write(text: str, path: Path) -> Path:
 
 def launch(fn, grid: tuple[int, ...], args: list, interpret: bool, options: dict | None = None) -> None:
     if interpret:
-        with _INTERPRETER_LOCK, _library_interpreted():
+        with _INTERPRETER_LOCK, _interpreting():
             fn[grid](*args)
     else:
         fn[grid](*args, **(options or {}))
 
 
 @contextlib.contextmanager
-def _library_interpreted():
+def _interpreting():
+    """Make Triton 3.6's interpreter work inside a process whose Triton is in compiled mode.
+
+    1. Library calls: a compiled-mode `JITFunction` called from interpreted code runs
+       interpreted, its `triton.language` patches undone when it returns (Triton's own
+       `InterpretedFunction.__call__` leaves them in place, which would break every later
+       compilation in this process).
+    2. Scalars: the interpreter holds a scalar as a 1-element 1-D array and converts it with
+       `int(array)`, which NumPy >= 2.5 refuses (`range(lo, hi)` over runtime bounds).
+    """
     import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
-    if isinstance(tl.standard.sum, InterpretedFunction):   # TRITON_INTERPRET=1 at import
-        yield
-        return
+    originals = (JITFunction.__call__, interpreter._patch_lang_tensor)
+    library_compiled = not isinstance(tl.standard.sum, interpreter.InterpretedFunction)
     cache: dict = {}
 
     def call(self, *args, **kwargs):
         f = cache.get(self.fn)
         if f is None:
-            f = cache[self.fn] = InterpretedFunction(self.fn)
-        return f(*args, **kwargs)
+            f = cache[self.fn] = interpreter.InterpretedFunction(self.fn)
+        scope = interpreter._patch_lang(self.fn)
+        try:
+            return f.rewrite()(*args, **kwargs)
+        finally:
+            scope.restore()
 
-    original = JITFunction.__call__
-    JITFunction.__call__ = call
+    def patch_tensor(tensor, scope):
+        originals[1](tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    if library_compiled:
+        JITFunction.__call__ = call
+    interpreter._patch_lang_tensor = patch_tensor
     try:
         yield
     finally:
-        JITFunction.__call__ = original
+        JITFunction.__call__, interpreter._patch_lang_tensor = originals
 
 
 def ensure_allocator() -> None:

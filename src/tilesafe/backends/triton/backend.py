@@ -70,7 +70,13 @@ class TritonCompiled:
 
     @property
     def source(self) -> str:
+        """The pointer-path source (what `kernel.source()` shows)."""
         return self.generated.text
+
+    @property
+    def sources(self) -> dict:
+        """Every variant generated so far: descriptor tensors -> source text."""
+        return {k: gen.text for k, (gen, _) in self._variants.items()}
 
     def variant(self, descriptors: frozenset):
         v = self._variants.get(descriptors)
@@ -87,17 +93,36 @@ class TritonCompiled:
         descriptors = self._descriptor_tensors(tensors) if self.backend.descriptors else frozenset()
         gen, fn = self.variant(descriptors)
         args = launch_values(gen, bound, tensors)
-        if all(g > 0 for g in grid):
-            if gen.descriptors and not self.backend.interpret:
-                adapter.ensure_allocator()
-            adapter.launch(fn, grid, args, self.backend.interpret)
-        mark_written(bound, self.written)
-        event = None
-        if not self.backend.interpret:
-            import torch
-            event = torch.cuda.Event()
-            event.record()
-        return Future(tuple(bound.tensors[n].obj for n in self.kernel.outputs), event)
+        outputs = tuple(bound.tensors[n].obj for n in self.kernel.outputs)
+        if self.backend.interpret:
+            if all(g > 0 for g in grid):
+                adapter.launch(fn, grid, args, interpret=True)
+            mark_written(bound, self.written)
+            return Future(outputs)
+        return self._run_on_gpu(bound, tensors, fn, grid, args, outputs, bool(gen.descriptors))
+
+    def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
+        """Order after conflicting work on other streams (S10), launch on the current stream,
+        record the launch's event; inside `ts.graph()` register the accesses with the graph."""
+        import torch
+        from ...runtime import ordering
+        from ...settings import graph_var
+        device = next(iter(tensors.values())).device if tensors else torch.device("cuda")
+        with torch.cuda.device(device):
+            stream = torch.cuda.current_stream()
+            capture = graph_var.get()
+            if capture is None:
+                ordering.order_before(self.kernel, bound, stream)
+            if all(g > 0 for g in grid):
+                if descriptors:
+                    adapter.ensure_allocator()
+                adapter.launch(fn, grid, args, interpret=False)
+            mark_written(bound, self.written)
+            if capture is not None:
+                for name, f in bound.tensors.items():
+                    capture.record(f.tensor, ordering.writes(self.kernel, name))
+                return Future(outputs)
+            return ordering.record_after(self.kernel, bound, stream, outputs)
 
     def _persistent_grid(self, bound, tensors) -> int:
         tiles = 1

@@ -234,11 +234,17 @@ def emit_store_ptr(em: Emitter, op: Op) -> None:
     em.line(f"tl.store({ptrs}, {em.strong(op.args[2])}, mask={m})")
 
 
+def _dense(em: Emitter, v) -> str:
+    """`v` times one: the compiler folds it away, and Triton 3.6's interpreter, whose atomics
+    misread stride-0 (broadcast) arrays, gets a fresh dense array."""
+    return f"{em.strong(v)} * {'1.0' if v.dtype.is_float else '1'}"
+
+
 def emit_atomic(em: Emitter, op: Op) -> None:
     ptrs, m, _ = _flat(em, op, op.attrs["masked"], 3)
     fn = {"add": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}[op.attrs["op"]]
     old = em.fresh("old")
-    em.line(f"{old} = {fn}({ptrs}, {em.strong(op.args[2])}, mask={m})")
+    em.line(f"{old} = {fn}({ptrs}, {_dense(em, op.args[2])}, mask={m})")
     em.bind(op.result, f"tl.where({m}, {old}, 0)", "old")
 
 
@@ -247,7 +253,7 @@ def emit_atomic_cas(em: Emitter, op: Op) -> None:
     itself (writing back what it compared equal to changes nothing) and reports 0."""
     names = em.tensors[em.tensor_name(op.args[0])]
     _, m, offs = _flat(em, op, False, 0)
-    cmp, val = em.strong(op.args[2]), em.strong(op.args[3])
+    cmp, val = _dense(em, op.args[2]), _dense(em, op.args[3])
     old = em.fresh("old")
     em.line(f"{old} = tl.atomic_cas({names.ptr} + tl.where({m}, {offs}, 0), {cmp}, tl.where({m}, {val}, {cmp}))")
     em.bind(op.result, f"tl.where({m}, {old}, 0)", "old")

@@ -218,7 +218,8 @@ def _float_to_int(em: Emitter, op: Op, src: DType, dst: DType) -> None:
     """Truncate toward zero, saturate to dst's range, NaN -> 0 (numerics.cast)."""
     wide = src.bits > 32
     fdt = np.float64 if wide else np.float32
-    lo, hi = (int(v) for v in dt.finite_range(dst))
+    info = np.iinfo(dst.np)   # exact bounds (finite_range's floats round 2**63 - 1 up)
+    lo, hi = int(info.min), int(info.max)
     hi_f = fdt(hi)
     if int(hi_f) > hi:                       # the largest float <= hi
         hi_f = np.nextafter(hi_f, fdt(0))

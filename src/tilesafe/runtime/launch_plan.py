@@ -1,0 +1,60 @@
+"""The launch fast path: a repeated launch with the same arguments skips re-checking.
+
+Tensors and partitions are immutable views, so the same objects mean the same shapes,
+strides and bytes: binding, the specialization, the bounds masks and the aliasing verdict
+all still hold, and initialisation (S14) can only have grown. What can change between two
+launches is re-checked here: a partition may have been unpartitioned, a Ref tensor may
+have been lent or handed to torch since. Arguments are held weakly, so a cached plan never
+keeps memory alive.
+"""
+from __future__ import annotations
+
+import weakref
+
+from .partition import Partition
+from .tensor import Tensor
+
+_OBJECTS = (Tensor, Partition)
+
+
+class LaunchPlan:
+    __slots__ = ("args", "kwargs", "grid", "backend", "compiled", "bound", "partitions", "tensors")
+
+    def __init__(self, args, kwargs, grid, backend, compiled, bound):
+        self.args = tuple(_hold(a) for a in args)
+        self.kwargs = {k: _hold(v) for k, v in kwargs.items()}
+        self.grid = grid
+        self.backend = backend
+        self.compiled = compiled
+        self.bound = bound
+        self.partitions = tuple(weakref.ref(a) for a in (*args, *kwargs.values()) if isinstance(a, Partition))
+        self.tensors = tuple(weakref.ref(a) for a in (*args, *kwargs.values()) if isinstance(a, Tensor))
+
+    def matches(self, args, kwargs, grid, backend) -> bool:
+        if backend != self.backend or grid != self.grid or len(args) != len(self.args) \
+                or len(kwargs) != len(self.kwargs):
+            return False
+        for a, held in zip(args, self.args):
+            if not _same(a, held):
+                return False
+        for k, v in kwargs.items():
+            if k not in self.kwargs or not _same(v, self.kwargs[k]):
+                return False
+        for p in self.partitions:
+            if not p()._live:
+                return False
+        for t in self.tensors:
+            t = t()
+            if t._lent_to() is not None or t._handed_at is not None:
+                return False
+        return True
+
+
+def _hold(a):
+    return weakref.ref(a) if isinstance(a, _OBJECTS) else a
+
+
+def _same(a, held) -> bool:
+    if isinstance(held, weakref.ref):
+        return held() is a
+    return type(a) is type(held) and a == held

@@ -1,0 +1,55 @@
+"""Compile-only checks for Hopper (sm_90) on any machine: `triton.compile` of the generated
+GEMMs in bf16 uses tensor-core `wgmma`, and with tensor descriptors TMA
+(`cp.async.bulk.tensor`). No GPU is needed to compile to PTX."""
+import os
+
+import pytest
+
+import tilesafe as ts
+from tilesafe.backends.triton.backend import compile_ahead
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                                reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+
+
+@ts.kernel
+def matmul(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+           T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+    pa = a.partition((BM, BK))
+    pb = b.partition((BK, BN))
+    acc = ts.zeros((BM, BN), ts.f32)
+    for k in range(ts.num_tiles(pa, 1)):
+        acc = ts.mma(pa.load((ts.block_id(0), k)), pb.load((k, ts.block_id(1))), acc)
+    c.store(ts.astype(acc, T))
+
+
+@ts.kernel
+def pmatmul(c: ts.MutTiles["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+            T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+    pa = a.partition((BM, BK))
+    pb = b.partition((BK, BN))
+    for idx in c.tiles(group=8):
+        acc = ts.zeros((BM, BN), ts.f32)
+        for k in range(ts.num_tiles(pa, 1)):
+            acc = ts.mma(pa.load((idx[0], k)), pb.load((k, idx[1])), acc)
+        c.store(ts.astype(acc, T), idx)
+
+
+def _ptx(kernel, descriptors: bool) -> str:
+    specs = (ts.spec((1024, 512), ts.bf16, tile=(128, 128)), ts.spec((1024, 768), ts.bf16),
+             ts.spec((768, 512), ts.bf16))
+    return compile_ahead(kernel, *specs, BK=64, arch=90, descriptors=descriptors).asm["ptx"]
+
+
+@pytest.mark.parametrize("kernel", [matmul, pmatmul], ids=["tiled", "persistent"])
+def test_bf16_gemm_uses_wgmma_and_tma(kernel):
+    ptx = _ptx(kernel, descriptors=True)
+    assert "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" in ptx
+
+
+@pytest.mark.parametrize("kernel", [matmul, pmatmul], ids=["tiled", "persistent"])
+def test_bf16_gemm_pointer_path_uses_wgmma(kernel):
+    ptx = _ptx(kernel, descriptors=False)
+    assert "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" not in ptx
