@@ -74,6 +74,18 @@ def caller_loc(skip_package: str = "tilesafe") -> Loc | None:
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
         if not (name == skip_package or name.startswith(skip_package + ".")):
-            return Loc(frame.f_code.co_filename, frame.f_lineno)
+            return _frame_loc(frame)
         frame = frame.f_back
     return None
+
+
+def _frame_loc(frame) -> Loc:
+    """The line and, where Python records it, the column span of the frame's current call."""
+    line, col, width = frame.f_lineno, 1, 1
+    try:
+        pos = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        if pos[0] == line and pos[2] is not None and pos[3] is not None and pos[1] == line:
+            col, width = pos[2] + 1, max(1, pos[3] - pos[2])
+    except (AttributeError, IndexError, ValueError):
+        pass
+    return Loc(frame.f_code.co_filename, line, col, width)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 
-from ..errors import KernelError, LaunchError, TileSafeError
+from ..errors import KernelError, LaunchError, TileSafeError, caller_loc
 from ..lang.annotations import CONST, MUT, MUT_TILES, SCALAR
 from ..lang.definition_checks import check_definition
 from ..lang.signature import parse_params
@@ -119,12 +119,18 @@ class Kernel:
         """The typed tile IR for these arguments or `ts.spec`s, as text."""
         from ..lang.ir import format_function
         bound = self._spec(args, kwargs)
-        return format_function(self.specializer.spec(bound).fn)
+        try:
+            return format_function(self.specializer.spec(bound).fn)
+        except TileSafeError as e:
+            raise _clean(e) from None
 
     def checks(self, *args, **kwargs):
         """The S11 report: how many accesses are proven statically, by launch facts, or masked."""
         bound = self._spec(args, kwargs)
-        return self.specializer.report(bound)
+        try:
+            return self.specializer.report(bound)
+        except TileSafeError as e:
+            raise _clean(e) from None
 
     def compile(self, *args, backend=None, **kwargs):
         """Specialize and compile for these arguments without running."""
@@ -147,7 +153,11 @@ class Kernel:
 
 
 def _clean(e: TileSafeError) -> TileSafeError:
-    """Drop tilesafe's own frames: the user sees their call, not our internals."""
+    """Drop tilesafe's own frames, and point an unlocated error at the user's call."""
+    if e.loc is None:
+        loc = caller_loc()
+        if loc is not None:
+            e = type(e)(e.message, loc, e.help)
     return e.with_traceback(None)
 
 
