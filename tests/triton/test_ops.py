@@ -321,3 +321,41 @@ def test_pointer_loads_stores_and_atomics():
     histogram.unsafe_launch(h, out, ts.tensor(v), 40, grid=(3,)).sync()
     assert h.numpy().tolist() == np.bincount(v, minlength=6).tolist()
     np.testing.assert_array_equal(out.numpy(), v.astype(np.float32) * 2)
+
+
+@ts.kernel
+def fib(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int, n: int):
+    a = ts.load_tile_like(x, z)
+    b = a * 0.5
+    k = n
+    for i in range(n):
+        a, b = b, a + b            # a swap: each new value reads the other's old one
+        k = k                      # a value carried through unchanged
+    for i in range(n):
+        pass
+    z.store(a + b + ts.astype(k, ts.f32))
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_loop_carried_swap_and_unchanged_values(n):
+    x = np.random.default_rng(25).standard_normal(12).astype(np.float32)
+    got = fib(poisoned(12, "f32").partition((8,)), ts.tensor(x), n=n).sync().unpartition().numpy()
+    a, b = x.astype(np.float64), x * 0.5
+    for _ in range(n):
+        a, b = b, a + b
+    close(got, a + b + n, "f32")
+
+
+@ts.kernel
+def shout(z: ts.Mut[ts.i32, ("B",)], B: ts.Const[int]):
+    t = ts.arange(0, B) + ts.block_id(0) * 100
+    ts.print("tile", t)
+    z.store(t)
+
+
+@pytest.mark.interpreter_only
+def test_print_goes_through_device_print(capfd):
+    got = shout(poisoned(4, "i32").partition((4,))).sync().unpartition().numpy()
+    assert got.tolist() == [0, 1, 2, 3]
+    assert "tile" in capfd.readouterr().out
+    assert "tl.device_print('tile', " in shout.source(ts.spec(4, ts.i32, tile=4))

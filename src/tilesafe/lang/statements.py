@@ -149,7 +149,7 @@ def run_region(b: Builder, args: list[Value], bind, stmts, carried: list[str], n
         b.block, b.env = outer_block, outer_env
 
 
-def rebind_after(b: Builder, before: dict, carried: list[str], results) -> None:
+def rebind_after(b: Builder, carried: list[str], results) -> None:
     for name, v in zip(carried, results):
         b.env[name] = v
 
@@ -207,7 +207,7 @@ def _for_range(b: Builder, node: ast.For, args) -> None:
     finally:
         b.loop_depth -= 1
     results = b.emit("for", (lo_v, hi_v, step_v, *inits), [v.type for v in inits], {}, (body,))
-    rebind_after(b, None, carried, results)
+    rebind_after(b, carried, results)
 
 
 # --- while loops --------------------------------------------------------------------------
@@ -242,18 +242,16 @@ def _while(b: Builder, node: ast.While) -> None:
     finally:
         b.loop_depth -= 1
     results = b.emit("while", tuple(inits), [v.type for v in inits], {}, (before, body))
-    rebind_after(b, None, carried, results)
+    rebind_after(b, carried, results)
 
 
 # --- if / else --------------------------------------------------------------------------
 def _if(b: Builder, node: ast.If) -> None:
     cond = _expr(b, node.test)
-    if isinstance(cond, (*PY_SCALARS, type(None))) or not isinstance(cond, Value):
-        if isinstance(cond, Value):
-            pass
-        elif isinstance(cond, (*PY_SCALARS, type(None), tuple, str)):
-            lower_body(b, node.body if cond else node.orelse)
-            return
+    if isinstance(cond, (*PY_SCALARS, type(None), tuple, str)):   # compile-time: lower one branch
+        lower_body(b, node.body if cond else node.orelse)
+        return
+    if not isinstance(cond, Value):
         raise b.error(node.test, f"cannot branch on {describe(cond)}")
     if cond.shape != ():
         raise b.error(node.test, f"an `if` condition must be a scalar, got a {cond.type} tile",

@@ -9,7 +9,7 @@ and returns a `Future` — with a CUDA event on a GPU, already done under the in
 from __future__ import annotations
 
 from ...errors import LaunchError
-from ...lang.annotations import MUT, MUT_TILES, PTR, REF
+from ...lang.annotations import MUT, MUT_TILES, REF
 from ...lang.coverage import definitely_written, reads_outputs
 from ...lang.ir import walk
 from ...runtime.future import Future
@@ -37,6 +37,7 @@ class TritonBackend:
     def get(cls, name: str) -> "TritonBackend":
         if name not in NAMES:
             raise LaunchError(f"{name!r} is not a Triton backend", help=f"use one of {', '.join(NAMES)}")
+        _require_triton()
         if name == "triton":
             _require_cuda()
         backend = cls._shared.get(name)
@@ -204,6 +205,14 @@ def _numel(shape) -> int:
     return n
 
 
+def _require_triton() -> None:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        raise LaunchError("the Triton backends need the `triton` package, which is not installed",
+                          help="pip install 'tilesafe[triton]', or run on the reference backend") from None
+
+
 def _require_cuda() -> None:
     import torch
     if not torch.cuda.is_available():
@@ -232,5 +241,3 @@ def _refuse_interpreter_dtypes(kernel, fn) -> None:
                           "correctly (it computes bf16 wrongly and mis-casts fp8)",
                           help="run it with ts.backend(\"reference\") on the CPU, or with the `triton` backend on a GPU")
 
-
-_ = PTR

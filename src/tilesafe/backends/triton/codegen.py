@@ -157,19 +157,22 @@ class Emitter:
         return []
 
     def emit_region(self, block: Block, names: list[str], weak=()) -> list[Value]:
-        """Emit a region whose arguments live in the variables `names`; keep a body non-empty."""
+        """Emit a region whose arguments live in the variables `names`; return what it yields."""
         for a, name, w in zip(block.args, names, list(weak) + [False] * len(names)):
             self.alias(a, name, w)
-        before = len(self.lines)
-        yielded = self.emit_block(block)
-        if len(self.lines) == before and not yielded:
+        return self.emit_block(block)
+
+    def body(self, start: int) -> None:
+        """Close an indented body begun at line `start`: Python needs at least one statement."""
+        if len(self.lines) == start:
             self.line("pass")
-        return yielded
 
     def assign(self, names: list[str], values: list[Value]) -> None:
-        """`names[i] = values[i]` for all i at once (a value may be another slot's variable)."""
+        """`names[i] = values[i]` for all i at once (a value may read another slot's variable)."""
         exprs = [self.carried(v) for v in values]
-        clash = any(e in names and e != n for n, e in zip(names, exprs))
+        # Assigned one after another, a value must not read a variable already overwritten.
+        clash = any(re.search(rf"\b{re.escape(names[j])}\b", exprs[i])
+                    for i in range(len(names)) for j in range(i) if names[j] != exprs[j])
         if clash:
             temps = [self.fresh("tmp") for _ in exprs]
             for t, e in zip(temps, exprs):

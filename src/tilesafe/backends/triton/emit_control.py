@@ -40,8 +40,10 @@ def emit_for(em: Emitter, op: Op) -> None:
     iv = em.fresh(body.args[0].name or "i")
     em.line(f"for {iv} in range({em.ref(lo)}, {em.ref(hi)}, {em.ref(step)}):")
     em.enter()
+    start = len(em.lines)
     yielded = em.emit_region(body, [iv] + names)
     em.assign(names, yielded)
+    em.body(start)
     em.leave()
     _finish(em, op, names)
 
@@ -53,11 +55,10 @@ def emit_if(em: Emitter, op: Op) -> None:
         if k == 1:
             em.line("else:")
         em.enter()
-        before = len(em.lines)
+        start = len(em.lines)
         yielded = em.emit_block(region)
         em.assign(names, yielded)
-        if len(em.lines) == before:
-            em.line("pass")
+        em.body(start)
         em.leave()
     _finish(em, op, names)
 
@@ -80,7 +81,7 @@ def emit_while(em: Emitter, op: Op) -> None:
 
     condition()
     em.line(f"while {cond}:")
-    em.enter()
+    em.enter()     # never empty: the condition is recomputed at the end
     yielded = em.emit_region(body, names)
     em.assign(names, yielded)
     condition()
@@ -108,7 +109,7 @@ def emit_tiles(em: Emitter, op: Op) -> None:
     names = _start_carried(em, op, inits)
     t = em.fresh("tile_id")
     em.line(f"for {t} in tl.range(tl.program_id(0), {total}, tl.num_programs(0), flatten=True):")
-    em.enter()
+    em.enter()     # never empty: the coordinates are computed first
     coords = _tile_coords(em, t, walk, group)
     if windowed:
         coords = [f"{c} + {em.strong(bounds[2 * a])}" for a, c in enumerate(coords)]
@@ -153,8 +154,10 @@ def emit_subtiles(em: Emitter, op: Op) -> None:
         em.line(f"for {n} in tl.static_range({c}):")
         em.enter()
         idx.append(n)
+    start = len(em.lines)
     yielded = em.emit_region(body, idx + names, weak=[True] * len(idx))
     em.assign(names, yielded)
+    em.body(start)
     for _ in counts:
         em.leave()
     _finish(em, op, names)

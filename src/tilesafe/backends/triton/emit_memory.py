@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...lang.ir import Block, Function, Op
-from .codegen import Emitter, fold_value, literal, ttype
+from .codegen import Emitter, fold_value, literal
 
 _LOOPS = ("for", "while", "tiles", "subtiles")
 
@@ -291,4 +291,3 @@ EMITTERS = {
     "load_ptr": emit_load_ptr, "store_ptr": emit_store_ptr, "atomic": emit_atomic, "atomic_cas": emit_atomic_cas,
 }
 
-_ = ttype

@@ -1,0 +1,111 @@
+"""The arguments of a library call: tensors in, validation, outputs out.
+
+Every library function takes tilesafe tensors or torch tensors. Torch in gives torch out:
+the output is allocated by torch and borrowed with `ts.from_torch`, so handing it back
+costs no wait. With `out=` nothing is allocated and `out` itself is returned, which is
+what makes a call capturable in `ts.graph()`. Wrong arguments are `ts.LaunchError`s that
+point at the user's call, never a bare assert.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import dtypes
+from ..dtypes import DType
+from ..errors import LaunchError, caller_loc
+from ..runtime.constructors import empty, from_torch
+from ..runtime.tensor import Tensor
+
+FLOATS = (dtypes.f32, dtypes.f16, dtypes.bf16)
+INTS = (dtypes.i32, dtypes.i64)
+
+
+def fail(fn: str, message: str, help: str | None = None) -> LaunchError:
+    """A LaunchError located at the user's call of `fn`."""
+    return LaunchError(f"{fn}: {message}", loc=caller_loc(), help=help)
+
+
+def is_torch(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def tensor(x, name: str, fn: str) -> Tensor:
+    """`x` as a tilesafe tensor (a torch tensor is borrowed, not copied)."""
+    if isinstance(x, Tensor):
+        return x
+    if is_torch(x):
+        return from_torch(x)
+    raise fail(fn, f"`{name}` must be a tilesafe or torch tensor, got {type(x).__name__}",
+               help="make one with ts.tensor(array) or pass a torch.Tensor")
+
+
+def dtype_in(t: Tensor, allowed, name: str, fn: str) -> DType:
+    if t.dtype not in allowed:
+        names = ", ".join(d.name for d in allowed)
+        raise fail(fn, f"`{name}` has dtype {t.dtype.name}; this function takes {names}",
+                   help=f"convert it first, e.g. ts.tensor(x, dtype=ts.{allowed[0].name})")
+    return t.dtype
+
+
+def same_dtype(fn: str, **named: Tensor) -> DType:
+    items = list(named.items())
+    first, d = items[0][0], items[0][1].dtype
+    for name, t in items[1:]:
+        if t.dtype != d:
+            raise fail(fn, f"`{name}` has dtype {t.dtype.name} but `{first}` has {d.name}",
+                       help="convert both to one dtype first")
+    return d
+
+
+def same_device(fn: str, **named: Tensor) -> str:
+    items = list(named.items())
+    first, dev = items[0][0], items[0][1].device
+    for name, t in items[1:]:
+        if t.device != dev:
+            raise fail(fn, f"`{name}` is on {t.device} but `{first}` is on {dev}",
+                       help="move every tensor of one call to the same device")
+    return dev
+
+
+def rank_in(t: Tensor, ranks, name: str, fn: str) -> int:
+    if t.ndim not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise fail(fn, f"`{name}` must have rank {want}, got shape {t.shape}")
+    return t.ndim
+
+
+def float_dtype(d, fn: str, what: str = "out_dtype") -> DType:
+    try:
+        d = dtypes.coerce(d)
+    except (ValueError, TypeError):
+        d = None
+    if d not in FLOATS:
+        raise fail(fn, f"{what} must be one of {', '.join(x.name for x in FLOATS)}, got {d!r}")
+    return d
+
+
+@dataclass(slots=True)
+class Output:
+    """An output buffer: the tilesafe view kernels write, and what the call returns."""
+    tensor: Tensor
+    returned: object        # `out` as passed, a torch tensor (torch mode) or `tensor`
+
+
+def output(out, shape, dtype: DType, device: str, torch_mode: bool, fn: str, name: str = "out") -> Output:
+    """`out` checked against (shape, dtype, device), or a fresh buffer when it is None."""
+    shape = tuple(shape)
+    if out is None:
+        if torch_mode:
+            t = torch.empty(shape, dtype=dtype.torch, device=device)
+            return Output(from_torch(t), t)
+        t = empty(shape, dtype, device)
+        return Output(t, t)
+    t = tensor(out, name, fn)
+    if t.shape != shape or t.dtype != dtype:
+        raise fail(fn, f"`{name}` has shape {t.shape} and dtype {t.dtype.name}, but the result is "
+                       f"{shape} {dtype.name}", help=f"pass {name}=ts.empty({shape}, ts.{dtype.name})")
+    if t.device != device:
+        raise fail(fn, f"`{name}` is on {t.device} but the inputs are on {device}")
+    return Output(t, out)

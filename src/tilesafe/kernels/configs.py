@@ -1,0 +1,147 @@
+"""Tile sizes for the library's kernels: a small table per kernel family, and `tune`.
+
+A config is a plain dict (tile sizes, plus the schedule hints `num_warps` / `num_stages`).
+It is looked up by a *shape class*: the family, the dtype and bucketed sizes (the next
+power of two, clamped), so one entry serves a whole range of shapes and a decode step does
+not change class per token. Where the config comes from, in order:
+
+1. `config=` passed to the call (tests, benchmarks and `tune` use it);
+2. on a GPU, the tuned table `tuned/<gpu>.json` for that shape class, written by `tune`
+   and committed so a fresh machine need not retune;
+3. the defaults below: GPU defaults for the `triton` backend, small CPU defaults for the
+   reference interpreter and Triton's interpreter (small tiles keep CPU tests fast while
+   still covering several blocks and ragged edges).
+
+Schedule hints are kept in the table, but the launcher does not pass them to Triton yet
+(`Kernel.launch` has no `num_warps` / `num_stages`), so today every kernel runs with
+Triton's defaults (4 warps, 3 stages); the GPU defaults are chosen to be good with those.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+from ..errors import LaunchError, caller_loc
+from ..settings import current_backend
+
+TUNED_DIR = Path(__file__).parent / "tuned"
+
+# family -> defaults. Keys are the same on both sides; GPU values assume 4 warps.
+CPU_DEFAULTS: dict[str, dict] = {
+    "elementwise": {"block": 256},
+    "reduce": {"block_m": 2, "block_n": 32},
+    "rows": {"block_m": 2, "row_elems": 256, "row_max": 1024, "sub": 64},
+    "matmul": {"block_m": 32, "block_n": 32, "block_k": 32, "group": 8, "persistent": None},
+    "linear": {"block_n": 32, "block_k": 32},
+    "bmm": {"block_m": 32, "block_n": 32, "block_k": 32},
+    "attention": {"block_m": 16, "block_n": 16},
+    "decode": {"block_n": 16, "splits": 3},
+    "rope": {"block_t": 2, "block_h": 2},
+    "embedding": {"block_t": 2, "block_d": 32},
+    "argmax": {"block_n": 32, "chunk": 64},
+}
+GPU_DEFAULTS: dict[str, dict] = {
+    "elementwise": {"block": 2048, "num_warps": 4},
+    "reduce": {"block_m": 4, "block_n": 1024, "num_warps": 4},
+    "rows": {"block_m": 16, "row_elems": 4096, "row_max": 16384, "sub": 2048, "num_warps": 4},
+    "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None,
+               "num_warps": 8, "num_stages": 3},
+    "linear": {"block_n": 32, "block_k": 256, "num_warps": 4, "num_stages": 4},
+    "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3},
+    "attention": {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2},
+    "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "num_warps": 4},
+    "rope": {"block_t": 4, "block_h": 8, "num_warps": 4},
+    "embedding": {"block_t": 4, "block_d": 1024, "num_warps": 4},
+    "argmax": {"block_n": 1024, "chunk": 8192, "num_warps": 4},
+}
+# fp32 tiles hold twice the bytes of bf16 ones: halve the K tile of the GEMMs.
+GPU_F32 = {"matmul": {"block_k": 32}, "bmm": {"block_k": 32}, "linear": {"block_k": 128}}
+
+CPU_BACKENDS = ("reference", "triton-interpreter")
+
+
+def bucket(n: int, lo: int = 16, hi: int = 1 << 16) -> int:
+    """The power of two at or above `n`, clamped to [lo, hi]: a size's shape class."""
+    p = 1 << max(0, int(n) - 1).bit_length()
+    return max(lo, min(hi, p))
+
+
+def shape_class(dtype, *sizes: int) -> str:
+    """`"bf16/4096/128"`: the key of a tuned entry (also the JSON key)."""
+    return "/".join([getattr(dtype, "name", str(dtype)), *(str(bucket(n)) for n in sizes)])
+
+
+def lookup(family: str, key: str, override: dict | None = None, dtype=None) -> dict:
+    """The config for `family` at shape class `key` on the current backend."""
+    if family not in CPU_DEFAULTS:
+        raise LaunchError(f"no kernel family {family!r}", loc=caller_loc(),
+                          help=f"one of {', '.join(CPU_DEFAULTS)}")
+    if current_backend() in CPU_BACKENDS:
+        cfg = dict(CPU_DEFAULTS[family])
+    else:
+        cfg = dict(GPU_DEFAULTS[family])
+        if getattr(dtype, "name", None) == "f32":
+            cfg.update(GPU_F32.get(family, {}))
+        tuned = tuned_table(gpu_name()).get(family, {}).get(key, {})
+        cfg.update({k: v for k, v in tuned.items() if k != "time_ms"})
+    if override:
+        unknown = set(override) - set(cfg) - {"num_warps", "num_stages"}
+        if unknown:
+            raise LaunchError(f"config keys {sorted(unknown)} are not used by {family} kernels",
+                              loc=caller_loc(), help=f"known keys: {', '.join(sorted(cfg))}")
+        cfg.update(override)
+    return cfg
+
+
+def gpu_name() -> str:
+    """`"nvidia-h200"`: the current CUDA device's name as a file name."""
+    import torch
+    if not torch.cuda.is_available():
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-")
+
+
+@functools.lru_cache(maxsize=None)
+def tuned_table(gpu: str) -> dict:
+    """The committed table for `gpu` ({family: {shape class: config}}); empty when absent."""
+    path = TUNED_DIR / f"{gpu}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def tune(family: str, key: str, run, candidates, *, reps: int = 20, warmup: int = 3,
+         path: Path | None = None) -> dict:
+    """Time `run(config)` for every candidate config on the GPU and keep the fastest.
+
+    `run(config)` launches the operation once (e.g. `lambda c: matmul(a, b, out=c_out,
+    config=c)`). The winner is written under `family` / `key` into `path` (default
+    `tuned/<gpu>.json`), which later lookups on that GPU read. Returns the winner.
+    """
+    import torch
+    if not torch.cuda.is_available():
+        raise LaunchError("tune() times kernels on a GPU, and none is available", loc=caller_loc(),
+                          help="run it on the GPU machine; CPU backends always use the defaults")
+    timings = []
+    for cand in candidates:
+        for _ in range(warmup):
+            run(cand)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(reps):
+            run(cand)
+        stop.record()
+        torch.cuda.synchronize()
+        timings.append((start.elapsed_time(stop) / reps, cand))
+    best_ms, best = min(timings, key=lambda t: t[0])
+    path = Path(path) if path is not None else TUNED_DIR / f"{gpu_name()}.json"
+    table = json.loads(path.read_text()) if path.exists() else {}
+    table.setdefault(family, {})[key] = dict(best, time_ms=round(best_ms, 5))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    tuned_table.cache_clear()
+    return best

@@ -1,0 +1,207 @@
+"""Elementwise kernels: `add, sub, mul, div` (NumPy broadcasting), `neg, exp, silu, gelu,
+relu`, `residual_add` and `silu_mul`.
+
+Every call is shown to one rank-3 kernel (see `layout.py`): contiguous operands merge into
+a single long axis, a broadcast operand is a stride-0 view, and a strided `out=` is written
+through its strides. Math runs in fp32 and rounds once to the output dtype, as torch does
+for half types.
+"""
+
+import tilesafe as ts
+
+from . import arguments as A
+from . import configs, layout
+from .launch import launch, pow2
+
+# Compile-time op codes (module-level ints are constants inside kernels).
+ADD, SUB, MUL, DIV, SILU_MUL, RSUB, RDIV = 0, 1, 2, 3, 4, 5, 6
+NEG, EXP, SILU, GELU, RELU = 0, 1, 2, 3, 4
+GELU_C = 0.7978845608028654          # sqrt(2 / pi)
+
+
+@ts.function
+def binary_op(a, b, OP):
+    """fp32 tiles in, fp32 out."""
+    if OP == ADD:
+        r = a + b
+    elif OP == SUB:
+        r = a - b
+    elif OP == MUL:
+        r = a * b
+    elif OP == DIV:
+        r = a / b
+    elif OP == RSUB:
+        r = b - a
+    elif OP == RDIV:
+        r = b / a
+    else:
+        r = a * ts.sigmoid(a) * b                           # silu(a) * b
+    return r
+
+
+@ts.function
+def unary_op(a, OP):
+    """fp32 tile in, fp32 out."""
+    if OP == NEG:
+        r = -a
+    elif OP == EXP:
+        r = ts.exp(a)
+    elif OP == SILU:
+        r = a * ts.sigmoid(a)
+    elif OP == GELU:
+        r = 0.5 * a * (1.0 + ts.tanh(GELU_C * (a + 0.044715 * a * a * a)))
+    else:
+        r = ts.maximum(a, 0.0)
+    return r
+
+
+@ts.kernel
+def binary_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], x: ts.Ref["T", ("N0", "N1", "N2")],
+                  y: ts.Ref["T", ("N0", "N1", "N2")], T: ts.Const[ts.DType], OP: ts.Const[int],
+                  B0: ts.Const[int], B1: ts.Const[int], B2: ts.Const[int], N0: int, N1: int, N2: int):
+    a = ts.load_tile_like(x, z).astype(ts.f32)             # (B0, B1, B2)
+    b = ts.load_tile_like(y, z).astype(ts.f32)             # (B0, B1, B2), stride 0 where broadcast
+    z.store(binary_op(a, b, OP).astype(T))
+
+
+@ts.kernel
+def scalar_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], x: ts.Ref["T", ("N0", "N1", "N2")], s: float,
+                  T: ts.Const[ts.DType], OP: ts.Const[int], B0: ts.Const[int], B1: ts.Const[int],
+                  B2: ts.Const[int], N0: int, N1: int, N2: int):
+    a = ts.load_tile_like(x, z).astype(ts.f32)             # (B0, B1, B2)
+    z.store(binary_op(a, s, OP).astype(T))
+
+
+@ts.kernel
+def unary_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], x: ts.Ref["T", ("N0", "N1", "N2")],
+                 T: ts.Const[ts.DType], OP: ts.Const[int], B0: ts.Const[int], B1: ts.Const[int],
+                 B2: ts.Const[int], N0: int, N1: int, N2: int):
+    a = ts.load_tile_like(x, z).astype(ts.f32)             # (B0, B1, B2)
+    z.store(unary_op(a, OP).astype(T))
+
+
+def tile3(shape, budget: int) -> tuple[int, int, int]:
+    """A power-of-two tile of at most `budget` elements, filled from the innermost axis."""
+    c = min(pow2(shape[2]), budget)
+    b = min(pow2(shape[1]), max(1, budget // c))
+    a = min(pow2(shape[0]), max(1, budget // (c * b)))
+    return a, b, c
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+def add(x, y, out=None, config=None):
+    """`x + y` with NumPy broadcasting (f32, f16, bf16). `ts.kernels.add(x, bias_row)`"""
+    return _binary("add", ADD, x, y, out, config)
+
+
+def sub(x, y, out=None, config=None):
+    """`x - y` with NumPy broadcasting."""
+    return _binary("sub", SUB, x, y, out, config)
+
+
+def mul(x, y, out=None, config=None):
+    """`x * y` with NumPy broadcasting."""
+    return _binary("mul", MUL, x, y, out, config)
+
+
+def div(x, y, out=None, config=None):
+    """`x / y` with NumPy broadcasting."""
+    return _binary("div", DIV, x, y, out, config)
+
+
+def residual_add(x, r, out=None, config=None):
+    """`x + r` for two tensors of one shape (the transformer residual stream)."""
+    return _binary("residual_add", ADD, x, r, out, config, broadcast=False)
+
+
+def silu_mul(gate, up, out=None, config=None):
+    """`silu(gate) * up` for two tensors of one shape (the SwiGLU MLP); views of one packed
+    gate/up tensor work as they are."""
+    return _binary("silu_mul", SILU_MUL, gate, up, out, config, broadcast=False)
+
+
+def neg(x, out=None, config=None):
+    """`-x`."""
+    return _unary("neg", NEG, x, out, config)
+
+
+def exp(x, out=None, config=None):
+    """`e**x`."""
+    return _unary("exp", EXP, x, out, config)
+
+
+def silu(x, out=None, config=None):
+    """`x * sigmoid(x)`."""
+    return _unary("silu", SILU, x, out, config)
+
+
+def gelu(x, out=None, config=None):
+    """GELU, tanh form: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`."""
+    return _unary("gelu", GELU, x, out, config)
+
+
+def relu(x, out=None, config=None):
+    """`max(x, 0)`."""
+    return _unary("relu", RELU, x, out, config)
+
+
+# --- dispatch -----------------------------------------------------------------------------
+
+_NUMBERS = (int, float)
+_SWAPPED = {ADD: ADD, MUL: MUL, SUB: RSUB, DIV: RDIV}
+
+
+def _binary(fn: str, op: int, x, y, out, config, broadcast: bool = True):
+    x_num, y_num = isinstance(x, _NUMBERS) and broadcast, isinstance(y, _NUMBERS) and broadcast
+    if x_num and y_num:
+        raise A.fail(fn, "needs at least one tensor operand", help="compute with Python numbers directly")
+    if x_num or y_num:
+        t, s, op = (y, x, _SWAPPED[op]) if x_num else (x, y, op)
+        return _elementwise(fn, scalar_kernel, dict(OP=op, s=float(s)), t, None, out, config)
+    return _elementwise(fn, binary_kernel, dict(OP=op), x, y, out, config, broadcast)
+
+
+def _unary(fn: str, op: int, x, out, config):
+    return _elementwise(fn, unary_kernel, dict(OP=op), x, None, out, config)
+
+
+def _elementwise(fn, kernel, extra, x, y, out, config, broadcast=True):
+    torch_mode = A.is_torch(x)
+    xt = A.tensor(x, "x", fn)
+    dtype = A.dtype_in(xt, A.FLOATS, "x", fn)
+    operands = {"x": xt}
+    if y is not None:
+        operands["y"] = A.tensor(y, "y", fn)
+        A.same_dtype(fn, **operands)
+    device = A.same_device(fn, **operands)
+    shape = _result_shape(fn, operands, broadcast)
+    o = A.output(out, shape, dtype, device, torch_mode, fn)
+    if o.tensor.numel == 0:
+        return o.returned
+    expanded = [layout.broadcast(t, shape) for t in operands.values()]
+    views = layout.rank3([o.tensor, *expanded], shape)
+    if views is None:
+        raise A.fail(fn, f"the operands' layouts over shape {shape} do not merge into 3 axes",
+                     help="pass contiguous tensors (x.contiguous() in torch, ts.tensor(x) in tilesafe)")
+    cfg = configs.lookup("elementwise", configs.shape_class(dtype), config, dtype)
+    tile = tile3(views[0].shape, cfg["block"])
+    args = dict(zip(("x", "y"), views[1:]))
+    launch(kernel, {"z": (views[0], tile)}, **args, **extra)
+    return o.returned
+
+
+def _result_shape(fn, operands: dict, broadcast: bool) -> tuple[int, ...]:
+    shapes = [t.shape for t in operands.values()]
+    if not broadcast:
+        if len(set(shapes)) > 1:
+            raise A.fail(fn, f"the operands have shapes {shapes[0]} and {shapes[1]}; this function "
+                             "takes equal shapes", help="use ts.kernels.add / mul for broadcasting")
+        return shapes[0]
+    try:
+        import torch
+        return tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:
+        raise A.fail(fn, f"shapes {shapes[0]} and {shapes[1]} do not broadcast",
+                     help="axes must be equal, or 1 on one side (NumPy rules)") from None

@@ -1,0 +1,178 @@
+"""Row reductions: `sum, max, mean` over one axis, `softmax` and `log_softmax` over the last.
+
+A tensor of shape (*lead, N) is shown to the kernels as (A, B, N) rows (`layout.rows3`).
+Reductions walk a row in (BM, BN) column tiles and accumulate in fp32. Softmax loads a
+whole row as one (BM, NP) tile when NP = next_pow2(N) is small enough; longer rows (a
+vocabulary) take two kernels: per-row statistics (an online max and sum), then an
+elementwise pass over (BM, BN) tiles that every block can take. Ragged rows are padded
+with -inf for max and softmax, so the padding never wins and adds exp(-inf) = 0.
+"""
+import builtins
+
+import tilesafe as ts
+
+from . import arguments as A
+from . import configs, layout
+from .launch import cdiv, launch, pow2
+
+SUM, MAX, MEAN = 0, 1, 2
+NEG_INF = -float("inf")
+
+
+@ts.kernel
+def reduce_kernel(z: ts.Mut["T", (1, "BM")], x: ts.Ref["T", ("NA", "NB", "N")], T: ts.Const[ts.DType],
+                  OP: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int], NA: int, NB: int, N: int):
+    px = x.partition((1, BM, BN))                                # row pieces: (1, BM, BN)
+    a, i = ts.block_id(0), ts.block_id(1)
+    if OP == MAX:
+        acc = ts.full((1, BM, BN), NEG_INF, ts.f32)              # (1, BM, BN) running max
+        for k in range(ts.num_tiles(px, 2)):
+            acc = ts.maximum(acc, px.load((a, i, k), padding=NEG_INF).astype(ts.f32))
+        r = ts.max(acc, axis=2)                                  # (1, BM)
+    else:
+        acc = ts.zeros((1, BM, BN), ts.f32)                      # (1, BM, BN) running sum
+        for k in range(ts.num_tiles(px, 2)):
+            acc = acc + px.load((a, i, k)).astype(ts.f32)
+        r = ts.sum(acc, axis=2)                                  # (1, BM)
+        if OP == MEAN:
+            r = r / N
+    z.store(r.astype(T))
+
+
+@ts.kernel
+def softmax_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB", "N")], T: ts.Const[ts.DType],
+                   LOG: ts.Const[bool], BM: ts.Const[int], NP: ts.Const[int], NA: int, NB: int, N: int):
+    t = ts.load_tile_like(x, y, padding=NEG_INF).astype(ts.f32)  # (1, BM, NP), -inf past column N
+    m = ts.max(t, axis=2, keepdims=True)                         # (1, BM, 1)
+    e = ts.exp(t - m)                                            # (1, BM, NP)
+    s = ts.sum(e, axis=2, keepdims=True)                         # (1, BM, 1)
+    if LOG:
+        r = t - m - ts.log(s)
+    else:
+        r = e / s
+    y.store(r.astype(T))
+
+
+@ts.kernel
+def row_stats_kernel(mx: ts.Mut[ts.f32, (1, "BM")], sm: ts.Mut[ts.f32, (1, "BM")], x: ts.Ref["T", ("NA", "NB", "N")],
+                     T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], NA: int, NB: int, N: int):
+    """Per row: the max and the sum of exp(x - max), by an online pass over column tiles."""
+    px = x.partition((1, BM, BN))                                # (1, BM, BN)
+    a, i = ts.block_id(0), ts.block_id(1)
+    m = ts.full((1, BM, 1), NEG_INF, ts.f32)                     # (1, BM, 1) running max
+    s = ts.zeros((1, BM, 1), ts.f32)                             # (1, BM, 1) running sum
+    for k in range(ts.num_tiles(px, 2)):
+        t = px.load((a, i, k), padding=NEG_INF).astype(ts.f32)   # (1, BM, BN)
+        m_new = ts.maximum(m, ts.max(t, axis=2, keepdims=True))
+        # A row whose max is still -inf has added nothing: keep its sum at 0 (no inf - inf).
+        alpha = ts.where(m_new == NEG_INF, 0.0, ts.exp(m - m_new))
+        p = ts.where(m_new == NEG_INF, 0.0, ts.exp(t - m_new))
+        s = s * alpha + ts.sum(p, axis=2, keepdims=True)
+        m = m_new
+    mx.store(ts.reshape(m, (1, BM)))
+    sm.store(ts.reshape(s, (1, BM)))
+
+
+@ts.kernel
+def softmax_apply_kernel(y: ts.Mut["T", (1, "BM", "BN")], x: ts.Ref["T", ("NA", "NB", "N")],
+                         mx: ts.Ref[ts.f32, ("NA", "NB")], sm: ts.Ref[ts.f32, ("NA", "NB")], T: ts.Const[ts.DType],
+                         LOG: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int], NA: int, NB: int, N: int):
+    a, i = ts.block_id(0), ts.block_id(1)
+    t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, BN)
+    m = ts.reshape(ts.load(mx, (a, i), shape=(1, BM)), (1, BM, 1))
+    s = ts.reshape(ts.load(sm, (a, i), shape=(1, BM), padding=1.0), (1, BM, 1))
+    if LOG:
+        r = t - m - ts.log(s)
+    else:
+        r = ts.exp(t - m) / s
+    y.store(r.astype(T))
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+def sum(x, axis=-1, out=None, config=None):
+    """Sum over `axis` (fp32 accumulation, result in x's dtype). `ts.kernels.sum(x)`"""
+    return _reduce("sum", SUM, x, axis, out, config)
+
+
+def max(x, axis=-1, out=None, config=None):
+    """Maximum over `axis`."""
+    return _reduce("max", MAX, x, axis, out, config)
+
+
+def mean(x, axis=-1, out=None, config=None):
+    """Mean over `axis` (fp32 accumulation)."""
+    return _reduce("mean", MEAN, x, axis, out, config)
+
+
+def softmax(x, out=None, config=None):
+    """Softmax over the last axis, in fp32, rounded once to x's dtype."""
+    return _softmax("softmax", False, x, out, config)
+
+
+def log_softmax(x, out=None, config=None):
+    """log(softmax(x)) over the last axis, computed as x - max - log(sum(exp(x - max)))."""
+    return _softmax("log_softmax", True, x, out, config)
+
+
+# --- dispatch -----------------------------------------------------------------------------
+
+
+def _rows_input(fn, x):
+    torch_mode = A.is_torch(x)
+    xt = A.tensor(x, "x", fn)
+    dtype = A.dtype_in(xt, A.FLOATS, "x", fn)
+    if xt.ndim == 0:
+        raise A.fail(fn, "needs a tensor with at least one axis")
+    return torch_mode, xt, dtype
+
+
+def _reduce(fn, op, x, axis, out, config):
+    torch_mode, xt, dtype = _rows_input(fn, x)
+    rank = xt.ndim
+    if not isinstance(axis, int) or not -rank <= axis < rank:
+        raise A.fail(fn, f"axis {axis!r} is out of range for shape {xt.shape}")
+    axis %= rank
+    if axis != rank - 1:                     # reduce the last axis of a permuted view
+        order = [a for a in range(rank) if a != axis] + [axis]
+        xt = xt.permute(*order)
+    shape = xt.shape
+    o = A.output(out, shape[:-1], dtype, xt.device, torch_mode, fn)
+    if o.tensor.numel == 0:
+        return o.returned
+    views = layout.rows3([xt], [o.tensor], shape)
+    if views is None:
+        raise A.fail(fn, f"the leading axes of shape {shape} do not merge into two", help="pass a contiguous tensor")
+    (xv,), (zv,) = views
+    cfg = configs.lookup("reduce", configs.shape_class(dtype, shape[-1]), config, dtype)
+    bm = min(cfg["block_m"], pow2(xv.shape[1]))
+    bn = min(cfg["block_n"], pow2(xv.shape[2]))
+    launch(reduce_kernel, {"z": (zv, (1, bm))}, x=xv, OP=op, BN=bn)
+    return o.returned
+
+
+def _softmax(fn, log, x, out, config):
+    torch_mode, xt, dtype = _rows_input(fn, x)
+    shape = xt.shape
+    o = A.output(out, shape, dtype, xt.device, torch_mode, fn)
+    if o.tensor.numel == 0:
+        return o.returned
+    views = layout.rows3([xt], [o.tensor], shape)
+    if views is None:
+        raise A.fail(fn, f"the leading axes of shape {shape} do not merge into two", help="pass a contiguous tensor")
+    (xv,), (yv,) = views
+    cfg = configs.lookup("rows", configs.shape_class(dtype, shape[-1]), config, dtype)
+    n, npow = shape[-1], pow2(shape[-1])
+    if npow <= cfg["row_max"]:
+        bm = min(pow2(xv.shape[1]), cfg["block_m"], builtins.max(1, cfg["row_elems"] // npow))
+        launch(softmax_kernel, {"y": (yv, (1, bm, npow))}, x=xv, LOG=log)
+        return o.returned
+    # Long rows: statistics per row, then an elementwise pass over column tiles.
+    stats = [ts.empty(xv.shape[:2], ts.f32, xv.device) for _ in range(2)]
+    bm = min(pow2(xv.shape[1]), cfg["block_m"])
+    sub = min(cfg["sub"], pow2(n))
+    launch(row_stats_kernel, {"mx": (stats[0], (1, bm)), "sm": (stats[1], (1, bm))}, x=xv, BN=sub)
+    launch(softmax_apply_kernel, {"y": (yv, (1, bm, sub))}, x=xv, mx=stats[0], sm=stats[1], LOG=log)
+    return o.returned
+
