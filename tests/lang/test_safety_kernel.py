@@ -380,3 +380,84 @@ def test_errors_in_a_function_helper_point_into_the_helper():
 def test_device_ops_outside_a_kernel_say_how_to_use_them():
     with pytest.raises(ts.KernelError, match="only works inside a @ts.kernel"):
         ts.exp(1.0)
+
+
+# --- more of S1/S2 through helpers, and signature rules ----------------------------------------
+@ts.function
+def write_to(dst, t):
+    dst.store(t)  # E:helper-store
+
+
+@ts.function
+def read_captured():
+    return ts.load(CAPTURED, (0,), shape=(16,))  # E:helper-capture
+
+
+def test_a_helper_cannot_store_to_a_ref_passed_to_it():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(z: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+            write_to(x, ts.load_tile_like(x, z))
+    assert_diagnostic(ei.value, HERE, "E:helper-store", "cannot store to `x`: it is a read-only input")
+
+
+def test_a_helper_cannot_capture_a_tensor_even_when_found_at_first_launch():
+    @ts.kernel
+    def k(z: ts.Mut[ts.f32, ("B",)], B: ts.Const[int]):
+        z.store(read_captured())
+    with pytest.raises(ts.KernelError) as ei:
+        k(ts.empty(16).partition((16,)))
+    assert_diagnostic(ei.value, HERE, "E:helper-capture", "captures the tensor `CAPTURED`")
+
+
+def test_shape_names_must_be_parameters():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(z: ts.Mut[ts.f32, (16,)],
+              x: ts.Ref[ts.f32, ("N",)]):  # E:unknown-dim
+            z.store(ts.load_tile_like(x, z))
+    assert_diagnostic(ei.value, HERE, "E:unknown-dim", "names `N`, which is not a parameter")
+
+
+def test_mut_and_mut_tiles_do_not_mix():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(z: ts.Mut[ts.f32, (16,)],
+              w: ts.MutTiles[ts.f32, (16,)]):  # E:mixed-outputs
+            z.store(ts.zeros((16,), ts.f32))
+    assert_diagnostic(ei.value, HERE, "E:mixed-outputs", "either ts.Mut or ts.MutTiles outputs, not both")
+
+
+def test_output_rank_above_three():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(z: ts.Mut[ts.f32, (2, 2, 2, 2)]):  # E:rank4
+            z.store(ts.zeros((2, 2, 2, 2), ts.f32))
+    assert_diagnostic(ei.value, HERE, "E:rank4", "outputs have rank 1 to 3")
+
+
+def test_failing_static_assert():
+    @ts.kernel
+    def k(z: ts.Mut[ts.f32, ("B",)], B: ts.Const[int]):
+        ts.static_assert(B >= 32, "B must be at least 32")  # E:static-assert
+        z.store(ts.zeros((B,), ts.f32))
+    with pytest.raises(ts.KernelError) as ei:
+        k(ts.empty(16).partition((16,)))
+    assert "static assertion failed: B must be at least 32" in ei.value.message
+    assert ei.value.loc.line == __import__("lang_helpers").marker_line(HERE, "E:static-assert")
+    k(ts.empty(64).partition((32,))).sync()
+
+
+@pytest.mark.reference_only
+def test_device_print_runs_in_every_block(capsys):
+    @ts.kernel
+    def k(z: ts.Mut[ts.i32, (4,)]):
+        t = ts.arange(0, 4) + ts.block_id(0) * 4
+        ts.print("tile", t)
+        print("again", ts.sum(t))
+        z.store(t)
+    with ts.backend("reference"):
+        got = launch(k, ts.empty(8, ts.i32), (4,))
+    assert got.tolist() == list(range(8))
+    out = capsys.readouterr().out
+    assert out.count("tile") == 2 and out.count("again") == 2 and "22" in out   # sum of 4..7

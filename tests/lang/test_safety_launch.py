@@ -139,6 +139,7 @@ def _typed_args(**over):
     ("tile", "the kernel's tile is (16, 16)"),
     ("not_a_tensor", "must be a tilesafe tensor"),
     ("missing", "missing the tensor argument `w`"),
+    ("scalar_type", "`N` of `typed` must be int, got float 10.0"),
 ])
 def test_arguments_that_do_not_match_the_signature(case, fragment):
     rng = np.random.default_rng(107)
@@ -161,6 +162,8 @@ def test_arguments_that_do_not_match_the_signature(case, fragment):
         over["z"] = ts.empty((16, 16)).partition((8, 16))
     elif case == "not_a_tensor":
         over["y"] = rand(rng, 10, "f32")
+    elif case == "scalar_type":
+        kw["N"] = 10.0
     args = _typed_args(**over)
     if case == "missing":
         del args["w"]
@@ -168,6 +171,12 @@ def test_arguments_that_do_not_match_the_signature(case, fragment):
         typed(**args, **kw)
     assert fragment in ei.value.message
     _launch_error_text(ei.value)
+
+
+def test_a_passed_const_must_agree_with_the_partition():
+    with pytest.raises(ts.LaunchError) as ei:
+        copy1d(ts.empty(64).partition((32,)), ts.tensor(np.ones(64, np.float32)), B=64)
+    assert "`B` = 64 was passed, but the tile of `z` (axis 0) is 32" in ei.value.message
 
 
 def test_matching_arguments_are_accepted():

@@ -194,3 +194,19 @@ def test_a_store_that_may_not_run_does_not_initialise(backend):
     conditional(p, 1).sync()
     with pytest.raises(ts.OwnershipError, match="has not been written"):
         p.unpartition().numpy()
+
+
+def test_two_handles_from_one_torch_tensor_alias():
+    t = torch.arange(64, dtype=torch.float32)
+    a, b = ts.from_torch(t), ts.from_torch(t)            # tracked by bytes, not by handle
+    with pytest.raises(ts.AliasError, match="shares memory with argument `x`"):
+        scaled(a.partition((16,)), b)
+    assert torch.equal(t, torch.arange(64, dtype=torch.float32))
+
+
+def test_a_written_slice_of_an_empty_tensor_is_readable_but_not_the_rest(backend):
+    e = ts.empty(64)
+    e[0:32] = np.arange(32, dtype=np.float32)
+    assert np.array_equal(launch(scaled, ts.empty(32), (16,), e[0:32]), np.arange(32, dtype=np.float32) * 3)
+    with pytest.raises(ts.OwnershipError, match="has not been written"):
+        scaled(ts.empty(32).partition((16,)), e[16:48])

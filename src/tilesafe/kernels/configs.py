@@ -40,7 +40,7 @@ CPU_DEFAULTS: dict[str, dict] = {
     "decode": {"block_n": 16, "splits": 3},
     "rope": {"block_t": 2, "block_h": 2},
     "embedding": {"block_t": 2, "block_d": 32},
-    "argmax": {"block_n": 32, "chunk": 64},
+    "argmax": {"block_m": 2, "block_n": 32, "chunk": 64},
 }
 GPU_DEFAULTS: dict[str, dict] = {
     "elementwise": {"block": 2048, "num_warps": 4},
@@ -54,7 +54,7 @@ GPU_DEFAULTS: dict[str, dict] = {
     "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "num_warps": 4},
     "rope": {"block_t": 4, "block_h": 8, "num_warps": 4},
     "embedding": {"block_t": 4, "block_d": 1024, "num_warps": 4},
-    "argmax": {"block_n": 1024, "chunk": 8192, "num_warps": 4},
+    "argmax": {"block_m": 1, "block_n": 1024, "chunk": 8192, "num_warps": 4},
 }
 # fp32 tiles hold twice the bytes of bf16 ones: halve the K tile of the GEMMs.
 GPU_F32 = {"matmul": {"block_k": 32}, "bmm": {"block_k": 32}, "linear": {"block_k": 128}}

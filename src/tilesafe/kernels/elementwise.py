@@ -182,13 +182,12 @@ def _elementwise(fn, kernel, extra, x, y, out, config, broadcast=True):
         return o.returned
     expanded = [layout.broadcast(t, shape) for t in operands.values()]
     views = layout.rank3([o.tensor, *expanded], shape)
-    if views is None:
-        raise A.fail(fn, f"the operands' layouts over shape {shape} do not merge into 3 axes",
-                     help="pass contiguous tensors (x.contiguous() in torch, ts.tensor(x) in tilesafe)")
+    # Layouts that do not merge into 3 axes run one launch per slab of the outer axes.
+    slabs = [views] if views is not None else layout.slabs3([o.tensor, *expanded], shape)
     cfg = configs.lookup("elementwise", configs.shape_class(dtype), config, dtype)
-    tile = tile3(views[0].shape, cfg["block"])
-    args = dict(zip(("x", "y"), views[1:]))
-    launch(kernel, {"z": (views[0], tile)}, **args, **extra)
+    for views in slabs:
+        tile = tile3(views[0].shape, cfg["block"])
+        launch(kernel, {"z": (views[0], tile)}, **dict(zip(("x", "y"), views[1:])), **extra)
     return o.returned
 
 

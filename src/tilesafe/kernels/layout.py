@@ -11,6 +11,8 @@ Views are built on the tensor's own storage state, so initialisation (S14) and o
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ..runtime.tensor import Tensor
@@ -68,29 +70,57 @@ def rank3(tensors, shape, keep_last: bool = False) -> list[Tensor] | None:
     return [strided(t, sizes, (0,) * pad + st) for t, st in zip(tensors, strides)]
 
 
-def rows3(inputs, outputs, row_shape) -> tuple[list[Tensor], list[Tensor]] | None:
-    """Views for a row kernel: `inputs` of shape (*lead, N) become (A, B, N) and `outputs`
-    of shape `lead` (per-row results) or (*lead, N) become (A, B) or (A, B, N).
+def slabs3(tensors, shape) -> list[list[Tensor]]:
+    """Like `rank3`, for layouts that merge into more than three axes: one list of rank-3
+    views per index of the outer axes (the caller launches once per slab)."""
+    sizes, strides = merge_axes(tuple(shape), [t._torch().stride() for t in tensors])
+    outer, inner = sizes[:-3], sizes[-3:]
+    slabs = []
+    for index in itertools.product(*(range(n) for n in outer)):
+        views = []
+        for t, st in zip(tensors, strides):
+            base = t._torch()
+            offset = base.storage_offset() + sum(i * s for i, s in zip(index, st))
+            views.append(Tensor(base.as_strided(inner, st[-3:], offset), t._state))
+        slabs.append(views)
+    return slabs
 
-    The leading axes are merged jointly over all tensors; None when they need more than two.
+
+def rows3(inputs, outputs, row_shape) -> tuple[list[Tensor], list[Tensor]] | None:
+    """Views for a row kernel. Every tensor's leading axes are `row_shape[:-1]`: a tensor
+    of shape (*lead, n) becomes (A, B, n) (its own n), one of shape `lead` (per-row results)
+    becomes (A, B). The leading axes are merged jointly over all tensors; None when they
+    need more than two.
     """
     lead = tuple(row_shape[:-1])
-    n = row_shape[-1]
-    lead_strides = [t._torch().stride()[:len(lead)] for t in (*inputs, *outputs)]
-    sizes, strides = merge_axes(lead, lead_strides)
+    tensors = (*inputs, *outputs)
+    sizes, strides = merge_axes(lead, [t._torch().stride()[:len(lead)] for t in tensors])
     if len(sizes) > 2:
         return None
     pad = 2 - len(sizes)
     sizes = (1,) * pad + sizes
-    strides = [(0,) * pad + st for st in strides]
     views = []
-    for t, st in zip((*inputs, *outputs), strides):
-        full = t._torch()
+    for t, st in zip(tensors, strides):
+        full, st = t._torch(), (0,) * pad + st
         if full.dim() == len(lead) + 1:
-            views.append(strided(t, sizes + (n,), st + (full.stride()[-1] if n != 1 else 1,)))
+            views.append(strided(t, sizes + (full.shape[-1],), st + (full.stride()[-1],)))
         else:
             views.append(strided(t, sizes, st))
     return views[:len(inputs)], views[len(inputs):]
+
+
+def matrices(tensors) -> list[Tensor] | None:
+    """2-D views (M, n_i) of tensors of shapes (*lead, n_i) sharing `lead`; None when the
+    leading axes do not merge into one."""
+    lead = tuple(tensors[0]._torch().shape[:-1])
+    views = rows3(tensors, [], lead + (1,))
+    if views is None or views[0][0].shape[0] != 1:
+        return None
+    out = []
+    for v in views[0]:
+        base = v._torch()
+        out.append(strided(v, tuple(base.shape[1:]), tuple(base.stride()[1:])))
+    return out
 
 
 def split_axis(t: Tensor, axis: int, outer: int) -> Tensor:

@@ -38,7 +38,8 @@ def parse_params(fn, src: KernelSource, unsafe: bool) -> list[ParamInfo]:
     for name, p in sig.parameters.items():
         node = nodes.get(name, src.tree)
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise src.error(node, f"kernels cannot take *args or **kwargs (`{name}`)")
+            raise src.error(node, f"kernels cannot take *args or **kwargs (`{name}`)",
+                            help="name each parameter and annotate it")
         params.append(_param(src, node, name, p.annotation, p.default))
     _check(src, params, unsafe)
     return params
@@ -66,7 +67,8 @@ def _check(src: KernelSource, params: list[ParamInfo], unsafe: bool) -> None:
     kinds = {p.kind for p in params}
     if MUT in kinds and MUT_TILES in kinds:
         p = next(p for p in params if p.kind == MUT_TILES)
-        raise src.error(nodes[p.name], "a kernel uses either ts.Mut or ts.MutTiles outputs, not both")
+        raise src.error(nodes[p.name], "a kernel uses either ts.Mut or ts.MutTiles outputs, not both",
+                        help="make every output a ts.MutTiles (persistent) or every output a ts.Mut, or split the kernel")
     mut_ranks = {len(p.shape) for p in params if p.kind == MUT}
     for p in params:
         node = nodes.get(p.name, src.tree)
@@ -74,20 +76,23 @@ def _check(src: KernelSource, params: list[ParamInfo], unsafe: bool) -> None:
             raise src.error(node, f"`{p.name}` is a ts.Ptr, which only unsafe kernels may take",
                             help="declare the kernel with @ts.kernel(unsafe=True), or use ts.Ref / ts.Mut")
         if p.kind == CONST and p.dtype not in (int, bool, float, DType):
-            raise src.error(node, f"ts.Const[{p.dtype!r}] is not supported; use int, bool, float or ts.DType")
+            raise src.error(node, f"ts.Const[{p.dtype!r}] is not supported",
+                            help="use ts.Const[int], ts.Const[bool], ts.Const[float] or ts.Const[ts.DType]")
         if not p.is_tensor:
             continue
         _check_dtype(src, node, p, by_name)
         if p.kind in (MUT, MUT_TILES):
             if not 1 <= len(p.shape) <= 3:
-                raise src.error(node, f"the tile of `{p.name}` has rank {len(p.shape)}; outputs have rank 1 to 3")
+                raise src.error(node, f"the tile of `{p.name}` has rank {len(p.shape)}; outputs have rank 1 to 3",
+                                help="view the output with .reshape(...) to at most 3 axes on the host")
             for entry in p.shape:
                 _check_tile_entry(src, node, p, entry, by_name)
         if p.kind == REF:
             for entry in p.shape:
                 _check_shape_entry(src, node, p, entry, by_name)
     if len(mut_ranks) > 1:
-        raise src.error(src.tree, "all ts.Mut outputs of a kernel need tiles of one rank (they share the grid)")
+        raise src.error(src.tree, "all ts.Mut outputs of a kernel need tiles of one rank (they share the grid)",
+                        help="reshape the outputs on the host to one rank")
 
 
 def _check_dtype(src, node, p: ParamInfo, by_name) -> None:
@@ -97,7 +102,8 @@ def _check_dtype(src, node, p: ParamInfo, by_name) -> None:
             and by_name[p.dtype].dtype is DType:
         return
     raise src.error(node, f"the dtype of `{p.name}` must be a ts dtype (e.g. ts.f32) or the name of a "
-                          f"ts.Const[ts.DType] parameter, got {p.dtype!r}")
+                          f"ts.Const[ts.DType] parameter, got {p.dtype!r}",
+                    help="write e.g. ts.Ref[ts.f32, (\"N\",)], or add a parameter `T: ts.Const[ts.DType]`")
 
 
 def _check_tile_entry(src, node, p, entry, by_name) -> None:
@@ -115,7 +121,8 @@ def _check_tile_entry(src, node, p, entry, by_name) -> None:
             raise src.error(node, f"the tile of `{p.name}` names `{entry}`, which must be a ts.Const[int] parameter",
                             help="tile shapes are compile-time constants")
         return
-    raise src.error(node, f"the tile of `{p.name}` has {entry!r}; use ints or names of ts.Const[int] parameters")
+    raise src.error(node, f"the tile of `{p.name}` has {entry!r}",
+                    help="tile entries are ints or names of ts.Const[int] parameters")
 
 
 def _check_shape_entry(src, node, p, entry, by_name) -> None:
@@ -127,9 +134,11 @@ def _check_shape_entry(src, node, p, entry, by_name) -> None:
             raise src.error(node, f"the shape of `{p.name}` names `{entry}`, which is not a parameter",
                             help=f"add a parameter `{entry}: int` (the launcher fills it in)")
         if not ((q.kind == SCALAR and q.dtype is int) or (q.kind == CONST and q.dtype is int)):
-            raise src.error(node, f"the shape of `{p.name}` names `{entry}`, which must be an int or ts.Const[int]")
+            raise src.error(node, f"the shape of `{p.name}` names `{entry}`, which must be an int or ts.Const[int]",
+                            help=f"annotate `{entry}` as `int` (runtime) or `ts.Const[int]`")
         return
-    raise src.error(node, f"the shape of `{p.name}` has {entry!r}; use ints, -1 or parameter names")
+    raise src.error(node, f"the shape of `{p.name}` has {entry!r}",
+                    help="shape entries are ints, -1 (any) or names of int parameters")
 
 
 _ = ast

@@ -8,6 +8,7 @@ step does not recompile per token:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .. import dtypes as dt
@@ -42,7 +43,12 @@ class LaunchFacts:
         return self.bound.scalars.get(name, self.bound.consts.get(name))
 
     def grid(self, axis):
-        g = self.bound.grid or (1,)
+        g = self.bound.grid
+        if g is None:
+            # A persistent kernel launched without grid= runs on the backend's choice of grid
+            # (3 on the reference backend, #SMs-based on a GPU): assume any size, so an access
+            # indexed by block_id keeps its mask rather than trusting a grid of 1.
+            return math.inf
         return g[axis] if axis < len(g) else 1
 
 

@@ -1,0 +1,257 @@
+"""Attention: `flash_attention` (prefill, causal or not) and `decode_attention` (one query
+per head over a KV cache, split over the sequence), both with grouped-query attention.
+
+Flash attention: each block owns BM query rows of one (batch, head) and streams K and V
+in tiles of BN keys with the online softmax (running max `m`, sum `l`, accumulator). Key
+tiles entirely inside the sequence and, when causal, entirely left of the diagonal need no
+mask and take the first loop; the rest (the ragged last tile, the diagonal) take a second,
+masked loop; tiles right of the diagonal are never visited. Scores are scaled by
+scale * log2(e) so the exponentials are `exp2`.
+
+Decode attention: one block per (KV head, split). It loads the GROUP query heads that
+share its KV head as one (GP, D) tile (GP >= 16 rows, padding rows are zeros), so K and V
+are read once per KV head, and writes an unnormalised partial (acc, max, sum) per query
+row and split; a second kernel combines the splits. The sequence length can live in a
+device tensor, so a captured CUDA graph replays for every new token.
+"""
+import math
+from dataclasses import dataclass
+
+import tilesafe as ts
+
+from . import arguments as A
+from . import configs, layout
+from .launch import cdiv, launch, pow2
+
+LOG2E = 1.4426950408889634
+NEG_INF = -float("inf")
+
+
+@ts.function
+def online_step(qt, kt, vt, m, l, acc, keep, qk_scale, MASKED):
+    """One key tile of the online softmax; `keep` (broadcast to (BM, BN)) when MASKED."""
+    s = ts.dot(qt, ts.transpose(kt)) * qk_scale                  # (BM, BN), log2 units
+    if MASKED:
+        s = ts.where(keep, s, NEG_INF)
+    m_new = ts.maximum(m, ts.max(s, axis=1, keepdims=True))      # (BM, 1)
+    p = ts.exp2(s - m_new)                                       # (BM, BN)
+    alpha = ts.exp2(m - m_new)                                   # (BM, 1) rescales the old state
+    l = l * alpha + ts.sum(p, axis=1, keepdims=True)
+    acc = ts.mma(p.astype(vt.dtype), vt, acc * alpha)            # (BM, DP)
+    return m_new, l, acc
+
+
+@ts.kernel
+def flash_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("Z", "H", "SQ", "D")],
+                 k: ts.Ref["T", ("Z", "HKV", "SK", "D")], v: ts.Ref["T", ("Z", "HKV", "SK", "D")],
+                 qk_scale: float, T: ts.Const[ts.DType], CAUSAL: ts.Const[bool], GROUP: ts.Const[int],
+                 BM: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], Z: int, H: int, HKV: int,
+                 SQ: int, SK: int, D: int):
+    zh, i = ts.block_id(0), ts.block_id(1)                       # (batch * head, query tile)
+    zb, h = zh // H, zh % H
+    kvh = h // GROUP                                             # GQA: GROUP query heads per K/V head
+    pk = k.partition((1, 1, BN, DP))                             # key tiles: (1, 1, BN, DP)
+    pv = v.partition((1, 1, BN, DP))                             # value tiles: (1, 1, BN, DP)
+    qt = ts.reshape(ts.load(q, (zb, h, i, 0), shape=(1, 1, BM, DP)), (BM, DP))
+    rows = ts.expand_dims(i * BM + ts.arange(0, BM), 1)          # (BM, 1) query positions
+    m = ts.full((BM, 1), NEG_INF, ts.f32)                        # (BM, 1) running max (log2 units)
+    l = ts.zeros((BM, 1), ts.f32)                                # (BM, 1) running sum
+    acc = ts.zeros((BM, DP), ts.f32)                             # (BM, DP)
+    n_tiles = ts.num_tiles(pk, 2)
+    free = SK // BN                                              # tiles fully inside the keys
+    end = n_tiles
+    if CAUSAL:
+        free = min(free, (i * BM) // BN)                         # and fully left of the diagonal
+        end = min(n_tiles, ((i + 1) * BM + BN - 1) // BN)        # nothing right of the diagonal
+    for j in range(free):
+        kt = ts.reshape(pk.load((zb, kvh, j, 0)), (BN, DP))      # (BN, DP)
+        vt = ts.reshape(pv.load((zb, kvh, j, 0)), (BN, DP))      # (BN, DP)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False)
+    for j in range(free, end):
+        kt = ts.reshape(pk.load((zb, kvh, j, 0)), (BN, DP))
+        vt = ts.reshape(pv.load((zb, kvh, j, 0)), (BN, DP))
+        cols = ts.expand_dims(j * BN + ts.arange(0, BN), 0)      # (1, BN) key positions
+        keep = cols < SK                                         # (1, BN): drop padded keys
+        if CAUSAL:
+            keep = keep & (cols <= rows)                         # (BM, BN)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True)
+    o.store(ts.reshape(acc / l, (1, BM, DP)).astype(T))
+
+
+@ts.kernel
+def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GP", "DP")], m_o: ts.Mut[ts.f32, (1, "GP", 1)],
+                          l_o: ts.Mut[ts.f32, (1, "GP", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
+                          k: ts.Ref["T", ("HKV", "MAXS", "D")], v: ts.Ref["T", ("HKV", "MAXS", "D")],
+                          lens: ts.Ref["TL", (1,)], qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType],
+                          GP: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], HKV: int, G: int, D: int,
+                          MAXS: int):
+    s_id, kvh = ts.block_id(0), ts.block_id(1)                   # (split, KV head)
+    splits = ts.num_blocks(0)
+    length = min(ts.scalar(ts.load(lens, (0,), shape=(1,))).astype(ts.i32), MAXS)
+    per = ((length + splits - 1) // splits + BN - 1) // BN * BN  # keys per split, a multiple of BN
+    start = s_id * per
+    stop = min(length, start + per)
+    qt = ts.reshape(ts.load(q, (kvh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP), zeros past G
+    m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1)
+    l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1)
+    acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
+    pk = k.partition((1, BN, DP))                                # (1, BN, DP)
+    pv = v.partition((1, BN, DP))
+    for j in range(start // BN, (stop + BN - 1) // BN):
+        cols = j * BN + ts.arange(0, BN)                         # (BN,) key positions
+        keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
+        kt = ts.reshape(pk.load((kvh, j, 0)), (BN, DP))          # (BN, DP)
+        # Cache rows past the length may hold anything: zero them so 0 * garbage is 0.
+        vt = ts.where(ts.expand_dims(cols < stop, 1), ts.reshape(pv.load((kvh, j, 0)), (BN, DP)), 0.0)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True)
+    acc_o.store(ts.reshape(acc, (1, GP, DP)))
+    m_o.store(ts.reshape(m, (1, GP, 1)))
+    l_o.store(ts.reshape(l, (1, GP, 1)))
+
+
+@ts.kernel
+def decode_combine_kernel(o: ts.Mut["T", (1, "DP")], acc: ts.Ref[ts.f32, ("S", "R", "D")],
+                          m: ts.Ref[ts.f32, ("S", "R", 1)], l: ts.Ref[ts.f32, ("S", "R", 1)],
+                          T: ts.Const[ts.DType], G: ts.Const[int], GP: ts.Const[int], SP: ts.Const[int],
+                          DP: ts.Const[int], S: int, R: int, D: int):
+    h = ts.block_id(0)
+    row = (h // G) * GP + h % G                                  # this head's row in the partials
+    mt = ts.reshape(ts.load(m, (0, row, 0), shape=(SP, 1, 1), padding=NEG_INF), (SP, 1))   # (SP, 1)
+    lt = ts.reshape(ts.load(l, (0, row, 0), shape=(SP, 1, 1)), (SP, 1))                    # (SP, 1)
+    at = ts.reshape(ts.load(acc, (0, row, 0), shape=(SP, 1, DP)), (SP, DP))                # (SP, DP)
+    top = ts.max(mt, axis=0, keepdims=True)                      # (1, 1)
+    w = ts.where(mt == NEG_INF, 0.0, ts.exp2(mt - top))          # (SP, 1): empty splits weigh 0
+    num = ts.sum(w * at, axis=0, keepdims=True)                  # (1, DP)
+    o.store((num / ts.sum(w * lt, axis=0, keepdims=True)).astype(T))
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
+    """softmax(q k^T * scale) v for q (H, S, D) or (B, H, S, D) and k, v with HKV heads
+    (HKV divides H: grouped-query / multi-query attention). `causal` masks key j > query i
+    (top-left aligned, as torch's `is_causal`); `scale` defaults to 1/sqrt(D).
+    """
+    fn = "flash_attention"
+    torch_mode = A.is_torch(q)
+    qt, kt, vt = (A.tensor(t, name, fn) for t, name in ((q, "q"), (k, "k"), (v, "v")))
+    dtype = A.dtype_in(qt, A.FLOATS, "q", fn)
+    A.same_dtype(fn, q=qt, k=kt, v=vt)
+    device = A.same_device(fn, q=qt, k=kt, v=vt)
+    if qt.ndim not in (3, 4) or kt.ndim != qt.ndim or vt.shape != kt.shape:
+        raise A.fail(fn, f"needs q (B, H, S, D) or (H, S, D) and k, v of one shape with the same rank; got "
+                         f"q {qt.shape}, k {kt.shape}, v {vt.shape}")
+    q4, k4, v4 = (layout.leading(t, 4) for t in (qt, kt, vt))
+    zb, h, sq, d = q4.shape
+    _, hkv, sk, dk = k4.shape
+    if k4.shape[0] != zb or dk != d or hkv == 0 or h % hkv:
+        raise A.fail(fn, f"k/v {kt.shape} do not fit q {qt.shape}: same batch and head_dim, and the KV heads "
+                         "must divide the query heads")
+    if sk == 0:
+        raise A.fail(fn, "k and v have no keys (sequence length 0)")
+    o = A.output(out, qt.shape, dtype, device, torch_mode, fn)
+    if o.tensor.numel == 0:
+        return o.returned
+    ov = _heads_view(fn, layout.leading(o.tensor, 4))
+    cfg = configs.lookup("attention", configs.shape_class(dtype, d, sq), config, dtype)
+    bm = max(16, min(cfg["block_m"], pow2(sq)))
+    bn = max(16, min(cfg["block_n"], pow2(sk)))
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    launch(flash_kernel, {"o": (ov, (1, bm, max(16, pow2(d))))}, q=q4, k=k4, v=v4, qk_scale=scale * LOG2E,
+           CAUSAL=bool(causal), GROUP=h // hkv, BN=bn)
+    return o.returned
+
+
+@dataclass(frozen=True)
+class DecodeWorkspace:
+    """Scratch for `decode_attention`: per (split, query row) partial results, fp32."""
+    acc: ts.Tensor        # (splits, HKV * GP, D)
+    m: ts.Tensor          # (splits, HKV * GP, 1)
+    l: ts.Tensor          # (splits, HKV * GP, 1)
+
+
+def decode_workspace(q, k_cache, config=None) -> DecodeWorkspace:
+    """Allocate the scratch of `decode_attention` for these shapes (once, before a graph capture)."""
+    fn = "decode_workspace"
+    qt, kt = A.tensor(q, "q", fn), A.tensor(k_cache, "k_cache", fn)
+    h, d = qt.shape
+    hkv, max_seq, _ = kt.shape
+    cfg = _decode_config(qt.dtype, d, h // max(hkv, 1), config)
+    bn = max(16, min(cfg["block_n"], pow2(max_seq)))
+    splits = cfg["splits"] or max(1, min(cdiv(max_seq, bn), cdiv(cfg["target_blocks"], hkv)))
+    rows = hkv * _group_rows(h // max(hkv, 1))
+    dev = qt.device
+    return DecodeWorkspace(ts.empty((splits, rows, d), ts.f32, dev), ts.empty((splits, rows, 1), ts.f32, dev),
+                           ts.empty((splits, rows, 1), ts.f32, dev))
+
+
+def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspace=None, config=None):
+    """Attention of one query per head over the first `seq_len` positions of a KV cache.
+
+    q is (H, D); k_cache and v_cache are (HKV, max_seq, D) with HKV dividing H. `seq_len` is
+    an int or a one-element integer tensor on q's device (use a tensor inside `ts.graph()`,
+    where a Python int would be frozen at capture). With `out=` and `workspace=`
+    (`decode_workspace(q, k_cache)`) nothing is allocated.
+    """
+    fn = "decode_attention"
+    torch_mode = A.is_torch(q)
+    qt, kt, vt = (A.tensor(t, name, fn) for t, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")))
+    dtype = A.dtype_in(qt, A.FLOATS, "q", fn)
+    A.same_dtype(fn, q=qt, k_cache=kt, v_cache=vt)
+    device = A.same_device(fn, q=qt, k_cache=kt, v_cache=vt)
+    if qt.ndim != 2 or kt.ndim != 3 or vt.shape != kt.shape or kt.shape[2] != qt.shape[1]:
+        raise A.fail(fn, f"needs q (H, D) and caches (HKV, max_seq, D) of one shape; got q {qt.shape}, "
+                         f"k_cache {kt.shape}, v_cache {vt.shape}")
+    h, d = qt.shape
+    hkv, max_seq, _ = kt.shape
+    if hkv == 0 or h % hkv:
+        raise A.fail(fn, f"the {hkv} KV heads must divide the {h} query heads")
+    lens = _lengths(fn, seq_len, max_seq, device)
+    o = A.output(out, (h, d), dtype, device, torch_mode, fn)
+    ws = workspace if workspace is not None else decode_workspace(qt, kt, config)
+    group, gp = h // hkv, _group_rows(h // hkv)
+    if ws.acc.shape[1:] != (hkv * gp, d):
+        raise A.fail(fn, "the workspace was made for other shapes", help="make it with decode_workspace(q, k_cache)")
+    cfg = _decode_config(dtype, d, group, config)
+    bn = max(16, min(cfg["block_n"], pow2(max_seq)))
+    dp = max(16, pow2(d))
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    tiles = (1, gp, dp), (1, gp, 1)
+    launch(decode_partial_kernel, {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])},
+           q=layout.split_axis(qt, 0, hkv), k=kt, v=vt, lens=lens, qk_scale=scale * LOG2E, BN=bn)
+    launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, acc=ws.acc, m=ws.m, l=ws.l, G=group, GP=gp,
+           SP=pow2(ws.acc.shape[0]))
+    return o.returned
+
+
+def _heads_view(fn, o4):
+    """(B, H, S, D) as (B * H, S, D): the output is partitioned per (batch, head)."""
+    zb, h, sq, d = o4.shape
+    st = o4.strides
+    if zb > 1 and st[0] != h * st[1]:
+        raise A.fail(fn, f"`out` with strides {st} cannot be viewed as (B * H, S, D)", help="pass a contiguous out")
+    return layout.strided(o4, (zb * h, sq, d), st[1:])
+
+
+def _group_rows(group: int) -> int:
+    """Query rows one decode block computes: the group, padded to a tensor-core tile (>= 16)."""
+    return max(16, pow2(group))
+
+
+def _decode_config(dtype, d, group, config):
+    return configs.lookup("decode", configs.shape_class(dtype, d, group), config, dtype)
+
+
+def _lengths(fn, seq_len, max_seq, device):
+    """`seq_len` as a one-element integer tensor on `device`."""
+    if isinstance(seq_len, int) and not isinstance(seq_len, bool):
+        if not 0 < seq_len <= max_seq:
+            raise A.fail(fn, f"seq_len {seq_len} must be in 1..{max_seq} (the cache's max_seq)")
+        return ts.full((1,), seq_len, ts.i32, device)
+    t = A.tensor(seq_len, "seq_len", fn)
+    A.dtype_in(t, A.INTS, "seq_len", fn)
+    if t.numel != 1 or t.device != device:
+        raise A.fail(fn, f"seq_len must be an int or a one-element tensor on {device}; got shape {t.shape} "
+                         f"on {t.device}")
+    return t.reshape(1)

@@ -1,0 +1,241 @@
+"""Matrix multiplies: `matmul` (tiled or persistent GEMM, picked by shape), `linear` (x @ w.T,
+with a weight-streaming path for M <= 16), and `bmm` (batched, rank-3 outputs).
+
+All accumulate in fp32 (`ts.mma`) and round once to the output dtype, after the optional
+bias and activation. fp32 inputs use IEEE products unless `precision` (default: torch's
+`get_float32_matmul_precision()`) asks for tf32. Operands are read through their strides,
+so a transposed view (`w.T`) is used as it is, never copied. Ragged M, N and K are padded
+with zeros by the tile loads, which add nothing to the products.
+"""
+import torch
+
+import tilesafe as ts
+
+from . import arguments as A
+from . import configs, layout
+from .elementwise import GELU, SILU, unary_op
+from .launch import cdiv, launch, pow2
+
+ACTIVATIONS = {None: -1, "silu": SILU, "gelu": GELU}
+SKINNY_M = 16                        # rows up to which the weight-streaming path is used
+REFERENCE_WORKERS = 3                # persistent blocks on CPU backends (the backends' default)
+
+
+@ts.function
+def mac(a, b, acc, TF32):
+    """acc + a @ b, with tf32 products when TF32."""
+    if TF32:
+        r = ts.mma(a, b, acc, precision="tf32")
+    else:
+        r = ts.mma(a, b, acc)
+    return r
+
+
+@ts.function
+def epilogue(acc, bias, j, BN, HAS_BIAS, ACT):
+    """Bias (of output column tile j) and activation on an fp32 (BM, BN) tile."""
+    if HAS_BIAS:
+        acc = acc + ts.reshape(ts.load(bias, (j,), shape=(BN,)).astype(ts.f32), (1, BN))
+    if ACT >= 0:
+        acc = unary_op(acc, ACT)
+    return acc
+
+
+@ts.kernel
+def mm_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+              bias: ts.Ref["TB", (-1,)], T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
+              HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], TF32: ts.Const[bool], BM: ts.Const[int],
+              BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+    pa = a.partition((BM, BK))                                   # tiles of A: (BM, BK)
+    pb = b.partition((BK, BN))                                   # tiles of B: (BK, BN)
+    i, j = ts.block_id(0), ts.block_id(1)
+    acc = ts.zeros((BM, BN), ts.f32)                             # (BM, BN)
+    for k in range(ts.num_tiles(pa, 1)):
+        acc = mac(pa.load((i, k)), pb.load((k, j)), acc, TF32)
+    c.store(epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(TC))
+
+
+@ts.kernel
+def mm_persistent_kernel(c: ts.MutTiles["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+                         bias: ts.Ref["TB", (-1,)], T: ts.Const[ts.DType], TC: ts.Const[ts.DType],
+                         TB: ts.Const[ts.DType], HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], TF32: ts.Const[bool],
+                         GROUP: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int],
+                         M: int, N: int, K: int):
+    pa = a.partition((BM, BK))                                   # (BM, BK)
+    pb = b.partition((BK, BN))                                   # (BK, BN)
+    for idx in c.tiles(group=GROUP):                             # grouped order: A's rows stay in L2
+        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
+        for k in range(ts.num_tiles(pa, 1)):
+            acc = mac(pa.load((idx[0], k)), pb.load((k, idx[1])), acc, TF32)
+        c.store(epilogue(acc, bias, idx[1], BN, HAS_BIAS, ACT).astype(TC), idx)
+
+
+@ts.kernel
+def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+                  bias: ts.Ref["TB", (-1,)], T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
+                  HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool],
+                  BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+    """M <= BM rows: each block owns BN output columns and streams its (K, BN) slab of B once."""
+    pa = a.partition((BM, BK))                                   # all rows of A: (BM, BK)
+    pb = b.partition((BK, BN))                                   # (BK, BN)
+    j = ts.block_id(1)
+    if DOT:                                                      # 2..16 rows: tensor cores, BM = 16
+        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
+        for k in range(ts.num_tiles(pa, 1)):
+            acc = mac(pa.load((0, k)), pb.load((k, j)), acc, TF32)
+    else:                                                        # one row: a GEMV by FMAs
+        part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
+        for k in range(ts.num_tiles(pa, 1)):
+            xk = ts.reshape(pa.load((0, k)).astype(ts.f32), (BK, 1))
+            part = part + xk * pb.load((k, j)).astype(ts.f32)
+        acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
+    c.store(epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(TC))
+
+
+@ts.kernel
+def bmm_kernel(c: ts.Mut["TC", (1, "BM", "BN")], a: ts.Ref["T", ("Z", "M", "K")], b: ts.Ref["T", ("Z", "K", "N")],
+               T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TF32: ts.Const[bool], BM: ts.Const[int],
+               BN: ts.Const[int], BK: ts.Const[int], Z: int, M: int, N: int, K: int):
+    pa = a.partition((1, BM, BK))                                # (1, BM, BK)
+    pb = b.partition((1, BK, BN))                                # (1, BK, BN)
+    z, i, j = ts.block_id(0), ts.block_id(1), ts.block_id(2)
+    acc = ts.zeros((BM, BN), ts.f32)                             # (BM, BN)
+    for k in range(ts.num_tiles(pa, 2)):
+        ta = ts.reshape(pa.load((z, i, k)), (BM, BK))
+        tb = ts.reshape(pb.load((z, k, j)), (BK, BN))
+        acc = mac(ta, tb, acc, TF32)
+    c.store(ts.reshape(acc, (1, BM, BN)).astype(TC))
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out=None, config=None):
+    """`activation(a @ b + bias)` for a of shape (..., K) and b of shape (K, N).
+
+    bf16/fp16/fp32 inputs, fp32 accumulation; `out_dtype` defaults to a's dtype. M <= 16
+    rows take the weight-streaming path; larger problems a tiled GEMM, persistent when
+    there are many more tiles than workers (`config={"persistent": True/False}` forces it).
+    """
+    fn = "matmul"
+    at, bt = A.tensor(a, "a", fn), A.tensor(b, "b", fn)
+    if at.ndim < 1 or bt.ndim != 2:
+        raise A.fail(fn, f"needs a of shape (..., K) and b of shape (K, N); got {at.shape} and {bt.shape}",
+                     help="use ts.kernels.bmm for batches of matrices")
+    return _gemm(fn, A.is_torch(a), at, bt, out_dtype, bias, activation, precision, out, config)
+
+
+def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None):
+    """`activation(x @ w.T + bias)` with w of shape (N, K), as torch's F.linear.
+
+    For M <= 16 rows (decode), each block owns a slab of N outputs and streams the weight
+    once, looping over K tiles with an fp32 accumulator.
+    """
+    fn = "linear"
+    xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
+    if xt.ndim < 1 or wt.ndim != 2:
+        raise A.fail(fn, f"needs x of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}")
+    return _gemm(fn, A.is_torch(x), xt, wt.T, None, bias, activation, precision, out, config)
+
+
+def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
+    """Batched `a @ b`: (Z, M, K) @ (Z, K, N) -> (Z, M, N); b may be (K, N) or (1, K, N),
+    shared by the whole batch (a stride-0 view, never copied)."""
+    fn = "bmm"
+    torch_mode = A.is_torch(a)
+    at, bt = A.tensor(a, "a", fn), A.tensor(b, "b", fn)
+    dtype = A.dtype_in(at, A.FLOATS, "a", fn)
+    A.same_dtype(fn, a=at, b=bt)
+    device = A.same_device(fn, a=at, b=bt)
+    if at.ndim != 3 or bt.ndim not in (2, 3) or at.shape[2] != bt.shape[-2]:
+        raise A.fail(fn, f"needs a (Z, M, K) and b (Z, K, N); got {at.shape} and {bt.shape}")
+    z, m, k = at.shape
+    n = bt.shape[-1]
+    bv = layout.broadcast(bt, (z, k, n))
+    if bv is None:
+        raise A.fail(fn, f"b's batch {bt.shape[0]} does not match a's {z}")
+    cdt = A.float_dtype(out_dtype, fn) if out_dtype is not None else dtype
+    o = A.output(out, (z, m, n), cdt, device, torch_mode, fn)
+    if o.tensor.numel == 0:
+        return o.returned
+    cfg = configs.lookup("bmm", configs.shape_class(dtype, m, n, k), config, dtype)
+    bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
+    launch(bmm_kernel, {"c": (o.tensor, (1, bm, bn))}, a=at, b=bv, TF32=_tf32(fn, dtype, precision), BK=bk)
+    return o.returned
+
+
+# --- dispatch -----------------------------------------------------------------------------
+
+
+def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, config):
+    dtype = A.dtype_in(at, A.FLOATS, "a", fn)
+    A.same_dtype(fn, a=at, b=bt)
+    device = A.same_device(fn, a=at, b=bt)
+    k, n = bt.shape
+    if at.shape[-1] != k:
+        raise A.fail(fn, f"inner dimensions differ: {at.shape} @ {bt.shape} ({at.shape[-1]} != {k})")
+    cdt = A.float_dtype(out_dtype, fn) if out_dtype is not None else dtype
+    if activation not in ACTIVATIONS:
+        raise A.fail(fn, f"activation must be None, \"silu\" or \"gelu\", got {activation!r}")
+    o = A.output(out, at.shape[:-1] + (n,), cdt, device, torch_mode, fn)
+    views = layout.matrices([at, o.tensor])
+    if views is None:
+        raise A.fail(fn, f"the leading axes of a {at.shape} do not merge into one", help="pass a contiguous tensor")
+    av, cv = views
+    m = av.shape[0]
+    if m == 0 or n == 0:
+        return o.returned
+    bias_t = _bias(fn, bias, n, device, av)
+    common = dict(a=av, b=bt, bias=bias_t, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation],
+                  TF32=_tf32(fn, dtype, precision))
+    if m <= SKINNY_M:
+        cfg = configs.lookup("linear", configs.shape_class(dtype, n, k), config, dtype)
+        bm = 1 if m == 1 else SKINNY_M
+        bn = min(cfg["block_n"], max(16, pow2(n)))
+        bk = min(cfg["block_k"], max(16, pow2(k)))
+        launch(skinny_kernel, {"c": (cv, (bm, bn))}, DOT=m > 1, BK=bk, **common)
+        return o.returned
+    cfg = configs.lookup("matmul", configs.shape_class(dtype, m, n, k), config, dtype)
+    bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
+    persistent = cfg["persistent"]
+    if persistent is None:
+        persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * _workers(device)
+    if persistent:
+        launch(mm_persistent_kernel, {"c": (cv, (bm, bn))}, GROUP=cfg["group"], BK=bk, **common)
+    else:
+        launch(mm_kernel, {"c": (cv, (bm, bn))}, BK=bk, **common)
+    return o.returned
+
+
+def _mma_tile(want: int, size: int) -> int:
+    """The config's tile, shrunk for small sizes but never below 16 (tensor-core minimum)."""
+    return max(16, min(want, pow2(size)))
+
+
+def _bias(fn, bias, n, device, a_view):
+    """The bias as a tensor; without one, a stand-in 1-D view (never read: HAS_BIAS is False)."""
+    if bias is None:
+        return a_view[0]
+    bt = A.tensor(bias, "bias", fn)
+    A.dtype_in(bt, A.FLOATS, "bias", fn)
+    A.same_device(fn, a=a_view, bias=bt)
+    if bt.shape != (n,):
+        raise A.fail(fn, f"`bias` must have shape ({n},), got {bt.shape}")
+    return bt
+
+
+def _tf32(fn, dtype, precision) -> bool:
+    """tf32 products for fp32 inputs: `precision` "tf32"/"high"/"medium", or torch's default."""
+    if precision is None:
+        precision = torch.get_float32_matmul_precision()
+    if precision not in ("ieee", "highest", "tf32", "high", "medium"):
+        raise A.fail(fn, f"precision must be \"ieee\" or \"tf32\" (or torch's \"highest\"/\"high\"/\"medium\"), "
+                         f"got {precision!r}")
+    return dtype == ts.f32 and precision in ("tf32", "high", "medium")
+
+
+def _workers(device: str) -> int:
+    """Blocks a persistent kernel runs at once: the SMs of the GPU, or the CPU backends' default."""
+    if configs.current_backend() == "triton" and device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+    return REFERENCE_WORKERS

@@ -1,0 +1,106 @@
+"""Flash and decode attention against a float64 softmax(q k^T) v written here: GQA and MQA,
+causal and not, ragged sequences, (H, S, D) and (B, H, S, D) layouts, head dims 64 / 128
+and one that is not a power of two, KV-cache lengths as ints and device tensors."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from kernel_helpers import assert_close, f64, poisoned, randn
+
+ATT_TOL = {"f32": dict(rtol=1e-4, atol=1e-5), "f16": dict(rtol=1e-2, atol=1e-2), "bf16": dict(rtol=2e-2, atol=2e-2)}
+
+
+def attention_ref(q, k, v, causal=False, scale=None):
+    """float64 attention; q (..., H, S, D), k/v (..., HKV, SK, D); causal is top-left aligned."""
+    q, k, v = (torch.as_tensor(f64(t)) for t in (q, k, v))
+    group = q.shape[-3] // k.shape[-3]
+    k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+    s = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_gqa_ragged(backend, device, causal, dtype):
+    q = randn((4, 37, 64), dtype, 1, device)                     # 4 query heads
+    k, v = randn((2, 37, 64), dtype, 2, device), randn((2, 37, 64), dtype, 3, device)   # 2 KV heads
+    out = poisoned((4, 37, 64), dtype, device)
+    got = tk.flash_attention(q, k, v, causal=causal, out=out)
+    assert got is out
+    assert_close(got, attention_ref(q, k, v, causal), dtype, **ATT_TOL[dtype])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_batched_strided_mqa(backend, device, causal):
+    # (B, S, H, D) projections viewed as (B, H, S, D), as a model does; one KV head (MQA).
+    q = randn((2, 45, 4, 64), "f32", 4, device).transpose(1, 2)
+    k = randn((2, 30, 1, 64), "f32", 5, device).transpose(1, 2)
+    v = randn((2, 1, 30, 64), "f32", 6, device)
+    got = tk.flash_attention(q, k, v, causal=causal, scale=0.3)
+    assert got.shape == (2, 4, 45, 64)
+    assert_close(got, attention_ref(q, k, v, causal, scale=0.3), "f32", **ATT_TOL["f32"])
+
+
+@pytest.mark.reference_only
+@pytest.mark.parametrize("d", [128, 40])
+def test_flash_head_dims(backend, device, d):
+    q, k, v = (randn((2, 20, d), "f32", 7 + i, device) for i in range(3))
+    assert_close(tk.flash_attention(q, k, v, causal=True), attention_ref(q, k, v, True), "f32", **ATT_TOL["f32"])
+
+
+def decode_ref(q, kc, vc, length):
+    return attention_ref(torch.as_tensor(f64(q))[:, None], torch.as_tensor(f64(kc))[:, :length],
+                         torch.as_tensor(f64(vc))[:, :length])[:, 0]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("length", [1, 37, 100])
+def test_decode_gqa(backend, device, length, dtype):
+    q = randn((8, 64), dtype, 10, device)                        # 8 query heads
+    kc, vc = randn((2, 100, 64), dtype, 11, device), randn((2, 100, 64), dtype, 12, device)   # 2 KV heads
+    out = poisoned((8, 64), dtype, device)
+    got = tk.decode_attention(q, kc, vc, length, out=out)
+    assert got is out
+    assert_close(got, decode_ref(q, kc, vc, length), dtype, **ATT_TOL[dtype])
+
+
+def test_decode_device_length_and_workspace(backend, device):
+    q = randn((4, 128), "f32", 13, device)
+    kc, vc = randn((4, 70, 128), "f32", 14, device), randn((4, 70, 128), "f32", 15, device)
+    kc[:, 50:] = float("nan")                                    # cache rows past the length: never used
+    vc[:, 50:] = float("inf")
+    ws = tk.decode_workspace(q, kc)
+    length = torch.tensor([43], dtype=torch.int32, device=device)
+    out = poisoned((4, 128), "f32", device)
+    for n in (43, 50, 1):                                        # a new length, same buffers: no allocation
+        length.fill_(n)
+        tk.decode_attention(q, kc, vc, length, out=out, workspace=ws)
+        assert_close(out, decode_ref(q, kc, vc, n), "f32", **ATT_TOL["f32"])
+
+
+@pytest.mark.reference_only
+def test_decode_mqa_many_splits(backend, device):
+    q = randn((32, 64), "f32", 16, device)                       # 32 heads over one KV head: GP = 32 rows
+    kc, vc = randn((1, 300, 64), "f32", 17, device), randn((1, 300, 64), "f32", 18, device)
+    got = tk.decode_attention(q, kc, vc, 299, config={"splits": 7, "block_n": 16})
+    assert_close(got, decode_ref(q, kc, vc, 299), "f32", **ATT_TOL["f32"])
+
+
+@pytest.mark.reference_only
+def test_errors(backend, device):
+    q, k = randn((4, 8, 16), "f32", 19, device), randn((3, 8, 16), "f32", 20, device)
+    with pytest.raises(ts.LaunchError, match="KV heads\n?.*must divide|must divide"):
+        tk.flash_attention(q, k, k)
+    with pytest.raises(ts.LaunchError, match="no keys"):
+        tk.flash_attention(q, q[:, :0], q[:, :0])
+    kc = randn((2, 10, 16), "f32", 21, device)
+    with pytest.raises(ts.LaunchError, match=r"seq_len 11 must be in 1..10"):
+        tk.decode_attention(q[:, 0], kc, kc, 11)
+    with pytest.raises(ts.LaunchError, match="seq_len must be an int or a one-element tensor"):
+        tk.decode_attention(q[:, 0], kc, kc, torch.tensor([1, 2], device=device))

@@ -1,0 +1,121 @@
+"""GEMMs against torch in float64: ragged M/N/K, transposed operands, bias and activations,
+tiled and persistent schedules, the weight-streaming path for M <= 16, batched products."""
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from kernel_helpers import assert_close, f64, poisoned, randn
+
+F = torch.nn.functional
+# Products of K ~ 50 terms: half inputs are exact in fp32, so only the output rounding counts.
+MM_TOL = {"f32": dict(rtol=1e-4, atol=1e-4), "f16": dict(rtol=1e-2, atol=2e-2), "bf16": dict(rtol=2e-2, atol=5e-2)}
+
+
+def t64(x):
+    return torch.as_tensor(f64(x))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("schedule", ["tiled", "persistent"])
+def test_matmul_ragged(backend, device, schedule, dtype):
+    a, b = randn((70, 50), dtype, 1, device), randn((50, 40), dtype, 2, device)
+    out = poisoned((70, 40), dtype, device)
+    got = tk.matmul(a, b, out=out, config={"persistent": schedule == "persistent"})
+    assert got is out
+    assert_close(got, t64(a) @ t64(b), dtype, **MM_TOL[dtype])
+
+
+@pytest.mark.parametrize("transpose", ["a", "b", "both"])
+def test_matmul_transposed_operands_are_read_through_strides(backend, device, transpose):
+    a = randn((50, 70), "f32", 3, device).T if transpose in ("a", "both") else randn((70, 50), "f32", 3, device)
+    b = randn((40, 50), "f32", 4, device).T if transpose in ("b", "both") else randn((50, 40), "f32", 4, device)
+    assert_close(tk.matmul(a, b), t64(a) @ t64(b), "f32", **MM_TOL["f32"])
+
+
+@pytest.mark.parametrize("activation", [None, "silu", "gelu"])
+def test_matmul_bias_activation_out_dtype(backend, device, activation):
+    a, b = randn((40, 48), "f16", 5, device), randn((48, 36), "f16", 6, device)
+    bias = randn((36,), "f32", 7, device)
+    got = tk.matmul(a, b, out_dtype=ts.f32, bias=bias, activation=activation)
+    assert got.dtype == torch.float32
+    want = t64(a) @ t64(b) + t64(bias)
+    want = {None: want, "silu": F.silu(want), "gelu": F.gelu(want, approximate="tanh")}[activation]
+    assert_close(got, want, "f32", **MM_TOL["f32"])
+
+
+@pytest.mark.reference_only
+def test_fp32_precision_follows_torch(backend, device):
+    a, b = randn((32, 64), "f32", 8, device), randn((64, 32), "f32", 9, device)
+    exact = t64(a) @ t64(b)
+    ieee = tk.matmul(a, b)                                   # torch's default: "highest"
+    assert np.abs(f64(ieee) - exact.numpy()).max() < 1e-4
+    tf32 = tk.matmul(a, b, precision="tf32")                 # inputs rounded to 10 mantissa bits
+    err = np.abs(f64(tf32) - exact.numpy()).max()
+    assert 1e-4 < err < 5e-2
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        assert np.array_equal(f64(tk.matmul(a, b)), f64(tf32))
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("m", [1, 5, 16, 40])
+def test_linear_decode_and_prefill(backend, device, m, dtype):
+    x, w = randn((m, 96), dtype, 10, device), randn((72, 96), dtype, 11, device)     # w: (N, K)
+    bias = randn((72,), dtype, 12, device)
+    out = poisoned((m, 72), dtype, device)
+    got = tk.linear(x, w, bias=bias, out=out)
+    assert_close(got, F.linear(t64(x), t64(w), t64(bias)), dtype, **MM_TOL[dtype])
+
+
+def test_linear_shapes(backend, device):
+    w = randn((24, 40), "f32", 13, device)
+    x1 = randn((40,), "f32", 14, device)
+    got = tk.linear(x1, w, activation="silu")
+    assert got.shape == (24,)
+    assert_close(got, F.silu(F.linear(t64(x1), t64(w))), "f32", **MM_TOL["f32"])
+    x3 = randn((2, 3, 40), "f32", 15, device)                    # (batch, tokens, K)
+    assert_close(tk.linear(x3, w), F.linear(t64(x3), t64(w)), "f32", **MM_TOL["f32"])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_bmm(backend, device, dtype):
+    a, b = randn((3, 40, 48), dtype, 16, device), randn((3, 48, 24), dtype, 17, device)
+    out = poisoned((3, 40, 24), dtype, device)
+    assert_close(tk.bmm(a, b, out=out), t64(a) @ t64(b), dtype, **MM_TOL[dtype])
+
+
+def test_bmm_shared_and_transposed_b(backend, device):
+    a = randn((2, 20, 33), "f32", 18, device)
+    b = randn((17, 33), "f32", 19, device).T                    # (K, N), one for the whole batch
+    got = tk.bmm(a, b, out_dtype="f16")
+    assert got.dtype == torch.float16
+    assert_close(got, t64(a) @ t64(b), "f16", **MM_TOL["f16"])
+
+
+def test_tilesafe_tensors(backend, device):
+    a = ts.tensor(np.linspace(-1, 1, 20 * 30, dtype=np.float32).reshape(20, 30), device=device)
+    b = ts.tensor(np.linspace(2, -2, 30 * 18, dtype=np.float32).reshape(30, 18), device=device)
+    got = tk.matmul(a, b)
+    assert isinstance(got, ts.Tensor)
+    np.testing.assert_allclose(got.numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tk.matmul(a, b.T.T[:, :5]).numpy(), a.numpy() @ b.numpy()[:, :5], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.reference_only
+def test_errors(backend, device):
+    a, b = randn((4, 5), "f32", 20, device), randn((6, 3), "f32", 21, device)
+    with pytest.raises(ts.LaunchError, match=r"inner dimensions differ: \(4, 5\) @ \(6, 3\)"):
+        tk.matmul(a, b)
+    with pytest.raises(ts.LaunchError, match=r"`bias` must have shape \(3,\)"):
+        tk.matmul(a, randn((5, 3), "f32", 22, device), bias=a[0])
+    with pytest.raises(ts.LaunchError, match="activation must be"):
+        tk.linear(a, a, activation="tanh")
+    with pytest.raises(ts.LaunchError, match="precision must be"):
+        tk.matmul(a, a.T, precision="fp64")
+    with pytest.raises(ts.LaunchError, match="dtype f16 but `a` has f32"):
+        tk.matmul(a, a.T.half())

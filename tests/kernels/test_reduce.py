@@ -1,0 +1,79 @@
+"""Row reductions and softmax against torch in float64: every axis, ragged rows, rows with
+-inf, short rows (one tile) and long rows (statistics kernel + elementwise pass)."""
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from kernel_helpers import assert_close, f64, poisoned, randn
+
+REDUCE = {"sum": (tk.sum, lambda x, a: x.sum(a)), "max": (tk.max, lambda x, a: x.amax(a)),
+          "mean": (tk.mean, lambda x, a: x.mean(a))}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("op", list(REDUCE))
+def test_reduce_last_axis(backend, device, op, dtype):
+    x = randn((5, 77), dtype, 1, device, scale=2.0)
+    out = poisoned((5,), dtype, device)
+    got = REDUCE[op][0](x, out=out)
+    assert got is out
+    assert_close(got, REDUCE[op][1](torch.as_tensor(f64(x)), -1), dtype, atol=5e-2 if dtype != "f32" else None)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, 2])
+@pytest.mark.parametrize("op", list(REDUCE))
+def test_reduce_any_axis_of_a_3d_tensor(backend, device, op, axis):
+    x = randn((3, 6, 40), "f32", 2, device)
+    assert_close(REDUCE[op][0](x, axis=axis), REDUCE[op][1](torch.as_tensor(f64(x)), axis), "f32")
+
+
+def test_reduce_1d_and_strided(backend, device):
+    v = randn((100,), "f32", 3, device)
+    got = tk.sum(v)
+    assert got.shape == ()
+    assert_close(got, torch.as_tensor(f64(v)).sum(), "f32")
+    x = randn((40, 30), "f32", 4, device)[::3]           # every third row
+    assert_close(tk.max(x), torch.as_tensor(f64(x)).amax(-1), "f32")
+
+
+def softmax_ref(x, log):
+    x = torch.as_tensor(f64(x))
+    return torch.log_softmax(x, -1) if log else torch.softmax(x, -1)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("long", [False, True], ids=["one_tile", "long_rows"])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax(backend, device, log, long, dtype):
+    x = randn((2, 3, 100), dtype, 5, device, scale=3.0)
+    x[0, 1, 7] = float("-inf")                                   # a masked score
+    out = poisoned((2, 3, 100), dtype, device)
+    config = {"row_max": 32, "sub": 32} if long else None
+    got = (tk.log_softmax if log else tk.softmax)(x, out=out, config=config)
+    want = softmax_ref(x, log)
+    if log:
+        assert torch.isneginf(got[0, 1, 7])
+        got, want = got.clone(), want.clone()
+        got[0, 1, 7] = want[0, 1, 7] = 0.0
+    assert_close(got, want, dtype)
+
+
+def test_softmax_tilesafe_tensors(backend, device):
+    x = ts.tensor(np.linspace(-4, 4, 3 * 50, dtype=np.float32).reshape(3, 50), device=device)
+    got = tk.softmax(x)
+    assert isinstance(got, ts.Tensor)
+    e = np.exp(x.numpy() - x.numpy().max(-1, keepdims=True))
+    np.testing.assert_allclose(got.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.reference_only
+def test_errors(backend, device):
+    x = randn((4, 5), "f32", 6, device)
+    with pytest.raises(ts.LaunchError, match="axis 2 is out of range"):
+        tk.sum(x, axis=2)
+    with pytest.raises(ts.LaunchError, match="`out` has shape"):
+        tk.softmax(x, out=torch.empty((4, 6)))
+    with pytest.raises(ts.LaunchError, match="at least one axis"):
+        tk.mean(torch.tensor(1.0))
