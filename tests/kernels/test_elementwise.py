@@ -123,3 +123,16 @@ def test_a_refused_launch_leaves_out_usable(backend, device):
     with pytest.raises(ts.TileSafeError):
         tk.add(x, x, out=out, config={"no_such_key": 1})
     assert out.numpy()[0, 0] == 7.0            # not lent to a dangling partition, not written
+
+
+def test_in_place_updates(backend, device):
+    h = randn((6, 100), "f32", 14, device)
+    r = randn((6, 100), "f32", 15, device)
+    want = ref(lambda a, b: a + b, h, r)
+    assert tk.residual_add(h, r, out=h) is h                  # h += r: each block reads back its own tile
+    assert_close(h, want, "f32")
+    tk.mul(h, 0.5, out=h)
+    tk.silu(h, out=h)
+    assert_close(h, torch.nn.functional.silu(want * 0.5), "f32")
+    with pytest.raises(ts.AliasError):                         # a partial overlap is a race: refused
+        tk.add(h[:, 1:], r[:, 1:], out=h[:, :-1])

@@ -263,3 +263,37 @@ def test_a_partition_may_be_launched_again(backend):
     copy1d(p, ts.tensor(x1))
     copy1d(p, ts.tensor(x2)).sync()
     assert np.array_equal(p.unpartition().numpy(), x2 + 1)
+
+
+# --- persistent kernels: any grid size, but one axis; no program, no write ----------------------
+@ts.kernel
+def visit(z: ts.MutTiles[ts.i32, (4,)]):
+    for idx in z.tiles():
+        z.store(z.load(idx) + 1, idx)
+
+
+@ts.kernel
+def fill_tiles(z: ts.MutTiles[ts.f32, (16,)]):
+    for idx in z.tiles():
+        z.store(ts.full((16,), 1.0, ts.f32), idx)
+
+
+def test_a_multi_axis_grid_for_a_persistent_kernel_is_refused():
+    # A past bug: grid=(2, 3) ran the walk once per program along axis 1, so every tile was
+    # written by 3 programs (a race, and z.load() + 1 counted 3).
+    z = ts.zeros(16, ts.i32)
+    p = z.partition((4,))
+    with pytest.raises(ts.LaunchError) as ei:
+        visit.launch(p, grid=(2, 3))
+    assert "has more than one axis" in ei.value.message and "grid=(6,)" in ei.value.help
+    visit.launch(p, grid=(6, 1)).sync()          # trailing 1s are one axis
+    assert (p.unpartition().numpy() == 1).all()
+
+
+def test_a_persistent_launch_with_no_program_initialises_nothing():
+    # A past bug: grid=0 ran no program but marked the ts.empty output as written.
+    z = ts.empty(64)
+    p = z.partition((16,))
+    fill_tiles.launch(p, grid=0).sync()
+    with pytest.raises(ts.OwnershipError, match="has not been written"):
+        p.unpartition().numpy()

@@ -84,7 +84,8 @@ def test_64_bit_offsets_cast_origins_and_still_compute_the_same(triton_backend):
     x = np.random.default_rng(20).standard_normal((70, 50)).astype(np.float32)
     y = np.random.default_rng(21).standard_normal((50, 40)).astype(np.float32)
     c = poisoned((70, 40), "f32").partition((32, 16))
-    bound, spec, masks = _specialized(matmul, c, ts.tensor(x), ts.tensor(y), BK=16)
+    a_t, b_t = ts.tensor(x), ts.tensor(y)   # a bound launch holds its tensors weakly: keep them alive
+    bound, spec, masks = _specialized(matmul, c, a_t, b_t, BK=16)
     compiled = TritonCompiled(TritonBackend.get(triton_backend), matmul, spec, masks, True)
     assert "tl.program_id(0).to(tl.int64)" in compiled.source and "tl.cast(k, tl.int64)" in compiled.source
     compiled.run(bound).sync()

@@ -175,6 +175,8 @@ def decode_workspace(q, k_cache, config=None) -> DecodeWorkspace:
     """Allocate the scratch of `decode_attention` for these shapes (once, before a graph capture)."""
     fn = "decode_workspace"
     qt, kt = A.tensor(q, "q", fn), A.tensor(k_cache, "k_cache", fn)
+    if qt.ndim != 2 or kt.ndim != 3:
+        raise A.fail(fn, f"needs q (H, D) and k_cache (HKV, max_seq, D); got {qt.shape} and {kt.shape}")
     h, d = qt.shape
     hkv, max_seq, _ = kt.shape
     cfg = _decode_config(qt.dtype, d, h // max(hkv, 1), config)

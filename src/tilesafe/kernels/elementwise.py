@@ -80,6 +80,28 @@ def unary_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], x: ts.Ref["T", ("N0", "N1",
     z.store(unary_op(a, OP).astype(T))
 
 
+@ts.kernel
+def binary_inplace_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], y: ts.Ref["T", ("N0", "N1", "N2")],
+                          T: ts.Const[ts.DType], OP: ts.Const[int], B0: ts.Const[int], B1: ts.Const[int],
+                          B2: ts.Const[int], N0: int, N1: int, N2: int):
+    """`z = z OP y`: a block reads back the tile it owns, so updating in place is race-free."""
+    a = z.load().astype(ts.f32)                             # (B0, B1, B2)
+    b = ts.load_tile_like(y, z).astype(ts.f32)             # (B0, B1, B2)
+    z.store(binary_op(a, b, OP).astype(T))
+
+
+@ts.kernel
+def unary_inplace_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], s: float, T: ts.Const[ts.DType], OP: ts.Const[int],
+                         SCALAR: ts.Const[bool], B0: ts.Const[int], B1: ts.Const[int], B2: ts.Const[int]):
+    """`z = op(z)`, or `z = z OP s` for a scalar s when SCALAR."""
+    a = z.load().astype(ts.f32)                             # (B0, B1, B2)
+    if SCALAR:
+        r = binary_op(a, s, OP)
+    else:
+        r = unary_op(a, OP)
+    z.store(r.astype(T))
+
+
 def tile3(shape, budget: int) -> tuple[int, int, int]:
     """A power-of-two tile of at most `budget` elements, filled from the innermost axis."""
     c = min(pow2(shape[2]), budget)
@@ -159,15 +181,15 @@ def _binary(fn: str, op: int, x, y, out, config, broadcast: bool = True):
         raise A.fail(fn, "needs at least one tensor operand", help="compute with Python numbers directly")
     if x_num or y_num:
         t, s, op = (y, x, _SWAPPED[op]) if x_num else (x, y, op)
-        return _elementwise(fn, scalar_kernel, dict(OP=op, s=float(s)), t, None, out, config)
-    return _elementwise(fn, binary_kernel, dict(OP=op), x, y, out, config, broadcast)
+        return _elementwise(fn, dict(OP=op, s=float(s)), t, None, out, config, scalar=True)
+    return _elementwise(fn, dict(OP=op), x, y, out, config, broadcast)
 
 
 def _unary(fn: str, op: int, x, out, config):
-    return _elementwise(fn, unary_kernel, dict(OP=op), x, None, out, config)
+    return _elementwise(fn, dict(OP=op), x, None, out, config)
 
 
-def _elementwise(fn, kernel, extra, x, y, out, config, broadcast=True):
+def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False):
     torch_mode = A.is_torch(x)
     xt = A.tensor(x, "x", fn)
     dtype = A.dtype_in(xt, A.FLOATS, "x", fn)
@@ -180,6 +202,16 @@ def _elementwise(fn, kernel, extra, x, y, out, config, broadcast=True):
     o = A.output(out, shape, dtype, device, torch_mode, fn)
     if o.tensor.numel == 0:
         return o.returned
+    # `out` is x itself: update in place (each block reads back its own tile). Any other
+    # overlap between `out` and an input is refused by the launch (S7).
+    inplace = layout.same_view(o.tensor, xt)
+    if inplace:
+        kernel = binary_inplace_kernel if y is not None else unary_inplace_kernel
+        operands.pop("x")
+        if y is None:
+            extra = dict(extra, SCALAR=scalar, s=extra.get("s", 0.0))
+    else:
+        kernel = binary_kernel if y is not None else scalar_kernel if scalar else unary_kernel
     expanded = [layout.broadcast(t, shape) for t in operands.values()]
     views = layout.rank3([o.tensor, *expanded], shape)
     # Layouts that do not merge into 3 axes run one launch per slab of the outer axes.
@@ -187,20 +219,23 @@ def _elementwise(fn, kernel, extra, x, y, out, config, broadcast=True):
     cfg = configs.lookup("elementwise", configs.shape_class(dtype), config, dtype)
     for views in slabs:
         tile = tile3(views[0].shape, cfg["block"])
-        launch(kernel, {"z": (views[0], tile)}, **dict(zip(("x", "y"), views[1:])), **extra)
+        launch(kernel, {"z": (views[0], tile)}, **dict(zip(operands, views[1:])), **extra)
     return o.returned
 
 
 def _result_shape(fn, operands: dict, broadcast: bool) -> tuple[int, ...]:
     shapes = [t.shape for t in operands.values()]
+    if len(shapes) == 1:
+        return shapes[0]
     if not broadcast:
         if len(set(shapes)) > 1:
             raise A.fail(fn, f"the operands have shapes {shapes[0]} and {shapes[1]}; this function "
                              "takes equal shapes", help="use ts.kernels.add / mul for broadcasting")
         return shapes[0]
-    try:
-        import torch
-        return tuple(torch.broadcast_shapes(*shapes))
-    except RuntimeError:
-        raise A.fail(fn, f"shapes {shapes[0]} and {shapes[1]} do not broadcast",
-                     help="axes must be equal, or 1 on one side (NumPy rules)") from None
+    out = []
+    for a, b in zip(*((1,) * (max(map(len, shapes)) - len(sh)) + tuple(sh) for sh in shapes)):
+        if a != b and 1 not in (a, b):
+            raise A.fail(fn, f"shapes {shapes[0]} and {shapes[1]} do not broadcast",
+                         help="axes must be equal, or 1 on one side (NumPy rules)")
+        out.append(b if a == 1 else a)
+    return tuple(out)

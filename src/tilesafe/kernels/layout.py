@@ -33,6 +33,13 @@ def broadcast(t: Tensor, shape) -> Tensor | None:
         return None
 
 
+def same_view(a: Tensor, b: Tensor) -> bool:
+    """Whether two handles are the same elements of the same memory (an in-place call)."""
+    ta, tb = a._torch(), b._torch()
+    return (ta.device == tb.device and ta.data_ptr() == tb.data_ptr() and ta.shape == tb.shape
+            and ta.stride() == tb.stride() and ta.dtype == tb.dtype)
+
+
 def merge_axes(shape, strides_of, keep_last: bool = False):
     """Drop size-1 axes and merge neighbours that are contiguous in every tensor.
 

@@ -192,7 +192,9 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         cfg = configs.lookup("linear", configs.shape_class(dtype, n, k), config, dtype)
         bm = 1 if m == 1 else SKINNY_M
         bn = min(cfg["block_n"], max(16, pow2(n)))
-        bk = min(cfg["block_k"], max(16, pow2(k)))
+        while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
+            bn //= 2
+        bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
         launch(skinny_kernel, {"c": (cv, (bm, bn))}, DOT=m > 1, BK=bk, **common)
         return o.returned
     cfg = configs.lookup("matmul", configs.shape_class(dtype, m, n, k), config, dtype)

@@ -8,6 +8,7 @@ touches memory or changes state: a refused launch writes nothing.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass, field
 
 from .. import dtypes
@@ -21,8 +22,12 @@ from .tensor import Tensor
 
 @dataclass
 class ArgFacts:
-    """What a launch knows about one tensor argument."""
-    obj: object                      # Tensor, Partition or Spec
+    """What a launch knows about one tensor argument.
+
+    Tensors and partitions are held weakly: a cached launch plan must not keep a
+    partition (and so its lending) or a tensor's memory alive.
+    """
+    ref: object                      # weakref to a Tensor or Partition, or a Spec
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: DType
@@ -30,10 +35,15 @@ class ArgFacts:
     prefix: bool = False
 
     @property
+    def obj(self):
+        return self.ref if isinstance(self.ref, Spec) else self.ref()
+
+    @property
     def tensor(self) -> Tensor | None:
-        if isinstance(self.obj, Partition):
-            return self.obj._tensor
-        return self.obj if isinstance(self.obj, Tensor) else None
+        o = self.obj
+        if isinstance(o, Partition):
+            return o._tensor
+        return o if isinstance(o, Tensor) else None
 
 
 @dataclass
@@ -42,23 +52,26 @@ class Bound:
     consts: dict = field(default_factory=dict)     # name -> Python value
     scalars: dict = field(default_factory=dict)    # name -> Python number
     grid: tuple[int, ...] = ()
+    borrowed: list = field(default_factory=list)   # tensors made from torch arguments, alive for the launch
 
 
 def facts_of(name: str, arg) -> ArgFacts | None:
     if isinstance(arg, Partition):
         arg._check_live()
         t = arg._tensor._torch()
-        return ArgFacts(arg, tuple(t.shape), tuple(t.stride()), arg._tensor._dtype, arg._tile, arg._prefix)
+        return ArgFacts(weakref.ref(arg), tuple(t.shape), tuple(t.stride()), arg._tensor._dtype, arg._tile,
+                        arg._prefix)
     if isinstance(arg, Tensor):
         arg._check_usable(name)
         t = arg._torch()
-        return ArgFacts(arg, tuple(t.shape), tuple(t.stride()), arg._dtype, None)
+        return ArgFacts(weakref.ref(arg), tuple(t.shape), tuple(t.stride()), arg._dtype, None)
     if isinstance(arg, Spec):
         return ArgFacts(arg, arg.shape, arg.strides, arg.dtype, arg.tile)
-    if type(arg).__module__.startswith("torch") and hasattr(arg, "data_ptr"):
-        from .constructors import from_torch
-        return facts_of(name, from_torch(arg))
     return None
+
+
+def is_torch_tensor(arg) -> bool:
+    return type(arg).__module__.startswith("torch") and hasattr(arg, "data_ptr")
 
 
 def bind(kernel, args, kwargs, grid, unsafe_launch: bool) -> Bound:
@@ -72,7 +85,7 @@ def bind(kernel, args, kwargs, grid, unsafe_launch: bool) -> Bound:
         if p.is_tensor:
             if p.name not in given:
                 raise LaunchError(f"`{kernel.name}` is missing the tensor argument `{p.name}`")
-            out.tensors[p.name] = _tensor_arg(kernel, p, given[p.name])
+            out.tensors[p.name] = _tensor_arg(kernel, p, given[p.name], out)
     for p in kernel.params:
         if p.is_tensor:
             _bind_tensor(kernel, p, out, given)
@@ -83,7 +96,11 @@ def bind(kernel, args, kwargs, grid, unsafe_launch: bool) -> Bound:
     return out
 
 
-def _tensor_arg(kernel, p, arg) -> ArgFacts:
+def _tensor_arg(kernel, p, arg, out: Bound) -> ArgFacts:
+    if is_torch_tensor(arg):
+        from .constructors import from_torch
+        arg = from_torch(arg)
+        out.borrowed.append(arg)
     f = facts_of(p.name, arg)
     if f is None:
         raise LaunchError(f"argument `{p.name}` of `{kernel.name}` must be a tilesafe tensor"
@@ -212,6 +229,14 @@ def _grid(kernel, out: Bound, grid, unsafe_launch: bool) -> tuple[int, ...]:
             return grid
         raise LaunchError(f"grid {grid} does not match the grid {inferred} the partitions imply",
                           help="omit grid=, or use t.partition_prefix(tile) to launch a leading part of it")
+    persistent = any(kernel.param(n).kind == MUT_TILES for n in out.tensors)
+    if persistent and grid is not None and any(g != 1 for g in grid[1:]):
+        n = 1
+        for g in grid:
+            n *= g
+        raise LaunchError(f"grid {grid} has more than one axis, but `{kernel.name}` is persistent (ts.MutTiles): "
+                          "every program along the other axes would walk the same tiles again",
+                          help=f"pass a 1-D grid, e.g. grid=({n},)")
     if grid is not None:
         return grid
     if unsafe_launch:

@@ -87,7 +87,8 @@ class Kernel:
             self._check_preconditions(bound)
             compiled = self.specializer.compiled(bound, backend)
             safety.check_launch(self, bound, compiled.spec.fn)
-            self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
+            if not bound.borrowed:   # torch arguments are wrapped per launch: no identity to reuse
+                self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
             return compiled.run(bound)
         except TileSafeError as e:
             raise _clean(e) from None
