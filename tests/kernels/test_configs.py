@@ -51,6 +51,7 @@ def test_tune_needs_a_gpu():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_tune_writes_the_fastest_config(tmp_path):
     import tilesafe.kernels as tk
     a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)

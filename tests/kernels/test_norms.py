@@ -84,3 +84,14 @@ def test_errors(backend, device):
         tk.rms_norm(x, x[0], residual=x[:2])
     with pytest.raises(ts.LaunchError, match="`b` has shape"):
         tk.layer_norm(x, x[0], x[0, :4])
+
+
+@pytest.mark.parametrize("config", [None, {"row_max": 256, "sub": 128}], ids=["default", "long"])
+def test_fused_residual_in_place(backend, device, config):
+    x, res = randn((3, 700), "f32", 13, device), randn((3, 700), "f32", 14, device)
+    w = randn((700,), "f32", 15, device)
+    h_want = torch.as_tensor(f64(x)) + torch.as_tensor(f64(res))
+    y, h = tk.rms_norm(x, w, 1e-6, residual=res, residual_out=res, config=config)   # res += x
+    assert h is res
+    assert_close(res, h_want, "f32")
+    assert_close(y, rms_ref(h_want, w, 1e-6), "f32")

@@ -10,7 +10,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout
-from .elementwise import ADD, binary_kernel, tile3
+from .elementwise import ADD, binary_inplace_kernel, binary_kernel, tile3
 from .launch import launch, pow2
 
 
@@ -38,6 +38,20 @@ def add_rms_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", (1, "BM"
     # The sum is rounded to T before it is normalised, as `x + residual` then RMSNorm in torch.
     s = (ts.load_tile_like(x, y).astype(ts.f32) + ts.load_tile_like(res, y).astype(ts.f32)).astype(T)
     h.store(s)                                                   # (1, BM, NP)
+    t = s.astype(ts.f32)
+    r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
+    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
+    y.store((t * r * wt).astype(T))
+
+
+@ts.kernel
+def add_rms_norm_inplace_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", (1, "BM", "NP")],
+                                x: ts.Ref["T", ("NA", "NB", "N")], w: ts.Ref["TW", ("N",)], T: ts.Const[ts.DType],
+                                TW: ts.Const[ts.DType], BM: ts.Const[int], NP: ts.Const[int], NA: int, NB: int,
+                                N: int, eps: float):
+    """As add_rms_norm_kernel with `h` the residual itself: each block reads back its own rows."""
+    s = (ts.load_tile_like(x, y).astype(ts.f32) + h.load().astype(ts.f32)).astype(T)   # (1, BM, NP)
+    h.store(s)
     t = s.astype(ts.f32)
     r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
     wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
@@ -94,7 +108,8 @@ def rms_norm(x, w, eps=1e-6, residual=None, out=None, residual_out=None, config=
     """RMSNorm over the last axis: `x / sqrt(mean(x**2) + eps) * w`, statistics in fp32.
 
     With `residual`, first forms `h = x + residual` (rounded to x's dtype), normalises h
-    and returns `(y, h)` — the fused add + norm of a transformer block.
+    and returns `(y, h)` — the fused add + norm of a transformer block. `residual_out=residual`
+    updates the residual stream in place.
     """
     fn = "rms_norm"
     torch_mode, xt, wt, dtype = _inputs(fn, x, w)
@@ -113,17 +128,28 @@ def rms_norm(x, w, eps=1e-6, residual=None, out=None, residual_out=None, config=
     result = (y.returned, outs["h"].returned) if residual is not None else y.returned
     if y.tensor.numel == 0:
         return result
+    # residual_out=residual updates the residual stream in place (h reads back its own rows).
+    inplace = residual is not None and layout.same_view(outs["h"].tensor, inputs["residual"])
+    if inplace:
+        inputs.pop("residual")
     ins, os_ = _views(fn, list(inputs.values()), [o.tensor for o in outs.values()], shape)
     cfg, bm, npow = _tiles(fn, ins[0], dtype, config)
     eps = float(eps)
     if npow > cfg["row_max"]:
         if residual is not None:
             # Long rows: the add, then the norm (two passes over memory instead of one).
-            launch(binary_kernel, {"z": (os_[1], tile3(os_[1].shape, cfg["sub"]))}, x=ins[0], y=ins[1], OP=ADD)
+            h_tile = tile3(os_[1].shape, cfg["sub"])
+            if inplace:
+                launch(binary_inplace_kernel, {"z": (os_[1], h_tile)}, y=ins[0], OP=ADD)
+            else:
+                launch(binary_kernel, {"z": (os_[1], h_tile)}, x=ins[0], y=ins[1], OP=ADD)
             ins = [os_[1]]
         _long(os_[0], ins[0], wt, wt, False, False, cfg, bm, eps)
     elif residual is None:
         launch(rms_norm_kernel, {"y": (os_[0], (1, bm, npow))}, x=ins[0], w=wt, eps=eps)
+    elif inplace:
+        launch(add_rms_norm_inplace_kernel, {"y": (os_[0], (1, bm, npow)), "h": (os_[1], (1, bm, npow))},
+               x=ins[0], w=wt, eps=eps)
     else:
         launch(add_rms_norm_kernel, {"y": (os_[0], (1, bm, npow)), "h": (os_[1], (1, bm, npow))},
                x=ins[0], res=ins[1], w=wt, eps=eps)

@@ -1,35 +1,56 @@
-"""The result of a launch: returned at once; `sync()` waits and gives the outputs back."""
+"""The result of a launch: returned at once; `sync()` waits and gives the outputs back.
+
+Two objects, because they live differently: a `Completion` (the launch's CUDA event, its
+stream, and the memory it uses) is what the pending-access registry holds until the GPU is
+done; a `Future` adds the outputs and belongs to the caller. Dropping a future therefore
+drops the partitions it returns, and their lending ends, while the memory stays alive
+until the work finishes.
+"""
 from __future__ import annotations
 
 
-class Future:
-    """A launch in flight. `sync()` waits and returns the outputs (the partitions passed in).
+class Completion:
+    """When a launch (or graph replay) finishes; holds its memory alive until then (S9)."""
+    __slots__ = ("event", "stream", "_keep", "_done")
 
-    While pending it holds the launch's tensors, so their memory outlives the GPU work (S9).
-    """
-    __slots__ = ("_outputs", "_event", "_stream", "_keep", "_done")
-
-    def __init__(self, outputs: tuple, event=None, stream=None, keep=()):
-        self._outputs = outputs
-        self._event = event            # a CUDA event, or None when the work already ran
-        self._stream = stream
+    def __init__(self, event=None, stream=None, keep=()):
+        self.event = event            # a CUDA event, or None when the work already ran
+        self.stream = stream
         self._keep = keep
         self._done = event is None
 
     def done(self) -> bool:
-        """True once the GPU finished this launch (polls, never blocks)."""
-        if not self._done and self._event.query():
+        """True once the GPU finished (polls, never blocks)."""
+        if not self._done and self.event.query():
             self._finish()
         return self._done
 
     def wait(self) -> None:
         if not self._done:
-            self._event.synchronize()
+            self.event.synchronize()
             self._finish()
 
     def _finish(self) -> None:
         self._done = True
         self._keep = ()
+
+
+DONE = Completion()
+
+
+class Future:
+    """A launch in flight. `sync()` waits and returns the outputs (the partitions passed in)."""
+    __slots__ = ("_outputs", "completion")
+
+    def __init__(self, outputs: tuple, completion: Completion = DONE):
+        self._outputs = outputs
+        self.completion = completion
+
+    def done(self) -> bool:
+        return self.completion.done()
+
+    def wait(self) -> None:
+        self.completion.wait()
 
     def sync(self):
         """Wait for the launch; return its outputs (one partition, or a tuple in parameter order)."""
@@ -43,6 +64,8 @@ class Future:
 
     def results(self):
         """The outputs without waiting; later uses of them are ordered after this launch."""
+        if not self._outputs:
+            return None
         return self._outputs[0] if len(self._outputs) == 1 else self._outputs
 
     def __await__(self):

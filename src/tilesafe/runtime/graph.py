@@ -12,7 +12,7 @@ import contextlib
 
 from ..errors import LaunchError
 from ..settings import graph_var
-from .future import Future
+from .future import Completion, Future
 
 
 class Graph:
@@ -32,16 +32,16 @@ class Graph:
         import torch
         stream = torch.cuda.current_stream()
         for t, is_write in self._accesses:
-            for fut in t._state.pending_conflicts(t._byte_set(), is_write):
-                if fut._stream is not None and fut._stream != stream:
-                    stream.wait_event(fut._event)
+            for c in t._state.pending_conflicts(t._byte_set(), is_write):
+                if c.stream is not None and c.stream != stream:
+                    stream.wait_event(c.event)
         self._graph.replay()
         event = torch.cuda.Event()
         event.record(stream)
-        fut = Future((), event, stream, tuple(self._keep))
+        done = Completion(event, stream, tuple(self._keep))
         for t, is_write in self._accesses:
-            t._state.record(t._byte_set(), is_write, fut)
-        return fut
+            t._state.record(t._byte_set(), is_write, done)
+        return Future((), done)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ the launch's tensors alive until the GPU is done with them.
 from __future__ import annotations
 
 from ..lang.annotations import MUT, MUT_TILES, PTR
-from .future import Future
+from .future import Completion, Future
 
 
 def writes(kernel, name: str) -> bool:
@@ -19,9 +19,9 @@ def order_before(kernel, bound, stream) -> None:
     """Make `stream` wait for pending conflicting accesses issued on other streams."""
     for name, f in bound.tensors.items():
         t = f.tensor
-        for fut in t._state.pending_conflicts(t._byte_set(), writes(kernel, name)):
-            if fut._stream is not None and fut._stream != stream:
-                stream.wait_event(fut._event)
+        for c in t._state.pending_conflicts(t._byte_set(), writes(kernel, name)):
+            if c.stream is not None and c.stream != stream:
+                stream.wait_event(c.event)
 
 
 def record_after(kernel, bound, stream, outputs) -> Future:
@@ -30,8 +30,8 @@ def record_after(kernel, bound, stream, outputs) -> Future:
     event = torch.cuda.Event()
     event.record(stream)
     keep = tuple(f.tensor._torch() for f in bound.tensors.values())
-    fut = Future(outputs, event, stream, keep)
+    done = Completion(event, stream, keep)
     for name, f in bound.tensors.items():
         t = f.tensor
-        t._state.record(t._byte_set(), writes(kernel, name), fut)
-    return fut
+        t._state.record(t._byte_set(), writes(kernel, name), done)
+    return Future(outputs, done)
