@@ -51,10 +51,13 @@ def e(*shape, dtype=BF):
 CALLS = {
     "add_bias_row": lambda: tk.add(e(4096, 2560), e(2560)),
     "silu_mul": lambda: tk.silu_mul(e(4096, 9728), e(4096, 9728)),
+    "residual_add_in_place": lambda: (lambda h: tk.residual_add(h, e(4096, 2560), out=h))(e(4096, 2560)),
     "softmax_vocab": lambda: tk.softmax(e(4, 151936, dtype=torch.float32)),
     "softmax_rows": lambda: tk.softmax(e(32, 2048, 2048)),
     "sum": lambda: tk.sum(e(4096, 2560)),
     "rms_norm_residual": lambda: tk.rms_norm(e(4096, 2560), e(2560), residual=e(4096, 2560)),
+    "rms_norm_residual_in_place": lambda: (lambda r: tk.rms_norm(e(1, 2560), e(2560), residual=r, residual_out=r))(
+        e(1, 2560)),
     "layer_norm": lambda: tk.layer_norm(e(4096, 5120), e(5120), e(5120)),
     "matmul": lambda: tk.matmul(e(4096, 4096), e(4096, 4096)),
     "matmul_tiled_bias_silu": lambda: tk.matmul(e(512, 1024), e(1024, 512), bias=e(512), activation="silu"),

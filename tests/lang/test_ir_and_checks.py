@@ -64,7 +64,8 @@ def test_checks_masked_when_ragged_and_proven_by_launch_facts_when_divisible():
     exact = add.checks(ts.spec(1024, tile=128), ts.spec(1024), ts.spec(1024))
     assert (exact.static, exact.launch, exact.kernel) == (0, 3, 0)
     line = marker_line(HERE, "L:add")
-    assert sorted(exact.accesses) == [(line, "load x", "launch"), (line, "load y", "launch"), (line, "store z", "launch")]
+    assert sorted(exact.accesses) == [(line, "load x", "launch"), (line, "load y", "launch"),
+                                      (line, "store z", "launch")]
     assert "3 proven by launch facts" in str(exact) and "3 masked in the kernel" in str(ragged)
 
 

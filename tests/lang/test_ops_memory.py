@@ -2,7 +2,7 @@
 gather (embedding lookup), and a block reading back its own output tile."""
 import numpy as np
 import pytest
-from lang_helpers import NP, launch, poisoned, rand
+from lang_helpers import NP, launch, rand
 
 import tilesafe as ts
 
@@ -140,5 +140,3 @@ def test_own_tile_load_pads_ragged_edges(backend):
     assert np.allclose(got[:8], z0[:8].sum()) and np.allclose(got[8:], z0[8:].sum() + 3 * 100.0)
     assert np.array_equal(pz.unpartition().numpy(), z0)      # loaded, never stored: unchanged
 
-
-_ = poisoned

@@ -3,7 +3,6 @@
 Products are checked against float64 NumPy on the operands' exact values, with an error
 bound scaled by |A| @ |B| (so cancellation cannot make a loose result look right).
 """
-import ml_dtypes
 import numpy as np
 import pytest
 from lang_helpers import NP, launch, rand
@@ -149,5 +148,3 @@ def test_batched_3d_mma(backend):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     np.testing.assert_allclose(got, a64 @ b64, rtol=1e-5, atol=1e-5 * (np.abs(a64) @ np.abs(b64)).max())
 
-
-_ = ml_dtypes

@@ -156,3 +156,21 @@ def test_scalar_of_a_one_element_tile(backend):
     s = np.array([2.5], np.float32)
     got = launch(scale_by_total, ts.empty(50), (16,), ts.tensor(x), ts.tensor(s))
     np.testing.assert_allclose(got, x * np.float32(2.5) + np.float32(2.5), rtol=1e-6)
+
+
+@ts.kernel
+def per_block_constant(z: ts.Mut[ts.i32, ("B",)], w: ts.Mut[ts.i32, ("B",)], B: ts.Const[int]):
+    i = ts.block_id(0)
+    z.store(ts.broadcast_to(i * 10 + 1, (B,)))     # a scalar broadcast to the tile
+    w.store(i * 100)                                # a scalar stored as the whole tile
+
+
+def test_scalars_fill_only_their_blocks_tile(backend):
+    # A past bug: a scalar stayed a scalar through broadcast_to and store, and the reference
+    # backend then wrote it over the whole output from every block.
+    z, w = ts.empty(40, ts.i32), ts.empty(40, ts.i32)
+    pz, pw = z.partition((16,)), w.partition((16,))
+    per_block_constant(pz, pw).sync()
+    blocks = np.arange(40) // 16
+    assert np.array_equal(pz.unpartition().numpy(), blocks * 10 + 1)
+    assert np.array_equal(pw.unpartition().numpy(), blocks * 100)

@@ -22,10 +22,9 @@ def _tagged_oracle(x, BM, BN):
 @pytest.mark.parametrize("group", [1, 2, 3, 8])
 @pytest.mark.parametrize("grid", [None, 1, 2, 5, 64])
 def test_tiles_cover_every_tile_once_for_any_grid(backend, group, grid):
+    # Every element is written (the output comes from ts.empty) with its own tile's tag; the
+    # next test counts the visits, since a tile stored twice would still match here.
     x = rand(np.random.default_rng(80), (45, 70), "f32")
-    # Kernels that store `x + tag` twice into one tile would still match; count the writes
-    # instead by accumulating through z.load in the next test. Here: every element is written
-    # (the output comes from ts.empty) with its own tile's tag.
     got = launch(tagged_copy, ts.empty((45, 70)), (8, 16), ts.tensor(x), G=group, grid=grid)
     np.testing.assert_allclose(got, _tagged_oracle(x, 8, 16), rtol=1e-6)
 

@@ -3,7 +3,7 @@ the raggedness, and the S11 report accounts for every access."""
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lang_helpers import NP, launch, rand
+from lang_helpers import NOT_ON_TRITON_INTERPRETER, NP, launch, rand
 
 import tilesafe as ts
 
@@ -62,7 +62,6 @@ def _fit_grid(backend, shape, tile, limit=16):
 
 
 def _skip_unsupported(backend, dtype):
-    from conftest import NOT_ON_TRITON_INTERPRETER
     return backend != "reference" and dtype in NOT_ON_TRITON_INTERPRETER
 
 

@@ -116,7 +116,8 @@ def test_partition_prefix_of_an_empty_tensor_initialises_only_the_prefix():
 @ts.kernel
 def typed(z: ts.Mut[ts.f32, (16, 16)], x: ts.Ref[ts.f32, (4, -1)], y: ts.Ref[ts.f32, ("N",)],
           w: ts.Ref[ts.f32, ("N",)], N: int):
-    s = ts.sum(ts.load(x, (0, 0), shape=(4, 16))) + ts.sum(ts.load(y, (0,), shape=(16,)) * ts.load(w, (0,), shape=(16,)))
+    yw = ts.load(y, (0,), shape=(16,)) * ts.load(w, (0,), shape=(16,))
+    s = ts.sum(ts.load(x, (0, 0), shape=(4, 16))) + ts.sum(yw)
     z.store(ts.zeros((16, 16), ts.f32) + s)
 
 

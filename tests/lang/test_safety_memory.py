@@ -3,7 +3,7 @@ S7 (no aliasing), S8 (partitions lend exclusively), S14 (no read of unwritten me
 import numpy as np
 import pytest
 import torch
-from lang_helpers import launch, poisoned, rand
+from lang_helpers import launch, marker_line, poisoned, rand
 
 import tilesafe as ts
 
@@ -96,8 +96,7 @@ def test_using_a_tensor_while_lent():
         with pytest.raises(ts.OwnershipError) as ei:
             use()
         assert "lent to a partition" in ei.value.message
-        lent = [i for i, ln in enumerate(open(HERE), 1) if ln.rstrip().endswith("# LENT-HERE")][0]
-        assert f"{HERE}:{lent}" in ei.value.message
+        assert f"{HERE}:{marker_line(HERE, 'LENT-HERE')}" in ei.value.message
     p.unpartition()
 
 
