@@ -21,20 +21,22 @@ class Graph:
         self._graph = torch.cuda.CUDAGraph()
         self._accesses: list = []      # (tensor, is_write)
         self._keep: list = []
+        self._seen: set = set()
 
     def record(self, tensor, is_write: bool) -> None:
         """Called by a launch during capture: the replay reads/writes this tensor."""
-        self._accesses.append((tensor, is_write))
-        self._keep.append(tensor._torch())
+        key = (tensor._byte_set(), is_write)
+        if key not in self._seen:     # 22 layers reuse a few buffers: register each once
+            self._seen.add(key)
+            self._accesses.append((tensor, is_write))
+            self._keep.append(tensor._torch())
 
     def replay(self) -> Future:
         """Run the captured work again on the current stream; returns a Future."""
         import torch
         stream = torch.cuda.current_stream()
         for t, is_write in self._accesses:
-            for c in t._state.pending_conflicts(t._byte_set(), is_write):
-                if c.stream is not None and c.stream != stream:
-                    stream.wait_event(c.event)
+            t._state.order_device(t._byte_set(), is_write, stream)
         self._graph.replay()
         event = torch.cuda.Event()
         event.record(stream)

@@ -82,14 +82,15 @@ class Kernel:
         plan = self._last_plan
         try:
             if plan is not None and plan.matches(args, kwargs, grid, backend):
-                return plan.compiled.run(plan.bound)
+                return plan.launch()
             bound = binding.bind(self, args, kwargs, grid, unsafe)
             self._check_preconditions(bound)
             compiled = self.specializer.compiled(bound, backend)
             safety.check_launch(self, bound, compiled.spec.fn)
+            future = compiled.run(bound)
             if not bound.borrowed:   # torch arguments are wrapped per launch: no identity to reuse
                 self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
-            return compiled.run(bound)
+            return future
         except TileSafeError as e:
             raise _clean(e) from None
 

@@ -18,7 +18,7 @@ _OBJECTS = (Tensor, Partition)
 
 
 class LaunchPlan:
-    __slots__ = ("args", "kwargs", "grid", "backend", "compiled", "bound", "partitions", "tensors")
+    __slots__ = ("args", "kwargs", "grid", "backend", "compiled", "bound", "partitions", "tensors", "launch")
 
     def __init__(self, args, kwargs, grid, backend, compiled, bound):
         self.args = tuple(_hold(a) for a in args)
@@ -29,6 +29,9 @@ class LaunchPlan:
         self.bound = bound
         self.partitions = tuple(weakref.ref(a) for a in (*args, *kwargs.values()) if isinstance(a, Partition))
         self.tensors = tuple(weakref.ref(a) for a in (*args, *kwargs.values()) if isinstance(a, Tensor))
+        prepare = getattr(compiled, "prepare", None)
+        prepared = prepare(bound) if prepare is not None else None
+        self.launch = prepared if prepared is not None else (lambda: compiled.run(bound))
 
     def matches(self, args, kwargs, grid, backend) -> bool:
         if backend != self.backend or grid != self.grid or len(args) != len(self.args) \

@@ -19,9 +19,7 @@ def order_before(kernel, bound, stream) -> None:
     """Make `stream` wait for pending conflicting accesses issued on other streams."""
     for name, f in bound.tensors.items():
         t = f.tensor
-        for c in t._state.pending_conflicts(t._byte_set(), writes(kernel, name)):
-            if c.stream is not None and c.stream != stream:
-                stream.wait_event(c.event)
+        t._state.order_device(t._byte_set(), writes(kernel, name), stream)
 
 
 def record_after(kernel, bound, stream, outputs) -> Future:

@@ -116,9 +116,32 @@ class StorageState:
     # -- S9/S10: pending accesses ---------------------------------------------------------
 
     def record(self, byteset: ByteSet, is_write: bool, future: Future) -> None:
-        """Register a launch's access to `byteset`, pending until `future.done()`."""
+        """Register a launch's access to `byteset`, pending until `future.done()`.
+
+        A later access of the same bytes, kind and stream supersedes an earlier one (the
+        stream runs them in order), so repeated launches keep the registry small.
+        """
+        stream = getattr(future, "stream", None)
         with self._lock:
-            self._pending.append(PendingAccess(byteset, is_write, future))
+            pending = self._pending
+            for i, p in enumerate(pending):
+                if p.is_write == is_write and getattr(p.future, "stream", None) is stream and p.byteset == byteset:
+                    pending[i] = PendingAccess(byteset, is_write, future)
+                    return
+            if len(pending) >= 32:
+                pending[:] = [p for p in pending if not p.future.done()]
+            pending.append(PendingAccess(byteset, is_write, future))
+
+    def order_device(self, byteset: ByteSet, write: bool, stream) -> None:
+        """S10: make `stream` wait for conflicting pending accesses on other streams.
+
+        Work on `stream` itself is ordered by the stream, so it costs nothing here.
+        """
+        for p in self._pending:
+            other = getattr(p.future, "stream", None)
+            if other is not None and other != stream and (write or p.is_write) \
+                    and not p.future.done() and overlaps(p.byteset, byteset):
+                stream.wait_event(p.future.event)
 
     def pending_conflicts(self, byteset: ByteSet, write: bool) -> list[Future]:
         """Unfinished futures an access to `byteset` must be ordered after: writers for a

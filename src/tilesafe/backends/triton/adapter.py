@@ -166,3 +166,17 @@ def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_s
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn, signature, constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, warp_size), options=options or None)
+
+
+def compiled_kernel(fn, grid, args):
+    """Triton's compiled kernel for these exact arguments (compiling it if needed)."""
+    return fn.warmup(*args, grid=grid)
+
+
+def launch_compiled(kernel, grid3, stream: int, args: tuple) -> None:
+    """Launch a compiled kernel directly, skipping the JIT dispatcher (Triton 3.6 internals:
+    the same call `JITFunction.run` makes once it has found the kernel)."""
+    from triton import knobs
+    metadata = kernel.launch_metadata(grid3, stream, *args)
+    kernel.run(grid3[0], grid3[1], grid3[2], stream, kernel.function, kernel.packed_metadata, metadata,
+               knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)

@@ -102,6 +102,18 @@ class TritonCompiled:
             return Future(outputs)
         return self._run_on_gpu(bound, tensors, fn, grid, args, outputs, bool(gen.descriptors))
 
+    def prepare(self, bound):
+        """A launcher for repeating this launch (the launch fast path), or None."""
+        if self.backend.interpret or self.backend.descriptors:
+            return None
+        from .prepared_launch import PreparedLaunch
+        tensors = {name: f.tensor._torch() for name, f in bound.tensors.items()}
+        grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
+        if not all(g > 0 for g in grid):
+            return None
+        gen, fn = self.variant(frozenset())
+        return PreparedLaunch(self, bound, fn, grid, launch_values(gen, bound, tensors))
+
     def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
         record the launch's event; inside `ts.graph()` register the accesses with the graph."""
