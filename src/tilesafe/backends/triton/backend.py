@@ -28,6 +28,9 @@ class TritonBackend:
     _shared: dict = {}
 
     def __init__(self, name: str, descriptors: bool = False):
+        import os
+        # Triton's own compiled-kernel cache lives under ours unless the user placed it.
+        os.environ.setdefault("TRITON_CACHE_DIR", str(SETTINGS.cache_dir / "triton-cache"))
         self.name = name
         self.interpret = name == "triton-interpreter"
         self.descriptors = descriptors
