@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ def current_backend() -> str:
     return "triton" if _cuda_available() else "reference"
 
 
+@functools.lru_cache(maxsize=None)
 def _cuda_available() -> bool:
     try:
         import torch

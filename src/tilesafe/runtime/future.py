@@ -15,7 +15,7 @@ class Completion:
 
     def __init__(self, event=None, stream=None, keep=()):
         self.event = event            # a CUDA event, or None when the work already ran
-        self.stream = stream
+        self.stream = stream          # the raw CUDA stream handle (an int), or None
         self._keep = keep
         self._done = event is None
 

@@ -36,11 +36,11 @@ class Graph:
         import torch
         stream = torch.cuda.current_stream()
         for t, is_write in self._accesses:
-            t._state.order_device(t._byte_set(), is_write, stream)
+            t._state.order_device(t._byte_set(), is_write, stream.cuda_stream)
         self._graph.replay()
         event = torch.cuda.Event()
         event.record(stream)
-        done = Completion(event, stream, tuple(self._keep))
+        done = Completion(event, stream.cuda_stream, tuple(self._keep))
         for t, is_write in self._accesses:
             t._state.record(t._byte_set(), is_write, done)
         return Future((), done)

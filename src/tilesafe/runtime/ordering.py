@@ -19,7 +19,7 @@ def order_before(kernel, bound, stream) -> None:
     """Make `stream` wait for pending conflicting accesses issued on other streams."""
     for name, f in bound.tensors.items():
         t = f.tensor
-        t._state.order_device(t._byte_set(), writes(kernel, name), stream)
+        t._state.order_device(t._byte_set(), writes(kernel, name), stream.cuda_stream)
 
 
 def record_after(kernel, bound, stream, outputs) -> Future:
@@ -28,7 +28,7 @@ def record_after(kernel, bound, stream, outputs) -> Future:
     event = torch.cuda.Event()
     event.record(stream)
     keep = tuple(f.tensor._torch() for f in bound.tensors.values())
-    done = Completion(event, stream, keep)
+    done = Completion(event, stream.cuda_stream, keep)
     for name, f in bound.tensors.items():
         t = f.tensor
         t._state.record(t._byte_set(), writes(kernel, name), done)

@@ -125,23 +125,24 @@ class StorageState:
         with self._lock:
             pending = self._pending
             for i, p in enumerate(pending):
-                if p.is_write == is_write and getattr(p.future, "stream", None) is stream and p.byteset == byteset:
+                if p.is_write == is_write and getattr(p.future, "stream", None) == stream and \
+                        (p.byteset is byteset or p.byteset == byteset):
                     pending[i] = PendingAccess(byteset, is_write, future)
                     return
             if len(pending) >= 32:
                 pending[:] = [p for p in pending if not p.future.done()]
             pending.append(PendingAccess(byteset, is_write, future))
 
-    def order_device(self, byteset: ByteSet, write: bool, stream) -> None:
-        """S10: make `stream` wait for conflicting pending accesses on other streams.
-
-        Work on `stream` itself is ordered by the stream, so it costs nothing here.
-        """
+    def order_device(self, byteset: ByteSet, write: bool, stream: int) -> None:
+        """S10: make the current stream (raw handle `stream`) wait for conflicting pending
+        accesses on other streams. Work on the same stream is ordered by the stream itself,
+        so it costs nothing here."""
         for p in self._pending:
             other = getattr(p.future, "stream", None)
             if other is not None and other != stream and (write or p.is_write) \
                     and not p.future.done() and overlaps(p.byteset, byteset):
-                stream.wait_event(p.future.event)
+                import torch
+                torch.cuda.current_stream().wait_event(p.future.event)
 
     def pending_conflicts(self, byteset: ByteSet, write: bool) -> list[Future]:
         """Unfinished futures an access to `byteset` must be ordered after: writers for a

@@ -173,10 +173,16 @@ def compiled_kernel(fn, grid, args):
     return fn.warmup(*args, grid=grid)
 
 
-def launch_compiled(kernel, grid3, stream: int, args: tuple) -> None:
-    """Launch a compiled kernel directly, skipping the JIT dispatcher (Triton 3.6 internals:
-    the same call `JITFunction.run` makes once it has found the kernel)."""
+def direct_launcher(kernel, grid3):
+    """A function `launch(stream_handle, args)` that starts the compiled kernel directly,
+    skipping the JIT dispatcher (Triton 3.6 internals: the call `JITFunction.run` makes once
+    it has found the kernel). Launch hooks, when a profiler installs them, still run."""
     from triton import knobs
-    metadata = kernel.launch_metadata(grid3, stream, *args)
-    kernel.run(grid3[0], grid3[1], grid3[2], stream, kernel.function, kernel.packed_metadata, metadata,
-               knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+    run, function, packed = kernel.run, kernel.function, kernel.packed_metadata
+    g0, g1, g2 = grid3
+
+    def launch(stream: int, args: tuple) -> None:
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        metadata = kernel.launch_metadata(grid3, stream, *args) if enter is not None else None
+        run(g0, g1, g2, stream, function, packed, metadata, enter, leave, *args)
+    return launch

@@ -23,7 +23,7 @@ class PreparedLaunch:
         self.compiled, self.bound = compiled, bound
         self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
         self.args = tuple(args)
-        self.kernel_binary = adapter.compiled_kernel(fn, grid, args)
+        self.start = adapter.direct_launcher(adapter.compiled_kernel(fn, grid, args), self.grid)
         self.accesses = tuple((f.tensor._state, f.tensor._byte_set(), writes(compiled.kernel, n))
                               for n, f in bound.tensors.items())
         # Held weakly: a cached plan must not keep memory alive; the caller holds the
@@ -33,21 +33,22 @@ class PreparedLaunch:
         self.outputs = tuple(weakref.ref(bound.tensors[n].obj) for n in compiled.kernel.outputs)
         first = next(iter(bound.tensors.values()), None)
         self.device = first.tensor._torch().device if first is not None else torch.device("cuda")
+        self.device_index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self._event = torch.cuda.Event
 
     def __call__(self) -> Future:
         if graph_var.get() is not None:
             return self.compiled.run(self.bound)      # capture registers with the graph
         import torch
-        stream = torch.cuda.current_stream(self.device)
+        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         for state, byteset, write in self.accesses:
             if state._pending:
                 state.order_device(byteset, write, stream)
-        adapter.launch_compiled(self.kernel_binary, self.grid, stream.cuda_stream, self.args)
+        self.start(stream, self.args)
         if any(ref()._state.init_mask is not None for ref in self.written):
             mark_written(self.bound, self.compiled.written)   # prefix partitions mark their prefix only
         event = self._event()
-        event.record(stream)
+        event.record()
         done = Completion(event, stream, tuple(ref() for ref in self.tensors))
         for state, byteset, write in self.accesses:
             state.record(byteset, write, done)
