@@ -50,6 +50,13 @@ def main(out_path: str) -> None:
     tx, ty, tz = x._torch(), y._torch(), z._torch()
     safe = host_us_per_call(lambda: add3(p, x, y))
     raw = host_us_per_call(lambda: raw_add3[(1,)](tz, tx, ty, n, B=1024))
+    # where a safe launch's host time goes (diagnostics)
+    plan = add3._last_plan
+    parts = {
+        "plan_match_us": host_us_per_call(lambda: plan.matches((p, x, y), {}, None, "triton")),
+        "prepared_launch_us": host_us_per_call(plan.launch),
+        "event_record_us": host_us_per_call(lambda: torch.cuda.Event().record()),
+    }
 
     # graph replay: 100 captured launches, per-kernel cost
     with ts.graph() as g:
@@ -74,7 +81,7 @@ def main(out_path: str) -> None:
     result = {
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
         "safe_launch_us": safe, "raw_triton_launch_us": raw, "ratio_safe_over_raw": safe / raw,
-        "graph_replay_us_per_kernel": graph_us,
+        "graph_replay_us_per_kernel": graph_us, "breakdown": parts,
         "first_call_s": compile_times, "warm_start_from_disk_cache_s": warm,
     }
     with open(out_path, "w") as f:
