@@ -10,24 +10,38 @@ from __future__ import annotations
 
 
 class Completion:
-    """When a launch (or graph replay) finishes; holds its memory alive until then (S9)."""
+    """When a launch (or graph replay) finishes; holds its memory alive until then (S9).
+
+    The CUDA event is recorded lazily, the first time someone needs to wait or poll: an
+    event recorded later on the same stream completes after the launch, so waiting on it
+    is correct (conservative), and launches nobody waits for cost no event at all.
+    """
     __slots__ = ("event", "stream", "_keep", "_done")
 
     def __init__(self, event=None, stream=None, keep=()):
-        self.event = event            # a CUDA event, or None when the work already ran
-        self.stream = stream          # the raw CUDA stream handle (an int), or None
+        self.event = event            # a CUDA event, or None until one is needed
+        self.stream = stream          # the raw CUDA stream handle (an int); None: already done
         self._keep = keep
-        self._done = event is None
+        self._done = event is None and stream is None
+
+    def ready_event(self):
+        """The event to wait on, recorded now on the launch's stream if there is none yet."""
+        if self.event is None:
+            import torch
+            event = torch.cuda.Event()
+            event.record(torch.cuda.ExternalStream(self.stream))
+            self.event = event
+        return self.event
 
     def done(self) -> bool:
         """True once the GPU finished (polls, never blocks)."""
-        if not self._done and self.event.query():
+        if not self._done and self.ready_event().query():
             self._finish()
         return self._done
 
     def wait(self) -> None:
         if not self._done:
-            self.event.synchronize()
+            self.ready_event().synchronize()
             self._finish()
 
     def _finish(self) -> None:

@@ -2,8 +2,8 @@
 
 Tracking is by storage byte ranges (`StorageState`), not by handles, so views and aliases
 are covered. Work on the same stream is already ordered by the stream; only a conflict on
-another stream costs a `wait_event`. Every launch records one event, and its future keeps
-the launch's tensors alive until the GPU is done with them.
+another stream costs a `wait_event`. A launch's event is recorded only when something
+waits for it, and its completion keeps the launch's tensors alive until the GPU is done.
 """
 from __future__ import annotations
 
@@ -23,12 +23,9 @@ def order_before(kernel, bound, stream) -> None:
 
 
 def record_after(kernel, bound, stream, outputs) -> Future:
-    """Record the launch's completion event and register its accesses as pending."""
-    import torch
-    event = torch.cuda.Event()
-    event.record(stream)
+    """Register the launch's accesses as pending; its event is recorded only when needed."""
     keep = tuple(f.tensor._torch() for f in bound.tensors.values())
-    done = Completion(event, stream.cuda_stream, keep)
+    done = Completion(None, stream.cuda_stream, keep)
     for name, f in bound.tensors.items():
         t = f.tensor
         t._state.record(t._byte_set(), writes(kernel, name), done)

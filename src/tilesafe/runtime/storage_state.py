@@ -142,7 +142,7 @@ class StorageState:
             if other is not None and other != stream and (write or p.is_write) \
                     and not p.future.done() and overlaps(p.byteset, byteset):
                 import torch
-                torch.cuda.current_stream().wait_event(p.future.event)
+                torch.cuda.current_stream().wait_event(p.future.ready_event())
 
     def pending_conflicts(self, byteset: ByteSet, write: bool) -> list[Future]:
         """Unfinished futures an access to `byteset` must be ordered after: writers for a

@@ -34,7 +34,6 @@ class PreparedLaunch:
         first = next(iter(bound.tensors.values()), None)
         self.device = first.tensor._torch().device if first is not None else torch.device("cuda")
         self.device_index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        self._event = torch.cuda.Event
 
     def __call__(self) -> Future:
         if graph_var.get() is not None:
@@ -47,9 +46,7 @@ class PreparedLaunch:
         self.start(stream, self.args)
         if any(ref()._state.init_mask is not None for ref in self.written):
             mark_written(self.bound, self.compiled.written)   # prefix partitions mark their prefix only
-        event = self._event()
-        event.record()
-        done = Completion(event, stream, tuple(ref() for ref in self.tensors))
+        done = Completion(None, stream, tuple(ref() for ref in self.tensors))   # event recorded lazily
         for state, byteset, write in self.accesses:
             state.record(byteset, write, done)
         return Future(tuple(o() for o in self.outputs), done)
