@@ -16,11 +16,12 @@ class Completion:
     event recorded later on the same stream completes after the launch, so waiting on it
     is correct (conservative), and launches nobody waits for cost no event at all.
     """
-    __slots__ = ("event", "stream", "_keep", "_done")
+    __slots__ = ("event", "stream", "stream_obj", "_keep", "_done")
 
-    def __init__(self, event=None, stream=None, keep=()):
+    def __init__(self, event=None, stream=None, keep=(), stream_obj=None):
         self.event = event            # a CUDA event, or None until one is needed
         self.stream = stream          # the raw CUDA stream handle (an int); None: already done
+        self.stream_obj = stream_obj  # the torch stream the launch ran on
         self._keep = keep
         self._done = event is None and stream is None
 
@@ -29,7 +30,7 @@ class Completion:
         if self.event is None:
             import torch
             event = torch.cuda.Event()
-            event.record(torch.cuda.ExternalStream(self.stream))
+            event.record(self.stream_obj)
             self.event = event
         return self.event
 

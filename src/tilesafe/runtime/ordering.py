@@ -25,7 +25,7 @@ def order_before(kernel, bound, stream) -> None:
 def record_after(kernel, bound, stream, outputs) -> Future:
     """Register the launch's accesses as pending; its event is recorded only when needed."""
     keep = tuple(f.tensor._torch() for f in bound.tensors.values())
-    done = Completion(None, stream.cuda_stream, keep)
+    done = Completion(None, stream.cuda_stream, keep, stream)
     for name, f in bound.tensors.items():
         t = f.tensor
         t._state.record(t._byte_set(), writes(kernel, name), done)

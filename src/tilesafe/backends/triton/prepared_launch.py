@@ -33,6 +33,7 @@ class PreparedLaunch:
         self.outputs = tuple(weakref.ref(bound.tensors[n].obj) for n in compiled.kernel.outputs)
         first = next(iter(bound.tensors.values()), None)
         self.device = first.tensor._torch().device if first is not None else torch.device("cuda")
+        self._streams: dict = {}
         self.device_index = self.device.index if self.device.index is not None else torch.cuda.current_device()
 
     def __call__(self) -> Future:
@@ -46,7 +47,10 @@ class PreparedLaunch:
         self.start(stream, self.args)
         if any(ref()._state.init_mask is not None for ref in self.written):
             mark_written(self.bound, self.compiled.written)   # prefix partitions mark their prefix only
-        done = Completion(None, stream, tuple(ref() for ref in self.tensors))   # event recorded lazily
+        stream_obj = self._streams.get(stream)
+        if stream_obj is None:    # the current stream's torch object, looked up once per stream
+            stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
+        done = Completion(None, stream, tuple(ref() for ref in self.tensors), stream_obj)   # event made lazily
         for state, byteset, write in self.accesses:
             state.record(byteset, write, done)
         return Future(tuple(o() for o in self.outputs), done)
