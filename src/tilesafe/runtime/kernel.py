@@ -55,6 +55,10 @@ class Kernel:
     # --- launching --------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         """Launch on the current backend and stream; returns a Future at once."""
+        plan = self._last_plan   # the fast path: the same arguments as the last launch
+        if plan is not None and plan.matches(args, kwargs, None, current_backend()) \
+                and not launching_disabled_var.get():
+            return plan.launch()
         if self.unsafe:
             raise _clean(LaunchError(f"`{self.name}` is an unsafe kernel and cannot be launched by a plain call",
                                      help=f"use {self.name}.unsafe_launch(*args, grid=...) to take responsibility"))
