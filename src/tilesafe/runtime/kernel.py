@@ -56,7 +56,7 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         """Launch on the current backend and stream; returns a Future at once."""
         plan = self._last_plan   # the fast path: the same arguments as the last launch
-        if plan is not None and plan.matches(args, kwargs, None, current_backend()) \
+        if plan is not None and not self.unsafe and plan.matches(args, kwargs, None, current_backend()) \
                 and not launching_disabled_var.get():
             return plan.launch()
         if self.unsafe:
