@@ -20,7 +20,8 @@ def _inputs(seed=0):
 def test_launch_returns_before_the_gpu_finishes_and_host_read_waits():
     x = _inputs()
     z = ts.full(N, np.nan, device="cuda")
-    fut = spin(z.partition((B,)), x, n=SLOW)
+    spin(z.partition((B,)), x, n=1).sync()      # compile first: the timed launch only launches
+    fut = spin(z.partition((B,)), x, n=SLOW * 10)
     assert not fut.done()                       # the launch is asynchronous
     out = fut.results().unpartition()
     np.testing.assert_allclose(out.numpy(), x.numpy() + 1, rtol=1e-6)   # S9: numpy() waited
