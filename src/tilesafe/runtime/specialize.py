@@ -134,6 +134,8 @@ class Specializer:
         if code is None:
             code = _backend(backend).compile(self.kernel, spec, masks, wide, bound)
             self.code[key] = code
+            if SETTINGS.dump:
+                _dump(self.kernel.name, spec, code)
         return code
 
     def triton_source(self, bound) -> str:
@@ -144,6 +146,16 @@ class Specializer:
 
 
 _EMPTY = __import__("inspect").Parameter.empty
+
+
+def _dump(name: str, spec: Spec, code) -> None:
+    """TILESAFE_DUMP=1: print each new specialization's IR and generated source to stderr."""
+    import sys
+    from ..lang.ir import format_function
+    print(f"=== tilesafe: IR of {name} ===\n{format_function(spec.fn)}", file=sys.stderr)
+    source = getattr(code, "source", None)
+    if source:
+        print(f"=== tilesafe: Triton source of {name} ===\n{source}", file=sys.stderr)
 
 
 def _scalar_dtype(kind, value):
@@ -180,5 +192,3 @@ def _backend(name: str):
     from ..backends.triton.backend import TritonBackend
     return TritonBackend.get(name)
 
-
-_ = SETTINGS
