@@ -19,6 +19,7 @@ from .runtime.graph import Graph, graph
 from .runtime.streams import stream
 from .runtime.kernel import Kernel, kernel
 from .runtime.partition import Partition
+from .runtime.schedule import Schedule, schedule
 from .runtime.spec import spec
 from .runtime.tensor import Tensor
 from .settings import SETTINGS as settings, backend, current_backend, strict_sync

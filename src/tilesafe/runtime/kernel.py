@@ -21,12 +21,14 @@ from ..settings import current_backend, launching_disabled_var
 from . import binding, safety
 from .launch_plan import LaunchPlan
 from .preconditions import Precondition
+from .schedule import take as take_schedule
 from .specialize import Specializer
 
 
 class Kernel:
-    def __init__(self, fn, unsafe=False, preconditions=(), deny_kernel_checks=False, sanitize=None):
+    def __init__(self, fn, unsafe=False, preconditions=(), deny_kernel_checks=False, sanitize=None, schedule=None):
         self.fn = fn
+        self.schedule = schedule
         self.name = fn.__name__
         self.unsafe = unsafe
         self.deny_kernel_checks = deny_kernel_checks
@@ -87,9 +89,10 @@ class Kernel:
         try:
             if plan is not None and plan.matches(args, kwargs, grid, backend):
                 return plan.launch()
-            bound = binding.bind(self, args, kwargs, grid, unsafe)
+            plain_kwargs, sched = take_schedule(kwargs, self.schedule)
+            bound = binding.bind(self, args, plain_kwargs, grid, unsafe)
             self._check_preconditions(bound)
-            compiled = self.specializer.compiled(bound, backend)
+            compiled = self.specializer.compiled(bound, backend, sched)
             safety.check_launch(self, bound, compiled.spec.fn)
             future = compiled.run(bound)
             if not bound.borrowed:   # torch arguments are wrapped per launch: no identity to reuse
@@ -115,6 +118,7 @@ class Kernel:
     def _spec(self, args, kwargs):
         grid = kwargs.pop("grid", None)
         try:
+            kwargs, _ = take_schedule(kwargs, None)
             bound = binding.bind(self, args, kwargs, grid, self.unsafe)
             self._check_preconditions(bound)
             return bound
@@ -140,9 +144,10 @@ class Kernel:
 
     def compile(self, *args, backend=None, **kwargs):
         """Specialize and compile for these arguments without running."""
+        _, sched = take_schedule(kwargs, self.schedule)
         bound = self._spec(args, kwargs)
         try:
-            return self.specializer.compiled(bound, backend or current_backend())
+            return self.specializer.compiled(bound, backend or current_backend(), sched)
         except TileSafeError as e:
             raise _clean(e) from None
 
@@ -167,11 +172,12 @@ def _clean(e: TileSafeError) -> TileSafeError:
     return e.with_traceback(None)
 
 
-def kernel(fn=None, *, unsafe: bool = False, preconditions=(), deny_kernel_checks: bool = False, sanitize=None):
+def kernel(fn=None, *, unsafe: bool = False, preconditions=(), deny_kernel_checks: bool = False, sanitize=None,
+           schedule=None):
     """Define a tile kernel. `@ts.kernel` or `@ts.kernel(unsafe=..., preconditions=[...], ...)`."""
     def make(f):
         try:
-            return Kernel(f, unsafe, preconditions, deny_kernel_checks, sanitize)
+            return Kernel(f, unsafe, preconditions, deny_kernel_checks, sanitize, schedule)
         except KernelError as e:
             raise _clean(e) from None
     return make(fn) if fn is not None else make

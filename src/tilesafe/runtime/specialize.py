@@ -122,17 +122,17 @@ class Specializer:
     def report(self, bound) -> bounds.Report:
         return bounds.report(self.spec(bound).checks, LaunchFacts(bound))
 
-    def compiled(self, bound, backend: str):
+    def compiled(self, bound, backend: str, schedule=None):
         spec = self.spec(bound)
         facts = LaunchFacts(bound)
         masks = bounds.masks_for(spec.checks, facts)
         if self.kernel.deny_kernel_checks:
             _deny(self.kernel, spec, masks)
         wide = _needs_64bit(bound)
-        key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide)
+        key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide, schedule)
         code = self.code.get(key)
         if code is None:
-            code = _backend(backend).compile(self.kernel, spec, masks, wide, bound)
+            code = _backend(backend).compile(self.kernel, spec, masks, wide, bound, schedule)
             self.code[key] = code
             if SETTINGS.dump:
                 _dump(self.kernel.name, spec, code)

@@ -77,6 +77,6 @@ def _mark_pointer_writes(bound, san: Sanitizer) -> None:
 
 class ReferenceBackend:
     @staticmethod
-    def compile(kernel, spec, masks, wide, bound) -> ReferenceCompiled:
+    def compile(kernel, spec, masks, wide, bound, schedule=None) -> ReferenceCompiled:
         return ReferenceCompiled(kernel, spec, masks)
 

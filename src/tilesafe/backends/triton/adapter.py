@@ -168,9 +168,9 @@ def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_s
     return triton.compile(src, target=GPUTarget("cuda", arch, warp_size), options=options or None)
 
 
-def compiled_kernel(fn, grid, args):
-    """Triton's compiled kernel for these exact arguments (compiling it if needed)."""
-    return fn.warmup(*args, grid=grid)
+def compiled_kernel(fn, grid, args, options: dict):
+    """Triton's compiled kernel for these exact arguments and options (compiling it if needed)."""
+    return fn.warmup(*args, grid=grid, **options)
 
 
 def direct_launcher(kernel, grid3):

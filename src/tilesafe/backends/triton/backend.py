@@ -48,10 +48,10 @@ class TritonBackend:
             backend = cls._shared[name] = cls(name)
         return backend
 
-    def compile(self, kernel, spec, masks, wide, bound) -> "TritonCompiled":
+    def compile(self, kernel, spec, masks, wide, bound, schedule=None) -> "TritonCompiled":
         if self.interpret:
             _refuse_interpreter_dtypes(kernel, spec.fn)
-        return TritonCompiled(self, kernel, spec, masks, wide)
+        return TritonCompiled(self, kernel, spec, masks, wide, schedule)
 
     def load(self, generated):
         fn = self._loaded.get(generated.text)
@@ -61,8 +61,9 @@ class TritonBackend:
 
 
 class TritonCompiled:
-    def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool):
+    def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool, schedule=None):
         self.backend = backend
+        self.options = schedule.options() if schedule is not None else {}   # Triton launch options
         self.kernel = kernel
         self.spec = spec
         self.masks = masks
@@ -115,7 +116,7 @@ class TritonCompiled:
         if not all(g > 0 for g in grid):
             return None
         gen, fn = self.variant(frozenset())
-        return PreparedLaunch(self, bound, fn, grid, launch_values(gen, bound, tensors))
+        return PreparedLaunch(self, bound, fn, grid, launch_values(gen, bound, tensors), self.options)
 
     def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
@@ -132,7 +133,7 @@ class TritonCompiled:
             if all(g > 0 for g in grid):
                 if descriptors:
                     adapter.ensure_allocator()
-                adapter.launch(fn, grid, args, interpret=False)
+                adapter.launch(fn, grid, args, interpret=False, options=self.options)
             mark_written(bound, self.written)
             if capture is not None:
                 for name, f in bound.tensors.items():
@@ -187,7 +188,7 @@ def launch_values(gen, bound, tensors) -> list:
     return values
 
 
-def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool = False, grid=None, **kwargs):
+def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool = False, grid=None, schedule=None, **kwargs):
     """`triton.compile` a kernel for a CUDA target (sm_`arch`) from `ts.spec`s or tensors,
     without a GPU; returns Triton's compiled kernel (`.asm["ptx"]`, `.asm["ttgir"]`, ...).
     Pointers are taken as 16-byte aligned; with `descriptors`, eligible 2-D tensors use TMA."""
@@ -210,7 +211,8 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool = False, grid
         f = bound.tensors.get(slot.param)
         values.append({"ptr": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
                        "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
-    return adapter.compile_for(gen, values, SETTINGS.cache_dir, arch)
+    options = schedule.options() if schedule is not None else {}
+    return adapter.compile_for(gen, values, SETTINGS.cache_dir, arch, **options)
 
 
 def _numel(shape) -> int:

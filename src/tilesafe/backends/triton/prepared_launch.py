@@ -18,12 +18,12 @@ from . import adapter
 
 
 class PreparedLaunch:
-    def __init__(self, compiled, bound, fn, grid, args):
+    def __init__(self, compiled, bound, fn, grid, args, options):
         import torch
         self.compiled, self.bound = compiled, bound
         self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
         self.args = tuple(args)
-        self.start = adapter.direct_launcher(adapter.compiled_kernel(fn, grid, args), self.grid)
+        self.start = adapter.direct_launcher(adapter.compiled_kernel(fn, grid, args, options), self.grid)
         self.accesses = tuple((f.tensor._state, f.tensor._byte_set(), writes(compiled.kernel, n))
                               for n, f in bound.tensors.items())
         # Held weakly: a cached plan must not keep memory alive; the caller holds the

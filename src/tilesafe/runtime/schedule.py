@@ -1,0 +1,47 @@
+"""Schedule hints: how a kernel is mapped to the hardware, kept apart from what it computes.
+
+`ts.schedule(num_warps=8, num_stages=3)` is given to a launch (`kernel(..., schedule=s)`),
+as a kernel default (`@ts.kernel(schedule=s)`), or chosen by autotuning. It changes the
+generated machine code (it is part of the compiled-code key) but never the results. The
+reference backend ignores it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import LaunchError
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    num_warps: int | None = None
+    num_stages: int | None = None
+    maxnreg: int | None = None
+
+    def options(self) -> dict:
+        """Triton launch options (only the hints that were set)."""
+        return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages),
+                                  ("maxnreg", self.maxnreg)) if v is not None}
+
+
+def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnreg: int | None = None) -> Schedule:
+    """Schedule hints for a launch: `kernel(*args, schedule=ts.schedule(num_warps=8))`."""
+    if num_warps is not None and (not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32)):
+        raise LaunchError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
+    if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
+        raise LaunchError(f"num_stages={num_stages!r} must be an int >= 1")
+    if maxnreg is not None and (not isinstance(maxnreg, int) or maxnreg < 16):
+        raise LaunchError(f"maxnreg={maxnreg!r} must be an int >= 16")
+    return Schedule(num_warps, num_stages, maxnreg)
+
+
+def take(kwargs: dict, default: Schedule | None) -> tuple[dict, Schedule | None]:
+    """Split a launch's `schedule=` keyword from the kernel's own arguments."""
+    if "schedule" not in kwargs:
+        return kwargs, default
+    kwargs = dict(kwargs)
+    s = kwargs.pop("schedule")
+    if s is not None and not isinstance(s, Schedule):
+        raise LaunchError(f"schedule= takes ts.schedule(...), got {type(s).__name__}",
+                          help="schedule=ts.schedule(num_warps=8, num_stages=3)")
+    return kwargs, s if s is not None else default
