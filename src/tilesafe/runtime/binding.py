@@ -58,6 +58,7 @@ class Bound:
 def facts_of(name: str, arg) -> ArgFacts | None:
     if isinstance(arg, Partition):
         arg._check_live()
+        arg._check_torch_untouched()
         t = arg._tensor._torch()
         return ArgFacts(weakref.ref(arg), tuple(t.shape), tuple(t.stride()), arg._tensor._dtype, arg._tile,
                         arg._prefix)

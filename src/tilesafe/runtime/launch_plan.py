@@ -49,7 +49,8 @@ class LaunchPlan:
             if k not in self.kwargs or not _same(v, self.kwargs[k]):
                 return False
         for p in self.partitions:
-            if not p()._live:
+            p = p()
+            if not p._live or p.torch_touched():
                 return False
         for t in self.tensors:
             t = t()

@@ -30,7 +30,7 @@ class Partition:
     Made by `t.partition(tile)` or `t.partition_prefix(tile)`; `p.unpartition()` ends the
     lending and returns `t` itself.
     """
-    __slots__ = ("_tensor", "_tile", "_prefix", "_lent_at", "_live", "_ended_at", "__weakref__")
+    __slots__ = ("_tensor", "_tile", "_prefix", "_lent_at", "_live", "_ended_at", "_version", "__weakref__")
 
     def __init__(self, tensor: "Tensor", tile, prefix: bool, lent_at: Loc | None):
         shape = tuple(tensor._torch().shape)
@@ -39,6 +39,7 @@ class Partition:
         self._prefix = prefix
         self._lent_at = lent_at
         self._live = True
+        self._version = tensor._torch()._version   # torch's version counter when lent (S13)
         self._ended_at: Loc | None = None
         tensor._lend(self)
 
@@ -72,10 +73,27 @@ class Partition:
     def unpartition(self) -> "Tensor":
         """End the lending and return the tensor (the same object that was partitioned)."""
         self._check_live()
+        self._check_torch_untouched()
         self._live = False
         self._ended_at = caller_loc()
         self._tensor._give_back(self)
         return self._tensor
+
+    def torch_touched(self) -> bool:
+        """Best-effort S13: did torch modify the lent memory? Torch's version counter moved
+        past both the lending and tilesafe's own last host write to this storage."""
+        now = self._tensor._torch()._version
+        return now != self._version and now != self._tensor._state.own_write_version
+
+    def _check_torch_untouched(self) -> None:
+        if self.torch_touched():
+            raise OwnershipError(
+                f"the tensor lent to this partition (at {where(self._lent_at)}) was modified through torch "
+                "while tilesafe held it",
+                loc=caller_loc(),
+                help="do not write a borrowed tensor (ts.from_torch) with torch while it is partitioned; "
+                     "unpartition it first, or copy it (to_torch(copy=True)). This check is best-effort: "
+                     "it sees torch's in-place operations, not writes through raw pointers")
 
     def _check_live(self) -> None:
         if not self._live:

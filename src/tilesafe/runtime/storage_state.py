@@ -49,6 +49,7 @@ class StorageState:
         self._pending: list[PendingAccess] = []
         self._lock = threading.Lock()
         self._storage_ptr: int | None = None      # set once attached to a storage
+        self.own_write_version: int | None = None  # torch version counter after tilesafe's last host write
 
     # -- finding the state of a storage ---------------------------------------------------
 

@@ -206,6 +206,7 @@ class Tensor:
         # Everything that can refuse has run: now order after pending work (S9) and write.
         self._state.wait_for_host(byte_set(target), write=True, what=f"`{what}`")
         target.copy_(numpy_bridge.saturated_for(source, target.dtype))
+        self._state.own_write_version = target._version   # our write, not torch's (S13 detection)
         self._state.mark_written(target)
 
     # -- views (share storage and state) ----------------------------------------------------
