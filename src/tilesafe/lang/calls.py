@@ -109,11 +109,6 @@ def _grid_query(b, node, opcode, axis):
 
 
 # --- constructors ------------------------------------------------------------------------------
-def _host_constructors():
-    from ..runtime import constructors as c
-    return c
-
-
 def zeros_handler(b: Builder, node, shape, dtype=dt.f32):
     return b.emit1("full", (), TileType(static_shape(b, node, shape), dtype_arg(b, node, dtype)),
                    {"shape": static_shape(b, node, shape), "value": 0, "dtype": dtype_arg(b, node, dtype)})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from .annotations import PTR, REF
+from .annotations import REF
 from .signature import ParamInfo
 from .source import KernelSource
 from .stubs import UNSAFE_OPS
@@ -75,5 +75,3 @@ def _check_captures(src: KernelSource, params, rebound: set[str]) -> None:
                                 help=f"pass `{node.id}` as a parameter (ts.Ref for reading); kernels may not "
                                      "capture tensors")
 
-
-_ = PTR

@@ -13,7 +13,7 @@ from ..dtypes import DType
 from . import typing_rules as rules
 from .builder import PY_SCALARS, Builder, describe
 from .ir import TileType, Value
-from .objects import BoundMethod, DeviceFunction, MintedIndex, RefView, TensorArg
+from .objects import BoundMethod, DeviceFunction, MintedIndex
 
 BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
           ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",

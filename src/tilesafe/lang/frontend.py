@@ -1,7 +1,6 @@
 """The frontend pipeline entry: a kernel's AST and its launch bindings become typed IR."""
 from __future__ import annotations
 
-from ..dtypes import DType
 from .annotations import CONST, MUT, MUT_TILES, SCALAR
 from .builder import Bindings, Builder
 from .ir import Function, Param, TensorType, TileType, Value
@@ -44,5 +43,3 @@ def grid_rank_of(params: list[ParamInfo]) -> int:
         return 1
     return 3
 
-
-_ = DType

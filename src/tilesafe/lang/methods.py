@@ -5,8 +5,7 @@ Tensor parameters (`z.store`, `z.load`, `x.partition`, `z.tiles`, `z.tile_shape`
 """
 from __future__ import annotations
 
-from . import calls, memory
-from .annotations import MUT, MUT_TILES
+from . import calls, memory, stubs
 from .builder import Builder, describe
 from .ir import TileType, Value
 from .objects import BoundMethod, RefView, TensorArg
@@ -86,9 +85,6 @@ def _tile_method(b: Builder, node, v: Value, name, args, kwargs):
     if name == "permute":
         dims = args[0] if len(args) == 1 else tuple(args)
         return calls.permute(b, node, v, dims)
-    handler = calls.REGISTRY[getattr(__import__("tilesafe.lang.stubs", fromlist=[name]), name)]
+    handler = calls.REGISTRY[getattr(stubs, name)]
     return handler(b, node, v, *args, **kwargs)
 
-
-def is_output_kind(kind: str) -> bool:
-    return kind in (MUT, MUT_TILES)

@@ -6,7 +6,6 @@ from the runtime extents.
 """
 from __future__ import annotations
 
-import ast
 import inspect
 from dataclasses import dataclass
 
@@ -140,5 +139,3 @@ def _check_shape_entry(src, node, p, entry, by_name) -> None:
     raise src.error(node, f"the shape of `{p.name}` has {entry!r}",
                     help="shape entries are ints, -1 (any) or names of int parameters")
 
-
-_ = ast

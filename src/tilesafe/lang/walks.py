@@ -11,7 +11,7 @@ import ast
 
 from .. import dtypes as dt
 from .annotations import MUT, MUT_TILES, REF
-from .builder import PY_SCALARS, Builder, describe
+from .builder import Builder, describe
 from .calls import static_int, static_shape
 from .ir import TileType, Value
 from .objects import MintedIndex, TensorArg
@@ -109,5 +109,3 @@ def _subtiles_walk(b: Builder, call, z: TensorArg, args, kwargs):
         raise b.error(call, f"the sub-tile {shape} must have rank {z.rank} and divide the tile {z.tile}")
     return {"output": z.name, "shape": shape, "tile": z.tile}, (), z.rank, shape
 
-
-_ = PY_SCALARS, MUT

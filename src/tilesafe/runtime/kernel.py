@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 
 from ..errors import KernelError, LaunchError, TileSafeError, caller_loc
-from ..lang.annotations import CONST, MUT, MUT_TILES, SCALAR
+from ..lang.annotations import MUT, MUT_TILES
 from ..lang.definition_checks import check_definition
 from ..lang.signature import parse_params
 from ..lang.source import KernelSource
@@ -182,5 +182,3 @@ def kernel(fn=None, *, unsafe: bool = False, preconditions=(), deny_kernel_check
             raise _clean(e) from None
     return make(fn) if fn is not None else make
 
-
-_ = CONST, SCALAR

@@ -9,6 +9,7 @@ step does not recompile per token:
 from __future__ import annotations
 
 import math
+import inspect
 from dataclasses import dataclass
 
 from .. import dtypes as dt
@@ -145,7 +146,7 @@ class Specializer:
         return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound)).text
 
 
-_EMPTY = __import__("inspect").Parameter.empty
+_EMPTY = inspect.Parameter.empty
 
 
 def _dump(name: str, spec: Spec, code) -> None:

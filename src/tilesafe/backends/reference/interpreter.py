@@ -12,8 +12,7 @@ import itertools
 import numpy as np
 
 from ... import dtypes as dt
-from ...errors import SanitizerError
-from ...lang.ir import Block, Function, Op, TensorType, Value
+from ...lang.ir import Block, Function, Op, TensorType
 from ...lang.tile_order import tile_coords
 from . import numerics as nx
 
@@ -313,5 +312,3 @@ _MULTI = ("for", "while", "if", "tiles", "subtiles")
 def run(fn: Function, tensors: dict, scalars: dict, grid, sanitizer=None) -> None:
     Interpreter(fn, tensors, scalars, grid, sanitizer).run()
 
-
-_ = Value, SanitizerError
