@@ -13,6 +13,8 @@ from .lang.stubs import (abs, argmax, argmin, astype, atomic_add, atomic_cas, at
                          load, load_ptr, load_tile_like, log, log2, max, maximum, min, minimum, mma, num_blocks,
                          num_tiles, permute, print, reshape, rsqrt, scalar, sigmoid, sin, sqrt, static_assert,
                          store_ptr, sum, tanh, transpose, valid, where)
+from .runtime.autotune import Autotuned, autotune
+from .runtime.autotune_config import AUTO as auto, Config
 from .runtime.constructors import arange, empty, from_torch, full, ones, rand, randn, tensor, zeros
 from .runtime.future import Future
 from .runtime.graph import Graph, graph

@@ -19,6 +19,7 @@ from ..lang.signature import parse_params
 from ..lang.source import KernelSource
 from ..settings import current_backend, launching_disabled_var
 from . import binding, safety
+from .autotune_config import AUTO
 from .launch_plan import LaunchPlan
 from .preconditions import Precondition
 from .schedule import take as take_schedule
@@ -89,6 +90,10 @@ class Kernel:
         try:
             if plan is not None and plan.matches(args, kwargs, grid, backend):
                 return plan.launch()
+            if kwargs.get("tile") is AUTO and "tile" not in self._by_name:
+                raise LaunchError(f"`{self.name}` is not autotuned, so tile=ts.auto has no tuned tile to use",
+                                  help="put @ts.autotune(configs=[ts.Config(...)], key=[...]) above @ts.kernel, "
+                                       "or pass the output partitioned yourself, e.g. z.partition((128,))")
             plain_kwargs, sched = take_schedule(kwargs, self.schedule)
             bound = binding.bind(self, args, plain_kwargs, grid, unsafe)
             self._check_preconditions(bound)
