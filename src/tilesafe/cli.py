@@ -1,7 +1,8 @@
-"""The `tilesafe` command: `tilesafe demo` and `tilesafe check FILE.py`.
+"""The `tilesafe` command: `tilesafe demo`, `tilesafe check FILE.py` and `tilesafe bench`.
 
 `demo` runs the examples on the backend this machine has and shows what tilesafe refuses;
-`check` imports a file without launching anything and reports every kernel's errors.
+`check` imports a file without launching anything and reports every kernel's errors;
+`bench` is `python -m tilesafe.bench` (its own options, see docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ USAGE = """\
 examples:
   tilesafe demo                 run the examples, then show errors for unsafe kernels
   tilesafe check my_kernels.py  check every @ts.kernel in a file without running it
+  tilesafe bench --quick        benchmark the kernel library on the GPU (bench --help)
 """
 
 
@@ -29,10 +31,16 @@ def parser() -> argparse.ArgumentParser:
                            description="Import each file with launching disabled and report the errors of "
                                        "every @ts.kernel it defines. Exits 1 if any kernel has an error.")
     check.add_argument("files", nargs="+", metavar="FILE.py")
+    # Parsed by tilesafe.bench's own parser (main hands it the rest of the command line).
+    sub.add_parser("bench", add_help=False, help="benchmark the kernel library against PyTorch and raw Triton")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        from .bench.cli import main as bench
+        return bench(argv[1:], prog="tilesafe bench")
     args = parser().parse_args(argv)
     if args.command == "demo":
         from . import demo
