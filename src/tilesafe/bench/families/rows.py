@@ -1,0 +1,126 @@
+"""Row workloads: `softmax`, `rms_norm` and `rope`, bandwidth-bound, each beside PyTorch's
+eager ops and a copy of the same bytes."""
+from __future__ import annotations
+
+import importlib
+
+import torch
+import torch.nn.functional as F
+
+import tilesafe.kernels as tk
+
+from ..twins.rows import rms_norm_twin, rope_twin, softmax_twin
+from ..workload import (BANDWIDTH, DTYPES, TILESAFE, TOLERANCE, TORCH, TWIN, Impl, Setup, Workload, element_bytes,
+                        empty, randn)
+from . import baselines
+from .qwen3 import HEAD_DIM, MODELS
+
+_reduce = importlib.import_module("tilesafe.kernels.reduce")
+_norms = importlib.import_module("tilesafe.kernels.norms")
+_rope_kernels = importlib.import_module("tilesafe.kernels.rope")
+EPS, THETA = 1e-6, 1e6
+TOKENS = 16384
+
+
+def softmax_workloads(setup: Setup) -> list[Workload]:
+    if setup.tiny:
+        return [_softmax(10, 100, "f32", setup)]
+    shapes = [(8192, 4096)] if setup.size == "quick" else [(32768, 1024), (8192, 4096), (2048, 16384)]
+    return [_softmax(m, n, "bf16", setup) for m, n in shapes]
+
+
+def rms_norm_workloads(setup: Setup) -> list[Workload]:
+    if setup.tiny:
+        return [_rms_norm(10, 100, "f32", setup)]
+    models = ("8B",) if setup.size == "quick" else ("4B", "8B", "32B")
+    return [_rms_norm(TOKENS, MODELS[m].hidden, "bf16", setup) for m in models]
+
+
+def rope_workloads(setup: Setup) -> list[Workload]:
+    if setup.tiny:
+        return [_rope(5, 6, 64, "f32", setup)]
+    return [_rope(TOKENS, 32, HEAD_DIM, "bf16", setup)]
+
+
+def _softmax(m: int, n: int, dtype: str, setup: Setup) -> Workload:
+    dev = setup.device
+    nbytes = 2 * m * n * element_bytes(dtype)
+
+    def make(seed):
+        return {"x": randn((m, n), dtype, seed, dev, scale=4.0), "out": empty((m, n), dtype, dev)}
+
+    def twin(seen):
+        run = softmax_twin(seen)
+        return Impl("twin", TWIN, lambda b: run(b["out"], b["x"]))
+    return Workload(
+        "softmax", f"softmax {dtype} {m}x{n}", {"rows": m, "n": n}, dtype, BANDWIDTH, nbytes, 0.0, make,
+        lambda b: torch.softmax(b["x"].float(), dim=-1),
+        [Impl("tilesafe", TILESAFE, lambda b: tk.softmax(b["x"], out=b["out"]), capture="tilesafe"),
+         Impl("torch.softmax", TORCH, lambda b: torch.softmax(b["x"], dim=-1)),
+         baselines.copy(nbytes, dev)],
+        observe=(_reduce.softmax_kernel,), twin=twin)
+
+
+def _rms_norm(m: int, n: int, dtype: str, setup: Setup) -> Workload:
+    dev = setup.device
+    es = element_bytes(dtype)
+    nbytes = (2 * m * n + n) * es
+
+    def make(seed):
+        return {"x": randn((m, n), dtype, seed, dev), "w": randn((n,), dtype, seed + 1000, dev),
+                "out": empty((m, n), dtype, dev)}
+
+    def reference(b):
+        x = b["x"].float()
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * b["w"].float()
+
+    def twin(seen):
+        run = rms_norm_twin(seen)
+        return Impl("twin", TWIN, lambda b: run(b["out"], b["x"], b["w"], EPS))
+    return Workload(
+        "rms_norm", f"rms_norm {dtype} {m}x{n}", {"rows": m, "n": n}, dtype, BANDWIDTH, nbytes, 0.0, make, reference,
+        [Impl("tilesafe", TILESAFE, lambda b: tk.rms_norm(b["x"], b["w"], EPS, out=b["out"]), capture="tilesafe"),
+         Impl("F.rms_norm", TORCH, lambda b: F.rms_norm(b["x"], (n,), b["w"], EPS)),
+         baselines.copy(nbytes, dev)],
+        observe=(_norms.rms_norm_kernel,), twin=twin)
+
+
+def _rope(tokens: int, heads: int, d: int, dtype: str, setup: Setup) -> Workload:
+    dev = setup.device
+    nbytes = 2 * tokens * heads * d * element_bytes(dtype) + 8 * tokens
+
+    def make(seed):
+        g = torch.Generator(device=dev).manual_seed(seed + 2000)
+        pos = torch.randint(0, 32768, (tokens,), generator=g, device=dev)
+        cos, sin = _cos_sin(pos, d)
+        return {"x": randn((tokens, heads, d), dtype, seed, dev), "pos": pos, "out": empty((tokens, heads, d), dtype, dev),
+                "cos": cos.to(DTYPES[dtype]), "sin": sin.to(DTYPES[dtype])}
+
+    def twin(seen):
+        run = rope_twin(seen)
+        return Impl("twin", TWIN, lambda b: run(b["out"], b["x"], b["pos"], THETA))
+    return Workload(
+        "rope", f"rope {dtype} {tokens}x{heads}x{d}", {"tokens": tokens, "heads": heads, "head_dim": d}, dtype,
+        BANDWIDTH, nbytes, 0.0, make, lambda b: _rotate(b["x"].float(), *_cos_sin(b["pos"], d)),
+        [Impl("tilesafe", TILESAFE, lambda b: tk.rope(b["x"], b["pos"], THETA, out=b["out"]), capture="tilesafe"),
+         Impl("torch eager", TORCH, lambda b: _rotate(b["x"], b["cos"], b["sin"])),
+         baselines.copy(nbytes, dev)],
+        observe=(_rope_kernels.rope_kernel,), twin=twin,
+        # fp32 angles of positions up to 32k are off by ~1e-3 rad from the fp64 oracle's
+        tolerance=max(5e-3, TOLERANCE[dtype]))
+
+
+def _cos_sin(pos, d: int):
+    """The (tokens, 1, d) cos and sin tables of rotate-half RoPE, fp32 (as HF's rotary embedding)."""
+    inv = THETA ** -(torch.arange(0, d, 2, device=pos.device, dtype=torch.float64) / d)     # (d/2,)
+    angle = pos.double()[:, None] * inv[None, :]                                              # (tokens, d/2)
+    angle = torch.cat([angle, angle], dim=-1)[:, None, :]                                     # (tokens, 1, d)
+    return angle.cos().float(), angle.sin().float()
+
+
+def _rotate(x, cos, sin):
+    """x * cos + rotate_half(x) * sin, in x's dtype (the PyTorch eager way)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+

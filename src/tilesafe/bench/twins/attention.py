@@ -1,0 +1,162 @@
+"""Twins of the attention kernels: `flash_kernel` (prefill, causal or not, GQA) and the
+split-sequence decode pair `decode_partial_kernel` + `decode_combine_kernel`.
+
+Flash: one program per (batch * head, BM query rows); key tiles fully inside the keys and
+left of the diagonal take an unmasked loop, the rest a masked one; scores in log2 units so
+the exponentials are exp2 — the structure of the tilesafe kernel, written by hand.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from .launch import cdiv, launch
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _online_step(q, k, v, m, l, acc, keep, qk_scale, MASKED: tl.constexpr):
+    s = tl.dot(q, tl.trans(k)) * qk_scale                                  # (BM, BN)
+    if MASKED:
+        s = tl.where(keep, s, -float("inf"))
+    m_new = tl.maximum(m, tl.max(s, axis=1, keep_dims=True))               # (BM, 1)
+    p = tl.exp2(s - m_new)
+    alpha = tl.exp2(m - m_new)
+    l = l * alpha + tl.sum(p, axis=1, keep_dims=True)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha)
+    return m_new, l, acc
+
+
+@triton.jit
+def flash(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SQ, SK, D, sqz, sqh, sqs, skz, skh, sks, svz, svh, svs, soz, soh,
+          sos, qk_scale, CAUSAL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DP: tl.constexpr,
+          EVEN: tl.constexpr):
+    zh, i = tl.program_id(0), tl.program_id(1)
+    zb, h = zh // H, zh % H
+    kvh = h // GROUP
+    rm = i * BM + tl.arange(0, BM)
+    rd = tl.arange(0, DP)
+    rn = tl.arange(0, BN)
+    q_ptrs = q_ptr + zb * sqz + h * sqh + rm[:, None] * sqs + rd[None, :]
+    if EVEN:
+        q = tl.load(q_ptrs)
+    else:
+        q = tl.load(q_ptrs, mask=(rm[:, None] < SQ) & (rd[None, :] < D), other=0.0)
+    k_base = k_ptr + zb * skz + kvh * skh
+    v_base = v_ptr + zb * svz + kvh * svh
+    m = tl.full((BM, 1), -float("inf"), tl.float32)
+    l = tl.zeros((BM, 1), tl.float32)
+    acc = tl.zeros((BM, DP), tl.float32)
+    free = SK // BN                                                          # key tiles needing no mask
+    end = tl.cdiv(SK, BN)
+    if CAUSAL:
+        free = tl.minimum(free, (i * BM) // BN)
+        end = tl.minimum(end, tl.cdiv((i + 1) * BM, BN))
+    for j in range(0, free):
+        cols = j * BN + rn
+        if EVEN:
+            k = tl.load(k_base + cols[:, None] * sks + rd[None, :])
+            v = tl.load(v_base + cols[:, None] * svs + rd[None, :])
+        else:
+            k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=rd[None, :] < D, other=0.0)
+            v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=rd[None, :] < D, other=0.0)
+        m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False)
+    for j in range(free, end):
+        cols = j * BN + rn
+        inside = (cols[:, None] < SK) & (rd[None, :] < D)
+        k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=inside, other=0.0)
+        v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=inside, other=0.0)
+        keep = cols[None, :] < SK                                            # (1, BN)
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rm[:, None])                     # (BM, BN)
+        m, l, acc = _online_step(q, k, v, m, l, acc, keep, qk_scale, True)
+    out = (acc / l).to(o_ptr.dtype.element_ty)
+    o_ptrs = o_ptr + zb * soz + h * soh + rm[:, None] * sos + rd[None, :]
+    if EVEN:
+        tl.store(o_ptrs, out)
+    else:
+        tl.store(o_ptrs, out, mask=(rm[:, None] < SQ) & (rd[None, :] < D))
+
+
+@triton.jit
+def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs,
+                   qk_scale, GP: tl.constexpr, BN: tl.constexpr, DP: tl.constexpr):
+    """Program (split, KV head): the GP >= 16 query rows of its group (zeros past G) over its keys."""
+    s_id, kvh = tl.program_id(0), tl.program_id(1)
+    splits = tl.num_programs(0)
+    length = tl.minimum(tl.load(lens_ptr).to(tl.int32), MAXS)
+    per = ((length + splits - 1) // splits + BN - 1) // BN * BN         # keys per split, a multiple of BN
+    start = s_id * per
+    stop = tl.minimum(length, start + per)
+    rg = tl.arange(0, GP)
+    rd = tl.arange(0, DP)
+    rn = tl.arange(0, BN)
+    q = tl.load(q_ptr + (kvh * G + rg[:, None]) * D + rd[None, :], mask=(rg[:, None] < G) & (rd[None, :] < D),
+                other=0.0)
+    m = tl.full((GP, 1), -float("inf"), tl.float32)
+    l = tl.zeros((GP, 1), tl.float32)
+    acc = tl.zeros((GP, DP), tl.float32)
+    for j in range(start // BN, tl.cdiv(stop, BN)):
+        cols = j * BN + rn
+        inside = (cols[:, None] < stop) & (rd[None, :] < D)
+        k = tl.load(k_ptr + kvh * skh + cols[:, None] * sks + rd[None, :], mask=inside, other=0.0)
+        v = tl.load(v_ptr + kvh * svh + cols[:, None] * svs + rd[None, :], mask=inside, other=0.0)
+        m, l, acc = _online_step(q, k, v, m, l, acc, cols[None, :] < stop, qk_scale, True)
+    row = s_id * R + kvh * GP + rg                                          # (GP,) rows of the workspace
+    tl.store(acc_ptr + row[:, None] * D + rd[None, :], acc, mask=rd[None, :] < D)
+    tl.store(m_ptr + row, tl.reshape(m, (GP,)))
+    tl.store(l_ptr + row, tl.reshape(l, (GP,)))
+
+
+@triton.jit
+def decode_combine(o_ptr, acc_ptr, m_ptr, l_ptr, S, R, D, G: tl.constexpr, GP: tl.constexpr, SP: tl.constexpr,
+                   DP: tl.constexpr):
+    h = tl.program_id(0)
+    row = (h // G) * GP + h % G                                              # this head's row in the partials
+    rs = tl.arange(0, SP)
+    rd = tl.arange(0, DP)
+    m = tl.load(m_ptr + rs * R + row, mask=rs < S, other=-float("inf"))     # (SP,)
+    l = tl.load(l_ptr + rs * R + row, mask=rs < S, other=0.0)
+    acc = tl.load(acc_ptr + (rs[:, None] * R + row) * D + rd[None, :], mask=(rs[:, None] < S) & (rd[None, :] < D),
+                  other=0.0)                                                 # (SP, DP)
+    w = tl.where(m == -float("inf"), 0.0, tl.exp2(m - tl.max(m, axis=0)))  # empty splits weigh 0
+    o = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)
+    tl.store(o_ptr + h * D + rd, o.to(o_ptr.dtype.element_ty), mask=rd < D)
+
+
+def flash_twin(seen, causal: bool, scale: float):
+    """`run(o, q, k, v)` for (B, H, S, D) tensors with unit last stride (k, v may have fewer heads)."""
+    facts = seen["flash_kernel"]
+    bm, bn, dp = facts.consts["BM"], facts.consts["BN"], facts.consts["DP"]
+
+    def run(o, q, k, v):
+        zb, h, sq, d = q.shape
+        hkv, sk = k.shape[1], k.shape[2]
+        launch(flash, (zb * h, cdiv(sq, bm)), o, q, k, v, h, h // hkv, sq, sk, d, *q.stride()[:3], *k.stride()[:3],
+               *v.stride()[:3], *o.stride()[:3], scale * LOG2E, options=facts.options, CAUSAL=causal, BM=bm, BN=bn,
+               DP=dp, EVEN=sq % bm == 0 and d == dp)
+        return o
+    return run
+
+
+def decode_twin(seen, scale: float):
+    """`(workspace(q), run(o, q, k_cache, v_cache, lens, ws))`: the split-sequence decode pair."""
+    part, comb = seen["decode_partial_kernel"], seen["decode_combine_kernel"]
+    gp, bn, dp = part.consts["GP"], part.consts["BN"], part.consts["DP"]
+    splits, hkv = part.grid[0], part.grid[1]
+
+    def workspace(q):
+        d, rows = q.shape[1], hkv * gp
+        f32 = dict(dtype=torch.float32, device=q.device)
+        return torch.empty(splits, rows, d, **f32), torch.empty(splits, rows, **f32), torch.empty(splits, rows, **f32)
+
+    def run(o, q, k, v, lens, ws):
+        h, d = q.shape
+        maxs = k.shape[1]
+        acc, m, l = ws
+        launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, lens, h // hkv, d, maxs, hkv * gp, k.stride(0),
+               k.stride(1), v.stride(0), v.stride(1), scale * LOG2E, options=part.options, GP=gp, BN=bn, DP=dp)
+        launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gp, d, options=comb.options, G=comb.consts["G"],
+               GP=gp, SP=comb.consts["SP"], DP=dp)
+        return o
+    return (workspace, run)

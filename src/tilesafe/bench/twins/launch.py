@@ -1,0 +1,32 @@
+"""Launching a raw Triton twin: compiled on a GPU, under Triton's interpreter on the CPU.
+
+A twin is a plain `@triton.jit` function, written by hand the way a Triton user would,
+with the tiling and schedule hints the tilesafe kernel used (see `observe.py`). On CUDA
+tensors it launches like any Triton kernel; on CPU tensors (`--dry-run`, the tests) it
+runs under Triton's interpreter through tilesafe's Triton adapter, which makes that work
+in a process whose Triton is otherwise in compiled mode.
+"""
+from __future__ import annotations
+
+import functools
+
+
+def launch(fn, grid: tuple[int, ...], *args, options: dict | None = None, **consts) -> None:
+    """`fn[grid](*args, **consts, **options)`, interpreted when the first tensor is on the CPU."""
+    first = next(a for a in args if hasattr(a, "is_cuda"))
+    if first.is_cuda:
+        fn[grid](*args, **consts, **(options or {}))
+        return
+    from ...backends.triton import adapter
+    named = dict(zip(fn.arg_names, args), **consts)
+    adapter.launch(_interpreted(fn), grid, [named[name] for name in fn.arg_names], interpret=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreted(fn):
+    from triton.runtime.interpreter import InterpretedFunction
+    return InterpretedFunction(fn.fn)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,130 @@
+"""Twins of the GEMM kernels: tiled (`mm_kernel`), persistent with grouped tile order
+(`mm_persistent_kernel`) and the weight-streaming path for M <= 16 (`skinny_kernel`).
+
+Operands are read through their strides (a transposed weight view is used as it is), with
+the tile sizes, group size and Triton options of the tilesafe launch; loads are masked only
+when an extent does not divide by its tile, as a hand-written kernel would do with
+`EVEN_*` flags.
+"""
+import triton
+import triton.language as tl
+
+from .launch import cdiv, launch
+
+
+@triton.jit
+def _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK: tl.constexpr,
+                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr):
+    rk = tl.arange(0, BK)
+    for k in range(0, tl.cdiv(K, BK)):
+        kk = k * BK + rk
+        if EVEN_M and EVEN_K:
+            a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak)
+        else:
+            a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K),
+                        other=0.0)
+        if EVEN_N and EVEN_K:
+            b = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
+        else:
+            b = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+        if TF32:
+            acc = tl.dot(a, b, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
+def _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+    ptrs = c_ptr + rm[:, None] * scm + rn[None, :] * scn
+    if EVEN_M and EVEN_N:
+        tl.store(ptrs, acc.to(c_ptr.dtype.element_ty))
+    else:
+        tl.store(ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def mm(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+       BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), tl.float32)
+    acc = _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK, EVEN_M, EVEN_N, EVEN_K, TF32)
+    _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M, EVEN_N)
+
+
+@triton.jit
+def mm_persistent(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr, GROUP: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+                  EVEN_K: tl.constexpr, TF32: tl.constexpr):
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=True):
+        per_group = GROUP * tiles_n                       # GROUP rows of tiles, column by column
+        first = (tile // per_group) * GROUP
+        rows = tl.minimum(tiles_m - first, GROUP)
+        within = tile % per_group
+        rm = (first + within % rows) * BM + tl.arange(0, BM)
+        rn = (within // rows) * BN + tl.arange(0, BN)
+        acc = tl.zeros((BM, BN), tl.float32)
+        acc = _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK, EVEN_M, EVEN_N, EVEN_K,
+                            TF32)
+        _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M, EVEN_N)
+
+
+@triton.jit
+def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+           BK: tl.constexpr, DOT: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
+           TF32: tl.constexpr):
+    """All M <= BM rows; each program owns BN output columns and streams its (K, BN) slab once."""
+    rm = tl.arange(0, BM)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    if DOT:
+        acc = tl.zeros((BM, BN), tl.float32)
+        acc = _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK, EVEN_M, EVEN_N, EVEN_K,
+                            TF32)
+        _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M, EVEN_N)
+    else:                                                   # one row: FMAs into a (BK, BN) partial
+        rk = tl.arange(0, BK)
+        part = tl.zeros((BK, BN), tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            kk = k * BK + rk
+            if EVEN_N and EVEN_K:
+                x = tl.load(a_ptr + kk * sak)
+                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
+            else:
+                x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
+                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn,
+                            mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            part += x.to(tl.float32)[:, None] * w.to(tl.float32)
+        y = tl.sum(part, axis=0)                             # (BN,)
+        if EVEN_N:
+            tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty))
+        else:
+            tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty), mask=rn < N)
+
+
+def gemm_twin(seen, workers: int):
+    """The twin of the GEMM launch in `seen`: `run(c, a, b)` for c = a @ b (b may be a transposed view).
+    `workers` is the persistent grid's size (the SM count on a GPU)."""
+    name = next(n for n in ("mm_persistent_kernel", "mm_kernel", "skinny_kernel") if n in seen)
+    facts = seen[name]
+    bm, bn, bk = facts.consts["BM"], facts.consts["BN"], facts.consts["BK"]
+    tf32 = bool(facts.consts.get("TF32", False))
+
+    def run(c, a, b):
+        (m, k), n = a.shape, b.shape[1]
+        args = (c, a, b, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+        even = dict(EVEN_M=m % bm == 0, EVEN_N=n % bn == 0, EVEN_K=k % bk == 0, TF32=tf32)
+        if name == "mm_kernel":
+            launch(mm, (cdiv(m, bm), cdiv(n, bn)), *args, options=facts.options, BM=bm, BN=bn, BK=bk, **even)
+        elif name == "mm_persistent_kernel":
+            grid = (max(1, min(cdiv(m, bm) * cdiv(n, bn), workers)),)
+            launch(mm_persistent, grid, *args, options=facts.options, BM=bm, BN=bn, BK=bk,
+                   GROUP=facts.consts["GROUP"], **even)
+        else:
+            launch(skinny, (cdiv(n, bn),), *args, options=facts.options, BM=bm, BN=bn, BK=bk,
+                   DOT=bool(facts.consts["DOT"]), **even)
+        return c
+    return run

@@ -1,0 +1,115 @@
+"""Twins of the row kernels: `softmax_kernel`, `rms_norm_kernel` (rows of (M, N), one
+(BM, NP) tile per program, NP = next_pow2(N)) and `rope_kernel` ((tokens, heads, head_dim),
+one (BT, BH, HP) tile per program, angles computed in fp32 in the kernel).
+"""
+import math
+
+import triton
+import triton.language as tl
+
+from .launch import cdiv, launch
+
+
+@triton.jit
+def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EVEN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.arange(0, NP)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if EVEN:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
+    else:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(t - tl.max(t, axis=1, keep_dims=True))                # (BM, NP)
+    r = e / tl.sum(e, axis=1, keep_dims=True)
+    if EVEN:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty))
+    else:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rms_norm(y_ptr, x_ptr, w_ptr, M, N, sxm, sym, eps, BM: tl.constexpr, NP: tl.constexpr, EVEN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.arange(0, NP)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if EVEN:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
+        w = tl.load(w_ptr + rn).to(tl.float32)
+    else:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(t * t, axis=1, keep_dims=True) / N + eps)    # (BM, 1)
+    y = (t * r * w[None, :]).to(y_ptr.dtype.element_ty)
+    if EVEN:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y)
+    else:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y, mask=mask)
+
+
+@triton.jit
+def rope(y_ptr, x_ptr, pos_ptr, T, H, HALF, sxt, sxh, syt, syh, log2_theta, BT: tl.constexpr, BH: tl.constexpr,
+         HP: tl.constexpr, EVEN: tl.constexpr):
+    rt = tl.program_id(0) * BT + tl.arange(0, BT)
+    rh = tl.program_id(1) * BH + tl.arange(0, BH)
+    rd = tl.arange(0, HP)
+    inv_freq = tl.exp2(-(rd.to(tl.float32) * 2.0 / (2 * HALF)) * log2_theta)         # (HP,)
+    mask = (rt[:, None, None] < T) & (rh[None, :, None] < H) & (rd[None, None, :] < HALF)
+    xo = x_ptr + rt[:, None, None] * sxt + rh[None, :, None] * sxh + rd[None, None, :]
+    yo = y_ptr + rt[:, None, None] * syt + rh[None, :, None] * syh + rd[None, None, :]
+    if EVEN:
+        p = tl.load(pos_ptr + rt).to(tl.float32)
+        a = tl.load(xo).to(tl.float32)
+        b = tl.load(xo + HALF).to(tl.float32)
+    else:
+        p = tl.load(pos_ptr + rt, mask=rt < T, other=0).to(tl.float32)
+        a = tl.load(xo, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(xo + HALF, mask=mask, other=0.0).to(tl.float32)
+    angle = p[:, None, None] * inv_freq[None, None, :]                                 # (BT, 1, HP)
+    c, s = tl.cos(angle), tl.sin(angle)
+    if EVEN:
+        tl.store(yo, (a * c - b * s).to(y_ptr.dtype.element_ty))
+        tl.store(yo + HALF, (b * c + a * s).to(y_ptr.dtype.element_ty))
+    else:
+        tl.store(yo, (a * c - b * s).to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(yo + HALF, (b * c + a * s).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax_twin(seen):
+    """`run(y, x)` for x of shape (M, N) with unit column stride."""
+    facts = seen["softmax_kernel"]
+    bm, npow = facts.consts["BM"], facts.consts["NP"]
+
+    def run(y, x):
+        m, n = x.shape
+        launch(softmax, (cdiv(m, bm),), y, x, m, n, x.stride(0), y.stride(0), options=facts.options, BM=bm, NP=npow,
+               EVEN=m % bm == 0 and n == npow)
+        return y
+    return run
+
+
+def rms_norm_twin(seen):
+    """`run(y, x, w, eps)` for x of shape (M, N) with unit column stride."""
+    facts = seen["rms_norm_kernel"]
+    bm, npow = facts.consts["BM"], facts.consts["NP"]
+
+    def run(y, x, w, eps):
+        m, n = x.shape
+        launch(rms_norm, (cdiv(m, bm),), y, x, w, m, n, x.stride(0), y.stride(0), eps, options=facts.options,
+               BM=bm, NP=npow, EVEN=m % bm == 0 and n == npow)
+        return y
+    return run
+
+
+def rope_twin(seen):
+    """`run(y, x, positions, theta)` for x of shape (tokens, heads, head_dim) with unit last stride."""
+    facts = seen["rope_kernel"]
+    bt, bh, hp = facts.consts["BT"], facts.consts["BH"], facts.consts["HP"]
+
+    def run(y, x, positions, theta):
+        t, h, d = x.shape
+        half = d // 2
+        launch(rope, (cdiv(t, bt), cdiv(h, bh)), y, x, positions, t, h, half, x.stride(0), x.stride(1),
+               y.stride(0), y.stride(1), math.log2(theta), options=facts.options, BT=bt, BH=bh, HP=hp,
+               EVEN=t % bt == 0 and h % bh == 0 and half == hp)
+        return y
+    return run

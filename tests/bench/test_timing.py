@@ -1,0 +1,74 @@
+"""How measurements are taken: rotation set sizing, graph-or-eager, launches per graph,
+sample counts, and `measure` driving a fake clock."""
+import pytest
+
+from fakes import FakeTimer
+from tilesafe.bench.timing import EAGER, GRAPH, Policy, choose_mode, launches_per_graph, measure, rotation_sets, \
+    samples_for
+
+MB = 1_000_000
+
+
+@pytest.mark.parametrize("set_bytes, sets", [
+    (1536 * 2 ** 20, 1),          # 512 MiB x 3 operands: one set is already >= 180 MB
+    (180 * MB, 1),
+    (179 * MB, 2),
+    (21 * MB, 9),                 # a Qwen3-4B o_proj weight: 9 distinct weights
+    (1, 256),                     # capped
+])
+def test_rotation_sets_cover_three_times_the_l2(set_bytes, sets):
+    assert rotation_sets(set_bytes) == sets
+
+
+def test_rotation_uses_three_l2_when_that_is_larger_than_180_mb():
+    policy = Policy(l2_bytes=100 * MB)
+    assert rotation_sets(30 * MB, policy) == 10
+    assert rotation_sets(30 * MB, policy) * 30 * MB >= 3 * policy.l2_bytes
+
+
+def test_kernels_under_50_us_are_timed_in_a_graph():
+    assert choose_mode(49.9) == GRAPH
+    assert choose_mode(50.0) == EAGER
+    assert choose_mode(5000.0) == EAGER
+    assert choose_mode(80.0, Policy(graph_below_us=100.0)) == GRAPH
+
+
+@pytest.mark.parametrize("n_sets, us", [(1, 5.0), (9, 5.0), (7, 40.0), (64, 1.0), (300, 1.0)])
+def test_a_graph_is_whole_passes_over_the_sets(n_sets, us):
+    per = launches_per_graph(n_sets, us)
+    assert per % n_sets == 0 and per >= n_sets
+    assert per <= max(Policy().max_per_graph, n_sets) + n_sets
+    if n_sets == 1:
+        assert per == 400                      # 2 ms of 5 us launches
+
+
+def test_sample_counts_are_bounded():
+    p = Policy()
+    assert samples_for(1.0) == p.max_samples
+    assert samples_for(100_000.0) == p.min_samples
+    assert samples_for(10_000.0) == 20        # 200 ms of 10 ms launches
+
+
+def test_a_long_kernel_is_timed_eagerly_over_the_rotated_sets():
+    timer = FakeTimer(us=400.0)
+    seen = []
+    m = measure(timer, seen.append, n_sets=3, capture="tilesafe")
+    assert m.mode == EAGER and m.median_us == 400.0 and m.launches_per_sample == 1
+    assert timer.calls == [("eager", Policy().probe), ("eager", samples_for(400.0))]
+    assert seen[:7] == [0, 1, 2, 0, 1, 0, 1]   # probe i%3, then the samples from 0 again
+
+
+def test_a_short_kernel_is_timed_in_a_graph_with_its_capture_kind():
+    timer = FakeTimer(us=5.0)
+    seen = []
+    m = measure(timer, seen.append, n_sets=9, capture="tilesafe")
+    per = launches_per_graph(9, 5.0)
+    assert m.mode == GRAPH and m.launches_per_sample == per
+    assert timer.calls[1] == ("graph", per, samples_for(5.0 * per), "tilesafe")
+    assert sorted(set(seen)) == list(range(9))  # every set is used
+
+
+def test_a_graph_that_cannot_be_captured_falls_back_to_eager_with_a_note():
+    m = measure(FakeTimer(us=5.0, graph_fails=True), lambda i: None, n_sets=2, capture="torch")
+    assert m.mode == EAGER and "graph capture failed" in m.note and "capturing" in m.note
+    assert m.to_json()["note"] == m.note

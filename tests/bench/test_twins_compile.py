@@ -1,0 +1,53 @@
+"""Every raw Triton twin compiles for Hopper (sm_90) on any machine, with the tiles the GPU
+config table gives the tilesafe kernels; the GEMM and attention twins use tensor cores (wgmma,
+or mma.sync for the 16-row tiles of the M <= 16 path, as the tilesafe kernel does)."""
+import os
+
+import pytest
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from tilesafe.bench.twins import attention, elementwise, matmul, read, rows  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                                reason="TRITON_INTERPRET=1 makes Triton's own library interpreted")
+SCALARS = {"eps": "fp32", "qk_scale": "fp32", "log2_theta": "fp32"}
+F32_PTRS = {"acc_ptr", "m_ptr", "l_ptr", "out_ptr"}
+EVEN = dict(EVEN_M=True, EVEN_N=True, EVEN_K=True, TF32=False)
+CASES = {
+    "add": (elementwise.binary, dict(OP=elementwise.ADD, BLOCK=2048, EVEN=True), None),
+    "silu_mul": (elementwise.binary, dict(OP=elementwise.SILU_MUL, BLOCK=2048, EVEN=False), None),
+    "mm": (matmul.mm, dict(BM=128, BN=128, BK=64, **EVEN), "wgmma"),
+    "mm_persistent": (matmul.mm_persistent, dict(BM=128, BN=128, BK=64, GROUP=8, **dict(EVEN, EVEN_N=False)), "wgmma"),
+    "gemv": (matmul.skinny, dict(BM=1, BN=16, BK=512, DOT=False, **EVEN), None),
+    "skinny_m16": (matmul.skinny, dict(BM=16, BN=16, BK=512, DOT=True, **EVEN), "mma.sync"),
+    "softmax": (rows.softmax, dict(BM=1, NP=4096, EVEN=True), None),
+    "rms_norm": (rows.rms_norm, dict(BM=1, NP=4096, EVEN=False), None),
+    "rope": (rows.rope, dict(BT=4, BH=8, HP=64, EVEN=True), None),
+    "flash_causal": (attention.flash, dict(CAUSAL=True, BM=64, BN=64, DP=128, EVEN=True), "wgmma"),
+    "decode_partial": (attention.decode_partial, dict(GP=16, BN=64, DP=128), "mma.sync"),
+    "decode_combine": (attention.decode_combine, dict(G=4, GP=16, SP=64, DP=128), None),
+    "read": (read.read, dict(BLOCK=read.BLOCK, PER=read.PER), None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_twin_compiles_for_hopper(case):
+    fn, consts, mma = CASES[case]
+    signature = {}
+    for name in fn.arg_names:
+        if name in consts:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*fp32" if name in F32_PTRS else "*i32" if name in ("lens_ptr", "pos_ptr") else "*bf16"
+        else:
+            signature[name] = SCALARS.get(name, "i32")
+    k = triton.compile(ASTSource(fn, signature, consts, {}), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "num_stages": 3})
+    ptx = k.asm["ptx"]
+    if mma is None:
+        assert "mma" not in ptx
+    else:
+        assert mma in ptx

@@ -1,0 +1,64 @@
+"""A twin launches with exactly the tiles, grid and Triton options of the tilesafe launch it
+was built from (observed, not re-derived), and computes the same result."""
+import sys
+
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from tilesafe.bench.observe import LaunchFacts, Observer
+from tilesafe.bench.twins import attention, elementwise, matmul
+
+MM = sys.modules["tilesafe.kernels.matmul"]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    seen = []
+    for module in (elementwise, matmul, attention):
+        monkeypatch.setattr(module, "launch", lambda fn, grid, *args, options=None, **consts:
+                            seen.append((fn.__name__, grid, options, consts)))
+    return seen
+
+
+def test_the_gemm_twin_takes_the_persistent_launch_tiles_group_and_options(launches):
+    seen = {"mm_persistent_kernel": LaunchFacts("mm_persistent_kernel", {"BM": 128, "BN": 256, "BK": 64, "GROUP": 4,
+                                                                        "TF32": False}, None, {"num_warps": 8})}
+    c, a, b = torch.empty(1000, 2048), torch.empty(1000, 512), torch.empty(512, 2048)
+    matmul.gemm_twin(seen, workers=132)(c, a, b)
+    [(name, grid, options, consts)] = launches
+    assert name == "mm_persistent" and grid == (min(8 * 8, 132),) and options == {"num_warps": 8}
+    assert consts == dict(BM=128, BN=256, BK=64, GROUP=4, EVEN_M=False, EVEN_N=True, EVEN_K=True, TF32=False)
+
+
+def test_the_decode_twin_takes_the_split_count_from_the_grid(launches):
+    seen = {"decode_partial_kernel": LaunchFacts("decode_partial_kernel", {"GP": 16, "BN": 64, "DP": 128}, (33, 8)),
+            "decode_combine_kernel": LaunchFacts("decode_combine_kernel", {"G": 4, "GP": 16, "SP": 64, "DP": 128},
+                                                 (32, 1))}
+    workspace, run = attention.decode_twin(seen, 0.1)
+    q = torch.empty(32, 128)
+    ws = workspace(q)
+    assert ws[0].shape == (33, 8 * 16, 128) and ws[1].shape == (33, 128)
+    run(torch.empty(32, 128), q, torch.empty(8, 4096, 128), torch.empty(8, 4096, 128), torch.tensor([4096]), ws)
+    assert [(n, g) for n, g, _, _ in launches] == [("decode_partial", (33, 8)), ("decode_combine", (32,))]
+
+
+def test_observed_tiles_are_the_ones_the_library_launched():
+    a, b = torch.randn(16, 96), torch.randn(96, 100)
+    with ts.backend("reference"), Observer([MM.mm_kernel, MM.mm_persistent_kernel, MM.skinny_kernel]) as seen:
+        tk.matmul(a, b, config={"block_n": 16, "block_k": 16})
+    assert list(seen) == ["skinny_kernel"]
+    facts = seen["skinny_kernel"]
+    assert (facts.consts["BM"], facts.consts["BN"], facts.consts["DOT"]) == (16, 16, True)
+    assert facts.grid == (1, 7) and facts.options == {}
+    c = torch.full((16, 100), float("nan"))
+    matmul.gemm_twin(seen, workers=3)(c, a, b)
+    assert torch.allclose(c, a @ b, atol=1e-4)
+
+
+def test_an_observer_records_nothing_when_the_call_raises():
+    with pytest.raises(ts.LaunchError):
+        with Observer([MM.mm_kernel]) as seen:
+            tk.matmul(torch.randn(4, 5), torch.randn(6, 7))
+    assert seen == {}
