@@ -81,13 +81,13 @@ class TritonCompiled:
     @property
     def sources(self) -> dict:
         """Every variant generated so far: descriptor tensors -> source text."""
-        return {k: gen.text for k, (gen, _) in self._variants.items()}
+        return {k[0]: gen.text for k, (gen, _) in self._variants.items() if not k[1]}
 
-    def variant(self, descriptors: frozenset):
-        v = self._variants.get(descriptors)
+    def variant(self, descriptors: frozenset, linear_grid: bool = False):
+        v = self._variants.get((descriptors, linear_grid))
         if v is None:
-            gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors)
-            v = self._variants[descriptors] = (gen, self.backend.load(gen))
+            gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors, linear_grid)
+            v = self._variants[(descriptors, linear_grid)] = (gen, self.backend.load(gen))
         return v
 
     def run(self, bound) -> Future:
@@ -96,8 +96,10 @@ class TritonCompiled:
             _check_devices(self.kernel, tensors)
         grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
         descriptors = self._descriptor_tensors(tensors) if self.backend.descriptors else frozenset()
-        gen, fn = self.variant(descriptors)
-        args = launch_values(gen, bound, tensors)
+        linear = needs_linear_grid(grid)
+        gen, fn = self.variant(descriptors, linear)
+        args = launch_values(gen, bound, tensors, grid)
+        grid = flat_grid(grid) if linear else grid
         outputs = tuple(bound.tensors[n].obj for n in self.kernel.outputs)
         if self.backend.interpret:
             if all(g > 0 for g in grid):
@@ -115,8 +117,10 @@ class TritonCompiled:
         grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
         if not all(g > 0 for g in grid):
             return None
-        gen, fn = self.variant(frozenset())
-        return PreparedLaunch(self, bound, fn, grid, launch_values(gen, bound, tensors), self.options)
+        linear = needs_linear_grid(grid)
+        gen, fn = self.variant(frozenset(), linear)
+        args = launch_values(gen, bound, tensors, grid)
+        return PreparedLaunch(self, bound, fn, flat_grid(grid) if linear else grid, args, self.options)
 
     def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
@@ -170,11 +174,27 @@ class TritonCompiled:
         return frozenset(out)
 
 
-def launch_values(gen, bound, tensors) -> list:
+MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
+
+
+def needs_linear_grid(grid) -> bool:
+    return any(g > MAX_GRID_YZ for g in grid[1:])
+
+
+def flat_grid(grid) -> tuple[int]:
+    n = 1
+    for g in grid:
+        n *= g
+    return (n,)
+
+
+def launch_values(gen, bound, tensors, grid=()) -> list:
     """The generated function's arguments, in its order (see codegen.ArgSlot)."""
     values = []
     for slot in gen.args:
-        if slot.what == "ptr":
+        if slot.what == "grid":
+            values.append(int(grid[slot.axis]) if slot.axis < len(grid) else 1)
+        elif slot.what == "ptr":
             values.append(tensors[slot.param])
         elif slot.what == "extent":
             values.append(int(tensors[slot.param].shape[slot.axis]))

@@ -40,7 +40,7 @@ class ArgSlot:
     """One runtime argument of the generated function, in order."""
     name: str       # the name in the generated source
     param: str      # the kernel parameter it comes from
-    what: str       # "ptr" | "extent" | "stride" | "numel" | "scalar"
+    what: str       # "ptr" | "extent" | "stride" | "numel" | "scalar" | "grid" (linearised launches)
     axis: int = 0
     dtype: DType | None = None   # the element type of a pointer, the type of a scalar
 
@@ -81,6 +81,19 @@ class Emitter:
     barriers: set = field(default_factory=set)      # id(load op) that need a barrier first (S15)
     desc_names: dict = field(default_factory=dict)  # (tensor, block shape) -> descriptor name
     scopes: list = field(default_factory=lambda: [{}])  # per open region: expression -> name
+    grid_names: tuple = ()                          # linearised grid: (pid0, pid1, pid2, g1, g2)
+
+    def pid(self, axis: int) -> str:
+        """This block's index along grid `axis`."""
+        if self.grid_names:
+            return self.grid_names[axis]
+        return f"tl.program_id({axis})"
+
+    def num_blocks(self, axis: int) -> str:
+        if self.grid_names:
+            g1, g2 = self.grid_names[3:]
+            return (f"(tl.num_programs(0) // ({g1} * {g2}))", g1, g2)[axis]
+        return f"tl.num_programs({axis})"
 
     # --- regions ---------------------------------------------------------------------------
     def enter(self, indent: bool = True) -> None:
@@ -236,17 +249,31 @@ def emit_op(em: Emitter, op: Op) -> None:
 
 
 # --- the function ------------------------------------------------------------------------------
-def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset()) -> Generated:
-    """The Triton source of one specialization (`descriptors`: tensors eligible for TMA)."""
+def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), linear_grid: bool = False) -> Generated:
+    """The Triton source of one specialization (`descriptors`: tensors eligible for TMA).
+
+    `linear_grid`: the launch grid is flattened to one axis (CUDA allows only 65535 blocks
+    along axes 1 and 2); the kernel recovers its 3-D block index from the flat one."""
     from .emit_memory import barrier_loads
     fn: Function = spec.fn
     em = Emitter(fn, masks, wide, frozenset(descriptors))
     slots = _signature(em, fn)
+    if linear_grid:
+        slots += _linear_grid(em)
     em.barriers = barrier_loads(fn)
     em.emit_block(fn.body)
     name = em.fresh(fn.name) if fn.name in {s.name for s in slots} else fn.name
     text = _assemble(kernel, fn, name, slots, em)
     return Generated(name, text, tuple(slots), em.descriptors)
+
+
+def _linear_grid(em: Emitter) -> list[ArgSlot]:
+    g1, g2 = em.fresh("grid1"), em.fresh("grid2")
+    flat, p0, p1, p2 = em.fresh("pid"), em.fresh("pid0"), em.fresh("pid1"), em.fresh("pid2")
+    em.prologue += [f"    {flat} = tl.program_id(0)", f"    {p2} = {flat} % {g2}",
+                    f"    {p1} = ({flat} // {g2}) % {g1}", f"    {p0} = {flat} // ({g2} * {g1})"]
+    em.grid_names = (p0, p1, p2, g1, g2)
+    return [ArgSlot(g1, "", "grid", 1), ArgSlot(g2, "", "grid", 2)]
 
 
 def _signature(em: Emitter, fn: Function) -> list[ArgSlot]:

@@ -60,8 +60,8 @@ def _geometry(em: Emitter, op: Op) -> _Geometry:
 
 
 def _pid(em: Emitter, axis: int) -> str:
-    pid = f"tl.program_id({axis})"
-    return f"{pid}.to(tl.int64)" if em.wide else pid
+    pid = em.pid(axis)
+    return f"({pid}).to(tl.int64)" if em.wide else pid
 
 
 def _index(em: Emitter, v) -> str:

@@ -30,11 +30,11 @@ def emit_const(em: Emitter, op: Op) -> None:
 
 
 def emit_block_id(em: Emitter, op: Op) -> None:
-    em.alias(op.result, f"tl.program_id({op.attrs['axis']})")
+    em.alias(op.result, em.pid(op.attrs["axis"]))
 
 
 def emit_num_blocks(em: Emitter, op: Op) -> None:
-    em.alias(op.result, f"tl.num_programs({op.attrs['axis']})")
+    em.alias(op.result, em.num_blocks(op.attrs["axis"]))
 
 
 def emit_extent(em: Emitter, op: Op) -> None:
