@@ -61,7 +61,7 @@ def _geometry(em: Emitter, op: Op) -> _Geometry:
 
 def _pid(em: Emitter, axis: int) -> str:
     pid = em.pid(axis)
-    return f"({pid}).to(tl.int64)" if em.wide else pid
+    return f"{pid}.to(tl.int64)" if em.wide else pid
 
 
 def _index(em: Emitter, v) -> str:
