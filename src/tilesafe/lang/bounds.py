@@ -141,7 +141,7 @@ class _Ranges:
             self.exact[id(op.result)] = self.extent(op.args[0].name, op.attrs["axis"])
         elif code == "num_tiles":
             self.exact[id(op.result)] = ("cdiv", self.extent(op.args[0].name, op.attrs["axis"]), _const(op.attrs["tile"]))
-        elif code == "cast" and id(op.args[0]) in self.exact and op.result.dtype.is_int:
+        elif code == "cast" and id(op.args[0]) in self.exact and _value_preserving(op.args[0].dtype, op.result.dtype):
             self.exact[id(op.result)] = self.exact[id(op.args[0])]
         elif code == "for":
             lo, hi, step = op.args[:3]
@@ -153,6 +153,16 @@ class _Ranges:
             tt = self.fn.param(op.attrs["output"]).value.type
             for a, arg in enumerate(op.regions[0].args[:op.attrs["rank"]]):
                 self.range[id(arg)] = (_const(0), ("cdiv", self.extent(op.attrs["output"], a), _const(tt.tile[a])))
+
+
+def _value_preserving(src, dst) -> bool:
+    """Whether every value of int dtype `src` is the same value in int dtype `dst` (a narrowing
+    or sign-changing cast wraps, so the symbolic value would no longer describe the result)."""
+    if not (src.is_int and dst.is_int):
+        return False
+    if src.kind == dst.kind:
+        return dst.bits >= src.bits
+    return src.kind == "uint" and dst.kind == "int" and dst.bits > src.bits
 
 
 def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:

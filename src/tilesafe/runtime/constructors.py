@@ -101,7 +101,8 @@ def from_torch(t) -> Tensor:
     """Borrow a torch tensor without copying (S13): the result shares its storage.
 
     The storage stays alive as long as the tilesafe tensor does. The borrowed elements
-    count as written: torch made them.
+    count as written: torch made them (unless they are a tilesafe tensor's bytes handed over
+    with to_torch() that torch has not written since: those keep their S14 tracking).
     """
     if not isinstance(t, torch.Tensor):
         raise LaunchError(f"ts.from_torch takes a torch.Tensor, got {type(t).__name__}",
@@ -113,7 +114,10 @@ def from_torch(t) -> Tensor:
     t = t.detach()                              # same storage, no autograd history
     _check_extent(t)
     state = StorageState.of(t)
-    state.mark_written(t)
+    # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
+    # made its bytes only if torch wrote since the hand-over (its version counter moved).
+    if state.handed_version is None or t._version not in (state.handed_version, state.own_write_version):
+        state.mark_written(t)
     return Tensor(t, state)
 
 

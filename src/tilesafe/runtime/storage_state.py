@@ -50,6 +50,7 @@ class StorageState:
         self._lock = threading.Lock()
         self._storage_ptr: int | None = None      # set once attached to a storage
         self.own_write_version: int | None = None  # torch version counter after tilesafe's last host write
+        self.handed_version: int | None = None     # torch version counter when last handed to torch (to_torch)
 
     # -- finding the state of a storage ---------------------------------------------------
 

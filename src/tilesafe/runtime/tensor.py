@@ -165,6 +165,7 @@ class Tensor:
         # torch may write the bytes, so wait as a host write would.
         self._state.wait_for_host(byte_set(self._t), write=True, what="`to_torch()`")
         self._handed_at = caller_loc()
+        self._state.handed_version = self._t._version   # from_torch compares it (S14)
         return self._t
 
     def __str__(self) -> str:
