@@ -7,32 +7,10 @@ import pytest
 
 import tilesafe as ts
 from tilesafe.backends.triton.backend import compile_ahead
+from triton_helpers import gemm as matmul, persistent_gemm as pmatmul
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
-
-
-@ts.kernel
-def matmul(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
-           T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
-    pa = a.partition((BM, BK))
-    pb = b.partition((BK, BN))
-    acc = ts.zeros((BM, BN), ts.f32)
-    for k in range(ts.num_tiles(pa, 1)):
-        acc = ts.mma(pa.load((ts.block_id(0), k)), pb.load((k, ts.block_id(1))), acc)
-    c.store(ts.astype(acc, T))
-
-
-@ts.kernel
-def pmatmul(c: ts.MutTiles["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
-            T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
-    pa = a.partition((BM, BK))
-    pb = b.partition((BK, BN))
-    for idx in c.tiles(group=8):
-        acc = ts.zeros((BM, BN), ts.f32)
-        for k in range(ts.num_tiles(pa, 1)):
-            acc = ts.mma(pa.load((idx[0], k)), pb.load((k, idx[1])), acc)
-        c.store(ts.astype(acc, T), idx)
 
 
 def _ptx(kernel, descriptors: bool) -> str:

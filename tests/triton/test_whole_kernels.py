@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tilesafe as ts
-from triton_helpers import NP, close, poisoned
+from triton_helpers import NP, close, gemm as matmul_t, persistent_gemm as pmatmul_t, poisoned
 
 
 # --- vector add ---------------------------------------------------------------------------------
@@ -48,17 +48,6 @@ def matmul(c: ts.Mut[ts.f32, ("BM", "BN")], a: ts.Ref[ts.f32, ("M", "K")], b: ts
     for k in range(ts.num_tiles(pa, 1)):
         acc = ts.mma(pa.load((i, k)), pb.load((k, j)), acc)
     c.store(acc)
-
-
-@ts.kernel
-def matmul_t(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
-             T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
-    pa = a.partition((BM, BK))
-    pb = b.partition((BK, BN))
-    acc = ts.zeros((BM, BN), ts.f32)
-    for k in range(ts.num_tiles(pa, 1)):
-        acc = ts.mma(pa.load((ts.block_id(0), k)), pb.load((k, ts.block_id(1))), acc)
-    c.store(ts.astype(acc, T))
 
 
 @pytest.mark.parametrize("m,k,n", [(70, 50, 40), (64, 64, 32)])
@@ -116,17 +105,6 @@ def pmatmul(c: ts.MutTiles[ts.f32, ("BM", "BN")], a: ts.Ref[ts.f32, ("M", "K")],
         c.store(acc, idx)
 
 
-@ts.kernel
-def pmatmul_t(c: ts.MutTiles["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
-              T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
-    pa = a.partition((BM, BK)); pb = b.partition((BK, BN))
-    for idx in c.tiles(group=3):
-        acc = ts.zeros((BM, BN), ts.f32)
-        for k in range(ts.num_tiles(pa, 1)):
-            acc = ts.mma(pa.load((idx[0], k)), pb.load((k, idx[1])), acc)
-        c.store(ts.astype(acc, T), idx)
-
-
 def test_persistent_gemm_divisible_f32():
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
@@ -141,7 +119,7 @@ def test_persistent_gemm_ragged_any_grid(dtype, grid):
     a, b = rng.standard_normal((70, 50)).astype(NP[dtype]), rng.standard_normal((50, 40)).astype(NP[dtype])
     c = poisoned((70, 40), dtype).partition((16, 16))
     args = (c, ts.tensor(a), ts.tensor(b))
-    fut = pmatmul_t(*args, BK=16) if grid is None else pmatmul_t.launch(*args, grid=grid, BK=16)
+    fut = pmatmul_t(*args, BK=16, G=3) if grid is None else pmatmul_t.launch(*args, grid=grid, BK=16, G=3)
     close(fut.sync().unpartition().numpy(), a.astype(np.float64) @ b.astype(np.float64), dtype)
 
 

@@ -23,3 +23,29 @@ def close(got, want, dtype: str) -> None:
     got = np.asarray(got)
     assert not np.isnan(got.astype(np.float64)).any() or np.isnan(np.asarray(want, np.float64)).any()
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), **TOL[dtype])
+
+
+@ts.kernel
+def gemm(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+         T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+    """Tiled GEMM in any dtype: an fp32 accumulator over a K loop, stored as T."""
+    pa = a.partition((BM, BK))
+    pb = b.partition((BK, BN))
+    acc = ts.zeros((BM, BN), ts.f32)
+    for k in range(ts.num_tiles(pa, 1)):
+        acc = ts.mma(pa.load((ts.block_id(0), k)), pb.load((k, ts.block_id(1))), acc)
+    c.store(ts.astype(acc, T))
+
+
+@ts.kernel
+def persistent_gemm(c: ts.MutTiles["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+                    T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int],
+                    M: int, N: int, K: int, G: ts.Const[int] = 8):
+    """Persistent GEMM: each block walks output tiles in groups of G rows."""
+    pa = a.partition((BM, BK))
+    pb = b.partition((BK, BN))
+    for idx in c.tiles(group=G):
+        acc = ts.zeros((BM, BN), ts.f32)
+        for k in range(ts.num_tiles(pa, 1)):
+            acc = ts.mma(pa.load((idx[0], k)), pb.load((k, idx[1])), acc)
+        c.store(ts.astype(acc, T), idx)

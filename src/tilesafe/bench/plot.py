@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .report import families
+
 COLORS = {"tilesafe": "#d62728", "twin": "#ff9896", "torch": "#1f77b4", "baseline": "#7f7f7f"}
 
 
@@ -18,7 +20,7 @@ def render(doc: dict, out_dir: Path, stem: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for family in _families(doc["results"]):
+    for family in families(doc["results"]):
         recs = [r for r in doc["results"] if r["family"] == family and r.get("status") == "ok"]
         names = _impl_names(recs)
         if not names:
@@ -57,14 +59,6 @@ def _pyplot():
         raise MatplotlibMissing("plotting needs matplotlib, which is not installed here: pip install matplotlib "
                                 "(the results JSON is complete without it)") from None
     return plt
-
-
-def _families(results) -> list[str]:
-    seen = []
-    for r in results:
-        if r["family"] not in seen:
-            seen.append(r["family"])
-    return seen
 
 
 def _impl_names(recs) -> list[tuple[str, str]]:

@@ -56,7 +56,7 @@ def load(path) -> dict:
 def table(doc: dict) -> str:
     dry = doc["settings"].get("dry_run")
     lines = []
-    for family in _families(doc["results"]):
+    for family in families(doc["results"]):
         recs = [r for r in doc["results"] if r["family"] == family]
         lines.append("")
         lines += _check_rows(family, recs) if dry else _timing_rows(family, recs)
@@ -65,7 +65,8 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _families(results) -> list[str]:
+def families(results) -> list[str]:
+    """Kernel families in the order they first appear."""
     seen = []
     for r in results:
         if r["family"] not in seen:
