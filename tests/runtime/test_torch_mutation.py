@@ -25,14 +25,14 @@ def test_torch_write_while_partitioned_is_reported_at_launch_and_unpartition():
 
 
 def test_torch_write_after_unpartition_and_tilesafe_host_writes_are_fine():
-    t = torch.zeros(64)
-    x = ts.from_torch(t)
-    view = x[:32]                      # taken before the partition: a tilesafe handle
+    t = torch.zeros(96)
+    whole = ts.from_torch(t)
+    x, rest = whole[:64], whole[64:]
     p = x.partition((32,))
-    view[:] = np.full(32, 5.0, np.float32)    # tilesafe's own host write: not torch's
+    rest[:] = np.full(32, 5.0, np.float32)    # tilesafe's own write to other bytes: not torch's
     with ts.backend("reference"):
         inc(p).sync()
     x = p.unpartition()
-    t.mul_(2.0)                        # not lent any more: ordinary interop
-    expected = np.concatenate([np.full(32, 12.0), np.full(32, 2.0)]).astype(np.float32)
+    t.mul_(2.0)                               # not lent any more: ordinary interop
+    expected = np.concatenate([np.full(64, 2.0), np.full(32, 10.0)]).astype(np.float32)
     np.testing.assert_array_equal(ts.from_torch(t).numpy(), expected)

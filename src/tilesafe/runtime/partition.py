@@ -40,6 +40,7 @@ class Partition:
         self._lent_at = lent_at
         self._live = True
         self._version = tensor._torch()._version   # torch's version counter when lent (S13)
+        tensor._state.lend(tensor._byte_set(), self)
         self._ended_at: Loc | None = None
         tensor._lend(self)
 

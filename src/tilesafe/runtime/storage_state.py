@@ -50,6 +50,7 @@ class StorageState:
         self._lock = threading.Lock()
         self._storage_ptr: int | None = None      # set once attached to a storage
         self.own_write_version: int | None = None  # torch version counter after tilesafe's last host write
+        self._lent: list = []                      # (ByteSet, weakref to Partition): bytes lent (S8)
         self.handed_version: int | None = None     # torch version counter when last handed to torch (to_torch)
 
     # -- finding the state of a storage ---------------------------------------------------
@@ -114,6 +115,27 @@ class StorageState:
         item = view.element_size()
         offset = view.storage_offset() * item     # not data_ptr(): it is 0 for empty views
         return self.init_mask.as_strided((*view.shape, item), (*(s * item for s in view.stride()), 1), offset)
+
+    # -- S8: bytes lent to partitions ------------------------------------------------------
+
+    def lend(self, byteset: ByteSet, partition) -> None:
+        import weakref
+        self._lent.append((byteset, weakref.ref(partition)))
+
+    def lender_of(self, byteset: ByteSet):
+        """The live partition holding bytes that overlap `byteset`, or None. Lent bytes are
+        writable only through their partition, whichever handle asks (S8 by bytes)."""
+        live = []
+        found = None
+        for bs, ref in self._lent:
+            p = ref()
+            if p is None or not p._live:
+                continue
+            live.append((bs, ref))
+            if found is None and overlaps(bs, byteset):
+                found = p
+        self._lent = live
+        return found
 
     # -- S9/S10: pending accesses ---------------------------------------------------------
 

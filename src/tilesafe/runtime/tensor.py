@@ -73,6 +73,17 @@ class Tensor:
                 loc=caller_loc(),
                 help="call .unpartition() on that partition first; it returns this tensor")
 
+    def _check_not_lent_elsewhere(self, view: torch.Tensor, what: str) -> None:
+        """S8 by bytes: bytes lent to a partition are writable only through that partition,
+        also when another handle (a view taken earlier) reaches them."""
+        lender = self._state.lender_of(byte_set(view))
+        if lender is not None:
+            raise OwnershipError(
+                f"cannot {what}: its bytes are lent to a partition (lent at {where(lender._lent_at)})",
+                loc=caller_loc(),
+                help="call .unpartition() on that partition first; lent bytes are written only "
+                     "through their partition")
+
     def _check_read(self, what: str) -> None:
         """S14 then S9: the bytes were written, and no pending launch still writes them."""
         refuse_in_capture(f"reading `{what}` on the host")
@@ -162,6 +173,7 @@ class Tensor:
         if copy:
             self._check_read("to_torch(copy=True)")
             return self._t.clone(memory_format=torch.contiguous_format)
+        self._check_not_lent_elsewhere(self._t, "hand to torch with `to_torch()`")
         # torch may write the bytes, so wait as a host write would.
         self._state.wait_for_host(byte_set(self._t), write=True, what="`to_torch()`")
         self._handed_at = caller_loc()
@@ -199,6 +211,7 @@ class Tensor:
 
     def _host_write(self, target: torch.Tensor, value, what: str) -> None:
         refuse_in_capture(f"writing `{what}` from the host")
+        self._check_not_lent_elsewhere(target, f"write through `{what}`")
         if self_overlaps(byte_set(target)):
             raise AliasError(f"cannot write through `{what}`: the view's elements share bytes "
                              "(stride 0 or overlapping strides)", loc=caller_loc(),
@@ -257,11 +270,13 @@ class Tensor:
     def partition(self, tile) -> Partition:
         """Lend this tensor to a partition into `tile`-shaped blocks (S8)."""
         self._check_usable("partition()")
+        self._check_not_lent_elsewhere(self._t, "partition this tensor")
         return Partition(self, tile, prefix=False, lent_at=caller_loc())
 
     def partition_prefix(self, tile) -> Partition:
         """Like `partition`, but a launch may cover only a leading part of the tile grid."""
         self._check_usable("partition_prefix()")
+        self._check_not_lent_elsewhere(self._t, "partition this tensor")
         return Partition(self, tile, prefix=True, lent_at=caller_loc())
 
 
