@@ -211,3 +211,23 @@ def test_a_written_slice_of_an_empty_tensor_is_readable_but_not_the_rest(backend
     assert np.array_equal(launch(scaled, ts.empty(32), (16,), e[0:32]), np.arange(32, dtype=np.float32) * 3)
     with pytest.raises(ts.OwnershipError, match="has not been written"):
         scaled(ts.empty(32).partition((16,)), e[16:48])
+
+
+@ts.kernel
+def store_then_reload(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * 2.0)
+    z.store(z.load() + 1.0)          # reads what this block just wrote (S15)
+
+
+@ts.kernel
+def reload_then_store(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    t = z.load()
+    z.store(t + ts.load_tile_like(x, z))
+
+
+def test_reading_back_a_tile_the_block_already_wrote_needs_no_initialised_output(backend):
+    x = np.random.default_rng(11).standard_normal(70).astype(np.float32)
+    out = store_then_reload(ts.empty(70).partition((32,)), ts.tensor(x)).sync().unpartition()
+    np.testing.assert_allclose(out.numpy(), x * 2 + 1, rtol=1e-6)
+    with pytest.raises(ts.OwnershipError, match="has not been written"):
+        reload_then_store(ts.empty(70).partition((32,)), ts.tensor(x))

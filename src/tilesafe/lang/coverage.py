@@ -26,7 +26,29 @@ def _stores_whole(block: Block, name: str, mode: str) -> bool:
     return any(op.opcode == "store" and op.args[0].name == name and op.attrs["mode"] == mode for op in block.ops)
 
 
-def reads_outputs(fn: Function) -> set[str]:
-    """Outputs the kernel loads back (`z.load()`): they must be initialised before the launch."""
+def loaded_outputs(fn: Function) -> set[str]:
+    """Outputs the kernel loads back anywhere (`z.load()`): the backend keeps their accesses
+    on one path so the S15 barrier orders them."""
     from .ir import walk
     return {op.args[0].name for op in walk(fn.body) if op.opcode == "load" and op.args[0].type.tile is not None}
+
+
+def reads_outputs(fn: Function) -> set[str]:
+    """Outputs the kernel loads back (`z.load()`) before writing them: they must be
+    initialised before the launch. A load that follows an unconditional top-level store of
+    the block's whole tile reads what this block just wrote (S15), so it needs nothing."""
+    stored: set[str] = set()
+    needs: set[str] = set()
+    for op in fn.body.ops:
+        for sub in (op, *walk_regions(op)):
+            if sub.opcode == "load" and sub.args[0].type.tile is not None and sub.args[0].name not in stored:
+                needs.add(sub.args[0].name)
+        if op.opcode == "store" and op.attrs["mode"] == "block":
+            stored.add(op.args[0].name)
+    return needs
+
+
+def walk_regions(op):
+    from .ir import walk
+    for region in op.regions:
+        yield from walk(region)

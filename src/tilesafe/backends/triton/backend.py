@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...errors import LaunchError
 from ...lang.annotations import MUT, MUT_TILES, REF
-from ...lang.coverage import definitely_written, reads_outputs
+from ...lang.coverage import definitely_written, loaded_outputs
 from ...lang.ir import walk
 from ...runtime.future import Future
 from ...runtime.safety import mark_written
@@ -69,7 +69,7 @@ class TritonCompiled:
         self.masks = masks
         self.wide = wide
         self.written = definitely_written(spec.fn)
-        self._reloaded = reads_outputs(spec.fn)
+        self._reloaded = loaded_outputs(spec.fn)
         self._variants: dict = {}   # descriptor tensors -> (Generated, launchable)
         self.generated, _ = self.variant(frozenset())
 
@@ -220,7 +220,7 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool = False, grid
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
     eligible = frozenset()
     if descriptors:
-        reloaded = reads_outputs(spec.fn)
+        reloaded = loaded_outputs(spec.fn)
         eligible = frozenset(n for n, f in bound.tensors.items()
                              if kernel.param(n).kind in (REF, MUT, MUT_TILES) and len(f.shape) == 2
                              and f.strides[1] == 1 and (f.strides[0] * f.dtype.itemsize) % 16 == 0
