@@ -58,7 +58,8 @@ def evaluate(expr, facts) -> int | bool:
         return facts.grid(expr[1])
     a = evaluate(expr[1], facts)
     b = evaluate(expr[2], facts)
-    return {"add": lambda: a + b, "mul": lambda: a * b, "cdiv": lambda: -(-a // b),
+    return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+            "cdiv": lambda: -(-a // b), "min": lambda: min(a, b), "max": lambda: max(a, b),
             "le": lambda: a <= b, "ge": lambda: a >= b, "and": lambda: a and b}[tag]()
 
 
@@ -109,16 +110,22 @@ def _const(c):
 
 
 class _Ranges:
-    """Symbolic facts about integer scalars: an exact value, or a [lo, hi) range."""
+    """Symbolic inclusive bounds [lb, ub] of integer scalars, as expressions over the launch.
+
+    Bounds flow through constants, parameters, extents, block ids, loop variables and walk
+    indices, and through the monotone integer ops (+, -, * and // by a non-negative constant,
+    min, max), so `range(K // BK)` or `range(min(a, b))` keep a proof. Anything else is
+    unknown, and its accesses keep their masks.
+    """
 
     def __init__(self, fn: Function, static_extents: dict):
-        self.exact: dict[int, tuple] = {}
-        self.range: dict[int, tuple] = {}
+        self.lb: dict[int, tuple] = {}
+        self.ub: dict[int, tuple] = {}
         self.static = static_extents
         self.fn = fn
         for p in fn.params:
             if p.value is not None and not isinstance(p.value.type, TensorType) and p.value.dtype.is_int:
-                self.exact[id(p.value)] = ("scalar", p.name)
+                self._exact(p.value, ("scalar", p.name))
 
     def extent(self, tensor: str, axis: int):
         if (tensor, axis) in self.static:
@@ -126,33 +133,72 @@ class _Ranges:
         return ("extent", tensor, axis)
 
     def bounds(self, v: Value):
-        if id(v) in self.exact:
-            e = self.exact[id(v)]
-            return e, ("add", e, _const(1))
-        return self.range.get(id(v))
+        """(lowest value, one past the highest value), or None when either is unknown."""
+        lo, hi = self.lb.get(id(v)), self.ub.get(id(v))
+        if lo is None or hi is None:
+            return None
+        return lo, ("add", hi, _const(1))
+
+    def _exact(self, v: Value, e) -> None:
+        self.lb[id(v)] = self.ub[id(v)] = e
+
+    def _set(self, v: Value, lo, hi) -> None:
+        if lo is not None:
+            self.lb[id(v)] = lo
+        if hi is not None:
+            self.ub[id(v)] = hi
 
     def visit(self, op: Op) -> None:
         code = op.opcode
         if code == "const" and op.result.dtype.is_int:
-            self.exact[id(op.result)] = _const(op.attrs["value"])
+            self._exact(op.result, _const(op.attrs["value"]))
         elif code == "block_id":
-            self.range[id(op.result)] = (_const(0), ("grid", op.attrs["axis"]))
+            self._set(op.result, _const(0), ("add", ("grid", op.attrs["axis"]), _const(-1)))
         elif code == "extent":
-            self.exact[id(op.result)] = self.extent(op.args[0].name, op.attrs["axis"])
+            self._exact(op.result, self.extent(op.args[0].name, op.attrs["axis"]))
         elif code == "num_tiles":
-            self.exact[id(op.result)] = ("cdiv", self.extent(op.args[0].name, op.attrs["axis"]), _const(op.attrs["tile"]))
-        elif code == "cast" and id(op.args[0]) in self.exact and _value_preserving(op.args[0].dtype, op.result.dtype):
-            self.exact[id(op.result)] = self.exact[id(op.args[0])]
+            self._exact(op.result, ("cdiv", self.extent(op.args[0].name, op.attrs["axis"]), _const(op.attrs["tile"])))
+        elif code == "cast" and _value_preserving(op.args[0].dtype, op.result.dtype):
+            self._set(op.result, self.lb.get(id(op.args[0])), self.ub.get(id(op.args[0])))
+        elif code == "binary" and op.result.dtype.is_int and op.result.shape == ():
+            self._binary(op)
         elif code == "for":
             lo, hi, step = op.args[:3]
-            step_e = self.exact.get(id(step))
-            positive = step_e is not None and step_e[0] == "const" and step_e[1] > 0
-            if positive and id(lo) in self.exact and id(hi) in self.exact:
-                self.range[id(op.regions[0].args[0])] = (self.exact[id(lo)], self.exact[id(hi)])
+            step_e = self.lb.get(id(step))
+            if step_e is not None and step_e == self.ub.get(id(step)) and step_e[0] == "const" and step_e[1] > 0:
+                # lo <= iv < hi <= ub(hi): iv is at most ub(hi) - 1
+                hi_ub = self.ub.get(id(hi))
+                self._set(op.regions[0].args[0], self.lb.get(id(lo)),
+                          ("add", hi_ub, _const(-1)) if hi_ub is not None else None)
         elif code == "tiles" and not op.attrs["windowed"]:
             tt = self.fn.param(op.attrs["output"]).value.type
             for a, arg in enumerate(op.regions[0].args[:op.attrs["rank"]]):
-                self.range[id(arg)] = (_const(0), ("cdiv", self.extent(op.attrs["output"], a), _const(tt.tile[a])))
+                count = ("cdiv", self.extent(op.attrs["output"], a), _const(tt.tile[a]))
+                self._set(arg, _const(0), ("add", count, _const(-1)))
+        elif code == "subtiles":
+            for arg, t, sub in zip(op.regions[0].args, op.attrs["tile"], op.attrs["shape"]):
+                self._set(arg, _const(0), _const(t // sub - 1))
+
+    def _binary(self, op: Op) -> None:
+        a, b = op.args
+        la, ua, lb_, ub_ = self.lb.get(id(a)), self.ub.get(id(a)), self.lb.get(id(b)), self.ub.get(id(b))
+        kind = op.attrs["op"]
+        both = lambda x, y, tag: (tag, x, y) if x is not None and y is not None else None   # noqa: E731
+        const_b = lb_ if lb_ is not None and lb_ == ub_ and lb_[0] == "const" else None
+        if kind == "*" and const_b is None and la is not None and la == ua and la[0] == "const":
+            la, ua, lb_, ub_, const_b = lb_, ub_, la, ua, la     # c * x: the same as x * c
+        if kind == "+":
+            self._set(op.result, both(la, lb_, "add"), both(ua, ub_, "add"))
+        elif kind == "-":
+            self._set(op.result, both(la, ub_, "sub"), both(ua, lb_, "sub"))
+        elif kind == "*" and const_b is not None and const_b[1] >= 0:
+            self._set(op.result, both(la, const_b, "mul"), both(ua, const_b, "mul"))
+        elif kind == "//" and const_b is not None and const_b[1] > 0:
+            self._set(op.result, both(la, const_b, "floordiv"), both(ua, const_b, "floordiv"))
+        elif kind == "min":   # below both lower bounds; at most either upper bound
+            self._set(op.result, both(la, lb_, "min"), ua if ua is not None else ub_)
+        elif kind == "max":
+            self._set(op.result, la if la is not None else lb_, both(ua, ub_, "max"))
 
 
 def _value_preserving(src, dst) -> bool:
