@@ -72,3 +72,33 @@ def test_subtracting_a_runtime_value_is_decided_by_the_launch(s):
     out = shifted(ts.empty((3, 1)).partition((1, 1)), ts.tensor(x), BK=16, s=s).sync().unpartition()
     want = x[:, : 64 - 16 * s].sum(1)                         # tiles -s .. -1 read the padding
     np.testing.assert_allclose(out.numpy()[:, 0], want, rtol=1e-5, atol=1e-5)
+
+
+@ts.kernel(sanitize=True)
+def head_rows(y: ts.Mut[ts.f32, (1, 1, 16)], x: ts.Ref[ts.f32, ("Z", "H", "S")], Z: int, H: int, S: int):
+    """Block zh reads row (zh // H, zh % H): indices through // and % by a runtime value."""
+    zh = ts.block_id(0)
+    y.store(ts.load(x, (zh // H, zh % H, ts.block_id(2)), shape=(1, 1, 16)) * 2.0)
+
+
+@pytest.mark.parametrize("z, h, s", [(2, 3, 32), (1, 5, 40)])
+def test_division_and_modulo_by_a_runtime_value(z, h, s):
+    report = head_rows.checks(ts.spec((z * h, 1, s), tile=(1, 1, 16)), ts.spec((z, h, s)))
+    assert report.kernel == (0 if s % 16 == 0 else 2)
+    x = np.random.default_rng(4).standard_normal((z, h, s)).astype(np.float32)
+    out = head_rows(ts.empty((z * h, 1, s)).partition((1, 1, 16)), ts.tensor(x)).sync().unpartition()
+    np.testing.assert_allclose(out.numpy()[:, 0, :], (x * 2).reshape(z * h, s), rtol=1e-6)
+
+
+def test_flash_attention_loads_are_proven_when_sizes_divide():
+    from tilesafe.kernels.attention import flash_kernel
+    args = dict(qk_scale=0.1, T=ts.f16, GROUP=2, BM=64, BN=64)
+    for causal in (False, True):
+        for s in (256, 200):
+            report = flash_kernel.checks(ts.spec((4, s, 64), ts.f16, tile=(1, 64, 64)), ts.spec((1, 4, s, 64), ts.f16),
+                                         ts.spec((1, 2, s, 64), ts.f16), ts.spec((1, 2, s, 64), ts.f16),
+                                         CAUSAL=causal, **args)
+            if s % 64 == 0:
+                assert (report.launch, report.kernel) == (6, 0), str(report)
+            else:   # ragged keys and queries: the edge tiles keep their masks
+                assert report.kernel > 0, str(report)

@@ -9,6 +9,7 @@ the maskless code when it holds); an index of unknown range keeps its mask ("ker
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import Loc
@@ -56,8 +57,12 @@ def evaluate(expr, facts) -> int | bool:
         return facts.scalar(expr[1])
     if tag == "grid":
         return facts.grid(expr[1])
+    if tag == "sel":   # ("sel", cond, if_true, if_false)
+        return evaluate(expr[2], facts) if evaluate(expr[1], facts) else evaluate(expr[3], facts)
     a = evaluate(expr[1], facts)
     b = evaluate(expr[2], facts)
+    if a != a or b != b:   # NaN (e.g. inf // n): unknown, and every comparison with it fails
+        return math.nan
     return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
             "cdiv": lambda: -(-a // b), "min": lambda: min(a, b), "max": lambda: max(a, b),
             "le": lambda: a <= b, "ge": lambda: a >= b, "and": lambda: a and b}[tag]()
@@ -195,6 +200,17 @@ class _Ranges:
             self._set(op.result, both(la, const_b, "mul"), both(ua, const_b, "mul"))
         elif kind == "//" and const_b is not None and const_b[1] > 0:
             self._set(op.result, both(la, const_b, "floordiv"), both(ua, const_b, "floordiv"))
+        elif kind == "//" and None not in (la, ua, lb_):
+            # a >= 0 and b >= 1: a // b grows with a and shrinks with b
+            ok = ("and", ("ge", la, _const(0)), ("ge", lb_, _const(1)))
+            low = ("floordiv", la, ub_) if ub_ is not None else _const(0)
+            self._set(op.result, ("sel", ok, low, _const(-math.inf)),
+                      ("sel", ok, ("floordiv", ua, lb_), _const(math.inf)))
+        elif kind == "%" and lb_ is not None and ub_ is not None:
+            # Python's floor modulo by b >= 1 lies in [0, b - 1]; for any other b, no bound
+            positive = ("ge", lb_, _const(1))
+            self._set(op.result, ("sel", positive, _const(0), _const(-math.inf)),
+                      ("sel", positive, ("add", ub_, _const(-1)), _const(math.inf)))
         elif kind == "min":   # below both lower bounds; at most either upper bound
             self._set(op.result, both(la, lb_, "min"), ua if ua is not None else ub_)
         elif kind == "max":
