@@ -73,3 +73,16 @@ def test_unsafe_race_names_the_blocks_and_the_line(capsys):
     line = next(i for i, text in enumerate((EXAMPLES / "unsafe_race.py").read_text().splitlines(), 1)
                 if "ts.store_ptr(total" in text)
     assert f"unsafe_race.py:{line}:5" in out
+
+
+def test_examples_under_the_sanitizer():
+    """With TILESAFE_SANITIZE=1 every safe kernel of every example runs sanitized too: no
+    race, and no access the bounds proof left unmasked goes outside its tensor."""
+    runner = "import runpy, sys\nfor path in sys.argv[1:]:\n    runpy.run_path(path, run_name='__main__')\n"
+    paths = [str(EXAMPLES / f"{n}.py") for n in EXPECTED]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TILESAFE_SANITIZE="1", TILESAFE_BACKEND="reference")
+    run = subprocess.run([sys.executable, "-c", runner, *paths], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for name in EXPECTED:
+        assert f"{name}: ok" in run.stdout, name

@@ -41,8 +41,8 @@ class ReferenceCompiled:
         for device_t, host in copies:
             device_t.copy_(host)
         mark_written(bound, self.written)
-        if san is not None:
-            _mark_pointer_writes(bound, san)
+        if san is not None and k.unsafe:   # safe kernels initialise by coverage alone, sanitized or not
+            _mark_pointer_writes(bound, san, k)
         outputs = tuple(bound.tensors[n].obj for n in k.outputs)
         return Future(outputs)
 
@@ -66,9 +66,11 @@ def _init_flags(f):
     return t._state.written_elements(t._torch()).reshape(-1).numpy()
 
 
-def _mark_pointer_writes(bound, san: Sanitizer) -> None:
+def _mark_pointer_writes(bound, san: Sanitizer, kernel) -> None:
     """What an unsafe launch wrote through pointers counts as initialised (S14)."""
     for name, writer in san.writer.items():
+        if kernel.param(name).kind != PTR:
+            continue
         t = bound.tensors[name].tensor
         view = t._torch()
         flags = torch.from_numpy(writer >= 0).reshape(view.shape)
