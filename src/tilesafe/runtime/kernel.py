@@ -61,7 +61,10 @@ class Kernel:
         plan = self._last_plan   # the fast path: the same arguments as the last launch
         if plan is not None and not self.unsafe and plan.matches(args, kwargs, None, current_backend()) \
                 and not launching_disabled_var.get():
-            return plan.launch()
+            try:
+                return plan.launch()
+            except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
+                raise _clean(e) from None
         if self.unsafe:
             raise _clean(LaunchError(f"`{self.name}` is an unsafe kernel and cannot be launched by a plain call",
                                      help=f"use {self.name}.unsafe_launch(*args, grid=...) to take responsibility"))
