@@ -244,3 +244,14 @@ def test_block_id_num_blocks_and_scalar_arithmetic(backend):
     got = launch(block_arith, ts.empty((5, 9), ts.i32), (2, 4), W=3)
     gi, gj = np.meshgrid(np.arange(5) // 2, np.arange(9) // 4, indexing="ij")
     assert np.array_equal(got, (gi * 3 + gj) * 1000 + 3 * 10 + 3)
+
+
+def test_device_function_keeps_its_name_and_doc():
+    @ts.function
+    def twice(t):
+        """Double a tile."""
+        return t * 2.0
+
+    assert twice.__name__ == "twice" and twice.__doc__ == "Double a tile."
+    with pytest.raises(ts.KernelError, match="`twice` is a @ts.function"):
+        twice(1.0)

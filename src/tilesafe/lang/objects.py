@@ -71,4 +71,5 @@ class DeviceFunction:
 
 def function(fn):
     """Mark `fn` as a device helper that kernels may call (it is inlined)."""
-    return DeviceFunction(fn)
+    import functools
+    return functools.update_wrapper(DeviceFunction(fn), fn)   # keeps __name__, __doc__, ...
