@@ -4,21 +4,12 @@ import pytest
 
 import tilesafe as ts
 from tilesafe.backends.triton.backend import compile_ahead
+from triton_helpers import gemm
 
 
 @ts.kernel
 def axpy(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int, a: float):
     z.store(ts.load_tile_like(x, z) * a + 1.0)
-
-
-@ts.kernel
-def gemm(c: ts.Mut[ts.bf16, ("BM", "BN")], a: ts.Ref[ts.bf16, ("M", "K")], b: ts.Ref[ts.bf16, ("K", "N")],
-         BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
-    pa, pb = a.partition((BM, BK)), b.partition((BK, BN))
-    acc = ts.zeros((BM, BN), ts.f32)
-    for k in range(ts.num_tiles(pa, 1)):
-        acc = ts.mma(pa.load((ts.block_id(0), k)), pb.load((k, ts.block_id(1))), acc)
-    c.store(acc.astype(ts.bf16))
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton-interpreter"])
