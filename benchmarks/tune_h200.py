@@ -1,0 +1,402 @@
+"""Autotune the kernel library's configs on the GPU and write the tuned table.
+
+    PYTHONPATH=src python3 benchmarks/tune_h200.py --out "$OUT/nvidia-h200.json"   # on the GPU
+    PYTHONPATH=src python3 benchmarks/tune_h200.py --dry-run --out /tmp/t/cpu.json  # CPU check
+    PYTHONPATH=src python3 benchmarks/tune_h200.py --plan                           # list the work
+
+Workloads are grouped by the shape class the library looks them up under (family and key of
+`configs.lookup`, checked on every call), so workloads sharing a class get one config: the
+candidate with the smallest geometric mean time over them. Each candidate is checked once
+against torch (a wrong or raising one is recorded and skipped), then timed as the bench times
+(`timing.measure`: rotated buffer sets >= 3x L2, CUDA graphs for short kernels, medians).
+Classes run by importance; after `--budget-s` none starts, and both JSONs are rewritten after
+every class, so a run cut short still leaves its results:
+  --out                  {family: {shape class: config + "time_ms"}} as `configs.tune` writes it
+                         (merged into the file if it exists; time_ms: the geometric mean);
+  <out>.candidates.json  every candidate's times or error, torch's times, the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from tilesafe.bench import machine
+from tilesafe.bench.cuda_timer import CudaTimer
+from tilesafe.bench.families.qwen3 import HEAD_DIM, MODELS
+from tilesafe.bench.runner import describe, make_sets
+from tilesafe.bench.timing import Policy, measure
+from tilesafe.bench.workload import TOLERANCE, empty, randn, rel_error
+from tilesafe.kernels import configs
+
+SKINNY_M = importlib.import_module("tilesafe.kernels.matmul").SKINNY_M   # M <= 16: the "linear" family
+DT, TOL = ts.bf16, TOLERANCE["bf16"]
+START = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - START:6.1f}s] {msg}", flush=True)
+
+
+# --- candidates (H200: 132 SMs, 227 KB of shared memory per block) ------------------------------
+# Each list follows the library's GPU default (always tried first: the baseline). A candidate that
+# does not fit (shared memory, registers) fails to compile or launch and is recorded and skipped.
+
+def mm(bm, bn, bk, warps, stages, persistent):
+    return {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": persistent,
+            "num_warps": warps, "num_stages": stages}
+
+
+BIG_TILES = [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3),
+             (64, 256, 64, 8, 4), (128, 128, 64, 4, 4)]
+GEMM_BIG = [mm(*t, p) for p in (False, True) for t in BIG_TILES]          # grouped persistent or not
+GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False)]
+GEMM_M128 = ([mm(*t, False) for t in [(64, 128, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3),
+                                      (64, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 64, 64, 4, 4)]]
+             + [mm(64, 128, 64, 4, 4, True), mm(64, 256, 64, 8, 3, True)])   # M=128: BM 64, split over N
+LINEAR = [{"block_n": bn, "block_k": bk, "min_blocks": mb, "num_warps": w, "num_stages": s}
+          for bn, bk, mb, w, s in [(16, 512, 264, 4, 4), (64, 128, 264, 4, 4), (32, 512, 264, 8, 4),
+                                   (64, 256, 264, 8, 3), (128, 128, 132, 8, 4), (32, 256, 528, 4, 6),
+                                   (64, 256, 132, 4, 4), (32, 128, 264, 4, 3)]]
+FLASH = [{"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s}
+         for bm, bn, w, s in [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3),
+                              (64, 128, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3)]]
+DECODE = [{"block_n": bn, "splits": None, "target_blocks": tb, "num_warps": w}
+          for bn, tb, w in [(32, 264, 4), (128, 264, 4), (64, 132, 4), (64, 528, 4), (128, 528, 8),
+                            (64, 264, 8), (128, 132, 4)]]
+
+
+# --- workloads -----------------------------------------------------------------------------------
+
+@dataclass
+class Work:
+    name: str
+    family: str                          # configs family and shape class, computed as the library does
+    key: str
+    make: Callable[[int], dict]          # seed -> one buffer set (inputs and "out")
+    ours: Callable[[dict, dict], object]  # (buffers, config) -> one library call writing buffers["out"]
+    ref: Callable[[dict], torch.Tensor]   # torch's implementation: the check and the reference time
+
+
+@dataclass
+class Group:
+    family: str
+    key: str
+    cands: list[dict]
+    works: list[Work] = field(default_factory=list)
+
+
+def gemm(name, m, n, k, dev, weight_nk: bool) -> Work:
+    """tk.linear(x, w) with w (N, K) for the Qwen3 projections, else tk.matmul(x, w) with w (K, N)."""
+    def make(s):
+        w_shape = (n, k) if weight_nk else (k, n)
+        return {"x": randn((m, k), "bf16", s, dev), "w": randn(w_shape, "bf16", s + 1000, dev, scale=k ** -0.5),
+                "out": empty((m, n), "bf16", dev)}
+    if weight_nk:
+        ours, ref = lambda b, c: tk.linear(b["x"], b["w"], out=b["out"], config=c), lambda b: F.linear(b["x"], b["w"])
+    else:
+        ours, ref = lambda b, c: tk.matmul(b["x"], b["w"], out=b["out"], config=c), lambda b: b["x"] @ b["w"]
+    if m <= SKINNY_M:
+        return Work(name, "linear", configs.shape_class(DT, n, k), make, ours, ref)
+    return Work(name, "matmul", configs.shape_class(DT, m, n, k), make, ours, ref)
+
+
+def flash(h, s, d, causal, dev) -> Work:
+    shape = (1, h, s, d)
+
+    def make(seed):
+        return {"q": randn(shape, "bf16", seed, dev), "k": randn(shape, "bf16", seed + 1000, dev),
+                "v": randn(shape, "bf16", seed + 2000, dev), "out": empty(shape, "bf16", dev)}
+    return Work(f"flash h={h} s={s} d={d} {'causal' if causal else 'full'}", "attention",
+                configs.shape_class(DT, d, s), make,
+                lambda b, c: tk.flash_attention(b["q"], b["k"], b["v"], causal=causal, out=b["out"], config=c),
+                lambda b: F.scaled_dot_product_attention(b["q"], b["k"], b["v"], is_causal=causal))
+
+
+def decode(label, h, hkv, d, ctx, dev) -> Work:
+    """One query per head over a full KV cache of `ctx` positions, as the bench's decode workload."""
+    workspaces: dict = {}                # per config, made by the check call (before any graph capture)
+
+    def make(seed):
+        return {"q": randn((h, d), "bf16", seed, dev), "k": randn((hkv, ctx, d), "bf16", seed + 1000, dev),
+                "v": randn((hkv, ctx, d), "bf16", seed + 2000, dev), "out": empty((h, d), "bf16", dev),
+                "lens": torch.full((1,), ctx, dtype=torch.int32, device=dev)}
+
+    def ours(b, c):
+        key = json.dumps(c, sort_keys=True)
+        if key not in workspaces:
+            workspaces[key] = tk.decode_workspace(b["q"], b["k"], c)
+        return tk.decode_attention(b["q"], b["k"], b["v"], b["lens"], out=b["out"], workspace=workspaces[key],
+                                   config=c)
+
+    def ref(b):
+        return F.scaled_dot_product_attention(b["q"][None, :, None], b["k"][None], b["v"][None],
+                                              enable_gqa=h != hkv).view(h, d)
+    return Work(f"decode {label} h={h}/{hkv} ctx={ctx}", "decode", configs.shape_class(DT, d, h // hkv), make,
+                ours, ref)
+
+
+def plan(tiny: bool, dev: str) -> list[Group]:
+    """Every workload, grouped by shape class, most important first."""
+    if tiny:   # the same paths at CPU sizes, with the first and last candidate of each list
+        squares, heads, d, seqs, m_big, m_mid = (64, 96), 2, 64, (48, 80), 48, 24
+        projs = {"tiny": {"qkv": (96, 64), "down": (64, 160)}}
+        dec = [("tiny", 8, 2, 64, 100), ("tiny", 4, 4, 64, 64)]
+    else:      # 16384^3 has its own class (bucket() clamps at 65536); 8B projections are not tuned
+        squares, heads, d, seqs, m_big, m_mid = (1024, 2048, 4096, 8192, 16384), 32, HEAD_DIM, (1024, 4096), 2048, 128
+        projs = {name: MODELS[name].projections() for name in ("4B", "32B")}
+        dec = [(name, MODELS[name].heads, MODELS[name].kv_heads, HEAD_DIM, ctx)
+               for name in ("4B", "32B") for ctx in (4096, 32768)]
+    groups: dict[tuple, Group] = {}
+
+    def add(w: Work, cands: list[dict]):
+        cands = [dict(configs.GPU_DEFAULTS[w.family])] + cands
+        groups.setdefault((w.family, w.key), Group(w.family, w.key, [cands[0], cands[-1]] if tiny else cands)
+                          ).works.append(w)
+
+    def projections(m, cands):
+        for model, ps in projs.items():
+            for proj, (n, k) in ps.items():
+                add(gemm(f"{model} {proj} M={m} ({n}x{k})", m, n, k, dev, True), cands)
+    for n in squares:
+        add(gemm(f"gemm {n}^3", n, n, n, dev, False), GEMM_SMALL if n <= 2048 else GEMM_BIG)
+    projections(m_big, GEMM_BIG)
+    for s in seqs:
+        for causal in (False, True):
+            add(flash(heads, s, d, causal, dev), FLASH)
+    for m in (1, SKINNY_M):              # M=1 and M=16 share the class (N, K): tuned together
+        projections(m, LINEAR)
+    for spec in dec:                     # the class is (head_dim, group): every context shares it
+        add(decode(*spec, dev), DECODE)
+    projections(m_mid, GEMM_M128)
+    return list(groups.values())
+
+
+# --- running -------------------------------------------------------------------------------------
+
+class ContextLost(RuntimeError):
+    """A candidate broke the CUDA context: nothing after it can run."""
+
+
+@contextlib.contextmanager
+def lookups():
+    """The (family, key) of every config lookup the library makes inside."""
+    seen, original = set(), configs.lookup
+
+    def spy(family, key, override=None, dtype=None):
+        seen.add((family, key))
+        return original(family, key, override, dtype)
+    configs.lookup = spy
+    try:
+        yield seen
+    finally:
+        configs.lookup = original
+
+
+def usable(family: str, cfg: dict, dry: bool) -> dict:
+    """The candidate minus the keys this backend's lookup refuses (the CPU defaults lack a few;
+    on the GPU this warns: e.g. "tma" before it is wired)."""
+    def accepted(k, v):
+        try:
+            configs.lookup(family, "?", {k: v})
+            return True
+        except ts.LaunchError:
+            return False
+    kept = {k: v for k, v in cfg.items() if accepted(k, v)}
+    if len(kept) < len(cfg) and not dry:
+        log(f"WARNING {family}: dropping config keys {sorted(set(cfg) - set(kept))} (lookup refuses them)")
+    if dry and kept.get("splits", 0) is None and "target_blocks" not in kept:   # CPU decode: fixed splits
+        kept["splits"] = configs.CPU_DEFAULTS["decode"]["splits"]
+    return kept
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def run_group(g: Group, clock, policy: Policy, args, stop_at: float) -> dict:
+    sets = {w.name: make_sets(w.make, policy) for w in g.works}
+    rec = {"family": g.family, "key": g.key, "works": [w.name for w in g.works], "torch_us": {}, "candidates": []}
+    want = {}
+    for w in g.works:                                     # torch: the reference result and time
+        s = sets[w.name]
+        want[w.name] = w.ref(s[0]).float()
+        rec["torch_us"][w.name] = clock(lambda i: w.ref(s[i]), len(s), "torch")
+    tried = set()
+
+    def attempt(cfg: dict) -> None:
+        if json.dumps(cfg, sort_keys=True) in tried or "stopped" in rec:
+            return
+        tried.add(json.dumps(cfg, sort_keys=True))
+        if time.monotonic() > stop_at:
+            rec["stopped"] = "time budget"
+            return
+        entry = {"config": cfg, "us": {}}
+        rec["candidates"].append(entry)
+        try:
+            for w in g.works:
+                s = sets[w.name]
+                s[0]["out"].fill_(float("nan"))           # an element never written shows as NaN
+                with lookups() as seen:                   # also compiles: the first call of a config
+                    w.ours(s[0], cfg)
+                    sync()
+                if (g.family, g.key) not in seen:
+                    raise RuntimeError(f"{w.name}: the library looked up {sorted(seen)}, not {g.family} {g.key}")
+                err = rel_error(s[0]["out"], want[w.name])
+                if not err <= TOL:
+                    raise ValueError(f"{w.name}: wrong result, relative error {err:.3g} > {TOL}")
+                entry["us"][w.name] = clock(lambda i: w.ours(s[i], cfg), len(s), "tilesafe")
+            entry["score_us"] = math.exp(sum(math.log(t) for t in entry["us"].values()) / len(entry["us"]))
+            log(f"  {fmt(cfg)}: {entry['score_us']:.2f} us")
+        except Exception as e:                            # noqa: BLE001 - recorded, the next one runs
+            entry["error"] = describe(e)[:400]
+            log(f"  {fmt(cfg)}: SKIP {one_line(entry['error'])}")
+            try:
+                sync()
+            except Exception as lost:                     # noqa: BLE001
+                raise ContextLost(describe(lost)) from e
+
+    for c in g.cands:
+        attempt(usable(g.family, c, args.dry_run))
+    if args.tma:   # TMA descriptors forced off / on for the best, off for the runner-up (None: on, on Hopper)
+        top = sorted((e for e in rec["candidates"] if "score_us" in e), key=lambda e: e["score_us"])[:2]
+        for e, tma in [(top[0], False), (top[0], True), *((t, False) for t in top[1:])] if top else []:
+            attempt(usable(g.family, dict(e["config"], tma=tma), args.dry_run))
+    return rec
+
+
+def fmt(cfg: dict) -> str:
+    short = {"block_m": "m", "block_n": "n", "block_k": "k", "num_warps": "w", "num_stages": "s",
+             "persistent": "pers", "min_blocks": "minb", "target_blocks": "tb"}
+    return " ".join(f"{short.get(k, k)}={v}" for k, v in cfg.items() if not (k == "group" and v == 8))
+
+
+def one_line(text: str) -> str:
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())[:240]
+
+
+def winner(rec: dict):
+    ok = [e for e in rec["candidates"] if "score_us" in e]
+    return min(ok, key=lambda e: e["score_us"]) if ok else None
+
+
+def write(path: Path, table: dict, records: list[dict], meta: dict) -> None:
+    for target, data in ((path, table), (path.with_suffix(".candidates.json"), dict(meta, groups=records))):
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp.replace(target)
+
+
+def summary(records: list[dict]) -> None:
+    num = lambda v, w=9: f"{v:{w}.2f}" if v else f"{'-':>{w}}"      # noqa: E731
+    print(f"\n{'workload':34} {'shape class':28} {'best config':44} {'best us':>9} {'default':>9} "
+          f"{'torch us':>9} {'torch/best':>10}")
+    for rec in records:
+        best, default = winner(rec), (rec["candidates"] or [{}])[0]
+        cfg = fmt(best["config"]) if best else rec.get("error", "no valid candidate")
+        for w in rec["works"]:
+            t, d, tt = (best or {}).get("us", {}).get(w), default.get("us", {}).get(w), rec["torch_us"].get(w)
+            print(f"{w[:34]:34} {rec['family'][:6] + ' ' + rec['key']:28} {cfg[:44]:44} {num(t)} {num(d)} "
+                  f"{num(tt)} {num(tt / t if t and tt else None, 10)}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--budget-s", type=float, default=480.0, help="start no new shape class after this")
+    p.add_argument("--grace-s", type=float, default=20.0, help="stop a class's candidates at budget + grace")
+    p.add_argument("--out", type=Path, default=None, help="tuned table (default $OUT/<gpu>.json)")
+    p.add_argument("--only", default="", help="tune only classes whose family/key/workload contains this")
+    p.add_argument("--tma", action=argparse.BooleanOptionalAction, default=None,
+                   help="also try tma=False/True on each class's best two (default: if the lookup takes tma)")
+    p.add_argument("--dry-run", action="store_true", help="CPU check: tiny shapes, reference backend")
+    p.add_argument("--plan", action="store_true", help="list the GPU run's classes and candidates only")
+    args = p.parse_args()
+    configs.tuned_table = lambda gpu: {}     # tune from the defaults, whatever table is committed already
+    if args.tma is None:
+        with ts.backend("triton"):
+            args.tma = all("tma" in usable(f, {"tma": None}, True) for f in ("matmul", "linear"))
+    groups = [g for g in plan(args.dry_run, "cuda" if torch.cuda.is_available() else "cpu")
+              if not args.only or any(args.only in s for s in [g.family, g.key, *(w.name for w in g.works)])]
+    log(f"{len(groups)} shape classes, {sum(len(g.works) for g in groups)} workloads, "
+        f"{sum(len(g.cands) for g in groups)} candidates (+ up to 3 a class: tma {'on' if args.tma else 'off'})")
+    if args.plan:
+        for g in groups:
+            print(f"{g.family:9} {g.key:24} {len(g.cands):2} candidates  {', '.join(w.name for w in g.works)}")
+        return 0
+    if args.dry_run:   # wall clock of one call on the reference backend (Triton's interpreter refuses bf16)
+        backend, policy = ts.backend("reference"), Policy(max_sets=2)
+
+        def clock(launch, n_sets, capture):
+            t0 = time.perf_counter()
+            launch(n_sets - 1)
+            return (time.perf_counter() - t0) * 1e6
+    elif not torch.cuda.is_available():
+        sys.exit("no CUDA GPU: use --dry-run or --plan on this machine")
+    else:
+        backend, timer = contextlib.nullcontext(), CudaTimer()
+        policy = Policy(probe=3, sample_ms=40.0, min_samples=5, max_samples=25, graph_target_us=1000.0)
+
+        def clock(launch, n_sets, capture):
+            return measure(timer, launch, n_sets, capture, policy).median_us
+    out = args.out or Path(os.environ.get("OUT", ".")) / f"{configs.gpu_name()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = json.loads(out.read_text()) if out.exists() else {}      # merged into, as configs.tune does
+    meta = {"machine": machine.info(), "budget_s": args.budget_s, "policy": policy.to_json(), "tolerance": TOL,
+            "tma": args.tma}
+    records = []
+
+    def failed(g: Group, error: str) -> dict:
+        return {"family": g.family, "key": g.key, "works": [w.name for w in g.works], "torch_us": {},
+                "candidates": [], "error": error[:400]}
+    with backend:
+        for i, g in enumerate(groups):
+            if time.monotonic() - START > args.budget_s:
+                log(f"time budget spent: {len(groups) - i} classes not tuned")
+                records += [failed(h, "not tuned: time budget spent") for h in groups[i:]]
+                break
+            log(f"[{i + 1}/{len(groups)}] {g.family} {g.key}: {', '.join(w.name for w in g.works)} "
+                f"({len(g.cands)} candidates)")
+            try:
+                rec = run_group(g, clock, policy, args, START + args.budget_s + args.grace_s)
+            except ContextLost as e:
+                log(f"CUDA context lost ({e}): stopping")
+                records.append(failed(g, f"CUDA context lost: {e}"))
+                break
+            except Exception as e:                        # noqa: BLE001 - buffers or torch failed
+                rec = failed(g, describe(e))
+                log(f"  FAILED {one_line(rec['error'])}")
+            records.append(rec)
+            best = winner(rec)
+            if best is not None:
+                table.setdefault(g.family, {})[g.key] = dict(best["config"], time_ms=round(best["score_us"] / 1e3, 5))
+                log(f"  best {fmt(best['config'])}: {best['score_us']:.2f} us")
+            write(out, table, records, meta)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    write(out, table, records, meta)
+    summary(records)
+    log(f"wrote {out} and {out.with_suffix('.candidates.json')}")
+    if args.dry_run:   # every path must work at tiny sizes: any error fails the dry run
+        errors = [e["error"] for r in records for e in [r, *r["candidates"]] if "error" in e]
+        for e in errors:
+            print("ERROR", one_line(e))
+        return 1 if errors or len(records) < len(groups) else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
