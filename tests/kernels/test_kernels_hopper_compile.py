@@ -15,6 +15,7 @@ import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe.backends.triton.backend import compile_ahead
 from tilesafe.kernels import configs
+from tilesafe.kernels.launch import schedule_of
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
@@ -33,10 +34,11 @@ def compiled(monkeypatch):
     """Run public functions with GPU configs; collect (kernel name, Triton compiled kernel)."""
     out = []
 
-    def compile_instead(kernel, outputs, grid=None, **args):
+    def compile_instead(kernel, outputs, grid=None, cfg=None, **args):
         specs = {n: _spec(v, tile) for n, (v, tile) in outputs.items()}
         specs.update({n: _spec(a) if isinstance(a, ts.Tensor) else a for n, a in args.items()})
-        out.append((kernel.name, compile_ahead(kernel, **specs, arch=90)))
+        schedule = schedule_of(cfg) if cfg is not None else None   # the config's warps, stages, TMA
+        out.append((kernel.name, compile_ahead(kernel, **specs, arch=90, descriptors=None, schedule=schedule)))
 
     monkeypatch.setattr(configs, "current_backend", lambda: "triton")
     for name in MODULES:
@@ -71,6 +73,7 @@ CALLS = {
     "argmax_vocab": lambda: tk.argmax(e(1, 151936)),
 }
 TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa"}
+TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16"}   # 2-D GEMM operands (w.T too) through TMA
 
 
 @pytest.mark.parametrize("call", list(CALLS))
@@ -81,3 +84,12 @@ def test_compiles_for_hopper(compiled, call):
         assert k.metadata.shared <= H200_SHARED, (name, k.metadata.shared)
         if call in TENSOR_CORES and name != "unary_kernel":
             assert "wgmma.mma_async" in k.asm["ptx"], name
+        if call in TMA:
+            assert "cp.async.bulk.tensor" in k.asm["ptx"], name
+
+
+def test_the_config_schedule_reaches_the_compiled_kernel(compiled):
+    tk.matmul(e(4096, 4096), e(4096, 4096))
+    (name, k), = compiled
+    cfg = configs.GPU_DEFAULTS["matmul"]
+    assert (k.metadata.num_warps, k.metadata.num_stages) == (cfg["num_warps"], cfg["num_stages"])

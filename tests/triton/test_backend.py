@@ -112,15 +112,18 @@ def test_tma_descriptor_gemm_under_the_interpreter():
 
 
 @pytest.mark.usefixtures("descriptors")
-def test_masked_or_misaligned_accesses_stay_on_pointers():
+def test_ragged_accesses_use_tma_bounds_and_misaligned_ones_stay_on_pointers():
     rng = np.random.default_rng(23)
+    # ragged: TMA's own bounds check zero-fills b's partial tiles and drops c's out-of-range
+    # rows; a's rows are 50 floats = 200 bytes apart (not a multiple of 16): pointers
     a, b = rng.standard_normal((70, 50)).astype(np.float32), rng.standard_normal((50, 40)).astype(np.float32)
     c = poisoned((70, 40), "f32").partition((32, 16))
     compiled = matmul.compile(c, ts.tensor(a), ts.tensor(b), BK=16)
-    matmul(c, ts.tensor(a), ts.tensor(b), BK=16).sync()   # ragged: every access is masked
+    matmul(c, ts.tensor(a), ts.tensor(b), BK=16).sync()
     close(c.unpartition().numpy(), a.astype(np.float64) @ b, "f32")
-    assert compiled.sources and all("make_tensor_descriptor" not in s for s in compiled.sources.values())
-    # divisible, but `a` is a view whose rows are 65 floats apart (not 16-byte aligned): b and c use TMA
+    used = compiled.sources[frozenset({"b", "c"})]
+    assert "b_desc.load([" in used and "c_desc.store([" in used and "a_ptr" in used
+    # divisible, but `a` is a view whose rows are 65 floats apart: b and c use TMA
     wide_a = rng.standard_normal((64, 65)).astype(np.float32)
     a_view = ts.tensor(wide_a)[:, :64]
     b2 = rng.standard_normal((64, 32)).astype(np.float32)
@@ -129,6 +132,45 @@ def test_masked_or_misaligned_accesses_stay_on_pointers():
     matmul(c2, a_view, ts.tensor(b2), BK=16).sync()
     close(c2.unpartition().numpy(), wide_a[:, :64].astype(np.float64) @ b2, "f32")
     assert frozenset({"b", "c"}) in compiled.sources
+
+
+@pytest.mark.usefixtures("descriptors")
+def test_a_masked_load_padded_with_other_than_zero_stays_on_pointers():
+    x = np.random.default_rng(24).standard_normal((20, 24)).astype(np.float32)
+    z = poisoned((20, 24), "f32").partition((16, 16))
+    compiled = rows.compile(z, ts.tensor(x))
+    rows(z, ts.tensor(x)).sync()
+    close(z.unpartition().numpy(), 2.0 * x, "f32")
+    used = compiled.sources[frozenset({"x", "z"})]
+    assert "x_desc" not in used and "other=(-float(\"inf\"))" in used and "z_desc.store([" in used
+
+
+@pytest.mark.usefixtures("descriptors")
+def test_a_transposed_view_uses_tma_as_its_transpose():
+    rng = np.random.default_rng(25)
+    a, w = rng.standard_normal((48, 40)).astype(np.float32), rng.standard_normal((36, 40)).astype(np.float32)
+    c = poisoned((48, 36), "f32").partition((16, 16))
+    b = ts.tensor(w).T                                   # (40, 36), strides (1, 40): contiguous columns
+    compiled = matmul.compile(c, ts.tensor(a), b, BK=16)
+    matmul(c, ts.tensor(a), b, BK=16).sync()             # ragged in N and K: TMA zero-fills
+    close(c.unpartition().numpy(), a.astype(np.float64) @ w.T, "f32")
+    used = compiled.sources[frozenset({"a", "b", "c"})]
+    assert "tl.trans(b_desc.load([" in used and "strides=[b_s1, 1], block_shape=[16, 16]" in used
+
+
+def test_tma_is_chosen_per_launch_by_schedule_and_backend(monkeypatch, triton_backend):
+    a, b = ts.tensor(np.ones((32, 32), np.float32)), ts.tensor(np.ones((32, 32), np.float32))
+    c = poisoned((32, 32), "f32").partition((16, 16))
+    on = matmul.compile(c, a, b, BK=16, schedule=ts.schedule(tma=True))
+    matmul(c, a, b, BK=16, schedule=ts.schedule(tma=True)).sync()
+    assert frozenset({"a", "b", "c"}) in on.sources and (c.unpartition().numpy() == 32).all()
+    c = poisoned((32, 32), "f32").partition((16, 16))
+    assert not matmul.compile(c, a, b, BK=16).use_descriptors()   # auto: GPUs from Hopper on only
+    monkeypatch.setattr(TritonBackend.get(triton_backend), "descriptors", True)
+    assert matmul.compile(c, a, b, BK=16).use_descriptors()
+    assert not matmul.compile(c, a, b, BK=16, schedule=ts.schedule(tma=False)).use_descriptors()
+    with pytest.raises(ts.LaunchError, match="tma='yes' must be True, False or None"):
+        ts.schedule(tma="yes")
 
 
 # --- launching ----------------------------------------------------------------------------------

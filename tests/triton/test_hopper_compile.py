@@ -31,3 +31,13 @@ def test_bf16_gemm_pointer_path_uses_wgmma(kernel):
     ptx = _ptx(kernel, descriptors=False)
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" not in ptx
+
+
+def test_transposed_weight_is_loaded_through_tma_as_its_transpose():
+    """x @ w.T with w (N, K) row-major: b = w.T has contiguous columns, so its descriptor
+    describes w itself and the tiles are transposed in registers."""
+    specs = (ts.spec((1024, 512), ts.bf16, tile=(128, 128)), ts.spec((1024, 768), ts.bf16),
+             ts.spec((768, 512), ts.bf16, strides=(1, 768)))
+    compiled = compile_ahead(matmul, *specs, BK=64, arch=90, descriptors=True)
+    assert "wgmma.mma_async" in compiled.asm["ptx"]
+    assert compiled.asm["ptx"].count("cp.async.bulk.tensor.2d") >= 2   # a and b (c stores may use it too)

@@ -30,7 +30,7 @@ def test_flattened_grid_gives_the_same_block_ids(monkeypatch, limit):
         out = stamp(z.partition((1, 4, 2)), ts.tensor(x)).sync().unpartition().numpy()
     np.testing.assert_allclose(out, _expected(x), rtol=1e-6)
     compiled = stamp.compile(ts.spec(x.shape, tile=(1, 4, 2)), ts.spec(x.shape), backend="triton-interpreter")
-    flattened = [gen for (desc, linear), (gen, _) in compiled._variants.items() if linear]
+    flattened = [gen for (_, linear, _), (gen, _) in compiled._variants.items() if linear]
     assert bool(flattened) == (limit == 2)
     if flattened:
         assert "tl.program_id(1)" not in flattened[0].text and "grid2" in flattened[0].text

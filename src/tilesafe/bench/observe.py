@@ -4,7 +4,8 @@ The raw Triton twins mirror the tilesafe launch they are compared with, so they 
 tiling here instead of re-deriving it from the config table (a re-derivation could drift
 from the library's own clamps). A kernel keeps its last launch plan, whose bound
 arguments hold the compile-time constants (tile sizes, `BK`, `GROUP`, ...) and the grid,
-and whose compiled code holds the Triton options (`num_warps`, `num_stages`) it ran with.
+and whose compiled code holds the Triton options (`num_warps`, `num_stages`) it ran with
+and which tensors it addressed through TMA descriptors.
 The library wraps every argument in a fresh view, so each call makes a new plan: a plan
 that changed across the call is a launch of that call.
 """
@@ -20,13 +21,14 @@ class LaunchFacts:
     consts: dict                        # name -> int / bool (dtypes left out)
     grid: tuple[int, ...] | None        # None for persistent kernels (the backend picks it)
     options: dict = field(default_factory=dict)   # Triton launch options; {} = Triton's defaults
+    tma: dict = field(default_factory=dict)       # tensor -> "rows" / "columns": accessed through TMA
 
     def tile_elems(self, *names: str) -> int:
         return math.prod(self.consts[n] for n in names)
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "consts": self.consts, "grid": list(self.grid) if self.grid else None,
-                "options": self.options}
+                "options": self.options, "tma": self.tma}
 
 
 class Observer:
@@ -53,4 +55,6 @@ class Observer:
 def facts(name: str, plan) -> LaunchFacts:
     consts = {k: v for k, v in plan.bound.consts.items() if isinstance(v, (bool, int))}
     grid = tuple(plan.bound.grid) if plan.bound.grid else None
-    return LaunchFacts(name, consts, grid, dict(getattr(plan.compiled, "options", {}) or {}))
+    gen = getattr(plan.compiled, "last_generated", None)
+    tma = {n: "columns" if n in gen.column_major else "rows" for n in gen.descriptors} if gen is not None else {}
+    return LaunchFacts(name, consts, grid, dict(getattr(plan.compiled, "options", {}) or {}), tma)

@@ -12,9 +12,9 @@ not change class per token. Where the config comes from, in order:
    reference interpreter and Triton's interpreter (small tiles keep CPU tests fast while
    still covering several blocks and ragged edges).
 
-Schedule hints are kept in the table, but the launcher does not pass them to Triton yet
-(`Kernel.launch` has no `num_warps` / `num_stages`), so today every kernel runs with
-Triton's defaults (4 warps, 3 stages); the GPU defaults are chosen to be good with those.
+The schedule hints in a config (`num_warps`, `num_stages`, and `tma`: TMA tensor
+descriptors on/off, None for the backend's choice) go to the launch as a `ts.schedule`
+(`launch.schedule_of`); they change the machine code, never the results.
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ GPU_DEFAULTS: dict[str, dict] = {
                "num_warps": 8, "num_stages": 3},
     "linear": {"block_n": 32, "block_k": 256, "min_blocks": 264, "num_warps": 4, "num_stages": 4},
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3},
-    "attention": {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2},
-    "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "num_warps": 4},
+    "attention": {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 2},
+    "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "num_warps": 4, "num_stages": 3},
     "rope": {"block_t": 4, "block_h": 8, "num_warps": 4},
     "embedding": {"block_t": 4, "block_d": 1024, "num_warps": 4},
     "argmax": {"block_m": 1, "block_n": 1024, "chunk": 8192, "num_warps": 4},
@@ -87,7 +87,7 @@ def lookup(family: str, key: str, override: dict | None = None, dtype=None) -> d
         tuned = tuned_table(gpu_name()).get(family, {}).get(key, {})
         cfg.update({k: v for k, v in tuned.items() if k != "time_ms"})
     if override:
-        unknown = set(override) - set(cfg) - {"num_warps", "num_stages"}
+        unknown = set(override) - set(cfg) - {"num_warps", "num_stages", "tma"}
         if unknown:
             raise LaunchError(f"config keys {sorted(unknown)} are not used by {family} kernels",
                               loc=caller_loc(), help=f"known keys: {', '.join(sorted(cfg))}")

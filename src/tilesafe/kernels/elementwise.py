@@ -219,7 +219,7 @@ def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False):
     cfg = configs.lookup("elementwise", configs.shape_class(dtype), config, dtype)
     for views in slabs:
         tile = tile3(views[0].shape, cfg["block"])
-        launch(kernel, {"z": (views[0], tile)}, **dict(zip(operands, views[1:])), **extra)
+        launch(kernel, {"z": (views[0], tile)}, cfg=cfg, **dict(zip(operands, views[1:])), **extra)
     return o.returned
 
 

@@ -6,12 +6,16 @@ reads and launches are ordered after it by the runtime (S9/S10).
 """
 from __future__ import annotations
 
+from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
 
 
-def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, **args) -> None:
-    """`kernel(**{name: view.partition(tile)}, **args)`; `grid` only for persistent kernels."""
+def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, cfg: dict | None = None, **args) -> None:
+    """`kernel(**{name: view.partition(tile)}, **args)`; `grid` only for persistent kernels;
+    `cfg`, the config the tiles came from, also gives the launch's schedule hints."""
     parts = {}
+    if cfg is not None:
+        args["schedule"] = schedule_of(cfg)
     try:
         for name, (view, tile) in outputs.items():
             parts[name] = view.partition(tuple(tile))
@@ -22,6 +26,12 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, **args) 
     finally:
         for p in parts.values():
             p.unpartition()
+
+
+def schedule_of(cfg: dict) -> Schedule | None:
+    """The schedule hints of a config (`num_warps`, `num_stages`, `tma`), None when it has none."""
+    hints = {k: cfg[k] for k in ("num_warps", "num_stages", "tma") if cfg.get(k) is not None}
+    return schedule(**hints) if hints else None
 
 
 def cdiv(a: int, b: int) -> int:

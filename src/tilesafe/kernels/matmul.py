@@ -160,7 +160,7 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
         return o.returned
     cfg = configs.lookup("bmm", configs.shape_class(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
-    launch(bmm_kernel, {"c": (o.tensor, (1, bm, bn))}, a=at, b=bv, TF32=_tf32(fn, dtype, precision), BK=bk)
+    launch(bmm_kernel, {"c": (o.tensor, (1, bm, bn))}, cfg=cfg, a=at, b=bv, TF32=_tf32(fn, dtype, precision), BK=bk)
     return o.returned
 
 
@@ -195,7 +195,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
             bn //= 2
         bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
-        launch(skinny_kernel, {"c": (cv, (bm, bn))}, DOT=m > 1, BK=bk, **common)
+        launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk, **common)
         return o.returned
     cfg = configs.lookup("matmul", configs.shape_class(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
@@ -203,9 +203,9 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     if persistent is None:
         persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * _workers(device)
     if persistent:
-        launch(mm_persistent_kernel, {"c": (cv, (bm, bn))}, GROUP=cfg["group"], BK=bk, **common)
+        launch(mm_persistent_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, GROUP=cfg["group"], BK=bk, **common)
     else:
-        launch(mm_kernel, {"c": (cv, (bm, bn))}, BK=bk, **common)
+        launch(mm_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, **common)
     return o.returned
 
 

@@ -148,7 +148,7 @@ def _reduce(fn, op, x, axis, out, config):
     cfg = configs.lookup("reduce", configs.shape_class(dtype, shape[-1]), config, dtype)
     bm = min(cfg["block_m"], pow2(xv.shape[1]))
     bn = min(cfg["block_n"], pow2(xv.shape[2]))
-    launch(reduce_kernel, {"z": (zv, (1, bm))}, x=xv, OP=op, BN=bn)
+    launch(reduce_kernel, {"z": (zv, (1, bm))}, cfg=cfg, x=xv, OP=op, BN=bn)
     return o.returned
 
 
@@ -166,7 +166,7 @@ def _softmax(fn, log, x, out, config):
     n, npow = shape[-1], pow2(shape[-1])
     if npow <= cfg["row_max"]:
         bm = min(pow2(xv.shape[1]), cfg["block_m"], builtins.max(1, cfg["row_elems"] // npow))
-        launch(softmax_kernel, {"y": (yv, (1, bm, npow))}, x=xv, LOG=log)
+        launch(softmax_kernel, {"y": (yv, (1, bm, npow))}, cfg=cfg, x=xv, LOG=log)
         return o.returned
     # Long rows: statistics per row, then an elementwise pass over column tiles.
     stats = [ts.empty(xv.shape[:2], ts.f32, xv.device) for _ in range(2)]

@@ -17,22 +17,30 @@ class Schedule:
     num_warps: int | None = None
     num_stages: int | None = None
     maxnreg: int | None = None
+    tma: bool | None = None       # TMA tensor descriptors for eligible 2-D accesses; None: the backend picks
 
     def options(self) -> dict:
-        """Triton launch options (only the hints that were set)."""
+        """Triton launch options (only the hints that were set; `tma` is ours, not Triton's)."""
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages),
                                   ("maxnreg", self.maxnreg)) if v is not None}
 
 
-def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnreg: int | None = None) -> Schedule:
-    """Schedule hints for a launch: `kernel(*args, schedule=ts.schedule(num_warps=8))`."""
+def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnreg: int | None = None,
+             tma: bool | None = None) -> Schedule:
+    """Schedule hints for a launch: `kernel(*args, schedule=ts.schedule(num_warps=8))`.
+
+    `tma=True/False` forces TMA tensor descriptors on or off for the 2-D accesses that can
+    use them (aligned base and row stride, contiguous rows); by default (None) the `triton`
+    backend uses them on Hopper and newer GPUs for kernels that multiply tiles (`ts.mma`)."""
     if num_warps is not None and (not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32)):
         raise LaunchError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
     if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
         raise LaunchError(f"num_stages={num_stages!r} must be an int >= 1")
     if maxnreg is not None and (not isinstance(maxnreg, int) or maxnreg < 16):
         raise LaunchError(f"maxnreg={maxnreg!r} must be an int >= 16")
-    return Schedule(num_warps, num_stages, maxnreg)
+    if tma is not None and not isinstance(tma, bool):
+        raise LaunchError(f"tma={tma!r} must be True, False or None")
+    return Schedule(num_warps, num_stages, maxnreg, tma)
 
 
 def take(kwargs: dict, default: Schedule | None) -> tuple[dict, Schedule | None]:

@@ -8,6 +8,8 @@ and returns a `Future` — with a CUDA event on a GPU, already done under the in
 """
 from __future__ import annotations
 
+import functools
+
 from ...errors import LaunchError
 from ...lang.annotations import MUT, MUT_TILES, REF
 from ...lang.coverage import definitely_written, loaded_outputs
@@ -24,10 +26,11 @@ _INTERPRETER_DTYPES = ("bf16", "f8e4m3fn", "f8e5m2")
 
 
 class TritonBackend:
-    """One per backend name; `descriptors=True` lets eligible 2-D accesses use TMA."""
+    """One per backend name. `descriptors` decides TMA tensor descriptors for every kernel:
+    None (the default) leaves it to each launch (`use_descriptors`), True/False force it."""
     _shared: dict = {}
 
-    def __init__(self, name: str, descriptors: bool = False):
+    def __init__(self, name: str, descriptors: bool | None = None):
         import os
         # Triton's own compiled-kernel cache lives under ours unless the user placed it.
         os.environ.setdefault("TRITON_CACHE_DIR", str(SETTINGS.cache_dir / "triton-cache"))
@@ -64,6 +67,8 @@ class TritonCompiled:
     def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool, schedule=None):
         self.backend = backend
         self.options = schedule.options() if schedule is not None else {}   # Triton launch options
+        self.tma = schedule.tma if schedule is not None else None
+        self.multiplies = any(op.opcode == "mma" for op in walk(spec.fn.body))
         self.kernel = kernel
         self.spec = spec
         self.masks = masks
@@ -83,11 +88,14 @@ class TritonCompiled:
         """Every variant generated so far: descriptor tensors -> source text."""
         return {k[0]: gen.text for k, (gen, _) in self._variants.items() if not k[1]}
 
-    def variant(self, descriptors: frozenset, linear_grid: bool = False):
-        v = self._variants.get((descriptors, linear_grid))
+    def variant(self, descriptors: frozenset, linear_grid: bool = False, column_major: frozenset = frozenset()):
+        key = (descriptors, linear_grid, column_major)
+        v = self._variants.get(key)
         if v is None:
-            gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors, linear_grid)
-            v = self._variants[(descriptors, linear_grid)] = (gen, self.backend.load(gen))
+            gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors, linear_grid,
+                                   column_major)
+            v = self._variants[key] = (gen, self.backend.load(gen))
+        self.last_generated = v[0]   # what the latest launch ran (the benchmark twins mirror it)
         return v
 
     def run(self, bound) -> Future:
@@ -95,9 +103,8 @@ class TritonCompiled:
         if not self.backend.interpret:
             _check_devices(self.kernel, tensors)
         grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
-        descriptors = self._descriptor_tensors(tensors) if self.backend.descriptors else frozenset()
         linear = needs_linear_grid(grid)
-        gen, fn = self.variant(descriptors, linear)
+        gen, fn = self.variant(*self._descriptor_choice(tensors, linear))
         args = launch_values(gen, bound, tensors, grid)
         grid = flat_grid(grid) if linear else grid
         outputs = tuple(bound.tensors[n].obj for n in self.kernel.outputs)
@@ -110,17 +117,30 @@ class TritonCompiled:
 
     def prepare(self, bound):
         """A launcher for repeating this launch (the launch fast path), or None."""
-        if self.backend.interpret or self.backend.descriptors:
+        if self.backend.interpret:
             return None
         from .prepared_launch import PreparedLaunch
         tensors = {name: f.tensor._torch() for name, f in bound.tensors.items()}
         grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
         if not all(g > 0 for g in grid):
             return None
+        # Same argument objects on every repeat: same pointers, so the same descriptor choice.
         linear = needs_linear_grid(grid)
-        gen, fn = self.variant(frozenset(), linear)
+        gen, fn = self.variant(*self._descriptor_choice(tensors, linear))
+        if gen.descriptors:
+            adapter.ensure_allocator()
         args = launch_values(gen, bound, tensors, grid)
         return PreparedLaunch(self, bound, fn, flat_grid(grid) if linear else grid, args, self.options)
+
+    def use_descriptors(self) -> bool:
+        """TMA tensor descriptors for this kernel's eligible accesses: the launch's schedule
+        (`tma=`), else the backend's setting, else on for tile products (`ts.mma`) on a
+        Hopper or newer GPU, where TMA feeds the tensor cores' pipeline best."""
+        if self.tma is not None:
+            return self.tma
+        if self.backend.descriptors is not None:
+            return self.backend.descriptors
+        return self.multiplies and not self.backend.interpret and _has_tma()
 
     def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
@@ -160,18 +180,41 @@ class TritonCompiled:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         return max(1, min(tiles, sms * OCCUPANCY))
 
-    def _descriptor_tensors(self, tensors) -> frozenset:
-        """2-D tensors TMA can address: contiguous last axis, 16-byte aligned base and row stride.
-        Outputs this kernel loads back stay on pointers (S15 orders pointer accesses only)."""
-        out = set()
+    def _descriptor_choice(self, tensors, linear: bool):
+        """`variant`'s arguments: the tensors that use TMA (and which of them by columns)."""
+        if not self.use_descriptors():
+            return frozenset(), linear, frozenset()
+        rows, cols = set(), set()
         for name, t in tensors.items():
-            kind = self.kernel.param(name).kind
-            if kind not in (REF, MUT, MUT_TILES) or t.dim() != 2 or name in self._reloaded:
+            if self.kernel.param(name).kind not in (REF, MUT, MUT_TILES) or name in self._reloaded:
                 continue
-            size = t.element_size()
-            if t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0 and t.data_ptr() % 16 == 0 and size >= 1:
-                out.add(name)
-        return frozenset(out)
+            layout = tma_layout(t.shape, t.stride(), t.element_size(), t.data_ptr())
+            if layout is not None:
+                rows.add(name)
+                if layout == "columns":
+                    cols.add(name)
+        return frozenset(rows), linear, frozenset(cols)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_tma() -> bool:
+    """Whether the current GPU has the tensor memory accelerator (compute capability 9.0+)."""
+    import torch
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+def tma_layout(shape, strides, itemsize: int, address: int = 0) -> str | None:
+    """How TMA can address a 2-D tensor: "rows" (contiguous rows), "columns" (contiguous
+    columns, e.g. a transposed view), or None. TMA needs a 16-byte aligned base and a
+    16-byte multiple between the starts of its lines. Outputs a kernel loads back stay on
+    pointers (S15's barriers order pointer accesses only): callers leave those out."""
+    if len(shape) != 2 or address % 16:
+        return None
+    if strides[1] == 1 and (strides[0] * itemsize) % 16 == 0:
+        return "rows"
+    if strides[0] == 1 and (strides[1] * itemsize) % 16 == 0:
+        return "columns"
+    return None
 
 
 MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
@@ -208,24 +251,28 @@ def launch_values(gen, bound, tensors, grid=()) -> list:
     return values
 
 
-def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool = False, grid=None, schedule=None, **kwargs):
+def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = False, grid=None, schedule=None,
+                  **kwargs):
     """`triton.compile` a kernel for a CUDA target (sm_`arch`) from `ts.spec`s or tensors,
     without a GPU; returns Triton's compiled kernel (`.asm["ptx"]`, `.asm["ttgir"]`, ...).
-    Pointers are taken as 16-byte aligned; with `descriptors`, eligible 2-D tensors use TMA."""
+    Pointers are taken as 16-byte aligned; with `descriptors`, eligible 2-D tensors use TMA
+    (None: as a launch on that GPU would choose, from `schedule.tma` and the kernel)."""
     from ...lang import bounds
     from ...runtime import binding
     from ...runtime.specialize import LaunchFacts, _needs_64bit
     bound = binding.bind(kernel, args, kwargs, grid, kernel.unsafe)
     spec = kernel.specializer.spec(bound)
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
-    eligible = frozenset()
+    if descriptors is None:
+        tma = schedule.tma if schedule is not None else None
+        descriptors = tma if tma is not None else arch >= 90 and any(op.opcode == "mma" for op in walk(spec.fn.body))
+    layouts = {}
     if descriptors:
         reloaded = loaded_outputs(spec.fn)
-        eligible = frozenset(n for n, f in bound.tensors.items()
-                             if kernel.param(n).kind in (REF, MUT, MUT_TILES) and len(f.shape) == 2
-                             and f.strides[1] == 1 and (f.strides[0] * f.dtype.itemsize) % 16 == 0
-                             and n not in reloaded)
-    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), eligible)
+        layouts = {n: tma_layout(f.shape, f.strides, f.dtype.itemsize) for n, f in bound.tensors.items()
+                   if kernel.param(n).kind in (REF, MUT, MUT_TILES) and n not in reloaded}
+    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), frozenset(n for n, v in layouts.items() if v),
+                           column_major=frozenset(n for n, v in layouts.items() if v == "columns"))
     values = []
     for slot in gen.args:
         f = bound.tensors.get(slot.param)

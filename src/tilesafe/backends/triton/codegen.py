@@ -52,6 +52,7 @@ class Generated:
     text: str
     args: tuple[ArgSlot, ...]
     descriptors: frozenset = frozenset()   # tensors whose eligible accesses use TMA descriptors
+    column_major: frozenset = frozenset()  # those of them addressed as their transpose
 
 
 @dataclass(slots=True)
@@ -70,6 +71,7 @@ class Emitter:
     masks: dict
     wide: bool
     descriptors: frozenset
+    column_major: frozenset = frozenset()           # descriptor tensors with contiguous columns
     lines: list[str] = field(default_factory=list)
     prologue: list[str] = field(default_factory=list)
     depth: int = 1
@@ -249,14 +251,16 @@ def emit_op(em: Emitter, op: Op) -> None:
 
 
 # --- the function ------------------------------------------------------------------------------
-def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), linear_grid: bool = False) -> Generated:
-    """The Triton source of one specialization (`descriptors`: tensors eligible for TMA).
+def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), linear_grid: bool = False,
+             column_major=frozenset()) -> Generated:
+    """The Triton source of one specialization (`descriptors`: tensors eligible for TMA;
+    `column_major`: those of them whose columns, not rows, are contiguous, e.g. `w.T`).
 
     `linear_grid`: the launch grid is flattened to one axis (CUDA allows only 65535 blocks
     along axes 1 and 2); the kernel recovers its 3-D block index from the flat one."""
     from .emit_memory import barrier_loads
     fn: Function = spec.fn
-    em = Emitter(fn, masks, wide, frozenset(descriptors))
+    em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major))
     slots = _signature(em, fn)
     if linear_grid:
         slots += _linear_grid(em)
@@ -264,7 +268,7 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
     em.emit_block(fn.body)
     name = em.fresh(fn.name) if fn.name in {s.name for s in slots} else fn.name
     text = _assemble(kernel, fn, name, slots, em)
-    return Generated(name, text, tuple(slots), em.descriptors)
+    return Generated(name, text, tuple(slots), em.descriptors, em.column_major)
 
 
 def _linear_grid(em: Emitter) -> list[ArgSlot]:

@@ -11,14 +11,18 @@ axes `bounds.masks_for` flagged (S11). Origins follow the interpreter's `origin(
 With 64-bit offsets (`wide`) the origins are cast to int64 first.
 
 When the backend marks a 2-D tensor as descriptor-eligible (contiguous last axis, 16-byte
-aligned base and strides), its unmasked loads and stores use a TMA tensor descriptor made
-once at the top of the kernel instead.
+aligned base and strides), its tile loads and stores use a TMA tensor descriptor made once
+at the top of the kernel instead (masked ones too, where TMA's own bounds check gives the
+same result: zero padding, 32-bit offsets). A tensor with contiguous columns instead (a
+transposed view such as `w.T`) is described as its transpose, and its tiles are
+transposed in registers (`tl.trans`), which the tensor-core operand path absorbs.
 
 S15: a load of an output that may follow a store to the same output in this block gets a
 `tl.debug_barrier()` first, so every thread sees the stored elements.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...lang.ir import Block, Function, Op
@@ -124,7 +128,10 @@ def emit_load(em: Emitter, op: Op) -> None:
     flags = em.masks.get(id(op), (True,) * len(g.shape))
     hint = f"{g.tensor}_tile"
     if _use_descriptor(em, op, g, flags):
-        em.bind(op.result, f"{_descriptor(em, g)}.load([{', '.join(g.origins)}])", hint)
+        if g.tensor in em.column_major:   # the descriptor addresses the transpose: (cols, rows)
+            em.bind(op.result, f"tl.trans({_descriptor(em, g)}.load([{g.origins[1]}, {g.origins[0]}]))", hint)
+        else:
+            em.bind(op.result, f"{_descriptor(em, g)}.load([{', '.join(g.origins)}])", hint)
         return
     offs = _offsets(em, g)
     ptrs = _pointers(em, g.tensor, offs)
@@ -140,7 +147,10 @@ def emit_store(em: Emitter, op: Op) -> None:
     value = op.args[1]
     flags = em.masks.get(id(op), (True,) * len(g.shape))
     if _use_descriptor(em, op, g, flags):
-        em.line(f"{_descriptor(em, g)}.store([{', '.join(g.origins)}], {em.strong(value)})")
+        if g.tensor in em.column_major:
+            em.line(f"{_descriptor(em, g)}.store([{g.origins[1]}, {g.origins[0]}], tl.trans({em.strong(value)}))")
+        else:
+            em.line(f"{_descriptor(em, g)}.store([{', '.join(g.origins)}], {em.strong(value)})")
         return
     offs = _offsets(em, g)
     ptrs = _pointers(em, g.tensor, offs)
@@ -192,10 +202,21 @@ def emit_gather(em: Emitter, op: Op) -> None:
 
 # --- tensor descriptors (TMA) -----------------------------------------------------------------
 def _use_descriptor(em: Emitter, op: Op, g: _Geometry, flags) -> bool:
-    if g.tensor not in em.descriptors or len(g.shape) != 2 or any(flags):
+    """TMA for a 2-D tile access of an eligible tensor. The copy engine bounds-checks every
+    box itself: out-of-range elements of a load read as zero and those of a store are
+    dropped, which is what a masked access with zero padding does. Other paddings (-inf of
+    a max) and 64-bit offsets (TMA coordinates are 32-bit) stay on pointers."""
+    if g.tensor not in em.descriptors or len(g.shape) != 2 or (any(flags) and em.wide):
         return False
-    itemsize = op.args[0].dtype.itemsize
-    return g.shape[1] * itemsize >= 16 and all(s <= 256 for s in g.shape)
+    if any(flags) and op.opcode == "load" and not _zero(fold_value(op.attrs["padding"], op.result.dtype)):
+        return False
+    inner = g.shape[0] if g.tensor in em.column_major else g.shape[1]   # the contiguous axis of the box
+    return inner * op.args[0].dtype.itemsize >= 16 and all(s <= 256 for s in g.shape)
+
+
+def _zero(v) -> bool:
+    """+0 exactly (TMA fills with +0.0, not -0.0)."""
+    return v == 0 and math.copysign(1.0, float(v)) > 0
 
 
 def _descriptor(em: Emitter, g: _Geometry) -> str:
@@ -205,8 +226,11 @@ def _descriptor(em: Emitter, g: _Geometry) -> str:
         names = em.tensors[g.tensor]
         name = em.fresh(f"{g.tensor}_desc")
         em.desc_names[key] = name
-        em.prologue.append(f"    {name} = tl.make_tensor_descriptor({names.ptr}, shape=[{', '.join(names.extents)}], "
-                           f"strides=[{names.strides[0]}, 1], block_shape={list(g.shape)})")
+        extents, stride, box = list(names.extents), names.strides[0], list(g.shape)
+        if g.tensor in em.column_major:   # contiguous columns: describe the transpose
+            extents, stride, box = extents[::-1], names.strides[1], box[::-1]
+        em.prologue.append(f"    {name} = tl.make_tensor_descriptor({names.ptr}, shape=[{', '.join(extents)}], "
+                           f"strides=[{stride}, 1], block_shape={box})")
     return name
 
 

@@ -2,8 +2,9 @@
 (`mm_persistent_kernel`) and the weight-streaming path for M <= 16 (`skinny_kernel`).
 
 Operands are read through their strides (a transposed weight view is used as it is), with
-the tile sizes, group size and Triton options of the tilesafe launch; loads are masked only
-when an extent does not divide by its tile, as a hand-written kernel would do with
+the tile sizes, group size and Triton options of the tilesafe launch, and through TMA
+descriptors for the operands the tilesafe launch used them for; pointer loads are masked
+only when an extent does not divide by its tile, as a hand-written kernel would do with
 `EVEN_*` flags.
 """
 import triton
@@ -13,51 +14,94 @@ from .launch import cdiv, launch
 
 
 @triton.jit
-def _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK: tl.constexpr,
-                  EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr):
+def _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM: tl.constexpr, BN: tl.constexpr,
+                 BK: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr,
+                 C_TMA: tl.constexpr):
+    """TMA descriptors for the operands that use them (the pointer otherwise); B with
+    contiguous columns (a transposed weight) is described as its transpose, (N, K)."""
+    a = a_ptr
+    b = b_ptr
+    c = c_ptr
+    if A_TMA:
+        a = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BM, BK])
+    if B_TMA:
+        if B_COLS:
+            b = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[sbn, 1], block_shape=[BN, BK])
+        else:
+            b = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[sbk, 1], block_shape=[BK, BN])
+    if C_TMA:
+        c = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[scm, 1], block_shape=[BM, BN])
+    return a, b, c
+
+
+@triton.jit
+def _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM: tl.constexpr,
+                  BN: tl.constexpr, BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+                  EVEN_K: tl.constexpr, TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr,
+                  B_COLS: tl.constexpr):
+    rm = m0 + tl.arange(0, BM)
+    rn = n0 + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     for k in range(0, tl.cdiv(K, BK)):
         kk = k * BK + rk
-        if EVEN_M and EVEN_K:
-            a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak)
+        if A_TMA:
+            ta = a.load([m0, k * BK])
+        elif EVEN_M and EVEN_K:
+            ta = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak)
         else:
-            a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K),
-                        other=0.0)
-        if EVEN_N and EVEN_K:
-            b = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
+            ta = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K),
+                         other=0.0)
+        if B_TMA:
+            if B_COLS:
+                tb = tl.trans(b.load([n0, k * BK]))
+            else:
+                tb = b.load([k * BK, n0])
+        elif EVEN_N and EVEN_K:
+            tb = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
         else:
-            b = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
-                        other=0.0)
+            tb = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                         other=0.0)
         if TF32:
-            acc = tl.dot(a, b, acc, input_precision="tf32")
+            acc = tl.dot(ta, tb, acc, input_precision="tf32")
         else:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
+            acc = tl.dot(ta, tb, acc, input_precision="ieee")
     return acc
 
 
 @triton.jit
-def _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
-    ptrs = c_ptr + rm[:, None] * scm + rn[None, :] * scn
-    if EVEN_M and EVEN_N:
-        tl.store(ptrs, acc.to(c_ptr.dtype.element_ty))
+def _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM: tl.constexpr, BN: tl.constexpr, EVEN_M: tl.constexpr,
+           EVEN_N: tl.constexpr, C_TMA: tl.constexpr):
+    if C_TMA:
+        c.store([m0, n0], acc.to(c_ptr.dtype.element_ty))
     else:
-        tl.store(ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+        rm = m0 + tl.arange(0, BM)
+        rn = n0 + tl.arange(0, BN)
+        ptrs = c_ptr + rm[:, None] * scm + rn[None, :] * scn
+        if EVEN_M and EVEN_N:
+            tl.store(ptrs, acc.to(c_ptr.dtype.element_ty))
+        else:
+            tl.store(ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 @triton.jit
 def mm(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
-       BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr):
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+       BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr,
+       A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr):
+    a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS, C_TMA)
+    m0 = tl.program_id(0) * BM
+    n0 = tl.program_id(1) * BN
     acc = tl.zeros((BM, BN), tl.float32)
-    acc = _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK, EVEN_M, EVEN_N, EVEN_K, TF32)
-    _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M, EVEN_N)
+    acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM, BN, BK, EVEN_M, EVEN_N,
+                        EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
+    _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
 
 
 @triton.jit
 def mm_persistent(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, GROUP: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-                  EVEN_K: tl.constexpr, TF32: tl.constexpr):
+                  EVEN_K: tl.constexpr, TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr,
+                  B_COLS: tl.constexpr, C_TMA: tl.constexpr):
+    a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS, C_TMA)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=True):
@@ -65,26 +109,28 @@ def mm_persistent(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM
         first = (tile // per_group) * GROUP
         rows = tl.minimum(tiles_m - first, GROUP)
         within = tile % per_group
-        rm = (first + within % rows) * BM + tl.arange(0, BM)
-        rn = (within // rows) * BN + tl.arange(0, BN)
+        m0 = (first + within % rows) * BM
+        n0 = (within // rows) * BN
         acc = tl.zeros((BM, BN), tl.float32)
-        acc = _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK, EVEN_M, EVEN_N, EVEN_K,
-                            TF32)
-        _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M, EVEN_N)
+        acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM, BN, BK, EVEN_M,
+                            EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
+        _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
 
 
 @triton.jit
 def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
            BK: tl.constexpr, DOT: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
-           TF32: tl.constexpr):
+           TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr):
     """All M <= BM rows; each program owns BN output columns and streams its (K, BN) slab once."""
-    rm = tl.arange(0, BM)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     if DOT:
+        a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS,
+                               C_TMA)
         acc = tl.zeros((BM, BN), tl.float32)
-        acc = _tile_product(a_ptr, b_ptr, rm, rn, M, N, K, sam, sak, sbk, sbn, acc, BK, EVEN_M, EVEN_N, EVEN_K,
-                            TF32)
-        _store(c_ptr, acc, rm, rn, M, N, scm, scn, EVEN_M, EVEN_N)
+        n0 = tl.program_id(0) * BN
+        acc = _tile_product(a, b, a_ptr, b_ptr, 0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM, BN, BK, EVEN_M, EVEN_N,
+                            EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
+        _store(c, c_ptr, acc, 0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
     else:                                                   # one row: FMAs into a (BK, BN) partial
         rk = tl.arange(0, BK)
         part = tl.zeros((BK, BN), tl.float32)
@@ -112,11 +158,16 @@ def gemm_twin(seen, workers: int):
     facts = seen[name]
     bm, bn, bk = facts.consts["BM"], facts.consts["BN"], facts.consts["BK"]
     tf32 = bool(facts.consts.get("TF32", False))
+    tma = dict(A_TMA="a" in facts.tma, B_TMA="b" in facts.tma, B_COLS=facts.tma.get("b") == "columns",
+               C_TMA="c" in facts.tma)
+    if facts.tma:
+        from ...backends.triton.adapter import ensure_allocator
+        ensure_allocator()
 
     def run(c, a, b):
         (m, k), n = a.shape, b.shape[1]
         args = (c, a, b, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-        even = dict(EVEN_M=m % bm == 0, EVEN_N=n % bn == 0, EVEN_K=k % bk == 0, TF32=tf32)
+        even = dict(EVEN_M=m % bm == 0, EVEN_N=n % bn == 0, EVEN_K=k % bk == 0, TF32=tf32, **tma)
         if name == "mm_kernel":
             launch(mm, (cdiv(m, bm), cdiv(n, bn)), *args, options=facts.options, BM=bm, BN=bn, BK=bk, **even)
         elif name == "mm_persistent_kernel":
