@@ -92,6 +92,39 @@ def test_decode_mqa_many_splits(backend, device):
     assert_close(got, decode_ref(q, kc, vc, 299), "f32", **ATT_TOL["f32"])
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_negative_and_zero_scale(backend, device, causal):
+    # The unmasked loop scales the row max, not each score: a negative scale turns it into the min.
+    q, k, v = (randn((2, 40, 32), "f32", 30 + i, device) for i in range(3))
+    for scale in (-0.4, 0.0):
+        got = tk.flash_attention(q, k, v, causal=causal, scale=scale, config={"block_m": 16, "block_n": 16})
+        assert_close(got, attention_ref(q, k, v, causal, scale=scale), "f32", **ATT_TOL["f32"])
+
+
+def test_decode_group_not_a_power_of_two(backend, device):
+    # 3 query heads per KV head: 16 rows computed, 4 stored per KV head, 3 of them combined.
+    q = randn((6, 64), "f32", 33, device)
+    kc, vc = randn((2, 70, 64), "f32", 34, device), randn((2, 70, 64), "f32", 35, device)
+    ws = tk.decode_workspace(q, kc)
+    assert ws.acc.shape[1:] == (2 * 4, 64)
+    for n, scale in ((53, None), (70, -0.2)):
+        out = poisoned((6, 64), "f32", device)
+        tk.decode_attention(q, kc, vc, n, scale=scale, out=out, workspace=ws)
+        want = attention_ref(torch.as_tensor(f64(q))[:, None], torch.as_tensor(f64(kc))[:, :n],
+                             torch.as_tensor(f64(vc))[:, :n], scale=scale)[:, 0]
+        assert_close(out, want, "f32", **ATT_TOL["f32"])
+
+
+@pytest.mark.reference_only
+def test_decode_splits_fill_the_gpu_without_empty_ones(backend, device):
+    # The GPU default: (KV heads x splits) >= 264 blocks wanted, each a whole number of key tiles;
+    # 4096 keys over 8 KV heads: 128 keys per split, so 32 splits (33 would leave one empty).
+    cfg = {"block_n": 64, "splits": None, "target_blocks": 264}
+    q, kc = randn((32, 16), "f32", 36, device), randn((8, 4096, 16), "f32", 37, device)
+    assert tk.decode_workspace(q, kc, config=cfg).acc.shape == (32, 8 * 4, 16)
+    assert tk.decode_workspace(q[:16], kc[:2, :1000], config=cfg).acc.shape == (16, 2 * 8, 16)   # 64 keys each
+
+
 @pytest.mark.reference_only
 def test_errors(backend, device):
     q, k = randn((4, 8, 16), "f32", 19, device), randn((3, 8, 16), "f32", 20, device)

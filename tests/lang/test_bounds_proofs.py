@@ -92,7 +92,7 @@ def test_division_and_modulo_by_a_runtime_value(z, h, s):
 
 def test_flash_attention_loads_are_proven_when_sizes_divide():
     from tilesafe.kernels.attention import flash_kernel
-    args = dict(qk_scale=0.1, T=ts.f16, GROUP=2, BM=64, BN=64)
+    args = dict(qk_scale=0.1, T=ts.f16, NEG_SCALE=False, GROUP=2, BM=64, BN=64)
     for causal in (False, True):
         for s in (256, 200):
             report = flash_kernel.checks(ts.spec((4, s, 64), ts.f16, tile=(1, 64, 64)), ts.spec((1, 4, s, 64), ts.f16),

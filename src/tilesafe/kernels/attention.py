@@ -2,17 +2,22 @@
 per head over a KV cache, split over the sequence), both with grouped-query attention.
 
 Flash attention: each block owns BM query rows of one (batch, head) and streams K and V
-in tiles of BN keys with the online softmax (running max `m`, sum `l`, accumulator). Key
-tiles entirely inside the sequence and, when causal, entirely left of the diagonal need no
-mask and take the first loop; the rest (the ragged last tile, the diagonal) take a second,
-masked loop; tiles right of the diagonal are never visited. Scores are scaled by
-scale * log2(e) so the exponentials are `exp2`.
+in tiles of BN keys with the online softmax (running max `m`, sum `l`, accumulator), the
+structure of Triton's fused-attention tutorial. Key tiles entirely inside the sequence
+and, when causal, entirely left of the diagonal need no mask and take the first loop; the
+rest (the ragged last tile, the diagonal) take a second, masked loop; tiles right of the
+diagonal are never visited. Scores are in log2 units (scale * log2(e)) so the exponentials
+are `exp2`; the unmasked loop takes the row max of the raw scores and scales that, so each
+score costs one FMA before its exp2. Statistics are fp32; p is rounded to V's dtype for the
+second product. On a GPU: 128 x 128 tiles, 8 warps (two warpgroups of wgmma).
 
-Decode attention: one block per (KV head, split). It loads the GROUP query heads that
-share its KV head as one (GP, D) tile (GP >= 16 rows, padding rows are zeros), so K and V
-are read once per KV head, and writes an unnormalised partial (acc, max, sum) per query
-row and split; a second kernel combines the splits. The sequence length can live in a
-device tensor, so a captured CUDA graph replays for every new token.
+Decode attention: one block per (split, KV head), each streaming one contiguous chunk of
+the cache (a whole number of key tiles; enough splits that (KV heads x splits) fills the
+GPU). It loads the GROUP query heads that share its KV head as one (GP, D) tile (GP >= 16
+rows for the tensor cores, padding rows are zeros), so K and V are read once per KV head,
+and writes an unnormalised partial (acc, max, sum) for the GS = pow2(GROUP) rows that hold
+real heads; a second kernel combines the splits per query head. The sequence length can
+live in a device tensor, so a captured CUDA graph replays for every new token.
 """
 import math
 from dataclasses import dataclass
@@ -28,45 +33,56 @@ NEG_INF = -float("inf")
 
 
 @ts.function
-def online_step(qt, kt, vt, m, l, acc, keep, qk_scale, MASKED):
-    """One key tile of the online softmax; `keep` (broadcast to (BM, BN)) when MASKED."""
-    s = ts.dot(qt, ts.transpose(kt)) * qk_scale                  # (BM, BN), log2 units
+def online_step(qt, kt, vt, m, l, acc, keep, qk_scale, MASKED, NEG_SCALE):
+    """One key tile of the online softmax (m, l in log2 units); `keep` (broadcast to (BM, BN))
+    when MASKED. Unmasked tiles take the row max of the raw scores and scale it (the max
+    commutes with a positive scale; a negative one turns it into the min), so each score
+    costs one FMA, `s * qk_scale - m`, before its exp2."""
+    s = ts.dot(qt, ts.transpose(kt))                             # (BM, BN) raw scores, fp32
     if MASKED:
-        s = ts.where(keep, s, NEG_INF)
-    m_new = ts.maximum(m, ts.max(s, axis=1, keepdims=True))      # (BM, 1)
-    p = ts.exp2(s - m_new)                                       # (BM, BN)
+        s = ts.where(keep, s * qk_scale, NEG_INF)                # log2 units, dropped keys -inf
+        m_new = ts.maximum(m, ts.max(s, axis=1, keepdims=True))  # (BM, 1)
+        p = ts.exp2(s - m_new)                                   # (BM, BN)
+    else:
+        if NEG_SCALE:
+            top = ts.min(s, axis=1, keepdims=True) * qk_scale    # (BM, 1)
+        else:
+            top = ts.max(s, axis=1, keepdims=True) * qk_scale    # (BM, 1)
+        m_new = ts.maximum(m, top)                               # (BM, 1)
+        p = ts.exp2(s * qk_scale - m_new)                        # (BM, BN)
     alpha = ts.exp2(m - m_new)                                   # (BM, 1) rescales the old state
     l = l * alpha + ts.sum(p, axis=1, keepdims=True)
-    acc = ts.mma(p.astype(vt.dtype), vt, acc * alpha)            # (BM, DP)
+    acc = ts.mma(p.astype(vt.dtype), vt, acc * alpha)            # (BM, DP); p rounded to V's dtype
     return m_new, l, acc
 
 
 @ts.kernel
 def flash_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("Z", "H", "SQ", "D")],
                  k: ts.Ref["T", ("Z", "HKV", "SK", "D")], v: ts.Ref["T", ("Z", "HKV", "SK", "D")],
-                 qk_scale: float, T: ts.Const[ts.DType], CAUSAL: ts.Const[bool], GROUP: ts.Const[int],
-                 BM: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], Z: int, H: int, HKV: int,
-                 SQ: int, SK: int, D: int):
+                 qk_scale: float, T: ts.Const[ts.DType], CAUSAL: ts.Const[bool], NEG_SCALE: ts.Const[bool],
+                 GROUP: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], Z: int, H: int,
+                 HKV: int, SQ: int, SK: int, D: int):
     zh, i = ts.block_id(0), ts.block_id(1)                       # (batch * head, query tile)
     zb, h = zh // H, zh % H
     kvh = h // GROUP                                             # GQA: GROUP query heads per K/V head
     pk = k.partition((1, 1, BN, DP))                             # key tiles: (1, 1, BN, DP)
     pv = v.partition((1, 1, BN, DP))                             # value tiles: (1, 1, BN, DP)
     qt = ts.reshape(ts.load(q, (zb, h, i, 0), shape=(1, 1, BM, DP)), (BM, DP))
-    rows = ts.expand_dims(i * BM + ts.arange(0, BM), 1)          # (BM, 1) query positions
     m = ts.full((BM, 1), NEG_INF, ts.f32)                        # (BM, 1) running max (log2 units)
     l = ts.zeros((BM, 1), ts.f32)                                # (BM, 1) running sum
     acc = ts.zeros((BM, DP), ts.f32)                             # (BM, DP)
-    n_tiles = ts.num_tiles(pk, 2)
-    free = SK // BN                                              # tiles fully inside the keys
-    end = n_tiles
+    # Key tiles [0, free) are inside the keys and (causal) left of the diagonal: no mask.
+    # [free, end) hold the ragged last tile and the diagonal; tiles past `end` are never read.
+    free = SK // BN
+    end = ts.num_tiles(pk, 2)
     if CAUSAL:
-        free = min(free, (i * BM) // BN)                         # and fully left of the diagonal
-        end = min(n_tiles, ((i + 1) * BM + BN - 1) // BN)        # nothing right of the diagonal
+        free = min(free, (i * BM) // BN)
+        end = min(end, ((i + 1) * BM + BN - 1) // BN)
     for j in range(free):
         kt = ts.reshape(pk.load((zb, kvh, j, 0)), (BN, DP))      # (BN, DP)
         vt = ts.reshape(pv.load((zb, kvh, j, 0)), (BN, DP))      # (BN, DP)
-        m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
+    rows = ts.expand_dims(i * BM + ts.arange(0, BM), 1)          # (BM, 1) query positions
     for j in range(free, end):
         kt = ts.reshape(pk.load((zb, kvh, j, 0)), (BN, DP))
         vt = ts.reshape(pv.load((zb, kvh, j, 0)), (BN, DP))
@@ -74,48 +90,66 @@ def flash_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("Z", "H", "SQ"
         keep = cols < SK                                         # (1, BN): drop padded keys
         if CAUSAL:
             keep = keep & (cols <= rows)                         # (BM, BN)
-        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
     o.store(ts.reshape(acc / l, (1, BM, DP)).astype(T))
 
 
+@ts.function
+def first_rows(x, GP, GS, C):
+    """The first GS rows of a (GP, C) tile (GS divides GP)."""
+    if GS == GP:
+        r = x
+    else:
+        parts = ts.reshape(x, (GP // GS, GS, C))                 # part 0 holds rows 0 .. GS-1
+        first = ts.expand_dims(ts.expand_dims(ts.arange(0, GP // GS), 1), 2) == 0
+        r = ts.sum(ts.where(first, parts, 0.0), axis=0)          # (GS, C): picks, adds only zeros
+    return r
+
+
 @ts.kernel
-def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GP", "DP")], m_o: ts.Mut[ts.f32, (1, "GP", 1)],
-                          l_o: ts.Mut[ts.f32, (1, "GP", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
+def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                          l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
                           k: ts.Ref["T", ("HKV", "MAXS", "D")], v: ts.Ref["T", ("HKV", "MAXS", "D")],
                           lens: ts.Ref["TL", (1,)], qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType],
-                          GP: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], HKV: int, G: int, D: int,
-                          MAXS: int):
+                          NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
+                          DP: ts.Const[int], HKV: int, G: int, D: int, MAXS: int):
     s_id, kvh = ts.block_id(0), ts.block_id(1)                   # (split, KV head)
     splits = ts.num_blocks(0)
-    length = min(ts.scalar(ts.load(lens, (0,), shape=(1,))).astype(ts.i32), MAXS)
+    length = max(min(ts.scalar(ts.load(lens, (0,), shape=(1,))).astype(ts.i32), MAXS), 0)
     per = ((length + splits - 1) // splits + BN - 1) // BN * BN  # keys per split, a multiple of BN
     start = s_id * per
-    stop = min(length, start + per)
+    stop = min(length, start + per)                              # this split's keys: [start, stop)
     qt = ts.reshape(ts.load(q, (kvh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP), zeros past G
     m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1)
     l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1)
     acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
     pk = k.partition((1, BN, DP))                                # (1, BN, DP)
     pv = v.partition((1, BN, DP))
-    for j in range(start // BN, (stop + BN - 1) // BN):
-        cols = j * BN + ts.arange(0, BN)                         # (BN,) key positions
-        keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
+    first, full = max(start // BN, 0), stop // BN                # tiles [first, full) are all keys
+    for j in range(first, full):
         kt = ts.reshape(pk.load((kvh, j, 0)), (BN, DP))          # (BN, DP)
+        vt = ts.reshape(pv.load((kvh, j, 0)), (BN, DP))          # (BN, DP)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
+    for j in range(max(first, full), (stop + BN - 1) // BN):    # the ragged last tile, if any
+        cols = j * BN + ts.arange(0, BN)                         # (BN,) key positions
+        kt = ts.reshape(pk.load((kvh, j, 0)), (BN, DP))
         # Cache rows past the length may hold anything: zero them so 0 * garbage is 0.
         vt = ts.where(ts.expand_dims(cols < stop, 1), ts.reshape(pv.load((kvh, j, 0)), (BN, DP)), 0.0)
-        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True)
-    acc_o.store(ts.reshape(acc, (1, GP, DP)))
-    m_o.store(ts.reshape(m, (1, GP, 1)))
-    l_o.store(ts.reshape(l, (1, GP, 1)))
+        keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
+    # Only the GS >= G rows of real query heads are kept (the others were tensor-core padding).
+    acc_o.store(ts.reshape(first_rows(acc, GP, GS, DP), (1, GS, DP)))
+    m_o.store(ts.reshape(first_rows(m, GP, GS, 1), (1, GS, 1)))
+    l_o.store(ts.reshape(first_rows(l, GP, GS, 1), (1, GS, 1)))
 
 
 @ts.kernel
 def decode_combine_kernel(o: ts.Mut["T", (1, "DP")], acc: ts.Ref[ts.f32, ("S", "R", "D")],
                           m: ts.Ref[ts.f32, ("S", "R", 1)], l: ts.Ref[ts.f32, ("S", "R", 1)],
-                          T: ts.Const[ts.DType], G: ts.Const[int], GP: ts.Const[int], SP: ts.Const[int],
+                          T: ts.Const[ts.DType], G: ts.Const[int], GS: ts.Const[int], SP: ts.Const[int],
                           DP: ts.Const[int], S: int, R: int, D: int):
     h = ts.block_id(0)
-    row = (h // G) * GP + h % G                                  # this head's row in the partials
+    row = (h // G) * GS + h % G                                  # this head's row in the partials
     mt = ts.reshape(ts.load(m, (0, row, 0), shape=(SP, 1, 1), padding=NEG_INF), (SP, 1))   # (SP, 1)
     lt = ts.reshape(ts.load(l, (0, row, 0), shape=(SP, 1, 1)), (SP, 1))                    # (SP, 1)
     at = ts.reshape(ts.load(acc, (0, row, 0), shape=(SP, 1, DP)), (SP, DP))                # (SP, DP)
@@ -158,8 +192,8 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     bm = max(16, min(cfg["block_m"], pow2(sq)))
     bn = max(16, min(cfg["block_n"], pow2(sk)))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    launch(flash_kernel, {"o": (ov, (1, bm, max(16, pow2(d))))}, q=q4, k=k4, v=v4, qk_scale=scale * LOG2E,
-           CAUSAL=bool(causal), GROUP=h // hkv, BN=bn)
+    launch(flash_kernel, {"o": (ov, (1, bm, max(16, pow2(d))))}, cfg=cfg, q=q4, k=k4, v=v4,
+           qk_scale=scale * LOG2E, CAUSAL=bool(causal), NEG_SCALE=scale < 0, GROUP=h // hkv, BN=bn)
     return o.returned
 
 
@@ -180,9 +214,8 @@ def decode_workspace(q, k_cache, config=None) -> DecodeWorkspace:
     h, d = qt.shape
     hkv, max_seq, _ = kt.shape
     cfg = _decode_config(qt.dtype, d, h // max(hkv, 1), config)
-    bn = max(16, min(cfg["block_n"], pow2(max_seq)))
-    splits = cfg["splits"] or max(1, min(cdiv(max_seq, bn), cdiv(cfg["target_blocks"], hkv)))
-    rows = hkv * _group_rows(h // max(hkv, 1))
+    splits = _splits(cfg, hkv, max_seq)
+    rows = hkv * _stored_rows(h // max(hkv, 1))
     dev = qt.device
     return DecodeWorkspace(ts.empty((splits, rows, d), ts.f32, dev), ts.empty((splits, rows, 1), ts.f32, dev),
                            ts.empty((splits, rows, 1), ts.f32, dev))
@@ -212,17 +245,17 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     lens = _lengths(fn, seq_len, max_seq, device)
     o = A.output(out, (h, d), dtype, device, torch_mode, fn)
     ws = workspace if workspace is not None else decode_workspace(qt, kt, config)
-    group, gp = h // hkv, _group_rows(h // hkv)
-    if ws.acc.shape[1:] != (hkv * gp, d):
+    group, gs = h // hkv, _stored_rows(h // hkv)
+    if ws.acc.shape[1:] != (hkv * gs, d):
         raise A.fail(fn, "the workspace was made for other shapes", help="make it with decode_workspace(q, k_cache)")
     cfg = _decode_config(dtype, d, group, config)
-    bn = max(16, min(cfg["block_n"], pow2(max_seq)))
     dp = max(16, pow2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    tiles = (1, gp, dp), (1, gp, 1)
+    tiles = (1, gs, dp), (1, gs, 1)
     launch(decode_partial_kernel, {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])},
-           q=layout.split_axis(qt, 0, hkv), k=kt, v=vt, lens=lens, qk_scale=scale * LOG2E, BN=bn)
-    launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, acc=ws.acc, m=ws.m, l=ws.l, G=group, GP=gp,
+           cfg=cfg, q=layout.split_axis(qt, 0, hkv), k=kt, v=vt, lens=lens, qk_scale=scale * LOG2E,
+           NEG_SCALE=scale < 0, GP=_group_rows(group), BN=_decode_block(cfg, max_seq))
+    launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, acc=ws.acc, m=ws.m, l=ws.l, G=group, GS=gs,
            SP=pow2(ws.acc.shape[0]))
     return o.returned
 
@@ -239,6 +272,26 @@ def _heads_view(fn, o4):
 def _group_rows(group: int) -> int:
     """Query rows one decode block computes: the group, padded to a tensor-core tile (>= 16)."""
     return max(16, pow2(group))
+
+
+def _stored_rows(group: int) -> int:
+    """Rows per KV head in the decode workspace: the group, padded to a power of two."""
+    return pow2(group)
+
+
+def _decode_block(cfg, max_seq: int) -> int:
+    return max(16, min(cfg["block_n"], pow2(max_seq)))
+
+
+def _splits(cfg, hkv: int, max_seq: int) -> int:
+    """How many pieces the sequence is cut into: enough (split, KV head) blocks to fill the
+    GPU (`target_blocks`), each a whole number of key tiles, none of them empty at max_seq."""
+    bn = _decode_block(cfg, max_seq)
+    if cfg["splits"]:
+        return cfg["splits"]
+    want = max(1, min(cdiv(max_seq, bn), cdiv(cfg["target_blocks"], max(hkv, 1))))
+    per = cdiv(cdiv(max_seq, want), bn) * bn                     # keys per split, as the kernel computes it
+    return cdiv(max_seq, per)
 
 
 def _decode_config(dtype, d, group, config):

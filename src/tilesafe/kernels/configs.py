@@ -37,7 +37,7 @@ CPU_DEFAULTS: dict[str, dict] = {
     "linear": {"block_n": 32, "block_k": 32, "min_blocks": 1},
     "bmm": {"block_m": 32, "block_n": 32, "block_k": 32},
     "attention": {"block_m": 16, "block_n": 16},
-    "decode": {"block_n": 16, "splits": 3},
+    "decode": {"block_n": 16, "splits": 3, "target_blocks": 8},
     "rope": {"block_t": 2, "block_h": 2},
     "embedding": {"block_t": 2, "block_d": 32},
     "argmax": {"block_m": 2, "block_n": 32, "chunk": 64},

@@ -1,9 +1,16 @@
 """Twins of the attention kernels: `flash_kernel` (prefill, causal or not, GQA) and the
 split-sequence decode pair `decode_partial_kernel` + `decode_combine_kernel`.
 
-Flash: one program per (batch * head, BM query rows); key tiles fully inside the keys and
-left of the diagonal take an unmasked loop, the rest a masked one; scores in log2 units so
-the exponentials are exp2 — the structure of the tilesafe kernel, written by hand.
+Flash: one program per (batch * head, BM query rows), grid (B * H, query tiles). Key tiles
+fully inside the keys and left of the diagonal take an unmasked loop, the rest (the ragged
+last tile, the diagonal) a masked one; tiles right of the diagonal are never read. Scores
+are in log2 units so the exponentials are exp2, and the unmasked loop scales the row max
+instead of every score (one FMA per score), as Triton's fused-attention tutorial does.
+
+Decode: one program per (split, KV head), each streaming one contiguous chunk of the cache
+with the GQA query heads of its KV head as one (GP >= 16, D) tile, storing the GS real rows
+of its unnormalised partial; a second kernel combines the splits per query head. The
+structure, tiles and Triton options are those of the tilesafe launches, written by hand.
 """
 import torch
 import triton
@@ -15,12 +22,19 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _online_step(q, k, v, m, l, acc, keep, qk_scale, MASKED: tl.constexpr):
-    s = tl.dot(q, tl.trans(k)) * qk_scale                                  # (BM, BN)
+def _online_step(q, k, v, m, l, acc, keep, qk_scale, MASKED: tl.constexpr, NEG_SCALE: tl.constexpr):
+    s = tl.dot(q, tl.trans(k))                                             # (BM, BN) raw scores
     if MASKED:
-        s = tl.where(keep, s, -float("inf"))
-    m_new = tl.maximum(m, tl.max(s, axis=1, keep_dims=True))               # (BM, 1)
-    p = tl.exp2(s - m_new)
+        s = tl.where(keep, s * qk_scale, -float("inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1, keep_dims=True))           # (BM, 1)
+        p = tl.exp2(s - m_new)
+    else:
+        if NEG_SCALE:
+            top = tl.min(s, axis=1, keep_dims=True) * qk_scale
+        else:
+            top = tl.max(s, axis=1, keep_dims=True) * qk_scale
+        m_new = tl.maximum(m, top)
+        p = tl.exp2(s * qk_scale - m_new)
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, axis=1, keep_dims=True)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha)
@@ -29,8 +43,8 @@ def _online_step(q, k, v, m, l, acc, keep, qk_scale, MASKED: tl.constexpr):
 
 @triton.jit
 def flash(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SQ, SK, D, sqz, sqh, sqs, skz, skh, sks, svz, svh, svs, soz, soh,
-          sos, qk_scale, CAUSAL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DP: tl.constexpr,
-          EVEN: tl.constexpr):
+          sos, qk_scale, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+          DP: tl.constexpr, EVEN: tl.constexpr):
     zh, i = tl.program_id(0), tl.program_id(1)
     zb, h = zh // H, zh % H
     kvh = h // GROUP
@@ -60,7 +74,7 @@ def flash(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SQ, SK, D, sqz, sqh, sqs, skz, s
         else:
             k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=rd[None, :] < D, other=0.0)
             v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=rd[None, :] < D, other=0.0)
-        m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False)
+        m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False, NEG_SCALE)
     for j in range(free, end):
         cols = j * BN + rn
         inside = (cols[:, None] < SK) & (rd[None, :] < D)
@@ -69,7 +83,7 @@ def flash(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SQ, SK, D, sqz, sqh, sqs, skz, s
         keep = cols[None, :] < SK                                            # (1, BN)
         if CAUSAL:
             keep = keep & (cols[None, :] <= rm[:, None])                     # (BM, BN)
-        m, l, acc = _online_step(q, k, v, m, l, acc, keep, qk_scale, True)
+        m, l, acc = _online_step(q, k, v, m, l, acc, keep, qk_scale, True, NEG_SCALE)
     out = (acc / l).to(o_ptr.dtype.element_ty)
     o_ptrs = o_ptr + zb * soz + h * soh + rm[:, None] * sos + rd[None, :]
     if EVEN:
@@ -80,11 +94,13 @@ def flash(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SQ, SK, D, sqz, sqh, sqs, skz, s
 
 @triton.jit
 def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs,
-                   qk_scale, GP: tl.constexpr, BN: tl.constexpr, DP: tl.constexpr):
-    """Program (split, KV head): the GP >= 16 query rows of its group (zeros past G) over its keys."""
+                   qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, BN: tl.constexpr,
+                   DP: tl.constexpr, EVEN: tl.constexpr):
+    """Program (split, KV head): the GP >= 16 query rows of its group (zeros past G) over its
+    contiguous chunk of keys; the first GS rows of the partial are stored."""
     s_id, kvh = tl.program_id(0), tl.program_id(1)
     splits = tl.num_programs(0)
-    length = tl.minimum(tl.load(lens_ptr).to(tl.int32), MAXS)
+    length = tl.maximum(tl.minimum(tl.load(lens_ptr).to(tl.int32), MAXS), 0)
     per = ((length + splits - 1) // splits + BN - 1) // BN * BN         # keys per split, a multiple of BN
     start = s_id * per
     stop = tl.minimum(length, start + per)
@@ -96,23 +112,37 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, M
     m = tl.full((GP, 1), -float("inf"), tl.float32)
     l = tl.zeros((GP, 1), tl.float32)
     acc = tl.zeros((GP, DP), tl.float32)
-    for j in range(start // BN, tl.cdiv(stop, BN)):
+    k_base = k_ptr + kvh * skh
+    v_base = v_ptr + kvh * svh
+    first = start // BN
+    full = stop // BN
+    for j in range(first, full):                                            # whole tiles of keys
+        cols = j * BN + rn
+        if EVEN:
+            k = tl.load(k_base + cols[:, None] * sks + rd[None, :])
+            v = tl.load(v_base + cols[:, None] * svs + rd[None, :])
+        else:
+            k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=rd[None, :] < D, other=0.0)
+            v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=rd[None, :] < D, other=0.0)
+        m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False, NEG_SCALE)
+    for j in range(tl.maximum(first, full), tl.cdiv(stop, BN)):            # the ragged last tile
         cols = j * BN + rn
         inside = (cols[:, None] < stop) & (rd[None, :] < D)
-        k = tl.load(k_ptr + kvh * skh + cols[:, None] * sks + rd[None, :], mask=inside, other=0.0)
-        v = tl.load(v_ptr + kvh * svh + cols[:, None] * svs + rd[None, :], mask=inside, other=0.0)
-        m, l, acc = _online_step(q, k, v, m, l, acc, cols[None, :] < stop, qk_scale, True)
-    row = s_id * R + kvh * GP + rg                                          # (GP,) rows of the workspace
-    tl.store(acc_ptr + row[:, None] * D + rd[None, :], acc, mask=rd[None, :] < D)
-    tl.store(m_ptr + row, tl.reshape(m, (GP,)))
-    tl.store(l_ptr + row, tl.reshape(l, (GP,)))
+        k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=inside, other=0.0)
+        v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=inside, other=0.0)
+        m, l, acc = _online_step(q, k, v, m, l, acc, cols[None, :] < stop, qk_scale, True, NEG_SCALE)
+    row = s_id * R + kvh * GS + rg                                          # (GP,) rows of the workspace
+    keep = rg < GS
+    tl.store(acc_ptr + row[:, None] * D + rd[None, :], acc, mask=keep[:, None] & (rd[None, :] < D))
+    tl.store(m_ptr + row, tl.reshape(m, (GP,)), mask=keep)
+    tl.store(l_ptr + row, tl.reshape(l, (GP,)), mask=keep)
 
 
 @triton.jit
-def decode_combine(o_ptr, acc_ptr, m_ptr, l_ptr, S, R, D, G: tl.constexpr, GP: tl.constexpr, SP: tl.constexpr,
+def decode_combine(o_ptr, acc_ptr, m_ptr, l_ptr, S, R, D, G: tl.constexpr, GS: tl.constexpr, SP: tl.constexpr,
                    DP: tl.constexpr):
     h = tl.program_id(0)
-    row = (h // G) * GP + h % G                                              # this head's row in the partials
+    row = (h // G) * GS + h % G                                              # this head's row in the partials
     rs = tl.arange(0, SP)
     rd = tl.arange(0, DP)
     m = tl.load(m_ptr + rs * R + row, mask=rs < S, other=-float("inf"))     # (SP,)
@@ -133,8 +163,8 @@ def flash_twin(seen, causal: bool, scale: float):
         zb, h, sq, d = q.shape
         hkv, sk = k.shape[1], k.shape[2]
         launch(flash, (zb * h, cdiv(sq, bm)), o, q, k, v, h, h // hkv, sq, sk, d, *q.stride()[:3], *k.stride()[:3],
-               *v.stride()[:3], *o.stride()[:3], scale * LOG2E, options=facts.options, CAUSAL=causal, BM=bm, BN=bn,
-               DP=dp, EVEN=sq % bm == 0 and d == dp)
+               *v.stride()[:3], *o.stride()[:3], scale * LOG2E, options=facts.options, CAUSAL=causal,
+               NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN=sq % bm == 0 and d == dp)
         return o
     return run
 
@@ -142,11 +172,11 @@ def flash_twin(seen, causal: bool, scale: float):
 def decode_twin(seen, scale: float):
     """`(workspace(q), run(o, q, k_cache, v_cache, lens, ws))`: the split-sequence decode pair."""
     part, comb = seen["decode_partial_kernel"], seen["decode_combine_kernel"]
-    gp, bn, dp = part.consts["GP"], part.consts["BN"], part.consts["DP"]
+    gp, gs, bn, dp = part.consts["GP"], part.consts["GS"], part.consts["BN"], part.consts["DP"]
     splits, hkv = part.grid[0], part.grid[1]
 
     def workspace(q):
-        d, rows = q.shape[1], hkv * gp
+        d, rows = q.shape[1], hkv * gs
         f32 = dict(dtype=torch.float32, device=q.device)
         return torch.empty(splits, rows, d, **f32), torch.empty(splits, rows, **f32), torch.empty(splits, rows, **f32)
 
@@ -154,9 +184,10 @@ def decode_twin(seen, scale: float):
         h, d = q.shape
         maxs = k.shape[1]
         acc, m, l = ws
-        launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, lens, h // hkv, d, maxs, hkv * gp, k.stride(0),
-               k.stride(1), v.stride(0), v.stride(1), scale * LOG2E, options=part.options, GP=gp, BN=bn, DP=dp)
-        launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gp, d, options=comb.options, G=comb.consts["G"],
-               GP=gp, SP=comb.consts["SP"], DP=dp)
+        launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, lens, h // hkv, d, maxs, hkv * gs, k.stride(0),
+               k.stride(1), v.stride(0), v.stride(1), scale * LOG2E, options=part.options, NEG_SCALE=scale < 0,
+               GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp)
+        launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
+               GS=gs, SP=comb.consts["SP"], DP=dp)
         return o
     return (workspace, run)
