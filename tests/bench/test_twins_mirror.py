@@ -29,19 +29,23 @@ def test_the_gemm_twin_takes_the_persistent_launch_tiles_group_and_options(launc
     matmul.gemm_twin(seen, workers=132)(c, a, b)
     [(name, grid, options, consts)] = launches
     assert name == "mm_persistent" and grid == (min(8 * 8, 132),) and options == {"num_warps": 8}
-    assert consts == dict(BM=128, BN=256, BK=64, GROUP=4, EVEN_M=False, EVEN_N=True, EVEN_K=True, TF32=False)
+    assert consts == dict(BM=128, BN=256, BK=64, GROUP=4, EVEN_M=False, EVEN_N=True, EVEN_K=True, TF32=False,
+                          A_TMA=False, B_TMA=False, B_COLS=False, C_TMA=False)     # the launch used no TMA
 
 
 def test_the_decode_twin_takes_the_split_count_from_the_grid(launches):
-    seen = {"decode_partial_kernel": LaunchFacts("decode_partial_kernel", {"GP": 16, "BN": 64, "DP": 128}, (33, 8)),
-            "decode_combine_kernel": LaunchFacts("decode_combine_kernel", {"G": 4, "GP": 16, "SP": 64, "DP": 128},
+    seen = {"decode_partial_kernel": LaunchFacts("decode_partial_kernel", {"GP": 16, "GS": 4, "BN": 64, "DP": 128},
+                                                 (32, 8), {"num_warps": 4, "num_stages": 3}),
+            "decode_combine_kernel": LaunchFacts("decode_combine_kernel", {"G": 4, "GS": 4, "SP": 32, "DP": 128},
                                                  (32, 1))}
     workspace, run = attention.decode_twin(seen, 0.1)
     q = torch.empty(32, 128)
     ws = workspace(q)
-    assert ws[0].shape == (33, 8 * 16, 128) and ws[1].shape == (33, 128)
+    assert ws[0].shape == (32, 8 * 4, 128) and ws[1].shape == (32, 32)     # only the 4 real rows per KV head
     run(torch.empty(32, 128), q, torch.empty(8, 4096, 128), torch.empty(8, 4096, 128), torch.tensor([4096]), ws)
-    assert [(n, g) for n, g, _, _ in launches] == [("decode_partial", (33, 8)), ("decode_combine", (32,))]
+    assert [(n, g, o) for n, g, o, _ in launches] == [("decode_partial", (32, 8), {"num_warps": 4, "num_stages": 3}),
+                                                      ("decode_combine", (32,), {})]
+    assert launches[0][3] == dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True)
 
 
 def test_observed_tiles_are_the_ones_the_library_launched():
