@@ -158,6 +158,16 @@ def test_a_transposed_view_uses_tma_as_its_transpose():
     assert "tl.trans(b_desc.load([" in used and "strides=[b_s1, 1], block_shape=[16, 16]" in used
 
 
+def test_tma_layout_needs_16_byte_lines_strides_and_base():
+    from tilesafe.backends.triton.backend import tma_layout
+    assert tma_layout((8, 4), (4, 1), 4) == "rows"
+    assert tma_layout((4, 8), (1, 4), 4) == "columns"              # a transposed (8, 4)
+    assert tma_layout((8, 3), (4, 1), 4) is None                   # 12-byte lines: TMA wrote past them
+    assert tma_layout((8, 4), (5, 1), 4) is None                   # rows 20 bytes apart
+    assert tma_layout((8, 4), (4, 1), 4, address=8) is None        # misaligned base
+    assert tma_layout((2, 8, 4), (32, 4, 1), 4) is None            # 3-D
+
+
 def test_tma_is_chosen_per_launch_by_schedule_and_backend(monkeypatch, triton_backend):
     a, b = ts.tensor(np.ones((32, 32), np.float32)), ts.tensor(np.ones((32, 32), np.float32))
     c = poisoned((32, 32), "f32").partition((16, 16))

@@ -205,14 +205,16 @@ def _has_tma() -> bool:
 
 def tma_layout(shape, strides, itemsize: int, address: int = 0) -> str | None:
     """How TMA can address a 2-D tensor: "rows" (contiguous rows), "columns" (contiguous
-    columns, e.g. a transposed view), or None. TMA needs a 16-byte aligned base and a
-    16-byte multiple between the starts of its lines. Outputs a kernel loads back stay on
-    pointers (S15's barriers order pointer accesses only): callers leave those out."""
+    columns, e.g. a transposed view), or None. TMA needs a 16-byte aligned base, a 16-byte
+    multiple between the starts of its lines, and lines a multiple of 16 bytes long: on
+    the H200 a shorter last 16 bytes of a line was read and written whole, past the
+    tensor's edge. Outputs a kernel loads back stay on pointers (S15's barriers order
+    pointer accesses only): callers leave those out."""
     if len(shape) != 2 or address % 16:
         return None
-    if strides[1] == 1 and (strides[0] * itemsize) % 16 == 0:
+    if strides[1] == 1 and (strides[0] * itemsize) % 16 == 0 and (shape[1] * itemsize) % 16 == 0:
         return "rows"
-    if strides[0] == 1 and (strides[1] * itemsize) % 16 == 0:
+    if strides[0] == 1 and (strides[1] * itemsize) % 16 == 0 and (shape[0] * itemsize) % 16 == 0:
         return "columns"
     return None
 
