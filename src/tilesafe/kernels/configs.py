@@ -60,6 +60,7 @@ GPU_DEFAULTS: dict[str, dict] = {
 GPU_F32 = {"matmul": {"block_k": 32}, "bmm": {"block_k": 32}, "linear": {"block_k": 128}}
 
 CPU_BACKENDS = ("reference", "triton-interpreter")
+SCHEDULE_KEYS = frozenset({"num_warps", "num_stages", "tma"})   # valid in every family's config
 
 
 def bucket(n: int, lo: int = 16, hi: int = 1 << 16) -> int:
@@ -87,7 +88,7 @@ def lookup(family: str, key: str, override: dict | None = None, dtype=None) -> d
         tuned = tuned_table(gpu_name()).get(family, {}).get(key, {})
         cfg.update({k: v for k, v in tuned.items() if k != "time_ms"})
     if override:
-        unknown = set(override) - set(cfg) - {"num_warps", "num_stages", "tma"}
+        unknown = set(override) - set(cfg) - SCHEDULE_KEYS
         if unknown:
             raise LaunchError(f"config keys {sorted(unknown)} are not used by {family} kernels",
                               loc=caller_loc(), help=f"known keys: {', '.join(sorted(cfg))}")
