@@ -14,7 +14,7 @@ from tilesafe.bench.twins import attention, elementwise, matmul, read, rows  # n
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted")
 SCALARS = {"eps": "fp32", "qk_scale": "fp32", "log2_theta": "fp32"}
-F32_PTRS = {"acc_ptr", "m_ptr", "l_ptr", "out_ptr"}
+F32_PTRS = {"acc_ptr", "m_ptr", "l_ptr", "out_ptr", "part_ptr"}
 EVEN = dict(EVEN_M=True, EVEN_N=True, EVEN_K=True, TF32=False, A_TMA=False, B_TMA=False, B_COLS=False, C_TMA=False)
 TMA = dict(EVEN, A_TMA=True, B_TMA=True, B_COLS=True, C_TMA=True)   # x @ w.T with every operand through TMA
 CASES = {
@@ -25,10 +25,17 @@ CASES = {
     "mm_persistent": (matmul.mm_persistent, dict(BM=128, BN=128, BK=64, GROUP=8, **dict(EVEN, EVEN_N=False)), "wgmma"),
     "gemv": (matmul.skinny, dict(BM=1, BN=16, BK=512, DOT=False, **EVEN), None),
     "skinny_m16": (matmul.skinny, dict(BM=16, BN=16, BK=512, DOT=True, **EVEN), "mma.sync"),
+    "split_k": (matmul.split_k, dict(BM=64, BN=64, BK=128, DOT=True, TF32=False), "wgmma"),
+    "split_k_gemv": (matmul.split_k, dict(BM=1, BN=16, BK=512, DOT=False, TF32=False), None),
+    "split_sum": (matmul.split_sum, dict(BM=16, BN=128), None),
     "softmax": (rows.softmax, dict(BM=1, NP=4096, EVEN=True), None),
     "rms_norm": (rows.rms_norm, dict(BM=1, NP=4096, EVEN=False), None),
     "rope": (rows.rope, dict(BT=4, BH=8, HP=64, EVEN=True), None),
     "flash_causal": (attention.flash, dict(CAUSAL=True, NEG_SCALE=False, BM=64, BN=64, DP=128, EVEN=True), "wgmma"),
+    "flash_rows_tma": (attention.flash_rows, dict(CAUSAL=True, NEG_SCALE=False, BM=128, BN=64, DP=128, EVEN_D=True,
+                                                  Q_TMA=True, K_TMA=True, V_TMA=True), "cp.async.bulk.tensor"),
+    "flash_rows": (attention.flash_rows, dict(CAUSAL=False, NEG_SCALE=False, BM=64, BN=64, DP=128, EVEN_D=True,
+                                              Q_TMA=False, K_TMA=False, V_TMA=False), "wgmma"),
     "decode_partial": (attention.decode_partial, dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True),
                        "mma.sync"),
     "decode_combine": (attention.decode_combine, dict(G=4, GS=4, SP=32, DP=128), None),

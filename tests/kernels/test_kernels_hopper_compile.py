@@ -65,6 +65,8 @@ CALLS = {
     "matmul_tiled_bias_silu": lambda: tk.matmul(e(512, 1024), e(1024, 512), bias=e(512), activation="silu"),
     "linear_gemv": lambda: tk.linear(e(1, 2560), e(9728, 2560)),
     "linear_m16": lambda: tk.linear(e(16, 2560), e(9728, 2560)),
+    "linear_gemv_split_k": lambda: tk.linear(e(1, 9728), e(2560, 9728)),     # 2560 outputs: K split
+    "linear_m128_split_k": lambda: tk.linear(e(128, 4096), e(2560, 4096)),
     "bmm": lambda: tk.bmm(e(8, 1024, 512), e(8, 512, 1024)),
     "flash_causal_gqa": lambda: tk.flash_attention(e(1, 32, 2048, 128), e(1, 8, 2048, 128), e(1, 8, 2048, 128), True),
     "decode_gqa": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000),
@@ -72,7 +74,7 @@ CALLS = {
     "embedding": lambda: tk.embedding(torch.zeros(2048, dtype=torch.int64), e(8192, 2560)),
     "argmax_vocab": lambda: tk.argmax(e(1, 151936)),
 }
-TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa"}
+TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k"}
 TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16"}   # 2-D GEMM operands (w.T too) through TMA
 
 
@@ -82,9 +84,9 @@ def test_compiles_for_hopper(compiled, call):
     assert compiled, "no kernel was launched"
     for name, k in compiled:
         assert k.metadata.shared <= H200_SHARED, (name, k.metadata.shared)
-        if call in TENSOR_CORES and name != "unary_kernel":
+        if call in TENSOR_CORES and name not in ("unary_kernel", "split_sum_kernel"):
             assert "wgmma.mma_async" in k.asm["ptx"], name
-        if call in TMA:
+        if call in TMA and name != "split_sum_kernel":   # the split-K sum multiplies nothing
             assert "cp.async.bulk.tensor" in k.asm["ptx"], name
 
 

@@ -1,5 +1,7 @@
 """GEMMs against torch in float64: ragged M/N/K, transposed operands, bias and activations,
 tiled and persistent schedules, the weight-streaming path for M <= 16, batched products."""
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -70,6 +72,32 @@ def test_linear_decode_and_prefill(backend, device, m, dtype):
     out = poisoned((m, 72), dtype, device)
     got = tk.linear(x, w, bias=bias, out=out)
     assert_close(got, F.linear(t64(x), t64(w), t64(bias)), dtype, **MM_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("m", [1, 5, 40])
+@pytest.mark.parametrize("splits", [2, 3, 50])
+def test_split_k_partials_add_up_with_bias_and_activation(backend, device, m, splits, dtype):
+    """K = 150 in tiles of 32: 5 K tiles over 2 or 3 splits (a ragged last split), or as many
+    splits as tiles (50 asks for more); M = 1 uses FMAs, 5 and 40 tensor-core tiles."""
+    x, w = randn((m, 150), dtype, 16, device), randn((72, 150), dtype, 17, device)
+    bias = randn((72,), dtype, 18, device)
+    out = poisoned((m, 72), dtype, device)
+    got = tk.linear(x, w, bias=bias, activation="silu", out=out, config={"split_k": splits})
+    assert got is out
+    assert_close(got, F.silu(F.linear(t64(x), t64(w), t64(bias))), dtype, **MM_TOL[dtype])
+
+
+def test_split_k_is_chosen_when_tiles_are_too_few_to_fill_the_workers(backend, device):
+    mm = importlib.import_module("tilesafe.kernels.matmul")   # the module (tk.matmul is the function)
+    assert mm._splits({"split_k": None, "min_blocks": 264}, 40, 76) == 7       # 40 tiles: 7 splits
+    assert mm._splits({"split_k": None, "min_blocks": 264}, 40, 12) == 3       # >= 4 K tiles a split
+    assert mm._splits({"split_k": None, "min_blocks": 264}, 300, 76) == 1      # enough tiles already
+    assert mm._splits({"split_k": 4, "min_blocks": 264}, 300, 3) == 3          # at most one split a K tile
+    a, b = randn((64, 256), "f32", 19, device), randn((256, 32), "f32", 20, device)
+    got = tk.matmul(a, b, config={"split_k": None, "min_blocks": 8})             # 2 tiles, 8 K tiles: 2 splits
+    assert mm.split_k_kernel._last_plan is not None
+    assert_close(got, t64(a) @ t64(b), "f32", **MM_TOL["f32"])
 
 
 def test_linear_shapes(backend, device):

@@ -93,6 +93,45 @@ def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: 
 
 
 @ts.kernel
+def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+                   T: ts.Const[ts.DType], TF32: ts.Const[bool], DOT: ts.Const[bool], BM: ts.Const[int],
+                   BN: ts.Const[int], BK: ts.Const[int], PER: int, M: int, N: int, K: int):
+    """Split s of a split-K product: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of
+    output tile (i, j), into part[s]. Few output tiles (skinny M, small N) then still fill
+    every SM; `split_sum_kernel` adds the splits up."""
+    pa = a.partition((BM, BK))                                   # (BM, BK)
+    pb = b.partition((BK, BN))                                   # (BK, BN)
+    s, i, j = ts.block_id(0), ts.block_id(1), ts.block_id(2)
+    lo = s * PER
+    hi = min(lo + PER, ts.num_tiles(pa, 1))                      # this split's K tiles: [lo, hi)
+    if DOT:
+        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
+        for k in range(lo, hi):
+            acc = mac(pa.load((i, k)), pb.load((k, j)), acc, TF32)
+    else:                                                        # one row (BM = 1): FMAs
+        prod = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
+        for k in range(lo, hi):
+            xk = ts.reshape(pa.load((0, k)).astype(ts.f32), (BK, 1))
+            prod = prod + xk * pb.load((k, j)).astype(ts.f32)
+        acc = ts.reshape(ts.sum(prod, axis=0), (1, BN))          # (1, BN)
+    part.store(ts.reshape(acc, (1, BM, BN)))
+
+
+@ts.kernel
+def split_sum_kernel(c: ts.Mut["TC", ("BM", "BN")], part: ts.Ref[ts.f32, ("S", "M", "N")],
+                     bias: ts.Ref["TB", (-1,)], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
+                     HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int],
+                     S: int, M: int, N: int):
+    """c = activation(sum over s of part[s] + bias), rounded once to c's dtype."""
+    pp = part.partition((1, BM, BN))                             # (1, BM, BN)
+    i, j = ts.block_id(0), ts.block_id(1)
+    acc = ts.zeros((BM, BN), ts.f32)                             # (BM, BN)
+    for s in range(ts.num_tiles(pp, 0)):
+        acc = acc + ts.reshape(pp.load((s, i, j)), (BM, BN))
+    c.store(epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(TC))
+
+
+@ts.kernel
 def bmm_kernel(c: ts.Mut["TC", (1, "BM", "BN")], a: ts.Ref["T", ("Z", "M", "K")], b: ts.Ref["T", ("Z", "K", "N")],
                T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TF32: ts.Const[bool], BM: ts.Const[int],
                BN: ts.Const[int], BK: ts.Const[int], Z: int, M: int, N: int, K: int):
@@ -195,10 +234,18 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
             bn //= 2
         bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
-        launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk, **common)
+        splits = _splits(cfg, cdiv(n, bn), cdiv(k, bk))
+        if splits > 1:
+            _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
+        else:
+            launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk, **common)
         return o.returned
     cfg = configs.lookup("matmul", configs.shape_class(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
+    splits = _splits(cfg, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk))
+    if splits > 1:
+        _split_k(cv, (bm, bn, bk), splits, cfg, DOT=True, **common)
+        return o.returned
     persistent = cfg["persistent"]
     if persistent is None:
         persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * _workers(device)
@@ -207,6 +254,46 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     else:
         launch(mm_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, **common)
     return o.returned
+
+
+def _splits(cfg: dict, tiles: int, k_tiles: int) -> int:
+    """How many ways to split K: the config's `split_k`, or (None) enough splits for
+    `min_blocks` blocks when the output has fewer tiles, each split keeping >= 4 K tiles."""
+    want = cfg.get("split_k")
+    if want is None:
+        floor = cfg.get("min_blocks", 0)
+        want = cdiv(floor, tiles) if tiles < floor else 1
+        want = min(want, max(1, k_tiles // 4))
+    return max(1, min(int(want), k_tiles))
+
+
+def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
+    """c = epilogue(a @ b) as `splits` fp32 partial products (in the device's scratch), then their sum."""
+    bm, bn, bk = tiles
+    (m, k), n = a.shape, b.shape[1]
+    per = cdiv(cdiv(k, bk), splits)                              # K tiles per split
+    splits = cdiv(cdiv(k, bk), per)                              # no empty split
+    part = _scratch(a.device, (splits, m, n))
+    launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per)
+    sm = min(pow2(m), 16)
+    sn = max(16, min(pow2(n), 2048 // sm))
+    launch(split_sum_kernel, {"c": (cv, (sm, sn))}, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT)
+
+
+_SCRATCH: dict = {}   # device -> fp32 scratch of the split-K partial products, reused by every call
+
+
+def _scratch(device: str, shape) -> ts.Tensor:
+    """A (splits, M, N) fp32 view of the device's split-K scratch, grown when too small.
+
+    Reuse is safe: the runtime orders each launch after the pending ones that use the same
+    bytes (S9/S10). Inside `ts.graph()` the scratch must already be large enough (a warm-up
+    call before the capture does that), since a capture may not allocate (S12)."""
+    n = shape[0] * shape[1] * shape[2]
+    buf = _SCRATCH.get(device)
+    if buf is None or buf.numel < n:
+        buf = _SCRATCH[device] = ts.empty((max(n, 1 << 20),), ts.f32, device)
+    return layout.strided(buf, shape, (shape[1] * shape[2], shape[2], 1))
 
 
 def _mma_tile(want: int, size: int) -> int:

@@ -16,7 +16,8 @@ from . import baselines
 from .qwen3 import MODELS
 
 _kernels = importlib.import_module("tilesafe.kernels.matmul")
-GEMM_KERNELS = (_kernels.mm_kernel, _kernels.mm_persistent_kernel, _kernels.skinny_kernel)
+GEMM_KERNELS = (_kernels.mm_kernel, _kernels.mm_persistent_kernel, _kernels.skinny_kernel, _kernels.split_k_kernel,
+                _kernels.split_sum_kernel)
 SQUARE = (1024, 2048, 4096, 8192, 16384)
 
 

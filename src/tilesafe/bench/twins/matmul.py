@@ -1,5 +1,6 @@
 """Twins of the GEMM kernels: tiled (`mm_kernel`), persistent with grouped tile order
-(`mm_persistent_kernel`) and the weight-streaming path for M <= 16 (`skinny_kernel`).
+(`mm_persistent_kernel`), the weight-streaming path for M <= 16 (`skinny_kernel`) and
+split-K (`split_k_kernel` + `split_sum_kernel`).
 
 Operands are read through their strides (a transposed weight view is used as it is), with
 the tile sizes, group size and Triton options of the tilesafe launch, and through TMA
@@ -151,9 +152,81 @@ def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.co
             tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty), mask=rn < N)
 
 
+@triton.jit
+def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr, DOT: tl.constexpr, TF32: tl.constexpr):
+    """Split s: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of output tile (i, j)."""
+    s, i, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rm = i * BM + tl.arange(0, BM)
+    rn = j * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    lo = s * PER
+    hi = tl.minimum(lo + PER, tl.cdiv(K, BK))
+    if DOT:
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in range(lo, hi):
+            kk = k * BK + rk
+            ta = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K),
+                         other=0.0)
+            tb = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                         other=0.0)
+            if TF32:
+                acc = tl.dot(ta, tb, acc, input_precision="tf32")
+            else:
+                acc = tl.dot(ta, tb, acc, input_precision="ieee")
+    else:
+        prod = tl.zeros((BK, BN), tl.float32)
+        for k in range(lo, hi):
+            kk = k * BK + rk
+            x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
+            w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+            prod += x.to(tl.float32)[:, None] * w.to(tl.float32)
+        acc = tl.reshape(tl.sum(prod, axis=0), (1, BN))
+    ptrs = part_ptr + s * M * N + rm[:, None] * N + rn[None, :]
+    tl.store(ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def split_sum(c_ptr, part_ptr, S, M, N, scm, scn, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    inside = (rm[:, None] < M) & (rn[None, :] < N)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for s in range(0, S):
+        acc += tl.load(part_ptr + s * M * N + rm[:, None] * N + rn[None, :], mask=inside, other=0.0)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty), mask=inside)
+
+
+def _split_twin(seen):
+    """The twin of a split-K launch: the partial products, then their sum (bias-free, as benchmarked)."""
+    part_facts, sum_facts = seen["split_k_kernel"], seen["split_sum_kernel"]
+    c = part_facts.consts
+    bm, bn, bk, per = c["BM"], c["BN"], c["BK"], part_facts.scalars["PER"]
+    sm, sn = sum_facts.consts["BM"], sum_facts.consts["BN"]
+    scratch = {}
+
+    def run(out, a, b):
+        import torch
+        (m, k), n = a.shape, b.shape[1]
+        splits = cdiv(cdiv(k, bk), per)
+        part = scratch.get("part")
+        if part is None or part.shape != (splits, m, n):
+            part = scratch["part"] = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
+        launch(split_k, (splits, cdiv(m, bm), cdiv(n, bn)), part, a, b, m, n, k, a.stride(0), a.stride(1),
+               b.stride(0), b.stride(1), per, options=part_facts.options, BM=bm, BN=bn, BK=bk,
+               DOT=bool(c["DOT"]), TF32=bool(c.get("TF32", False)))
+        launch(split_sum, (cdiv(m, sm), cdiv(n, sn)), out, part, splits, m, n, out.stride(0), out.stride(1),
+               options=sum_facts.options, BM=sm, BN=sn)
+        return out
+    return run
+
+
 def gemm_twin(seen, workers: int):
     """The twin of the GEMM launch in `seen`: `run(c, a, b)` for c = a @ b (b may be a transposed view).
     `workers` is the persistent grid's size (the SM count on a GPU)."""
+    if "split_k_kernel" in seen:
+        return _split_twin(seen)
     name = next(n for n in ("mm_persistent_kernel", "mm_kernel", "skinny_kernel") if n in seen)
     facts = seen[name]
     bm, bn, bk = facts.consts["BM"], facts.consts["BN"], facts.consts["BK"]
