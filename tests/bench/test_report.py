@@ -65,3 +65,16 @@ def test_dry_run_table_shows_checks_and_no_targets():
     doc["settings"]["dry_run"] = True
     text = report.table(doc)
     assert "correctness" in text and "tilesafe ok" in text and "target" not in text
+
+
+def test_markdown_summary_has_a_row_per_family_and_per_target():
+    doc = document()
+    text = report.markdown(doc)
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    families = report.families(doc["results"])
+    assert [r.split(" | ")[0][2:] for r in rows[1:1 + len(families)]] == families
+    add = next(r for r in rows if r.startswith("| add |"))
+    assert "0.99 (worst 0.99)" in add                      # torch.add 396 us / tilesafe 400 us
+    assert sum(r.startswith("| target |") for r in rows) == 1
+    assert len(rows) == 2 + len(families) + len(doc["targets"])
+    assert any(r.startswith("| flash >= 90% of the fastest SDPA backend") and "miss" in r for r in rows)

@@ -17,6 +17,7 @@ examples:
   python -m tilesafe.bench gemm flash                two families, full size
   python -m tilesafe.bench --dry-run                 every check at tiny sizes on the CPU
   python -m tilesafe.bench --plot results.json       PNGs from a results file, on any machine
+  python -m tilesafe.bench --markdown results.json   the README's summary table of a results file
 """
 
 
@@ -36,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser, families) -> None:
                                                           "backend, without timing")
     p.add_argument("--backend", choices=("reference", "triton-interpreter"), help="the CPU backend of --dry-run")
     p.add_argument("--plot", metavar="RESULTS.json", help="render PNGs from a results file and exit")
+    p.add_argument("--markdown", metavar="RESULTS.json", help="print a results file's summary as a Markdown table "
+                                                             "(the README's) and exit")
     p.add_argument("--budget-s", type=float, metavar="S", help="start no new workload after S seconds")
     p.add_argument("--commit", help="the git commit to record (for a copy of the tree without .git)")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
@@ -50,6 +53,8 @@ def run(args) -> int:
     from .families import FAMILIES
     if args.plot:
         return _plot(args.plot, args.out)
+    if args.markdown:
+        return _markdown(args.markdown)
     unknown = [k for k in args.kernels if k not in FAMILIES]
     if unknown:
         print(f"error: unknown kernel {', '.join(unknown)}; choose from {', '.join(FAMILIES)}", file=sys.stderr)
@@ -135,6 +140,16 @@ def _default_out(slug: str) -> Path:
     from .machine import REPO
     root = REPO if (REPO / "benchmarks").is_dir() else Path.cwd()
     return root / "benchmarks" / "results" / slug
+
+
+def _markdown(path: str) -> int:
+    from . import report
+    try:
+        print(report.markdown(report.load(path)))
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read {path}: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _plot(path: str, out: str | None) -> int:

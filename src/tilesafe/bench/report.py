@@ -160,3 +160,40 @@ def _check(r) -> str:
     if r["status"] == "wrong":
         return f"WRONG ({r['rel_error']:.1e})"
     return f"{r['status'].upper()} ({r.get('error', '')[:60]})"
+
+
+# --- the README summary -----------------------------------------------------------------------
+
+
+def markdown(doc: dict) -> str:
+    """Per family: tilesafe's rate range and the geometric mean (and worst) of each ratio;
+    then the targets. The README's benchmark table is this output."""
+    lines = ["| kernel | workloads | tilesafe | vs best torch | vs raw Triton twin | vs copy/read |",
+             "|---|---:|---|---|---|---|"]
+    for family in families(doc["results"]):
+        recs = [r for r in doc["results"] if r["family"] == family and r.get("status") == "ok"]
+        rates = [t[k] for r in recs if (t := _by_role(r, "tilesafe")) and (k := _rate_key(t))]
+        unit = "TFLOP/s" if recs and recs[0]["metric"] == "flops" else "TB/s"
+        span = f"{min(rates):.3g}–{max(rates):.3g} {unit}" if rates else "-"
+        cells = [_summary([r.get("ratios", {}).get(k) for r in recs]) for k in ("vs_torch", "vs_twin", "vs_baseline")]
+        lines.append(f"| {family} | {len(recs)} | {span} | {' | '.join(cells)} |")
+    lines += ["", "| target | value | need | result |", "|---|---:|---:|---|"]
+    for t in doc["targets"]:
+        value = "-" if t["value"] is None else f"{t['value']:.3f}"
+        worst = f" (worst: {t['worst']})" if t.get("worst") and not t.get("met") else ""
+        lines.append(f"| {t['text']} | {value} | {'>' if t.get('strict') else ''}{t['threshold']:.2f} | "
+                     f"{'pass' if t['passed'] else 'miss'}{worst} |")
+    return "\n".join(lines)
+
+
+def _rate_key(impl) -> str | None:
+    return next((k for k in ("tflops", "tbps") if impl.get(k) is not None), None)
+
+
+def _summary(values) -> str:
+    """`0.98 (worst 0.91)`: the geometric mean of the ratios there are, and the lowest."""
+    have = [v for v in values if v]
+    if not have:
+        return "-"
+    geo = T.math.exp(sum(T.math.log(v) for v in have) / len(have))
+    return f"{geo:.2f} (worst {min(have):.2f})"
