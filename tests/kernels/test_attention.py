@@ -92,6 +92,46 @@ def test_decode_mqa_many_splits(backend, device):
     assert_close(got, decode_ref(q, kc, vc, 299), "f32", **ATT_TOL["f32"])
 
 
+def _launched(call):
+    """The flash kernels `call` launched (by name)."""
+    from tilesafe.bench.observe import Observer
+    from tilesafe.kernels.attention import flash_kernel, flash_rows_kernel
+    with Observer([flash_kernel, flash_rows_kernel]) as seen:
+        got = call()
+    return got, set(seen)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_sizes_that_divide_take_the_matrix_path(backend, device, causal):
+    # Sequences dividing the tiles: q, k, v are read as 2-D matrices (one TMA box per tile).
+    cfg = {"block_m": 32, "block_n": 16}
+    q = randn((2, 4, 64, 64), "f32", 40, device)                 # heads one under another
+    k, v = randn((2, 2, 48, 64), "f32", 41, device), randn((2, 2, 48, 64), "f32", 42, device)
+    got, seen = _launched(lambda: tk.flash_attention(q, k, v, causal=causal, config=cfg))
+    assert seen == {"flash_rows_kernel"}
+    assert_close(got, attention_ref(q, k, v, causal), "f32", **ATT_TOL["f32"])
+    # (B, S, H, D) projections viewed as (B, H, S, D): heads side by side in each row; one KV head.
+    qs = randn((2, 32, 4, 64), "f32", 43, device).transpose(1, 2)
+    ks, vs = (randn((2, 64, 1, 64), "f32", 44 + i, device).transpose(1, 2) for i in range(2))
+    got, seen = _launched(lambda: tk.flash_attention(qs, ks, vs, causal=causal, scale=-0.2, config=cfg))
+    assert seen == {"flash_rows_kernel"}
+    assert_close(got, attention_ref(qs, ks, vs, causal, scale=-0.2), "f32", **ATT_TOL["f32"])
+
+
+@pytest.mark.reference_only
+def test_flash_matrix_path_with_a_padded_head_dim_and_its_fallbacks(backend, device):
+    q, k, v = (randn((3, 32, 40), "f32", 46 + i, device) for i in range(3))      # D = 40 in 64-wide tiles
+    got, seen = _launched(lambda: tk.flash_attention(q, k, v, causal=True))
+    assert seen == {"flash_rows_kernel"}
+    assert_close(got, attention_ref(q, k, v, True), "f32", **ATT_TOL["f32"])
+    wide = randn((4, 32, 40), "f32", 49, device)[::2]             # every other head: not one matrix
+    got, seen = _launched(lambda: tk.flash_attention(wide, k[:2], v[:2]))
+    assert seen == {"flash_kernel"}
+    assert_close(got, attention_ref(wide, k[:2], v[:2]), "f32", **ATT_TOL["f32"])
+    got, seen = _launched(lambda: tk.flash_attention(q, k, v, config={"flat": False}))
+    assert seen == {"flash_kernel"}
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_negative_and_zero_scale(backend, device, causal):
     # The unmasked loop scales the row max, not each score: a negative scale turns it into the min.

@@ -75,7 +75,8 @@ CALLS = {
     "argmax_vocab": lambda: tk.argmax(e(1, 151936)),
 }
 TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k"}
-TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16"}   # 2-D GEMM operands (w.T too) through TMA
+TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16",   # 2-D GEMM operands (w.T too) through TMA
+       "flash_causal_gqa"}                                  # q, k, v read as 2-D matrices
 
 
 @pytest.mark.parametrize("call", list(CALLS))

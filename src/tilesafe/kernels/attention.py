@@ -9,7 +9,9 @@ rest (the ragged last tile, the diagonal) take a second, masked loop; tiles righ
 diagonal are never visited. Scores are in log2 units (scale * log2(e)) so the exponentials
 are `exp2`; the unmasked loop takes the row max of the raw scores and scales that, so each
 score costs one FMA before its exp2. Statistics are fp32; p is rounded to V's dtype for the
-second product. On a GPU: 128 x 128 tiles, 8 warps (two warpgroups of wgmma).
+second product. When the sequence lengths divide by the tiles and the layouts allow it,
+q, k and v are read as 2-D matrices (`flash_rows_kernel`: each tile one box of a matrix,
+so Hopper loads it with TMA), else as 4-D tensors (`flash_kernel`).
 
 Decode attention: one block per (split, KV head), each streaming one contiguous chunk of
 the cache (a whole number of key tiles; enough splits that (KV heads x splits) fills the
@@ -90,6 +92,43 @@ def flash_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("Z", "H", "SQ"
         keep = cols < SK                                         # (1, BN): drop padded keys
         if CAUSAL:
             keep = keep & (cols <= rows)                         # (BM, BN)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
+    o.store(ts.reshape(acc / l, (1, BM, DP)).astype(T))
+
+
+@ts.kernel
+def flash_rows_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("RQ", "CQ")], k: ts.Ref["T", ("RK", "CK")],
+                      v: ts.Ref["T", ("RV", "CV")], qk_scale: float, T: ts.Const[ts.DType], CAUSAL: ts.Const[bool],
+                      NEG_SCALE: ts.Const[bool], GROUP: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int],
+                      DP: ts.Const[int], H: int, SQ: int, SK: int, QZ: int, QH: int, QC: int, KZ: int, KH: int,
+                      KC: int, VZ: int, VH: int, VC: int, RQ: int, CQ: int, RK: int, CK: int, RV: int, CV: int):
+    """`flash_kernel` with q, k and v seen as 2-D matrices (rows, columns), so each tile is one
+    box of a matrix (TMA-addressable). The tile of (batch z, head h, tile i) is at tile row
+    z * XZ + h * XH + i and tile column h * XC of matrix X (host-computed; sequence lengths
+    divide by the tiles, so no tile straddles two heads)."""
+    zh, i = ts.block_id(0), ts.block_id(1)                       # (batch * head, query tile)
+    zb, h = zh // H, zh % H
+    kvh = h // GROUP
+    qt = ts.load(q, (zb * QZ + h * QH + i, h * QC), shape=(BM, DP))              # (BM, DP)
+    k_row, k_col = zb * KZ + kvh * KH, kvh * KC                  # tile row / column of key tile 0
+    v_row, v_col = zb * VZ + kvh * VH, kvh * VC
+    m = ts.full((BM, 1), NEG_INF, ts.f32)                        # (BM, 1) running max (log2 units)
+    l = ts.zeros((BM, 1), ts.f32)                                # (BM, 1) running sum
+    acc = ts.zeros((BM, DP), ts.f32)                             # (BM, DP)
+    free = SK // BN                                              # SK divides by BN on this path
+    end = free
+    if CAUSAL:
+        free = min(free, (i * BM) // BN)
+        end = min(end, ((i + 1) * BM + BN - 1) // BN)
+    for j in range(free):
+        kt = ts.load(k, (k_row + j, k_col), shape=(BN, DP))      # (BN, DP)
+        vt = ts.load(v, (v_row + j, v_col), shape=(BN, DP))      # (BN, DP)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
+    rows = ts.expand_dims(i * BM + ts.arange(0, BM), 1)          # (BM, 1) query positions
+    for j in range(free, end):                                   # the diagonal (causal only)
+        kt = ts.load(k, (k_row + j, k_col), shape=(BN, DP))
+        vt = ts.load(v, (v_row + j, v_col), shape=(BN, DP))
+        keep = ts.expand_dims(j * BN + ts.arange(0, BN), 0) <= rows   # (BM, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
     o.store(ts.reshape(acc / l, (1, BM, DP)).astype(T))
 
@@ -191,10 +230,34 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     cfg = configs.lookup("attention", configs.shape_class(dtype, d, sq), config, dtype)
     bm = max(16, min(cfg["block_m"], pow2(sq)))
     bn = max(16, min(cfg["block_n"], pow2(sk)))
+    dp = max(16, pow2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    launch(flash_kernel, {"o": (ov, (1, bm, max(16, pow2(d))))}, cfg=cfg, q=q4, k=k4, v=v4,
-           qk_scale=scale * LOG2E, CAUSAL=bool(causal), NEG_SCALE=scale < 0, GROUP=h // hkv, BN=bn)
+    common = dict(cfg=cfg, qk_scale=scale * LOG2E, CAUSAL=bool(causal), NEG_SCALE=scale < 0, GROUP=h // hkv, BN=bn)
+    flat = [_matrix(t, rows, dp) for t, rows in ((q4, bm), (k4, bn), (v4, bn))] if cfg["flat"] else [None]
+    if None in flat:
+        launch(flash_kernel, {"o": (ov, (1, bm, dp))}, q=q4, k=k4, v=v4, **common)
+    else:
+        (qm, *qx), (km, *kx), (vm, *vx) = flat
+        launch(flash_rows_kernel, {"o": (ov, (1, bm, dp))}, q=qm, k=km, v=vm, H=h, SQ=sq, SK=sk,
+               **dict(zip(("QZ", "QH", "QC", "KZ", "KH", "KC", "VZ", "VH", "VC"), (*qx, *kx, *vx))), **common)
     return o.returned
+
+
+def _matrix(t4, rows: int, dp: int):
+    """(B, H, S, D) `t4` as one 2-D matrix whose every (batch, head) block of `rows` positions
+    is a whole tile, for `flash_rows_kernel`: (view, XZ, XH, XC) with the tile of (z, h, i) at
+    tile row z * XZ + h * XH + i and tile column h * XC; None when the layout does not allow it
+    (a sequence length that `rows` does not divide, or strides that are not one matrix)."""
+    zb, hx, s, d = t4.shape
+    sz, sh, ss, sd = t4.strides
+    if s % rows or (sd != 1 and d > 1) or ss < 1:
+        return None
+    n = s // rows
+    if (hx == 1 or sh == s * ss) and (zb == 1 or sz == hx * s * ss) and ss >= d:     # heads one under another
+        return layout.strided(t4, (zb * hx * s, d), (ss, 1)), hx * n, n, 0
+    if d == dp and (hx == 1 or sh == d) and (zb == 1 or sz == s * ss) and ss >= hx * d:   # heads side by side
+        return layout.strided(t4, (zb * s, hx * d), (ss, 1)), n, 0, 1
+    return None
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ GPU_DEFAULTS: dict[str, dict] = {
                "min_blocks": 132, "num_warps": 8, "num_stages": 3},
     "linear": {"block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "num_warps": 4, "num_stages": 4},
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3},
-    "attention": {"block_m": 128, "block_n": 128, "flat": True, "num_warps": 8, "num_stages": 2},
+    "attention": {"block_m": 64, "block_n": 64, "flat": True, "num_warps": 4, "num_stages": 3},
     "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "num_warps": 4, "num_stages": 3},
     "rope": {"block_t": 4, "block_h": 8, "num_warps": 4},
     "embedding": {"block_t": 4, "block_d": 1024, "num_warps": 4},

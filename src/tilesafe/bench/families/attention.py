@@ -76,7 +76,7 @@ def _flash(heads: int, kv_heads: int, s: int, d: int, causal: bool, setup: Setup
         lambda b: _attention_reference(b["q"][0], b["k"][0], b["v"][0], causal, scale)[None],
         [Impl("tilesafe", TILESAFE, lambda b: tk.flash_attention(b["q"], b["k"], b["v"], causal=causal, out=b["out"]),
               capture="tilesafe"), *torch_impls],
-        observe=(_kernels.flash_kernel,), twin=twin)
+        observe=(_kernels.flash_kernel, _kernels.flash_rows_kernel), twin=twin)
 
 
 def _decode(model: str, heads: int, kv_heads: int, max_seq: int, length: int, setup: Setup) -> Workload:

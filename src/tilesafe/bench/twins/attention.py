@@ -93,6 +93,70 @@ def flash(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SQ, SK, D, sqz, sqh, sqs, skz, s
 
 
 @triton.jit
+def _tile(desc, ptr, row, col, stride, D, R: tl.constexpr, DP: tl.constexpr, TMA: tl.constexpr,
+          EVEN_D: tl.constexpr):
+    """The (R, DP) tile at element (row, col) of a row-major matrix: one TMA box, or pointers."""
+    if TMA:
+        t = desc.load([row, col])
+    else:
+        rr = row + tl.arange(0, R)
+        rd = tl.arange(0, DP)
+        if EVEN_D:
+            t = tl.load(ptr + rr[:, None] * stride + (col + rd)[None, :])
+        else:
+            t = tl.load(ptr + rr[:, None] * stride + (col + rd)[None, :], mask=rd[None, :] < D, other=0.0)
+    return t
+
+
+@triton.jit
+def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SK, D, RQ, CQ, RK, CK, RV, CV, sqr, skr, svr, QZ, QH, QC, KZ,
+               KH, KC, VZ, VH, VC, soz, soh, sos, qk_scale, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
+               BM: tl.constexpr, BN: tl.constexpr, DP: tl.constexpr, EVEN_D: tl.constexpr, Q_TMA: tl.constexpr,
+               K_TMA: tl.constexpr, V_TMA: tl.constexpr):
+    """`flash` with q, k, v as 2-D matrices: (batch z, head h, tile i) is the tile at tile row
+    z * XZ + h * XH + i, tile column h * XC of matrix X; sequence lengths divide by the tiles."""
+    zh, i = tl.program_id(0), tl.program_id(1)
+    zb, h = zh // H, zh % H
+    kvh = h // GROUP
+    dq = q_ptr
+    dk = k_ptr
+    dv = v_ptr
+    if Q_TMA:
+        dq = tl.make_tensor_descriptor(q_ptr, shape=[RQ, CQ], strides=[sqr, 1], block_shape=[BM, DP])
+    if K_TMA:
+        dk = tl.make_tensor_descriptor(k_ptr, shape=[RK, CK], strides=[skr, 1], block_shape=[BN, DP])
+    if V_TMA:
+        dv = tl.make_tensor_descriptor(v_ptr, shape=[RV, CV], strides=[svr, 1], block_shape=[BN, DP])
+    q = _tile(dq, q_ptr, (zb * QZ + h * QH + i) * BM, h * QC * DP, sqr, D, BM, DP, Q_TMA, EVEN_D)
+    k_row, k_col = (zb * KZ + kvh * KH) * BN, kvh * KC * DP
+    v_row, v_col = (zb * VZ + kvh * VH) * BN, kvh * VC * DP
+    m = tl.full((BM, 1), -float("inf"), tl.float32)
+    l = tl.zeros((BM, 1), tl.float32)
+    acc = tl.zeros((BM, DP), tl.float32)
+    free = SK // BN
+    end = free
+    if CAUSAL:
+        free = tl.minimum(free, (i * BM) // BN)
+        end = tl.minimum(end, tl.cdiv((i + 1) * BM, BN))
+    for j in range(0, free):
+        k = _tile(dk, k_ptr, k_row + j * BN, k_col, skr, D, BN, DP, K_TMA, EVEN_D)
+        v = _tile(dv, v_ptr, v_row + j * BN, v_col, svr, D, BN, DP, V_TMA, EVEN_D)
+        m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False, NEG_SCALE)
+    rm = i * BM + tl.arange(0, BM)
+    for j in range(free, end):                                               # the diagonal
+        k = _tile(dk, k_ptr, k_row + j * BN, k_col, skr, D, BN, DP, K_TMA, EVEN_D)
+        v = _tile(dv, v_ptr, v_row + j * BN, v_col, svr, D, BN, DP, V_TMA, EVEN_D)
+        keep = (j * BN + tl.arange(0, BN))[None, :] <= rm[:, None]          # (BM, BN)
+        m, l, acc = _online_step(q, k, v, m, l, acc, keep, qk_scale, True, NEG_SCALE)
+    rd = tl.arange(0, DP)
+    o_ptrs = o_ptr + zb * soz + h * soh + rm[:, None] * sos + rd[None, :]
+    if EVEN_D:
+        tl.store(o_ptrs, (acc / l).to(o_ptr.dtype.element_ty))
+    else:
+        tl.store(o_ptrs, (acc / l).to(o_ptr.dtype.element_ty), mask=rd[None, :] < D)
+
+
+@triton.jit
 def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs,
                    qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, BN: tl.constexpr,
                    DP: tl.constexpr, EVEN: tl.constexpr):
@@ -155,7 +219,10 @@ def decode_combine(o_ptr, acc_ptr, m_ptr, l_ptr, S, R, D, G: tl.constexpr, GS: t
 
 
 def flash_twin(seen, causal: bool, scale: float):
-    """`run(o, q, k, v)` for (B, H, S, D) tensors with unit last stride (k, v may have fewer heads)."""
+    """`run(o, q, k, v)` for (B, H, S, D) tensors with unit last stride (k, v may have fewer heads),
+    as the tilesafe launch in `seen` ran: 2-D matrices (through TMA where it used TMA) or 4-D."""
+    if "flash_rows_kernel" in seen:
+        return _flash_rows_twin(seen["flash_rows_kernel"], causal, scale)
     facts = seen["flash_kernel"]
     bm, bn, dp = facts.consts["BM"], facts.consts["BN"], facts.consts["DP"]
 
@@ -165,6 +232,36 @@ def flash_twin(seen, causal: bool, scale: float):
         launch(flash, (zb * h, cdiv(sq, bm)), o, q, k, v, h, h // hkv, sq, sk, d, *q.stride()[:3], *k.stride()[:3],
                *v.stride()[:3], *o.stride()[:3], scale * LOG2E, options=facts.options, CAUSAL=causal,
                NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN=sq % bm == 0 and d == dp)
+        return o
+    return run
+
+
+def _matrix(t, rows: int, dp: int):
+    """(B, H, S, D) `t` as one row-major matrix whose (batch, head) blocks of `rows` positions
+    are whole tiles: (matrix, XZ, XH, XC) in tiles, heads one under another or side by side."""
+    zb, hx, s, d = t.shape
+    sz, sh, ss, _ = t.stride()
+    n = s // rows
+    if (hx == 1 or sh == s * ss) and (zb == 1 or sz == hx * s * ss) and ss >= d:
+        return t.as_strided((zb * hx * s, d), (ss, 1)), hx * n, n, 0
+    assert d == dp and (hx == 1 or sh == d) and (zb == 1 or sz == s * ss), "not a layout the library reads as rows"
+    return t.as_strided((zb * s, hx * d), (ss, 1)), n, 0, 1
+
+
+def _flash_rows_twin(facts, causal: bool, scale: float):
+    bm, bn, dp = facts.consts["BM"], facts.consts["BN"], facts.consts["DP"]
+    tma = dict(Q_TMA="q" in facts.tma, K_TMA="k" in facts.tma, V_TMA="v" in facts.tma)
+    if facts.tma:
+        from ...backends.triton.adapter import ensure_allocator
+        ensure_allocator()
+
+    def run(o, q, k, v):
+        zb, h, sq, d = q.shape
+        hkv, sk = k.shape[1], k.shape[2]
+        (qm, *qx), (km, *kx), (vm, *vx) = _matrix(q, bm, dp), _matrix(k, bn, dp), _matrix(v, bn, dp)
+        launch(flash_rows, (zb * h, cdiv(sq, bm)), o, qm, km, vm, h, h // hkv, sk, d, *qm.shape, *km.shape, *vm.shape,
+               qm.stride(0), km.stride(0), vm.stride(0), *qx, *kx, *vx, *o.stride()[:3], scale * LOG2E,
+               options=facts.options, CAUSAL=causal, NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN_D=d == dp, **tma)
         return o
     return run
 
