@@ -36,8 +36,10 @@ CASES = {
                                                   Q_TMA=True, K_TMA=True, V_TMA=True), "cp.async.bulk.tensor"),
     "flash_rows": (attention.flash_rows, dict(CAUSAL=False, NEG_SCALE=False, BM=64, BN=64, DP=128, EVEN_D=True,
                                               Q_TMA=False, K_TMA=False, V_TMA=False), "wgmma"),
-    "decode_partial": (attention.decode_partial, dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True),
-                       "mma.sync"),
+    "decode_partial": (attention.decode_partial, dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True,
+                                                      K_TMA=False, V_TMA=False), "mma.sync"),
+    "decode_partial_tma": (attention.decode_partial, dict(NEG_SCALE=False, GP=16, GS=8, BN=64, DP=128, EVEN=True,
+                                                          K_TMA=True, V_TMA=True), "cp.async.bulk.tensor"),
     "decode_combine": (attention.decode_combine, dict(G=4, GS=4, SP=32, DP=128), None),
     "read": (read.read, dict(BLOCK=read.BLOCK, PER=read.PER), None),
 }

@@ -45,7 +45,19 @@ def test_the_decode_twin_takes_the_split_count_from_the_grid(launches):
     run(torch.empty(32, 128), q, torch.empty(8, 4096, 128), torch.empty(8, 4096, 128), torch.tensor([4096]), ws)
     assert [(n, g, o) for n, g, o, _ in launches] == [("decode_partial", (32, 8), {"num_warps": 4, "num_stages": 3}),
                                                       ("decode_combine", (32,), {})]
-    assert launches[0][3] == dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True)
+    assert launches[0][3] == dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True, K_TMA=False, V_TMA=False)
+
+
+def test_the_decode_twin_reads_the_caches_through_tma_when_the_library_did(launches):
+    seen = {"decode_rows_kernel": LaunchFacts("decode_rows_kernel", {"GP": 16, "GS": 8, "BN": 64, "DP": 128},
+                                              (32, 8), {}, {"k": "rows", "v": "rows"}),
+            "decode_combine_kernel": LaunchFacts("decode_combine_kernel", {"G": 8, "GS": 8, "SP": 32, "DP": 128},
+                                                 (64, 1))}
+    workspace, run = attention.decode_twin(seen, 0.1)
+    q, kv = torch.empty(64, 128), torch.empty(8, 4096, 128)
+    run(torch.empty(64, 128), q, kv, kv, torch.tensor([4096]), workspace(q))
+    (name, grid, _, consts), _ = launches
+    assert name == "decode_partial" and grid == (32, 8) and consts["K_TMA"] and consts["V_TMA"]
 
 
 def test_the_flash_twin_reads_the_matrices_the_library_read(launches):
@@ -87,3 +99,26 @@ def test_an_observer_records_nothing_when_the_call_raises():
         with Observer([MM.mm_kernel]) as seen:
             tk.matmul(torch.randn(4, 5), torch.randn(6, 7))
     assert seen == {}
+
+
+def test_attention_twins_through_tma_descriptors_compute_the_library_result():
+    # Under Triton's interpreter the descriptor path runs too: both cache layouts, both flash masks.
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(8, 64, generator=g)
+    seen = {"decode_rows_kernel": LaunchFacts("decode_rows_kernel", {"GP": 16, "GS": 4, "BN": 16, "DP": 64}, (5, 2),
+                                              {}, {"k": "rows", "v": "rows"}),
+            "decode_combine_kernel": LaunchFacts("decode_combine_kernel", {"G": 4, "GS": 4, "SP": 8, "DP": 64}, (8, 1))}
+    workspace, run = attention.decode_twin(seen, 0.125)
+    for kc in (torch.randn(2, 128, 64, generator=g), torch.randn(128, 2, 64, generator=g).transpose(0, 1)):
+        vc = torch.randn(2, 128, 64, generator=g)
+        got = run(torch.full((8, 64), float("nan")), q, kc, vc, torch.tensor([100], dtype=torch.int32), workspace(q))
+        with ts.backend("reference"):
+            want = tk.decode_attention(q, kc, vc, 100, scale=0.125)
+        assert torch.allclose(got, want, atol=1e-5)
+    q, k, v = (torch.randn(1, 4, 64, 64, generator=g) for _ in range(3))
+    seen = {"flash_rows_kernel": LaunchFacts("flash_rows_kernel", {"BM": 32, "BN": 16, "DP": 64}, (4, 2), {},
+                                             {"q": "rows", "k": "rows", "v": "rows"})}
+    got = attention.flash_twin(seen, True, 0.125)(torch.full_like(q, float("nan")), q, k, v)
+    with ts.backend("reference"):
+        want = tk.flash_attention(q, k, v, causal=True, scale=0.125)
+    assert torch.allclose(got, want, atol=1e-5)

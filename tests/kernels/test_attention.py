@@ -155,6 +155,21 @@ def test_decode_group_not_a_power_of_two(backend, device):
         assert_close(out, want, "f32", **ATT_TOL["f32"])
 
 
+@pytest.mark.parametrize("length", [1, 37, 64])
+def test_decode_caches_read_as_matrices(backend, device, length):
+    from tilesafe.bench.observe import Observer
+    from tilesafe.kernels.attention import decode_partial_kernel, decode_rows_kernel
+    q = randn((8, 64), "f32", 50, device)
+    kc, vc = randn((2, 64, 64), "f32", 51, device), randn((2, 64, 64), "f32", 52, device)   # one matrix per cache
+    kt, vt = (randn((64, 2, 64), "f32", 53 + i, device).transpose(0, 1) for i in range(2))  # (max_seq, HKV, D) storage
+    for k, v in ((kc, vc), (kt, vt)):
+        out = poisoned((8, 64), "f32", device)
+        with Observer([decode_partial_kernel, decode_rows_kernel]) as seen:
+            tk.decode_attention(q, k, v, torch.tensor([length], device=device), out=out)
+        assert list(seen) == ["decode_rows_kernel"]
+        assert_close(out, decode_ref(q, k, v, length), "f32", **ATT_TOL["f32"])
+
+
 @pytest.mark.reference_only
 def test_decode_splits_fill_the_gpu_without_empty_ones(backend, device):
     # The GPU default: (KV heads x splits) >= 264 blocks wanted, each a whole number of key tiles;

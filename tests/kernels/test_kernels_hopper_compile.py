@@ -76,7 +76,7 @@ CALLS = {
 }
 TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k"}
 TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16",   # 2-D GEMM operands (w.T too) through TMA
-       "flash_causal_gqa"}                                  # q, k, v read as 2-D matrices
+       "flash_causal_gqa", "decode_gqa"}                    # q, k, v / the caches read as 2-D matrices
 
 
 @pytest.mark.parametrize("call", list(CALLS))
@@ -87,7 +87,7 @@ def test_compiles_for_hopper(compiled, call):
         assert k.metadata.shared <= H200_SHARED, (name, k.metadata.shared)
         if call in TENSOR_CORES and name not in ("unary_kernel", "split_sum_kernel"):
             assert "wgmma.mma_async" in k.asm["ptx"], name
-        if call in TMA and name != "split_sum_kernel":   # the split-K sum multiplies nothing
+        if call in TMA and name not in ("split_sum_kernel", "decode_combine_kernel"):   # they multiply nothing
             assert "cp.async.bulk.tensor" in k.asm["ptx"], name
 
 

@@ -145,6 +145,19 @@ def first_rows(x, GP, GS, C):
     return r
 
 
+@ts.function
+def split_keys(lens, MAXS, BN):
+    """This block's keys: split `block_id(0)` of the first `lens[0]` (at most MAXS) positions,
+    a whole number of BN-key tiles per split. Returns (stop, first, full, last): its keys end
+    at `stop`, tiles [first, full) are all keys and [max(first, full), last) the ragged one."""
+    splits = ts.num_blocks(0)
+    length = max(min(ts.scalar(ts.load(lens, (0,), shape=(1,))).astype(ts.i32), MAXS), 0)
+    per = ((length + splits - 1) // splits + BN - 1) // BN * BN  # keys per split, a multiple of BN
+    start = ts.block_id(0) * per
+    stop = min(length, start + per)                              # this split's keys: [start, stop)
+    return stop, max(start // BN, 0), stop // BN, (stop + BN - 1) // BN
+
+
 @ts.kernel
 def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
                           l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
@@ -152,24 +165,19 @@ def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts
                           lens: ts.Ref["TL", (1,)], qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType],
                           NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
                           DP: ts.Const[int], HKV: int, G: int, D: int, MAXS: int):
-    s_id, kvh = ts.block_id(0), ts.block_id(1)                   # (split, KV head)
-    splits = ts.num_blocks(0)
-    length = max(min(ts.scalar(ts.load(lens, (0,), shape=(1,))).astype(ts.i32), MAXS), 0)
-    per = ((length + splits - 1) // splits + BN - 1) // BN * BN  # keys per split, a multiple of BN
-    start = s_id * per
-    stop = min(length, start + per)                              # this split's keys: [start, stop)
+    kvh = ts.block_id(1)                                         # grid: (split, KV head)
+    stop, first, full, last = split_keys(lens, MAXS, BN)
     qt = ts.reshape(ts.load(q, (kvh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP), zeros past G
     m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1)
     l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1)
     acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
     pk = k.partition((1, BN, DP))                                # (1, BN, DP)
     pv = v.partition((1, BN, DP))
-    first, full = max(start // BN, 0), stop // BN                # tiles [first, full) are all keys
     for j in range(first, full):
         kt = ts.reshape(pk.load((kvh, j, 0)), (BN, DP))          # (BN, DP)
         vt = ts.reshape(pv.load((kvh, j, 0)), (BN, DP))          # (BN, DP)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
-    for j in range(max(first, full), (stop + BN - 1) // BN):    # the ragged last tile, if any
+    for j in range(max(first, full), last):                      # the ragged last tile, if any
         cols = j * BN + ts.arange(0, BN)                         # (BN,) key positions
         kt = ts.reshape(pk.load((kvh, j, 0)), (BN, DP))
         # Cache rows past the length may hold anything: zero them so 0 * garbage is 0.
@@ -177,6 +185,38 @@ def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts
         keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
     # Only the GS >= G rows of real query heads are kept (the others were tensor-core padding).
+    acc_o.store(ts.reshape(first_rows(acc, GP, GS, DP), (1, GS, DP)))
+    m_o.store(ts.reshape(first_rows(m, GP, GS, 1), (1, GS, 1)))
+    l_o.store(ts.reshape(first_rows(l, GP, GS, 1), (1, GS, 1)))
+
+
+@ts.kernel
+def decode_rows_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                       l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
+                       k: ts.Ref["T", ("RK", "CK")], v: ts.Ref["T", ("RV", "CV")], lens: ts.Ref["TL", (1,)],
+                       qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
+                       GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], MAXS: int,
+                       KH: int, KC: int, VH: int, VC: int, HKV: int, G: int, D: int, RK: int, CK: int, RV: int,
+                       CV: int):
+    """`decode_partial_kernel` with the caches seen as 2-D matrices: key tile j of KV head h
+    is the tile at tile row h * XH + j, tile column h * XC of matrix X (one TMA box)."""
+    kvh = ts.block_id(1)                                         # grid: (split, KV head)
+    stop, first, full, last = split_keys(lens, MAXS, BN)
+    qt = ts.reshape(ts.load(q, (kvh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP), zeros past G
+    m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1)
+    l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1)
+    acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
+    k_row, k_col, v_row, v_col = kvh * KH, kvh * KC, kvh * VH, kvh * VC
+    for j in range(first, full):
+        kt = ts.load(k, (k_row + j, k_col), shape=(BN, DP))      # (BN, DP)
+        vt = ts.load(v, (v_row + j, v_col), shape=(BN, DP))      # (BN, DP)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
+    for j in range(max(first, full), last):                      # the ragged last tile, if any
+        cols = j * BN + ts.arange(0, BN)                         # (BN,) key positions
+        kt = ts.load(k, (k_row + j, k_col), shape=(BN, DP))
+        vt = ts.where(ts.expand_dims(cols < stop, 1), ts.load(v, (v_row + j, v_col), shape=(BN, DP)), 0.0)
+        keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
     acc_o.store(ts.reshape(first_rows(acc, GP, GS, DP), (1, GS, DP)))
     m_o.store(ts.reshape(first_rows(m, GP, GS, 1), (1, GS, 1)))
     l_o.store(ts.reshape(first_rows(l, GP, GS, 1), (1, GS, 1)))
@@ -314,10 +354,17 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     cfg = _decode_config(dtype, d, group, config)
     dp = max(16, pow2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    bn = _decode_block(cfg, max_seq)
     tiles = (1, gs, dp), (1, gs, 1)
-    launch(decode_partial_kernel, {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])},
-           cfg=cfg, q=layout.split_axis(qt, 0, hkv), k=kt, v=vt, lens=lens, qk_scale=scale * LOG2E,
-           NEG_SCALE=scale < 0, GP=_group_rows(group), BN=_decode_block(cfg, max_seq))
+    outs = {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])}
+    common = dict(cfg=cfg, q=layout.split_axis(qt, 0, hkv), lens=lens, qk_scale=scale * LOG2E, NEG_SCALE=scale < 0,
+                  GP=_group_rows(group), BN=bn)
+    flat = [_matrix(layout.leading(t, 4), bn, dp) for t in (kt, vt)] if cfg["flat"] else [None]
+    if None in flat:
+        launch(decode_partial_kernel, outs, k=kt, v=vt, **common)
+    else:
+        (km, _, kh, kc), (vm, _, vh, vc) = flat
+        launch(decode_rows_kernel, outs, k=km, v=vm, MAXS=max_seq, KH=kh, KC=kc, VH=vh, VC=vc, **common)
     launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, acc=ws.acc, m=ws.m, l=ws.l, G=group, GS=gs,
            SP=pow2(ws.acc.shape[0]))
     return o.returned

@@ -157,11 +157,14 @@ def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SK, D, RQ, CQ, RK, CK, RV, 
 
 
 @triton.jit
-def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs,
-                   qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, BN: tl.constexpr,
-                   DP: tl.constexpr, EVEN: tl.constexpr):
+def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs, RK, CK,
+                   RV, CV, KHR, KHC, VHR, VHC, qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr,
+                   BN: tl.constexpr, DP: tl.constexpr, EVEN: tl.constexpr, K_TMA: tl.constexpr,
+                   V_TMA: tl.constexpr):
     """Program (split, KV head): the GP >= 16 query rows of its group (zeros past G) over its
-    contiguous chunk of keys; the first GS rows of the partial are stored."""
+    contiguous chunk of keys; the first GS rows of the partial are stored. With X_TMA the
+    cache is read through a descriptor of its (RX, CX) matrix, KV head h starting at
+    (h * XHR, h * XHC); otherwise through pointers and strides."""
     s_id, kvh = tl.program_id(0), tl.program_id(1)
     splits = tl.num_programs(0)
     length = tl.maximum(tl.minimum(tl.load(lens_ptr).to(tl.int32), MAXS), 0)
@@ -176,17 +179,29 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, M
     m = tl.full((GP, 1), -float("inf"), tl.float32)
     l = tl.zeros((GP, 1), tl.float32)
     acc = tl.zeros((GP, DP), tl.float32)
+    dk = k_ptr
+    dv = v_ptr
+    if K_TMA:
+        dk = tl.make_tensor_descriptor(k_ptr, shape=[RK, CK], strides=[sks, 1], block_shape=[BN, DP])
+    if V_TMA:
+        dv = tl.make_tensor_descriptor(v_ptr, shape=[RV, CV], strides=[svs, 1], block_shape=[BN, DP])
     k_base = k_ptr + kvh * skh
     v_base = v_ptr + kvh * svh
     first = start // BN
     full = stop // BN
     for j in range(first, full):                                            # whole tiles of keys
         cols = j * BN + rn
-        if EVEN:
+        if K_TMA:
+            k = dk.load([kvh * KHR + j * BN, kvh * KHC])
+        elif EVEN:
             k = tl.load(k_base + cols[:, None] * sks + rd[None, :])
-            v = tl.load(v_base + cols[:, None] * svs + rd[None, :])
         else:
             k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=rd[None, :] < D, other=0.0)
+        if V_TMA:
+            v = dv.load([kvh * VHR + j * BN, kvh * VHC])
+        elif EVEN:
+            v = tl.load(v_base + cols[:, None] * svs + rd[None, :])
+        else:
             v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=rd[None, :] < D, other=0.0)
         m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False, NEG_SCALE)
     for j in range(tl.maximum(first, full), tl.cdiv(stop, BN)):            # the ragged last tile
@@ -267,10 +282,16 @@ def _flash_rows_twin(facts, causal: bool, scale: float):
 
 
 def decode_twin(seen, scale: float):
-    """`(workspace(q), run(o, q, k_cache, v_cache, lens, ws))`: the split-sequence decode pair."""
-    part, comb = seen["decode_partial_kernel"], seen["decode_combine_kernel"]
+    """`(workspace(q), run(o, q, k_cache, v_cache, lens, ws))`: the split-sequence decode pair,
+    reading the caches through TMA where the tilesafe launch did (`decode_rows_kernel`)."""
+    name = "decode_rows_kernel" if "decode_rows_kernel" in seen else "decode_partial_kernel"
+    part, comb = seen[name], seen["decode_combine_kernel"]
     gp, gs, bn, dp = part.consts["GP"], part.consts["GS"], part.consts["BN"], part.consts["DP"]
     splits, hkv = part.grid[0], part.grid[1]
+    tma = dict(K_TMA="k" in part.tma, V_TMA="v" in part.tma)
+    if part.tma:
+        from ...backends.triton.adapter import ensure_allocator
+        ensure_allocator()
 
     def workspace(q):
         d, rows = q.shape[1], hkv * gs
@@ -281,9 +302,16 @@ def decode_twin(seen, scale: float):
         h, d = q.shape
         maxs = k.shape[1]
         acc, m, l = ws
+        mats = []
+        for c in (k, v):   # the cache as one matrix: heads one under another, or side by side
+            if c.stride(0) == maxs * c.stride(1):
+                mats += [c.shape[0] * maxs, d, maxs, 0]
+            else:
+                mats += [maxs, c.shape[0] * d, 0, d]
+        rk, ck, khr, khc, rv, cv, vhr, vhc = mats
         launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, lens, h // hkv, d, maxs, hkv * gs, k.stride(0),
-               k.stride(1), v.stride(0), v.stride(1), scale * LOG2E, options=part.options, NEG_SCALE=scale < 0,
-               GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp)
+               k.stride(1), v.stride(0), v.stride(1), rk, ck, rv, cv, khr, khc, vhr, vhc, scale * LOG2E,
+               options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma)
         launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
                GS=gs, SP=comb.consts["SP"], DP=dp)
         return o
