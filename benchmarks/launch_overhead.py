@@ -29,17 +29,25 @@ def raw_add3(z, x, y, n, B: tl.constexpr):
 
 
 def host_us_per_call(fn, calls=3000, repeats=5) -> float:
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    return host_us_side_by_side({"fn": fn}, calls, repeats)["fn"]
+
+
+def host_us_side_by_side(fns: dict, calls=3000, repeats=7) -> dict:
+    """Median host µs per call of each function, measured in alternating rounds so that a
+    drift of the host's speed during the run hits every function alike."""
+    for fn in fns.values():
+        for _ in range(200):
             fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+    torch.cuda.synchronize()
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main(out_path: str) -> None:
@@ -48,8 +56,9 @@ def main(out_path: str) -> None:
     z = ts.empty(n)
     p = z.partition((1024,))
     tx, ty, tz = x._torch(), y._torch(), z._torch()
-    safe = host_us_per_call(lambda: add3(p, x, y))
-    raw = host_us_per_call(lambda: raw_add3[(1,)](tz, tx, ty, n, B=1024))
+    side = host_us_side_by_side({"safe": lambda: add3(p, x, y),
+                                 "raw": lambda: raw_add3[(1,)](tz, tx, ty, n, B=1024)})
+    safe, raw = side["safe"], side["raw"]
     # where a safe launch's host time goes (diagnostics)
     plan = add3._last_plan
     parts = {

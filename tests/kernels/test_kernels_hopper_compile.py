@@ -66,7 +66,7 @@ CALLS = {
     "linear_gemv": lambda: tk.linear(e(1, 2560), e(9728, 2560)),
     "linear_m16": lambda: tk.linear(e(16, 2560), e(9728, 2560)),
     "linear_gemv_split_k": lambda: tk.linear(e(1, 9728), e(2560, 9728)),     # 2560 outputs: K split
-    "linear_m128_split_k": lambda: tk.linear(e(128, 4096), e(2560, 4096)),
+    "linear_m128_split_k": lambda: tk.linear(e(128, 4096), e(2560, 4096), config={"split_k": 4}),
     "bmm": lambda: tk.bmm(e(8, 1024, 512), e(8, 512, 1024)),
     "flash_causal_gqa": lambda: tk.flash_attention(e(1, 32, 2048, 128), e(1, 8, 2048, 128), e(1, 8, 2048, 128), True),
     "decode_gqa": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000),
@@ -89,6 +89,11 @@ def test_compiles_for_hopper(compiled, call):
             assert "wgmma.mma_async" in k.asm["ptx"], name
         if call in TMA and name not in ("split_sum_kernel", "decode_combine_kernel"):   # they multiply nothing
             assert "cp.async.bulk.tensor" in k.asm["ptx"], name
+
+
+def test_split_k_launches_partials_then_their_sum(compiled):
+    CALLS["linear_m128_split_k"]()
+    assert [name for name, _ in compiled] == ["split_k_kernel", "split_sum_kernel"]
 
 
 def test_the_config_schedule_reaches_the_compiled_kernel(compiled):

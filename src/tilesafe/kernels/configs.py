@@ -47,7 +47,7 @@ GPU_DEFAULTS: dict[str, dict] = {
     "elementwise": {"block": 2048, "num_warps": 4},
     "reduce": {"block_m": 4, "block_n": 1024, "num_warps": 4},
     "rows": {"block_m": 16, "row_elems": 4096, "row_max": 16384, "sub": 2048, "num_warps": 4},
-    "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "split_k": None,
+    "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "split_k": 1,
                "min_blocks": 132, "num_warps": 8, "num_stages": 3},
     "linear": {"block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "num_warps": 4, "num_stages": 4},
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3},
