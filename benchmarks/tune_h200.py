@@ -43,6 +43,7 @@ from tilesafe.bench.workload import TOLERANCE, empty, randn, rel_error
 from tilesafe.kernels import configs
 
 SKINNY_M = importlib.import_module("tilesafe.kernels.matmul").SKINNY_M   # M <= 16: the "linear" family
+LINEAR_KEYS = importlib.import_module("tilesafe.kernels.matmul").linear_keys   # M = 1 has its own class
 DT, TOL = ts.bf16, TOLERANCE["bf16"]
 START = time.monotonic()
 
@@ -71,6 +72,9 @@ LINEAR = [{"block_n": bn, "block_k": bk, "min_blocks": mb, "num_warps": w, "num_
           for bn, bk, mb, w, s in [(16, 512, 264, 4, 4), (64, 128, 264, 4, 4), (32, 512, 264, 8, 4),
                                    (64, 256, 264, 8, 3), (128, 128, 132, 8, 4), (32, 256, 528, 4, 6),
                                    (64, 256, 132, 4, 4), (32, 128, 264, 4, 3)]]
+GEMV = LINEAR + [{"block_n": bn, "block_k": bk, "split_k": sk, "num_warps": w, "num_stages": st}
+                 for bn, bk, sk, w, st in [(16, 512, 2, 4, 4), (32, 256, 4, 4, 4), (64, 128, 4, 4, 4),
+                                           (64, 256, 8, 4, 3), (128, 128, 8, 8, 4), (32, 512, 3, 4, 3)]]
 FLASH = [{"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s}
          for bm, bn, w, s in [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3),
                               (64, 128, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3)]]
@@ -110,7 +114,7 @@ def gemm(name, m, n, k, dev, weight_nk: bool) -> Work:
     else:
         ours, ref = lambda b, c: tk.matmul(b["x"], b["w"], out=b["out"], config=c), lambda b: b["x"] @ b["w"]
     if m <= SKINNY_M:
-        return Work(name, "linear", configs.shape_class(DT, n, k), make, ours, ref)
+        return Work(name, "linear", LINEAR_KEYS(DT, m, n, k)[0], make, ours, ref)
     return Work(name, "matmul", configs.shape_class(DT, m, n, k), make, ours, ref)
 
 
@@ -156,7 +160,7 @@ def plan(tiny: bool, dev: str) -> list[Group]:
         projs = {"tiny": {"qkv": (96, 64), "down": (64, 160)}}
         dec = [("tiny", 8, 2, 64, 100), ("tiny", 4, 4, 64, 64)]
     else:      # 16384^3 has its own class (bucket() clamps at 65536); 8B projections are not tuned
-        squares, heads, d, seqs, m_big, m_mid = (1024, 2048, 4096, 8192, 16384), 32, HEAD_DIM, (1024, 4096), 2048, 128
+        squares, heads, d, seqs, m_big, m_mid = (1024, 2048, 4096, 8192, 16384), 32, HEAD_DIM, (1024, 4096, 16384), 2048, 128
         projs = {name: MODELS[name].projections() for name in ("4B", "32B")}
         dec = [(name, MODELS[name].heads, MODELS[name].kv_heads, HEAD_DIM, ctx)
                for name in ("4B", "32B") for ctx in (4096, 32768)]
@@ -177,8 +181,8 @@ def plan(tiny: bool, dev: str) -> list[Group]:
     for s in seqs:
         for causal in (False, True):
             add(flash(heads, s, d, causal, dev), FLASH)
-    for m in (1, SKINNY_M):              # M=1 and M=16 share the class (N, K): tuned together
-        projections(m, LINEAR)
+    projections(1, GEMV)                 # M = 1 has its own class ("/gemv"), M = 16 the (N, K) one
+    projections(SKINNY_M, LINEAR)
     for spec in dec:                     # the class is (head_dim, group): every context shares it
         add(decode(*spec, dev), DECODE)
     projections(m_mid, GEMM_M128)
@@ -197,7 +201,7 @@ def lookups():
     seen, original = set(), configs.lookup
 
     def spy(family, key, override=None, dtype=None):
-        seen.add((family, key))
+        seen.update((family, k) for k in (key if isinstance(key, tuple) else (key,)))
         return original(family, key, override, dtype)
     configs.lookup = spy
     try:

@@ -1,4 +1,5 @@
 """The config table: shape classes, lookups, overrides, the committed tuned tables, tune()."""
+import importlib
 import json
 
 import pytest
@@ -63,3 +64,17 @@ def test_tune_writes_the_fastest_config(tmp_path):
                             lambda c: tk.matmul(a, a, out=out, config=c), cands, reps=3, path=path)
     assert best in cands
     assert json.loads(path.read_text())["matmul"]["bf16/256/256/256"]["block_m"] == best["block_m"]
+
+
+def test_a_tuple_of_shape_classes_takes_the_first_one_tuned(monkeypatch):
+    table = {"linear": {"bf16/4096/16384/gemv": {"block_n": 16, "split_k": 4}, "bf16/4096/16384": {"block_n": 64}}}
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(configs, "gpu_name", lambda: "test-gpu")
+    monkeypatch.setattr(configs, "tuned_table", lambda gpu: table)
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    one_row = configs.lookup("linear", mm.linear_keys(ts.bf16, 1, 2560, 9728))
+    rows16 = configs.lookup("linear", mm.linear_keys(ts.bf16, 16, 2560, 9728))
+    assert (one_row["block_n"], one_row["split_k"]) == (16, 4)
+    assert (rows16["block_n"], rows16["split_k"]) == (64, None)          # its own class, default split
+    table["linear"].pop("bf16/4096/16384/gemv")
+    assert configs.lookup("linear", mm.linear_keys(ts.bf16, 1, 2560, 9728))["block_n"] == 64   # falls back

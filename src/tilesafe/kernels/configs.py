@@ -76,8 +76,9 @@ def shape_class(dtype, *sizes: int) -> str:
     return "/".join([getattr(dtype, "name", str(dtype)), *(str(bucket(n)) for n in sizes)])
 
 
-def lookup(family: str, key: str, override: dict | None = None, dtype=None) -> dict:
-    """The config for `family` at shape class `key` on the current backend."""
+def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
+    """The config for `family` at shape class `key` on the current backend; `key` may be
+    a tuple of shape classes, most specific first (the first one tuned is used)."""
     if family not in CPU_DEFAULTS:
         raise LaunchError(f"no kernel family {family!r}", loc=caller_loc(),
                           help=f"one of {', '.join(CPU_DEFAULTS)}")
@@ -87,7 +88,8 @@ def lookup(family: str, key: str, override: dict | None = None, dtype=None) -> d
         cfg = dict(GPU_DEFAULTS[family])
         if getattr(dtype, "name", None) == "f32":
             cfg.update(GPU_F32.get(family, {}))
-        tuned = tuned_table(gpu_name()).get(family, {}).get(key, {})
+        entries = tuned_table(gpu_name()).get(family, {})
+        tuned = next((entries[k] for k in (key if isinstance(key, tuple) else (key,)) if k in entries), {})
         cfg.update({k: v for k, v in tuned.items() if k != "time_ms"})
     if override:
         unknown = set(override) - set(cfg) - SCHEDULE_KEYS

@@ -228,7 +228,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     common = dict(a=av, b=bt, bias=bias_t, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation],
                   TF32=_tf32(fn, dtype, precision))
     if m <= SKINNY_M:
-        cfg = configs.lookup("linear", configs.shape_class(dtype, n, k), config, dtype)
+        cfg = configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype)
         bm = 1 if m == 1 else SKINNY_M
         bn = min(cfg["block_n"], max(16, pow2(n)))
         while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
@@ -256,6 +256,13 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     else:
         launch(mm_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, **common)
     return o.returned
+
+
+def linear_keys(dtype, m: int, n: int, k: int) -> tuple[str, ...]:
+    """The shape classes of an M <= 16 product: one row (a GEMV: FMAs, maybe split-K) has its
+    own class before the (N, K) one it shares with 2..16 rows (tensor-core tiles)."""
+    key = configs.shape_class(dtype, n, k)
+    return (f"{key}/gemv", key) if m == 1 else (key,)
 
 
 def _splits(cfg: dict, tiles: int, k_tiles: int) -> int:
