@@ -158,6 +158,15 @@ def split_keys(lens, MAXS, BN):
     return stop, max(start // BN, 0), stop // BN, (stop + BN - 1) // BN
 
 
+@ts.function
+def store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP):
+    """A split's unnormalised (acc, max, sum): only the GS >= G rows of real query heads are
+    kept (the others were tensor-core padding)."""
+    acc_o.store(ts.reshape(first_rows(acc, GP, GS, DP), (1, GS, DP)))
+    m_o.store(ts.reshape(first_rows(m, GP, GS, 1), (1, GS, 1)))
+    l_o.store(ts.reshape(first_rows(l, GP, GS, 1), (1, GS, 1)))
+
+
 @ts.kernel
 def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
                           l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
@@ -184,10 +193,7 @@ def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts
         vt = ts.where(ts.expand_dims(cols < stop, 1), ts.reshape(pv.load((kvh, j, 0)), (BN, DP)), 0.0)
         keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
-    # Only the GS >= G rows of real query heads are kept (the others were tensor-core padding).
-    acc_o.store(ts.reshape(first_rows(acc, GP, GS, DP), (1, GS, DP)))
-    m_o.store(ts.reshape(first_rows(m, GP, GS, 1), (1, GS, 1)))
-    l_o.store(ts.reshape(first_rows(l, GP, GS, 1), (1, GS, 1)))
+    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
 
 
 @ts.kernel
@@ -217,9 +223,7 @@ def decode_rows_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f3
         vt = ts.where(ts.expand_dims(cols < stop, 1), ts.load(v, (v_row + j, v_col), shape=(BN, DP)), 0.0)
         keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
-    acc_o.store(ts.reshape(first_rows(acc, GP, GS, DP), (1, GS, DP)))
-    m_o.store(ts.reshape(first_rows(m, GP, GS, 1), (1, GS, 1)))
-    l_o.store(ts.reshape(first_rows(l, GP, GS, 1), (1, GS, 1)))
+    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
 
 
 @ts.kernel
