@@ -3,6 +3,8 @@
 Each test runs on the reference interpreter, on Triton's CPU interpreter (fp32/fp16 only:
 Triton 3.6's interpreter computes bf16 wrongly, DESIGN §5), and, under `-m gpu`, through
 Triton on a CUDA GPU. Tensors live where the backend runs: the CPU, or CUDA for `triton`.
+On Triton's interpreter every eligible 2-D access goes through TMA descriptors (the
+language tests cover the pointer path there), so CI runs the library's TMA code too.
 """
 import pytest
 import torch
@@ -36,6 +38,16 @@ def backend(request):
         pytest.skip("Triton's interpreter computes bf16 wrongly (DESIGN §5)")
     if name == "triton" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+    if name == "triton-interpreter":
+        from tilesafe.backends.triton.backend import TritonBackend
+        interp = TritonBackend.get(name)
+        saved, interp.descriptors = interp.descriptors, True
+        try:
+            with ts.backend(name):
+                yield name
+        finally:
+            interp.descriptors = saved
+        return
     with ts.backend(name):
         yield name
 
