@@ -62,21 +62,23 @@ def test_the_decode_twin_reads_the_caches_through_tma_when_the_library_did(launc
 
 def test_the_flash_twin_reads_the_matrices_the_library_read(launches):
     seen = {"flash_rows_kernel": LaunchFacts("flash_rows_kernel", {"BM": 128, "BN": 64, "DP": 128}, (32, 8),
-                                             {"num_warps": 8, "num_stages": 3}, {"q": "rows", "k": "rows", "v": "rows"})}
+                                             {"num_warps": 8, "num_stages": 3}, {"q": "rows", "k": "rows", "v": "rows"},
+                                             reversed_axes=(1,))}
     q, k = torch.empty(1, 32, 1024, 128), torch.empty(1, 8, 1024, 128)
     attention.flash_twin(seen, True, 0.1)(torch.empty(1, 32, 1024, 128), q, k, k)
     [(name, grid, options, consts)] = launches
     assert name == "flash_rows" and grid == (32, 8) and options == {"num_warps": 8, "num_stages": 3}
     assert consts == dict(CAUSAL=True, NEG_SCALE=False, BM=128, BN=64, DP=128, EVEN_D=True, Q_TMA=True, K_TMA=True,
-                          V_TMA=True)
+                          V_TMA=True, REVERSE=True)
 
 
 def test_flash_takes_the_matrix_kernel_when_sequences_divide_and_the_twin_agrees():
     import tilesafe.kernels.attention as att
     q, k, v = (torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(i)) for i in range(3))
-    with ts.backend("reference"), Observer([att.flash_kernel, att.flash_rows_kernel]) as seen:
+    with ts.backend("triton-interpreter"), Observer([att.flash_kernel, att.flash_rows_kernel]) as seen:
         want = tk.flash_attention(q, k, v, causal=True, config={"block_m": 32, "block_n": 16})
     assert list(seen) == ["flash_rows_kernel"] and seen["flash_rows_kernel"].tma == {}
+    assert seen["flash_rows_kernel"].reversed_axes == (1,)               # causal: longest query tiles first
     got = attention.flash_twin(seen, True, 64 ** -0.5)(torch.full_like(q, float("nan")), q, k, v)
     assert torch.allclose(got, want, atol=1e-5)
 

@@ -251,3 +251,32 @@ def test_interpreted_launch_leaves_triton_in_compiled_mode():
     assert after[-1] is before[-1]
     for old, new in zip(before[:-1], after[:-1]):
         assert {k: new.get(k) for k in old} == old
+
+
+# --- block order (schedule) -----------------------------------------------------------------------
+@ts.kernel
+def stamp_rows(z: ts.Mut[ts.i32, ("BM", "BN")], BM: ts.Const[int], BN: ts.Const[int]):
+    z.store(ts.full((BM, BN), ts.block_id(0) * 100, ts.i32) + ts.block_id(1))
+
+
+@pytest.mark.parametrize("linear", [False, True])
+def test_reversed_block_order_keeps_each_block_on_its_tile(monkeypatch, triton_backend, linear):
+    """Blocks of axis 1 are numbered from the far end: same results, other order."""
+    from tilesafe.backends.triton import backend as triton_backend_module
+    if linear:
+        monkeypatch.setattr(triton_backend_module, "MAX_GRID_YZ", 2)   # the flattened-grid variant
+    z = poisoned((8, 20), "i32").partition((4, 4))
+    stamp_rows(z, schedule=ts.schedule(reverse_blocks=(1,))).sync()
+    got = z.unpartition().numpy()
+    rows, cols = np.meshgrid(np.arange(8) // 4, np.arange(20) // 4, indexing="ij")
+    assert (got == rows * 100 + cols).all()
+    source = stamp_rows.compile(poisoned((8, 20), "i32").partition((4, 4)),
+                                schedule=ts.schedule(reverse_blocks=(1,))).source
+    assert "(tl.num_programs(1) - 1 - tl.program_id(1))" in source and "(tl.num_programs(0) - 1" not in source
+
+
+def test_reverse_blocks_takes_grid_axes():
+    assert ts.schedule(reverse_blocks=[2, 1, 1]).reverse_blocks == (1, 2)
+    for bad in ((3,), (True,), 1, ("1",)):
+        with pytest.raises(ts.LaunchError, match="must be a tuple of grid axes"):
+            ts.schedule(reverse_blocks=bad)

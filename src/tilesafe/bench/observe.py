@@ -23,13 +23,15 @@ class LaunchFacts:
     options: dict = field(default_factory=dict)   # Triton launch options; {} = Triton's defaults
     tma: dict = field(default_factory=dict)       # tensor -> "rows" / "columns": accessed through TMA
     scalars: dict = field(default_factory=dict)   # runtime scalar arguments (e.g. split-K's PER)
+    reversed_axes: tuple = ()                     # grid axes whose blocks ran last-index first
 
     def tile_elems(self, *names: str) -> int:
         return math.prod(self.consts[n] for n in names)
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "consts": self.consts, "grid": list(self.grid) if self.grid else None,
-                "options": self.options, "tma": self.tma, "scalars": self.scalars}
+                "options": self.options, "tma": self.tma, "scalars": self.scalars,
+                "reversed_axes": list(self.reversed_axes)}
 
 
 class Observer:
@@ -59,4 +61,5 @@ def facts(name: str, plan) -> LaunchFacts:
     gen = getattr(plan.compiled, "last_generated", None)
     tma = {n: "columns" if n in gen.column_major else "rows" for n in gen.descriptors} if gen is not None else {}
     scalars = {k: v for k, v in plan.bound.scalars.items() if isinstance(v, (bool, int, float))}
-    return LaunchFacts(name, consts, grid, dict(getattr(plan.compiled, "options", {}) or {}), tma, scalars)
+    return LaunchFacts(name, consts, grid, dict(getattr(plan.compiled, "options", {}) or {}), tma, scalars,
+                       tuple(getattr(plan.compiled, "reversed_axes", ())))

@@ -276,6 +276,8 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     bn = max(16, min(cfg["block_n"], pow2(sk)))
     dp = max(16, pow2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if causal:   # query tile i does i + 1 tiles of work: start the longest first, leave no long tail
+        cfg = dict(cfg, reverse_blocks=(1,))
     common = dict(cfg=cfg, qk_scale=scale * LOG2E, CAUSAL=bool(causal), NEG_SCALE=scale < 0, GROUP=h // hkv, BN=bn)
     flat = [_matrix(t, rows, dp) for t, rows in ((q4, bm), (k4, bn), (v4, bn))] if cfg["flat"] else [None]
     if None in flat:

@@ -29,8 +29,9 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, cfg: dic
 
 
 def schedule_of(cfg: dict) -> Schedule | None:
-    """The schedule hints of a config (`num_warps`, `num_stages`, `tma`), None when it has none."""
-    hints = {k: cfg[k] for k in ("num_warps", "num_stages", "tma") if cfg.get(k) is not None}
+    """The schedule hints of a config (`num_warps`, `num_stages`, `tma`, `reverse_blocks`),
+    None when it has none."""
+    hints = {k: cfg[k] for k in ("num_warps", "num_stages", "tma", "reverse_blocks") if cfg.get(k) is not None}
     return schedule(**hints) if hints else None
 
 

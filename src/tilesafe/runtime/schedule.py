@@ -18,20 +18,26 @@ class Schedule:
     num_stages: int | None = None
     maxnreg: int | None = None
     tma: bool | None = None       # TMA tensor descriptors for eligible 2-D accesses; None: the backend picks
+    reverse_blocks: tuple = ()    # grid axes whose blocks run last-index first
 
     def options(self) -> dict:
-        """Triton launch options (only the hints that were set; `tma` is ours, not Triton's)."""
+        """Triton launch options (only the hints that were set; `tma` and `reverse_blocks` are
+        ours, not Triton's)."""
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages),
                                   ("maxnreg", self.maxnreg)) if v is not None}
 
 
 def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnreg: int | None = None,
-             tma: bool | None = None) -> Schedule:
+             tma: bool | None = None, reverse_blocks=()) -> Schedule:
     """Schedule hints for a launch: `kernel(*args, schedule=ts.schedule(num_warps=8))`.
 
     `tma=True/False` forces TMA tensor descriptors on or off for the 2-D accesses that can
     use them (aligned base and row stride, contiguous rows); by default (None) the `triton`
-    backend uses them on Hopper and newer GPUs for kernels that multiply tiles (`ts.mma`)."""
+    backend uses them on Hopper and newer GPUs for kernels that multiply tiles (`ts.mma`).
+    `reverse_blocks=(1,)` numbers the blocks of grid axis 1 from the far end: block_id(1)
+    is `num_blocks(1) - 1 - i` for the i-th block the GPU starts. Each block still owns one
+    tile, so results do not change; a kernel whose later blocks do more work (causal
+    attention) starts those first and leaves no long block for the end."""
     if num_warps is not None and (not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32)):
         raise LaunchError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
     if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
@@ -40,7 +46,10 @@ def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnre
         raise LaunchError(f"maxnreg={maxnreg!r} must be an int >= 16")
     if tma is not None and not isinstance(tma, bool):
         raise LaunchError(f"tma={tma!r} must be True, False or None")
-    return Schedule(num_warps, num_stages, maxnreg, tma)
+    axes = tuple(reverse_blocks) if isinstance(reverse_blocks, (tuple, list)) else None
+    if axes is None or any(not isinstance(a, int) or isinstance(a, bool) or a not in (0, 1, 2) for a in axes):
+        raise LaunchError(f"reverse_blocks={reverse_blocks!r} must be a tuple of grid axes (0, 1 or 2)")
+    return Schedule(num_warps, num_stages, maxnreg, tma, tuple(sorted(set(axes))))
 
 
 def take(kwargs: dict, default: Schedule | None) -> tuple[dict, Schedule | None]:

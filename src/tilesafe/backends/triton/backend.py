@@ -68,6 +68,7 @@ class TritonCompiled:
         self.backend = backend
         self.options = schedule.options() if schedule is not None else {}   # Triton launch options
         self.tma = schedule.tma if schedule is not None else None
+        self.reversed_axes = schedule.reverse_blocks if schedule is not None else ()
         self.multiplies = any(op.opcode == "mma" for op in walk(spec.fn.body))
         self.kernel = kernel
         self.spec = spec
@@ -93,7 +94,7 @@ class TritonCompiled:
         v = self._variants.get(key)
         if v is None:
             gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors, linear_grid,
-                                   column_major)
+                                   column_major, self.reversed_axes)
             v = self._variants[key] = (gen, self.backend.load(gen))
         self.last_generated = v[0]   # what the latest launch ran (the benchmark twins mirror it)
         return v
@@ -274,7 +275,8 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
         layouts = {n: tma_layout(f.shape, f.strides, f.dtype.itemsize) for n, f in bound.tensors.items()
                    if kernel.param(n).kind in (REF, MUT, MUT_TILES) and n not in reloaded}
     gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), frozenset(n for n, v in layouts.items() if v),
-                           column_major=frozenset(n for n, v in layouts.items() if v == "columns"))
+                           column_major=frozenset(n for n, v in layouts.items() if v == "columns"),
+                           reversed_axes=schedule.reverse_blocks if schedule is not None else ())
     values = []
     for slot in gen.args:
         f = bound.tensors.get(slot.param)

@@ -72,6 +72,7 @@ class Emitter:
     wide: bool
     descriptors: frozenset
     column_major: frozenset = frozenset()           # descriptor tensors with contiguous columns
+    reversed_axes: tuple = ()                       # grid axes numbered from the far end (schedule)
     lines: list[str] = field(default_factory=list)
     prologue: list[str] = field(default_factory=list)
     depth: int = 1
@@ -86,10 +87,11 @@ class Emitter:
     grid_names: tuple = ()                          # linearised grid: (pid0, pid1, pid2, g1, g2)
 
     def pid(self, axis: int) -> str:
-        """This block's index along grid `axis`."""
-        if self.grid_names:
-            return self.grid_names[axis]
-        return f"tl.program_id({axis})"
+        """This block's index along grid `axis` (from the far end on a reversed axis)."""
+        pid = self.grid_names[axis] if self.grid_names else f"tl.program_id({axis})"
+        if axis in self.reversed_axes:
+            return f"({self.num_blocks(axis)} - 1 - {pid})"
+        return pid
 
     def num_blocks(self, axis: int) -> str:
         if self.grid_names:
@@ -252,7 +254,7 @@ def emit_op(em: Emitter, op: Op) -> None:
 
 # --- the function ------------------------------------------------------------------------------
 def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), linear_grid: bool = False,
-             column_major=frozenset()) -> Generated:
+             column_major=frozenset(), reversed_axes=()) -> Generated:
     """The Triton source of one specialization (`descriptors`: tensors eligible for TMA;
     `column_major`: those of them whose columns, not rows, are contiguous, e.g. `w.T`).
 
@@ -260,7 +262,7 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
     along axes 1 and 2); the kernel recovers its 3-D block index from the flat one."""
     from .emit_memory import barrier_loads
     fn: Function = spec.fn
-    em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major))
+    em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major), tuple(reversed_axes))
     slots = _signature(em, fn)
     if linear_grid:
         slots += _linear_grid(em)

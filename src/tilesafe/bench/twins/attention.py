@@ -44,8 +44,10 @@ def _online_step(q, k, v, m, l, acc, keep, qk_scale, MASKED: tl.constexpr, NEG_S
 @triton.jit
 def flash(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SQ, SK, D, sqz, sqh, sqs, skz, skh, sks, svz, svh, svs, soz, soh,
           sos, qk_scale, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-          DP: tl.constexpr, EVEN: tl.constexpr):
+          DP: tl.constexpr, EVEN: tl.constexpr, REVERSE: tl.constexpr):
     zh, i = tl.program_id(0), tl.program_id(1)
+    if REVERSE:                                  # longest query tiles first (causal)
+        i = tl.num_programs(1) - 1 - i
     zb, h = zh // H, zh % H
     kvh = h // GROUP
     rm = i * BM + tl.arange(0, BM)
@@ -112,10 +114,12 @@ def _tile(desc, ptr, row, col, stride, D, R: tl.constexpr, DP: tl.constexpr, TMA
 def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SK, D, RQ, CQ, RK, CK, RV, CV, sqr, skr, svr, QZ, QH, QC, KZ,
                KH, KC, VZ, VH, VC, soz, soh, sos, qk_scale, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
                BM: tl.constexpr, BN: tl.constexpr, DP: tl.constexpr, EVEN_D: tl.constexpr, Q_TMA: tl.constexpr,
-               K_TMA: tl.constexpr, V_TMA: tl.constexpr):
+               K_TMA: tl.constexpr, V_TMA: tl.constexpr, REVERSE: tl.constexpr):
     """`flash` with q, k, v as 2-D matrices: (batch z, head h, tile i) is the tile at tile row
     z * XZ + h * XH + i, tile column h * XC of matrix X; sequence lengths divide by the tiles."""
     zh, i = tl.program_id(0), tl.program_id(1)
+    if REVERSE:
+        i = tl.num_programs(1) - 1 - i
     zb, h = zh // H, zh % H
     kvh = h // GROUP
     dq = q_ptr
@@ -246,7 +250,8 @@ def flash_twin(seen, causal: bool, scale: float):
         hkv, sk = k.shape[1], k.shape[2]
         launch(flash, (zb * h, cdiv(sq, bm)), o, q, k, v, h, h // hkv, sq, sk, d, *q.stride()[:3], *k.stride()[:3],
                *v.stride()[:3], *o.stride()[:3], scale * LOG2E, options=facts.options, CAUSAL=causal,
-               NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN=sq % bm == 0 and d == dp)
+               NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN=sq % bm == 0 and d == dp,
+               REVERSE=1 in facts.reversed_axes)
         return o
     return run
 
@@ -276,7 +281,8 @@ def _flash_rows_twin(facts, causal: bool, scale: float):
         (qm, *qx), (km, *kx), (vm, *vx) = _matrix(q, bm, dp), _matrix(k, bn, dp), _matrix(v, bn, dp)
         launch(flash_rows, (zb * h, cdiv(sq, bm)), o, qm, km, vm, h, h // hkv, sk, d, *qm.shape, *km.shape, *vm.shape,
                qm.stride(0), km.stride(0), vm.stride(0), *qx, *kx, *vx, *o.stride()[:3], scale * LOG2E,
-               options=facts.options, CAUSAL=causal, NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN_D=d == dp, **tma)
+               options=facts.options, CAUSAL=causal, NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN_D=d == dp,
+               REVERSE=1 in facts.reversed_axes, **tma)
         return o
     return run
 
