@@ -4,6 +4,8 @@ Each block owns BM query rows of one head and streams K and V in tiles of BN key
 a running row max `m`, row sum `l` and output accumulator (the online softmax). `causal` is
 a compile-time constant (`ts.Const[bool]`), so each value is its own specialization. Grouped
 query attention shares one K/V head among GROUP query heads: `kv_head = head // GROUP`.
+Q, K, V and O share a dtype `T` (f32, f16, bf16); scores, statistics and the accumulator
+are fp32, and `p` is rounded to T for the product with V (both `ts.mma` operands have one dtype).
 """
 import numpy as np
 
@@ -11,9 +13,9 @@ import tilesafe as ts
 
 
 @ts.kernel
-def attention(o: ts.Mut[ts.f32, (1, "BM", "D")], q: ts.Ref[ts.f32, ("H", "S", "D")],
-              k: ts.Ref[ts.f32, ("HKV", "S", "D")], v: ts.Ref[ts.f32, ("HKV", "S", "D")],
-              scale: float, causal: ts.Const[bool], GROUP: ts.Const[int],
+def attention(o: ts.Mut["T", (1, "BM", "D")], q: ts.Ref["T", ("H", "S", "D")],
+              k: ts.Ref["T", ("HKV", "S", "D")], v: ts.Ref["T", ("HKV", "S", "D")],
+              scale: float, T: ts.Const[ts.DType], causal: ts.Const[bool], GROUP: ts.Const[int],
               BM: ts.Const[int], BN: ts.Const[int], D: ts.Const[int], H: int, HKV: int, S: int):
     pq = q.partition((1, BM, D))                                  # query tiles: (1, BM, D)
     pk = k.partition((1, BN, D))                                  # key tiles: (1, BN, D)
@@ -38,9 +40,9 @@ def attention(o: ts.Mut[ts.f32, (1, "BM", "D")], q: ts.Ref[ts.f32, ("H", "S", "D
         p = ts.exp(s - m_new)                                     # (BM, BN)
         alpha = ts.exp(m - m_new)                                 # (BM, 1) rescales the old state
         l = l * alpha + ts.sum(p, axis=1, keepdims=True)          # (BM, 1)
-        acc = ts.mma(p, vt, acc * alpha)                          # (BM, D)
+        acc = ts.mma(p.astype(T), vt, acc * alpha)                # (BM, D); p rounded to V's dtype
         m = m_new
-    o.store(ts.reshape(acc / l, (1, BM, D)))                      # (1, BM, D)
+    o.store(ts.reshape(acc / l, (1, BM, D)).astype(T))            # (1, BM, D)
 
 
 def reference(q, k, v, scale, causal):

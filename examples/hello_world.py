@@ -2,7 +2,8 @@
 
 Each block of the launch owns one tile of the output `y` (a `ts.Mut`) and writes twice the
 matching tile of the read-only input `x` (a `ts.Ref`). The grid is inferred from the
-partition: 64 elements in tiles of 16 make 4 blocks.
+partition: 64 elements in tiles of 16 make 4 blocks. The element dtype `T` is a compile-time
+parameter bound from the arguments, so the same kernel doubles f32, f16 or bf16 data.
 """
 import numpy as np
 
@@ -10,7 +11,7 @@ import tilesafe as ts
 
 
 @ts.kernel
-def double(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+def double(y: ts.Mut["T", (16,)], x: ts.Ref["T", ("N",)], T: ts.Const[ts.DType], N: int):
     y.store(2.0 * ts.load_tile_like(x, y))   # (16,)
 
 

@@ -2,7 +2,8 @@
 
 The mask is just another read-only input, loaded tile by tile like `x`; `ts.where` picks per
 element. Its dtype is a compile-time parameter (`ts.Const[ts.DType]`), so one kernel takes a
-bool mask or a u8 one (nonzero means fill). The fill value is a runtime scalar.
+bool mask or a u8 one (nonzero means fill); so is the dtype `T` of `x` and `y` (f32, f16,
+bf16). The fill value is a runtime scalar, an f32, so the pick is made in f32 and rounded to T.
 """
 import numpy as np
 
@@ -10,11 +11,12 @@ import tilesafe as ts
 
 
 @ts.kernel
-def masked_fill(y: ts.Mut[ts.f32, ("BM", "BN")], x: ts.Ref[ts.f32, ("M", "N")], mask: ts.Ref["MD", ("M", "N")],
-                value: float, MD: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
-    t = ts.load_tile_like(x, y)                       # (BM, BN)
+def masked_fill(y: ts.Mut["T", ("BM", "BN")], x: ts.Ref["T", ("M", "N")], mask: ts.Ref["MD", ("M", "N")],
+                value: float, T: ts.Const[ts.DType], MD: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int],
+                M: int, N: int):
+    t = ts.load_tile_like(x, y).astype(ts.f32)        # (BM, BN), f32 like the runtime scalar `value`
     m = ts.load_tile_like(mask, y)                    # (BM, BN) bool or u8, 0 past the edges
-    y.store(ts.where(m != 0, value, t))               # (BM, BN)
+    y.store(ts.where(m != 0, value, t).astype(T))     # (BM, BN)
 
 
 def main():

@@ -3,7 +3,8 @@
 Each block owns one (BM, BN) tile of C. It views A and B as grids of tiles with
 `x.partition(tile)`, walks the K axis for `ts.num_tiles(pa, 1)` steps and accumulates with
 `ts.mma` (tensor cores on a GPU). The sizes are ragged on purpose: edge tiles are padded
-with zeros, which add nothing to the dot products.
+with zeros, which add nothing to the dot products. A, B and C share one dtype `T` (f32, f16
+or bf16); the accumulator is fp32 and is rounded to T once, when C is stored.
 """
 import numpy as np
 
@@ -11,15 +12,15 @@ import tilesafe as ts
 
 
 @ts.kernel
-def matmul(c: ts.Mut[ts.f32, ("BM", "BN")], a: ts.Ref[ts.f32, ("M", "K")], b: ts.Ref[ts.f32, ("K", "N")],
-           BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+def matmul(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+           T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
     pa = a.partition((BM, BK))                        # tiles of A: (BM, BK)
     pb = b.partition((BK, BN))                        # tiles of B: (BK, BN)
     i, j = ts.block_id(0), ts.block_id(1)
-    acc = ts.zeros((BM, BN), ts.f32)                  # (BM, BN)
+    acc = ts.zeros((BM, BN), ts.f32)                  # (BM, BN) fp32 accumulator, whatever T is
     for k in range(ts.num_tiles(pa, 1)):
         acc = ts.mma(pa.load((i, k)), pb.load((k, j)), acc)
-    c.store(acc)
+    c.store(acc.astype(T))                            # rounded to T once, at the end
 
 
 def main():

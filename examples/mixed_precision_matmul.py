@@ -1,7 +1,8 @@
-"""Mixed-precision matrix multiply: bf16 inputs, fp32 accumulator, fp32 output.
+"""Mixed-precision matrix multiply: bf16 or f16 inputs, fp32 accumulator, fp32 output.
 
-`ts.mma` of bf16 tiles accumulates in fp32 (as tensor cores do), so the only rounding is
-the inputs' own. The NumPy check multiplies the same bf16 values in fp32.
+The inputs' dtype is a compile-time parameter `T`, bound from A and B (which must agree);
+the output stays fp32. `ts.mma` of bf16 or f16 tiles accumulates in fp32 (as tensor cores
+do), so the only rounding is the inputs' own. The NumPy check multiplies the same values in fp32.
 """
 import ml_dtypes
 import numpy as np
@@ -10,10 +11,10 @@ import tilesafe as ts
 
 
 @ts.kernel
-def matmul(c: ts.Mut[ts.f32, ("BM", "BN")], a: ts.Ref[ts.bf16, ("M", "K")], b: ts.Ref[ts.bf16, ("K", "N")],
-           BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
-    pa = a.partition((BM, BK))                        # bf16 tiles of A: (BM, BK)
-    pb = b.partition((BK, BN))                        # bf16 tiles of B: (BK, BN)
+def matmul(c: ts.Mut[ts.f32, ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+           T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+    pa = a.partition((BM, BK))                        # T tiles of A: (BM, BK)
+    pb = b.partition((BK, BN))                        # T tiles of B: (BK, BN)
     i, j = ts.block_id(0), ts.block_id(1)
     acc = ts.zeros((BM, BN), ts.f32)                  # (BM, BN) fp32 accumulator
     for k in range(ts.num_tiles(pa, 1)):
@@ -22,15 +23,16 @@ def matmul(c: ts.Mut[ts.f32, ("BM", "BN")], a: ts.Ref[ts.bf16, ("M", "K")], b: t
 
 
 def main():
-    rng = np.random.default_rng(0)
-    A = rng.standard_normal((64, 96)).astype(ml_dtypes.bfloat16)  # (M, K) bf16
-    B = rng.standard_normal((96, 48)).astype(ml_dtypes.bfloat16)  # (K, N) bf16
-    c = ts.empty((64, 48), ts.f32)                                 # (M, N) fp32
-    out = matmul(c.partition((32, 32)), ts.tensor(A), ts.tensor(B), BK=32).sync()   # grid (2, 2)
-    C = out.unpartition().numpy()
-    ref = A.astype(np.float32) @ B.astype(np.float32)              # (M, N) fp32
-    np.testing.assert_allclose(C, ref, rtol=1e-4, atol=1e-4)
-    print(f"mixed_precision_matmul: ok, bf16 (64, 96) @ (96, 48) -> f32, max error {np.abs(C - ref).max():.1e}")
+    for name, dtype in (("f16", np.float16), ("bf16", ml_dtypes.bfloat16)):
+        rng = np.random.default_rng(0)
+        A = rng.standard_normal((64, 96)).astype(dtype)            # (M, K) f16 or bf16
+        B = rng.standard_normal((96, 48)).astype(dtype)            # (K, N)
+        c = ts.empty((64, 48), ts.f32)                             # (M, N) fp32
+        out = matmul(c.partition((32, 32)), ts.tensor(A), ts.tensor(B), BK=32).sync()   # grid (2, 2), T inferred
+        C = out.unpartition().numpy()
+        ref = A.astype(np.float32) @ B.astype(np.float32)          # (M, N) fp32
+        np.testing.assert_allclose(C, ref, rtol=1e-4, atol=1e-4)
+        print(f"mixed_precision_matmul: ok, {name} (64, 96) @ (96, 48) -> f32, max error {np.abs(C - ref).max():.1e}")
 
 
 if __name__ == "__main__":

@@ -12,15 +12,15 @@ import tilesafe as ts
 
 
 @ts.kernel(deny_kernel_checks=True)
-def matmul(c: ts.MutTiles[ts.f32, ("BM", "BN")], a: ts.Ref[ts.f32, ("M", "K")], b: ts.Ref[ts.f32, ("K", "N")],
-           BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+def matmul(c: ts.MutTiles["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+           T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
     pa = a.partition((BM, BK))                        # tiles of A: (BM, BK)
     pb = b.partition((BK, BN))                        # tiles of B: (BK, BN)
     for idx in c.tiles(group=8):
-        acc = ts.zeros((BM, BN), ts.f32)              # (BM, BN)
+        acc = ts.zeros((BM, BN), ts.f32)              # (BM, BN) fp32 accumulator
         for k in range(ts.num_tiles(pa, 1)):
             acc = ts.mma(pa.load((idx[0], k)), pb.load((k, idx[1])), acc)
-        c.store(acc, idx)
+        c.store(acc.astype(T), idx)
 
 
 def main():

@@ -11,14 +11,15 @@ import tilesafe as ts
 
 
 @ts.kernel
-def square_plus_one(y: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+def square_plus_one(y: ts.Mut["T", ("B",)], x: ts.Ref["T", ("N",)], T: ts.Const[ts.DType], B: ts.Const[int],
+                    N: int):
     t = ts.load_tile_like(x, y)                       # (B,), zeros past N
     y.store(t * t + 1.0)                              # elements past N are not written
 
 
 @ts.kernel
-def add_2d(z: ts.Mut[ts.f32, ("BM", "BN")], x: ts.Ref[ts.f32, ("M", "N")], y: ts.Ref[ts.f32, ("M", "N")],
-           BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
+def add_2d(z: ts.Mut["T", ("BM", "BN")], x: ts.Ref["T", ("M", "N")], y: ts.Ref["T", ("M", "N")],
+           T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
     z.store(ts.load_tile_like(x, z) + ts.load_tile_like(y, z))   # (BM, BN)
 
 

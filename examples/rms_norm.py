@@ -3,7 +3,8 @@
 One block per row. The row is walked in (1, SUB) pieces of a read-only view, first to sum
 squares, then to write: `for j in y.subtiles((1, SUB))` mints sub-tile indices of the
 block's own (1, 4096) tile, and `y.store(t, j)` writes exactly that piece. Pieces past
-column 2560 read zeros and their stores are dropped.
+column 2560 read zeros and their stores are dropped. The sum of squares and the scaling are
+fp32 whatever the dtype `T` of x, w and y.
 """
 import numpy as np
 
@@ -11,19 +12,19 @@ import tilesafe as ts
 
 
 @ts.kernel
-def rms_norm(y: ts.Mut[ts.f32, (1, "BH")], x: ts.Ref[ts.f32, ("M", "H")], w: ts.Ref[ts.f32, ("H",)],
-             BH: ts.Const[int], SUB: ts.Const[int], M: int, H: int, eps: float):
+def rms_norm(y: ts.Mut["T", (1, "BH")], x: ts.Ref["T", ("M", "H")], w: ts.Ref["T", ("H",)],
+             T: ts.Const[ts.DType], BH: ts.Const[int], SUB: ts.Const[int], M: int, H: int, eps: float):
     px = x.partition((1, SUB))                        # row pieces of x: (1, SUB)
     pw = w.partition((SUB,))                          # pieces of the weight: (SUB,)
     row = ts.block_id(0)
     ss = ts.zeros((1, SUB), ts.f32)                   # (1, SUB) running sum of squares
     for k in range(ts.num_tiles(px, 1)):
-        t = px.load((row, k))                         # (1, SUB)
+        t = px.load((row, k)).astype(ts.f32)          # (1, SUB)
         ss = ss + t * t
     r = ts.rsqrt(ts.sum(ss) / H + eps)                # () 1 / rms
     for j in y.subtiles((1, SUB)):
-        t = px.load((row, j[1]))                      # (1, SUB)
-        y.store(t * r * pw.load((j[1],)), j)          # (1, SUB)
+        t = px.load((row, j[1])).astype(ts.f32)       # (1, SUB)
+        y.store((t * r * pw.load((j[1],)).astype(ts.f32)).astype(T), j)   # (1, SUB)
 
 
 def main():

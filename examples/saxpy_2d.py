@@ -2,7 +2,8 @@
 
 "In place" in tilesafe means the output is also read: each block reads back its own tile of
 `y` with `y.load()` and stores the new values over it. That is safe because `y` is
-partitioned, so no other block can touch that tile. `a` is a runtime scalar (a plain `float`).
+partitioned, so no other block can touch that tile. `a` is a runtime scalar (a plain `float`,
+an f32 on the device), so the tiles of any float dtype `T` are computed in f32 and rounded back.
 """
 import numpy as np
 
@@ -10,10 +11,10 @@ import tilesafe as ts
 
 
 @ts.kernel
-def saxpy(y: ts.Mut[ts.f32, ("BM", "BN")], x: ts.Ref[ts.f32, ("M", "N")], a: float,
-          BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
-    t = a * ts.load_tile_like(x, y) + y.load()   # (BM, BN)
-    y.store(t)
+def saxpy(y: ts.Mut["T", ("BM", "BN")], x: ts.Ref["T", ("M", "N")], a: float,
+          T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
+    t = a * ts.load_tile_like(x, y).astype(ts.f32) + y.load().astype(ts.f32)   # (BM, BN) in f32, as `a` is
+    y.store(t.astype(T))
 
 
 def main():

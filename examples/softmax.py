@@ -2,7 +2,8 @@
 
 Each block owns one row of the output, as a (1, BN) tile with BN the next power of two
 above the row length. The row is loaded with `padding=-inf`, so the padding cannot win the
-max and adds exp(-inf) = 0 to the sum: padding is semantics, not a check.
+max and adds exp(-inf) = 0 to the sum: padding is semantics, not a check. Whatever the
+dtype `T` of x and y, the row is computed in fp32 and rounded to T when stored.
 """
 import numpy as np
 
@@ -10,11 +11,12 @@ import tilesafe as ts
 
 
 @ts.kernel
-def softmax(y: ts.Mut[ts.f32, (1, "BN")], x: ts.Ref[ts.f32, ("M", "N")], BN: ts.Const[int], M: int, N: int):
-    t = ts.load_tile_like(x, y, padding=-float("inf"))   # (1, BN), -inf past column N
+def softmax(y: ts.Mut["T", (1, "BN")], x: ts.Ref["T", ("M", "N")], T: ts.Const[ts.DType], BN: ts.Const[int],
+            M: int, N: int):
+    t = ts.load_tile_like(x, y, padding=-float("inf")).astype(ts.f32)   # (1, BN), -inf past column N
     m = ts.max(t, axis=1, keepdims=True)                  # (1, 1)
     e = ts.exp(t - m)                                     # (1, BN)
-    y.store(e / ts.sum(e, axis=1, keepdims=True))         # (1, BN)
+    y.store((e / ts.sum(e, axis=1, keepdims=True)).astype(T))   # (1, BN)
 
 
 def main():

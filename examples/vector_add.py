@@ -3,6 +3,7 @@
 `z` is partitioned into tiles of `B` elements; each block loads the tiles of `x` and `y` at
 its own position (`ts.load_tile_like`) and stores their sum. 1000 is not a multiple of 128,
 so the last block's loads are padded and its store is masked: the bounds report says so.
+One dtype parameter `T` types all three tensors: f32 here, f16 or bf16 alike, never mixed.
 """
 import numpy as np
 
@@ -10,8 +11,8 @@ import tilesafe as ts
 
 
 @ts.kernel
-def add(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], y: ts.Ref[ts.f32, ("N",)],
-        B: ts.Const[int], N: int):
+def add(z: ts.Mut["T", ("B",)], x: ts.Ref["T", ("N",)], y: ts.Ref["T", ("N",)],
+        T: ts.Const[ts.DType], B: ts.Const[int], N: int):
     z.store(ts.load_tile_like(x, z) + ts.load_tile_like(y, z))   # (B,)
 
 
