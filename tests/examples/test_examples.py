@@ -44,6 +44,16 @@ def test_example(name, backend, capsys):
     assert_passed(name, run_example(name, capsys))
 
 
+@pytest.mark.parametrize("name", [n for n in EXPECTED if n not in BF16])
+def test_example_through_tma_descriptors_on_the_interpreter(name, capsys, monkeypatch):
+    """Every example with every eligible 2-D access through TMA descriptors (as on a Hopper
+    GPU for tile products), under Triton's interpreter."""
+    from tilesafe.backends.triton.backend import TritonBackend
+    monkeypatch.setattr(TritonBackend.get("triton-interpreter"), "descriptors", True)
+    with ts.backend("triton-interpreter"):
+        assert_passed(name, run_example(name, capsys))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", EXPECTED)
 def test_example_on_triton(name, capsys):

@@ -298,3 +298,17 @@ def test_a_persistent_launch_with_no_program_initialises_nothing():
     fill_tiles.launch(p, grid=0).sync()
     with pytest.raises(ts.OwnershipError, match="has not been written"):
         p.unpartition().numpy()
+
+
+@ts.kernel
+def same_dtype(z: ts.Mut["T", ("B",)], x: ts.Ref["T", ("N",)], T: ts.Const[ts.DType], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z))
+
+
+def test_a_dtype_name_bound_twice_names_both_sources_and_how_to_agree():
+    z = ts.empty(16, ts.f32).partition((16,))
+    with pytest.raises(ts.LaunchError) as ei:
+        same_dtype(z, ts.tensor(np.zeros(16, np.float16)))
+    assert "`T` is ts.f32 from one argument but ts.f16 from the dtype of `x`" in ei.value.message
+    assert "arguments that share a dtype name must agree: convert one with astype" in str(ei.value)
+    _launch_error_text(ei.value)

@@ -160,8 +160,10 @@ def _set(kernel, table: dict, name: str, value, source: str, given) -> None:
             raise LaunchError(f"`{name}` = {given[name]!r} was passed, but {source} is {value!r}",
                               help=f"omit `{name}` (it is inferred) or pass a matching value")
     if name in table and _differs(table[name], value):
+        what = "a dtype" if isinstance(value, DType) else "a dimension"
         raise LaunchError(f"`{name}` is {table[name]!r} from one argument but {value!r} from {source}",
-                          help="arguments that share a dimension name must agree")
+                          help=f"arguments that share {what} name must agree"
+                               + (": convert one with astype / .to(...)" if what == "a dtype" else ""))
     table[name] = value
 
 
