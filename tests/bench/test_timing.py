@@ -1,10 +1,10 @@
 """How measurements are taken: rotation set sizing, graph-or-eager, launches per graph,
-sample counts, and `measure` driving a fake clock."""
+sample counts, and `measure` / `measure_side_by_side` driving a fake clock."""
 import pytest
 
 from fakes import FakeTimer
-from tilesafe.bench.timing import EAGER, GRAPH, Policy, choose_mode, launches_per_graph, measure, rotation_sets, \
-    samples_for
+from tilesafe.bench.timing import EAGER, GRAPH, Policy, choose_mode, launches_per_graph, measure, \
+    measure_side_by_side, rotation_sets, samples_for
 
 MB = 1_000_000
 
@@ -72,3 +72,30 @@ def test_a_graph_that_cannot_be_captured_falls_back_to_eager_with_a_note():
     m = measure(FakeTimer(us=5.0, graph_fails=True), lambda i: None, n_sets=2, capture="torch")
     assert m.mode == EAGER and "graph capture failed" in m.note and "capturing" in m.note
     assert m.to_json()["note"] == m.note
+
+
+def test_side_by_side_samples_take_turns_in_rounds():
+    timer = FakeTimer(us=400.0)
+    order = []
+    launches = {"tilesafe": (lambda i: order.append("ts"), 2, "tilesafe"),
+                "twin": (lambda i: order.append("twin"), 2, "torch")}
+    got = measure_side_by_side(timer, launches, rounds=4)
+    n = samples_for(400.0)
+    assert set(got) == {"tilesafe", "twin"}
+    assert all(m.mode == EAGER and len(m.samples_us) == n and m.median_us == 400.0 for m in got.values())
+    probes = Policy().probe
+    assert timer.calls[:2] == [("eager", probes), ("eager", probes)]
+    slices = timer.calls[2:]
+    assert len(slices) == 8 and sum(c[1] for c in slices[0::2]) == n == sum(c[1] for c in slices[1::2])
+    runs = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k]   # who sampled when
+    assert runs == ["ts", "twin"] * 5                                           # probes, then 4 rounds
+
+
+def test_side_by_side_records_a_failure_and_times_the_rest():
+    def boom(i):
+        raise RuntimeError("no kernel image")
+    got = measure_side_by_side(FakeTimer(us=5.0, graph_fails=True),
+                               {"a": (boom, 1, "torch"), "b": (lambda i: None, 1, "torch")})
+    assert isinstance(got["a"], RuntimeError)
+    assert got["b"].mode == EAGER and "graph capture failed" in got["b"].note
+    assert len(got["b"].samples_us) == samples_for(5.0 * launches_per_graph(1, 5.0))

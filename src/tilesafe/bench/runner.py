@@ -2,7 +2,8 @@
 fp32 oracle on random data, then time the ones that passed, side by side.
 
 The tilesafe implementation runs first: its check launch is observed, and the twin is built
-from what it launched (tiles, grid, Triton options). A wrong result is never timed. An
+from what it launched (tiles, grid, Triton options). A wrong result is never timed; the
+ones that passed are timed side by side, taking turns (`timing.measure_side_by_side`). An
 implementation that raises (a backend missing, a shape it refuses) is recorded with its
 error and the run goes on. A time budget stops starting new workloads, so one device call
 always ends with results.
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .observe import Observer
-from .timing import Policy, measure, rotation_sets
+from .timing import Policy, measure_side_by_side, rotation_sets
 from .workload import BANDWIDTH, BASELINE, TILESAFE, TORCH, TWIN, Impl, Workload, rel_error
 
 ORDER = {TILESAFE: 0, TWIN: 1, TORCH: 2, BASELINE: 3}
@@ -68,19 +69,35 @@ def run_workload(w: Workload, timer, policy: Policy, progress) -> dict:
     rec["rotation"] = {"sets": len(sets), "set_bytes": set_bytes(sets[0]), "working_set_bytes":
                        len(sets) * set_bytes(sets[0])}
     queue = sorted(w.impls, key=lambda i: ORDER[i.role])
+    passed = {}                                  # name -> (impl, its buffers): timed below
     while queue:
         impl = queue.pop(0)
         if impl.role == TILESAFE:
             with Observer(w.observe) as seen:
-                result = run_impl(w, impl, sets, reference, timer, policy)
+                result, buffers = check_impl(w, impl, sets, reference, policy)
             rec["tiling"] = {name: facts.to_json() for name, facts in seen.items()}
             if w.twin is not None:
                 queue.insert(0, _twin(w, seen))
         else:
-            result = run_impl(w, impl, sets, reference, timer, policy)
+            result, buffers = check_impl(w, impl, sets, reference, policy)
         rec["impls"][impl.name] = result
+        if result["status"] == "ok":
+            passed[impl.name] = (impl, buffers)
         progress.step(f"{w.name}: {impl.name} {result['status']}")
-    del sets, reference
+    if timer is not None and passed:
+        launches = {name: ((lambda f, b: lambda i: f(b[i]))(impl.call, buffers), len(buffers), impl.capture)
+                    for name, (impl, buffers) in passed.items()}
+        for name, m in measure_side_by_side(timer, launches, policy).items():
+            impl, buffers = passed[name]
+            out = rec["impls"][name]
+            if isinstance(m, Exception):
+                out.update(status="error", error=describe(m))
+                continue
+            out.update(m.to_json())
+            out.update(rates(w, impl, m.median_us))
+            if buffers is not sets:
+                out["rotation_sets"] = len(buffers)
+    del sets, reference, passed
     _release()
     return rec
 
@@ -99,29 +116,20 @@ def _twin(w: Workload, seen) -> Impl:
         return Impl("twin", TWIN, refuse)
 
 
-def run_impl(w: Workload, impl: Impl, sets, reference, timer, policy: Policy) -> dict:
+def check_impl(w: Workload, impl: Impl, sets, reference, policy: Policy) -> tuple[dict, list | None]:
+    """(its record so far, the buffer sets it is timed on): checked on poisoned outputs."""
     out = {"role": impl.role, "status": "ok"}
-    own = None
     try:
-        if impl.make is not None:
-            own = make_sets(impl.make, policy)
-        buffers = own if own is not None else sets
+        buffers = make_sets(impl.make, policy) if impl.make is not None else sets
         err = check(w, impl, buffers[0], reference)
         out["rel_error"] = err
         if not err <= (w.tol() if impl.check is None else BASELINE_TOLERANCE):
             out["status"] = "wrong"
-            return out
-        if timer is not None:
-            m = measure(timer, lambda i: impl.call(buffers[i]), len(buffers), impl.capture, policy)
-            out.update(m.to_json())
-            out.update(rates(w, impl, m.median_us))
-            if own is not None:
-                out["rotation_sets"] = len(own)
+            return out, None
+        return out, buffers
     except Exception as e:                       # noqa: BLE001 - recorded, the run goes on
         out.update(status="error", error=describe(e))
-    finally:
-        del own
-    return out
+        return out, None
 
 
 def check(w: Workload, impl: Impl, buffers: dict, reference) -> float:

@@ -8,6 +8,9 @@
     timed eagerly, one event pair per launch, behind a GPU sleep that keeps the queue full.
   * The result is the median over many samples (a sample is one launch, or one graph replay
     divided by its launches).
+  * Side by side: the implementations of one workload are sampled in alternating rounds
+    (`measure_side_by_side`), so a GPU that heats up and lowers its clocks during a long
+    GEMM slows every implementation alike instead of whichever ran last.
 
 `measure` takes any `Timer` (the CUDA one in `cuda_timer.py`, or a fake in the tests).
 """
@@ -105,3 +108,52 @@ def measure(timer: Timer, launch: Callable[[int], object], n_sets: int, capture:
     samples = timer.eager(rotate, samples_for(estimate, policy))
     note = "; ".join(filter(None, [note, getattr(timer, "note", "")]))
     return Measurement(EAGER, statistics.median(samples), min(samples), tuple(samples), 1, estimate, note)
+
+
+ROUNDS = 4                                  # alternating rounds of `measure_side_by_side`
+
+
+def measure_side_by_side(timer: Timer, launches: dict, policy: Policy = Policy(),
+                         rounds: int = ROUNDS) -> dict[str, Measurement | Exception]:
+    """`measure` for several implementations at once: {name: (launch, n_sets, capture)} ->
+    {name: Measurement}, or the exception an implementation's timing raised. Each one's
+    samples are taken in `rounds` slices, the implementations taking turns."""
+    plans, out = {}, {}
+    for name, (launch, n_sets, capture) in launches.items():
+        rotate = (lambda f, n: lambda i: f(i % n))(launch, n_sets)
+        try:
+            estimate = statistics.median(timer.eager(rotate, policy.probe))
+        except Exception as e:             # noqa: BLE001 - recorded by the caller
+            out[name] = e
+            continue
+        mode = choose_mode(estimate, policy)
+        per_graph = launches_per_graph(n_sets, estimate, policy) if mode == GRAPH else 1
+        total = samples_for(estimate * per_graph, policy)
+        plans[name] = {"rotate": rotate, "capture": capture, "estimate": estimate, "mode": mode,
+                       "per_graph": per_graph, "total": total, "samples": [], "note": ""}
+    for r in range(rounds):
+        for name, pl in plans.items():
+            if name in out:
+                continue
+            n = -(-pl["total"] // rounds) if r < rounds - 1 else pl["total"] - len(pl["samples"])
+            if n <= 0:
+                continue
+            try:
+                if pl["mode"] == GRAPH:
+                    try:
+                        pl["samples"] += timer.graph(pl["rotate"], pl["per_graph"], n, pl["capture"])
+                        continue
+                    except Exception as e:     # noqa: BLE001 - e.g. an op that cannot be captured
+                        pl.update(mode=EAGER, per_graph=1, samples=[], note=f"graph capture failed, timed "
+                                  f"eagerly: {type(e).__name__}: {e}"[:500])
+                        n = -(-pl["total"] // rounds) * (r + 1)   # catch up on the rounds so far
+                pl["samples"] += timer.eager(pl["rotate"], n)
+                pl["note"] = "; ".join(filter(None, [pl["note"], getattr(timer, "note", "")]))
+            except Exception as e:             # noqa: BLE001 - recorded by the caller
+                out[name] = e
+    for name, pl in plans.items():
+        if name not in out:
+            samples = pl["samples"]
+            out[name] = Measurement(pl["mode"], statistics.median(samples), min(samples), tuple(samples),
+                                    pl["per_graph"], pl["estimate"], pl["note"])
+    return {name: out[name] for name in launches if name in out}
