@@ -167,6 +167,16 @@ def store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP):
     l_o.store(ts.reshape(first_rows(l, GP, GS, 1), (1, GS, 1)))
 
 
+@ts.function
+def decode_start(q, kvh, GP, DP):
+    """KV head kvh's query rows (GP, DP), zeros past the group, and empty softmax state."""
+    qt = ts.reshape(ts.load(q, (kvh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP)
+    m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1) running max
+    l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1) running sum
+    acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
+    return qt, m, l, acc
+
+
 @ts.kernel
 def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
                           l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
@@ -176,10 +186,7 @@ def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts
                           DP: ts.Const[int], HKV: int, G: int, D: int, MAXS: int):
     kvh = ts.block_id(1)                                         # grid: (split, KV head)
     stop, first, full, last = split_keys(lens, MAXS, BN)
-    qt = ts.reshape(ts.load(q, (kvh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP), zeros past G
-    m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1)
-    l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1)
-    acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
+    qt, m, l, acc = decode_start(q, kvh, GP, DP)
     pk = k.partition((1, BN, DP))                                # (1, BN, DP)
     pv = v.partition((1, BN, DP))
     for j in range(first, full):
@@ -208,10 +215,7 @@ def decode_rows_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f3
     is the tile at tile row h * XH + j, tile column h * XC of matrix X (one TMA box)."""
     kvh = ts.block_id(1)                                         # grid: (split, KV head)
     stop, first, full, last = split_keys(lens, MAXS, BN)
-    qt = ts.reshape(ts.load(q, (kvh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP), zeros past G
-    m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1)
-    l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1)
-    acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
+    qt, m, l, acc = decode_start(q, kvh, GP, DP)
     k_row, k_col, v_row, v_col = kvh * KH, kvh * KC, kvh * VH, kvh * VC
     for j in range(first, full):
         kt = ts.load(k, (k_row + j, k_col), shape=(BN, DP))      # (BN, DP)

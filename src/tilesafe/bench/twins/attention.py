@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv, launch
+from .tma import descriptor_or_pointer
 
 LOG2E = 1.4426950408889634
 
@@ -122,15 +123,9 @@ def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SK, D, RQ, CQ, RK, CK, RV, 
         i = tl.num_programs(1) - 1 - i
     zb, h = zh // H, zh % H
     kvh = h // GROUP
-    dq = q_ptr
-    dk = k_ptr
-    dv = v_ptr
-    if Q_TMA:
-        dq = tl.make_tensor_descriptor(q_ptr, shape=[RQ, CQ], strides=[sqr, 1], block_shape=[BM, DP])
-    if K_TMA:
-        dk = tl.make_tensor_descriptor(k_ptr, shape=[RK, CK], strides=[skr, 1], block_shape=[BN, DP])
-    if V_TMA:
-        dv = tl.make_tensor_descriptor(v_ptr, shape=[RV, CV], strides=[svr, 1], block_shape=[BN, DP])
+    dq = descriptor_or_pointer(q_ptr, RQ, CQ, sqr, BM, DP, Q_TMA)
+    dk = descriptor_or_pointer(k_ptr, RK, CK, skr, BN, DP, K_TMA)
+    dv = descriptor_or_pointer(v_ptr, RV, CV, svr, BN, DP, V_TMA)
     q = _tile(dq, q_ptr, (zb * QZ + h * QH + i) * BM, h * QC * DP, sqr, D, BM, DP, Q_TMA, EVEN_D)
     k_row, k_col = (zb * KZ + kvh * KH) * BN, kvh * KC * DP
     v_row, v_col = (zb * VZ + kvh * VH) * BN, kvh * VC * DP
@@ -183,12 +178,8 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, M
     m = tl.full((GP, 1), -float("inf"), tl.float32)
     l = tl.zeros((GP, 1), tl.float32)
     acc = tl.zeros((GP, DP), tl.float32)
-    dk = k_ptr
-    dv = v_ptr
-    if K_TMA:
-        dk = tl.make_tensor_descriptor(k_ptr, shape=[RK, CK], strides=[sks, 1], block_shape=[BN, DP])
-    if V_TMA:
-        dv = tl.make_tensor_descriptor(v_ptr, shape=[RV, CV], strides=[svs, 1], block_shape=[BN, DP])
+    dk = descriptor_or_pointer(k_ptr, RK, CK, sks, BN, DP, K_TMA)
+    dv = descriptor_or_pointer(v_ptr, RV, CV, svs, BN, DP, V_TMA)
     k_base = k_ptr + kvh * skh
     v_base = v_ptr + kvh * svh
     first = start // BN

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv, launch
+from .tma import descriptor_or_pointer
 
 
 @triton.jit
@@ -20,30 +21,24 @@ def _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM: tl.conste
                  C_TMA: tl.constexpr):
     """TMA descriptors for the operands that use them (the pointer otherwise); B with
     contiguous columns (a transposed weight) is described as its transpose, (N, K)."""
-    a = a_ptr
-    b = b_ptr
-    c = c_ptr
-    if A_TMA:
-        a = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BM, BK])
-    if B_TMA:
-        if B_COLS:
-            b = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[sbn, 1], block_shape=[BN, BK])
-        else:
-            b = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[sbk, 1], block_shape=[BK, BN])
-    if C_TMA:
-        c = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[scm, 1], block_shape=[BM, BN])
+    a = descriptor_or_pointer(a_ptr, M, K, sam, BM, BK, A_TMA)
+    if B_COLS:
+        b = descriptor_or_pointer(b_ptr, N, K, sbn, BN, BK, B_TMA)
+    else:
+        b = descriptor_or_pointer(b_ptr, K, N, sbk, BK, BN, B_TMA)
+    c = descriptor_or_pointer(c_ptr, M, N, scm, BM, BN, C_TMA)
     return a, b, c
 
 
 @triton.jit
-def _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM: tl.constexpr,
+def _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, lo, hi, BM: tl.constexpr,
                   BN: tl.constexpr, BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
                   EVEN_K: tl.constexpr, TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr,
                   B_COLS: tl.constexpr):
     rm = m0 + tl.arange(0, BM)
     rn = n0 + tl.arange(0, BN)
     rk = tl.arange(0, BK)
-    for k in range(0, tl.cdiv(K, BK)):
+    for k in range(lo, hi):                                # K tiles [lo, hi)
         kk = k * BK + rk
         if A_TMA:
             ta = a.load([m0, k * BK])
@@ -92,8 +87,8 @@ def mm(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.conste
     m0 = tl.program_id(0) * BM
     n0 = tl.program_id(1) * BN
     acc = tl.zeros((BM, BN), tl.float32)
-    acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM, BN, BK, EVEN_M, EVEN_N,
-                        EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
+    acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, 0, tl.cdiv(K, BK),
+                        BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
     _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
 
 
@@ -113,8 +108,8 @@ def mm_persistent(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM
         m0 = (first + within % rows) * BM
         n0 = (within // rows) * BN
         acc = tl.zeros((BM, BN), tl.float32)
-        acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM, BN, BK, EVEN_M,
-                            EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
+        acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, 0, tl.cdiv(K, BK),
+                            BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
         _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
 
 
@@ -129,8 +124,8 @@ def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.co
                                C_TMA)
         acc = tl.zeros((BM, BN), tl.float32)
         n0 = tl.program_id(0) * BN
-        acc = _tile_product(a, b, a_ptr, b_ptr, 0, n0, M, N, K, sam, sak, sbk, sbn, acc, BM, BN, BK, EVEN_M, EVEN_N,
-                            EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
+        acc = _tile_product(a, b, a_ptr, b_ptr, 0, n0, M, N, K, sam, sak, sbk, sbn, acc, 0, tl.cdiv(K, BK),
+                        BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
         _store(c, c_ptr, acc, 0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
     else:                                                   # one row: FMAs into a (BK, BN) partial
         rk = tl.arange(0, BK)
@@ -154,7 +149,8 @@ def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.co
 
 @triton.jit
 def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.constexpr, BN: tl.constexpr,
-            BK: tl.constexpr, DOT: tl.constexpr, TF32: tl.constexpr):
+            BK: tl.constexpr, DOT: tl.constexpr, TF32: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+            EVEN_K: tl.constexpr):
     """Split s: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of output tile (i, j)."""
     s, i, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = i * BM + tl.arange(0, BM)
@@ -164,23 +160,19 @@ def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.con
     hi = tl.minimum(lo + PER, tl.cdiv(K, BK))
     if DOT:
         acc = tl.zeros((BM, BN), tl.float32)
-        for k in range(lo, hi):
-            kk = k * BK + rk
-            ta = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K),
-                         other=0.0)
-            tb = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
-                         other=0.0)
-            if TF32:
-                acc = tl.dot(ta, tb, acc, input_precision="tf32")
-            else:
-                acc = tl.dot(ta, tb, acc, input_precision="ieee")
+        acc = _tile_product(a_ptr, b_ptr, a_ptr, b_ptr, i * BM, j * BN, M, N, K, sam, sak, sbk, sbn, acc, lo, hi,
+                            BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, False, False, False)
     else:
         prod = tl.zeros((BK, BN), tl.float32)
         for k in range(lo, hi):
             kk = k * BK + rk
-            x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
-            w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
-                        other=0.0)
+            if EVEN_N and EVEN_K:
+                x = tl.load(a_ptr + kk * sak)
+                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
+            else:
+                x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
+                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn,
+                            mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
             prod += x.to(tl.float32)[:, None] * w.to(tl.float32)
         acc = tl.reshape(tl.sum(prod, axis=0), (1, BN))
     ptrs = part_ptr + s * M * N + rm[:, None] * N + rn[None, :]
@@ -215,7 +207,8 @@ def _split_twin(seen):
             part = scratch["part"] = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
         launch(split_k, (splits, cdiv(m, bm), cdiv(n, bn)), part, a, b, m, n, k, a.stride(0), a.stride(1),
                b.stride(0), b.stride(1), per, options=part_facts.options, BM=bm, BN=bn, BK=bk,
-               DOT=bool(c["DOT"]), TF32=bool(c.get("TF32", False)))
+               DOT=bool(c["DOT"]), TF32=bool(c.get("TF32", False)), EVEN_M=m % bm == 0, EVEN_N=n % bn == 0,
+               EVEN_K=k % bk == 0)
         launch(split_sum, (cdiv(m, sm), cdiv(n, sn)), out, part, splits, m, n, out.stride(0), out.stride(1),
                options=sum_facts.options, BM=sm, BN=sn)
         return out
