@@ -65,6 +65,26 @@ def _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, 
 
 
 @triton.jit
+def _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, lo, hi, BN: tl.constexpr, BK: tl.constexpr,
+                 EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+    """One row of A times columns rn of B over K tiles [lo, hi): FMAs into a (BK, BN)
+    partial, summed over K at the end. (BN,) fp32."""
+    rk = tl.arange(0, BK)
+    part = tl.zeros((BK, BN), tl.float32)
+    for k in range(lo, hi):
+        kk = k * BK + rk
+        if EVEN_N and EVEN_K:
+            x = tl.load(a_ptr + kk * sak)
+            w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
+        else:
+            x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
+            w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+        part += x.to(tl.float32)[:, None] * w.to(tl.float32)
+    return tl.sum(part, axis=0)
+
+
+@triton.jit
 def _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM: tl.constexpr, BN: tl.constexpr, EVEN_M: tl.constexpr,
            EVEN_N: tl.constexpr, C_TMA: tl.constexpr):
     if C_TMA:
@@ -127,20 +147,8 @@ def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.co
         acc = _tile_product(a, b, a_ptr, b_ptr, 0, n0, M, N, K, sam, sak, sbk, sbn, acc, 0, tl.cdiv(K, BK),
                         BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
         _store(c, c_ptr, acc, 0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
-    else:                                                   # one row: FMAs into a (BK, BN) partial
-        rk = tl.arange(0, BK)
-        part = tl.zeros((BK, BN), tl.float32)
-        for k in range(0, tl.cdiv(K, BK)):
-            kk = k * BK + rk
-            if EVEN_N and EVEN_K:
-                x = tl.load(a_ptr + kk * sak)
-                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
-            else:
-                x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
-                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn,
-                            mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-            part += x.to(tl.float32)[:, None] * w.to(tl.float32)
-        y = tl.sum(part, axis=0)                             # (BN,)
+    else:                                                   # one row: FMAs
+        y = _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, 0, tl.cdiv(K, BK), BN, BK, EVEN_N, EVEN_K)
         if EVEN_N:
             tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty))
         else:
@@ -155,7 +163,6 @@ def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.con
     s, i, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = i * BM + tl.arange(0, BM)
     rn = j * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
     lo = s * PER
     hi = tl.minimum(lo + PER, tl.cdiv(K, BK))
     if DOT:
@@ -163,18 +170,7 @@ def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.con
         acc = _tile_product(a_ptr, b_ptr, a_ptr, b_ptr, i * BM, j * BN, M, N, K, sam, sak, sbk, sbn, acc, lo, hi,
                             BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, False, False, False)
     else:
-        prod = tl.zeros((BK, BN), tl.float32)
-        for k in range(lo, hi):
-            kk = k * BK + rk
-            if EVEN_N and EVEN_K:
-                x = tl.load(a_ptr + kk * sak)
-                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
-            else:
-                x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
-                w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn,
-                            mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-            prod += x.to(tl.float32)[:, None] * w.to(tl.float32)
-        acc = tl.reshape(tl.sum(prod, axis=0), (1, BN))
+        acc = tl.reshape(_row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, lo, hi, BN, BK, EVEN_N, EVEN_K), (1, BN))
     ptrs = part_ptr + s * M * N + rm[:, None] * N + rn[None, :]
     tl.store(ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
