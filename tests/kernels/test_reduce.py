@@ -77,3 +77,26 @@ def test_errors(backend, device):
         tk.softmax(x, out=torch.empty((4, 6)))
     with pytest.raises(ts.LaunchError, match="at least one axis"):
         tk.mean(torch.tensor(1.0))
+
+
+def test_long_rows_reuse_the_device_scratch_and_stay_ordered(backend, device):
+    """Two long-row softmaxes back to back share the scratch statistics: the second waits for
+    nothing on the host and still reads its own rows (the runtime orders the reuse)."""
+    from tilesafe.kernels import scratch
+    config = {"row_max": 32, "sub": 32}
+    a, b = randn((4, 100), "f32", 6, device, scale=3.0), randn((4, 100), "f32", 7, device, scale=3.0)
+    first = tk.softmax(a, config=config)
+    buf = scratch._BUFFERS[device]
+    second = tk.softmax(b, config=config)
+    assert scratch._BUFFERS[device] is buf                       # no allocation on the second call
+    assert_close(first, softmax_ref(a, False), "f32")
+    assert_close(second, softmax_ref(b, False), "f32")
+
+
+def test_scratch_views_sit_side_by_side_and_grow():
+    from tilesafe.kernels import scratch
+    x, y = scratch.views("cpu", (2, 3), (4,))
+    assert (x.shape, x.strides, y.shape) == ((2, 3), (3, 1), (4,))
+    assert y._torch().data_ptr() == x._torch().data_ptr() + 6 * 4   # right after x
+    big, = scratch.views("cpu", (scratch.MIN_ELEMS + 1,))
+    assert scratch._BUFFERS["cpu"].numel == scratch.MIN_ELEMS + 1

@@ -12,7 +12,7 @@ import torch
 import tilesafe as ts
 
 from . import arguments as A
-from . import configs, layout
+from . import configs, layout, scratch
 from .elementwise import GELU, SILU, unary_op
 from .launch import cdiv, launch, pow2
 
@@ -277,32 +277,17 @@ def _splits(cfg: dict, tiles: int, k_tiles: int) -> int:
 
 
 def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
-    """c = epilogue(a @ b) as `splits` fp32 partial products (in the device's scratch), then their sum."""
+    """c = epilogue(a @ b) as `splits` fp32 partial products (in the device's scratch,
+    `scratch.py`), then their sum."""
     bm, bn, bk = tiles
     (m, k), n = a.shape, b.shape[1]
     per = cdiv(cdiv(k, bk), splits)                              # K tiles per split
     splits = cdiv(cdiv(k, bk), per)                              # no empty split
-    part = _scratch(a.device, (splits, m, n))
+    part, = scratch.views(a.device, (splits, m, n))
     launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per)
     sm = min(pow2(m), 16)
     sn = max(16, min(pow2(n), 2048 // sm))
     launch(split_sum_kernel, {"c": (cv, (sm, sn))}, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT)
-
-
-_SCRATCH: dict = {}   # device -> fp32 scratch of the split-K partial products, reused by every call
-
-
-def _scratch(device: str, shape) -> ts.Tensor:
-    """A (splits, M, N) fp32 view of the device's split-K scratch, grown when too small.
-
-    Reuse is safe: the runtime orders each launch after the pending ones that use the same
-    bytes (S9/S10). Inside `ts.graph()` the scratch must already be large enough (a warm-up
-    call before the capture does that), since a capture may not allocate (S12)."""
-    n = shape[0] * shape[1] * shape[2]
-    buf = _SCRATCH.get(device)
-    if buf is None or buf.numel < n:
-        buf = _SCRATCH[device] = ts.empty((max(n, 1 << 20),), ts.f32, device)
-    return layout.strided(buf, shape, (shape[1] * shape[2], shape[2], 1))
 
 
 def _mma_tile(want: int, size: int) -> int:

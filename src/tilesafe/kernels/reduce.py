@@ -12,8 +12,8 @@ import builtins
 import tilesafe as ts
 
 from . import arguments as A
-from . import configs, layout
-from .launch import cdiv, launch, pow2
+from . import configs, layout, scratch
+from .launch import launch, pow2
 
 SUM, MAX, MEAN = 0, 1, 2
 NEG_INF = -float("inf")
@@ -168,8 +168,9 @@ def _softmax(fn, log, x, out, config):
         bm = min(pow2(xv.shape[1]), cfg["block_m"], builtins.max(1, cfg["row_elems"] // npow))
         launch(softmax_kernel, {"y": (yv, (1, bm, npow))}, cfg=cfg, x=xv, LOG=log)
         return o.returned
-    # Long rows: statistics per row, then an elementwise pass over column tiles.
-    stats = [ts.empty(xv.shape[:2], ts.f32, xv.device) for _ in range(2)]
+    # Long rows: statistics per row (in the device's scratch), then an elementwise pass
+    # over column tiles.
+    stats = scratch.views(xv.device, xv.shape[:2], xv.shape[:2])
     bm = min(pow2(xv.shape[1]), cfg["block_m"])
     sub = min(cfg["sub"], pow2(n))
     launch(row_stats_kernel, {"mx": (stats[0], (1, bm)), "sm": (stats[1], (1, bm))}, x=xv, BN=sub)

@@ -1,0 +1,41 @@
+"""Per-device fp32 scratch for a library call's intermediate results (split-K partial
+products, a long softmax row's statistics), reused by every call instead of allocated.
+
+Reuse is safe: the runtime orders each launch after the pending ones that use the same
+bytes (S9/S10), so a call's scratch is never overwritten while an earlier call still reads
+it. Inside `ts.graph()` the scratch must already be large enough, since a capture may not
+allocate (S12): make one call of the same shape before the capture (a warm-up).
+"""
+from __future__ import annotations
+
+import math
+
+import tilesafe as ts
+
+from .layout import strided
+
+MIN_ELEMS = 1 << 20          # the first buffer: 4 MiB, enough for most decode-time calls
+_BUFFERS: dict = {}          # device -> the fp32 buffer
+
+
+def views(device: str, *shapes) -> list[ts.Tensor]:
+    """Contiguous fp32 views of the given shapes, side by side in the device's scratch
+    (grown when too small)."""
+    sizes = [math.prod(s) for s in shapes]
+    buf = _BUFFERS.get(device)
+    if buf is None or buf.numel < sum(sizes):
+        buf = _BUFFERS[device] = ts.empty((max(sum(sizes), MIN_ELEMS),), ts.f32, device)
+    out, at = [], 0
+    for shape, n in zip(shapes, sizes):
+        shape = tuple(shape)
+        out.append(strided(buf[at:at + n], shape, _row_major(shape)))
+        at += n
+    return out
+
+
+def _row_major(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
