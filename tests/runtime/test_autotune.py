@@ -461,3 +461,11 @@ def test_the_cuda_timer_tunes_on_scratch_and_saves_the_winner(files):
     assert choice.source == "tuned" and choice.time_ms > 0
     (device,) = [f.stem for f in files.user.glob("*.json")]
     assert device == torch.cuda.get_device_name().lower().replace(" ", "-")
+
+
+def test_configs_carry_every_schedule_hint_through_json():
+    c = ts.Config(BM=64, num_warps=8, tma=False, reverse_blocks=(1,))
+    assert c.schedule == ts.schedule(num_warps=8, tma=False, reverse_blocks=(1,))
+    assert c.to_json() == {"BM": 64, "num_warps": 8, "tma": False, "reverse_blocks": [1]}
+    assert ts.Config(**c.to_json()) == c                              # the tuned files' round trip
+    assert "reverse_blocks=[1]" in repr(c) and c.schedule.options() == {"num_warps": 8}   # Triton's own only

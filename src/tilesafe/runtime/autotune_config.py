@@ -6,9 +6,10 @@ config table, so that table can be read into configs unchanged:
     ts.Config(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
     ts.Config(tile=(256,), num_warps=4)
 
-`num_warps`, `num_stages` and `maxnreg` are schedule hints (`ts.schedule`); every other
-keyword sets a `ts.Const` parameter; `tile=` gives the outputs' tile outright (one tuple for
-every output, or `{output: tuple}`), for kernels whose tile is not named by Consts. Checks
+`num_warps`, `num_stages`, `maxnreg`, `tma` and `reverse_blocks` are schedule hints
+(`ts.schedule`); every other keyword sets a `ts.Const` parameter; `tile=` gives the
+outputs' tile outright (one tuple for every output, or `{output: tuple}`), for kernels
+whose tile is not named by Consts. Checks
 that need only the config run here; checks against a kernel run in `Prepared.of`, when
 `@ts.autotune` is applied.
 """
@@ -22,7 +23,7 @@ from ..lang.annotations import CONST, MUT, MUT_TILES
 from .partition import next_pow2
 from .schedule import Schedule, schedule
 
-SCHEDULE_KEYS = ("num_warps", "num_stages", "maxnreg")
+SCHEDULE_KEYS = ("num_warps", "num_stages", "maxnreg", "tma", "reverse_blocks")
 
 
 class Auto:
@@ -77,14 +78,14 @@ class Config:
             out["tile"] = ({name: list(t) for name, t in self.tile} if _per_output(self.tile) else list(self.tile))
         out.update({k: (v.name if isinstance(v, DType) else v) for k, v in sorted(self.consts)})
         if self.schedule is not None:
-            out.update(self.schedule.options())
+            out.update(self.schedule.hints())
         return out
 
     def __repr__(self) -> str:
         parts = [] if self.tile is None else [f"tile={dict(self.tile) if _per_output(self.tile) else self.tile}"]
         parts += [f"{k}={v!r}" for k, v in self.consts]
         if self.schedule is not None:
-            parts += [f"{k}={v}" for k, v in self.schedule.options().items()]
+            parts += [f"{k}={v}" for k, v in self.schedule.hints().items()]
         return f"Config({', '.join(parts)})"
 
 

@@ -26,6 +26,15 @@ class Schedule:
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages),
                                   ("maxnreg", self.maxnreg)) if v is not None}
 
+    def hints(self) -> dict:
+        """Every hint that was set, as `ts.schedule(**hints)` takes them (JSON values)."""
+        out = self.options()
+        if self.tma is not None:
+            out["tma"] = self.tma
+        if self.reverse_blocks:
+            out["reverse_blocks"] = list(self.reverse_blocks)
+        return out
+
 
 def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnreg: int | None = None,
              tma: bool | None = None, reverse_blocks=()) -> Schedule:
