@@ -102,3 +102,35 @@ def test_flash_attention_loads_are_proven_when_sizes_divide():
                 assert (report.launch, report.kernel) == (6, 0), str(report)
             else:   # ragged keys and queries: the edge tiles keep their masks
                 assert report.kernel > 0, str(report)
+
+
+@ts.kernel(sanitize=True)
+def stacked_rows(y: ts.Mut[ts.f32, (1, 16)], x: ts.Ref[ts.f32, ("R", "C")], per: int, R: int, C: int):
+    """Block (b, j) reads row tile b * per + j % per: a product of two runtime values."""
+    b, j = ts.block_id(0), ts.block_id(1)
+    y.store(ts.load(x, (b * per + j % per, 0), shape=(1, 16)) + 1.0)
+
+
+@pytest.mark.parametrize("per", [3, -1, 2 ** 30])
+def test_a_product_of_runtime_values_is_proven_only_when_signs_and_size_allow(per):
+    """b * per (b a block id, per a scalar) is a launch proof when per >= 0 and the product
+    cannot wrap in i32; a negative or huge `per` keeps the row mask (and stays correct)."""
+    report = stacked_rows.checks(ts.spec((2, 48), tile=(1, 16)), ts.spec((6, 16)), per=per)
+    assert report.launch + report.kernel == 2 and report.kernel == (0 if per == 3 else 1), str(report)
+    if per == 3:
+        x = np.random.default_rng(5).standard_normal((6, 16)).astype(np.float32)
+        out = stacked_rows(ts.empty((2, 48)).partition((1, 16)), ts.tensor(x), per=per).sync().unpartition()
+        want = np.stack([np.concatenate([x[b * 3 + j % 3] for j in range(3)]) for b in range(2)]) + 1.0
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+
+
+@ts.kernel(sanitize=True)
+def scaled_down(y: ts.Mut[ts.f32, (1, 16)], x: ts.Ref[ts.f32, ("R", "C")], per: int, d: int, R: int, C: int):
+    """Row (b * per) // d: fine in exact arithmetic, but b * per can wrap in i32."""
+    y.store(ts.load(x, ((ts.block_id(0) * per) // d, 0), shape=(1, 16)))
+
+
+def test_a_product_that_can_wrap_proves_nothing():
+    specs = ts.spec((4, 16), tile=(1, 16)), ts.spec((4, 16))
+    assert scaled_down.checks(*specs, per=2 ** 28, d=2 ** 28).kernel == 0        # 3 * 2**28 fits in i32
+    assert scaled_down.checks(*specs, per=2 ** 30, d=2 ** 30).kernel == 1        # 3 * 2**30 would wrap

@@ -119,8 +119,10 @@ class _Ranges:
 
     Bounds flow through constants, parameters, extents, block ids, loop variables and walk
     indices, and through the monotone integer ops (+, -, * and // by a non-negative constant,
-    min, max), so `range(K // BK)` or `range(min(a, b))` keep a proof. Anything else is
-    unknown, and its accesses keep their masks.
+    min, max), so `range(K // BK)` or `range(min(a, b))` keep a proof; products, floor
+    divisions and modulos of runtime values keep one under conditions each launch checks
+    (operands' signs, a product that fits its dtype). Anything else is unknown, and its
+    accesses keep their masks.
     """
 
     def __init__(self, fn: Function, static_extents: dict):
@@ -198,6 +200,13 @@ class _Ranges:
             self._set(op.result, both(la, ub_, "sub"), both(ua, lb_, "sub"))
         elif kind == "*" and const_b is not None and const_b[1] >= 0:
             self._set(op.result, both(la, const_b, "mul"), both(ua, const_b, "mul"))
+        elif kind == "*" and None not in (la, ua, lb_, ub_):
+            # x * y of two runtime values: monotone when both are >= 0, and only a proof when
+            # the largest product fits the result's dtype (a wrapped product is no bound)
+            top = ("mul", ua, ub_)
+            ok = ("and", ("and", ("ge", la, _const(0)), ("ge", lb_, _const(0))),
+                  ("le", top, _const(_int_max(op.result.dtype))))
+            self._set(op.result, ("sel", ok, ("mul", la, lb_), _const(-math.inf)), ("sel", ok, top, _const(math.inf)))
         elif kind == "//" and const_b is not None and const_b[1] > 0:
             self._set(op.result, both(la, const_b, "floordiv"), both(ua, const_b, "floordiv"))
         elif kind == "//" and None not in (la, ua, lb_):
@@ -215,6 +224,11 @@ class _Ranges:
             self._set(op.result, both(la, lb_, "min"), ua if ua is not None else ub_)
         elif kind == "max":
             self._set(op.result, la if la is not None else lb_, both(ua, ub_, "max"))
+
+
+def _int_max(d) -> int:
+    """The largest value of integer dtype `d`."""
+    return (1 << d.bits) - 1 if d.kind == "uint" else (1 << (d.bits - 1)) - 1
 
 
 def _value_preserving(src, dst) -> bool:
