@@ -165,7 +165,13 @@ def test_tma_layout_needs_16_byte_lines_strides_and_base():
     assert tma_layout((8, 3), (4, 1), 4) is None                   # 12-byte lines: TMA wrote past them
     assert tma_layout((8, 4), (5, 1), 4) is None                   # rows 20 bytes apart
     assert tma_layout((8, 4), (4, 1), 4, address=8) is None        # misaligned base
-    assert tma_layout((2, 8, 4), (32, 4, 1), 4) is None            # 3-D
+    assert tma_layout((2, 8, 4), (32, 4, 1), 4) is None            # 3-D: only when TMA is forced
+    assert tma_layout((2, 8, 4), (32, 4, 1), 4, any_rank=True) == "rows"
+    assert tma_layout((2, 8, 4), (36, 4, 1), 4, any_rank=True) == "rows"        # 144 bytes apart: fine...
+    assert tma_layout((2, 8, 4), (33, 4, 1), 4, any_rank=True) is None          # ...132 are not
+    assert tma_layout((2, 3, 4, 8, 4), (384, 128, 32, 4, 1), 4, any_rank=True) == "rows"   # rank 5 at most
+    assert tma_layout((1, 2, 3, 4, 8, 4), (768, 384, 128, 32, 4, 1), 4, any_rank=True) is None
+    assert tma_layout((4, 8, 2), (16, 2, 1), 4, any_rank=True) is None          # 8-byte lines
 
 
 def test_tma_is_chosen_per_launch_by_schedule_and_backend(monkeypatch, triton_backend):

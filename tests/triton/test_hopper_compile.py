@@ -41,3 +41,16 @@ def test_transposed_weight_is_loaded_through_tma_as_its_transpose():
     compiled = compile_ahead(matmul, *specs, BK=64, arch=90, descriptors=True)
     assert "wgmma.mma_async" in compiled.asm["ptx"]
     assert compiled.asm["ptx"].count("cp.async.bulk.tensor.2d") >= 2   # a and b (c stores may use it too)
+
+
+def test_forced_tma_reaches_4d_attention_tensors_with_ragged_lengths():
+    """flash_kernel on (B, H, S, D) tensors whose length (1000) does not divide the tiles:
+    with TMA forced, q, k, v and o go through 4-D / 3-D descriptors (TMA zero-fills the edge)."""
+    from tilesafe.kernels.attention import flash_kernel
+    bf = ts.bf16
+    k = compile_ahead(flash_kernel, ts.spec((32, 1000, 128), bf, tile=(1, 64, 128)), ts.spec((1, 32, 1000, 128), bf),
+                      ts.spec((1, 8, 1000, 128), bf), ts.spec((1, 8, 1000, 128), bf), qk_scale=0.1, CAUSAL=True,
+                      NEG_SCALE=False, GROUP=4, BN=64, arch=90, schedule=ts.schedule(num_warps=4, tma=True),
+                      descriptors=None)
+    ptx = k.asm["ptx"]
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor.4d" in ptx

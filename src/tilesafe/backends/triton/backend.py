@@ -182,14 +182,17 @@ class TritonCompiled:
         return max(1, min(tiles, sms * OCCUPANCY))
 
     def _descriptor_choice(self, tensors, linear: bool):
-        """`variant`'s arguments: the tensors that use TMA (and which of them by columns)."""
+        """`variant`'s arguments: the tensors that use TMA (and which of them by columns).
+        The automatic choice takes matrices only (measured on the H200); a forced one
+        (`tma=True`, `TritonBackend.descriptors = True`) takes tensors of rank 3 to 5 too."""
         if not self.use_descriptors():
             return frozenset(), linear, frozenset()
+        any_rank = self.tma is True or (self.tma is None and self.backend.descriptors is True)
         rows, cols = set(), set()
         for name, t in tensors.items():
             if self.kernel.param(name).kind not in (REF, MUT, MUT_TILES) or name in self._reloaded:
                 continue
-            layout = tma_layout(t.shape, t.stride(), t.element_size(), t.data_ptr())
+            layout = tma_layout(t.shape, t.stride(), t.element_size(), t.data_ptr(), any_rank)
             if layout is not None:
                 rows.add(name)
                 if layout == "columns":
@@ -204,14 +207,20 @@ def _has_tma() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
-def tma_layout(shape, strides, itemsize: int, address: int = 0) -> str | None:
+def tma_layout(shape, strides, itemsize: int, address: int = 0, any_rank: bool = False) -> str | None:
     """How TMA can address a 2-D tensor: "rows" (contiguous rows), "columns" (contiguous
-    columns, e.g. a transposed view), or None. TMA needs a 16-byte aligned base, a 16-byte
-    multiple between the starts of its lines, and lines a multiple of 16 bytes long: on
-    the H200 a shorter last 16 bytes of a line was read and written whole, past the
-    tensor's edge. Outputs a kernel loads back stay on pointers (S15's barriers order
-    pointer accesses only): callers leave those out."""
-    if len(shape) != 2 or address % 16:
+    columns, e.g. a transposed view), or None; with `any_rank`, tensors of rank 3 to 5 with
+    contiguous last axis too ("rows"). TMA needs a 16-byte aligned base, 16-byte multiples
+    between the starts of its lines, and lines a multiple of 16 bytes long: on the H200 a
+    shorter last 16 bytes of a line was read and written whole, past the tensor's edge.
+    Outputs a kernel loads back stay on pointers (S15's barriers order pointer accesses
+    only): callers leave those out."""
+    if address % 16:
+        return None
+    if any_rank and 3 <= len(shape) <= 5:
+        ok = strides[-1] == 1 and (shape[-1] * itemsize) % 16 == 0
+        return "rows" if ok and all((s * itemsize) % 16 == 0 for s in strides[:-1]) else None
+    if len(shape) != 2:
         return None
     if strides[1] == 1 and (strides[0] * itemsize) % 16 == 0 and (shape[1] * itemsize) % 16 == 0:
         return "rows"
@@ -266,13 +275,14 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
     bound = binding.bind(kernel, args, kwargs, grid, kernel.unsafe)
     spec = kernel.specializer.spec(bound)
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
+    any_rank = descriptors is True or (schedule is not None and schedule.tma is True)
     if descriptors is None:
         tma = schedule.tma if schedule is not None else None
         descriptors = tma if tma is not None else arch >= 90 and any(op.opcode == "mma" for op in walk(spec.fn.body))
     layouts = {}
     if descriptors:
         reloaded = loaded_outputs(spec.fn)
-        layouts = {n: tma_layout(f.shape, f.strides, f.dtype.itemsize) for n, f in bound.tensors.items()
+        layouts = {n: tma_layout(f.shape, f.strides, f.dtype.itemsize, 0, any_rank) for n, f in bound.tensors.items()
                    if kernel.param(n).kind in (REF, MUT, MUT_TILES) and n not in reloaded}
     gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), frozenset(n for n, v in layouts.items() if v),
                            column_major=frozenset(n for n, v in layouts.items() if v == "columns"),

@@ -10,9 +10,9 @@ axes `bounds.masks_for` flagged (S11). Origins follow the interpreter's `origin(
     'tile'    : index_a * shape_a                        (a tile-space index, may be anything)
 With 64-bit offsets (`wide`) the origins are cast to int64 first.
 
-When the backend marks a 2-D tensor as descriptor-eligible (contiguous last axis, 16-byte
-aligned base and strides), its tile loads and stores use a TMA tensor descriptor made once
-at the top of the kernel instead (masked ones too, where TMA's own bounds check gives the
+When the backend marks a tensor as descriptor-eligible (a matrix, or, when TMA is forced,
+a tensor of rank 3 to 5; contiguous last axis, 16-byte aligned base and strides), its tile
+loads and stores use a TMA tensor descriptor made once at the top of the kernel instead (masked ones too, where TMA's own bounds check gives the
 same result: zero padding, 32-bit offsets). A tensor with contiguous columns instead (a
 transposed view such as `w.T`) is described as its transpose, and its tiles are
 transposed in registers (`tl.trans`), which the tensor-core operand path absorbs.
@@ -206,11 +206,11 @@ def _use_descriptor(em: Emitter, op: Op, g: _Geometry, flags) -> bool:
     box itself: out-of-range elements of a load read as zero and those of a store are
     dropped, which is what a masked access with zero padding does. Other paddings (-inf of
     a max) and 64-bit offsets (TMA coordinates are 32-bit) stay on pointers."""
-    if g.tensor not in em.descriptors or len(g.shape) != 2 or (any(flags) and em.wide):
+    if g.tensor not in em.descriptors or not 2 <= len(g.shape) <= 5 or (any(flags) and em.wide):
         return False
     if any(flags) and op.opcode == "load" and not _zero(fold_value(op.attrs["padding"], op.result.dtype)):
         return False
-    inner = g.shape[0] if g.tensor in em.column_major else g.shape[1]   # the contiguous axis of the box
+    inner = g.shape[0] if g.tensor in em.column_major else g.shape[-1]   # the contiguous axis of the box
     return inner * op.args[0].dtype.itemsize >= 16 and all(s <= 256 for s in g.shape)
 
 
@@ -226,11 +226,11 @@ def _descriptor(em: Emitter, g: _Geometry) -> str:
         names = em.tensors[g.tensor]
         name = em.fresh(f"{g.tensor}_desc")
         em.desc_names[key] = name
-        extents, stride, box = list(names.extents), names.strides[0], list(g.shape)
+        extents, strides, box = list(names.extents), list(names.strides[:-1]), list(g.shape)
         if g.tensor in em.column_major:   # contiguous columns: describe the transpose
-            extents, stride, box = extents[::-1], names.strides[1], box[::-1]
+            extents, strides, box = extents[::-1], [names.strides[1]], box[::-1]
         em.prologue.append(f"    {name} = tl.make_tensor_descriptor({names.ptr}, shape=[{', '.join(extents)}], "
-                           f"strides=[{stride}, 1], block_shape={box})")
+                           f"strides=[{', '.join(strides)}, 1], block_shape={box})")
     return name
 
 
