@@ -86,6 +86,9 @@ DECODE = [{"block_n": bn, "splits": None, "target_blocks": tb, "num_warps": w}
                             (64, 264, 8), (128, 132, 4)]]
 
 
+ELEMENTWISE = [{"block": b, "num_warps": w} for b, w in [(1024, 4), (4096, 4), (4096, 8), (8192, 8), (2048, 8)]]
+
+
 # --- workloads -----------------------------------------------------------------------------------
 
 @dataclass
@@ -131,6 +134,14 @@ def flash(h, s, d, causal, dev) -> Work:
                 configs.shape_class(DT, d, s), make,
                 lambda b, c: tk.flash_attention(b["q"], b["k"], b["v"], causal=causal, out=b["out"], config=c),
                 lambda b: F.scaled_dot_product_attention(b["q"], b["k"], b["v"], is_causal=causal))
+
+
+def elementwise_add(dt: str, n: int, dev) -> Work:
+    """x + y over n elements (512 MiB a bf16/f32 operand on the GPU), as the bench's add."""
+    def make(s):
+        return {"x": randn((n,), dt, s, dev), "y": randn((n,), dt, s + 1000, dev), "out": empty((n,), dt, dev)}
+    return Work(f"add {dt} {n}", "elementwise", configs.shape_class(getattr(ts, dt)), make,
+                lambda b, c: tk.add(b["x"], b["y"], out=b["out"], config=c), lambda b: b["x"] + b["y"])
 
 
 def decode(label, h, hkv, d, ctx, dev) -> Work:
@@ -189,6 +200,8 @@ def plan(tiny: bool, dev: str) -> list[Group]:
     for spec in dec:                     # the class is (head_dim, group): every context shares it
         add(decode(*spec, dev), DECODE)
     projections(m_mid, GEMM_M128)
+    for dt in ("bf16", "f32"):           # one class per dtype: the elementwise config has no sizes
+        add(elementwise_add(dt, (1 << 10) if tiny else (1 << 29) // (2 if dt == "bf16" else 4), dev), ELEMENTWISE)
     return list(groups.values())
 
 
