@@ -43,3 +43,32 @@ def test_decode_step_replays_for_new_lengths():
             g.replay().sync()
             assert_close(o, eager[n][0], dt, rtol=0, atol=0)
             assert torch.equal(tok, eager[n][1])
+
+
+def test_split_k_and_long_softmax_capture_after_a_warm_up():
+    """Calls that use the device scratch (a split-K GEMV, a vocabulary-wide softmax) allocate
+    nothing once a warm-up call of the shape has grown it: they capture and replay exactly."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    dev, dt = "cuda", "bf16"
+    x, w = randn((1, 9728), dt, 6, dev), randn((2560, 9728), dt, 7, dev, scale=0.01)   # few outputs: split K
+    logits = randn((1, 151936), "f32", 8, dev)
+    y = torch.empty(1, 2560, dtype=torch.bfloat16, device=dev)
+    p = torch.empty(1, 151936, dtype=torch.float32, device=dev)
+    split = {"split_k": 4}
+
+    def step():
+        tk.linear(x, w, out=y, config=split)
+        tk.softmax(logits, out=p)
+
+    with ts.backend("triton"):
+        step()                                   # warm-up: compiles, grows the scratch
+        want_y, want_p = y.clone(), p.clone()
+        y.fill_(float("nan"))
+        p.fill_(float("nan"))
+        with ts.graph() as g:
+            step()
+        g.replay().sync()
+        assert_close(y, want_y, dt, rtol=0, atol=0)
+        assert_close(p, want_p, "f32", rtol=0, atol=0)
+        assert_close(y, torch.nn.functional.linear(x.float(), w.float()), dt)
