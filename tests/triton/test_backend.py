@@ -159,7 +159,7 @@ def test_a_transposed_view_uses_tma_as_its_transpose():
 
 
 def test_tma_layout_needs_16_byte_lines_strides_and_base():
-    from tilesafe.backends.triton.backend import tma_layout
+    from tilesafe.backends.triton.tma import layout as tma_layout
     assert tma_layout((8, 4), (4, 1), 4) == "rows"
     assert tma_layout((4, 8), (1, 4), 4) == "columns"              # a transposed (8, 4)
     assert tma_layout((8, 3), (4, 1), 4) is None                   # 12-byte lines: TMA wrote past them

@@ -8,8 +8,6 @@ and returns a `Future` — with a CUDA event on a GPU, already done under the in
 """
 from __future__ import annotations
 
-import functools
-
 from ...errors import LaunchError
 from ...lang.annotations import MUT, MUT_TILES, REF
 from ...lang.coverage import definitely_written, loaded_outputs
@@ -17,7 +15,7 @@ from ...lang.ir import walk
 from ...runtime.future import Future
 from ...runtime.safety import mark_written
 from ...settings import SETTINGS
-from . import adapter, codegen
+from . import adapter, codegen, tma
 
 NAMES = ("triton", "triton-interpreter")
 INTERPRETER_PERSISTENT_GRID = 3   # small, so every persistent loop runs several tiles per block
@@ -141,7 +139,7 @@ class TritonCompiled:
             return self.tma
         if self.backend.descriptors is not None:
             return self.backend.descriptors
-        return self.multiplies and not self.backend.interpret and _has_tma()
+        return self.multiplies and not self.backend.interpret and tma.available()
 
     def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
@@ -182,51 +180,14 @@ class TritonCompiled:
         return max(1, min(tiles, sms * OCCUPANCY))
 
     def _descriptor_choice(self, tensors, linear: bool):
-        """`variant`'s arguments: the tensors that use TMA (and which of them by columns).
-        The automatic choice takes matrices only (measured on the H200); a forced one
-        (`tma=True`, `TritonBackend.descriptors = True`) takes tensors of rank 3 to 5 too."""
+        """`variant`'s arguments: the tensors that use TMA (and which of them by columns)."""
         if not self.use_descriptors():
             return frozenset(), linear, frozenset()
         any_rank = self.tma is True or (self.tma is None and self.backend.descriptors is True)
-        rows, cols = set(), set()
-        for name, t in tensors.items():
-            if self.kernel.param(name).kind not in (REF, MUT, MUT_TILES) or name in self._reloaded:
-                continue
-            layout = tma_layout(t.shape, t.stride(), t.element_size(), t.data_ptr(), any_rank)
-            if layout is not None:
-                rows.add(name)
-                if layout == "columns":
-                    cols.add(name)
-        return frozenset(rows), linear, frozenset(cols)
-
-
-@functools.lru_cache(maxsize=None)
-def _has_tma() -> bool:
-    """Whether the current GPU has the tensor memory accelerator (compute capability 9.0+)."""
-    import torch
-    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
-
-
-def tma_layout(shape, strides, itemsize: int, address: int = 0, any_rank: bool = False) -> str | None:
-    """How TMA can address a 2-D tensor: "rows" (contiguous rows), "columns" (contiguous
-    columns, e.g. a transposed view), or None; with `any_rank`, tensors of rank 3 to 5 with
-    contiguous last axis too ("rows"). TMA needs a 16-byte aligned base, 16-byte multiples
-    between the starts of its lines, and lines a multiple of 16 bytes long: on the H200 a
-    shorter last 16 bytes of a line was read and written whole, past the tensor's edge.
-    Outputs a kernel loads back stay on pointers (S15's barriers order pointer accesses
-    only): callers leave those out."""
-    if address % 16:
-        return None
-    if any_rank and 3 <= len(shape) <= 5:
-        ok = strides[-1] == 1 and (shape[-1] * itemsize) % 16 == 0
-        return "rows" if ok and all((s * itemsize) % 16 == 0 for s in strides[:-1]) else None
-    if len(shape) != 2:
-        return None
-    if strides[1] == 1 and (strides[0] * itemsize) % 16 == 0 and (shape[1] * itemsize) % 16 == 0:
-        return "rows"
-    if strides[0] == 1 and (strides[1] * itemsize) % 16 == 0 and (shape[0] * itemsize) % 16 == 0:
-        return "columns"
-    return None
+        layouts = {name: tma.layout(t.shape, t.stride(), t.element_size(), t.data_ptr(), any_rank)
+                   for name, t in tensors.items()
+                   if self.kernel.param(name).kind in (REF, MUT, MUT_TILES) and name not in self._reloaded}
+        return tma.tensors(layouts), linear, tma.tensors(layouts, "columns")
 
 
 MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
@@ -277,15 +238,15 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
     any_rank = descriptors is True or (schedule is not None and schedule.tma is True)
     if descriptors is None:
-        tma = schedule.tma if schedule is not None else None
-        descriptors = tma if tma is not None else arch >= 90 and any(op.opcode == "mma" for op in walk(spec.fn.body))
+        forced = schedule.tma if schedule is not None else None
+        descriptors = forced if forced is not None else arch >= 90 and any(op.opcode == "mma" for op in walk(spec.fn.body))
     layouts = {}
     if descriptors:
         reloaded = loaded_outputs(spec.fn)
-        layouts = {n: tma_layout(f.shape, f.strides, f.dtype.itemsize, 0, any_rank) for n, f in bound.tensors.items()
+        layouts = {n: tma.layout(f.shape, f.strides, f.dtype.itemsize, 0, any_rank) for n, f in bound.tensors.items()
                    if kernel.param(n).kind in (REF, MUT, MUT_TILES) and n not in reloaded}
-    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), frozenset(n for n, v in layouts.items() if v),
-                           column_major=frozenset(n for n, v in layouts.items() if v == "columns"),
+    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), tma.tensors(layouts),
+                           column_major=tma.tensors(layouts, "columns"),
                            reversed_axes=schedule.reverse_blocks if schedule is not None else ())
     values = []
     for slot in gen.args:

@@ -1,0 +1,43 @@
+"""Which tensors a launch addresses through TMA tensor descriptors (Hopper's copy engine).
+
+`layout` says how TMA can address one tensor (or that it cannot); the backend asks it for
+each argument of a launch that uses descriptors, and the code generator
+(`emit_memory`) then uses a descriptor for that tensor's eligible tile accesses.
+"""
+from __future__ import annotations
+
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether the current GPU has the tensor memory accelerator (compute capability 9.0+)."""
+    import torch
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+def layout(shape, strides, itemsize: int, address: int = 0, any_rank: bool = False) -> str | None:
+    """How TMA can address a 2-D tensor: "rows" (contiguous rows), "columns" (contiguous
+    columns, e.g. a transposed view), or None; with `any_rank`, tensors of rank 3 to 5 with
+    contiguous last axis too ("rows"). TMA needs a 16-byte aligned base, 16-byte multiples
+    between the starts of its lines, and lines a multiple of 16 bytes long: on the H200 a
+    shorter last 16 bytes of a line was read and written whole, past the tensor's edge.
+    Outputs a kernel loads back stay on pointers (S15's barriers order pointer accesses
+    only): callers leave those out."""
+    if address % 16:
+        return None
+    if any_rank and 3 <= len(shape) <= 5:
+        ok = strides[-1] == 1 and (shape[-1] * itemsize) % 16 == 0
+        return "rows" if ok and all((s * itemsize) % 16 == 0 for s in strides[:-1]) else None
+    if len(shape) != 2:
+        return None
+    if strides[1] == 1 and (strides[0] * itemsize) % 16 == 0 and (shape[1] * itemsize) % 16 == 0:
+        return "rows"
+    if strides[0] == 1 and (strides[1] * itemsize) % 16 == 0 and (shape[0] * itemsize) % 16 == 0:
+        return "columns"
+    return None
+
+
+def tensors(layouts: dict, kind: str | None = None) -> frozenset:
+    """The tensors with a layout (of `kind`, when given)."""
+    return frozenset(n for n, v in layouts.items() if v and (kind is None or v == kind))
