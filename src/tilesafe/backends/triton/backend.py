@@ -239,7 +239,8 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
     any_rank = descriptors is True or (schedule is not None and schedule.tma is True)
     if descriptors is None:
         forced = schedule.tma if schedule is not None else None
-        descriptors = forced if forced is not None else arch >= 90 and any(op.opcode == "mma" for op in walk(spec.fn.body))
+        multiplies = any(op.opcode == "mma" for op in walk(spec.fn.body))
+        descriptors = forced if forced is not None else arch >= 90 and multiplies
     layouts = {}
     if descriptors:
         reloaded = loaded_outputs(spec.fn)

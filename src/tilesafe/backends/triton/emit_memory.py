@@ -11,11 +11,12 @@ axes `bounds.masks_for` flagged (S11). Origins follow the interpreter's `origin(
 With 64-bit offsets (`wide`) the origins are cast to int64 first.
 
 When the backend marks a tensor as descriptor-eligible (a matrix, or, when TMA is forced,
-a tensor of rank 3 to 5; contiguous last axis, 16-byte aligned base and strides), its tile
-loads and stores use a TMA tensor descriptor made once at the top of the kernel instead (masked ones too, where TMA's own bounds check gives the
-same result: zero padding, 32-bit offsets). A tensor with contiguous columns instead (a
-transposed view such as `w.T`) is described as its transpose, and its tiles are
-transposed in registers (`tl.trans`), which the tensor-core operand path absorbs.
+a tensor of rank 3 to 5; contiguous last axis, 16-byte aligned base and strides; see
+`tma.py`), its tile loads and stores use a TMA tensor descriptor made once at the top of
+the kernel instead, masked ones too where TMA's own bounds check gives the same result
+(zero padding, 32-bit offsets). A matrix with contiguous columns instead (a transposed
+view such as `w.T`) is described as its transpose, and its tiles are transposed in
+registers (`tl.trans`), which the tensor-core operand path absorbs.
 
 S15: a load of an output that may follow a store to the same output in this block gets a
 `tl.debug_barrier()` first, so every thread sees the stored elements.
