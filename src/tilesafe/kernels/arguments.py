@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import dtypes
+from . import layout
 from ..dtypes import DType
 from ..errors import LaunchError, caller_loc
 from ..runtime.constructors import empty, from_torch
@@ -50,23 +51,40 @@ def dtype_in(t: Tensor, allowed, name: str, fn: str) -> DType:
 
 
 def same_dtype(fn: str, **named: Tensor) -> DType:
-    items = list(named.items())
-    first, d = items[0][0], items[0][1].dtype
-    for name, t in items[1:]:
-        if t.dtype != d:
-            raise fail(fn, f"`{name}` has dtype {t.dtype.name} but `{first}` has {d.name}",
-                       help="convert both to one dtype first")
-    return d
+    return _agree(fn, named, lambda t: t.dtype, lambda n, v, first, w: f"`{n}` has dtype {v.name} but `{first}` "
+                  f"has {w.name}", "convert both to one dtype first")
 
 
 def same_device(fn: str, **named: Tensor) -> str:
+    return _agree(fn, named, lambda t: t.device, lambda n, v, first, w: f"`{n}` is on {v} but `{first}` is on {w}",
+                  "move every tensor of one call to the same device")
+
+
+def _agree(fn: str, named: dict, key, message, help: str):
+    """key(t) of the first tensor, after checking every other tensor has the same."""
     items = list(named.items())
-    first, dev = items[0][0], items[0][1].device
+    first, want = items[0][0], key(items[0][1])
     for name, t in items[1:]:
-        if t.device != dev:
-            raise fail(fn, f"`{name}` is on {t.device} but `{first}` is on {dev}",
-                       help="move every tensor of one call to the same device")
-    return dev
+        if key(t) != want:
+            raise fail(fn, message(name, key(t), first, want), help=help)
+    return want
+
+
+def float_operands(fn: str, **named) -> tuple[list[Tensor], DType, str]:
+    """The named arguments as tensors of one float dtype on one device: (tensors, dtype, device)."""
+    tensors = {name: tensor(x, name, fn) for name, x in named.items()}
+    first = next(iter(tensors))
+    dtype = dtype_in(tensors[first], FLOATS, first, fn)
+    same_dtype(fn, **tensors)
+    return list(tensors.values()), dtype, same_device(fn, **tensors)
+
+
+def row_views(fn: str, inputs, outputs, shape):
+    """`layout.rows3` of a row kernel's tensors, or the error when their leading axes do not merge."""
+    views = layout.rows3(inputs, outputs, shape)
+    if views is None:
+        raise fail(fn, f"the leading axes of shape {shape} do not merge into two", help="pass a contiguous tensor")
+    return views
 
 
 def rank_in(t: Tensor, ranks, name: str, fn: str) -> int:

@@ -256,10 +256,7 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     """
     fn = "flash_attention"
     torch_mode = A.is_torch(q)
-    qt, kt, vt = (A.tensor(t, name, fn) for t, name in ((q, "q"), (k, "k"), (v, "v")))
-    dtype = A.dtype_in(qt, A.FLOATS, "q", fn)
-    A.same_dtype(fn, q=qt, k=kt, v=vt)
-    device = A.same_device(fn, q=qt, k=kt, v=vt)
+    (qt, kt, vt), dtype, device = A.float_operands(fn, q=q, k=k, v=v)
     if qt.ndim not in (3, 4) or kt.ndim != qt.ndim or vt.shape != kt.shape:
         raise A.fail(fn, f"needs q (B, H, S, D) or (H, S, D) and k, v of one shape with the same rank; got "
                          f"q {qt.shape}, k {kt.shape}, v {vt.shape}")
@@ -344,10 +341,7 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     """
     fn = "decode_attention"
     torch_mode = A.is_torch(q)
-    qt, kt, vt = (A.tensor(t, name, fn) for t, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")))
-    dtype = A.dtype_in(qt, A.FLOATS, "q", fn)
-    A.same_dtype(fn, q=qt, k_cache=kt, v_cache=vt)
-    device = A.same_device(fn, q=qt, k_cache=kt, v_cache=vt)
+    (qt, kt, vt), dtype, device = A.float_operands(fn, q=q, k_cache=k_cache, v_cache=v_cache)
     if qt.ndim != 2 or kt.ndim != 3 or vt.shape != kt.shape or kt.shape[2] != qt.shape[1]:
         raise A.fail(fn, f"needs q (H, D) and caches (HKV, max_seq, D) of one shape; got q {qt.shape}, "
                          f"k_cache {kt.shape}, v_cache {vt.shape}")

@@ -182,10 +182,7 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
     shared by the whole batch (a stride-0 view, never copied)."""
     fn = "bmm"
     torch_mode = A.is_torch(a)
-    at, bt = A.tensor(a, "a", fn), A.tensor(b, "b", fn)
-    dtype = A.dtype_in(at, A.FLOATS, "a", fn)
-    A.same_dtype(fn, a=at, b=bt)
-    device = A.same_device(fn, a=at, b=bt)
+    (at, bt), dtype, device = A.float_operands(fn, a=a, b=b)
     if at.ndim != 3 or bt.ndim not in (2, 3) or at.shape[2] != bt.shape[-2]:
         raise A.fail(fn, f"needs a (Z, M, K) and b (Z, K, N); got {at.shape} and {bt.shape}")
     z, m, k = at.shape
@@ -207,9 +204,7 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
 
 
 def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, config):
-    dtype = A.dtype_in(at, A.FLOATS, "a", fn)
-    A.same_dtype(fn, a=at, b=bt)
-    device = A.same_device(fn, a=at, b=bt)
+    (at, bt), dtype, device = A.float_operands(fn, a=at, b=bt)
     k, n = bt.shape
     if at.shape[-1] != k:
         raise A.fail(fn, f"inner dimensions differ: {at.shape} @ {bt.shape} ({at.shape[-1]} != {k})")

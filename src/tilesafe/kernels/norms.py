@@ -132,7 +132,7 @@ def rms_norm(x, w, eps=1e-6, residual=None, out=None, residual_out=None, config=
     inplace = residual is not None and layout.same_view(outs["h"].tensor, inputs["residual"])
     if inplace:
         inputs.pop("residual")
-    ins, os_ = _views(fn, list(inputs.values()), [o.tensor for o in outs.values()], shape)
+    ins, os_ = A.row_views(fn, list(inputs.values()), [o.tensor for o in outs.values()], shape)
     cfg, bm, npow = _tiles(fn, ins[0], dtype, config)
     eps = float(eps)
     if npow > cfg["row_max"]:
@@ -171,7 +171,7 @@ def layer_norm(x, w, b=None, eps=1e-5, out=None, config=None):
     y = A.output(out, shape, dtype, xt.device, torch_mode, fn)
     if y.tensor.numel == 0:
         return y.returned
-    (xv,), (yv,) = _views(fn, [xt], [y.tensor], shape)
+    (xv,), (yv,) = A.row_views(fn, [xt], [y.tensor], shape)
     cfg, bm, npow = _tiles(fn, xv, dtype, config)
     if npow > cfg["row_max"]:
         _long(yv, xv, wt, bt, True, b is not None, cfg, bm, float(eps))
@@ -194,11 +194,6 @@ def _inputs(fn, x, w):
     return torch_mode, xt, wt, dtype
 
 
-def _views(fn, inputs, outputs, shape):
-    views = layout.rows3(inputs, outputs, shape)
-    if views is None:
-        raise A.fail(fn, f"the leading axes of shape {shape} do not merge into two", help="pass a contiguous tensor")
-    return views
 
 
 def _tiles(fn, xv, dtype, config):

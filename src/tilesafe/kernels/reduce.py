@@ -12,7 +12,7 @@ import builtins
 import tilesafe as ts
 
 from . import arguments as A
-from . import configs, layout, scratch
+from . import configs, scratch
 from .launch import launch, pow2
 
 SUM, MAX, MEAN = 0, 1, 2
@@ -141,10 +141,7 @@ def _reduce(fn, op, x, axis, out, config):
     o = A.output(out, shape[:-1], dtype, xt.device, torch_mode, fn)
     if o.tensor.numel == 0:
         return o.returned
-    views = layout.rows3([xt], [o.tensor], shape)
-    if views is None:
-        raise A.fail(fn, f"the leading axes of shape {shape} do not merge into two", help="pass a contiguous tensor")
-    (xv,), (zv,) = views
+    (xv,), (zv,) = A.row_views(fn, [xt], [o.tensor], shape)
     cfg = configs.lookup("reduce", configs.shape_class(dtype, shape[-1]), config, dtype)
     bm = min(cfg["block_m"], pow2(xv.shape[1]))
     bn = min(cfg["block_n"], pow2(xv.shape[2]))
@@ -158,10 +155,7 @@ def _softmax(fn, log, x, out, config):
     o = A.output(out, shape, dtype, xt.device, torch_mode, fn)
     if o.tensor.numel == 0:
         return o.returned
-    views = layout.rows3([xt], [o.tensor], shape)
-    if views is None:
-        raise A.fail(fn, f"the leading axes of shape {shape} do not merge into two", help="pass a contiguous tensor")
-    (xv,), (yv,) = views
+    (xv,), (yv,) = A.row_views(fn, [xt], [o.tensor], shape)
     cfg = configs.lookup("rows", configs.shape_class(dtype, shape[-1]), config, dtype)
     n, npow = shape[-1], pow2(shape[-1])
     if npow <= cfg["row_max"]:

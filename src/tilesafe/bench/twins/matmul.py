@@ -100,16 +100,25 @@ def _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM: tl.constexpr, BN: tl.const
 
 
 @triton.jit
-def mm(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
-       BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr,
-       A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr):
-    a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS, C_TMA)
-    m0 = tl.program_id(0) * BM
-    n0 = tl.program_id(1) * BN
+def _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr,
+              BN: tl.constexpr, BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
+              TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr,
+              C_TMA: tl.constexpr):
+    """c[m0:, n0:] = a[m0:, :] @ b[:, n0:] for one (BM, BN) output tile, fp32 accumulation."""
     acc = tl.zeros((BM, BN), tl.float32)
     acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, 0, tl.cdiv(K, BK),
                         BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
     _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
+
+
+@triton.jit
+def mm(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+       BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr,
+       A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr):
+    a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS, C_TMA)
+    m0, n0 = tl.program_id(0) * BM, tl.program_id(1) * BN
+    _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, scm, scn,
+              BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS, C_TMA)
 
 
 @triton.jit
@@ -125,12 +134,9 @@ def mm_persistent(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM
         first = (tile // per_group) * GROUP
         rows = tl.minimum(tiles_m - first, GROUP)
         within = tile % per_group
-        m0 = (first + within % rows) * BM
-        n0 = (within // rows) * BN
-        acc = tl.zeros((BM, BN), tl.float32)
-        acc = _tile_product(a, b, a_ptr, b_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, acc, 0, tl.cdiv(K, BK),
-                            BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
-        _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
+        m0, n0 = (first + within % rows) * BM, (within // rows) * BN
+        _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                  BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS, C_TMA)
 
 
 @triton.jit
@@ -142,11 +148,8 @@ def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.co
     if DOT:
         a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS,
                                C_TMA)
-        acc = tl.zeros((BM, BN), tl.float32)
-        n0 = tl.program_id(0) * BN
-        acc = _tile_product(a, b, a_ptr, b_ptr, 0, n0, M, N, K, sam, sak, sbk, sbn, acc, 0, tl.cdiv(K, BK),
-                        BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS)
-        _store(c, c_ptr, acc, 0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, C_TMA)
+        _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, 0, tl.program_id(0) * BN, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                  BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS, C_TMA)
     else:                                                   # one row: FMAs
         y = _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, 0, tl.cdiv(K, BK), BN, BK, EVEN_N, EVEN_K)
         if EVEN_N:
