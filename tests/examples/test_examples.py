@@ -21,7 +21,8 @@ EXAMPLES = ROOT / "examples"
 EXPECTED = ["hello_world", "vector_add", "saxpy_2d", "matmul", "persistent_matmul", "batched_matmul",
             "mixed_precision_matmul", "softmax", "rms_norm", "masked_fill", "flash_attention", "ragged_sizes",
             "unsafe_race", "refused_kernels"]
-BF16 = {"mixed_precision_matmul"}   # Triton 3.6's interpreter computes bf16 wrongly (DESIGN §5)
+BF16 = {"mixed_precision_matmul"}
+TMA_EXAMPLES = {"matmul", "persistent_matmul", "saxpy_2d", "softmax"}   # aligned 2-D tensors in their demo   # Triton 3.6's interpreter computes bf16 wrongly (DESIGN §5)
 
 
 def run_example(name: str, capsys) -> str:
@@ -48,10 +49,16 @@ def test_example(name, backend, capsys):
 def test_example_through_tma_descriptors_on_the_interpreter(name, capsys, monkeypatch):
     """Every example with every eligible 2-D access through TMA descriptors (as on a Hopper
     GPU for tile products), under Triton's interpreter."""
+    from tilesafe.backends.triton import codegen
     from tilesafe.backends.triton.backend import TritonBackend
     monkeypatch.setattr(TritonBackend.get("triton-interpreter"), "descriptors", True)
+    used, generate = [], codegen.generate
+    monkeypatch.setattr(codegen, "generate", lambda *a, **k: (lambda g: (used.append(g.descriptors), g)[1])(
+        generate(*a, **k)))
     with ts.backend("triton-interpreter"):
         assert_passed(name, run_example(name, capsys))
+    if name in TMA_EXAMPLES:                 # their aligned 2-D tensors really went through TMA
+        assert any(used), used
 
 
 @pytest.mark.gpu

@@ -78,3 +78,11 @@ def test_a_tuple_of_shape_classes_takes_the_first_one_tuned(monkeypatch):
     assert (rows16["block_n"], rows16["split_k"]) == (64, None)          # its own class, default split
     table["linear"].pop("bf16/4096/16384/gemv")
     assert configs.lookup("linear", mm.linear_keys(ts.bf16, 1, 2560, 9728))["block_n"] == 64   # falls back
+
+
+def test_a_config_schedule_is_made_once_and_takes_json_lists():
+    from tilesafe.kernels.launch import schedule_of
+    a = schedule_of({"block_m": 64, "num_warps": 8, "reverse_blocks": [1]})      # as a tuned JSON file holds it
+    assert a == ts.schedule(num_warps=8, reverse_blocks=(1,))
+    assert schedule_of({"num_warps": 8, "reverse_blocks": (1,)}) is a             # cached: no rebuild per call
+    assert schedule_of({"block_m": 64, "tma": None}) is None

@@ -88,15 +88,21 @@ def test_split_k_partials_add_up_with_bias_and_activation(backend, device, m, sp
     assert_close(got, F.silu(F.linear(t64(x), t64(w), t64(bias))), dtype, **MM_TOL[dtype])
 
 
-def test_split_k_is_chosen_when_tiles_are_too_few_to_fill_the_workers(backend, device):
+def test_split_k_is_chosen_when_tiles_are_too_few_to_fill_the_workers(backend, device, monkeypatch):
     mm = importlib.import_module("tilesafe.kernels.matmul")   # the module (tk.matmul is the function)
     assert mm._splits({"split_k": None, "min_blocks": 264}, 40, 76) == 7       # 40 tiles: 7 splits
     assert mm._splits({"split_k": None, "min_blocks": 264}, 40, 12) == 3       # >= 4 K tiles a split
     assert mm._splits({"split_k": None, "min_blocks": 264}, 300, 76) == 1      # enough tiles already
     assert mm._splits({"split_k": 4, "min_blocks": 264}, 300, 3) == 3          # at most one split a K tile
     a, b = randn((64, 256), "f32", 19, device), randn((256, 32), "f32", 20, device)
+    launched = []
+    real = mm.launch
+    monkeypatch.setattr(mm, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, outputs, kw)),
+                                                                       real(kernel, outputs, **kw))[1])
     got = tk.matmul(a, b, config={"split_k": None, "min_blocks": 8})             # 2 tiles, 8 K tiles: 2 splits
-    assert mm.split_k_kernel._last_plan is not None
+    assert [name for name, _, _ in launched] == ["split_k_kernel", "split_sum_kernel"]
+    part = launched[0][1]["part"][0]
+    assert part.shape == (2, 64, 32) and launched[0][2]["PER"] == 4
     assert_close(got, t64(a) @ t64(b), "f32", **MM_TOL["f32"])
 
 

@@ -6,6 +6,8 @@ reads and launches are ordered after it by the runtime (S9/S10).
 """
 from __future__ import annotations
 
+import functools
+
 from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
 
@@ -31,8 +33,15 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, cfg: dic
 def schedule_of(cfg: dict) -> Schedule | None:
     """The schedule hints of a config (`num_warps`, `num_stages`, `tma`, `reverse_blocks`),
     None when it has none."""
-    hints = {k: cfg[k] for k in ("num_warps", "num_stages", "tma", "reverse_blocks") if cfg.get(k) is not None}
-    return schedule(**hints) if hints else None
+    hints = tuple((k, tuple(v) if isinstance(v, list) else v)   # a JSON table gives lists: hashable here
+                  for k in ("num_warps", "num_stages", "tma", "reverse_blocks") if (v := cfg.get(k)) is not None)
+    return _schedule(hints) if hints else None
+
+
+@functools.lru_cache(maxsize=256)
+def _schedule(hints: tuple) -> Schedule:
+    """One validated `ts.schedule` per distinct set of hints (every library call asks)."""
+    return schedule(**dict(hints))
 
 
 def cdiv(a: int, b: int) -> int:
