@@ -98,4 +98,4 @@ def test_side_by_side_records_a_failure_and_times_the_rest():
                                {"a": (boom, 1, "torch"), "b": (lambda i: None, 1, "torch")})
     assert isinstance(got["a"], RuntimeError)
     assert got["b"].mode == EAGER and "graph capture failed" in got["b"].note
-    assert len(got["b"].samples_us) == samples_for(5.0 * launches_per_graph(1, 5.0))
+    assert len(got["b"].samples_us) == samples_for(5.0)                 # one launch a sample, as eager timing

@@ -95,19 +95,10 @@ def samples_for(estimate_us: float, policy: Policy = Policy()) -> int:
 def measure(timer: Timer, launch: Callable[[int], object], n_sets: int, capture: str,
             policy: Policy = Policy()) -> Measurement:
     """Time `launch(set_index)`: estimate eagerly, pick the mode, take the samples."""
-    rotate = lambda i: launch(i % n_sets)                      # noqa: E731
-    estimate = statistics.median(timer.eager(rotate, policy.probe))
-    note = ""
-    if choose_mode(estimate, policy) == GRAPH:
-        per_graph = launches_per_graph(n_sets, estimate, policy)
-        try:
-            samples = timer.graph(rotate, per_graph, samples_for(estimate * per_graph, policy), capture)
-            return Measurement(GRAPH, statistics.median(samples), min(samples), tuple(samples), per_graph, estimate)
-        except Exception as e:             # noqa: BLE001 - e.g. an op that cannot be captured: time it eagerly
-            note = f"graph capture failed, timed eagerly: {type(e).__name__}: {e}"[:500]
-    samples = timer.eager(rotate, samples_for(estimate, policy))
-    note = "; ".join(filter(None, [note, getattr(timer, "note", "")]))
-    return Measurement(EAGER, statistics.median(samples), min(samples), tuple(samples), 1, estimate, note)
+    m = measure_side_by_side(timer, {"it": (launch, n_sets, capture)}, policy, rounds=1)["it"]
+    if isinstance(m, Exception):
+        raise m
+    return m
 
 
 ROUNDS = 4                                  # alternating rounds of `measure_side_by_side`
@@ -144,9 +135,10 @@ def measure_side_by_side(timer: Timer, launches: dict, policy: Policy = Policy()
                         pl["samples"] += timer.graph(pl["rotate"], pl["per_graph"], n, pl["capture"])
                         continue
                     except Exception as e:     # noqa: BLE001 - e.g. an op that cannot be captured
-                        pl.update(mode=EAGER, per_graph=1, samples=[], note=f"graph capture failed, timed "
-                                  f"eagerly: {type(e).__name__}: {e}"[:500])
-                        n = -(-pl["total"] // rounds) * (r + 1)   # catch up on the rounds so far
+                        total = samples_for(pl["estimate"], policy)      # one launch a sample from now on
+                        pl.update(mode=EAGER, per_graph=1, samples=[], total=total, note=f"graph capture failed, "
+                                  f"timed eagerly: {type(e).__name__}: {e}"[:500])
+                        n = min(total, -(-total // rounds) * (r + 1))   # catch up on the rounds so far
                 pl["samples"] += timer.eager(pl["rotate"], n)
                 pl["note"] = "; ".join(filter(None, [pl["note"], getattr(timer, "note", "")]))
             except Exception as e:             # noqa: BLE001 - recorded by the caller
