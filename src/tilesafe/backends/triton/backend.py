@@ -9,7 +9,7 @@ and returns a `Future` — with a CUDA event on a GPU, already done under the in
 from __future__ import annotations
 
 from ...errors import LaunchError
-from ...lang.annotations import MUT, MUT_TILES, REF
+from ...lang.annotations import MUT_TILES
 from ...lang.coverage import definitely_written, loaded_outputs
 from ...lang.ir import walk
 from ...runtime.future import Future
@@ -135,11 +135,11 @@ class TritonCompiled:
         """TMA tensor descriptors for this kernel's eligible accesses: the launch's schedule
         (`tma=`), else the backend's setting, else on for tile products (`ts.mma`) on a
         Hopper or newer GPU, where TMA feeds the tensor cores' pipeline best."""
-        if self.tma is not None:
-            return self.tma
-        if self.backend.descriptors is not None:
-            return self.backend.descriptors
-        return self.multiplies and not self.backend.interpret and tma.available()
+        return self._tma_policy()[0]
+
+    def _tma_policy(self) -> tuple[bool, bool]:
+        forced = self.tma if self.tma is not None else self.backend.descriptors
+        return tma.policy(forced, self.multiplies, not self.backend.interpret and tma.available())
 
     def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
@@ -181,13 +181,12 @@ class TritonCompiled:
 
     def _descriptor_choice(self, tensors, linear: bool):
         """`variant`'s arguments: the tensors that use TMA (and which of them by columns)."""
-        if not self.use_descriptors():
+        use, any_rank = self._tma_policy()
+        if not use:
             return frozenset(), linear, frozenset()
-        any_rank = self.tma is True or (self.tma is None and self.backend.descriptors is True)
-        layouts = {name: tma.layout(t.shape, t.stride(), t.element_size(), t.data_ptr(), any_rank)
-                   for name, t in tensors.items()
-                   if self.kernel.param(name).kind in (REF, MUT, MUT_TILES) and name not in self._reloaded}
-        return tma.tensors(layouts), linear, tma.tensors(layouts, "columns")
+        arrays = {name: (t.shape, t.stride(), t.element_size(), t.data_ptr()) for name, t in tensors.items()}
+        rows, cols = tma.choose(self.kernel, self._reloaded, arrays, any_rank)
+        return rows, linear, cols
 
 
 MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
@@ -236,18 +235,13 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
     bound = binding.bind(kernel, args, kwargs, grid, kernel.unsafe)
     spec = kernel.specializer.spec(bound)
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
-    any_rank = descriptors is True or (schedule is not None and schedule.tma is True)
-    if descriptors is None:
-        forced = schedule.tma if schedule is not None else None
-        multiplies = any(op.opcode == "mma" for op in walk(spec.fn.body))
-        descriptors = forced if forced is not None else arch >= 90 and multiplies
-    layouts = {}
-    if descriptors:
-        reloaded = loaded_outputs(spec.fn)
-        layouts = {n: tma.layout(f.shape, f.strides, f.dtype.itemsize, 0, any_rank) for n, f in bound.tensors.items()
-                   if kernel.param(n).kind in (REF, MUT, MUT_TILES) and n not in reloaded}
-    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), tma.tensors(layouts),
-                           column_major=tma.tensors(layouts, "columns"),
+    forced = descriptors if descriptors is not None else schedule.tma if schedule is not None else None
+    use, any_rank = tma.policy(forced, any(op.opcode == "mma" for op in walk(spec.fn.body)), arch >= 90)
+    rows = cols = frozenset()
+    if use:
+        arrays = {n: (f.shape, f.strides, f.dtype.itemsize, 0) for n, f in bound.tensors.items()}
+        rows, cols = tma.choose(kernel, loaded_outputs(spec.fn), arrays, any_rank)
+    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), rows, column_major=cols,
                            reversed_axes=schedule.reverse_blocks if schedule is not None else ())
     values = []
     for slot in gen.args:

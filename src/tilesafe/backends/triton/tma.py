@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+from ...lang.annotations import MUT, MUT_TILES, REF
+
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
@@ -41,3 +43,21 @@ def layout(shape, strides, itemsize: int, address: int = 0, any_rank: bool = Fal
 def tensors(layouts: dict, kind: str | None = None) -> frozenset:
     """The tensors with a layout (of `kind`, when given)."""
     return frozenset(n for n, v in layouts.items() if v and (kind is None or v == kind))
+
+
+def policy(forced: bool | None, multiplies: bool, hopper: bool) -> tuple[bool, bool]:
+    """(use TMA descriptors, for tensors of any rank): a forced choice (`tma=` or the
+    backend's setting) is taken as it is and reaches tensors of rank 3 to 5; the automatic
+    one is on for kernels that multiply tiles on Hopper, matrices only (measured there)."""
+    if forced is not None:
+        return forced, forced
+    return multiplies and hopper, False
+
+
+def choose(kernel, reloaded, arrays: dict, any_rank: bool) -> tuple[frozenset, frozenset]:
+    """(tensors through TMA, those of them described by columns) of a launch; `arrays` maps
+    parameter name -> (shape, strides, itemsize, address). Outputs the kernel loads back
+    (`reloaded`) stay on pointers, which S15's barriers order."""
+    layouts = {name: layout(*array, any_rank) for name, array in arrays.items()
+               if kernel.param(name).kind in (REF, MUT, MUT_TILES) and name not in reloaded}
+    return tensors(layouts), tensors(layouts, "columns")
