@@ -109,11 +109,12 @@ def rms_norm(y: ts.Mut[ts.f32, (1, "BH")], x: ts.Ref[ts.f32, ("M", "H")], w: ts.
         y.store(px.load((row, j[1])) * r * pw.load((j[1],)), j)
 
 
-@pytest.mark.parametrize("h", [100, 128, 300])
-def test_subtiles_rms_norm(backend, h):
+@pytest.mark.parametrize("h,tile,sub", [(100, 512, 64), (128, 512, 64), (300, 512, 64), (1000, 1024, 256),
+                                        (2560, 4096, 512)])
+def test_subtiles_rms_norm(backend, h, tile, sub):
     rng = np.random.default_rng(84)
     x, w = rand(rng, (5, h), "f32"), rand(rng, h, "f32")
-    got = launch(rms_norm, ts.empty((5, h)), (1, 512), ts.tensor(x), ts.tensor(w), SUB=64, eps=1e-6)
+    got = launch(rms_norm, ts.empty((5, h)), (1, tile), ts.tensor(x), ts.tensor(w), SUB=sub, eps=1e-6)
     x64 = x.astype(np.float64)
     want = x64 / np.sqrt((x64 ** 2).mean(1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
