@@ -56,9 +56,9 @@ def log(msg: str) -> None:
 # Each list follows the library's GPU default (always tried first: the baseline). A candidate that
 # does not fit (shared memory, registers) fails to compile or launch and is recorded and skipped.
 
-def mm(bm, bn, bk, warps, stages, persistent):
+def mm(bm, bn, bk, warps, stages, persistent, split=1):
     return {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": persistent,
-            "num_warps": warps, "num_stages": stages}
+            "num_warps": warps, "num_stages": stages, "split_k": split}
 
 
 BIG_TILES = [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3),
@@ -67,17 +67,43 @@ GEMM_BIG = [mm(*t, p) for p in (False, True) for t in BIG_TILES]          # grou
 # N = 2560 at M = 2048: 128x128 tiles are 320 tiles, 2.4 per SM (the last round 42% full);
 # 128x64 tiles make 640, 4.85 per SM, at some cost per tile. Tried persistent.
 GEMM_BIG += [mm(128, 64, 64, 4, 4, True), mm(128, 64, 64, 8, 3, True)]
-GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False)]
+# 1024^3 and 2048^3: 64 (16) tiles of 128x128 leave most SMs idle: smaller tiles, or split K.
+GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False),
+                                          mm(64, 64, 64, 4, 4, False), mm(64, 128, 64, 4, 5, False),
+                                          mm(128, 128, 64, 8, 3, False, 2), mm(64, 128, 64, 4, 4, False, 2)]
+# M = 128: the weights dominate the bytes, and N / BN column tiles are too few to fill 132 SMs for
+# the 2560/5120-wide projections: narrow column tiles (more blocks), or split K; for the wide ones
+# (gate_up, lm_head) 128x128 tiles end in a 15%-full wave (152 tiles): 128x64 gives 304.
 GEMM_M128 = ([mm(*t, False) for t in [(64, 128, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3),
-                                      (64, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 64, 64, 4, 4)]]
-             + [mm(64, 128, 64, 4, 4, True), mm(64, 256, 64, 8, 3, True)])   # M=128: BM 64, split over N
-LINEAR = [{"block_n": bn, "block_k": bk, "min_blocks": mb, "num_warps": w, "num_stages": s}
-          for bn, bk, mb, w, s in [(16, 512, 264, 4, 4), (64, 128, 264, 4, 4), (32, 512, 264, 8, 4),
-                                   (64, 256, 264, 8, 3), (128, 128, 132, 8, 4), (32, 256, 528, 4, 6),
-                                   (64, 256, 132, 4, 4), (32, 128, 264, 4, 3)]]
-GEMV = LINEAR + [{"block_n": bn, "block_k": bk, "split_k": sk, "num_warps": w, "num_stages": st}
-                 for bn, bk, sk, w, st in [(16, 512, 2, 4, 4), (32, 256, 4, 4, 4), (64, 128, 4, 4, 4),
-                                           (64, 256, 8, 4, 3), (128, 128, 8, 8, 4), (32, 512, 3, 4, 3)]]
+                                      (128, 128, 64, 8, 3), (64, 64, 64, 4, 4), (64, 32, 128, 4, 4),
+                                      (64, 32, 256, 4, 3), (128, 32, 128, 4, 4), (128, 64, 64, 4, 4),
+                                      (128, 64, 128, 4, 3), (64, 16, 256, 4, 4)]]
+             + [mm(64, 128, 64, 4, 4, True), mm(128, 64, 64, 4, 4, True)]
+             + [mm(64, 64, 128, 4, 4, False, 2), mm(64, 64, 128, 4, 4, False, 3), mm(64, 128, 128, 4, 3, False, 2),
+                mm(128, 64, 128, 4, 3, False, 2), mm(64, 32, 128, 4, 4, False, 2)])
+
+
+def lin(bn, bk, warps, stages, min_blocks=264, split=None, bm=None):
+    cfg = {"block_n": bn, "block_k": bk, "min_blocks": min_blocks, "num_warps": warps, "num_stages": stages,
+           "split_k": split}
+    return cfg if bm is None else dict(cfg, block_m=bm)
+
+
+LINEAR = [lin(16, 512, 4, 4), lin(64, 128, 4, 4), lin(64, 256, 8, 3), lin(128, 128, 8, 4, 132),
+          lin(64, 256, 4, 4, 132), lin(32, 128, 4, 3)]
+# One row (FMAs): split K (partials + a sum kernel), or one kernel with column tiles narrow
+# enough for 160..640 blocks on the 2560-wide projections (no second kernel, no partials).
+GEMV = LINEAR + [lin(16, 512, 4, 4, split=2), lin(32, 256, 4, 4, split=4), lin(64, 128, 4, 4, split=4),
+                 lin(64, 256, 4, 3, split=8), lin(128, 128, 8, 4, split=8),
+                 lin(16, 512, 4, 4, split=1), lin(8, 1024, 4, 4, split=1), lin(8, 512, 4, 4, split=1),
+                 lin(4, 1024, 4, 4, split=1), lin(4, 2048, 4, 3, split=1), lin(8, 1024, 8, 3, split=1),
+                 lin(16, 256, 4, 6, split=1)]
+# 2..16 rows: 16-row tiles re-read x once per 16 weight columns (as many bytes as the weights
+# when BN = 16): wider column tiles with split K, and 64-row tiles (Hopper's warpgroup MMA).
+SKINNY = LINEAR + [lin(64, 128, 4, 4, split=4), lin(64, 256, 4, 3, split=4), lin(128, 128, 4, 4, split=8),
+                   lin(32, 256, 4, 4, split=2), lin(64, 128, 4, 4, split=2),
+                   lin(64, 128, 4, 4, split=4, bm=64), lin(128, 64, 4, 4, 1, split=1, bm=64),
+                   lin(32, 256, 4, 4, bm=64), lin(128, 128, 4, 3, split=4, bm=64)]
 FLASH = [{"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s}
          for bm, bn, w, s in [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3),
                               (64, 128, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3)]]
@@ -86,7 +112,8 @@ DECODE = [{"block_n": bn, "splits": None, "target_blocks": tb, "num_warps": w}
                             (64, 264, 8), (128, 132, 4)]]
 
 
-ELEMENTWISE = [{"block": b, "num_warps": w} for b, w in [(1024, 4), (4096, 4), (4096, 8), (8192, 8), (2048, 8)]]
+ELEMENTWISE = [{"block": b, "num_warps": w} for b, w in [(1024, 4), (4096, 4), (4096, 8), (8192, 8), (2048, 8),
+                                                         (8192, 4), (16384, 8), (1024, 2), (16384, 16)]]
 
 
 # --- workloads -----------------------------------------------------------------------------------
@@ -196,7 +223,7 @@ def plan(tiny: bool, dev: str) -> list[Group]:
         for causal in (False, True):
             add(flash(heads, s, d, causal, dev), FLASH)
     projections(1, GEMV)                 # M = 1 has its own class ("/gemv"), M = 16 the (N, K) one
-    projections(SKINNY_M, LINEAR)
+    projections(SKINNY_M, SKINNY)
     for spec in dec:                     # the class is (head_dim, group): every context shares it
         add(decode(*spec, dev), DECODE)
     projections(m_mid, GEMM_M128)

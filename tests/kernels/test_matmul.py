@@ -88,6 +88,28 @@ def test_split_k_partials_add_up_with_bias_and_activation(backend, device, m, sp
     assert_close(got, F.silu(F.linear(t64(x), t64(w), t64(bias))), dtype, **MM_TOL[dtype])
 
 
+@pytest.mark.parametrize("m, cfg, tile", [
+    (1, {"block_n": 4, "block_k": 64, "split_k": 1}, (1, 4)),       # GEMV: columns narrower than 16
+    (1, {"block_n": 8, "block_k": 32, "split_k": 2}, (1, 8)),       # ... and split over K
+    (5, {"block_n": 4, "block_k": 64, "split_k": 1}, (16, 16)),     # tensor cores: never below 16
+    (5, {"block_m": 64, "block_n": 16, "block_k": 32, "split_k": 1}, (64, 16)),   # rows padded to 64
+])
+def test_skinny_tiles_follow_the_config(backend, device, monkeypatch, m, cfg, tile):
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    x, w = randn((m, 150), "f32", 21, device), randn((70, 150), "f32", 22, device)    # ragged N and K
+    launched = []
+    real = mm.launch
+    monkeypatch.setattr(mm, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, outputs)),
+                                                                       real(kernel, outputs, **kw))[1])
+    out = poisoned((m, 70), "f32", device)
+    got = tk.linear(x, w, bias=None, activation="gelu", out=out, config=cfg)
+    first_name, first_outputs = launched[0]
+    (_, first_tile), = first_outputs.values()
+    assert first_tile[-2:] == tile
+    assert first_name == ("split_k_kernel" if cfg["split_k"] > 1 else "skinny_kernel")
+    assert_close(got, F.gelu(F.linear(t64(x), t64(w)), approximate="tanh"), "f32", **MM_TOL["f32"])
+
+
 def test_split_k_is_chosen_when_tiles_are_too_few_to_fill_the_workers(backend, device, monkeypatch):
     mm = importlib.import_module("tilesafe.kernels.matmul")   # the module (tk.matmul is the function)
     assert mm._splits({"split_k": None, "min_blocks": 264}, 40, 76) == 7       # 40 tiles: 7 splits

@@ -224,8 +224,13 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
                   TF32=_tf32(fn, dtype, precision))
     if m <= SKINNY_M:
         cfg = configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype)
-        bm = 1 if m == 1 else SKINNY_M
+        # One row: FMAs, any column tile (a narrow one gives more blocks without split-K).
+        # 2..16 rows: tensor-core tiles of >= 16; block_m = 64 pads the rows so that Hopper
+        # can use its warpgroup MMA, which needs 64 (the padding rows are masked, never read).
+        bm = 1 if m == 1 else max(SKINNY_M, pow2(cfg["block_m"]))
         bn = min(cfg["block_n"], max(16, pow2(n)))
+        if m > 1:
+            bn = max(bn, 16)
         while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
             bn //= 2
         bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
