@@ -71,16 +71,19 @@ GEMM_BIG += [mm(128, 64, 64, 4, 4, True), mm(128, 64, 64, 8, 3, True)]
 GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False),
                                           mm(64, 64, 64, 4, 4, False), mm(64, 128, 64, 4, 5, False),
                                           mm(128, 128, 64, 8, 3, False, 2), mm(64, 128, 64, 4, 4, False, 2)]
-# M = 128: the weights dominate the bytes, and N / BN column tiles are too few to fill 132 SMs for
-# the 2560/5120-wide projections: narrow column tiles (more blocks), or split K; for the wide ones
-# (gate_up, lm_head) 128x128 tiles end in a 15%-full wave (152 tiles): 128x64 gives 304.
+# M = 128: the weights dominate the HBM bytes, but L2 carries more: every column tile re-reads
+# x (2 MB at K = 8192) and every row tile the weights, so 64-row or 64-column tiles cost L2
+# bandwidth; the 2560/5120-wide projections have too few 128x128 tiles to fill 132 SMs, so
+# those split K instead (the weights still read once, the partials are fp32 M x N).
 GEMM_M128 = ([mm(*t, False) for t in [(64, 128, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3),
-                                      (128, 128, 64, 8, 3), (64, 64, 64, 4, 4), (64, 32, 128, 4, 4),
-                                      (64, 32, 256, 4, 3), (128, 32, 128, 4, 4), (128, 64, 64, 4, 4),
-                                      (128, 64, 128, 4, 3), (64, 16, 256, 4, 4)]]
-             + [mm(64, 128, 64, 4, 4, True), mm(128, 64, 64, 4, 4, True)]
-             + [mm(64, 64, 128, 4, 4, False, 2), mm(64, 64, 128, 4, 4, False, 3), mm(64, 128, 128, 4, 3, False, 2),
-                mm(128, 64, 128, 4, 3, False, 2), mm(64, 32, 128, 4, 4, False, 2)])
+                                      (128, 128, 64, 8, 3), (128, 64, 128, 4, 3), (128, 128, 64, 8, 4),
+                                      (128, 256, 64, 8, 3), (128, 128, 128, 8, 3), (64, 64, 64, 4, 4)]]
+             + [mm(128, 128, 64, 8, 3, False, s) for s in (2, 3, 4, 6)]
+             + [mm(128, 128, 64, 8, 4, False, s) for s in (3, 4)]
+             + [mm(128, 128, 128, 8, 3, False, s) for s in (2, 4)]
+             + [mm(128, 256, 64, 8, 3, False, s) for s in (2, 4, 8)]
+             + [mm(128, 64, 128, 4, 3, False, s) for s in (2, 4)]
+             + [mm(128, 128, 64, 4, 4, False, s) for s in (1, 3)])
 
 
 def lin(bn, bk, warps, stages, min_blocks=264, split=None, bm=None):
@@ -98,12 +101,16 @@ GEMV = LINEAR + [lin(16, 512, 4, 4, split=2), lin(32, 256, 4, 4, split=4), lin(6
                  lin(16, 512, 4, 4, split=1), lin(8, 1024, 4, 4, split=1), lin(8, 512, 4, 4, split=1),
                  lin(4, 1024, 4, 4, split=1), lin(4, 2048, 4, 3, split=1), lin(8, 1024, 8, 3, split=1),
                  lin(16, 256, 4, 6, split=1)]
-# 2..16 rows: 16-row tiles re-read x once per 16 weight columns (as many bytes as the weights
-# when BN = 16): wider column tiles with split K, and 64-row tiles (Hopper's warpgroup MMA).
-SKINNY = LINEAR + [lin(64, 128, 4, 4, split=4), lin(64, 256, 4, 3, split=4), lin(128, 128, 4, 4, split=8),
-                   lin(32, 256, 4, 4, split=2), lin(64, 128, 4, 4, split=2),
-                   lin(64, 128, 4, 4, split=4, bm=64), lin(128, 64, 4, 4, 1, split=1, bm=64),
-                   lin(32, 256, 4, 4, bm=64), lin(128, 128, 4, 3, split=4, bm=64)]
+# 2..16 rows: the weight tiles stream through shared memory, so the stage size decides how many
+# blocks share an SM (a 16x512 + 512x16 stage, 4 deep, allows one: a 160-block grid then runs
+# in two rounds); 16-row tiles also re-read x from L2 once per 16 weight columns. A grid of
+# column/K tiles and depths without the automatic narrowing (min_blocks 1), some split K, and
+# 64-row tiles (Hopper's warpgroup MMA).
+SKINNY = (LINEAR + [lin(bn, bk, 4, st, 1, split=1) for bn in (16, 32, 64) for bk in (64, 128, 256) for st in (3, 5)]
+          + [lin(32, 128, 4, 4, 1, split=sp) for sp in (2, 4)] + [lin(64, 128, 4, 4, 1, split=sp) for sp in (2, 4, 8)]
+          + [lin(64, 64, 4, 4, 1, split=4), lin(16, 128, 4, 4, 1, split=2), lin(16, 128, 4, 4, 1, split=4)]
+          + [lin(64, 64, 4, 3, 1, split=4, bm=64), lin(128, 64, 4, 3, 1, split=4, bm=64),
+             lin(64, 128, 4, 3, 1, split=2, bm=64)])
 FLASH = [{"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s}
          for bm, bn, w, s in [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3),
                               (64, 128, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3)]]
