@@ -101,6 +101,8 @@ GEMV = LINEAR + [lin(16, 512, 4, 4, split=2), lin(32, 256, 4, 4, split=4), lin(6
                  lin(16, 512, 4, 4, split=1), lin(8, 1024, 4, 4, split=1), lin(8, 512, 4, 4, split=1),
                  lin(4, 1024, 4, 4, split=1), lin(4, 2048, 4, 3, split=1), lin(8, 1024, 8, 3, split=1),
                  lin(16, 256, 4, 6, split=1)]
+GEMV += [lin(bn, bk, w, st, 1, split=1) for bn in (8, 16, 32, 64) for bk in (256, 512, 1024) if bn * bk <= 16384
+         for st in (3, 5) for w in (4, 8)]
 # 2..16 rows: the weight tiles stream through shared memory, so the stage size decides how many
 # blocks share an SM (a 16x512 + 512x16 stage, 4 deep, allows one: a 160-block grid then runs
 # in two rounds); 16-row tiles also re-read x from L2 once per 16 weight columns. A grid of
