@@ -84,6 +84,10 @@ GEMM_M128 = ([mm(*t, False) for t in [(64, 128, 64, 4, 4), (64, 64, 128, 4, 4), 
              + [mm(128, 256, 64, 8, 3, False, s) for s in (2, 4, 8)]
              + [mm(128, 64, 128, 4, 3, False, s) for s in (2, 4)]
              + [mm(128, 128, 64, 4, 4, False, s) for s in (1, 3)])
+# ... and a grid: shallower pipelines fit two blocks per SM (one wave of 264 instead of 132).
+GEMM_M128 += [mm(bm, bn, bk, 4, st, False, sp) for bm, bn, bk in [(64, 128, 64), (64, 128, 128), (64, 64, 128),
+                                                                  (128, 64, 64), (128, 128, 64)]
+              for st in (2, 3, 4) for sp in (1, 2, 3, 4)]
 
 
 def lin(bn, bk, warps, stages, min_blocks=264, split=None, bm=None):
@@ -101,6 +105,8 @@ GEMV = LINEAR + [lin(16, 512, 4, 4, split=2), lin(32, 256, 4, 4, split=4), lin(6
                  lin(16, 512, 4, 4, split=1), lin(8, 1024, 4, 4, split=1), lin(8, 512, 4, 4, split=1),
                  lin(4, 1024, 4, 4, split=1), lin(4, 2048, 4, 3, split=1), lin(8, 1024, 8, 3, split=1),
                  lin(16, 256, 4, 6, split=1)]
+GEMV += [lin(4, 2048, 8, 3, 1, split=1), lin(4, 4096, 8, 2, 1, split=1), lin(2, 4096, 4, 3, 1, split=1),
+         lin(8, 2048, 8, 2, 1, split=1)]
 GEMV += [lin(bn, bk, w, st, 1, split=1) for bn in (8, 16, 32, 64) for bk in (256, 512, 1024) if bn * bk <= 16384
          for st in (3, 5) for w in (4, 8)]
 # 2..16 rows: the weight tiles stream through shared memory, so the stage size decides how many

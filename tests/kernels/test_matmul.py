@@ -90,6 +90,7 @@ def test_split_k_partials_add_up_with_bias_and_activation(backend, device, m, sp
 
 @pytest.mark.parametrize("m, cfg, tile", [
     (1, {"block_n": 4, "block_k": 64, "split_k": 1}, (1, 4)),       # GEMV: columns narrower than 16
+    (1, {"block_n": 2, "block_k": 128, "split_k": 1}, (1, 2)),
     (1, {"block_n": 8, "block_k": 32, "split_k": 2}, (1, 8)),       # ... and split over K
     (5, {"block_n": 4, "block_k": 64, "split_k": 1}, (16, 16)),     # tensor cores: never below 16
     (5, {"block_m": 64, "block_n": 16, "block_k": 32, "split_k": 1}, (64, 16)),   # rows padded to 64
