@@ -351,9 +351,20 @@ def one_line(text: str) -> str:
     return " | ".join(line.strip() for line in text.splitlines() if line.strip())[:240]
 
 
-def winner(rec: dict):
+def winner(rec: dict, noise: float = 0.01):
+    """The fastest candidate; but a forced `tma` setting that beats the launch's own choice
+    (the same config without the key) by less than `noise` gives way to it: on the H200 a
+    forced rank-3 output descriptor tied with pointers while costing 3% against the twin."""
     ok = [e for e in rec["candidates"] if "score_us" in e]
-    return min(ok, key=lambda e: e["score_us"]) if ok else None
+    if not ok:
+        return None
+    best = min(ok, key=lambda e: e["score_us"])
+    if best["config"].get("tma") is not None:
+        auto = {k: v for k, v in best["config"].items() if k != "tma"}
+        for e in ok:
+            if e["config"] == auto and e["score_us"] <= best["score_us"] * (1 + noise):
+                return e
+    return best
 
 
 def write(path: Path, table: dict, records: list[dict], meta: dict) -> None:
