@@ -71,15 +71,12 @@ def mm_persistent_kernel(c: ts.MutTiles["TC", ("BM", "BN")], a: ts.Ref["T", ("M"
 
 
 @ts.kernel
-def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], row: ts.Ref["T", ("K",)],
-                  b: ts.Ref["T", ("K", "N")], bias: ts.Ref["TB", (-1,)], T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
+def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+                  bias: ts.Ref["TB", (-1,)], T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
                   HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool],
                   BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
-    """M <= BM rows: each block owns BN output columns and streams its (K, BN) slab of B once.
-    `row` is A's first row as a vector: one row (a GEMV) reads it so, its (BK,) tile becoming
-    a (BK, 1) column without a shuffle through shared memory each step."""
+    """M <= BM rows: each block owns BN output columns and streams its (K, BN) slab of B once."""
     pa = a.partition((BM, BK))                                   # all rows of A: (BM, BK)
-    pr = row.partition((BK,))                                    # (BK,)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     j = ts.block_id(1)
     if DOT:                                                      # 2..16 rows: tensor cores, BM = 16
@@ -88,23 +85,21 @@ def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], row
             acc = mac(pa.load((0, k)), pb.load((k, j)), acc, TF32)
     else:                                                        # one row: a GEMV by FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
-        for k in range(ts.num_tiles(pr, 0)):
-            xk = ts.reshape(pr.load((k,)).astype(ts.f32), (BK, 1))
+        for k in range(ts.num_tiles(pa, 1)):
+            xk = ts.reshape(pa.load((0, k)).astype(ts.f32), (BK, 1))
             part = part + xk * pb.load((k, j)).astype(ts.f32)
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
     c.store(epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(TC))
 
 
 @ts.kernel
-def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")], row: ts.Ref["T", ("K",)],
-                   b: ts.Ref["T", ("K", "N")],
+def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
                    T: ts.Const[ts.DType], TF32: ts.Const[bool], DOT: ts.Const[bool], BM: ts.Const[int],
                    BN: ts.Const[int], BK: ts.Const[int], PER: int, M: int, N: int, K: int):
     """Split s of a split-K product: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of
     output tile (i, j), into part[s]. Few output tiles (skinny M, small N) then still fill
-    every SM; `split_sum_kernel` adds the splits up. `row`: A's first row, as in skinny_kernel."""
+    every SM; `split_sum_kernel` adds the splits up."""
     pa = a.partition((BM, BK))                                   # (BM, BK)
-    pr = row.partition((BK,))                                    # (BK,)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     s, i, j = ts.block_id(0), ts.block_id(1), ts.block_id(2)
     lo = s * PER
@@ -116,7 +111,7 @@ def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "
     else:                                                        # one row (BM = 1): FMAs
         prod = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         for k in range(lo, hi):
-            xk = ts.reshape(pr.load((k,)).astype(ts.f32), (BK, 1))
+            xk = ts.reshape(pa.load((0, k)).astype(ts.f32), (BK, 1))
             prod = prod + xk * pb.load((k, j)).astype(ts.f32)
         acc = ts.reshape(ts.sum(prod, axis=0), (1, BN))          # (1, BN)
     part.store(ts.reshape(acc, (1, BM, BN)))
@@ -245,7 +240,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         if splits > 1:
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
         else:
-            launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk, row=av[0], **common)
+            launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk, **common)
         return o.returned
     cfg = configs.lookup("matmul", configs.shape_class(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
@@ -289,8 +284,7 @@ def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
     per = cdiv(cdiv(k, bk), splits)                              # K tiles per split
     splits = cdiv(cdiv(k, bk), per)                              # no empty split
     part, = scratch.views(a.device, (splits, m, n))
-    launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, row=a[0], b=b, TF32=TF32, DOT=DOT, BK=bk,
-           PER=per)
+    launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per)
     sm = min(pow2(m), 16)
     sn = max(16, min(pow2(n), 2048 // sm))
     launch(split_sum_kernel, {"c": (cv, (sm, sn))}, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT)
