@@ -234,8 +234,8 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
             bn //= 2
         bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
-        # Auto split-K only for one row: on the H200 it sped up the 2560-wide GEMVs, but
-        # slowed the 16-row tensor-core path down (a config's split_k still forces it).
+        # Automatic split-K (split_k None, from min_blocks) only for one row; for 2..16 rows
+        # a config's split_k asks for it (the H200 table: 4 for the 2560-wide projections).
         splits = _splits(cfg, cdiv(n, bn), cdiv(k, bk)) if m == 1 or cfg.get("split_k") else 1
         if splits > 1:
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
