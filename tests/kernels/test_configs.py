@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tilesafe as ts
+import tilesafe.kernels as tk
 from tilesafe.kernels import configs
 
 
@@ -22,6 +23,16 @@ def test_cpu_backends_use_small_defaults_and_overrides():
             configs.lookup("matmul", "f32/64/64/64", {"blockm": 64})
         with pytest.raises(ts.LaunchError, match="no kernel family"):
             configs.lookup("conv", "f32")
+
+
+@pytest.mark.parametrize("key, value", [("block_n", 0), ("block_k", -64), ("block_m", 16.0), ("split_k", 0),
+                                        ("block_n", True), ("min_blocks", "264")])
+def test_config_sizes_must_be_positive_ints(key, value):
+    with ts.backend("reference"):
+        with pytest.raises(ts.LaunchError, match=f"config {key}={value!r} is not a positive int") as err:
+            tk.linear(torch.ones(1, 64), torch.ones(40, 64), config={key: value})
+        assert err.value.loc is not None and err.value.loc.file == __file__      # points at the call
+        assert configs.lookup("linear", "f32/16/64", {"split_k": None})["split_k"] is None   # None: automatic
 
 
 def test_every_family_has_the_same_keys_on_cpu_and_gpu():

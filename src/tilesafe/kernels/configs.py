@@ -62,6 +62,12 @@ GPU_DEFAULTS: dict[str, dict] = {
 # fp32 tiles hold twice the bytes of bf16 ones: halve the K tile of the GEMMs.
 GPU_F32 = {"matmul": {"block_k": 32}, "bmm": {"block_k": 32}, "linear": {"block_k": 128}}
 
+# Sizes a config may override: positive ints, or None too for the split counts (None: chosen
+# from the shape). Checked on `config=` only; the tables are written by `tune`.
+POSITIVE_KEYS = frozenset({"block", "block_m", "block_n", "block_k", "block_t", "block_h", "block_d", "row_elems",
+                           "row_max", "sub", "chunk", "group", "min_blocks", "target_blocks"})
+COUNT_KEYS = frozenset({"split_k", "splits"})
+
 CPU_BACKENDS = ("reference", "triton-interpreter")
 SCHEDULE_KEYS = frozenset({"num_warps", "num_stages", "tma"})   # valid in every family's config
 
@@ -97,8 +103,17 @@ def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
         if unknown:
             raise LaunchError(f"config keys {sorted(unknown)} are not used by {family} kernels",
                               loc=caller_loc(), help=f"known keys: {', '.join(sorted(cfg))}")
+        for k, v in override.items():
+            if (k in POSITIVE_KEYS or k in COUNT_KEYS and v is not None) and not _positive_int(v):
+                raise LaunchError(f"config {k}={v!r} is not a positive int", loc=caller_loc(),
+                                  help="tile sizes and counts are positive ints" +
+                                       (" (or None: chosen from the shape)" if k in COUNT_KEYS else ""))
         cfg.update(override)
     return cfg
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def gpu_name() -> str:
