@@ -215,9 +215,9 @@ def plan(tiny: bool, dev: str) -> list[Group]:
         squares, heads, d, seqs, m_big, m_mid = (64, 96), 2, 64, (48, 80), 48, 24
         projs = {"tiny": {"qkv": (96, 64), "down": (64, 160)}}
         dec = [("tiny", 8, 2, 64, 100), ("tiny", 4, 4, 64, 64)]
-    else:      # 16384^3 has its own class (bucket() clamps at 65536); 8B projections are not tuned
+    else:      # 16384^3 has its own class (bucket() clamps at 65536)
         squares, heads, d, seqs, m_big, m_mid = (1024, 2048, 4096, 8192, 16384), 32, HEAD_DIM, (1024, 4096, 16384), 2048, 128
-        projs = {name: MODELS[name].projections() for name in ("4B", "32B")}
+        projs = {name: MODELS[name].projections() for name in ("4B", "8B", "32B")}
         dec = [(name, MODELS[name].heads, MODELS[name].kv_heads, HEAD_DIM, ctx)
                for name in ("4B", "32B") for ctx in (4096, 32768)]
     groups: dict[tuple, Group] = {}

@@ -26,7 +26,7 @@ def gemm_workloads(setup: Setup) -> list[Workload]:
         return [_square(64, setup), _linear("tiny", "ragged", 96, 80, 70, setup),
                 _linear("tiny", "m16", 16, 100, 96, setup)]
     out = [_square(n, setup) for n in SQUARE]
-    models = ("4B", "32B") if setup.size == "quick" else ("4B", "8B", "32B")
+    models = ("4B", "8B", "32B")                 # every Qwen3 size the targets name, quick or not
     for m in (16, 128, 2048):
         for name in models:
             for proj, (n, k) in MODELS[name].projections().items():
@@ -37,7 +37,7 @@ def gemm_workloads(setup: Setup) -> list[Workload]:
 def gemv_workloads(setup: Setup) -> list[Workload]:
     if setup.tiny:
         return [_gemv("tiny", "ragged", 100, 90, setup), _gemv("tiny", "even", 64, 128, setup)]
-    models = ("4B", "32B") if setup.size == "quick" else ("4B", "8B", "32B")
+    models = ("4B", "8B", "32B")                 # every Qwen3 size the targets name, quick or not
     return [_gemv(name, proj, n, k, setup) for name in models for proj, (n, k) in MODELS[name].projections().items()]
 
 
