@@ -19,10 +19,10 @@ if [ -z "${SKIP_LAUNCH:-}" ]; then
 fi
 tmp=$(mktemp -d)   # at most 8 files come back: per-run tuning files stay here, merged below
 for only in "$@"; do
-    timeout $((budget + 60)) python3 benchmarks/tune_h200.py --budget-s "$budget" --only "$only" \
-        --out "$tmp/tuned-${only//[^A-Za-z0-9=]/_}.json" >> "$out/tune.log" 2>&1
-    python3 benchmarks/merge_tuned.py "$tmp/tuned-${only//[^A-Za-z0-9=]/_}.json"
-    grep -c "us$" "$out/tune.log" | sed "s/^/tuned lines after $only: /"
+    table="$tmp/tuned-${only//[^A-Za-z0-9=]/_}.json"
+    timeout $((budget + 60)) python3 benchmarks/tune_h200.py --budget-s "$budget" --only "$only" --out "$table" \
+        >> "$out/tune.log" 2>&1
+    python3 benchmarks/merge_tuned.py "$table"
 done
 [ $# -gt 0 ] && python3 -c "import json, glob, sys; json.dump({p: json.load(open(p)) for p in glob.glob('$tmp/*.candidates.json')}, open('$out/tune-candidates.json', 'w'))"
 cp src/tilesafe/kernels/tuned/nvidia-h200.json "$out/nvidia-h200.json"

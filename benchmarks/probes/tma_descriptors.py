@@ -17,7 +17,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 @triton.jit
 def gemm(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr):
-    """c = a @ w.T with a (M, K), b = w (N, K) row-major; every size divides its tile."""
+    """c = a @ w.T with a (M, K), b = w (N, K) row-major; every size divides its tile. MODE 0:
+    pointers, 1: descriptors built here (on the device), 2: a and b are host-built descriptors."""
     i, j = tl.program_id(0), tl.program_id(1)
     if MODE == 1:
         a = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
@@ -58,8 +59,8 @@ def main(out_path):
                 grid = (m // bm, n // bn)
 
                 def run():
-                    gemm[grid](*args, c, m, n, k, BM=bm, BN=bn, BK=bk, MODE=min(mode, 1) if mode < 2 else 2,
-                               num_warps=warps, num_stages=stages)
+                    gemm[grid](*args, c, m, n, k, BM=bm, BN=bn, BK=bk, MODE=mode, num_warps=warps,
+                               num_stages=stages)
                 try:
                     run()
                     torch.cuda.synchronize()

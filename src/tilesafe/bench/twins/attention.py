@@ -156,6 +156,18 @@ def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SK, D, RQ, CQ, RK, CK, RV, 
 
 
 @triton.jit
+def _cache_tile(desc, base, j, head_row, head_col, stride, D, BN: tl.constexpr, DP: tl.constexpr,
+                TMA: tl.constexpr, EVEN_D: tl.constexpr):
+    """Key tile j of one KV head's cache: in the descriptor's matrix the head starts at
+    (head_row, head_col); through pointers, at `base`."""
+    if TMA:
+        t = _tile(desc, base, head_row + j * BN, head_col, stride, D, BN, DP, True, EVEN_D)
+    else:
+        t = _tile(desc, base, j * BN, 0, stride, D, BN, DP, False, EVEN_D)
+    return t
+
+
+@triton.jit
 def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs, RK, CK,
                    RV, CV, KHR, KHC, VHR, VHC, qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr,
                    BN: tl.constexpr, DP: tl.constexpr, EVEN: tl.constexpr, K_TMA: tl.constexpr,
@@ -185,19 +197,8 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, M
     first = start // BN
     full = stop // BN
     for j in range(first, full):                                            # whole tiles of keys
-        cols = j * BN + rn
-        if K_TMA:
-            k = dk.load([kvh * KHR + j * BN, kvh * KHC])
-        elif EVEN:
-            k = tl.load(k_base + cols[:, None] * sks + rd[None, :])
-        else:
-            k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=rd[None, :] < D, other=0.0)
-        if V_TMA:
-            v = dv.load([kvh * VHR + j * BN, kvh * VHC])
-        elif EVEN:
-            v = tl.load(v_base + cols[:, None] * svs + rd[None, :])
-        else:
-            v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=rd[None, :] < D, other=0.0)
+        k = _cache_tile(dk, k_base, j, kvh * KHR, kvh * KHC, sks, D, BN, DP, K_TMA, EVEN)
+        v = _cache_tile(dv, v_base, j, kvh * VHR, kvh * VHC, svs, D, BN, DP, V_TMA, EVEN)
         m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False, NEG_SCALE)
     for j in range(tl.maximum(first, full), tl.cdiv(stop, BN)):            # the ragged last tile
         cols = j * BN + rn
