@@ -48,13 +48,26 @@ CASES = {
 }
 
 
+def _descriptors(c: dict) -> dict:
+    """Descriptor arguments: name -> (passed as a host TMA descriptor, its box); when not, the
+    launch passes the tensor itself."""
+    bm, bn, bk, dp = (c.get(k) for k in ("BM", "BN", "BK", "DP"))
+    return {"a": (c.get("A_TMA"), (bm, bk)), "b": (c.get("B_TMA"), (bn, bk) if c.get("B_COLS") else (bk, bn)),
+            "c": (c.get("C_TMA"), (bm, bn)), "dq": (c.get("Q_TMA"), (bm, dp)), "dk": (c.get("K_TMA"), (bn, dp)),
+            "dv": (c.get("V_TMA"), (bn, dp))}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_twin_compiles_for_hopper(case):
     fn, consts, mma = CASES[case]
     signature = {}
+    descs = _descriptors(consts)
     for name in fn.arg_names:
         if name in consts:
             signature[name] = "constexpr"
+        elif name in descs:
+            use, box = descs[name]
+            signature[name] = f"tensordesc<bf16[{box[0]}, {box[1]}]>" if use else "*bf16"
         elif name.endswith("_ptr"):
             signature[name] = "*fp32" if name in F32_PTRS else "*i32" if name in ("lens_ptr", "pos_ptr") else "*bf16"
         else:

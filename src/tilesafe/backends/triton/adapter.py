@@ -17,7 +17,6 @@
     `triton.compile` keep working in the same process.
   * `compile_for`: ahead-of-time `triton.compile` for a GPU target (e.g. Hopper, sm_90) on
     any machine, for PTX checks in CI.
-  * `ensure_allocator`: in-kernel TMA descriptors need Triton's scratch allocator on a GPU.
 """
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ import threading
 from pathlib import Path
 
 _INTERPRETER_LOCK = threading.RLock()
-_ALLOCATOR_SET = threading.Event()
 
 # tilesafe dtype name -> Triton signature type
 _SIG = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f8e4m3fn": "fp8e4nv", "f8e5m2": "fp8e5", "f64": "fp64",
@@ -123,20 +121,6 @@ def _interpreting():
         JITFunction.__call__, interpreter._patch_lang_tensor = originals
 
 
-def ensure_allocator() -> None:
-    """Device-side tensor descriptors take scratch memory from Triton's allocator."""
-    if _ALLOCATOR_SET.is_set():
-        return
-    import torch
-    import triton
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, dtype=torch.int8, device="cuda")
-
-    triton.set_allocator(alloc)
-    _ALLOCATOR_SET.set()
-
-
 def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_size: int = 32, **options):
     """`triton.compile` the generated kernel for a CUDA target, specialized like a JIT launch
     on `values` (one per ArgSlot; pointers are assumed 16-byte aligned). Works without a GPU."""
@@ -155,6 +139,8 @@ def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_s
         if slot.what == "ptr":
             signature[slot.name] = "*" + _SIG[slot.dtype.name]
             attrs[(i,)] = [["tt.divisibility", 16]]
+        elif slot.what == "desc":   # what Triton's JIT calls a host-built TensorDescriptor argument
+            signature[slot.name] = f"tensordesc<{_SIG[slot.dtype.name]}[{', '.join(map(str, slot.box))}]>"
         elif slot.what == "scalar" and not slot.dtype.is_int:
             signature[slot.name] = _SIG[slot.dtype.name]
         else:

@@ -112,7 +112,7 @@ class TritonCompiled:
                 adapter.launch(fn, grid, args, interpret=True)
             mark_written(bound, self.written)
             return Future(outputs)
-        return self._run_on_gpu(bound, tensors, fn, grid, args, outputs, bool(gen.descriptors))
+        return self._run_on_gpu(bound, tensors, fn, grid, args, outputs)
 
     def prepare(self, bound):
         """A launcher for repeating this launch (the launch fast path), or None."""
@@ -126,8 +126,6 @@ class TritonCompiled:
         # Same argument objects on every repeat: same pointers, so the same descriptor choice.
         linear = needs_linear_grid(grid)
         gen, fn = self.variant(*self._descriptor_choice(tensors, linear))
-        if gen.descriptors:
-            adapter.ensure_allocator()
         args = launch_values(gen, bound, tensors, grid)
         return PreparedLaunch(self, bound, fn, flat_grid(grid) if linear else grid, args, self.options)
 
@@ -141,7 +139,7 @@ class TritonCompiled:
         forced = self.tma if self.tma is not None else self.backend.descriptors
         return tma.policy(forced, self.multiplies, not self.backend.interpret and tma.available())
 
-    def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, descriptors: bool) -> Future:
+    def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
         record the launch's event; inside `ts.graph()` register the accesses with the graph."""
         import torch
@@ -154,8 +152,6 @@ class TritonCompiled:
             if capture is None:
                 ordering.order_before(self.kernel, bound, stream)
             if all(g > 0 for g in grid):
-                if descriptors:
-                    adapter.ensure_allocator()
                 adapter.launch(fn, grid, args, interpret=False, options=self.options)
             mark_written(bound, self.written)
             if capture is not None:
@@ -217,6 +213,8 @@ def launch_values(gen, bound, tensors, grid=()) -> list:
             values.append(int(tensors[slot.param].stride(slot.axis)))
         elif slot.what == "numel":
             values.append(int(tensors[slot.param].numel()))
+        elif slot.what == "desc":
+            values.append(tma.host_descriptor(tensors[slot.param], slot.box, slot.param in gen.column_major))
         else:
             v = bound.scalars[slot.param]
             values.append(float(v) if slot.dtype.is_float else bool(v) if slot.dtype.is_bool else int(v))

@@ -40,9 +40,10 @@ class ArgSlot:
     """One runtime argument of the generated function, in order."""
     name: str       # the name in the generated source
     param: str      # the kernel parameter it comes from
-    what: str       # "ptr" | "extent" | "stride" | "numel" | "scalar" | "grid" (linearised launches)
+    what: str       # "ptr" | "extent" | "stride" | "numel" | "scalar" | "grid" (linearised launches) | "desc"
     axis: int = 0
-    dtype: DType | None = None   # the element type of a pointer, the type of a scalar
+    dtype: DType | None = None   # the element type of a pointer or descriptor, the type of a scalar
+    box: tuple = ()              # "desc": the TMA box; the launch builds the descriptor on the host
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Emitter:
     tensor_of: dict = field(default_factory=dict)   # id(tensor Value) -> param name
     barriers: set = field(default_factory=set)      # id(load op) that need a barrier first (S15)
     desc_names: dict = field(default_factory=dict)  # (tensor, block shape) -> descriptor name
+    desc_slots: list = field(default_factory=list)  # their arguments, in order of first use
     scopes: list = field(default_factory=lambda: [{}])  # per open region: expression -> name
     grid_names: tuple = ()                          # linearised grid: (pid0, pid1, pid2, g1, g2)
 
@@ -268,6 +270,7 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
         slots += _linear_grid(em)
     em.barriers = barrier_loads(fn)
     em.emit_block(fn.body)
+    slots += em.desc_slots
     name = em.fresh(fn.name) if fn.name in {s.name for s in slots} else fn.name
     text = _assemble(kernel, fn, name, slots, em)
     return Generated(name, text, tuple(slots), em.descriptors, em.column_major)

@@ -26,7 +26,7 @@ def layout(shape, strides, itemsize: int, address: int = 0, any_rank: bool = Fal
     shorter last 16 bytes of a line was read and written whole, past the tensor's edge.
     Outputs a kernel loads back stay on pointers (S15's barriers order pointer accesses
     only): callers leave those out."""
-    if address % 16:
+    if address % 16 or 0 in shape:   # (TMA describes no empty tensor)
         return None
     if any_rank and 3 <= len(shape) <= 5:
         ok = strides[-1] == 1 and (shape[-1] * itemsize) % 16 == 0
@@ -61,3 +61,13 @@ def choose(kernel, reloaded, arrays: dict, any_rank: bool) -> tuple[frozenset, f
     layouts = {name: layout(*array, any_rank) for name, array in arrays.items()
                if kernel.param(name).kind in (REF, MUT, MUT_TILES) and name not in reloaded}
     return tensors(layouts), tensors(layouts, "columns")
+
+
+def host_descriptor(t, box: tuple, transposed: bool):
+    """The TMA descriptor a launch passes for torch tensor `t` with boxes of `box` (Triton
+    encodes it on the host as the kernel starts); a matrix with contiguous columns is
+    described as its transpose."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    if transposed:
+        return TensorDescriptor(t, [t.shape[1], t.shape[0]], [t.stride(1), 1], list(box))
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(box))

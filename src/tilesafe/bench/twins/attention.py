@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv, launch
-from .tma import descriptor_or_pointer
+from .tma import descriptor_or_tensor
 
 LOG2E = 1.4426950408889634
 
@@ -112,8 +112,8 @@ def _tile(desc, ptr, row, col, stride, D, R: tl.constexpr, DP: tl.constexpr, TMA
 
 
 @triton.jit
-def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SK, D, RQ, CQ, RK, CK, RV, CV, sqr, skr, svr, QZ, QH, QC, KZ,
-               KH, KC, VZ, VH, VC, soz, soh, sos, qk_scale, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
+def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, dq, dk, dv, H, GROUP, SK, D, sqr, skr, svr, QZ, QH, QC, KZ, KH, KC,
+               VZ, VH, VC, soz, soh, sos, qk_scale, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
                BM: tl.constexpr, BN: tl.constexpr, DP: tl.constexpr, EVEN_D: tl.constexpr, Q_TMA: tl.constexpr,
                K_TMA: tl.constexpr, V_TMA: tl.constexpr, REVERSE: tl.constexpr):
     """`flash` with q, k, v as 2-D matrices: (batch z, head h, tile i) is the tile at tile row
@@ -123,9 +123,6 @@ def flash_rows(o_ptr, q_ptr, k_ptr, v_ptr, H, GROUP, SK, D, RQ, CQ, RK, CK, RV, 
         i = tl.num_programs(1) - 1 - i
     zb, h = zh // H, zh % H
     kvh = h // GROUP
-    dq = descriptor_or_pointer(q_ptr, RQ, CQ, sqr, BM, DP, Q_TMA)
-    dk = descriptor_or_pointer(k_ptr, RK, CK, skr, BN, DP, K_TMA)
-    dv = descriptor_or_pointer(v_ptr, RV, CV, svr, BN, DP, V_TMA)
     q = _tile(dq, q_ptr, (zb * QZ + h * QH + i) * BM, h * QC * DP, sqr, D, BM, DP, Q_TMA, EVEN_D)
     k_row, k_col = (zb * KZ + kvh * KH) * BN, kvh * KC * DP
     v_row, v_col = (zb * VZ + kvh * VH) * BN, kvh * VC * DP
@@ -168,13 +165,13 @@ def _cache_tile(desc, base, j, head_row, head_col, stride, D, BN: tl.constexpr, 
 
 
 @triton.jit
-def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs, RK, CK,
-                   RV, CV, KHR, KHC, VHR, VHC, qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr,
+def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs,
+                   KHR, KHC, VHR, VHC, qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr,
                    BN: tl.constexpr, DP: tl.constexpr, EVEN: tl.constexpr, K_TMA: tl.constexpr,
                    V_TMA: tl.constexpr):
     """Program (split, KV head): the GP >= 16 query rows of its group (zeros past G) over its
     contiguous chunk of keys; the first GS rows of the partial are stored. With X_TMA the
-    cache is read through a descriptor of its (RX, CX) matrix, KV head h starting at
+    cache is read through a host-built descriptor of its (RX, CX) matrix, KV head h starting at
     (h * XHR, h * XHC); otherwise through pointers and strides."""
     s_id, kvh = tl.program_id(0), tl.program_id(1)
     splits = tl.num_programs(0)
@@ -190,8 +187,6 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, lens_ptr, G, D, M
     m = tl.full((GP, 1), -float("inf"), tl.float32)
     l = tl.zeros((GP, 1), tl.float32)
     acc = tl.zeros((GP, DP), tl.float32)
-    dk = descriptor_or_pointer(k_ptr, RK, CK, sks, BN, DP, K_TMA)
-    dv = descriptor_or_pointer(v_ptr, RV, CV, svs, BN, DP, V_TMA)
     k_base = k_ptr + kvh * skh
     v_base = v_ptr + kvh * svh
     first = start // BN
@@ -263,16 +258,15 @@ def _matrix(t, rows: int, dp: int):
 def _flash_rows_twin(facts, causal: bool, scale: float):
     bm, bn, dp = facts.consts["BM"], facts.consts["BN"], facts.consts["DP"]
     tma = dict(Q_TMA="q" in facts.tma, K_TMA="k" in facts.tma, V_TMA="v" in facts.tma)
-    if facts.tma:
-        from ...backends.triton.adapter import ensure_allocator
-        ensure_allocator()
 
     def run(o, q, k, v):
         zb, h, sq, d = q.shape
         hkv, sk = k.shape[1], k.shape[2]
         (qm, *qx), (km, *kx), (vm, *vx) = _matrix(q, bm, dp), _matrix(k, bn, dp), _matrix(v, bn, dp)
-        launch(flash_rows, (zb * h, cdiv(sq, bm)), o, qm, km, vm, h, h // hkv, sk, d, *qm.shape, *km.shape, *vm.shape,
-               qm.stride(0), km.stride(0), vm.stride(0), *qx, *kx, *vx, *o.stride()[:3], scale * LOG2E,
+        dq, dk, dv = (descriptor_or_tensor(x, *x.shape, x.stride(0), (rows, dp), tma[f"{n}_TMA"])
+                      for x, rows, n in ((qm, bm, "Q"), (km, bn, "K"), (vm, bn, "V")))
+        launch(flash_rows, (zb * h, cdiv(sq, bm)), o, qm, km, vm, dq, dk, dv, h, h // hkv, sk, d, qm.stride(0),
+               km.stride(0), vm.stride(0), *qx, *kx, *vx, *o.stride()[:3], scale * LOG2E,
                options=facts.options, CAUSAL=causal, NEG_SCALE=scale < 0, BM=bm, BN=bn, DP=dp, EVEN_D=d == dp,
                REVERSE=1 in facts.reversed_axes, **tma)
         return o
@@ -287,9 +281,6 @@ def decode_twin(seen, scale: float):
     gp, gs, bn, dp = part.consts["GP"], part.consts["GS"], part.consts["BN"], part.consts["DP"]
     splits, hkv = part.grid[0], part.grid[1]
     tma = dict(K_TMA="k" in part.tma, V_TMA="v" in part.tma)
-    if part.tma:
-        from ...backends.triton.adapter import ensure_allocator
-        ensure_allocator()
 
     def workspace(q):
         d, rows = q.shape[1], hkv * gs
@@ -307,9 +298,10 @@ def decode_twin(seen, scale: float):
             else:
                 mats += [maxs, c.shape[0] * d, 0, d]
         rk, ck, khr, khc, rv, cv, vhr, vhc = mats
-        launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, lens, h // hkv, d, maxs, hkv * gs, k.stride(0),
-               k.stride(1), v.stride(0), v.stride(1), rk, ck, rv, cv, khr, khc, vhr, vhc, scale * LOG2E,
-               options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma)
+        dk = descriptor_or_tensor(k, rk, ck, k.stride(1), (bn, dp), tma["K_TMA"])
+        dv = descriptor_or_tensor(v, rv, cv, v.stride(1), (bn, dp), tma["V_TMA"])
+        launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, dk, dv, lens, h // hkv, d, maxs, hkv * gs,
+               k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E, options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma)
         launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
                GS=gs, SP=comb.consts["SP"], DP=dp)
         return o

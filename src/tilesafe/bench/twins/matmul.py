@@ -12,22 +12,7 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv, launch
-from .tma import descriptor_or_pointer
-
-
-@triton.jit
-def _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM: tl.constexpr, BN: tl.constexpr,
-                 BK: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr,
-                 C_TMA: tl.constexpr):
-    """TMA descriptors for the operands that use them (the pointer otherwise); B with
-    contiguous columns (a transposed weight) is described as its transpose, (N, K)."""
-    a = descriptor_or_pointer(a_ptr, M, K, sam, BM, BK, A_TMA)
-    if B_COLS:
-        b = descriptor_or_pointer(b_ptr, N, K, sbn, BN, BK, B_TMA)
-    else:
-        b = descriptor_or_pointer(b_ptr, K, N, sbk, BK, BN, B_TMA)
-    c = descriptor_or_pointer(c_ptr, M, N, scm, BM, BN, C_TMA)
-    return a, b, c
+from .tma import descriptor_or_tensor
 
 
 @triton.jit
@@ -112,21 +97,19 @@ def _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn,
 
 
 @triton.jit
-def mm(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+def mm(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
        BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr,
        A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr):
-    a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS, C_TMA)
     m0, n0 = tl.program_id(0) * BM, tl.program_id(1) * BN
     _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, m0, n0, M, N, K, sam, sak, sbk, sbn, scm, scn,
               BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS, C_TMA)
 
 
 @triton.jit
-def mm_persistent(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
-                  BK: tl.constexpr, GROUP: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+def mm_persistent(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr,
+                  BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
                   EVEN_K: tl.constexpr, TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr,
                   B_COLS: tl.constexpr, C_TMA: tl.constexpr):
-    a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS, C_TMA)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=True):
@@ -140,14 +123,12 @@ def mm_persistent(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM
 
 
 @triton.jit
-def skinny(c_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+def skinny(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
            BK: tl.constexpr, DOT: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
            TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr):
     """All M <= BM rows; each program owns BN output columns and streams its (K, BN) slab once."""
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     if DOT:
-        a, b, c = _descriptors(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm, BM, BN, BK, A_TMA, B_TMA, B_COLS,
-                               C_TMA)
         _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, 0, tl.program_id(0) * BN, M, N, K, sam, sak, sbk, sbn, scm, scn,
                   BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS, C_TMA)
     else:                                                   # one row: FMAs
@@ -225,13 +206,19 @@ def gemm_twin(seen, workers: int):
     tf32 = bool(facts.consts.get("TF32", False))
     tma = dict(A_TMA="a" in facts.tma, B_TMA="b" in facts.tma, B_COLS=facts.tma.get("b") == "columns",
                C_TMA="c" in facts.tma)
-    if facts.tma:
-        from ...backends.triton.adapter import ensure_allocator
-        ensure_allocator()
 
     def run(c, a, b):
         (m, k), n = a.shape, b.shape[1]
-        args = (c, a, b, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+        # TMA descriptors (the tensor itself where unused); b with contiguous columns (a
+        # transposed weight) is described as its transpose, (N, K)
+        da = descriptor_or_tensor(a, m, k, a.stride(0), (bm, bk), tma["A_TMA"])
+        if tma["B_COLS"]:
+            db = descriptor_or_tensor(b.T, n, k, b.stride(1), (bn, bk), tma["B_TMA"])
+        else:
+            db = descriptor_or_tensor(b, k, n, b.stride(0), (bk, bn), tma["B_TMA"])
+        dc = descriptor_or_tensor(c, m, n, c.stride(0), (bm, bn), tma["C_TMA"])
+        args = (c, a, b, dc, da, db, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                c.stride(1))
         even = dict(EVEN_M=m % bm == 0, EVEN_N=n % bn == 0, EVEN_K=k % bk == 0, TF32=tf32, **tma)
         if name == "mm_kernel":
             launch(mm, (cdiv(m, bm), cdiv(n, bn)), *args, options=facts.options, BM=bm, BN=bn, BK=bk, **even)

@@ -1,13 +1,11 @@
 """The one TMA helper the raw Triton twins share (plain Triton, as a user would write it)."""
-import triton
-import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 
-@triton.jit
-def descriptor_or_pointer(ptr, rows, cols, row_stride, BR: tl.constexpr, BC: tl.constexpr, USE: tl.constexpr):
-    """A TMA descriptor of the row-major (rows, cols) matrix at `ptr` with (BR, BC) boxes
-    when USE, else the pointer itself (the twin then loads through pointers)."""
-    if USE:
-        return tl.make_tensor_descriptor(ptr, shape=[rows, cols], strides=[row_stride, 1], block_shape=[BR, BC])
-    else:
-        return ptr
+def descriptor_or_tensor(t, rows: int, cols: int, row_stride: int, box: tuple, use: bool):
+    """A host-built TMA descriptor of the row-major (rows, cols) matrix at `t`'s address, with
+    boxes of `box`, when `use`; else `t` itself (the twin then loads through pointers and
+    never reads the argument). Built on the host as the tilesafe launch does."""
+    if not use:
+        return t
+    return TensorDescriptor(t, [rows, cols], [row_stride, 1], list(box))
