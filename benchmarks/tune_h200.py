@@ -43,7 +43,8 @@ from tilesafe.bench.workload import TOLERANCE, empty, randn, rel_error
 from tilesafe.kernels import configs
 
 SKINNY_M = importlib.import_module("tilesafe.kernels.matmul").SKINNY_M   # M <= 16: the "linear" family
-LINEAR_KEYS = importlib.import_module("tilesafe.kernels.matmul").linear_keys   # M = 1 has its own class
+_MATMUL = importlib.import_module("tilesafe.kernels.matmul")
+LINEAR_KEYS, MATMUL_KEYS = _MATMUL.linear_keys, _MATMUL.matmul_keys   # most specific first: a weight's own class
 DT, TOL = ts.bf16, TOLERANCE["bf16"]
 START = time.monotonic()
 
@@ -163,7 +164,7 @@ def gemm(name, m, n, k, dev, weight_nk: bool) -> Work:
         ours, ref = lambda b, c: tk.matmul(b["x"], b["w"], out=b["out"], config=c), lambda b: b["x"] @ b["w"]
     if m <= SKINNY_M:
         return Work(name, "linear", LINEAR_KEYS(DT, m, n, k)[0], make, ours, ref)
-    return Work(name, "matmul", configs.shape_class(DT, m, n, k), make, ours, ref)
+    return Work(name, "matmul", MATMUL_KEYS(DT, m, n, k)[0], make, ours, ref)
 
 
 def flash(h, s, d, causal, dev) -> Work:

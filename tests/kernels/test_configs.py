@@ -91,6 +91,24 @@ def test_a_tuple_of_shape_classes_takes_the_first_one_tuned(monkeypatch):
     assert configs.lookup("linear", mm.linear_keys(ts.bf16, 1, 2560, 9728))["block_n"] == 64   # falls back
 
 
+def test_a_weights_own_class_comes_before_its_bucket(monkeypatch):
+    table = {"linear": {"bf16/2560x9728/gemv": {"block_n": 4}, "bf16/4096/16384/gemv": {"block_n": 16},
+                        "bf16/2560x9728": {"block_n": 32}, "bf16/4096/16384": {"block_n": 64}},
+             "matmul": {"bf16/128/2560x4096": {"block_m": 64}, "bf16/128/4096/4096": {"block_m": 128}}}
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(configs, "tuned_table", lambda gpu: table)
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    assert configs.weight_class(ts.bf16, (100,), (2560, 4096)) == "bf16/128/2560x4096"   # M bucketed, N and K exact
+    assert configs.lookup("linear", mm.linear_keys(ts.bf16, 1, 2560, 9728))["block_n"] == 4
+    assert configs.lookup("linear", mm.linear_keys(ts.bf16, 1, 4096, 12288))["block_n"] == 16   # its bucket
+    assert configs.lookup("linear", mm.linear_keys(ts.bf16, 8, 2560, 9728))["block_n"] == 32
+    assert configs.lookup("linear", mm.linear_keys(ts.bf16, 8, 4096, 12288))["block_n"] == 64
+    assert configs.lookup("matmul", mm.matmul_keys(ts.bf16, 128, 2560, 4096))["block_m"] == 64
+    assert configs.lookup("matmul", mm.matmul_keys(ts.bf16, 100, 4096, 4096))["block_m"] == 128
+    table["linear"].pop("bf16/2560x9728/gemv")
+    assert configs.lookup("linear", mm.linear_keys(ts.bf16, 1, 2560, 9728))["block_n"] == 16   # GEMV's first
+
+
 def test_a_config_schedule_is_made_once_and_takes_json_lists():
     from tilesafe.kernels.launch import schedule_of
     a = schedule_of({"block_m": 64, "num_warps": 8, "reverse_blocks": [1]})      # as a tuned JSON file holds it

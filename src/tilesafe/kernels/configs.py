@@ -3,7 +3,9 @@
 A config is a plain dict (tile sizes, plus the schedule hints `num_warps` / `num_stages`).
 It is looked up by a *shape class*: the family, the dtype and bucketed sizes (the next
 power of two, clamped), so one entry serves a whole range of shapes and a decode step does
-not change class per token. Where the config comes from, in order:
+not change class per token. GEMMs look up a *weight class* first, with N and K exact and
+M bucketed (`weight_class`): a model's projection shapes are fixed, and neighbours in one
+bucket (2560 and 4096 wide) want different tiles. Where the config comes from, in order:
 
 1. `config=` passed to the call (tests, benchmarks and `tune` use it);
 2. on a GPU, the tuned table `tuned/<gpu>.json` for that shape class, written by `tune`
@@ -81,6 +83,13 @@ def bucket(n: int, lo: int = 16, hi: int = 1 << 16) -> int:
 def shape_class(dtype, *sizes: int) -> str:
     """`"bf16/4096/128"`: the key of a tuned entry (also the JSON key)."""
     return "/".join([getattr(dtype, "name", str(dtype)), *(str(bucket(n)) for n in sizes)])
+
+
+def weight_class(dtype, rows: tuple[int, ...], weight: tuple[int, ...]) -> str:
+    """`"bf16/128/2560x4096"`: a product's class with its weight's sizes exact and the rest
+    bucketed. A model's projections have fixed weight shapes, so the tuned table can hold
+    one entry per projection (tried before the bucketed class, which stays the fallback)."""
+    return "/".join([shape_class(dtype, *rows), "x".join(str(int(n)) for n in weight)])
 
 
 def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:

@@ -242,7 +242,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         else:
             launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk, **common)
         return o.returned
-    cfg = configs.lookup("matmul", configs.shape_class(dtype, m, n, k), config, dtype)
+    cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
     splits = _splits(cfg, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk))
     if splits > 1:
@@ -258,11 +258,18 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     return o.returned
 
 
+def matmul_keys(dtype, m: int, n: int, k: int) -> tuple[str, str]:
+    """The shape classes of an M > 16 product, most specific first: this (N, K) weight at
+    M's bucket, then all three sizes bucketed."""
+    return configs.weight_class(dtype, (m,), (n, k)), configs.shape_class(dtype, m, n, k)
+
+
 def linear_keys(dtype, m: int, n: int, k: int) -> tuple[str, ...]:
-    """The shape classes of an M <= 16 product: one row (a GEMV: FMAs, maybe split-K) has its
-    own class before the (N, K) one it shares with 2..16 rows (tensor-core tiles)."""
-    key = configs.shape_class(dtype, n, k)
-    return (f"{key}/gemv", key) if m == 1 else (key,)
+    """The shape classes of an M <= 16 product, most specific first: one row (a GEMV: FMAs,
+    maybe split-K) has its own classes before the ones it shares with 2..16 rows
+    (tensor-core tiles); each is this exact (N, K) weight, then (N, K) bucketed."""
+    exact, key = configs.weight_class(dtype, (), (n, k)), configs.shape_class(dtype, n, k)
+    return (f"{exact}/gemv", f"{key}/gemv", exact, key) if m == 1 else (exact, key)
 
 
 def _splits(cfg: dict, tiles: int, k_tiles: int) -> int:
