@@ -89,6 +89,9 @@ GEMM_M128 = ([mm(*t, False) for t in [(64, 128, 64, 4, 4), (64, 64, 128, 4, 4), 
 GEMM_M128 += [mm(bm, bn, bk, 4, st, False, sp) for bm, bn, bk in [(64, 128, 64), (64, 128, 128), (64, 64, 128),
                                                                   (128, 64, 64), (128, 128, 64)]
               for st in (2, 3, 4) for sp in (1, 2, 3, 4)]
+# ... and narrow tiles holding all 128 rows: each weight column read once, N/32 or N/16 blocks.
+GEMM_M128 += [mm(128, bn, bk, 4, st, False, sp) for bn, bk in [(32, 128), (32, 256), (16, 256), (16, 512)]
+              for st in (3, 4, 6) for sp in (1, 2)]
 
 
 def lin(bn, bk, warps, stages, min_blocks=264, split=None, bm=None):
