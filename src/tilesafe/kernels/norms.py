@@ -25,8 +25,8 @@ def rms_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB",
                     T: ts.Const[ts.DType], TW: ts.Const[ts.DType], BM: ts.Const[int], NP: ts.Const[int],
                     NA: int, NB: int, N: int, eps: float):
     t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, NP), zeros past N
+    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sum: overlaps it
     r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
-    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
     y.store((t * r * wt).astype(T))
 
 
@@ -39,8 +39,8 @@ def add_rms_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", (1, "BM"
     s = (ts.load_tile_like(x, y).astype(ts.f32) + ts.load_tile_like(res, y).astype(ts.f32)).astype(T)
     h.store(s)                                                   # (1, BM, NP)
     t = s.astype(ts.f32)
+    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sum: overlaps it
     r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
-    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
     y.store((t * r * wt).astype(T))
 
 
@@ -53,8 +53,8 @@ def add_rms_norm_inplace_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", 
     s = (ts.load_tile_like(x, y).astype(ts.f32) + h.load().astype(ts.f32)).astype(T)   # (1, BM, NP)
     h.store(s)
     t = s.astype(ts.f32)
+    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sum: overlaps it
     r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
-    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
     y.store((t * r * wt).astype(T))
 
 
@@ -63,12 +63,14 @@ def layer_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB
                       b: ts.Ref["TW", ("N",)], T: ts.Const[ts.DType], TW: ts.Const[ts.DType], HAS_B: ts.Const[bool],
                       BM: ts.Const[int], NP: ts.Const[int], NA: int, NB: int, N: int, eps: float):
     t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, NP)
+    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sums: overlaps them
+    bt = ts.reshape(ts.load(b, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP)) if HAS_B else wt
     mean = ts.sum(t, axis=2, keepdims=True) / N                  # (1, BM, 1)
     d = ts.where(row_mask(NP, N), t - mean, 0.0)                 # (1, BM, NP) centred, 0 past N
     r = ts.rsqrt(ts.sum(d * d, axis=2, keepdims=True) / N + eps)
-    out = d * r * ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
+    out = d * r * wt
     if HAS_B:
-        out = out + ts.reshape(ts.load(b, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
+        out = out + bt
     y.store(out.astype(T))
 
 
