@@ -68,6 +68,9 @@ GEMM_BIG = [mm(*t, p) for p in (False, True) for t in BIG_TILES]          # grou
 # N = 2560 at M = 2048: 128x128 tiles are 320 tiles, 2.4 per SM (the last round 42% full);
 # 128x64 tiles make 640, 4.85 per SM, at some cost per tile. Tried persistent.
 GEMM_BIG += [mm(128, 64, 64, 4, 4, True), mm(128, 64, 64, 8, 3, True)]
+# ... or whole waves of tiles, then the last rows of tiles split over K (`tail_split`).
+GEMM_BIG += [dict(mm(*t, p), tail_split=True) for p in (False, True)
+             for t in [(128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (64, 256, 64, 8, 4)]]
 # 1024^3 and 2048^3: 64 (16) tiles of 128x128 leave most SMs idle: smaller tiles, or split K.
 GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False),
                                           mm(64, 64, 64, 4, 4, False), mm(64, 128, 64, 4, 5, False),

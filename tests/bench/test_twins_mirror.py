@@ -124,3 +124,18 @@ def test_attention_twins_through_tma_descriptors_compute_the_library_result():
     with ts.backend("reference"):
         want = tk.flash_attention(q, k, v, causal=True, scale=0.125)
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_the_tail_split_twin_and_tma_descriptors_compute_the_library_result():
+    # Under Triton's interpreter: 4 rows of 32 x 32 tiles on 3 workers -> 3 rows, then the
+    # last (ragged) row of tiles in 2 K-slices; every operand through host TMA descriptors.
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(100, 256, generator=g), torch.randn(256, 32, generator=g)
+    cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False, "tma": True}
+    kernels = [MM.mm_kernel, MM.mm_persistent_kernel, MM.split_k_kernel, MM.split_sum_kernel]
+    with ts.backend("triton-interpreter"), Observer(kernels) as seen:
+        want = tk.matmul(a, b, config=cfg)
+    assert list(seen) == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
+    assert seen["mm_kernel"].tma == {"a": "rows", "b": "rows", "c": "rows"} and seen["split_k_kernel"].grid[:2] == (2, 1)
+    got = matmul.gemm_twin(seen, workers=3)(torch.full((100, 32), float("nan")), a, b)
+    assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, a @ b, atol=1e-3)

@@ -111,6 +111,36 @@ def test_skinny_tiles_follow_the_config(backend, device, monkeypatch, m, cfg, ti
     assert_close(got, F.gelu(F.linear(t64(x), t64(w)), approximate="tanh"), "f32", **MM_TOL["f32"])
 
 
+def test_tail_split_rule():
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    on = {"tail_split": True}
+    # H200, 2048 x 2560: 320 tiles of 128 x 128 on 132 SMs -> 13 rows of tiles (260) in two
+    # waves, the last 3 rows (60 tiles) in 2 K-slices; 160 tiles of 128 x 256 -> 130, 4 slices
+    assert mm.tail_split(on, 2048, 2560, 128, 128, 64, 132) == (1664, 2)
+    assert mm.tail_split(on, 2048, 2560, 128, 256, 64, 132) == (1664, 4)
+    assert mm.tail_split({"tail_split": False}, 2048, 2560, 128, 128, 64, 132) is None
+    assert mm.tail_split(on, 2048, 2048, 128, 128, 64, 132) is None    # 128 tiles left: too many to split
+    assert mm.tail_split(on, 1536, 1408, 128, 128, 64, 132) is None    # 132 tiles: one whole wave already
+    assert mm.tail_split(on, 2048, 2560, 128, 128, 6, 132) is None     # too few K tiles to split
+
+
+def test_tail_split_runs_whole_waves_then_split_rows(backend, device, monkeypatch):
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    m, n, k = (1056, 160, 512) if device == "cuda" else (100, 30, 256)   # ragged M and N on the CPU
+    cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False}
+    rows, splits = mm.tail_split(cfg, m, n, 32, 32, k // 32, mm._workers(device))
+    a, b, bias = randn((m, k), "f32", 31, device), randn((k, n), "f32", 32, device), randn((n,), "f32", 33, device)
+    launched = []
+    real = mm.launch
+    monkeypatch.setattr(mm, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, outputs)),
+                                                                       real(kernel, outputs, **kw))[1])
+    out = poisoned((m, n), "f32", device)
+    got = tk.matmul(a, b, bias=bias, activation="silu", out=out, config=cfg)
+    assert [name for name, _ in launched] == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
+    assert launched[0][1]["c"][0].shape == (rows, n) and launched[1][1]["part"][0].shape == (splits, m - rows, n)
+    assert_close(got, F.silu(t64(a) @ t64(b) + t64(bias)), "f32", **MM_TOL["f32"])
+
+
 def test_split_k_is_chosen_when_tiles_are_too_few_to_fill_the_workers(backend, device, monkeypatch):
     mm = importlib.import_module("tilesafe.kernels.matmul")   # the module (tk.matmul is the function)
     assert mm._splits({"split_k": None, "min_blocks": 264}, 40, 76) == 7       # 40 tiles: 7 splits

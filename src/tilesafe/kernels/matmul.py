@@ -251,11 +251,39 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     persistent = cfg["persistent"]
     if persistent is None:
         persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * _workers(device)
+    tail = tail_split(cfg, m, n, bm, bn, cdiv(k, bk), _workers(device))
+    if tail is not None:   # whole waves of tiles, then the last rows of tiles split over K
+        rows, splits = tail
+        _tiles(cv[:rows], (bm, bn, bk), persistent, cfg, dict(common, a=av[:rows]))
+        _split_k(cv[rows:], (bm, bn, bk), splits, cfg, DOT=True, **dict(common, a=av[rows:]))
+    else:
+        _tiles(cv, (bm, bn, bk), persistent, cfg, common)
+    return o.returned
+
+
+def _tiles(cv, tiles, persistent, cfg, common):
+    bm, bn, bk = tiles
     if persistent:
         launch(mm_persistent_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, GROUP=cfg["group"], BK=bk, **common)
     else:
         launch(mm_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, **common)
-    return o.returned
+
+
+def tail_split(cfg: dict, m: int, n: int, bm: int, bn: int, k_tiles: int, workers: int):
+    """(rows of the main launch, K splits for the rest) when the config asks for a tail split
+    (`tail_split`), else None. The main launch gets whole waves of output tiles (whole rows
+    of tiles); the last rows of tiles, which would run as a partly empty last wave, run as
+    `splits` K-slices each, one block per slice. On the H200 a 2048 x 2560 output has 320
+    tiles of 128 x 128 on 132 SMs: 260 in two waves, the last 60 split in two (120 blocks)."""
+    if not cfg.get("tail_split"):
+        return None
+    tm, tn = cdiv(m, bm), cdiv(n, bn)
+    rows = (tm * tn) // workers * workers // tn               # rows of tiles that fill whole waves
+    rest = (tm - rows) * tn
+    if rows == 0 or rest == 0:
+        return None
+    splits = min(workers // rest, k_tiles // 4)               # every slice keeps >= 4 K tiles
+    return (rows * bm, splits) if splits >= 2 else None
 
 
 def matmul_keys(dtype, m: int, n: int, k: int) -> tuple[str, str]:

@@ -195,9 +195,28 @@ def _split_twin(seen):
     return run
 
 
+def _tail_split_twin(seen, workers: int):
+    """A tail-split launch: whole waves of tiles over the first rows, then the last rows of
+    tiles split over K (the split launch's grid says how many rows of tiles it covered)."""
+    main = gemm_twin({n: f for n, f in seen.items() if not n.startswith("split_")}, workers)
+    tail = _split_twin(seen)
+    part = seen["split_k_kernel"]
+    bm, tail_tiles = part.consts["BM"], part.grid[1]
+
+    def run(c, a, b):
+        rows = (-(-a.shape[0] // bm) - tail_tiles) * bm
+        main(c[:rows], a[:rows], b)
+        tail(c[rows:], a[rows:], b)
+        return c
+    return run
+
+
 def gemm_twin(seen, workers: int):
     """The twin of the GEMM launch in `seen`: `run(c, a, b)` for c = a @ b (b may be a transposed view).
     `workers` is the persistent grid's size (the SM count on a GPU)."""
+    main = next((n for n in ("mm_persistent_kernel", "mm_kernel") if n in seen), None)
+    if "split_k_kernel" in seen and main is not None:
+        return _tail_split_twin(seen, workers)
     if "split_k_kernel" in seen:
         return _split_twin(seen)
     name = next(n for n in ("mm_persistent_kernel", "mm_kernel", "skinny_kernel") if n in seen)
