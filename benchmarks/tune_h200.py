@@ -95,6 +95,10 @@ GEMM_M128 += [mm(bm, bn, bk, 4, st, False, sp) for bm, bn, bk in [(64, 128, 64),
 # ... and narrow tiles holding all 128 rows: each weight column read once, N/32 or N/16 blocks.
 GEMM_M128 += [mm(128, bn, bk, 4, st, False, sp) for bn, bk in [(32, 128), (32, 256), (16, 256), (16, 512)]
               for st in (3, 4, 6) for sp in (1, 2)]
+# ... and deeper pipelines for the tiles that won (one block per SM, more loads in flight).
+M128_DEEP = [(128, 64, 64, (5, 6, 7, 8)), (64, 128, 64, (5, 6, 7)), (128, 64, 128, (4, 5)), (64, 64, 128, (5, 6)),
+             (64, 128, 128, (5,))]
+GEMM_M128 += [mm(bm, bn, bk, w, st, False) for bm, bn, bk, sts in M128_DEEP for st in sts for w in (4, 8)]
 
 
 def lin(bn, bk, warps, stages, min_blocks=264, split=None, bm=None):
@@ -116,6 +120,9 @@ GEMV += [lin(4, 2048, 8, 3, 1, split=1), lin(4, 4096, 8, 2, 1, split=1), lin(2, 
          lin(8, 2048, 8, 2, 1, split=1)]
 GEMV += [lin(bn, bk, w, st, 1, split=1) for bn in (8, 16, 32, 64) for bk in (256, 512, 1024) if bn * bk <= 16384
          for st in (3, 5) for w in (4, 8)]
+# ... and around the winners of the first tuning (2-8 columns, long K slabs), deeper and shallower.
+GEMV += [lin(bn, bk, w, st, 1, split=1) for bn, bk in [(8, 512), (8, 1024), (8, 2048), (4, 1024), (4, 2048), (4, 4096)]
+         for st in (2, 4, 6) for w in (4, 8)]
 # 2..16 rows: the weight tiles stream through shared memory, so the stage size decides how many
 # blocks share an SM (a 16x512 + 512x16 stage, 4 deep, allows one: a 160-block grid then runs
 # in two rounds); 16-row tiles also re-read x from L2 once per 16 weight columns. A grid of
