@@ -88,7 +88,17 @@ def test_side_by_side_samples_take_turns_in_rounds():
     slices = timer.calls[2:]
     assert len(slices) == 8 and sum(c[1] for c in slices[0::2]) == n == sum(c[1] for c in slices[1::2])
     runs = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k]   # who sampled when
-    assert runs == ["ts", "twin"] * 5                                           # probes, then 4 rounds
+    # probes, then 4 rounds, each led by the next one: ts twin | ts twin | twin ts | ts twin | twin ts
+    assert runs == ["ts", "twin", "ts", "twin", "ts", "twin", "ts"]           # (repeats merge into one run)
+
+
+def test_side_by_side_rounds_take_turns_leading():
+    timer = FakeTimer(us=400.0)
+    order = []
+    launches = {k: ((lambda k: lambda i: order.append(k))(k), 1, "torch") for k in ("a", "b", "c")}
+    measure_side_by_side(timer, launches, rounds=3)
+    runs = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k]
+    assert runs == ["a", "b", "c"] + ["a", "b", "c", "b", "c", "a", "c", "a", "b"]   # probes, then 3 rounds
 
 
 def test_side_by_side_records_a_failure_and_times_the_rest():

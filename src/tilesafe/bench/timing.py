@@ -10,7 +10,8 @@
     divided by its launches).
   * Side by side: the implementations of one workload are sampled in alternating rounds
     (`measure_side_by_side`), so a GPU that heats up and lowers its clocks during a long
-    GEMM slows every implementation alike instead of whichever ran last.
+    GEMM slows every implementation alike instead of whichever ran last; each round starts
+    with the next implementation, so none always runs first on a GPU that just idled.
 
 `measure` takes any `Timer` (the CUDA one in `cuda_timer.py`, or a fake in the tests).
 """
@@ -122,8 +123,15 @@ def measure_side_by_side(timer: Timer, launches: dict, policy: Policy = Policy()
         total = samples_for(estimate * per_graph, policy)
         plans[name] = {"rotate": rotate, "capture": capture, "estimate": estimate, "mode": mode,
                        "per_graph": per_graph, "total": total, "samples": [], "note": ""}
+    names = list(plans)
     for r in range(rounds):
-        for name, pl in plans.items():
+        # Each round starts with the next implementation, so none always runs first on a GPU
+        # that idled while the host prepared the round. (On the H200, the twin of the M = 2048
+        # lm_head GEMM, its PTX within 4 integer instructions of tilesafe's, measured 4-11%
+        # slower while tilesafe led every round.)
+        lead = r % len(names) if names else 0
+        for name in names[lead:] + names[:lead]:
+            pl = plans[name]
             if name in out:
                 continue
             n = -(-pl["total"] // rounds) if r < rounds - 1 else pl["total"] - len(pl["samples"])
