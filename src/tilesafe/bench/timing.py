@@ -126,9 +126,9 @@ def measure_side_by_side(timer: Timer, launches: dict, policy: Policy = Policy()
     names = list(plans)
     for r in range(rounds):
         # Each round starts with the next implementation, so none always runs first on a GPU
-        # that idled while the host prepared the round. (On the H200, the twin of the M = 2048
-        # lm_head GEMM, its PTX a few integer instructions off tilesafe's, measured 4-11%
-        # slower while tilesafe led every round.)
+        # that idled while the host prepared the round. (On the H200, twins of the longest
+        # GEMMs, their PTX a few integer instructions off tilesafe's, measured 7-11% slower
+        # while tilesafe led every round.)
         lead = r % len(names) if names else 0
         for name in names[lead:] + names[:lead]:
             pl = plans[name]
