@@ -99,6 +99,10 @@ def test_side_by_side_rounds_take_turns_leading():
     measure_side_by_side(timer, launches, rounds=3)
     runs = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k]
     assert runs == ["a", "b", "c"] + ["a", "b", "c", "b", "c", "a", "c", "a", "b"]   # probes, then 3 rounds
+    order.clear()
+    measure_side_by_side(FakeTimer(us=400.0), launches, rounds=4)   # 4 rounds for 3: 6, each leads twice
+    runs = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k][3:]
+    assert runs == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c", "b", "c", "a", "c", "a", "b"]
 
 
 def test_side_by_side_records_a_failure_and_times_the_rest():

@@ -109,7 +109,8 @@ def measure_side_by_side(timer: Timer, launches: dict, policy: Policy = Policy()
                          rounds: int = ROUNDS) -> dict[str, Measurement | Exception]:
     """`measure` for several implementations at once: {name: (launch, n_sets, capture)} ->
     {name: Measurement}, or the exception an implementation's timing raised. Each one's
-    samples are taken in `rounds` slices, the implementations taking turns."""
+    samples are taken in at least `rounds` slices (a multiple of the implementations, so
+    each leads a round equally often), the implementations taking turns."""
     plans, out = {}, {}
     for name, (launch, n_sets, capture) in launches.items():
         rotate = (lambda f, n: lambda i: f(i % n))(launch, n_sets)
@@ -124,6 +125,8 @@ def measure_side_by_side(timer: Timer, launches: dict, policy: Policy = Policy()
         plans[name] = {"rotate": rotate, "capture": capture, "estimate": estimate, "mode": mode,
                        "per_graph": per_graph, "total": total, "samples": [], "note": ""}
     names = list(plans)
+    if len(names) > 1:
+        rounds = -(-rounds // len(names)) * len(names)       # every implementation leads equally often
     for r in range(rounds):
         # Each round starts with the next implementation, so none always runs first on a GPU
         # that idled while the host prepared the round. (On the H200, twins of the longest
