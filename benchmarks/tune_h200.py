@@ -1,7 +1,7 @@
 """Autotune the kernel library's configs on the GPU and write the tuned table.
 
     PYTHONPATH=src python3 benchmarks/tune_h200.py --out "$OUT/nvidia-h200.json"   # on the GPU
-    PYTHONPATH=src python3 benchmarks/tune_h200.py --dry-run --out /tmp/t/cpu.json  # CPU check
+    PYTHONPATH=src python3 benchmarks/tune_h200.py --dry-run   # CPU check (writes to a temp dir)
     PYTHONPATH=src python3 benchmarks/tune_h200.py --plan                           # list the work
 
 Workloads are grouped by the shape class the library looks them up under (family and key of
@@ -24,6 +24,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -439,7 +440,8 @@ def main() -> int:
 
         def clock(launch, n_sets, capture):
             return measure(timer, launch, n_sets, capture, policy).median_us
-    out = args.out or Path(os.environ.get("OUT", ".")) / f"{configs.gpu_name()}.json"
+    where = os.environ.get("OUT") or (tempfile.mkdtemp(prefix="tune-dry-run-") if args.dry_run else ".")
+    out = args.out or Path(where) / f"{configs.gpu_name()}.json"   # a dry run litters no checkout
     out.parent.mkdir(parents=True, exist_ok=True)
     table = json.loads(out.read_text()) if out.exists() else {}      # merged into, as configs.tune does
     meta = {"machine": machine.info(), "budget_s": args.budget_s, "policy": policy.to_json(), "tolerance": TOL,
