@@ -44,6 +44,8 @@ CASES = {
     "decode_partial_tma": (attention.decode_partial, dict(NEG_SCALE=False, GP=16, GS=8, BN=64, DP=128, EVEN=True,
                                                           K_TMA=True, V_TMA=True), "cp.async.bulk.tensor"),
     "decode_combine": (attention.decode_combine, dict(G=4, GS=4, SP=32, DP=128), None),
+    "decode_combine_pdl": (attention.decode_combine, dict(G=4, GS=4, SP=32, DP=128, PDL=True), "griddepcontrol.wait"),
+    "split_sum_pdl": (matmul.split_sum, dict(BM=16, BN=128, PDL=True), "griddepcontrol.wait"),
     "read": (read.read, dict(BLOCK=read.BLOCK, PER=read.PER), None),
 }
 
@@ -60,6 +62,8 @@ def _descriptors(c: dict) -> dict:
 @pytest.mark.parametrize("case", list(CASES))
 def test_twin_compiles_for_hopper(case):
     fn, consts, mma = CASES[case]
+    if "PDL" in fn.arg_names:
+        consts = {"PDL": False, **consts}        # a constexpr with a default: give it as one
     signature = {}
     descs = _descriptors(consts)
     for name in fn.arg_names:
@@ -79,3 +83,4 @@ def test_twin_compiles_for_hopper(case):
         assert "mma" not in ptx
     else:
         assert mma in ptx
+    assert ("griddepcontrol" in ptx) == bool(consts.get("PDL"))

@@ -45,7 +45,26 @@ def test_the_decode_twin_takes_the_split_count_from_the_grid(launches):
     run(torch.empty(32, 128), q, torch.empty(8, 4096, 128), torch.empty(8, 4096, 128), torch.tensor([4096]), ws)
     assert [(n, g, o) for n, g, o, _ in launches] == [("decode_partial", (32, 8), {"num_warps": 4, "num_stages": 3}),
                                                       ("decode_combine", (32,), {})]
-    assert launches[0][3] == dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True, K_TMA=False, V_TMA=False)
+    assert launches[0][3] == dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True, K_TMA=False, V_TMA=False,
+                                  PDL=False)
+
+
+def test_the_twins_launch_with_pdl_where_the_library_did(launches):
+    pdl = {"num_warps": 4, "launch_pdl": True}
+    seen = {"decode_rows_kernel": LaunchFacts("decode_rows_kernel", {"GP": 16, "GS": 4, "BN": 64, "DP": 128},
+                                              (32, 8), pdl),
+            "decode_combine_kernel": LaunchFacts("decode_combine_kernel", {"G": 4, "GS": 4, "SP": 32, "DP": 128},
+                                                 (32, 1), {"launch_pdl": True})}
+    workspace, run = attention.decode_twin(seen, 0.1)
+    q, kv = torch.empty(32, 128), torch.empty(8, 4096, 128)
+    run(torch.empty(32, 128), q, kv, kv, torch.tensor([4096]), workspace(q))
+    seen = {"split_k_kernel": LaunchFacts("split_k_kernel", {"BM": 16, "BN": 32, "BK": 128, "DOT": True}, (4, 1, 80),
+                                          pdl, scalars={"PER": 5}),
+            "split_sum_kernel": LaunchFacts("split_sum_kernel", {"BM": 16, "BN": 128}, (1, 20), {"launch_pdl": True})}
+    matmul.gemm_twin(seen, workers=132)(torch.empty(16, 2560), torch.empty(16, 2560), torch.empty(2560, 2560))
+    assert [(n, o.get("launch_pdl"), c["PDL"]) for n, _, o, c in launches] == [
+        ("decode_partial", True, True), ("decode_combine", True, True), ("split_k", True, True),
+        ("split_sum", True, True)]
 
 
 def test_the_decode_twin_reads_the_caches_through_tma_when_the_library_did(launches):

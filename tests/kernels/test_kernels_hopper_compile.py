@@ -15,7 +15,7 @@ import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe.backends.triton.backend import compile_ahead
 from tilesafe.kernels import configs
-from tilesafe.kernels.launch import schedule_of
+from tilesafe.kernels.launch import _with_pdl, schedule_of
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
@@ -34,10 +34,10 @@ def compiled(monkeypatch):
     """Run public functions with GPU configs; collect (kernel name, Triton compiled kernel)."""
     out = []
 
-    def compile_instead(kernel, outputs, grid=None, cfg=None, **args):
+    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
         specs = {n: _spec(v, tile) for n, (v, tile) in outputs.items()}
         specs.update({n: _spec(a) if isinstance(a, ts.Tensor) else a for n, a in args.items()})
-        schedule = schedule_of(cfg) if cfg is not None else None   # the config's warps, stages, TMA
+        schedule = _with_pdl(schedule_of(cfg or {}), pdl)   # the config's warps, stages, TMA; PDL
         out.append((kernel.name, compile_ahead(kernel, **specs, arch=90, descriptors=None, schedule=schedule)))
 
     monkeypatch.setattr(configs, "current_backend", lambda: "triton")
@@ -89,6 +89,12 @@ def test_compiles_for_hopper(compiled, call):
             assert "wgmma.mma_async" in k.asm["ptx"], name
         if call in TMA and name not in ("split_sum_kernel", "decode_combine_kernel"):   # they multiply nothing
             assert "cp.async.bulk.tensor" in k.asm["ptx"], name
+        # the kernels of a split computation launch with PDL: they wait for the kernel before
+        # them before any memory access, and let the next one launch early
+        pdl = name in ("split_k_kernel", "split_sum_kernel", "decode_rows_kernel", "decode_partial_kernel",
+                       "decode_combine_kernel")
+        assert ("griddepcontrol.wait" in k.asm["ptx"]) == pdl, name
+        assert ("griddepcontrol.launch_dependents" in k.asm["ptx"]) == pdl, name
 
 
 def test_split_k_launches_partials_then_their_sum(compiled):

@@ -184,6 +184,27 @@ def test_tma_layout_needs_16_byte_lines_strides_and_base():
     assert tma_layout((4, 8, 2), (16, 2, 1), 4, any_rank=True) is None          # 8-byte lines
 
 
+def test_pdl_waits_before_any_access_and_is_plain_under_the_interpreter(triton_backend):
+    a, b = ts.tensor(np.ones((32, 32), np.float32)), ts.tensor(np.ones((32, 32), np.float32))
+    c = poisoned((32, 32), "f32").partition((16, 16))
+    s = ts.schedule(num_warps=4, pdl=True)
+    assert s.hints() == {"num_warps": 4, "pdl": True}
+    compiled = matmul.compile(c, a, b, BK=16, schedule=s)
+    matmul(c, a, b, BK=16, schedule=s).sync()                    # the interpreter: a plain launch
+    assert (c.unpartition().numpy() == 32).all()
+    assert not compiled.pdl and "launch_pdl" not in compiled.options and "gdc_" not in compiled.source
+    # What a Hopper launch runs: the wait is the function's first statement, before any access.
+    c = poisoned((32, 32), "f32").partition((16, 16))
+    bound = binding.bind(matmul, (c, a, b), {"BK": 16}, None, False)
+    spec = matmul.specializer.spec(bound)
+    text = codegen.generate(matmul, spec, bounds.masks_for(spec.checks, LaunchFacts(bound)), False, pdl=True).text
+    body = text[text.index("):\n") + 3:].splitlines()
+    assert body[0].strip().startswith("gdc_wait()") and body[1].strip() == "gdc_launch_dependents()"
+    assert "from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait" in text
+    with pytest.raises(ts.LaunchError, match="pdl='yes' must be True or False"):
+        ts.schedule(pdl="yes")
+
+
 def test_tma_is_chosen_per_launch_by_schedule_and_backend(monkeypatch, triton_backend):
     a, b = ts.tensor(np.ones((32, 32), np.float32)), ts.tensor(np.ones((32, 32), np.float32))
     c = poisoned((32, 32), "f32").partition((16, 16))

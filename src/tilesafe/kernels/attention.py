@@ -364,13 +364,14 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     common = dict(cfg=cfg, q=layout.split_axis(qt, 0, hkv), lens=lens, qk_scale=scale * LOG2E, NEG_SCALE=scale < 0,
                   GP=_group_rows(group), BN=bn)
     flat = [_matrix(layout.leading(t, 4), bn, dp) for t in (kt, vt)] if cfg["flat"] else [None]
+    # Programmatic dependent launch: the combination starts launching while the partials finish.
     if None in flat:
-        launch(decode_partial_kernel, outs, k=kt, v=vt, **common)
+        launch(decode_partial_kernel, outs, k=kt, v=vt, pdl=True, **common)
     else:
         (km, _, kh, kc), (vm, _, vh, vc) = flat
-        launch(decode_rows_kernel, outs, k=km, v=vm, MAXS=max_seq, KH=kh, KC=kc, VH=vh, VC=vc, **common)
+        launch(decode_rows_kernel, outs, k=km, v=vm, MAXS=max_seq, KH=kh, KC=kc, VH=vh, VC=vc, pdl=True, **common)
     launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, acc=ws.acc, m=ws.m, l=ws.l, G=group, GS=gs,
-           SP=pow2(ws.acc.shape[0]))
+           SP=pow2(ws.acc.shape[0]), pdl=True)
     return o.returned
 
 

@@ -6,18 +6,21 @@ reads and launches are ordered after it by the runtime (S9/S10).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
 
 
-def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, cfg: dict | None = None, **args) -> None:
+def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, cfg: dict | None = None, pdl: bool = False,
+           **args) -> None:
     """`kernel(**{name: view.partition(tile)}, **args)`; `grid` only for persistent kernels;
-    `cfg`, the config the tiles came from, also gives the launch's schedule hints."""
+    `cfg`, the config the tiles came from, also gives the launch's schedule hints; `pdl`
+    launches it with programmatic dependent launch (the kernels of a split computation)."""
     parts = {}
-    if cfg is not None:
-        args["schedule"] = schedule_of(cfg)
+    if cfg is not None or pdl:
+        args["schedule"] = _with_pdl(schedule_of(cfg or {}), pdl)
     try:
         for name, (view, tile) in outputs.items():
             parts[name] = view.partition(tuple(tile))
@@ -36,6 +39,13 @@ def schedule_of(cfg: dict) -> Schedule | None:
     hints = tuple((k, tuple(v) if isinstance(v, list) else v)   # a JSON table gives lists: hashable here
                   for k in ("num_warps", "num_stages", "tma", "reverse_blocks") if (v := cfg.get(k)) is not None)
     return _schedule(hints) if hints else None
+
+
+@functools.lru_cache(maxsize=256)
+def _with_pdl(s: Schedule | None, pdl: bool) -> Schedule | None:
+    if not pdl:
+        return s
+    return dataclasses.replace(s, pdl=True) if s is not None else schedule(pdl=True)
 
 
 @functools.lru_cache(maxsize=256)

@@ -319,10 +319,12 @@ def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
     per = cdiv(cdiv(k, bk), splits)                              # K tiles per split
     splits = cdiv(cdiv(k, bk), per)                              # no empty split
     part, = scratch.views(a.device, (splits, m, n))
-    launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per)
+    # Programmatic dependent launch: the sum starts launching while the partials finish.
+    launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per,
+           pdl=True)
     sm = min(pow2(m), 16)
     sn = max(16, min(pow2(n), 2048 // sm))
-    launch(split_sum_kernel, {"c": (cv, (sm, sn))}, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT)
+    launch(split_sum_kernel, {"c": (cv, (sm, sn))}, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT, pdl=True)
 
 
 def _mma_tile(want: int, size: int) -> int:

@@ -23,7 +23,7 @@ from ..lang.annotations import CONST, MUT, MUT_TILES
 from .partition import next_pow2
 from .schedule import Schedule, schedule
 
-SCHEDULE_KEYS = ("num_warps", "num_stages", "maxnreg", "tma", "reverse_blocks")
+SCHEDULE_KEYS = ("num_warps", "num_stages", "maxnreg", "tma", "reverse_blocks", "pdl")
 
 
 class Auto:

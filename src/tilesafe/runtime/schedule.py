@@ -19,10 +19,11 @@ class Schedule:
     maxnreg: int | None = None
     tma: bool | None = None       # TMA tensor descriptors for eligible 2-D accesses; None: the backend picks
     reverse_blocks: tuple = ()    # grid axes whose blocks run last-index first
+    pdl: bool = False             # programmatic dependent launch (Hopper+): see `schedule`
 
     def options(self) -> dict:
         """Triton launch options (only the hints that were set; `tma` and `reverse_blocks` are
-        ours, not Triton's)."""
+        ours, not Triton's; `pdl` becomes Triton's `launch_pdl` where the GPU has it)."""
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages),
                                   ("maxnreg", self.maxnreg)) if v is not None}
 
@@ -33,11 +34,13 @@ class Schedule:
             out["tma"] = self.tma
         if self.reverse_blocks:
             out["reverse_blocks"] = list(self.reverse_blocks)
+        if self.pdl:
+            out["pdl"] = True
         return out
 
 
 def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnreg: int | None = None,
-             tma: bool | None = None, reverse_blocks=()) -> Schedule:
+             tma: bool | None = None, reverse_blocks=(), pdl: bool = False) -> Schedule:
     """Schedule hints for a launch: `kernel(*args, schedule=ts.schedule(num_warps=8))`.
 
     `tma=True/False` forces TMA tensor descriptors on or off for the 2-D accesses that can
@@ -46,7 +49,12 @@ def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnre
     `reverse_blocks=(1,)` numbers the blocks of grid axis 1 from the far end: block_id(1)
     is `num_blocks(1) - 1 - i` for the i-th block the GPU starts. Each block still owns one
     tile, so results do not change; a kernel whose later blocks do more work (causal
-    attention) starts those first and leaves no long block for the end."""
+    attention) starts those first and leaves no long block for the end.
+    `pdl=True` (programmatic dependent launch, Hopper and newer): the kernel may start
+    launching while the kernel before it on the stream still runs, and lets the next one do
+    the same; it waits for the one before to finish, its writes visible, before its first
+    memory access, so results and ordering are those of a plain launch. It saves the gap
+    between two short kernels (a split computation and its combination)."""
     if num_warps is not None and (not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32)):
         raise LaunchError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
     if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
@@ -58,7 +66,9 @@ def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnre
     axes = tuple(reverse_blocks) if isinstance(reverse_blocks, (tuple, list)) else None
     if axes is None or any(not isinstance(a, int) or isinstance(a, bool) or a not in (0, 1, 2) for a in axes):
         raise LaunchError(f"reverse_blocks={reverse_blocks!r} must be a tuple of grid axes (0, 1 or 2)")
-    return Schedule(num_warps, num_stages, maxnreg, tma, tuple(sorted(set(axes))))
+    if not isinstance(pdl, bool):
+        raise LaunchError(f"pdl={pdl!r} must be True or False")
+    return Schedule(num_warps, num_stages, maxnreg, tma, tuple(sorted(set(axes))), pdl)
 
 
 def take(kwargs: dict, default: Schedule | None) -> tuple[dict, Schedule | None]:

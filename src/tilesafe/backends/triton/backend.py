@@ -65,6 +65,10 @@ class TritonCompiled:
     def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool, schedule=None):
         self.backend = backend
         self.options = schedule.options() if schedule is not None else {}   # Triton launch options
+        # PDL needs Hopper's griddepcontrol; elsewhere (and interpreted) the launch is plain.
+        self.pdl = bool(schedule is not None and schedule.pdl and not backend.interpret and tma.available())
+        if self.pdl:
+            self.options = dict(self.options, launch_pdl=True)
         self.tma = schedule.tma if schedule is not None else None
         self.reversed_axes = schedule.reverse_blocks if schedule is not None else ()
         self.multiplies = any(op.opcode == "mma" for op in walk(spec.fn.body))
@@ -92,7 +96,7 @@ class TritonCompiled:
         v = self._variants.get(key)
         if v is None:
             gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors, linear_grid,
-                                   column_major, self.reversed_axes)
+                                   column_major, self.reversed_axes, self.pdl)
             v = self._variants[key] = (gen, self.backend.load(gen))
         self.last_generated = v[0]   # what the latest launch ran (the benchmark twins mirror it)
         return v
@@ -239,14 +243,15 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
     if use:
         arrays = {n: (f.shape, f.strides, f.dtype.itemsize, 0) for n, f in bound.tensors.items()}
         rows, cols = tma.choose(kernel, loaded_outputs(spec.fn), arrays, any_rank)
+    pdl = schedule is not None and schedule.pdl and arch >= 90
     gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), rows, column_major=cols,
-                           reversed_axes=schedule.reverse_blocks if schedule is not None else ())
+                           reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
     values = []
     for slot in gen.args:
         f = bound.tensors.get(slot.param)
         values.append({"ptr": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
                        "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
-    options = schedule.options() if schedule is not None else {}
+    options = dict(schedule.options(), **({"launch_pdl": True} if pdl else {})) if schedule is not None else {}
     return adapter.compile_for(gen, values, SETTINGS.cache_dir, arch, **options)
 
 

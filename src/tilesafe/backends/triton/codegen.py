@@ -74,6 +74,7 @@ class Emitter:
     descriptors: frozenset
     column_major: frozenset = frozenset()           # descriptor tensors with contiguous columns
     reversed_axes: tuple = ()                       # grid axes numbered from the far end (schedule)
+    pdl: bool = False                               # launched with programmatic dependent launch
     lines: list[str] = field(default_factory=list)
     prologue: list[str] = field(default_factory=list)
     depth: int = 1
@@ -256,15 +257,23 @@ def emit_op(em: Emitter, op: Op) -> None:
 
 # --- the function ------------------------------------------------------------------------------
 def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), linear_grid: bool = False,
-             column_major=frozenset(), reversed_axes=()) -> Generated:
+             column_major=frozenset(), reversed_axes=(), pdl: bool = False) -> Generated:
     """The Triton source of one specialization (`descriptors`: tensors eligible for TMA;
     `column_major`: those of them whose columns, not rows, are contiguous, e.g. `w.T`).
 
     `linear_grid`: the launch grid is flattened to one axis (CUDA allows only 65535 blocks
-    along axes 1 and 2); the kernel recovers its 3-D block index from the flat one."""
+    along axes 1 and 2); the kernel recovers its 3-D block index from the flat one.
+
+    `pdl`: the kernel is launched with programmatic dependent launch. Its first statement
+    waits for the kernel before it (griddepcontrol.wait: that kernel complete, its writes
+    visible), so no access of this kernel can see the earlier one unfinished; the second
+    lets the next PDL kernel start launching (it waits likewise)."""
     from .emit_memory import barrier_loads
     fn: Function = spec.fn
-    em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major), tuple(reversed_axes))
+    em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major), tuple(reversed_axes), pdl=pdl)
+    if pdl:
+        em.prologue += ["    gdc_wait()   # PDL: the kernel before this one has finished, its writes visible",
+                        "    gdc_launch_dependents()"]
     slots = _signature(em, fn)
     if linear_grid:
         slots += _linear_grid(em)
@@ -324,6 +333,7 @@ def _assemble(kernel, fn: Function, name: str, slots: list[ArgSlot], em: Emitter
         f"tensor descriptors: {', '.join(sorted(em.descriptors)) or 'none'}",
         "import triton",
         "import triton.language as tl",
+        *(["from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait"] if em.pdl else []),
         "",
         "",
         "@triton.jit",

@@ -15,8 +15,10 @@ structure, tiles and Triton options are those of the tilesafe launches, written 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .launch import cdiv, launch
+from .launch import pdl as _pdl
 from .tma import descriptor_or_tensor
 
 LOG2E = 1.4426950408889634
@@ -168,11 +170,14 @@ def _cache_tile(desc, base, j, head_row, head_col, stride, D, BN: tl.constexpr, 
 def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs,
                    KHR, KHC, VHR, VHC, qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr,
                    BN: tl.constexpr, DP: tl.constexpr, EVEN: tl.constexpr, K_TMA: tl.constexpr,
-                   V_TMA: tl.constexpr):
+                   V_TMA: tl.constexpr, PDL: tl.constexpr = False):
     """Program (split, KV head): the GP >= 16 query rows of its group (zeros past G) over its
     contiguous chunk of keys; the first GS rows of the partial are stored. With X_TMA the
     cache is read through a host-built descriptor of its (RX, CX) matrix, KV head h starting at
     (h * XHR, h * XHC); otherwise through pointers and strides."""
+    if PDL:                                                                 # as the tilesafe launch
+        gdc_wait()
+        gdc_launch_dependents()
     s_id, kvh = tl.program_id(0), tl.program_id(1)
     splits = tl.num_programs(0)
     length = tl.maximum(tl.minimum(tl.load(lens_ptr).to(tl.int32), MAXS), 0)
@@ -210,7 +215,10 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
 
 @triton.jit
 def decode_combine(o_ptr, acc_ptr, m_ptr, l_ptr, S, R, D, G: tl.constexpr, GS: tl.constexpr, SP: tl.constexpr,
-                   DP: tl.constexpr):
+                   DP: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     h = tl.program_id(0)
     row = (h // G) * GS + h % G                                              # this head's row in the partials
     rs = tl.arange(0, SP)
@@ -301,8 +309,10 @@ def decode_twin(seen, scale: float):
         dk = descriptor_or_tensor(k, rk, ck, k.stride(1), (bn, dp), tma["K_TMA"])
         dv = descriptor_or_tensor(v, rv, cv, v.stride(1), (bn, dp), tma["V_TMA"])
         launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, dk, dv, lens, h // hkv, d, maxs, hkv * gs,
-               k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E, options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma)
+               k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E,
+               options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma,
+               PDL=_pdl(part))
         launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
-               GS=gs, SP=comb.consts["SP"], DP=dp)
+               GS=gs, SP=comb.consts["SP"], DP=dp, PDL=_pdl(comb))
         return o
     return (workspace, run)

@@ -30,3 +30,9 @@ def _interpreted(fn):
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def pdl(facts) -> bool:
+    """Whether the tilesafe launch used programmatic dependent launch (Triton's `launch_pdl`
+    option, which the twin passes on too): the twin kernel then waits and triggers alike."""
+    return bool(facts.options.get("launch_pdl", False))

@@ -10,8 +10,9 @@ only when an extent does not divide by its tile, as a hand-written kernel would 
 """
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .launch import cdiv, launch
+from .launch import cdiv, launch, pdl
 from .tma import descriptor_or_tensor
 
 
@@ -142,8 +143,11 @@ def skinny(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, sam, sak, sbk, sbn, scm, scn, 
 @triton.jit
 def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.constexpr, BN: tl.constexpr,
             BK: tl.constexpr, DOT: tl.constexpr, TF32: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-            EVEN_K: tl.constexpr):
+            EVEN_K: tl.constexpr, PDL: tl.constexpr = False):
     """Split s: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of output tile (i, j)."""
+    if PDL:                                                 # as the tilesafe launch
+        gdc_wait()
+        gdc_launch_dependents()
     s, i, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = i * BM + tl.arange(0, BM)
     rn = j * BN + tl.arange(0, BN)
@@ -160,7 +164,10 @@ def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.con
 
 
 @triton.jit
-def split_sum(c_ptr, part_ptr, S, M, N, scm, scn, BM: tl.constexpr, BN: tl.constexpr):
+def split_sum(c_ptr, part_ptr, S, M, N, scm, scn, BM: tl.constexpr, BN: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     inside = (rm[:, None] < M) & (rn[None, :] < N)
@@ -188,9 +195,9 @@ def _split_twin(seen):
         launch(split_k, (splits, cdiv(m, bm), cdiv(n, bn)), part, a, b, m, n, k, a.stride(0), a.stride(1),
                b.stride(0), b.stride(1), per, options=part_facts.options, BM=bm, BN=bn, BK=bk,
                DOT=bool(c["DOT"]), TF32=bool(c.get("TF32", False)), EVEN_M=m % bm == 0, EVEN_N=n % bn == 0,
-               EVEN_K=k % bk == 0)
+               EVEN_K=k % bk == 0, PDL=pdl(part_facts))
         launch(split_sum, (cdiv(m, sm), cdiv(n, sn)), out, part, splits, m, n, out.stride(0), out.stride(1),
-               options=sum_facts.options, BM=sm, BN=sn)
+               options=sum_facts.options, BM=sm, BN=sn, PDL=pdl(sum_facts))
         return out
     return run
 
