@@ -124,6 +124,9 @@ GEMV += [lin(bn, bk, w, st, 1, split=1) for bn in (8, 16, 32, 64) for bk in (256
 # ... and around the winners of the first tuning (2-8 columns, long K slabs), deeper and shallower.
 GEMV += [lin(bn, bk, w, st, 1, split=1) for bn, bk in [(8, 512), (8, 1024), (8, 2048), (4, 1024), (4, 2048), (4, 4096)]
          for st in (2, 4, 6) for w in (4, 8)]
+# ... and with the next K tile's loads issued before this tile's FMAs (two tiles in flight).
+GEMV += [dict(lin(bn, bk, w, 3, 1, split=1), prefetch=True) for bn, bk in [(8, 512), (8, 1024), (4, 1024), (4, 2048),
+                                                                           (16, 512)] for w in (4, 8)]
 # 2..16 rows: the weight tiles stream through shared memory, so the stage size decides how many
 # blocks share an SM (a 16x512 + 512x16 stage, 4 deep, allows one: a 160-block grid then runs
 # in two rounds); 16-row tiles also re-read x from L2 once per 16 weight columns. A grid of

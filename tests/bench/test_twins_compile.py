@@ -24,6 +24,7 @@ CASES = {
     "mm_tma": (matmul.mm, dict(BM=128, BN=128, BK=64, **TMA), "cp.async.bulk.tensor"),
     "mm_persistent": (matmul.mm_persistent, dict(BM=128, BN=128, BK=64, GROUP=8, **dict(EVEN, EVEN_N=False)), "wgmma"),
     "gemv": (matmul.skinny, dict(BM=1, BN=16, BK=512, DOT=False, **EVEN), None),
+    "gemv_prefetch": (matmul.skinny, dict(BM=1, BN=8, BK=1024, DOT=False, PREFETCH=True, **EVEN), None),
     "skinny_m16": (matmul.skinny, dict(BM=16, BN=16, BK=512, DOT=True, **EVEN), "mma.sync"),
     "split_k": (matmul.split_k, dict(BM=64, BN=64, BK=128, DOT=True, TF32=False, EVEN_M=True, EVEN_N=True, EVEN_K=True),
                 "wgmma"),
@@ -62,8 +63,9 @@ def _descriptors(c: dict) -> dict:
 @pytest.mark.parametrize("case", list(CASES))
 def test_twin_compiles_for_hopper(case):
     fn, consts, mma = CASES[case]
-    if "PDL" in fn.arg_names:
-        consts = {"PDL": False, **consts}        # a constexpr with a default: give it as one
+    for flag in ("PDL", "PREFETCH"):             # constexprs with a default: give them as such
+        if flag in fn.arg_names:
+            consts = {flag: False, **consts}
     signature = {}
     descs = _descriptors(consts)
     for name in fn.arg_names:

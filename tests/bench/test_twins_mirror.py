@@ -158,3 +158,13 @@ def test_the_tail_split_twin_and_tma_descriptors_compute_the_library_result():
     assert seen["mm_kernel"].tma == {"a": "rows", "b": "rows", "c": "rows"} and seen["split_k_kernel"].grid[:2] == (2, 1)
     got = matmul.gemm_twin(seen, workers=3)(torch.full((100, 32), float("nan")), a, b)
     assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, a @ b, atol=1e-3)
+
+
+def test_the_gemv_twin_prefetches_where_the_library_did():
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(1, 300, generator=g), torch.randn(70, 300, generator=g)
+    with ts.backend("triton-interpreter"), Observer([MM.skinny_kernel]) as seen:
+        want = tk.linear(x, w, config={"block_n": 8, "block_k": 32, "split_k": 1, "prefetch": True})
+    assert seen["skinny_kernel"].consts["PREFETCH"] is True
+    got = matmul.gemm_twin(seen, workers=3)(torch.full((1, 70), float("nan")), x, w.T)
+    assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, x @ w.T, atol=1e-3)

@@ -111,6 +111,14 @@ def test_skinny_tiles_follow_the_config(backend, device, monkeypatch, m, cfg, ti
     assert_close(got, F.gelu(F.linear(t64(x), t64(w)), approximate="tanh"), "f32", **MM_TOL["f32"])
 
 
+@pytest.mark.parametrize("bk", [32, 512])          # several K tiles (ragged last one), or one
+def test_gemv_prefetch_loads_the_next_k_tile_first(backend, device, bk):
+    x, w = randn((1, 300), "f32", 41, device), randn((70, 300), "f32", 42, device)
+    out = poisoned((1, 70), "f32", device)
+    got = tk.linear(x, w, out=out, config={"block_n": 8, "block_k": bk, "split_k": 1, "prefetch": True})
+    assert_close(got, F.linear(t64(x), t64(w)), "f32", **MM_TOL["f32"])
+
+
 def test_tail_split_rule():
     mm = importlib.import_module("tilesafe.kernels.matmul")
     on = {"tail_split": True}

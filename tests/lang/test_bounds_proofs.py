@@ -64,6 +64,30 @@ def test_min_of_bounds_is_proven_and_correct(cap):
     np.testing.assert_allclose(out.numpy()[:, 0], want, rtol=1e-5, atol=1e-5)
 
 
+@ts.kernel(sanitize=True)
+def next_tile_clamped(y: ts.Mut[ts.f32, (1, 1)], x: ts.Ref[ts.f32, ("M", "K")], BK: ts.Const[int], M: int, K: int):
+    """Each tile plus the next one, the last tile standing in for the one past the end."""
+    last = ts.num_tiles(x.partition((1, BK)), 1) - 1
+    acc = ts.zeros((1, BK), ts.f32)
+    for k in range(ts.num_tiles(x.partition((1, BK)), 1)):
+        acc = acc + ts.load(x, (ts.block_id(0), k), shape=(1, BK))
+        acc = acc + ts.load(x, (ts.block_id(0), ts.minimum(k + 1, last)), shape=(1, BK))
+    y.store(ts.sum(acc, axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("k", [64, 70])
+def test_min_takes_the_smaller_upper_bound(k):
+    # min(k + 1, last) <= last: every tile index is in range, proven at launch when BK | K
+    report = next_tile_clamped.checks(*_specs(3, k), BK=16)
+    assert (report.launch, report.kernel) == ((3, 0) if k % 16 == 0 else (1, 2))
+    x = _x(3, k, seed=3)
+    out = next_tile_clamped(ts.empty((3, 1)).partition((1, 1)), ts.tensor(x), BK=16).sync().unpartition()
+    padded = np.pad(x, ((0, 0), (0, -k % 16)))
+    tiles = padded.reshape(3, -1, 16).sum(2)
+    want = tiles.sum(1) + tiles[:, 1:].sum(1) + tiles[:, -1]
+    np.testing.assert_allclose(out.numpy()[:, 0], want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("s", [0, 2])
 def test_subtracting_a_runtime_value_is_decided_by_the_launch(s):
     report = shifted.checks(*_specs(3, 64), BK=16, s=s)

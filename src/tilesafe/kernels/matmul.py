@@ -74,7 +74,8 @@ def mm_persistent_kernel(c: ts.MutTiles["TC", ("BM", "BN")], a: ts.Ref["T", ("M"
 def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
                   bias: ts.Ref["TB", (-1,)], T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
                   HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool],
-                  BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
+                  BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], PREFETCH: ts.Const[bool],
+                  M: int, N: int, K: int):
     """M <= BM rows: each block owns BN output columns and streams its (K, BN) slab of B once."""
     pa = a.partition((BM, BK))                                   # all rows of A: (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
@@ -83,6 +84,16 @@ def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: 
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
         for k in range(ts.num_tiles(pa, 1)):
             acc = mac(pa.load((0, k)), pb.load((k, j)), acc, TF32)
+    elif PREFETCH:                                               # one row, K tile k + 1 loaded before k's FMAs
+        part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
+        last = ts.num_tiles(pa, 1) - 1
+        xn, wn = pa.load((0, 0)), pb.load((0, j))
+        for k in range(ts.num_tiles(pa, 1)):
+            xk, wk = xn, wn
+            nxt = ts.minimum(k + 1, last)                        # the last tile again at the end: in range
+            xn, wn = pa.load((0, nxt)), pb.load((nxt, j))
+            part = part + ts.reshape(xk.astype(ts.f32), (BK, 1)) * wk.astype(ts.f32)
+        acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
     else:                                                        # one row: a GEMV by FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         for k in range(ts.num_tiles(pa, 1)):
@@ -240,7 +251,8 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         if splits > 1:
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
         else:
-            launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk, **common)
+            launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk,
+                   PREFETCH=bool(cfg.get("prefetch")) and m == 1, **common)
         return o.returned
     cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))

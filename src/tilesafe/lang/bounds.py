@@ -220,10 +220,10 @@ class _Ranges:
             positive = ("ge", lb_, _const(1))
             self._set(op.result, ("sel", positive, _const(0), _const(-math.inf)),
                       ("sel", positive, ("add", ub_, _const(-1)), _const(math.inf)))
-        elif kind == "min":   # below both lower bounds; at most either upper bound
-            self._set(op.result, both(la, lb_, "min"), ua if ua is not None else ub_)
-        elif kind == "max":
-            self._set(op.result, la if la is not None else lb_, both(ua, ub_, "max"))
+        elif kind == "min":   # at least the smaller lower bound; at most either upper bound
+            self._set(op.result, both(la, lb_, "min"), both(ua, ub_, "min") or (ua if ua is not None else ub_))
+        elif kind == "max":   # at least either lower bound; at most the larger upper bound
+            self._set(op.result, both(la, lb_, "max") or (la if la is not None else lb_), both(ua, ub_, "max"))
 
 
 def _int_max(d) -> int:

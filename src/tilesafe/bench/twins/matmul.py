@@ -71,6 +71,25 @@ def _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, lo, hi, BN: tl.constexpr
 
 
 @triton.jit
+def _row_product_prefetch(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, BN: tl.constexpr, BK: tl.constexpr):
+    """`_row_product` over all of K with tile k + 1's loads issued before tile k's FMAs (the
+    last tile is loaded again at the end, so every access is in range or masked)."""
+    rk = tl.arange(0, BK)
+    last = tl.cdiv(K, BK) - 1
+    part = tl.zeros((BK, BN), tl.float32)
+    xn = tl.load(a_ptr + rk * sak, mask=rk < K, other=0.0)
+    wn = tl.load(b_ptr + rk[:, None] * sbk + rn[None, :] * sbn, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+    for k in range(0, last + 1):
+        x, w = xn, wn
+        kk = tl.minimum(k + 1, last) * BK + rk
+        xn = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
+        wn = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                     other=0.0)
+        part += x.to(tl.float32)[:, None] * w.to(tl.float32)
+    return tl.sum(part, axis=0)
+
+
+@triton.jit
 def _store(c, c_ptr, acc, m0, n0, M, N, scm, scn, BM: tl.constexpr, BN: tl.constexpr, EVEN_M: tl.constexpr,
            EVEN_N: tl.constexpr, C_TMA: tl.constexpr):
     if C_TMA:
@@ -126,12 +145,19 @@ def mm_persistent(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, sam, sak, sbk, sbn, scm
 @triton.jit
 def skinny(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
            BK: tl.constexpr, DOT: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
-           TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr):
+           TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, B_COLS: tl.constexpr, C_TMA: tl.constexpr,
+           PREFETCH: tl.constexpr = False):
     """All M <= BM rows; each program owns BN output columns and streams its (K, BN) slab once."""
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     if DOT:
         _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, 0, tl.program_id(0) * BN, M, N, K, sam, sak, sbk, sbn, scm, scn,
                   BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS, C_TMA)
+    elif PREFETCH:                                          # one row, K tile k + 1 loaded before k's FMAs
+        y = _row_product_prefetch(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, BN, BK)
+        if EVEN_N:
+            tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty))
+        else:
+            tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty), mask=rn < N)
     else:                                                   # one row: FMAs
         y = _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, 0, tl.cdiv(K, BK), BN, BK, EVEN_N, EVEN_K)
         if EVEN_N:
@@ -254,6 +280,6 @@ def gemm_twin(seen, workers: int):
                    GROUP=facts.consts["GROUP"], **even)
         else:
             launch(skinny, (cdiv(n, bn),), *args, options=facts.options, BM=bm, BN=bn, BK=bk,
-                   DOT=bool(facts.consts["DOT"]), **even)
+                   DOT=bool(facts.consts["DOT"]), PREFETCH=bool(facts.consts.get("PREFETCH", False)), **even)
         return c
     return run
