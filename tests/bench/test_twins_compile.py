@@ -14,7 +14,7 @@ from tilesafe.bench.twins import attention, elementwise, matmul, read, rows  # n
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted")
 SCALARS = {"eps": "fp32", "qk_scale": "fp32", "log2_theta": "fp32"}
-F32_PTRS = {"acc_ptr", "m_ptr", "l_ptr", "out_ptr", "part_ptr"}
+F32_PTRS = {"acc_ptr", "m_ptr", "l_ptr", "s_ptr", "out_ptr", "part_ptr"}
 EVEN = dict(EVEN_M=True, EVEN_N=True, EVEN_K=True, TF32=False, A_TMA=False, B_TMA=False, B_COLS=False, C_TMA=False)
 TMA = dict(EVEN, A_TMA=True, B_TMA=True, B_COLS=True, C_TMA=True)   # x @ w.T with every operand through TMA
 CASES = {
@@ -32,6 +32,8 @@ CASES = {
                                           EVEN_K=True), None),
     "split_sum": (matmul.split_sum, dict(BM=16, BN=128), None),
     "softmax": (rows.softmax, dict(BM=1, NP=4096, EVEN=True), None),
+    "chunk_stats": (rows.chunk_stats, dict(BM=16, BN=2048, EVEN=False), None),
+    "softmax_apply": (rows.softmax_apply, dict(BM=16, BN=2048, CP=64, EVEN=False), None),
     "rms_norm": (rows.rms_norm, dict(BM=1, NP=4096, EVEN=False), None),
     "rope": (rows.rope, dict(BT=4, BH=8, HP=64, EVEN=True), None),
     "flash_causal": (attention.flash, dict(CAUSAL=True, NEG_SCALE=False, BM=64, BN=64, DP=128, EVEN=True, REVERSE=True),

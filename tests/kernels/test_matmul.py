@@ -136,7 +136,7 @@ def test_tail_split_runs_whole_waves_then_split_rows(backend, device, monkeypatc
     mm = importlib.import_module("tilesafe.kernels.matmul")
     m, n, k = (1056, 160, 512) if device == "cuda" else (100, 30, 256)   # ragged M and N on the CPU
     cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False}
-    rows, splits = mm.tail_split(cfg, m, n, 32, 32, k // 32, mm._workers(device))
+    rows, splits = mm.tail_split(cfg, m, n, 32, 32, k // 32, importlib.import_module("tilesafe.kernels.launch").workers(device))
     a, b, bias = randn((m, k), "f32", 31, device), randn((k, n), "f32", 32, device), randn((n,), "f32", 33, device)
     launched = []
     real = mm.launch

@@ -1,5 +1,7 @@
 """Row reductions and softmax against torch in float64: every axis, ragged rows, rows with
 -inf, short rows (one tile) and long rows (statistics kernel + elementwise pass)."""
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -77,6 +79,32 @@ def test_errors(backend, device):
         tk.softmax(x, out=torch.empty((4, 6)))
     with pytest.raises(ts.LaunchError, match="at least one axis"):
         tk.mean(torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_few_long_rows_split_into_column_chunks(backend, device, monkeypatch, log):
+    """Two rows of 1000 (a vocabulary, scaled down): the statistics run per chunk of column
+    tiles, so few rows still make many blocks; chunks wholly -inf combine to nothing."""
+    red = importlib.import_module("tilesafe.kernels.reduce")
+    x = randn((2, 1000), "f32", 8, device, scale=3.0)
+    x[0, :400] = float("-inf")                                   # row 0's first chunks are all -inf
+    launched = []
+    real = red.launch
+    monkeypatch.setattr(red, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, outputs, kw)),
+                                                                        real(kernel, outputs, **kw))[1])
+    out = poisoned((2, 1000), "f32", device)
+    got = (tk.log_softmax if log else tk.softmax)(x, out=out, config={"row_max": 32, "sub": 32, "max_chunks": 8})
+    (name, outputs, kw), (apply_name, _, apply_kw) = launched
+    workers = importlib.import_module("tilesafe.kernels.launch").workers(device)
+    chunks = min(32, 8, -(-2 * workers // 1))                    # 32 column tiles, 1 block of 2 rows
+    per = -(-32 // chunks)
+    assert (name, apply_name) == ("row_stats_kernel", "softmax_apply_kernel")
+    assert outputs["mx"][0].shape == (1, 2, -(-32 // per)) and kw["PER"] == per and apply_kw["CP"] >= chunks
+    want = softmax_ref(x, log)
+    if log:                                                      # -inf where the input is -inf
+        assert torch.isneginf(got[0, :400]).all()
+        got, want = got[:, 400:], want[:, 400:]
+    assert_close(got, want, "f32")
 
 
 def test_long_rows_reuse_the_device_scratch_and_stay_ordered(backend, device):

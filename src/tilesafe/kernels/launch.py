@@ -54,6 +54,19 @@ def _schedule(hints: tuple) -> Schedule:
     return schedule(**dict(hints))
 
 
+REFERENCE_WORKERS = 3                # blocks running at once on CPU backends (the backends' default)
+
+
+def workers(device) -> int:
+    """Blocks a GPU runs at once for a persistent or chunked launch: its SMs; on the CPU
+    backends, their persistent grid."""
+    from . import configs
+    if configs.current_backend() == "triton" and str(device).startswith("cuda"):
+        import torch
+        return torch.cuda.get_device_properties(torch.device(str(device))).multi_processor_count
+    return REFERENCE_WORKERS
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

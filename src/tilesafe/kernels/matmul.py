@@ -14,11 +14,10 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout, scratch
 from .elementwise import GELU, SILU, unary_op
-from .launch import cdiv, launch, pow2
+from .launch import cdiv, launch, pow2, workers
 
 ACTIVATIONS = {None: -1, "silu": SILU, "gelu": GELU}
 SKINNY_M = 16                        # rows up to which the weight-streaming path is used
-REFERENCE_WORKERS = 3                # persistent blocks on CPU backends (the backends' default)
 
 
 @ts.function
@@ -262,8 +261,8 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         return o.returned
     persistent = cfg["persistent"]
     if persistent is None:
-        persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * _workers(device)
-    tail = tail_split(cfg, m, n, bm, bn, cdiv(k, bk), _workers(device))
+        persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * workers(device)
+    tail = tail_split(cfg, m, n, bm, bn, cdiv(k, bk), workers(device))
     if tail is not None:   # whole waves of tiles, then the last rows of tiles split over K
         rows, splits = tail
         _tiles(cv[:rows], (bm, bn, bk), persistent, cfg, dict(common, a=av[:rows]))
@@ -364,10 +363,3 @@ def _tf32(fn, dtype, precision) -> bool:
         raise A.fail(fn, f"precision must be \"ieee\" or \"tf32\" (or torch's \"highest\"/\"high\"/\"medium\"), "
                          f"got {precision!r}")
     return dtype == ts.f32 and precision in ("tf32", "high", "medium")
-
-
-def _workers(device: str) -> int:
-    """Blocks a persistent kernel runs at once: the SMs of the GPU, or the CPU backends' default."""
-    if configs.current_backend() == "triton" and device.startswith("cuda"):
-        return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
-    return REFERENCE_WORKERS

@@ -3,8 +3,9 @@
 A tensor of shape (*lead, N) is shown to the kernels as (A, B, N) rows (`layout.rows3`).
 Reductions walk a row in (BM, BN) column tiles and accumulate in fp32. Softmax loads a
 whole row as one (BM, NP) tile when NP = next_pow2(N) is small enough; longer rows (a
-vocabulary) take two kernels: per-row statistics (an online max and sum), then an
-elementwise pass over (BM, BN) tiles that every block can take. Ragged rows are padded
+vocabulary) take two kernels: statistics (an online max and sum) per row and chunk of
+columns, as many chunks as keep the GPU busy when rows are few, then an elementwise pass
+over (BM, BN) tiles that every block can take, combining its rows' chunks. Ragged rows are padded
 with -inf for max and softmax, so the padding never wins and adds exp(-inf) = 0.
 """
 import builtins
@@ -13,7 +14,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, scratch
-from .launch import launch, pow2
+from .launch import cdiv, launch, pow2, workers
 
 SUM, MAX, MEAN = 0, 1, 2
 NEG_INF = -float("inf")
@@ -54,14 +55,16 @@ def softmax_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB", 
 
 
 @ts.kernel
-def row_stats_kernel(mx: ts.Mut[ts.f32, (1, "BM")], sm: ts.Mut[ts.f32, (1, "BM")], x: ts.Ref["T", ("NA", "NB", "N")],
-                     T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], NA: int, NB: int, N: int):
-    """Per row: the max and the sum of exp(x - max), by an online pass over column tiles."""
+def row_stats_kernel(mx: ts.Mut[ts.f32, (1, "BM", 1)], sm: ts.Mut[ts.f32, (1, "BM", 1)],
+                     x: ts.Ref["T", ("NA", "NB", "N")], T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int],
+                     PER: int, NA: int, NB: int, N: int):
+    """Per row and chunk c of PER column tiles: the max and the sum of exp(x - max) over the
+    chunk, by an online pass. Chunks let a few long rows (a vocabulary) use many blocks."""
     px = x.partition((1, BM, BN))                                # (1, BM, BN)
-    a, i = ts.block_id(0), ts.block_id(1)
+    a, i, c = ts.block_id(0), ts.block_id(1), ts.block_id(2)
     m = ts.full((1, BM, 1), NEG_INF, ts.f32)                     # (1, BM, 1) running max
     s = ts.zeros((1, BM, 1), ts.f32)                             # (1, BM, 1) running sum
-    for k in range(ts.num_tiles(px, 2)):
+    for k in range(c * PER, min((c + 1) * PER, ts.num_tiles(px, 2))):
         t = px.load((a, i, k), padding=NEG_INF).astype(ts.f32)   # (1, BM, BN)
         m_new = ts.maximum(m, ts.max(t, axis=2, keepdims=True))
         # A row whose max is still -inf has added nothing: keep its sum at 0 (no inf - inf).
@@ -69,18 +72,22 @@ def row_stats_kernel(mx: ts.Mut[ts.f32, (1, "BM")], sm: ts.Mut[ts.f32, (1, "BM")
         p = ts.where(m_new == NEG_INF, 0.0, ts.exp(t - m_new))
         s = s * alpha + ts.sum(p, axis=2, keepdims=True)
         m = m_new
-    mx.store(ts.reshape(m, (1, BM)))
-    sm.store(ts.reshape(s, (1, BM)))
+    mx.store(m)
+    sm.store(s)
 
 
 @ts.kernel
 def softmax_apply_kernel(y: ts.Mut["T", (1, "BM", "BN")], x: ts.Ref["T", ("NA", "NB", "N")],
-                         mx: ts.Ref[ts.f32, ("NA", "NB")], sm: ts.Ref[ts.f32, ("NA", "NB")], T: ts.Const[ts.DType],
-                         LOG: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int], NA: int, NB: int, N: int):
+                         mx: ts.Ref[ts.f32, ("NA", "NB", "C")], sm: ts.Ref[ts.f32, ("NA", "NB", "C")],
+                         T: ts.Const[ts.DType], LOG: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int],
+                         CP: ts.Const[int], NA: int, NB: int, N: int, C: int):
+    """Each block combines its rows' C chunk statistics (CP = next_pow2(C)), then normalises its tile."""
     a, i = ts.block_id(0), ts.block_id(1)
     t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, BN)
-    m = ts.reshape(ts.load(mx, (a, i), shape=(1, BM)), (1, BM, 1))
-    s = ts.reshape(ts.load(sm, (a, i), shape=(1, BM), padding=1.0), (1, BM, 1))
+    mc = ts.load(mx, (a, i, 0), shape=(1, BM, CP), padding=NEG_INF)   # (1, BM, CP)
+    sc = ts.load(sm, (a, i, 0), shape=(1, BM, CP), padding=0.0)
+    m = ts.max(mc, axis=2, keepdims=True)                        # (1, BM, 1) the row's max
+    s = ts.sum(ts.where(mc == NEG_INF, 0.0, sc * ts.exp(mc - m)), axis=2, keepdims=True)
     if LOG:
         r = t - m - ts.log(s)
     else:
@@ -162,12 +169,20 @@ def _softmax(fn, log, x, out, config):
         bm = min(pow2(xv.shape[1]), cfg["block_m"], builtins.max(1, cfg["row_elems"] // npow))
         launch(softmax_kernel, {"y": (yv, (1, bm, npow))}, cfg=cfg, x=xv, LOG=log)
         return o.returned
-    # Long rows: statistics per row (in the device's scratch), then an elementwise pass
-    # over column tiles.
-    stats = scratch.views(xv.device, xv.shape[:2], xv.shape[:2])
-    bm = min(pow2(xv.shape[1]), cfg["block_m"])
-    sub = min(cfg["sub"], pow2(n))
-    launch(row_stats_kernel, {"mx": (stats[0], (1, bm)), "sm": (stats[1], (1, bm))}, x=xv, BN=sub)
-    launch(softmax_apply_kernel, {"y": (yv, (1, bm, sub))}, x=xv, mx=stats[0], sm=stats[1], LOG=log)
+    # Long rows: statistics per row and chunk of columns (in the device's scratch), then an
+    # elementwise pass over column tiles that combines each row's chunks.
+    bm = builtins.min(pow2(xv.shape[1]), cfg["block_m"])
+    sub = builtins.min(cfg["sub"], pow2(n))
+    tiles = cdiv(n, sub)
+    row_blocks = xv.shape[0] * cdiv(xv.shape[1], bm)
+    chunks = builtins.max(1, builtins.min(tiles, cfg["max_chunks"], cdiv(workers(xv.device) * 2, row_blocks)))
+    per = cdiv(tiles, chunks)
+    chunks = cdiv(tiles, per)                                    # no empty chunk
+    shape = (*xv.shape[:2], chunks)
+    stats = scratch.views(xv.device, shape, shape)
+    launch(row_stats_kernel, {"mx": (stats[0], (1, bm, 1)), "sm": (stats[1], (1, bm, 1))}, cfg=cfg, x=xv, BN=sub,
+           PER=per)
+    launch(softmax_apply_kernel, {"y": (yv, (1, bm, sub))}, cfg=cfg, x=xv, mx=stats[0], sm=stats[1], LOG=log,
+           CP=pow2(chunks))
     return o.returned
 

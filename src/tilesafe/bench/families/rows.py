@@ -13,7 +13,7 @@ from ..twins.rows import rms_norm_twin, rope_twin, softmax_twin
 from ..workload import (BANDWIDTH, DTYPES, TILESAFE, TOLERANCE, TORCH, TWIN, Impl, Setup, Workload, element_bytes,
                         empty, randn)
 from . import baselines
-from .qwen3 import HEAD_DIM, MODELS
+from .qwen3 import HEAD_DIM, MODELS, VOCAB
 
 _reduce = importlib.import_module("tilesafe.kernels.reduce")
 _norms = importlib.import_module("tilesafe.kernels.norms")
@@ -23,10 +23,11 @@ TOKENS = 16384
 
 
 def softmax_workloads(setup: Setup) -> list[Workload]:
-    if setup.tiny:
-        return [_softmax(10, 100, "f32", setup)]
+    if setup.tiny:   # one tile a row, and rows longer than one tile (statistics per chunk, then a pass)
+        return [_softmax(10, 100, "f32", setup), _softmax(3, 3000, "f32", setup)]
     shapes = [(8192, 4096)] if setup.size == "quick" else [(32768, 1024), (8192, 4096), (2048, 16384)]
-    return [_softmax(m, n, "bf16", setup) for m, n in shapes]
+    # ... and sampling: f32 logits of 64 sequences over the vocabulary (the long-row path)
+    return [_softmax(m, n, "bf16", setup) for m, n in shapes] + [_softmax(64, VOCAB, "f32", setup)]
 
 
 def rms_norm_workloads(setup: Setup) -> list[Workload]:
@@ -58,7 +59,7 @@ def _softmax(m: int, n: int, dtype: str, setup: Setup) -> Workload:
         [Impl("tilesafe", TILESAFE, lambda b: tk.softmax(b["x"], out=b["out"]), capture="tilesafe"),
          Impl("torch.softmax", TORCH, lambda b: torch.softmax(b["x"], dim=-1)),
          baselines.copy(nbytes, dev)],
-        observe=(_reduce.softmax_kernel,), twin=twin)
+        observe=(_reduce.softmax_kernel, _reduce.row_stats_kernel, _reduce.softmax_apply_kernel), twin=twin)
 
 
 def _rms_norm(m: int, n: int, dtype: str, setup: Setup) -> Workload:

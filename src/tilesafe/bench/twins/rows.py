@@ -28,6 +28,55 @@ def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EV
 
 
 @triton.jit
+def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr):
+    """Rows [i * BM, +BM), column chunk c (PER tiles of BN): the max and sum of exp(x - max)."""
+    i, c = tl.program_id(0), tl.program_id(1)
+    rm = i * BM + tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    m = tl.full((BM,), -float("inf"), tl.float32)
+    s = tl.zeros((BM,), tl.float32)
+    for k in range(c * PER, tl.minimum((c + 1) * PER, tl.cdiv(N, BN))):
+        cols = k * BN + rn
+        if EVEN:
+            t = tl.load(x_ptr + rm[:, None] * sxm + cols[None, :]).to(tl.float32)
+        else:
+            t = tl.load(x_ptr + rm[:, None] * sxm + cols[None, :], mask=(rm[:, None] < M) & (cols[None, :] < N),
+                        other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(t, axis=1))
+        alpha = tl.where(m_new == -float("inf"), 0.0, tl.exp(m - m_new))
+        p = tl.where(m_new[:, None] == -float("inf"), 0.0, tl.exp(t - m_new[:, None]))
+        s = s * alpha + tl.sum(p, axis=1)
+        m = m_new
+    tl.store(m_ptr + rm * C + c, m, mask=rm < M)
+    tl.store(s_ptr + rm * C + c, s, mask=rm < M)
+
+
+@triton.jit
+def softmax_apply(y_ptr, x_ptr, m_ptr, s_ptr, M, N, sxm, sym, C, BM: tl.constexpr, BN: tl.constexpr,
+                  CP: tl.constexpr, EVEN: tl.constexpr):
+    i, j = tl.program_id(0), tl.program_id(1)
+    rm = i * BM + tl.arange(0, BM)
+    rn = j * BN + tl.arange(0, BN)
+    rc = tl.arange(0, CP)
+    inside = (rm[:, None] < M) & (rc[None, :] < C)
+    mc = tl.load(m_ptr + rm[:, None] * C + rc[None, :], mask=inside, other=-float("inf"))
+    sc = tl.load(s_ptr + rm[:, None] * C + rc[None, :], mask=inside, other=0.0)
+    m = tl.max(mc, axis=1)
+    s = tl.sum(tl.where(mc == -float("inf"), 0.0, sc * tl.exp(mc - m[:, None])), axis=1)
+    if EVEN:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
+    else:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=(rm[:, None] < M) & (rn[None, :] < N),
+                    other=0.0).to(tl.float32)
+    r = tl.exp(t - m[:, None]) / s[:, None]
+    if EVEN:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty))
+    else:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
 def rms_norm(y_ptr, x_ptr, w_ptr, M, N, sxm, sym, eps, BM: tl.constexpr, NP: tl.constexpr, EVEN: tl.constexpr):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, NP)
@@ -76,6 +125,8 @@ def rope(y_ptr, x_ptr, pos_ptr, T, H, HALF, sxt, sxh, syt, syh, log2_theta, BT: 
 
 def softmax_twin(seen):
     """`run(y, x)` for x of shape (M, N) with unit column stride."""
+    if "row_stats_kernel" in seen:
+        return _long_softmax_twin(seen)
     facts = seen["softmax_kernel"]
     bm, npow = facts.consts["BM"], facts.consts["NP"]
 
@@ -83,6 +134,29 @@ def softmax_twin(seen):
         m, n = x.shape
         launch(softmax, (cdiv(m, bm),), y, x, m, n, x.stride(0), y.stride(0), options=facts.options, BM=bm, NP=npow,
                EVEN=m % bm == 0 and n == npow)
+        return y
+    return run
+
+
+def _long_softmax_twin(seen):
+    """Rows too long for one tile: chunk statistics into a workspace, then the elementwise pass."""
+    stats, apply = seen["row_stats_kernel"], seen["softmax_apply_kernel"]
+    bm, bn, per, cp = stats.consts["BM"], stats.consts["BN"], stats.scalars["PER"], apply.consts["CP"]
+    chunks = stats.grid[2]
+    ws = {}
+
+    def run(y, x):
+        import torch
+        m, n = x.shape
+        key = (m, chunks, x.device)
+        if key not in ws:
+            ws[key] = torch.empty((2, m, chunks), dtype=torch.float32, device=x.device)
+        mx, sm = ws[key]
+        even = m % bm == 0 and n % bn == 0
+        launch(chunk_stats, (cdiv(m, bm), chunks), mx, sm, x, m, n, x.stride(0), chunks, per,
+               options=stats.options, BM=bm, BN=bn, EVEN=even)
+        launch(softmax_apply, (cdiv(m, bm), cdiv(n, bn)), y, x, mx, sm, m, n, x.stride(0), y.stride(0), chunks,
+               options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even)
         return y
     return run
 
