@@ -92,7 +92,7 @@ def test_compiles_for_hopper(compiled, call):
         # the kernels of a split computation launch with PDL: they wait for the kernel before
         # them before any memory access, and let the next one launch early
         pdl = name in ("split_k_kernel", "split_sum_kernel", "decode_rows_kernel", "decode_partial_kernel",
-                       "decode_combine_kernel")
+                       "decode_combine_kernel", "row_stats_kernel", "softmax_apply_kernel")
         assert ("griddepcontrol.wait" in k.asm["ptx"]) == pdl, name
         assert ("griddepcontrol.launch_dependents" in k.asm["ptx"]) == pdl, name
 

@@ -181,8 +181,8 @@ def _softmax(fn, log, x, out, config):
     shape = (*xv.shape[:2], chunks)
     stats = scratch.views(xv.device, shape, shape)
     launch(row_stats_kernel, {"mx": (stats[0], (1, bm, 1)), "sm": (stats[1], (1, bm, 1))}, cfg=cfg, x=xv, BN=sub,
-           PER=per)
+           PER=per, pdl=True)
     launch(softmax_apply_kernel, {"y": (yv, (1, bm, sub))}, cfg=cfg, x=xv, mx=stats[0], sm=stats[1], LOG=log,
-           CP=pow2(chunks))
+           CP=pow2(chunks), pdl=True)
     return o.returned
 

@@ -6,8 +6,9 @@ import math
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .launch import cdiv, launch
+from .launch import cdiv, launch, pdl
 
 
 @triton.jit
@@ -28,8 +29,12 @@ def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EV
 
 
 @triton.jit
-def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr):
+def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
+                PDL: tl.constexpr = False):
     """Rows [i * BM, +BM), column chunk c (PER tiles of BN): the max and sum of exp(x - max)."""
+    if PDL:                                                 # as the tilesafe launch
+        gdc_wait()
+        gdc_launch_dependents()
     i, c = tl.program_id(0), tl.program_id(1)
     rm = i * BM + tl.arange(0, BM)
     rn = tl.arange(0, BN)
@@ -53,7 +58,10 @@ def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl
 
 @triton.jit
 def softmax_apply(y_ptr, x_ptr, m_ptr, s_ptr, M, N, sxm, sym, C, BM: tl.constexpr, BN: tl.constexpr,
-                  CP: tl.constexpr, EVEN: tl.constexpr):
+                  CP: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     i, j = tl.program_id(0), tl.program_id(1)
     rm = i * BM + tl.arange(0, BM)
     rn = j * BN + tl.arange(0, BN)
@@ -154,9 +162,9 @@ def _long_softmax_twin(seen):
         mx, sm = ws[key]
         even = m % bm == 0 and n % bn == 0
         launch(chunk_stats, (cdiv(m, bm), chunks), mx, sm, x, m, n, x.stride(0), chunks, per,
-               options=stats.options, BM=bm, BN=bn, EVEN=even)
+               options=stats.options, BM=bm, BN=bn, EVEN=even, PDL=pdl(stats))
         launch(softmax_apply, (cdiv(m, bm), cdiv(n, bn)), y, x, mx, sm, m, n, x.stride(0), y.stride(0), chunks,
-               options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even)
+               options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even, PDL=pdl(apply))
         return y
     return run
 
