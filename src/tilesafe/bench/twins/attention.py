@@ -301,7 +301,8 @@ def decode_twin(seen, scale: float):
         dk = descriptor_or_tensor(k, rk, ck, k.stride(1), (bn, dp), tma["K_TMA"])
         dv = descriptor_or_tensor(v, rv, cv, v.stride(1), (bn, dp), tma["V_TMA"])
         launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, dk, dv, lens, h // hkv, d, maxs, hkv * gs,
-               k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E, options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma)
+               k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E,
+               options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma)
         launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
                GS=gs, SP=comb.consts["SP"], DP=dp)
         return o
