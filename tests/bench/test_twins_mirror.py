@@ -155,7 +155,8 @@ def test_the_tail_split_twin_and_tma_descriptors_compute_the_library_result():
     with ts.backend("triton-interpreter"), Observer(kernels) as seen:
         want = tk.matmul(a, b, config=cfg)
     assert list(seen) == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
-    assert seen["mm_kernel"].tma == {"a": "rows", "b": "rows", "c": "rows"} and seen["split_k_kernel"].grid[:2] == (2, 1)
+    assert seen["mm_kernel"].tma == {"a": "rows", "b": "rows", "c": "rows"}
+    assert seen["split_k_kernel"].grid[:2] == (2, 1)
     got = matmul.gemm_twin(seen, workers=3)(torch.full((100, 32), float("nan")), a, b)
     assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, a @ b, atol=1e-3)
 

@@ -182,6 +182,7 @@ def test_tma_layout_needs_16_byte_lines_strides_and_base():
     assert tma_layout((2, 3, 4, 8, 4), (384, 128, 32, 4, 1), 4, any_rank=True) == "rows"   # rank 5 at most
     assert tma_layout((1, 2, 3, 4, 8, 4), (768, 384, 128, 32, 4, 1), 4, any_rank=True) is None
     assert tma_layout((4, 8, 2), (16, 2, 1), 4, any_rank=True) is None          # 8-byte lines
+    assert tma_layout((0, 4), (4, 1), 4) is None                                 # empty: no descriptor
 
 
 def test_pdl_waits_before_any_access_and_is_plain_under_the_interpreter(triton_backend):

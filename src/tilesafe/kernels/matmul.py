@@ -259,10 +259,11 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     if splits > 1:
         _split_k(cv, (bm, bn, bk), splits, cfg, DOT=True, **common)
         return o.returned
+    sms = workers(device)
     persistent = cfg["persistent"]
     if persistent is None:
-        persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * workers(device)
-    tail = tail_split(cfg, m, n, bm, bn, cdiv(k, bk), workers(device))
+        persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * sms
+    tail = tail_split(cfg, m, n, bm, bn, cdiv(k, bk), sms)
     if tail is not None:   # whole waves of tiles, then the last rows of tiles split over K
         rows, splits = tail
         _tiles(cv[:rows], (bm, bn, bk), persistent, cfg, dict(common, a=av[:rows]))

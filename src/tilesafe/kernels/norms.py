@@ -15,6 +15,12 @@ from .launch import launch, pow2
 
 
 @ts.function
+def row_vector(v, NP):
+    """(1, 1, NP) fp32: a per-column vector (a weight, a bias), zeros past its end."""
+    return ts.reshape(ts.load(v, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))
+
+
+@ts.function
 def row_mask(NP, N):
     """(1, 1, NP): True for the columns inside the row."""
     return ts.reshape(ts.arange(0, NP) < N, (1, 1, NP))
@@ -25,7 +31,7 @@ def rms_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB",
                     T: ts.Const[ts.DType], TW: ts.Const[ts.DType], BM: ts.Const[int], NP: ts.Const[int],
                     NA: int, NB: int, N: int, eps: float):
     t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, NP), zeros past N
-    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sum: overlaps it
+    wt = row_vector(w, NP)   # before the sum: overlaps it
     r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
     y.store((t * r * wt).astype(T))
 
@@ -39,7 +45,7 @@ def add_rms_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", (1, "BM"
     s = (ts.load_tile_like(x, y).astype(ts.f32) + ts.load_tile_like(res, y).astype(ts.f32)).astype(T)
     h.store(s)                                                   # (1, BM, NP)
     t = s.astype(ts.f32)
-    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sum: overlaps it
+    wt = row_vector(w, NP)   # before the sum: overlaps it
     r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
     y.store((t * r * wt).astype(T))
 
@@ -53,7 +59,7 @@ def add_rms_norm_inplace_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", 
     s = (ts.load_tile_like(x, y).astype(ts.f32) + h.load().astype(ts.f32)).astype(T)   # (1, BM, NP)
     h.store(s)
     t = s.astype(ts.f32)
-    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sum: overlaps it
+    wt = row_vector(w, NP)   # before the sum: overlaps it
     r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
     y.store((t * r * wt).astype(T))
 
@@ -63,8 +69,8 @@ def layer_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB
                       b: ts.Ref["TW", ("N",)], T: ts.Const[ts.DType], TW: ts.Const[ts.DType], HAS_B: ts.Const[bool],
                       BM: ts.Const[int], NP: ts.Const[int], NA: int, NB: int, N: int, eps: float):
     t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, NP)
-    wt = ts.reshape(ts.load(w, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP))   # before the sums: overlaps them
-    bt = ts.reshape(ts.load(b, (0,), shape=(NP,)).astype(ts.f32), (1, 1, NP)) if HAS_B else wt
+    wt = row_vector(w, NP)   # before the sums: overlaps them
+    bt = row_vector(b, NP) if HAS_B else wt
     mean = ts.sum(t, axis=2, keepdims=True) / N                  # (1, BM, 1)
     d = ts.where(row_mask(NP, N), t - mean, 0.0)                 # (1, BM, NP) centred, 0 past N
     r = ts.rsqrt(ts.sum(d * d, axis=2, keepdims=True) / N + eps)

@@ -13,8 +13,8 @@ With 64-bit offsets (`wide`) the origins are cast to int64 first.
 When the backend marks a tensor as descriptor-eligible (a matrix, or, when TMA is forced,
 a tensor of rank 3 to 5; contiguous last axis, 16-byte aligned base and strides; see
 `tma.py`), its tile loads and stores use a TMA tensor descriptor instead (an extra kernel
-argument the launch builds on the host), masked ones too where TMA's own bounds check gives the same result
-(zero padding, 32-bit offsets). A matrix with contiguous columns instead (a transposed
+argument the launch builds on the host), masked ones too where TMA's own bounds check
+gives the same result (zero padding, 32-bit offsets). A matrix with contiguous columns instead (a transposed
 view such as `w.T`) is described as its transpose, and its tiles are transposed in
 registers (`tl.trans`), which the tensor-core operand path absorbs.
 
