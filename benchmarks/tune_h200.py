@@ -148,6 +148,12 @@ DECODE = [{"block_n": bn, "splits": None, "target_blocks": tb, "num_warps": w}
 ELEMENTWISE = [{"block": b, "num_warps": w} for b, w in [(1024, 4), (4096, 4), (4096, 8), (8192, 8), (2048, 8),
                                                          (8192, 4), (16384, 8), (1024, 2), (16384, 16)]]
 
+# Long rows (a vocabulary): tiles of row_elems values at most, and about target_blocks blocks.
+ROWS_LONG = [dict(configs.GPU_DEFAULTS["rows"], block_m=bm, row_elems=re, sub=sub, target_blocks=tb, num_warps=w)
+             for bm, re, sub in [(2, 4096, 2048), (1, 4096, 4096), (4, 8192, 2048), (2, 8192, 4096), (1, 2048, 2048),
+                                 (1, 8192, 8192)]
+             for tb in (528, 1056, 2112) for w in (4, 8)]
+
 
 # --- workloads -----------------------------------------------------------------------------------
 
@@ -202,6 +208,14 @@ def elementwise_add(dt: str, n: int, dev) -> Work:
         return {"x": randn((n,), dt, s, dev), "y": randn((n,), dt, s + 1000, dev), "out": empty((n,), dt, dev)}
     return Work(f"add {dt} {n}", "elementwise", configs.shape_class(getattr(ts, dt)), make,
                 lambda b, c: tk.add(b["x"], b["y"], out=b["out"], config=c), lambda b: b["x"] + b["y"])
+
+
+def softmax_long(rows: int, n: int, dev) -> Work:
+    """softmax over vocabulary-long fp32 rows (sampling), as the bench's long softmax."""
+    def make(s):
+        return {"x": randn((rows, n), "f32", s, dev), "out": empty((rows, n), "f32", dev)}
+    return Work(f"softmax f32 {rows}x{n}", "rows", configs.shape_class(ts.f32, n), make,
+                lambda b, c: tk.softmax(b["x"], out=b["out"], config=c), lambda b: torch.softmax(b["x"], -1))
 
 
 def decode(label, h, hkv, d, ctx, dev) -> Work:
@@ -262,6 +276,7 @@ def plan(tiny: bool, dev: str) -> list[Group]:
     projections(m_mid, GEMM_M128)
     for dt in ("bf16", "f32"):           # one class per dtype: the elementwise config has no sizes
         add(elementwise_add(dt, (1 << 10) if tiny else (1 << 29) // (2 if dt == "bf16" else 4), dev), ELEMENTWISE)
+    add(softmax_long(3 if tiny else 64, 3000 if tiny else 151936, dev), ROWS_LONG)
     return list(groups.values())
 
 
