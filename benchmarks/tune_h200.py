@@ -153,6 +153,8 @@ ROWS_LONG = [dict(configs.GPU_DEFAULTS["rows"], block_m=bm, row_elems=re, sub=su
              for bm, re, sub in [(2, 4096, 2048), (1, 4096, 4096), (4, 8192, 2048), (2, 8192, 4096), (1, 2048, 2048),
                                  (1, 8192, 8192)]
              for tb in (528, 1056, 2112) for w in (4, 8)]
+# ... and the pass in the statistics' order (its first tiles the ones L2 holds least likely).
+ROWS_LONG += [dict(c, reverse_pass=False) for c in ROWS_LONG if c["block_m"] == 1 and c["target_blocks"] == 2112]
 
 
 # --- workloads -----------------------------------------------------------------------------------

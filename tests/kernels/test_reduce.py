@@ -81,10 +81,12 @@ def test_errors(backend, device):
         tk.mean(torch.tensor(1.0))
 
 
+@pytest.mark.parametrize("reverse", [True, False], ids=["pass_reversed", "pass_in_order"])
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
-def test_few_long_rows_split_into_column_chunks(backend, device, monkeypatch, log):
+def test_few_long_rows_split_into_column_chunks(backend, device, monkeypatch, log, reverse):
     """Two rows of 1000 (a vocabulary, scaled down): the statistics run per chunk of column
-    tiles, so few rows still make many blocks; chunks wholly -inf combine to nothing."""
+    tiles, so few rows still make many blocks; chunks wholly -inf combine to nothing. The pass
+    walks the tiles back from the far end (reverse_pass) or in order: the same result."""
     red = importlib.import_module("tilesafe.kernels.reduce")
     x = randn((2, 1000), "f32", 8, device, scale=3.0)
     x[0, :400] = float("-inf")                                   # row 0's first chunks are all -inf
@@ -93,13 +95,15 @@ def test_few_long_rows_split_into_column_chunks(backend, device, monkeypatch, lo
     monkeypatch.setattr(red, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, outputs, kw)),
                                                                         real(kernel, outputs, **kw))[1])
     out = poisoned((2, 1000), "f32", device)
-    got = (tk.log_softmax if log else tk.softmax)(x, out=out, config={"row_max": 32, "sub": 32, "max_chunks": 8})
+    config = {"row_max": 32, "sub": 32, "max_chunks": 8, "target_blocks": 6, "reverse_pass": reverse}
+    got = (tk.log_softmax if log else tk.softmax)(x, out=out, config=config)
     (name, outputs, kw), (apply_name, _, apply_kw) = launched
-    workers = importlib.import_module("tilesafe.kernels.launch").workers(device)
-    chunks = min(32, 8, -(-2 * workers // 1))                    # 32 column tiles, 1 block of 2 rows
+    chunks = min(32, 8, 6)                                       # 32 column tiles, 1 block of 2 rows
     per = -(-32 // chunks)
     assert (name, apply_name) == ("row_stats_kernel", "softmax_apply_kernel")
     assert outputs["mx"][0].shape == (1, 2, -(-32 // per)) and kw["PER"] == per and apply_kw["CP"] >= chunks
+    assert "reverse_blocks" not in kw["cfg"]
+    assert apply_kw["cfg"].get("reverse_blocks") == ((1, 2) if reverse else None)
     want = softmax_ref(x, log)
     if log:                                                      # -inf where the input is -inf
         assert torch.isneginf(got[0, :400]).all()

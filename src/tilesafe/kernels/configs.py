@@ -34,7 +34,8 @@ TUNED_DIR = Path(__file__).parent / "tuned"
 CPU_DEFAULTS: dict[str, dict] = {
     "elementwise": {"block": 256},
     "reduce": {"block_m": 2, "block_n": 32},
-    "rows": {"block_m": 2, "row_elems": 256, "row_max": 1024, "sub": 64, "max_chunks": 4, "target_blocks": 6},
+    "rows": {"block_m": 2, "row_elems": 256, "row_max": 1024, "sub": 64, "max_chunks": 4, "target_blocks": 6,
+             "reverse_pass": True},
     "matmul": {"block_m": 32, "block_n": 32, "block_k": 32, "group": 8, "persistent": None, "split_k": 1,
                "min_blocks": 1, "tail_split": False},
     "linear": {"block_m": 16, "block_n": 32, "block_k": 32, "min_blocks": 1, "split_k": None, "prefetch": False},
@@ -49,7 +50,7 @@ GPU_DEFAULTS: dict[str, dict] = {
     "elementwise": {"block": 2048, "num_warps": 4},
     "reduce": {"block_m": 4, "block_n": 1024, "num_warps": 4},
     "rows": {"block_m": 16, "row_elems": 4096, "row_max": 16384, "sub": 2048, "max_chunks": 64,
-             "target_blocks": 1056, "num_warps": 4},
+             "target_blocks": 1056, "reverse_pass": True, "num_warps": 4},
     "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "split_k": 1,
                "min_blocks": 132, "tail_split": False, "num_warps": 8, "num_stages": 3},
     "linear": {"block_m": 16, "block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "prefetch": False,

@@ -186,7 +186,10 @@ def _softmax(fn, log, x, out, config):
     stats = scratch.views(xv.device, shape, shape)
     launch(row_stats_kernel, {"mx": (stats[0], (1, bm, 1)), "sm": (stats[1], (1, bm, 1))}, cfg=cfg, x=xv, BN=sub,
            PER=per, pdl=True)
-    launch(softmax_apply_kernel, {"y": (yv, (1, bm, sub))}, cfg=cfg, x=xv, mx=stats[0], sm=stats[1], LOG=log,
+    # The statistics read the columns' chunks in order (axis 1 varies fastest), so the pass
+    # walks them back from the far end: its first tiles are the ones still in L2.
+    apply_cfg = dict(cfg, reverse_blocks=(1, 2)) if cfg["reverse_pass"] else cfg
+    launch(softmax_apply_kernel, {"y": (yv, (1, bm, sub))}, cfg=apply_cfg, x=xv, mx=stats[0], sm=stats[1], LOG=log,
            CP=pow2(chunks), pdl=True)
     return o.returned
 

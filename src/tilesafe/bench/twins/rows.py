@@ -58,11 +58,13 @@ def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl
 
 @triton.jit
 def softmax_apply(y_ptr, x_ptr, m_ptr, s_ptr, M, N, sxm, sym, C, BM: tl.constexpr, BN: tl.constexpr,
-                  CP: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False):
+                  CP: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False, REVERSE: tl.constexpr = False):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
     i, j = tl.program_id(0), tl.program_id(1)
+    if REVERSE:
+        i, j = tl.num_programs(0) - 1 - i, tl.num_programs(1) - 1 - j
     rm = i * BM + tl.arange(0, BM)
     rn = j * BN + tl.arange(0, BN)
     rc = tl.arange(0, CP)
@@ -164,7 +166,8 @@ def _long_softmax_twin(seen):
         launch(chunk_stats, (cdiv(m, bm), chunks), mx, sm, x, m, n, x.stride(0), chunks, per,
                options=stats.options, BM=bm, BN=bn, EVEN=even, PDL=pdl(stats))
         launch(softmax_apply, (cdiv(m, bm), cdiv(n, bn)), y, x, mx, sm, m, n, x.stride(0), y.stride(0), chunks,
-               options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even, PDL=pdl(apply))
+               options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even, PDL=pdl(apply),
+               REVERSE=bool(apply.reversed_axes))
         return y
     return run
 
