@@ -148,15 +148,13 @@ DECODE = [{"block_n": bn, "splits": None, "target_blocks": tb, "num_warps": w}
 ELEMENTWISE = [{"block": b, "num_warps": w} for b, w in [(1024, 4), (4096, 4), (4096, 8), (8192, 8), (2048, 8),
                                                          (8192, 4), (16384, 8), (1024, 2), (16384, 16)]]
 
-# Long rows (a vocabulary): tiles of row_elems values at most, about target_blocks blocks, rows
-# in groups of group_bytes (1 GiB: one group) so that the pass re-reads its group from L2.
-ROWS_LONG = [dict(configs.GPU_DEFAULTS["rows"], block_m=bm, row_elems=re, sub=sub, target_blocks=tb, group_bytes=gb,
-                  num_warps=w)
-             for bm, re, sub in [(1, 4096, 4096), (1, 2048, 2048), (1, 8192, 8192), (2, 8192, 4096)]
-             for tb in (1056, 2112) for gb in (4 << 20, 8 << 20, 16 << 20, 1 << 30) for w in (4, 8)]
-# ... and the pass in the statistics' order.
-ROWS_LONG += [dict(c, reverse_pass=False) for c in ROWS_LONG if c["sub"] == 4096 and c["block_m"] == 1
-              and c["num_warps"] == 4 and c["target_blocks"] == 2112]
+# Long rows (a vocabulary): tiles of row_elems values at most, and about target_blocks blocks.
+ROWS_LONG = [dict(configs.GPU_DEFAULTS["rows"], block_m=bm, row_elems=re, sub=sub, target_blocks=tb, num_warps=w)
+             for bm, re, sub in [(2, 4096, 2048), (1, 4096, 4096), (4, 8192, 2048), (2, 8192, 4096), (1, 2048, 2048),
+                                 (1, 8192, 8192)]
+             for tb in (528, 1056, 2112) for w in (4, 8)]
+# ... and the pass in the statistics' order (its first tiles the ones L2 holds least likely).
+ROWS_LONG += [dict(c, reverse_pass=False) for c in ROWS_LONG if c["block_m"] == 1 and c["target_blocks"] == 2112]
 
 
 # --- workloads -----------------------------------------------------------------------------------

@@ -169,19 +169,3 @@ def test_the_gemv_twin_prefetches_where_the_library_did():
     assert seen["skinny_kernel"].consts["PREFETCH"] is True
     got = matmul.gemm_twin(seen, workers=3)(torch.full((1, 70), float("nan")), x, w.T)
     assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, x @ w.T, atol=1e-3)
-
-
-def test_the_long_softmax_twin_launches_per_group_of_rows_as_the_library_did():
-    """Seven rows in groups of two (the last one row): the observer counts four launches of
-    each kernel, and the twin, given only those facts, computes the same softmax."""
-    import tilesafe.kernels.reduce as red
-    from tilesafe.bench.twins import rows
-    x = torch.randn(7, 300, generator=torch.Generator().manual_seed(3)) * 3
-    config = {"row_max": 32, "sub": 32, "block_m": 2, "group_bytes": 2 * 300 * 4, "reverse_pass": True}
-    with ts.backend("triton-interpreter"), Observer([red.row_stats_kernel, red.softmax_apply_kernel]) as seen:
-        want = tk.softmax(x, config=config)
-    stats = seen["row_stats_kernel"]
-    assert stats.launches == seen["softmax_apply_kernel"].launches == 4 and stats.scalars["NB"] == 1
-    assert "_launch" not in vars(red.row_stats_kernel)                  # the counting is undone
-    got = rows.softmax_twin(seen)(torch.full_like(x, float("nan")), x)
-    assert torch.allclose(got, torch.softmax(x, -1), atol=1e-6) and torch.allclose(got, want, atol=1e-6)

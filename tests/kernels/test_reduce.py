@@ -111,21 +111,6 @@ def test_few_long_rows_split_into_column_chunks(backend, device, monkeypatch, lo
     assert_close(got, want, "f32")
 
 
-def test_long_rows_go_in_groups_of_group_bytes(backend, device, monkeypatch):
-    """Six rows of 1000 fp32 with group_bytes of two rows: three groups, each its statistics
-    then its pass over its own rows only (the pass re-reads the group from L2 on a GPU)."""
-    red = importlib.import_module("tilesafe.kernels.reduce")
-    x = randn((6, 1000), "f32", 9, device, scale=3.0)
-    launched = []
-    real = red.launch
-    monkeypatch.setattr(red, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, kw["x"].shape)),
-                                                                        real(kernel, outputs, **kw))[1])
-    out = poisoned((6, 1000), "f32", device)
-    got = tk.softmax(x, out=out, config={"row_max": 32, "sub": 32, "block_m": 2, "group_bytes": 2 * 1000 * 4})
-    assert launched == [(k, (1, 2, 1000)) for _ in range(3) for k in ("row_stats_kernel", "softmax_apply_kernel")]
-    assert_close(got, softmax_ref(x, False), "f32")
-
-
 def test_long_rows_reuse_the_device_scratch_and_stay_ordered(backend, device):
     """Two long-row softmaxes back to back share the scratch statistics: the second waits for
     nothing on the host and still reads its own rows (the runtime orders the reuse)."""

@@ -11,7 +11,6 @@ that changed across the call is a launch of that call.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -25,7 +24,6 @@ class LaunchFacts:
     tma: dict = field(default_factory=dict)       # tensor -> "rows" / "columns": accessed through TMA
     scalars: dict = field(default_factory=dict)   # runtime scalar arguments (e.g. split-K's PER)
     reversed_axes: tuple = ()                     # grid axes whose blocks ran last-index first
-    launches: int = 1                             # how often the call launched it (these facts: the last)
 
     def tile_elems(self, *names: str) -> int:
         return math.prod(self.consts[n] for n in names)
@@ -33,7 +31,7 @@ class LaunchFacts:
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "consts": self.consts, "grid": list(self.grid) if self.grid else None,
                 "options": self.options, "tma": self.tma, "scalars": self.scalars,
-                "reversed_axes": list(self.reversed_axes), "launches": self.launches}
+                "reversed_axes": list(self.reversed_axes)}
 
 
 class Observer:
@@ -46,26 +44,15 @@ class Observer:
 
     def __enter__(self) -> dict[str, LaunchFacts]:
         self._before = {k.name: getattr(k, "_last_plan", None) for k in self.kernels}
-        self._counts = dict.fromkeys(self._before, 0)
-        for k in self.kernels:               # count every launch (a call may launch a kernel per group of rows)
-            k._launch = self._counting(k, type(k)._launch.__get__(k))
         return self.seen
 
-    def _counting(self, k, launch):
-        def counted(*args):
-            self._counts[k.name] += 1
-            return launch(*args)
-        return counted
-
     def __exit__(self, *exc) -> None:
-        for k in self.kernels:
-            k.__dict__.pop("_launch", None)
         if exc[0] is not None:
             return
         for k in self.kernels:
             plan = getattr(k, "_last_plan", None)
             if plan is not None and plan is not self._before[k.name]:
-                self.seen[k.name] = dataclasses.replace(facts(k.name, plan), launches=max(1, self._counts[k.name]))
+                self.seen[k.name] = facts(k.name, plan)
 
 
 def facts(name: str, plan) -> LaunchFacts:

@@ -35,7 +35,7 @@ CPU_DEFAULTS: dict[str, dict] = {
     "elementwise": {"block": 256},
     "reduce": {"block_m": 2, "block_n": 32},
     "rows": {"block_m": 2, "row_elems": 256, "row_max": 1024, "sub": 64, "max_chunks": 4, "target_blocks": 6,
-             "reverse_pass": True, "group_bytes": 1 << 16},
+             "reverse_pass": True},
     "matmul": {"block_m": 32, "block_n": 32, "block_k": 32, "group": 8, "persistent": None, "split_k": 1,
                "min_blocks": 1, "tail_split": False},
     "linear": {"block_m": 16, "block_n": 32, "block_k": 32, "min_blocks": 1, "split_k": None, "prefetch": False},
@@ -50,8 +50,7 @@ GPU_DEFAULTS: dict[str, dict] = {
     "elementwise": {"block": 2048, "num_warps": 4},
     "reduce": {"block_m": 4, "block_n": 1024, "num_warps": 4},
     "rows": {"block_m": 16, "row_elems": 4096, "row_max": 16384, "sub": 2048, "max_chunks": 64,
-             "target_blocks": 1056, "reverse_pass": True,
-             "group_bytes": 1 << 24, "num_warps": 4},
+             "target_blocks": 1056, "reverse_pass": True, "num_warps": 4},
     "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "split_k": 1,
                "min_blocks": 132, "tail_split": False, "num_warps": 8, "num_stages": 3},
     "linear": {"block_m": 16, "block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "prefetch": False,
@@ -71,7 +70,7 @@ GPU_F32 = {"matmul": {"block_k": 32}, "bmm": {"block_k": 32}, "linear": {"block_
 # from the shape). Checked on `config=` only; the tables are written by `tune`.
 POSITIVE_KEYS = frozenset({"block", "block_m", "block_n", "block_k", "block_t", "block_h", "block_d", "row_elems",
                            "row_max", "sub", "chunk", "group", "min_blocks", "target_blocks",
-                           "max_chunks", "group_bytes"})
+                           "max_chunks"})
 COUNT_KEYS = frozenset({"split_k", "splits"})
 
 CPU_BACKENDS = ("reference", "triton-interpreter")

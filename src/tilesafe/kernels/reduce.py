@@ -172,30 +172,24 @@ def _softmax(fn, log, x, out, config):
         launch(softmax_kernel, {"y": (yv, (1, bm, npow))}, cfg=cfg, x=xv, LOG=log)
         return o.returned
     # Long rows: statistics per row and chunk of columns (in the device's scratch), then an
-    # elementwise pass over column tiles that combines each row's chunks. Rows go in groups of
-    # about group_bytes, each group's pass right after its statistics: the pass's second read
-    # of the group then comes from L2 (64 vocabulary rows, 39 MB, do not stay there whole).
-    # A tile holds at most row_elems values (a 16 x 2048 fp32 tile spills its registers).
+    # elementwise pass over column tiles that combines each row's chunks.
+    # A tile holds at most row_elems values (a 16 x 2048 fp32 tile spills its registers), and
+    # chunks are added until about target_blocks blocks stream the rows.
     sub = builtins.min(cfg["sub"], pow2(n))
     bm = builtins.min(pow2(xv.shape[1]), cfg["block_m"], builtins.max(1, cfg["row_elems"] // sub))
-    na, nb = xv.shape[:2]
-    most = builtins.max(bm, cfg["group_bytes"] // (na * n * dtype.itemsize) // bm * bm)
-    rows = cdiv(cdiv(nb, cdiv(nb, most)), bm) * bm              # groups of equal size, but the last
     tiles = cdiv(n, sub)
-    # Chunks are added until about target_blocks blocks stream a group's rows.
-    chunks = builtins.max(1, builtins.min(tiles, cfg["max_chunks"], cdiv(cfg["target_blocks"], na * (rows // bm))))
+    row_blocks = xv.shape[0] * cdiv(xv.shape[1], bm)
+    chunks = builtins.max(1, builtins.min(tiles, cfg["max_chunks"], cdiv(cfg["target_blocks"], row_blocks)))
     per = cdiv(tiles, chunks)
     chunks = cdiv(tiles, per)                                    # no empty chunk
-    stats = scratch.views(xv.device, (na, nb, chunks), (na, nb, chunks))
+    shape = (*xv.shape[:2], chunks)
+    stats = scratch.views(xv.device, shape, shape)
+    launch(row_stats_kernel, {"mx": (stats[0], (1, bm, 1)), "sm": (stats[1], (1, bm, 1))}, cfg=cfg, x=xv, BN=sub,
+           PER=per, pdl=True)
     # The statistics read the columns' chunks in order (axis 1 varies fastest), so the pass
-    # walks them back from the far end: its first tiles are the ones read last.
+    # walks them back from the far end: its first tiles are the ones still in L2.
     apply_cfg = dict(cfg, reverse_blocks=(1, 2)) if cfg["reverse_pass"] else cfg
-    for r in range(0, nb, rows):
-        part = slice(r, builtins.min(r + rows, nb))
-        x, (mx, sm) = xv[:, part], (s[:, part] for s in stats)
-        launch(row_stats_kernel, {"mx": (mx, (1, bm, 1)), "sm": (sm, (1, bm, 1))}, cfg=cfg, x=x, BN=sub, PER=per,
-               pdl=True)
-        launch(softmax_apply_kernel, {"y": (yv[:, part], (1, bm, sub))}, cfg=apply_cfg, x=x, mx=mx, sm=sm,
-               LOG=log, CP=pow2(chunks), pdl=True)
+    launch(softmax_apply_kernel, {"y": (yv, (1, bm, sub))}, cfg=apply_cfg, x=xv, mx=stats[0], sm=stats[1], LOG=log,
+           CP=pow2(chunks), pdl=True)
     return o.returned
 

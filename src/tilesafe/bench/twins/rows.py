@@ -149,30 +149,25 @@ def softmax_twin(seen):
 
 
 def _long_softmax_twin(seen):
-    """Rows too long for one tile: per group of rows (as many as tilesafe launched, of equal
-    size but the last), chunk statistics into a workspace, then the elementwise pass."""
+    """Rows too long for one tile: chunk statistics into a workspace, then the elementwise pass."""
     stats, apply = seen["row_stats_kernel"], seen["softmax_apply_kernel"]
     bm, bn, per, cp = stats.consts["BM"], stats.consts["BN"], stats.scalars["PER"], apply.consts["CP"]
-    chunks, groups = stats.grid[2], stats.launches
+    chunks = stats.grid[2]
     ws = {}
 
     def run(y, x):
         import torch
         m, n = x.shape
-        rows = cdiv(cdiv(m, groups), bm) * bm
-        assert cdiv(m, rows) == groups and m - (groups - 1) * rows == stats.scalars["NB"], "groups differ"
         key = (m, chunks, x.device)
         if key not in ws:
             ws[key] = torch.empty((2, m, chunks), dtype=torch.float32, device=x.device)
-        for r in range(0, m, rows):
-            g, xg, yg = min(rows, m - r), x[r:r + rows], y[r:r + rows]
-            mx, sm = ws[key][:, r:r + rows]
-            even = g % bm == 0 and n % bn == 0
-            launch(chunk_stats, (cdiv(g, bm), chunks), mx, sm, xg, g, n, x.stride(0), chunks, per,
-                   options=stats.options, BM=bm, BN=bn, EVEN=even, PDL=pdl(stats))
-            launch(softmax_apply, (cdiv(g, bm), cdiv(n, bn)), yg, xg, mx, sm, g, n, x.stride(0), y.stride(0), chunks,
-                   options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even, PDL=pdl(apply),
-                   REVERSE=bool(apply.reversed_axes))
+        mx, sm = ws[key]
+        even = m % bm == 0 and n % bn == 0
+        launch(chunk_stats, (cdiv(m, bm), chunks), mx, sm, x, m, n, x.stride(0), chunks, per,
+               options=stats.options, BM=bm, BN=bn, EVEN=even, PDL=pdl(stats))
+        launch(softmax_apply, (cdiv(m, bm), cdiv(n, bn)), y, x, mx, sm, m, n, x.stride(0), y.stride(0), chunks,
+               options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even, PDL=pdl(apply),
+               REVERSE=bool(apply.reversed_axes))
         return y
     return run
 
