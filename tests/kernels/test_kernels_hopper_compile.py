@@ -5,7 +5,9 @@ tensor-core `wgmma`, and no kernel needs more shared memory than an H200 block h
 The public functions run with the `triton` backend's configs, but each launch is replaced
 by `compile_ahead` on `ts.spec`s of the same views, so no GPU and no memory traffic is needed.
 """
+import math
 import os
+import re
 import sys
 
 import pytest
@@ -107,3 +109,23 @@ def test_the_config_schedule_reaches_the_compiled_kernel(compiled):
     (name, k), = compiled
     cfg = configs.GPU_DEFAULTS["matmul"]
     assert (k.metadata.num_warps, k.metadata.num_stages) == (cfg["num_warps"], cfg["num_stages"])
+
+
+def _large_f32_layout_changes(ttgir: str, elems: int = 4096) -> list[str]:
+    """The `convert_layout`s that move an fp32 tensor of `elems` values or more."""
+    found = []
+    for shape in re.findall(r"ttg\.convert_layout %\S+ : tensor<([0-9x]+)xf32,", ttgir):
+        if math.prod(int(n) for n in shape.split("x")) >= elems:
+            found.append(shape)
+    return found
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_no_kernel_moves_a_whole_fp32_tile_between_layouts(compiled, call):
+    """A layout change goes through shared memory with a barrier per round: results are cast
+    before they are reshaped for the store (flash, bmm), and a small operand is loaded before
+    the tile it is combined with (the long softmax's pass), so only small values move."""
+    CALLS[call]()
+    for name, k in compiled:
+        if name != "split_k_kernel":     # its fp32 partials leave the MMA layout as any fp32 GEMM store does
+            assert _large_f32_layout_changes(k.asm["ttgir"]) == [], name

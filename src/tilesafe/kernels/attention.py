@@ -93,7 +93,7 @@ def flash_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("Z", "H", "SQ"
         if CAUSAL:
             keep = keep & (cols <= rows)                         # (BM, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
-    o.store(ts.reshape(acc / l, (1, BM, DP)).astype(T))
+    o.store(ts.reshape((acc / l).astype(T), (1, BM, DP)))   # cast, then reshape: the layout change moves bf16, not fp32
 
 
 @ts.kernel
@@ -130,7 +130,7 @@ def flash_rows_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("RQ", "CQ
         vt = ts.load(v, (v_row + j, v_col), shape=(BN, DP))
         keep = ts.expand_dims(j * BN + ts.arange(0, BN), 0) <= rows   # (BM, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
-    o.store(ts.reshape(acc / l, (1, BM, DP)).astype(T))
+    o.store(ts.reshape((acc / l).astype(T), (1, BM, DP)))   # cast, then reshape: the layout change moves bf16, not fp32
 
 
 @ts.function

@@ -153,7 +153,7 @@ def bmm_kernel(c: ts.Mut["TC", (1, "BM", "BN")], a: ts.Ref["T", ("Z", "M", "K")]
         ta = ts.reshape(pa.load((z, i, k)), (BM, BK))
         tb = ts.reshape(pb.load((z, k, j)), (BK, BN))
         acc = mac(ta, tb, acc, TF32)
-    c.store(ts.reshape(acc, (1, BM, BN)).astype(TC))
+    c.store(ts.reshape(acc.astype(TC), (1, BM, BN)))            # cast, then reshape (as flash)
 
 
 # --- public API -------------------------------------------------------------------------
