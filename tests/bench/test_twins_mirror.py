@@ -161,6 +161,21 @@ def test_the_tail_split_twin_and_tma_descriptors_compute_the_library_result():
     assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, a @ b, atol=1e-3)
 
 
+def test_the_tail_split_twin_splits_the_last_columns_of_one_row_of_tiles():
+    # One row of tiles (M = 24), 4 columns of 32 x 32 tiles on 3 workers -> 3 columns, then
+    # the last (ragged) column in 2 K-slices; the weight is a transposed (N, K) matrix.
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(24, 256, generator=g), torch.randn(123, 256, generator=g)
+    cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False, "tma": True}
+    kernels = [MM.mm_kernel, MM.mm_persistent_kernel, MM.split_k_kernel, MM.split_sum_kernel]
+    with ts.backend("triton-interpreter"), Observer(kernels) as seen:
+        want = tk.matmul(x, w.T, config=cfg)
+    assert list(seen) == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
+    assert seen["split_k_kernel"].grid == (2, 1, 1) and seen["mm_kernel"].grid[1:] == (3,)
+    got = matmul.gemm_twin(seen, workers=3)(torch.full((24, 123), float("nan")), x, w.T)
+    assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, x @ w.T, atol=1e-3)
+
+
 def test_the_gemv_twin_prefetches_where_the_library_did():
     g = torch.Generator().manual_seed(2)
     x, w = torch.randn(1, 300, generator=g), torch.randn(70, 300, generator=g)
