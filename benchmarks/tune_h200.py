@@ -38,6 +38,7 @@ import tilesafe.kernels as tk
 from tilesafe.bench import machine
 from tilesafe.bench.cuda_timer import CudaTimer
 from tilesafe.bench.families.qwen3 import HEAD_DIM, MODELS
+from tilesafe.bench.families.rows import THETA as ROPE_THETA, _cos_sin as rope_tables, _rotate as rotate_half
 from tilesafe.bench.runner import describe, make_sets
 from tilesafe.bench.timing import Policy, measure
 from tilesafe.bench.workload import TOLERANCE, empty, randn, rel_error
@@ -160,6 +161,11 @@ ROWS_LONG = [dict(configs.GPU_DEFAULTS["rows"], block_m=bm, row_elems=re, sub=su
 # ... and the pass in the statistics' order (its first tiles the ones L2 holds least likely).
 ROWS_LONG += [dict(c, reverse_pass=False) for c in ROWS_LONG if c["block_m"] == 1 and c["target_blocks"] == 2112]
 
+# RoPE: tokens x heads per block (the half head dim is whole), and warps.
+ROPE = [{"block_t": bt, "block_h": bh, "num_warps": w}
+        for bt, bh, w in [(1, 32, 4), (2, 16, 4), (2, 32, 4), (4, 16, 4), (4, 32, 8), (8, 8, 4), (8, 8, 8), (8, 16, 8),
+                          (16, 8, 8), (16, 4, 4), (2, 8, 2), (4, 8, 8)]]
+
 
 # --- workloads -----------------------------------------------------------------------------------
 
@@ -224,6 +230,17 @@ def softmax_long(rows: int, n: int, dev) -> Work:
                 lambda b, c: tk.softmax(b["x"], out=b["out"], config=c), lambda b: torch.softmax(b["x"], -1))
 
 
+def rope(tokens: int, heads: int, d: int, dev) -> Work:
+    """Rotate-half RoPE of (tokens, heads, d) at random positions up to 32k, as the bench's rope."""
+    def make(s):
+        g = torch.Generator(device=dev).manual_seed(s + 2000)
+        return {"x": randn((tokens, heads, d), "bf16", s, dev), "out": empty((tokens, heads, d), "bf16", dev),
+                "pos": torch.randint(0, 32768, (tokens,), generator=g, device=dev)}
+    return Work(f"rope {tokens}x{heads}x{d}", "rope", configs.shape_class(DT, d), make,
+                lambda b, c: tk.rope(b["x"], b["pos"], ROPE_THETA, out=b["out"], config=c),
+                lambda b: rotate_half(b["x"].float(), *rope_tables(b["pos"], d)))
+
+
 def decode(label, h, hkv, d, ctx, dev) -> Work:
     """One query per head over a full KV cache of `ctx` positions, as the bench's decode workload."""
     workspaces: dict = {}                # per config, made by the check call (before any graph capture)
@@ -283,6 +300,7 @@ def plan(tiny: bool, dev: str) -> list[Group]:
     for dt in ("bf16", "f32"):           # one class per dtype: the elementwise config has no sizes
         add(elementwise_add(dt, (1 << 10) if tiny else (1 << 29) // (2 if dt == "bf16" else 4), dev), ELEMENTWISE)
     add(softmax_long(3 if tiny else 64, 3000 if tiny else 151936, dev), ROWS_LONG)
+    add(rope(5 if tiny else 16384, 6 if tiny else 32, 64 if tiny else HEAD_DIM, dev), ROPE)
     return list(groups.values())
 
 

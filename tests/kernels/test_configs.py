@@ -35,6 +35,17 @@ def test_config_sizes_must_be_positive_ints(key, value):
         assert configs.lookup("linear", "f32/16/64", {"split_k": None})["split_k"] is None   # None: automatic
 
 
+@pytest.mark.parametrize("family, key, value", [("linear", "prefetch", 1), ("matmul", "tail_split", "yes"),
+                                                ("rows", "reverse_pass", None), ("attention", "flat", 0),
+                                                ("matmul", "persistent", "auto")])
+def test_config_switches_must_be_bools(family, key, value):
+    with ts.backend("reference"):
+        with pytest.raises(ts.LaunchError, match=f"config {key}={value!r} is not True or False") as err:
+            configs.lookup(family, "f32/64", {key: value})
+        assert err.value.loc is not None and err.value.loc.file == __file__      # points at the caller
+        assert configs.lookup("matmul", "f32/64/64/64", {"persistent": None})["persistent"] is None
+
+
 def test_every_family_has_the_same_keys_on_cpu_and_gpu():
     assert set(configs.CPU_DEFAULTS) == set(configs.GPU_DEFAULTS)
     for family, cpu in configs.CPU_DEFAULTS.items():

@@ -72,6 +72,8 @@ POSITIVE_KEYS = frozenset({"block", "block_m", "block_n", "block_k", "block_t", 
                            "row_max", "sub", "chunk", "group", "min_blocks", "target_blocks",
                            "max_chunks"})
 COUNT_KEYS = frozenset({"split_k", "splits"})
+# Switches a config may override: True or False (persistent also None: chosen from the shape).
+BOOL_KEYS = frozenset({"persistent", "tail_split", "prefetch", "reverse_pass", "flat"})
 
 CPU_BACKENDS = ("reference", "triton-interpreter")
 SCHEDULE_KEYS = frozenset({"num_warps", "num_stages", "tma"})   # valid in every family's config
@@ -120,6 +122,10 @@ def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
                 raise LaunchError(f"config {k}={v!r} is not a positive int", loc=caller_loc(),
                                   help="tile sizes and counts are positive ints" +
                                        (" (or None: chosen from the shape)" if k in COUNT_KEYS else ""))
+            if k in BOOL_KEYS and not isinstance(v, bool) and not (k == "persistent" and v is None):
+                raise LaunchError(f"config {k}={v!r} is not True or False", loc=caller_loc(),
+                                  help="switches are bools" + (" (or None: chosen from the shape)"
+                                                               if k == "persistent" else ""))
         cfg.update(override)
     return cfg
 
