@@ -138,3 +138,25 @@ def test_no_kernel_moves_a_whole_fp32_tile_between_layouts(compiled, call):
     for name, k in compiled:
         if name != "split_k_kernel":     # its fp32 partials leave the MMA layout as any fp32 GEMM store does
             assert _large_f32_layout_changes(k.asm["ttgir"]) == [], name
+
+
+WARPS_8 = {"num_warps": 8}
+CONFIGURED = {
+    "rms_norm": lambda: tk.rms_norm(e(64, 2560), e(2560), config=WARPS_8),
+    "rms_norm_residual": lambda: tk.rms_norm(e(64, 2560), e(2560), residual=e(64, 2560), config=WARPS_8),
+    "rms_norm_long_residual": lambda: tk.rms_norm(e(4, 40000), e(40000), residual=e(4, 40000), config=WARPS_8),
+    "layer_norm": lambda: tk.layer_norm(e(64, 5120), e(5120), e(5120), config=WARPS_8),
+    "softmax_vocab": lambda: tk.softmax(e(4, 151936, dtype=torch.float32), config=WARPS_8),
+    "rope": lambda: tk.rope(e(64, 32, 128), torch.zeros(64, dtype=torch.int64), config=WARPS_8),
+    "embedding": lambda: tk.embedding(torch.zeros(64, dtype=torch.int64), e(8192, 2560), config=WARPS_8),
+    "argmax_vocab": lambda: tk.argmax(e(1, 151936), config=WARPS_8),
+}
+
+
+@pytest.mark.parametrize("call", list(CONFIGURED))
+def test_a_configs_warps_reach_every_kernel_it_tiles(compiled, call):
+    """`config={"num_warps": 8}` compiles each kernel the config tiles with 8 warps (the
+    small final kernels of a split computation keep Triton's default)."""
+    CONFIGURED[call]()
+    tiled = [(name, k) for name, k in compiled if name != "argmax_final_kernel"]
+    assert tiled and all(k.metadata.num_warps == 8 for _, k in tiled), [(n, k.metadata.num_warps) for n, k in tiled]

@@ -148,19 +148,19 @@ def rms_norm(x, w, eps=1e-6, residual=None, out=None, residual_out=None, config=
             # Long rows: the add, then the norm (two passes over memory instead of one).
             h_tile = tile3(os_[1].shape, cfg["sub"])
             if inplace:
-                launch(binary_inplace_kernel, {"z": (os_[1], h_tile)}, y=ins[0], OP=ADD)
+                launch(binary_inplace_kernel, {"z": (os_[1], h_tile)}, cfg=cfg, y=ins[0], OP=ADD)
             else:
-                launch(binary_kernel, {"z": (os_[1], h_tile)}, x=ins[0], y=ins[1], OP=ADD)
+                launch(binary_kernel, {"z": (os_[1], h_tile)}, cfg=cfg, x=ins[0], y=ins[1], OP=ADD)
             ins = [os_[1]]
         _long(os_[0], ins[0], wt, wt, False, False, cfg, bm, eps)
     elif residual is None:
-        launch(rms_norm_kernel, {"y": (os_[0], (1, bm, npow))}, x=ins[0], w=wt, eps=eps)
+        launch(rms_norm_kernel, {"y": (os_[0], (1, bm, npow))}, cfg=cfg, x=ins[0], w=wt, eps=eps)
     elif inplace:
         launch(add_rms_norm_inplace_kernel, {"y": (os_[0], (1, bm, npow)), "h": (os_[1], (1, bm, npow))},
-               x=ins[0], w=wt, eps=eps)
+               cfg=cfg, x=ins[0], w=wt, eps=eps)
     else:
         launch(add_rms_norm_kernel, {"y": (os_[0], (1, bm, npow)), "h": (os_[1], (1, bm, npow))},
-               x=ins[0], res=ins[1], w=wt, eps=eps)
+               cfg=cfg, x=ins[0], res=ins[1], w=wt, eps=eps)
     return result
 
 
@@ -184,7 +184,8 @@ def layer_norm(x, w, b=None, eps=1e-5, out=None, config=None):
     if npow > cfg["row_max"]:
         _long(yv, xv, wt, bt, True, b is not None, cfg, bm, float(eps))
     else:
-        launch(layer_norm_kernel, {"y": (yv, (1, bm, npow))}, x=xv, w=wt, b=bt, HAS_B=b is not None, eps=float(eps))
+        launch(layer_norm_kernel, {"y": (yv, (1, bm, npow))}, cfg=cfg, x=xv, w=wt, b=bt, HAS_B=b is not None,
+               eps=float(eps))
     return y.returned
 
 
@@ -216,5 +217,6 @@ def _long(yv, xv, wt, bt, layer, has_b, cfg, bm, eps):
     npow = pow2(xv.shape[2])
     sub = min(cfg["sub"], npow)
     bm = min(bm, max(1, cfg["row_elems"] // sub))
-    launch(long_norm_kernel, {"y": (yv, (1, bm, npow))}, x=xv, w=wt, b=bt, LAYER=layer, HAS_B=has_b, SUB=sub, eps=eps)
+    launch(long_norm_kernel, {"y": (yv, (1, bm, npow))}, cfg=cfg, x=xv, w=wt, b=bt, LAYER=layer, HAS_B=has_b,
+           SUB=sub, eps=eps)
 

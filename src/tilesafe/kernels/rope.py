@@ -98,7 +98,7 @@ def rope(x, positions, theta=1e6, out=None, config=None):
     cfg = configs.lookup("rope", configs.shape_class(dtype, d), config, dtype)
     tile = (min(cfg["block_t"], pow2(t)), min(cfg["block_h"], pow2(h)), pow2(half))
     y = o.tensor
-    launch(rope_kernel, {"y1": (y[:, :, :half], tile), "y2": (y[:, :, half:], tile)},
+    launch(rope_kernel, {"y1": (y[:, :, :half], tile), "y2": (y[:, :, half:], tile)}, cfg=cfg,
            x1=xt[:, :, :half], x2=xt[:, :, half:], pos=pt, log2_theta=_log2(theta))
     return o.returned
 
@@ -125,7 +125,7 @@ def embedding(ids, table, out=None, config=None):
     n = iv.shape[0]
     cfg = configs.lookup("embedding", configs.shape_class(dtype, d), config, dtype)
     tile = (min(cfg["block_t"], pow2(n)), min(cfg["block_d"], pow2(d)))
-    launch(embedding_kernel, {"y": (ov, tile)}, ids=layout.strided(iv, (n,), (iv.strides[0],)), table=tt)
+    launch(embedding_kernel, {"y": (ov, tile)}, cfg=cfg, ids=layout.strided(iv, (n,), (iv.strides[0],)), table=tt)
     return o.returned
 
 
@@ -168,7 +168,7 @@ def argmax(x, out=None, workspace=None, config=None):
     if ws.best.shape != (m, max(1, cdiv(n, chunk))):
         raise A.fail(fn, "the workspace was made for another shape or config", help="use argmax_workspace(x)")
     bm, bn = min(cfg["block_m"], pow2(m)), min(cfg["block_n"], pow2(n))
-    launch(argmax_partial_kernel, {"best_o": (ws.best, (bm, 1)), "at_o": (ws.at, (bm, 1))}, x=xv, BN=bn,
+    launch(argmax_partial_kernel, {"best_o": (ws.best, (bm, 1)), "at_o": (ws.at, (bm, 1))}, cfg=cfg, x=xv, BN=bn,
            PER=chunk // bn)
     launch(argmax_final_kernel, {"z": (layout.strided(zv, (m,), (zv.strides[0],)), (bm,))}, best=ws.best,
            at=ws.at, SP=pow2(ws.best.shape[1]))
