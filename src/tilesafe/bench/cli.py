@@ -18,6 +18,7 @@ examples:
   python -m tilesafe.bench --dry-run                 every check at tiny sizes on the CPU
   python -m tilesafe.bench --plot results.json       PNGs from a results file, on any machine
   python -m tilesafe.bench --markdown results.json   the README's summary table of a results file
+  python -m tilesafe.bench --compare old.json new.json [KERNEL...]   two runs side by side
 """
 
 
@@ -39,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser, families) -> None:
     p.add_argument("--plot", metavar="RESULTS.json", help="render PNGs from a results file and exit")
     p.add_argument("--markdown", metavar="RESULTS.json", help="print a results file's summary as a Markdown table "
                                                              "(the README's) and exit")
+    p.add_argument("--compare", nargs=2, metavar=("OLD.json", "NEW.json"),
+                   help="print two results files side by side (times, ratios, targets) and exit")
     p.add_argument("--budget-s", type=float, metavar="S", help="start no new workload after S seconds")
     p.add_argument("--commit", help="the git commit to record (for a copy of the tree without .git)")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
@@ -59,6 +62,8 @@ def run(args) -> int:
     if unknown:
         print(f"error: unknown kernel {', '.join(unknown)}; choose from {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
+    if args.compare:
+        return _compare(*args.compare, args.kernels)
     selected = args.kernels or list(FAMILIES)
     import torch
     if not args.dry_run and not args.list and not torch.cuda.is_available():
@@ -140,6 +145,20 @@ def _default_out(slug: str) -> Path:
     from .machine import REPO
     root = REPO if (REPO / "benchmarks").is_dir() else Path.cwd()
     return root / "benchmarks" / "results" / slug
+
+
+def _compare(old: str, new: str, kernels) -> int:
+    from . import report
+    from .compare import compare
+    docs = []
+    for path in (old, new):
+        try:
+            docs.append(report.load(path))
+        except (OSError, ValueError) as e:
+            print(f"error: cannot read {path}: {e}", file=sys.stderr)
+            return 2
+    print(compare(*docs, kernels))
+    return 0
 
 
 def _markdown(path: str) -> int:
