@@ -15,9 +15,8 @@ structure, tiles and Triton options are those of the tilesafe launches, written 
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .launch import cdiv, launch
+from .launch import cdiv, launch, pdl_start
 from .launch import pdl as _pdl
 from .tma import descriptor_or_tensor
 
@@ -175,9 +174,7 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
     contiguous chunk of keys; the first GS rows of the partial are stored. With X_TMA the
     cache is read through a host-built descriptor of its (RX, CX) matrix, KV head h starting at
     (h * XHR, h * XHC); otherwise through pointers and strides."""
-    if PDL:                                                                 # as the tilesafe launch
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     s_id, kvh = tl.program_id(0), tl.program_id(1)
     splits = tl.num_programs(0)
     length = tl.maximum(tl.minimum(tl.load(lens_ptr).to(tl.int32), MAXS), 0)
@@ -216,9 +213,7 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
 @triton.jit
 def decode_combine(o_ptr, acc_ptr, m_ptr, l_ptr, S, R, D, G: tl.constexpr, GS: tl.constexpr, SP: tl.constexpr,
                    DP: tl.constexpr, PDL: tl.constexpr = False):
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     h = tl.program_id(0)
     row = (h // G) * GS + h % G                                              # this head's row in the partials
     rs = tl.arange(0, SP)
