@@ -16,8 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import cdiv, launch, pdl_start
-from .launch import pdl as _pdl
+from .launch import cdiv, launch, pdl, pdl_start
 from .tma import descriptor_or_tensor
 
 LOG2E = 1.4426950408889634
@@ -306,8 +305,8 @@ def decode_twin(seen, scale: float):
         launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, dk, dv, lens, h // hkv, d, maxs, hkv * gs,
                k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E,
                options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma,
-               PDL=_pdl(part))
+               PDL=pdl(part))
         launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
-               GS=gs, SP=comb.consts["SP"], DP=dp, PDL=_pdl(comb))
+               GS=gs, SP=comb.consts["SP"], DP=dp, PDL=pdl(comb))
         return o
     return (workspace, run)
