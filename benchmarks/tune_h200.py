@@ -38,7 +38,7 @@ import tilesafe.kernels as tk
 from tilesafe.bench import machine
 from tilesafe.bench.cuda_timer import CudaTimer
 from tilesafe.bench.families.qwen3 import HEAD_DIM, MODELS
-from tilesafe.bench.families.rows import THETA as ROPE_THETA, _cos_sin as rope_tables, _rotate as rotate_half
+from tilesafe.bench.families.rows import THETA as ROPE_THETA, rope_tables, rotate_half
 from tilesafe.bench.runner import describe, make_sets
 from tilesafe.bench.timing import Policy, measure
 from tilesafe.bench.workload import TOLERANCE, empty, randn, rel_error

@@ -370,7 +370,7 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     else:
         (km, _, kh, kc), (vm, _, vh, vc) = flat
         launch(decode_rows_kernel, outs, k=km, v=vm, MAXS=max_seq, KH=kh, KC=kc, VH=vh, VC=vc, pdl=True, **common)
-    launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, acc=ws.acc, m=ws.m, l=ws.l, G=group, GS=gs,
+    launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, cfg=None, acc=ws.acc, m=ws.m, l=ws.l, G=group, GS=gs,
            SP=pow2(ws.acc.shape[0]), pdl=True)
     return o.returned
 

@@ -13,11 +13,12 @@ from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
 
 
-def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, cfg: dict | None = None, pdl: bool = False,
+def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, *, cfg: dict | None, pdl: bool = False,
            **args) -> None:
     """`kernel(**{name: view.partition(tile)}, **args)`; `grid` only for persistent kernels;
-    `cfg`, the config the tiles came from, also gives the launch's schedule hints; `pdl`
-    launches it with programmatic dependent launch (the kernels of a split computation)."""
+    `cfg`, the config the tiles came from, also gives the launch's schedule hints (required:
+    None only for the small kernels that finish a split computation on Triton's defaults);
+    `pdl` launches it with programmatic dependent launch (the kernels of a split computation)."""
     parts = {}
     if cfg is not None or pdl:
         args["schedule"] = _with_pdl(schedule_of(cfg or {}), pdl)

@@ -356,7 +356,8 @@ def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
            pdl=True)
     sm = min(pow2(m), 16)
     sn = max(16, min(pow2(n), 2048 // sm))
-    launch(split_sum_kernel, {"c": (cv, (sm, sn))}, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT, pdl=True)
+    launch(split_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT,
+           pdl=True)
 
 
 def _mma_tile(want: int, size: int) -> int:

@@ -170,7 +170,7 @@ def argmax(x, out=None, workspace=None, config=None):
     bm, bn = min(cfg["block_m"], pow2(m)), min(cfg["block_n"], pow2(n))
     launch(argmax_partial_kernel, {"best_o": (ws.best, (bm, 1)), "at_o": (ws.at, (bm, 1))}, cfg=cfg, x=xv, BN=bn,
            PER=chunk // bn)
-    launch(argmax_final_kernel, {"z": (layout.strided(zv, (m,), (zv.strides[0],)), (bm,))}, best=ws.best,
+    launch(argmax_final_kernel, {"z": (layout.strided(zv, (m,), (zv.strides[0],)), (bm,))}, cfg=None, best=ws.best,
            at=ws.at, SP=pow2(ws.best.shape[1]))
     return o.returned
 

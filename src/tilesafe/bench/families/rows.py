@@ -93,7 +93,7 @@ def _rope(tokens: int, heads: int, d: int, dtype: str, setup: Setup) -> Workload
     def make(seed):
         g = torch.Generator(device=dev).manual_seed(seed + 2000)
         pos = torch.randint(0, 32768, (tokens,), generator=g, device=dev)
-        cos, sin = _cos_sin(pos, d)
+        cos, sin = rope_tables(pos, d)
         return {"x": randn((tokens, heads, d), dtype, seed, dev), "pos": pos, "out": empty((tokens, heads, d), dtype, dev),
                 "cos": cos.to(DTYPES[dtype]), "sin": sin.to(DTYPES[dtype])}
 
@@ -102,16 +102,16 @@ def _rope(tokens: int, heads: int, d: int, dtype: str, setup: Setup) -> Workload
         return Impl("twin", TWIN, lambda b: run(b["out"], b["x"], b["pos"], THETA))
     return Workload(
         "rope", f"rope {dtype} {tokens}x{heads}x{d}", {"tokens": tokens, "heads": heads, "head_dim": d}, dtype,
-        BANDWIDTH, nbytes, 0.0, make, lambda b: _rotate(b["x"].float(), *_cos_sin(b["pos"], d)),
+        BANDWIDTH, nbytes, 0.0, make, lambda b: rotate_half(b["x"].float(), *rope_tables(b["pos"], d)),
         [Impl("tilesafe", TILESAFE, lambda b: tk.rope(b["x"], b["pos"], THETA, out=b["out"]), capture="tilesafe"),
-         Impl("torch eager", TORCH, lambda b: _rotate(b["x"], b["cos"], b["sin"])),
+         Impl("torch eager", TORCH, lambda b: rotate_half(b["x"], b["cos"], b["sin"])),
          baselines.copy(nbytes, dev)],
         observe=(_rope_kernels.rope_kernel,), twin=twin,
         # fp32 angles of positions up to 32k are off by ~1e-3 rad from the fp64 oracle's
         tolerance=max(5e-3, TOLERANCE[dtype]))
 
 
-def _cos_sin(pos, d: int):
+def rope_tables(pos, d: int):
     """The (tokens, 1, d) cos and sin tables of rotate-half RoPE, fp32 (as HF's rotary embedding)."""
     inv = THETA ** -(torch.arange(0, d, 2, device=pos.device, dtype=torch.float64) / d)     # (d/2,)
     angle = pos.double()[:, None] * inv[None, :]                                              # (tokens, d/2)
@@ -119,8 +119,9 @@ def _cos_sin(pos, d: int):
     return angle.cos().float(), angle.sin().float()
 
 
-def _rotate(x, cos, sin):
-    """x * cos + rotate_half(x) * sin, in x's dtype (the PyTorch eager way)."""
+def rotate_half(x, cos, sin):
+    """x * cos + (x with its halves swapped, the new first half negated) * sin, in x's dtype
+    (the PyTorch eager way)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin

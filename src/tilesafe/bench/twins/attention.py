@@ -15,10 +15,8 @@ structure, tiles and Triton options are those of the tilesafe launches, written 
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .launch import cdiv, launch
-from .launch import pdl as _pdl
+from .launch import cdiv, launch, pdl, pdl_start
 from .tma import descriptor_or_tensor
 
 LOG2E = 1.4426950408889634
@@ -175,9 +173,7 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
     contiguous chunk of keys; the first GS rows of the partial are stored. With X_TMA the
     cache is read through a host-built descriptor of its (RX, CX) matrix, KV head h starting at
     (h * XHR, h * XHC); otherwise through pointers and strides."""
-    if PDL:                                                                 # as the tilesafe launch
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     s_id, kvh = tl.program_id(0), tl.program_id(1)
     splits = tl.num_programs(0)
     length = tl.maximum(tl.minimum(tl.load(lens_ptr).to(tl.int32), MAXS), 0)
@@ -216,9 +212,7 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
 @triton.jit
 def decode_combine(o_ptr, acc_ptr, m_ptr, l_ptr, S, R, D, G: tl.constexpr, GS: tl.constexpr, SP: tl.constexpr,
                    DP: tl.constexpr, PDL: tl.constexpr = False):
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     h = tl.program_id(0)
     row = (h // G) * GS + h % G                                              # this head's row in the partials
     rs = tl.arange(0, SP)
@@ -311,8 +305,8 @@ def decode_twin(seen, scale: float):
         launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, dk, dv, lens, h // hkv, d, maxs, hkv * gs,
                k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E,
                options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma,
-               PDL=_pdl(part))
+               PDL=pdl(part))
         launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
-               GS=gs, SP=comb.consts["SP"], DP=dp, PDL=_pdl(comb))
+               GS=gs, SP=comb.consts["SP"], DP=dp, PDL=pdl(comb))
         return o
     return (workspace, run)

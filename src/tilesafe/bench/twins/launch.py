@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import functools
 
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
 
 def launch(fn, grid: tuple[int, ...], *args, options: dict | None = None, **consts) -> None:
     """`fn[grid](*args, **consts, **options)`, interpreted when the first tensor is on the CPU."""
@@ -36,3 +40,12 @@ def pdl(facts) -> bool:
     """Whether the tilesafe launch used programmatic dependent launch (Triton's `launch_pdl`
     option, which the twin passes on too): the twin kernel then waits and triggers alike."""
     return bool(facts.options.get("launch_pdl", False))
+
+
+@triton.jit
+def pdl_start(PDL: tl.constexpr):
+    """A twin's first statement, as the tilesafe kernel's under programmatic dependent launch:
+    wait for the kernel before it, then let the next one start launching."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()

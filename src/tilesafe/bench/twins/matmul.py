@@ -10,9 +10,8 @@ only when an extent does not divide by its tile, as a hand-written kernel would 
 """
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .launch import cdiv, launch, pdl
+from .launch import cdiv, launch, pdl, pdl_start
 from .tma import descriptor_or_tensor
 
 
@@ -63,11 +62,17 @@ def _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, lo, hi, BN: tl.constexpr
             x = tl.load(a_ptr + kk * sak)
             w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn)
         else:
-            x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
-            w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
-                        other=0.0)
+            x, w = _row_tile(a_ptr, b_ptr, kk, rn, N, K, sak, sbk, sbn)
         part += x.to(tl.float32)[:, None] * w.to(tl.float32)
     return tl.sum(part, axis=0)
+
+
+@triton.jit
+def _row_tile(a_ptr, b_ptr, kk, rn, N, K, sak, sbk, sbn):
+    """A's row at K positions kk and B's (kk, rn) tile, zero past K and N."""
+    x = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
+    w = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+    return x, w
 
 
 @triton.jit
@@ -77,14 +82,10 @@ def _row_product_prefetch(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, BN: tl.constexp
     rk = tl.arange(0, BK)
     last = tl.cdiv(K, BK) - 1
     part = tl.zeros((BK, BN), tl.float32)
-    xn = tl.load(a_ptr + rk * sak, mask=rk < K, other=0.0)
-    wn = tl.load(b_ptr + rk[:, None] * sbk + rn[None, :] * sbn, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+    xn, wn = _row_tile(a_ptr, b_ptr, rk, rn, N, K, sak, sbk, sbn)
     for k in range(0, last + 1):
         x, w = xn, wn
-        kk = tl.minimum(k + 1, last) * BK + rk
-        xn = tl.load(a_ptr + kk * sak, mask=kk < K, other=0.0)
-        wn = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
-                     other=0.0)
+        xn, wn = _row_tile(a_ptr, b_ptr, tl.minimum(k + 1, last) * BK + rk, rn, N, K, sak, sbk, sbn)
         part += x.to(tl.float32)[:, None] * w.to(tl.float32)
     return tl.sum(part, axis=0)
 
@@ -152,14 +153,11 @@ def skinny(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, sam, sak, sbk, sbn, scm, scn, 
     if DOT:
         _one_tile(a, b, c, a_ptr, b_ptr, c_ptr, 0, tl.program_id(0) * BN, M, N, K, sam, sak, sbk, sbn, scm, scn,
                   BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32, A_TMA, B_TMA, B_COLS, C_TMA)
-    elif PREFETCH:                                          # one row, K tile k + 1 loaded before k's FMAs
-        y = _row_product_prefetch(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, BN, BK)
-        if EVEN_N:
-            tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty))
-        else:
-            tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty), mask=rn < N)
     else:                                                   # one row: FMAs
-        y = _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, 0, tl.cdiv(K, BK), BN, BK, EVEN_N, EVEN_K)
+        if PREFETCH:                                        # K tile k + 1 loaded before k's FMAs
+            y = _row_product_prefetch(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, BN, BK)
+        else:
+            y = _row_product(a_ptr, b_ptr, rn, N, K, sak, sbk, sbn, 0, tl.cdiv(K, BK), BN, BK, EVEN_N, EVEN_K)
         if EVEN_N:
             tl.store(c_ptr + rn * scn, y.to(c_ptr.dtype.element_ty))
         else:
@@ -171,9 +169,7 @@ def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.con
             BK: tl.constexpr, DOT: tl.constexpr, TF32: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
             EVEN_K: tl.constexpr, PDL: tl.constexpr = False):
     """Split s: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of output tile (i, j)."""
-    if PDL:                                                 # as the tilesafe launch
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     s, i, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = i * BM + tl.arange(0, BM)
     rn = j * BN + tl.arange(0, BN)
@@ -191,9 +187,7 @@ def split_k(part_ptr, a_ptr, b_ptr, M, N, K, sam, sak, sbk, sbn, PER, BM: tl.con
 
 @triton.jit
 def split_sum(c_ptr, part_ptr, S, M, N, scm, scn, BM: tl.constexpr, BN: tl.constexpr, PDL: tl.constexpr = False):
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     inside = (rm[:, None] < M) & (rn[None, :] < N)

@@ -6,9 +6,8 @@ import math
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .launch import cdiv, launch, pdl
+from .launch import cdiv, launch, pdl, pdl_start
 
 
 @triton.jit
@@ -32,9 +31,7 @@ def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EV
 def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
                 PDL: tl.constexpr = False):
     """Rows [i * BM, +BM), column chunk c (PER tiles of BN): the max and sum of exp(x - max)."""
-    if PDL:                                                 # as the tilesafe launch
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     i, c = tl.program_id(0), tl.program_id(1)
     rm = i * BM + tl.arange(0, BM)
     rn = tl.arange(0, BN)
@@ -59,9 +56,7 @@ def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl
 @triton.jit
 def softmax_apply(y_ptr, x_ptr, m_ptr, s_ptr, M, N, sxm, sym, C, BM: tl.constexpr, BN: tl.constexpr,
                   CP: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False, REVERSE: tl.constexpr = False):
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    pdl_start(PDL)                                          # as the tilesafe launch
     i, j = tl.program_id(0), tl.program_id(1)
     if REVERSE:
         i, j = tl.num_programs(0) - 1 - i, tl.num_programs(1) - 1 - j
