@@ -101,6 +101,10 @@ GEMM_M128 += [mm(128, bn, bk, 4, st, False, sp) for bn, bk in [(32, 128), (32, 2
 M128_DEEP = [(128, 64, 64, (5, 6, 7, 8)), (64, 128, 64, (5, 6, 7)), (128, 64, 128, (4, 5)), (64, 64, 128, (5, 6)),
              (64, 128, 128, (5,))]
 GEMM_M128 += [mm(bm, bn, bk, w, st, False) for bm, bn, bk, sts in M128_DEEP for st in sts for w in (4, 8)]
+# ... and one row of 128-row tiles wider than a wave (32B qkv: 160 tiles of 128 x 64 on 132 SMs):
+# whole waves of columns, the last columns split over K (`tail_split`).
+GEMM_M128 += [dict(mm(128, bn, bk, 4, st, False), tail_split=True)
+              for bn, bk, st in [(64, 64, 6), (64, 64, 8), (64, 128, 4), (128, 64, 4), (32, 128, 4), (32, 256, 3)]]
 
 
 def lin(bn, bk, warps, stages, min_blocks=264, split=None, bm=None):

@@ -145,19 +145,29 @@ def test_attention_twins_through_tma_descriptors_compute_the_library_result():
     assert torch.allclose(got, want, atol=1e-5)
 
 
-def test_the_tail_split_twin_and_tma_descriptors_compute_the_library_result():
-    # Under Triton's interpreter: 4 rows of 32 x 32 tiles on 3 workers -> 3 rows, then the
-    # last (ragged) row of tiles in 2 K-slices; every operand through host TMA descriptors.
+# Under Triton's interpreter, 3 workers, every operand through host TMA descriptors:
+# rows: 4 rows of 32 x 32 tiles -> 3 rows, then the last (ragged) row in 2 K-slices;
+# columns: one row of 4 tiles (M = 24) -> 3 columns, then the last (ragged) column in
+# 2 K-slices, with the weight a transposed (N, K) matrix (and c's 123-float rows too
+# unaligned for TMA). Per case: a, b, b transposed, the split grid, the main launch's TMA.
+TAIL_CASES = {"rows": ((100, 256), (256, 32), False, (2, 1, 1), {"a": "rows", "b": "rows", "c": "rows"}),
+              "columns": ((24, 256), (123, 256), True, (2, 1, 1), {"a": "rows", "b": "columns"})}
+
+
+@pytest.mark.parametrize("case", list(TAIL_CASES))
+def test_the_tail_split_twin_and_tma_descriptors_compute_the_library_result(case):
+    a_shape, b_shape, transposed, split_grid, tma = TAIL_CASES[case]
     g = torch.Generator().manual_seed(1)
-    a, b = torch.randn(100, 256, generator=g), torch.randn(256, 32, generator=g)
+    a, b = torch.randn(*a_shape, generator=g), torch.randn(*b_shape, generator=g)
+    b = b.T if transposed else b
     cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False, "tma": True}
     kernels = [MM.mm_kernel, MM.mm_persistent_kernel, MM.split_k_kernel, MM.split_sum_kernel]
     with ts.backend("triton-interpreter"), Observer(kernels) as seen:
         want = tk.matmul(a, b, config=cfg)
     assert list(seen) == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
-    assert seen["mm_kernel"].tma == {"a": "rows", "b": "rows", "c": "rows"}
-    assert seen["split_k_kernel"].grid[:2] == (2, 1)
-    got = matmul.gemm_twin(seen, workers=3)(torch.full((100, 32), float("nan")), a, b)
+    assert seen["mm_kernel"].tma == tma
+    assert seen["split_k_kernel"].grid == split_grid
+    got = matmul.gemm_twin(seen, workers=3)(torch.full((a.shape[0], b.shape[1]), float("nan")), a, b)
     assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got, a @ b, atol=1e-3)
 
 

@@ -69,6 +69,9 @@ CALLS = {
     "linear_m16": lambda: tk.linear(e(16, 2560), e(9728, 2560)),
     "linear_gemv_split_k": lambda: tk.linear(e(1, 9728), e(2560, 9728)),     # 2560 outputs: K split
     "linear_m128_split_k": lambda: tk.linear(e(128, 4096), e(2560, 4096), config={"split_k": 4}),
+    "linear_m128_tail_columns": lambda: tk.linear(e(128, 5120), e(10240, 5120), config={
+        "block_m": 128, "block_n": 64, "block_k": 64, "tail_split": True, "persistent": False, "num_warps": 4,
+        "num_stages": 6}),
     "bmm": lambda: tk.bmm(e(8, 1024, 512), e(8, 512, 1024)),
     "flash_causal_gqa": lambda: tk.flash_attention(e(1, 32, 2048, 128), e(1, 8, 2048, 128), e(1, 8, 2048, 128), True),
     "decode_gqa": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000),
@@ -76,7 +79,8 @@ CALLS = {
     "embedding": lambda: tk.embedding(torch.zeros(2048, dtype=torch.int64), e(8192, 2560)),
     "argmax_vocab": lambda: tk.argmax(e(1, 151936)),
 }
-TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k"}
+TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k",
+                "linear_m128_tail_columns"}
 TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16",   # 2-D GEMM operands (w.T too) through TMA
        "flash_causal_gqa", "decode_gqa"}                    # q, k, v / the caches read as 2-D matrices
 
@@ -97,6 +101,11 @@ def test_compiles_for_hopper(compiled, call):
                        "decode_combine_kernel", "row_stats_kernel", "softmax_apply_kernel")
         assert ("griddepcontrol.wait" in k.asm["ptx"]) == pdl, name
         assert ("griddepcontrol.launch_dependents" in k.asm["ptx"]) == pdl, name
+
+
+def test_a_column_tail_split_launches_whole_waves_then_the_split_columns(compiled):
+    CALLS["linear_m128_tail_columns"]()
+    assert [name for name, _ in compiled] == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
 
 
 def test_split_k_launches_partials_then_their_sum(compiled):

@@ -124,8 +124,12 @@ def test_tail_split_rule():
     on = {"tail_split": True}
     # H200, 2048 x 2560: 320 tiles of 128 x 128 on 132 SMs -> 13 rows of tiles (260) in two
     # waves, the last 3 rows (60 tiles) in 2 K-slices; 160 tiles of 128 x 256 -> 130, 4 slices
-    assert mm.tail_split(on, 2048, 2560, 128, 128, 64, 132) == (1664, 2)
-    assert mm.tail_split(on, 2048, 2560, 128, 256, 64, 132) == (1664, 4)
+    assert mm.tail_split(on, 2048, 2560, 128, 128, 64, 132) == (0, 1664, 2)
+    assert mm.tail_split(on, 2048, 2560, 128, 256, 64, 132) == (0, 1664, 4)
+    # 128 x 10240 (32B qkv at M = 128): one row of 160 tiles of 128 x 64 -> 132 columns of
+    # tiles in one wave, the last 28 in 4 K-slices (112 blocks)
+    assert mm.tail_split(on, 128, 10240, 128, 64, 80, 132) == (1, 8448, 4)
+    assert mm.tail_split(on, 128, 6144, 128, 64, 40, 132) is None      # 96 tiles: not one whole wave
     assert mm.tail_split({"tail_split": False}, 2048, 2560, 128, 128, 64, 132) is None
     assert mm.tail_split(on, 2048, 2048, 128, 128, 64, 132) is None    # 128 tiles left: too many to split
     assert mm.tail_split(on, 1536, 1408, 128, 128, 64, 132) is None    # 132 tiles: one whole wave already
@@ -136,7 +140,9 @@ def test_tail_split_runs_whole_waves_then_split_rows(backend, device, monkeypatc
     mm = importlib.import_module("tilesafe.kernels.matmul")
     m, n, k = (1056, 160, 512) if device == "cuda" else (100, 30, 256)   # ragged M and N on the CPU
     cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False}
-    rows, splits = mm.tail_split(cfg, m, n, 32, 32, k // 32, importlib.import_module("tilesafe.kernels.launch").workers(device))
+    axis, rows, splits = mm.tail_split(cfg, m, n, 32, 32, k // 32,
+                                       importlib.import_module("tilesafe.kernels.launch").workers(device))
+    assert axis == 0
     a, b, bias = randn((m, k), "f32", 31, device), randn((k, n), "f32", 32, device), randn((n,), "f32", 33, device)
     launched = []
     real = mm.launch
@@ -146,6 +152,28 @@ def test_tail_split_runs_whole_waves_then_split_rows(backend, device, monkeypatc
     got = tk.matmul(a, b, bias=bias, activation="silu", out=out, config=cfg)
     assert [name for name, _ in launched] == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
     assert launched[0][1]["c"][0].shape == (rows, n) and launched[1][1]["part"][0].shape == (splits, m - rows, n)
+    assert_close(got, F.silu(t64(a) @ t64(b) + t64(bias)), "f32", **MM_TOL["f32"])
+
+
+def test_tail_split_of_one_row_of_tiles_runs_whole_waves_of_columns_then_split_columns(backend, device,
+                                                                                       monkeypatch):
+    """One row of tiles (M = 24 under 32-row tiles): the first columns of tiles fill whole
+    waves, the last columns run as K-slices; the bias follows its columns."""
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    workers = importlib.import_module("tilesafe.kernels.launch").workers(device)
+    m, k, n = 24, 256, 32 * (workers + 1) - 5                 # a ragged last column tile
+    cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False}
+    assert mm.tail_split(cfg, m, n, 32, 32, k // 32, workers) == (1, 32 * workers, 2)
+    a, b, bias = randn((m, k), "f32", 41, device), randn((k, n), "f32", 42, device), randn((n,), "f32", 43, device)
+    launched = []
+    real = mm.launch
+    monkeypatch.setattr(mm, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, outputs, kw)),
+                                                                       real(kernel, outputs, **kw))[1])
+    out = poisoned((m, n), "f32", device)
+    got = tk.matmul(a, b, bias=bias, activation="silu", out=out, config=cfg)
+    assert [name for name, _, _ in launched] == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
+    assert launched[0][1]["c"][0].shape == (m, 32 * workers) and launched[1][1]["part"][0].shape == (2, m, 27)
+    assert launched[2][2]["bias"].shape == (27,)
     assert_close(got, F.silu(t64(a) @ t64(b) + t64(bias)), "f32", **MM_TOL["f32"])
 
 

@@ -264,13 +264,26 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     if persistent is None:
         persistent = cdiv(m, bm) * cdiv(n, bn) > 2 * sms
     tail = tail_split(cfg, m, n, bm, bn, cdiv(k, bk), sms)
-    if tail is not None:   # whole waves of tiles, then the last rows of tiles split over K
-        rows, splits = tail
-        _tiles(cv[:rows], (bm, bn, bk), persistent, cfg, dict(common, a=av[:rows]))
-        _split_k(cv[rows:], (bm, bn, bk), splits, cfg, DOT=True, **dict(common, a=av[rows:]))
+    if tail is not None:   # whole waves of tiles, then the last rows (columns) of tiles split over K
+        axis, kept, splits = tail
+        head, rest = _parts(axis, kept, cv, common)
+        _tiles(head[0], (bm, bn, bk), persistent, cfg, head[1])
+        _split_k(rest[0], (bm, bn, bk), splits, cfg, DOT=True, **rest[1])
     else:
         _tiles(cv, (bm, bn, bk), persistent, cfg, common)
     return o.returned
+
+
+def _parts(axis, kept, cv, common):
+    """(output view, launch arguments) of the first `kept` rows (axis 0) or columns (axis 1)
+    of a product, then of the rest: a's rows, or b's and the bias's columns, go with them."""
+    if axis == 0:
+        return ((cv[:kept], dict(common, a=common["a"][:kept])),
+                (cv[kept:], dict(common, a=common["a"][kept:])))
+    b, bias = common["b"], common["bias"]
+    cut = (lambda t, s: t[s]) if common["HAS_BIAS"] else (lambda t, s: t)   # a stand-in bias stays
+    return ((cv[:, :kept], dict(common, b=b[:, :kept], bias=cut(bias, slice(None, kept)))),
+            (cv[:, kept:], dict(common, b=b[:, kept:], bias=cut(bias, slice(kept, None)))))
 
 
 def _tiles(cv, tiles, persistent, cfg, common):
@@ -282,20 +295,27 @@ def _tiles(cv, tiles, persistent, cfg, common):
 
 
 def tail_split(cfg: dict, m: int, n: int, bm: int, bn: int, k_tiles: int, workers: int):
-    """(rows of the main launch, K splits for the rest) when the config asks for a tail split
-    (`tail_split`), else None. The main launch gets whole waves of output tiles (whole rows
-    of tiles); the last rows of tiles, which would run as a partly empty last wave, run as
-    `splits` K-slices each, one block per slice. On the H200 a 2048 x 2560 output has 320
-    tiles of 128 x 128 on 132 SMs: 260 in two waves, the last 60 split in two (120 blocks)."""
+    """(axis, kept, splits) when the config asks for a tail split (`tail_split`), else None.
+    The main launch gets whole waves of output tiles: the first `kept` rows (axis 0, whole
+    rows of tiles) or, with one row of tiles, the first `kept` columns (axis 1); the tiles
+    left, which would run as a partly empty last wave, run as `splits` K-slices each, one
+    block per slice. On the H200 a 2048 x 2560 output has 320 tiles of 128 x 128 on 132 SMs:
+    260 in two waves, the last 60 split in two (120 blocks); a 128 x 10240 output has 160
+    tiles of 128 x 64: 132 in one wave, the last 28 split in four (112 blocks)."""
     if not cfg.get("tail_split"):
         return None
     tm, tn = cdiv(m, bm), cdiv(n, bn)
-    rows = (tm * tn) // workers * workers // tn               # rows of tiles that fill whole waves
-    rest = (tm - rows) * tn
-    if rows == 0 or rest == 0:
+    whole = (tm * tn) // workers * workers                    # tiles that fill whole waves
+    if tm > 1:
+        axis, kept, rest = 0, whole // tn, (tm - whole // tn) * tn   # whole rows of tiles
+        size = bm
+    else:
+        axis, kept, rest = 1, whole, tn - whole
+        size = bn
+    if kept == 0 or rest == 0:
         return None
     splits = min(workers // rest, k_tiles // 4)               # every slice keeps >= 4 K tiles
-    return (rows * bm, splits) if splits >= 2 else None
+    return (axis, kept * size, splits) if splits >= 2 else None
 
 
 def matmul_keys(dtype, m: int, n: int, k: int) -> tuple[str, str]:

@@ -223,17 +223,23 @@ def _split_twin(seen):
 
 
 def _tail_split_twin(seen, workers: int):
-    """A tail-split launch: whole waves of tiles over the first rows, then the last rows of
-    tiles split over K (the split launch's grid says how many rows of tiles it covered)."""
+    """A tail-split launch: whole waves of tiles over the first rows (or, with one row of
+    tiles, columns), then the last rows (columns) of tiles split over K; the split launch's
+    grid says how many rows and columns of tiles it covered."""
     main = gemm_twin({n: f for n, f in seen.items() if not n.startswith("split_")}, workers)
     tail = _split_twin(seen)
     part = seen["split_k_kernel"]
-    bm, tail_tiles = part.consts["BM"], part.grid[1]
+    bm, bn, (tail_rows, tail_cols) = part.consts["BM"], part.consts["BN"], part.grid[1:]
 
     def run(c, a, b):
-        rows = (-(-a.shape[0] // bm) - tail_tiles) * bm
-        main(c[:rows], a[:rows], b)
-        tail(c[rows:], a[rows:], b)
+        cols = (cdiv(b.shape[1], bn) - tail_cols) * bn
+        if cols > 0:                                 # the tail is the last columns
+            main(c[:, :cols], a, b[:, :cols])
+            tail(c[:, cols:], a, b[:, cols:])
+        else:
+            rows = (cdiv(a.shape[0], bm) - tail_rows) * bm
+            main(c[:rows], a[:rows], b)
+            tail(c[rows:], a[rows:], b)
         return c
     return run
 
