@@ -269,18 +269,45 @@ def test_group_output_needs_a_mut_output():
     assert_diagnostic(ei.value, HERE, "E:no-mut", "needs a ts.Mut output beside it")
 
 
-def test_member_index_of_another_output():
+def test_member_index_reads_another_output_only_if_it_is_final():
     with pytest.raises(ts.KernelError) as ei:
         @ts.kernel
-        def k(c: ts.MutLast[ts.f32, (16,)], p: ts.Mut[ts.f32, (1, 16)], q: ts.Mut[ts.f32, (1, 16)]):
+        def k(c: ts.MutLast[ts.f32, (16,)], p: ts.Mut[ts.f32, (1, 16)], q: ts.Mut[ts.f32, (1, 16)], n: int):
             p.store(ts.zeros((1, 16), ts.f32))
-            q.store(ts.zeros((1, 16), ts.f32))
+            if ts.block_id(0) < n:
+                q.store(ts.zeros((1, 16), ts.f32))
             if ts.last_arrival():
                 acc = ts.zeros((1, 16), ts.f32)
                 for m in p.members():
                     acc = acc + q.load(m)  # E:other-members
                 c.store(ts.reshape(acc, (16,)))
-    assert_diagnostic(ei.value, HERE, "E:other-members", "minted by `p.members()` and cannot index `q`")
+    assert_diagnostic(ei.value, HERE, "E:other-members", "every block must first store its whole tile of `q`")
+
+
+@ts.kernel
+def weighted(c: ts.MutLast[ts.f32, ("B",)], val: ts.Mut[ts.f32, (1, "B")], wt: ts.Mut[ts.f32, (1, "B")],
+             x: ts.Ref[ts.f32, (-1, -1)], B: ts.Const[int]):
+    """One members() walk reads two outputs: c = sum over s of x[s] * (s + 1)."""
+    px = x.partition((1, B))
+    s, j = ts.block_id(0), ts.block_id(1)
+    val.store(px.load((s, j)))
+    wt.store(ts.full((1, B), 1.0, ts.f32) * (s + 1).astype(ts.f32))
+    if ts.last_arrival():
+        acc = ts.zeros((1, B), ts.f32)
+        for m in val.members():
+            acc = acc + val.load(m) * wt.load(m)
+        c.store(ts.reshape(acc, (B,)))
+
+
+def test_one_member_index_reads_every_final_output(backend):
+    x = rand(np.random.default_rng(4), (3, 50), "f32")
+    c, _ = poisoned((50,), "f32")
+    val, wt = ts.empty((3, 50), ts.f32), ts.empty((3, 50), ts.f32)
+    parts = c.partition((16,)), val.partition((1, 16)), wt.partition((1, 16))
+    weighted(*parts, ts.tensor(x)).sync()
+    for p in parts:
+        p.unpartition()
+    np.testing.assert_allclose(c.numpy(), (x * np.arange(1, 4)[:, None]).sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_group_output_is_not_read_back():

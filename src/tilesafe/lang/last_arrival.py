@@ -80,14 +80,9 @@ def lower_members(b: Builder, node: ast.For, z: TensorArg, call: ast.Call) -> No
     if b.arrival != IN:
         raise b.error(call, f"`{z.name}.members()` reads the tiles of the block's group: only inside `{WHERE}`",
                       help="other blocks' tiles are final only once the whole group has arrived")
-    if z.kind != MUT:
-        raise b.error(call, f"`{z.name}.members()` walks a ts.Mut output's tiles; `{z.name}` is {z.kind_name}")
     if call.args or call.keywords:
         raise b.error(call, f"`{z.name}.members()` takes no arguments")
-    if not any(op.opcode == "store" and op.attrs["mode"] == "block" and op.args[0] is z.value for op in b.root.ops):
-        raise b.error(call, f"the group's last block reads `{z.name}`, so every block must first store its whole "
-                            f"tile of `{z.name}`, unconditionally",
-                      help=f"store it at the top level of the kernel, before `{WHERE}`: {z.name}.store(tile)")
+    _check_final(b, call, z)
     if not isinstance(node.target, ast.Name):
         raise b.error(node.target, f"bind the index of `{z.name}.members()` to one name: `for s in ...`")
     name = node.target.id
@@ -133,11 +128,22 @@ def misplaced(b: Builder, node, *args, **kwargs):
                   help="the call takes the block's ticket; its result has no other use")
 
 
+def _check_final(b: Builder, node, z: TensorArg) -> None:
+    """`z`'s member tiles are final: a `ts.Mut` that every block stored whole, unconditionally,
+    before taking its ticket."""
+    if z.kind != MUT:
+        raise b.error(node, f"a group's member tiles are those of a ts.Mut output; `{z.name}` is {z.kind_name}")
+    if not any(op.opcode == "store" and op.attrs["mode"] == "block" and op.args[0] is z.value for op in b.root.ops):
+        raise b.error(node, f"the group's last block reads `{z.name}`, so every block must first store its whole "
+                            f"tile of `{z.name}`, unconditionally",
+                      help=f"store it at the top level of the kernel, before `{WHERE}`: {z.name}.store(tile)")
+
+
 def member_load(b: Builder, node, z: TensorArg, idx: MintedIndex, padding):
+    """`z.load(s)`: member s's tile of `z`. The ts.Mut outputs share the grid, so an index
+    minted by one output's `members()` walk names a member of every one of them."""
     from .memory import emit_load
-    if idx.brand is not z:
-        raise b.error(node, f"this index was minted by `{idx.brand.name}.members()` and cannot index `{z.name}`",
-                      help=f"walk `{z.name}.members()` to read `{z.name}`'s group tiles")
+    _check_final(b, node, z)
     return emit_load(b, node, z, idx.values, z.tile, padding, "member", owner=z)
 
 
