@@ -148,6 +148,8 @@ FLASH = [{"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s}
 DECODE = [{"block_n": bn, "splits": None, "target_blocks": tb, "num_warps": w}
           for bn, tb, w in [(32, 264, 4), (128, 264, 4), (64, 132, 4), (64, 528, 4), (128, 528, 8),
                             (64, 264, 8), (128, 132, 4)]]
+# ... each also as one kernel, the last block of each KV head combining its splits (S16).
+DECODE += [dict(c, one_kernel=True) for c in DECODE]
 
 
 ELEMENTWISE = [{"block": b, "num_warps": w} for b, w in [(1024, 4), (4096, 4), (4096, 8), (8192, 8), (2048, 8),

@@ -6,11 +6,11 @@ wrote, then runs them on the reference (NumPy) backend or through Triton.
 """
 from .dtypes import DType, bf16, bool_, f8e4m3fn, f8e5m2, f16, f32, f64, i8, i16, i32, i64, u8
 from .errors import AliasError, KernelError, LaunchError, OwnershipError, SanitizerError, TileSafeError
-from .lang.annotations import Const, Mut, MutTiles, Ptr, Ref
+from .lang.annotations import Const, Mut, MutLast, MutTiles, Ptr, Ref
 from .lang.objects import function
 from .lang.stubs import (abs, argmax, argmin, astype, atomic_add, atomic_cas, atomic_max, atomic_min, block_id,
                          broadcast_to, ceil, cos, cumsum, dot, erf, exp, exp2, expand_dims, floor, fma, gather, join,
-                         load, load_ptr, load_tile_like, log, log2, max, maximum, min, minimum, mma, num_blocks,
+                         last_arrival, load, load_ptr, load_tile_like, log, log2, max, maximum, min, minimum, mma, num_blocks,
                          num_tiles, permute, print, reshape, rsqrt, scalar, sigmoid, sin, sqrt, static_assert,
                          store_ptr, sum, tanh, transpose, valid, where)
 from .runtime.autotune import Autotuned, autotune

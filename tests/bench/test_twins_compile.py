@@ -46,6 +46,9 @@ CASES = {
                                                       K_TMA=False, V_TMA=False), "mma.sync"),
     "decode_partial_tma": (attention.decode_partial, dict(NEG_SCALE=False, GP=16, GS=8, BN=64, DP=128, EVEN=True,
                                                           K_TMA=True, V_TMA=True), "cp.async.bulk.tensor"),
+    "decode_partial_last": (attention.decode_partial, dict(NEG_SCALE=False, GP=16, GS=8, BN=64, DP=128, EVEN=True,
+                                                           K_TMA=True, V_TMA=True, LAST=True),
+                            "atom.global.gpu.acq_rel.add"),
     "decode_combine": (attention.decode_combine, dict(G=4, GS=4, SP=32, DP=128), None),
     "decode_combine_pdl": (attention.decode_combine, dict(G=4, GS=4, SP=32, DP=128, PDL=True), "griddepcontrol.wait"),
     "split_sum_pdl": (matmul.split_sum, dict(BM=16, BN=128, PDL=True), "griddepcontrol.wait"),
@@ -65,7 +68,7 @@ def _descriptors(c: dict) -> dict:
 @pytest.mark.parametrize("case", list(CASES))
 def test_twin_compiles_for_hopper(case):
     fn, consts, mma = CASES[case]
-    for flag in ("PDL", "PREFETCH"):             # constexprs with a default: give them as such
+    for flag in ("PDL", "PREFETCH", "LAST"):             # constexprs with a default: give them as such
         if flag in fn.arg_names:
             consts = {flag: False, **consts}
     signature = {}
@@ -77,7 +80,7 @@ def test_twin_compiles_for_hopper(case):
             use, box = descs[name]
             signature[name] = f"tensordesc<bf16[{box[0]}, {box[1]}]>" if use else "*bf16"
         elif name.endswith("_ptr"):
-            signature[name] = "*fp32" if name in F32_PTRS else "*i32" if name in ("lens_ptr", "pos_ptr") else "*bf16"
+            signature[name] = "*fp32" if name in F32_PTRS else "*i32" if name in ("lens_ptr", "pos_ptr", "count_ptr") else "*bf16"
         else:
             signature[name] = SCALARS.get(name, "i32")
     k = triton.compile(ASTSource(fn, signature, consts, {}), target=GPUTarget("cuda", 90, 32),

@@ -45,8 +45,23 @@ def test_the_decode_twin_takes_the_split_count_from_the_grid(launches):
     run(torch.empty(32, 128), q, torch.empty(8, 4096, 128), torch.empty(8, 4096, 128), torch.tensor([4096]), ws)
     assert [(n, g, o) for n, g, o, _ in launches] == [("decode_partial", (32, 8), {"num_warps": 4, "num_stages": 3}),
                                                       ("decode_combine", (32,), {})]
-    assert launches[0][3] == dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True, K_TMA=False, V_TMA=False,
-                                  PDL=False)
+    consts = {k: v for k, v in launches[0][3].items() if k not in ("o_ptr", "count_ptr")}
+    assert consts == dict(NEG_SCALE=False, GP=16, GS=4, BN=64, DP=128, EVEN=True, K_TMA=False, V_TMA=False,
+                          PDL=False, LAST=False)
+
+
+def test_the_one_kernel_decode_twin_combines_in_its_last_program(launches):
+    seen = {"decode_rows_last_kernel": LaunchFacts("decode_rows_last_kernel", {"GP": 16, "GS": 4, "BN": 64,
+                                                                              "DP": 128}, (32, 8), {"num_warps": 4})}
+    workspace, run = attention.decode_twin(seen, 0.1)
+    q = torch.empty(32, 128)
+    ws = workspace(q)
+    assert ws[3].shape == (8,) and not ws[3].any()                          # one ticket counter per KV head
+    o = torch.empty(32, 128)
+    run(o, q, torch.empty(8, 4096, 128), torch.empty(8, 4096, 128), torch.tensor([4096]), ws)
+    [(name, grid, options, consts)] = launches                              # no second kernel
+    assert name == "decode_partial" and grid == (32, 8) and consts["LAST"]
+    assert consts["o_ptr"] is o and consts["count_ptr"] is ws[3]
 
 
 def test_the_twins_launch_with_pdl_where_the_library_did(launches):
@@ -136,6 +151,16 @@ def test_attention_twins_through_tma_descriptors_compute_the_library_result():
         with ts.backend("reference"):
             want = tk.decode_attention(q, kc, vc, 100, scale=0.125)
         assert torch.allclose(got, want, atol=1e-5)
+    seen = {"decode_rows_last_kernel": LaunchFacts("decode_rows_last_kernel", {"GP": 16, "GS": 4, "BN": 16,
+                                                                              "DP": 64}, (5, 2), {},
+                                                   {"k": "rows", "v": "rows"})}
+    workspace, run = attention.decode_twin(seen, 0.125)
+    ws = workspace(q)
+    for n in (100, 7):                                                      # the counters reset themselves
+        got = run(torch.full((8, 64), float("nan")), q, kc, vc, torch.tensor([n], dtype=torch.int32), ws)
+        with ts.backend("reference"):
+            want = tk.decode_attention(q, kc, vc, n, scale=0.125)
+        assert torch.allclose(got, want, atol=1e-5) and not ws[3].any()
     q, k, v = (torch.randn(1, 4, 64, 64, generator=g) for _ in range(3))
     seen = {"flash_rows_kernel": LaunchFacts("flash_rows_kernel", {"BM": 32, "BN": 16, "DP": 64}, (4, 2), {},
                                              {"q": "rows", "k": "rows", "v": "rows"})}

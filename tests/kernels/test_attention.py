@@ -155,18 +155,28 @@ def test_decode_group_not_a_power_of_two(backend, device):
         assert_close(out, want, "f32", **ATT_TOL["f32"])
 
 
+@pytest.mark.parametrize("one", [True, False], ids=["one-kernel", "two-kernels"])
+@pytest.mark.parametrize("flat", [True, False], ids=["matrices", "3d"])
 @pytest.mark.parametrize("length", [1, 37, 64])
-def test_decode_caches_read_as_matrices(backend, device, length):
+def test_decode_caches_read_as_matrices(backend, device, length, flat, one):
+    """Both cache readings, each with the splits combined by the last block of each KV head
+    (`one_kernel`, S16) or by a second kernel."""
     from tilesafe.bench.observe import Observer
-    from tilesafe.kernels.attention import decode_partial_kernel, decode_rows_kernel
+    from tilesafe.kernels import attention as at
+    kernels = [at.decode_partial_kernel, at.decode_rows_kernel, at.decode_last_kernel, at.decode_rows_last_kernel,
+               at.decode_combine_kernel]
     q = randn((8, 64), "f32", 50, device)
     kc, vc = randn((2, 64, 64), "f32", 51, device), randn((2, 64, 64), "f32", 52, device)   # one matrix per cache
     kt, vt = (randn((64, 2, 64), "f32", 53 + i, device).transpose(0, 1) for i in range(2))  # (max_seq, HKV, D) storage
+    want = {(True, True): ["decode_rows_last_kernel"], (True, False): ["decode_last_kernel"],
+            (False, True): ["decode_rows_kernel", "decode_combine_kernel"],
+            (False, False): ["decode_partial_kernel", "decode_combine_kernel"]}[one, flat]
     for k, v in ((kc, vc), (kt, vt)):
         out = poisoned((8, 64), "f32", device)
-        with Observer([decode_partial_kernel, decode_rows_kernel]) as seen:
-            tk.decode_attention(q, k, v, torch.tensor([length], device=device), out=out)
-        assert list(seen) == ["decode_rows_kernel"]
+        with Observer(kernels) as seen:
+            tk.decode_attention(q, k, v, torch.tensor([length], device=device), out=out,
+                                config={"flat": flat, "one_kernel": one, "splits": 3})
+        assert list(seen) == want
         assert_close(out, decode_ref(q, k, v, length), "f32", **ATT_TOL["f32"])
 
 

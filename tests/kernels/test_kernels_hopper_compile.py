@@ -74,7 +74,10 @@ CALLS = {
         "num_stages": 6}),
     "bmm": lambda: tk.bmm(e(8, 1024, 512), e(8, 512, 1024)),
     "flash_causal_gqa": lambda: tk.flash_attention(e(1, 32, 2048, 128), e(1, 8, 2048, 128), e(1, 8, 2048, 128), True),
-    "decode_gqa": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000),
+    "decode_gqa": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000,
+                                              config={"one_kernel": False}),
+    "decode_gqa_one_kernel": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000,
+                                                         config={"one_kernel": True}),
     "rope": lambda: tk.rope(e(2048, 32, 128), torch.zeros(2048, dtype=torch.int64)),
     "embedding": lambda: tk.embedding(torch.zeros(2048, dtype=torch.int64), e(8192, 2560)),
     "argmax_vocab": lambda: tk.argmax(e(1, 151936)),
@@ -82,7 +85,7 @@ CALLS = {
 TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k",
                 "linear_m128_tail_columns"}
 TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16",   # 2-D GEMM operands (w.T too) through TMA
-       "flash_causal_gqa", "decode_gqa"}                    # q, k, v / the caches read as 2-D matrices
+       "flash_causal_gqa", "decode_gqa", "decode_gqa_one_kernel"}                    # q, k, v / the caches read as 2-D matrices
 
 
 @pytest.mark.parametrize("call", list(CALLS))
@@ -98,7 +101,9 @@ def test_compiles_for_hopper(compiled, call):
         # the kernels of a split computation launch with PDL: they wait for the kernel before
         # them before any memory access, and let the next one launch early
         pdl = name in ("split_k_kernel", "split_sum_kernel", "decode_rows_kernel", "decode_partial_kernel",
-                       "decode_combine_kernel", "row_stats_kernel", "softmax_apply_kernel")
+                       "decode_combine_kernel", "row_stats_kernel", "softmax_apply_kernel", "decode_rows_last_kernel")
+        # S16: the one-kernel decode's blocks take one acquire-release ticket each
+        assert ("atom.global.gpu.acq_rel" in k.asm["ptx"]) == name.endswith("_last_kernel"), name
         assert ("griddepcontrol.wait" in k.asm["ptx"]) == pdl, name
         assert ("griddepcontrol.launch_dependents" in k.asm["ptx"]) == pdl, name
 
@@ -106,6 +111,11 @@ def test_compiles_for_hopper(compiled, call):
 def test_a_column_tail_split_launches_whole_waves_then_the_split_columns(compiled):
     CALLS["linear_m128_tail_columns"]()
     assert [name for name, _ in compiled] == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
+
+
+def test_one_kernel_decode_launches_one_kernel(compiled):
+    CALLS["decode_gqa_one_kernel"]()
+    assert [name for name, _ in compiled] == ["decode_rows_last_kernel"]
 
 
 def test_split_k_launches_partials_then_their_sum(compiled):

@@ -177,13 +177,9 @@ def decode_start(q, kvh, GP, DP):
     return qt, m, l, acc
 
 
-@ts.kernel
-def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
-                          l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
-                          k: ts.Ref["T", ("HKV", "MAXS", "D")], v: ts.Ref["T", ("HKV", "MAXS", "D")],
-                          lens: ts.Ref["TL", (1,)], qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType],
-                          NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
-                          DP: ts.Const[int], HKV: int, G: int, D: int, MAXS: int):
+@ts.function
+def attend_split(q, k, v, lens, qk_scale, NEG_SCALE, GP, BN, DP, MAXS):
+    """Block (split, KV head)'s unnormalised (acc, m, l) over its keys of (HKV, MAXS, D) caches."""
     kvh = ts.block_id(1)                                         # grid: (split, KV head)
     stop, first, full, last = split_keys(lens, MAXS, BN)
     qt, m, l, acc = decode_start(q, kvh, GP, DP)
@@ -200,19 +196,13 @@ def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts
         vt = ts.where(ts.expand_dims(cols < stop, 1), ts.reshape(pv.load((kvh, j, 0)), (BN, DP)), 0.0)
         keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
-    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+    return acc, m, l
 
 
-@ts.kernel
-def decode_rows_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
-                       l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
-                       k: ts.Ref["T", ("RK", "CK")], v: ts.Ref["T", ("RV", "CV")], lens: ts.Ref["TL", (1,)],
-                       qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
-                       GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], MAXS: int,
-                       KH: int, KC: int, VH: int, VC: int, HKV: int, G: int, D: int, RK: int, CK: int, RV: int,
-                       CV: int):
-    """`decode_partial_kernel` with the caches seen as 2-D matrices: key tile j of KV head h
-    is the tile at tile row h * XH + j, tile column h * XC of matrix X (one TMA box)."""
+@ts.function
+def attend_split_rows(q, k, v, lens, qk_scale, NEG_SCALE, GP, BN, DP, MAXS, KH, KC, VH, VC):
+    """`attend_split` with the caches seen as 2-D matrices: key tile j of KV head h is the
+    tile at tile row h * XH + j, tile column h * XC of matrix X (one TMA box)."""
     kvh = ts.block_id(1)                                         # grid: (split, KV head)
     stop, first, full, last = split_keys(lens, MAXS, BN)
     qt, m, l, acc = decode_start(q, kvh, GP, DP)
@@ -227,7 +217,80 @@ def decode_rows_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f3
         vt = ts.where(ts.expand_dims(cols < stop, 1), ts.load(v, (v_row + j, v_col), shape=(BN, DP)), 0.0)
         keep = ts.expand_dims(cols < stop, 0)                    # (1, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
+    return acc, m, l
+
+
+@ts.function
+def combine_splits(acc_o, m_o, l_o, GS, DP):
+    """In the last block of a KV head (S16): its splits' partials combined and normalised,
+    (GS, DP), rescaling the running sums at each split as the online softmax does."""
+    top = ts.full((GS, 1), NEG_INF, ts.f32)                      # (GS, 1) running max
+    l = ts.zeros((GS, 1), ts.f32)                                # (GS, 1)
+    acc = ts.zeros((GS, DP), ts.f32)                             # (GS, DP)
+    for s in m_o.members():
+        ms = ts.reshape(m_o.load(s), (GS, 1))
+        new = ts.maximum(top, ms)
+        keep = ts.where(top == NEG_INF, 0.0, ts.exp2(top - new))   # empty splits weigh 0
+        w = ts.where(ms == NEG_INF, 0.0, ts.exp2(ms - new))
+        l = l * keep + ts.reshape(l_o.load(s), (GS, 1)) * w
+        acc = acc * keep + ts.reshape(acc_o.load(s), (GS, DP)) * w
+        top = new
+    return acc / l
+
+
+@ts.kernel
+def decode_partial_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                          l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
+                          k: ts.Ref["T", ("HKV", "MAXS", "D")], v: ts.Ref["T", ("HKV", "MAXS", "D")],
+                          lens: ts.Ref["TL", (1,)], qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType],
+                          NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
+                          DP: ts.Const[int], HKV: int, G: int, D: int, MAXS: int):
+    acc, m, l = attend_split(q, k, v, lens, qk_scale, NEG_SCALE, GP, BN, DP, MAXS)
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+
+
+@ts.kernel
+def decode_last_kernel(o: ts.MutLast["T", (1, "GS", "DP")], acc_o: ts.Mut[ts.f32, (1, "GS", "DP")],
+                       m_o: ts.Mut[ts.f32, (1, "GS", 1)], l_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                       q: ts.Ref["T", ("HKV", "G", "D")], k: ts.Ref["T", ("HKV", "MAXS", "D")],
+                       v: ts.Ref["T", ("HKV", "MAXS", "D")], lens: ts.Ref["TL", (1,)], qk_scale: float,
+                       T: ts.Const[ts.DType], TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool], GP: ts.Const[int],
+                       GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], HKV: int, G: int, D: int, MAXS: int):
+    """`decode_partial_kernel` whose last block per KV head combines the splits into `o`
+    (viewed as (HKV, G, D)): one launch instead of two."""
+    acc, m, l = attend_split(q, k, v, lens, qk_scale, NEG_SCALE, GP, BN, DP, MAXS)
+    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+    if ts.last_arrival():
+        o.store(ts.reshape(combine_splits(acc_o, m_o, l_o, GS, DP).astype(T), (1, GS, DP)))
+
+
+@ts.kernel
+def decode_rows_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                       l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("HKV", "G", "D")],
+                       k: ts.Ref["T", ("RK", "CK")], v: ts.Ref["T", ("RV", "CV")], lens: ts.Ref["TL", (1,)],
+                       qk_scale: float, T: ts.Const[ts.DType], TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
+                       GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], MAXS: int,
+                       KH: int, KC: int, VH: int, VC: int, HKV: int, G: int, D: int, RK: int, CK: int, RV: int,
+                       CV: int):
+    """`decode_partial_kernel` with the caches seen as 2-D matrices (`attend_split_rows`)."""
+    acc, m, l = attend_split_rows(q, k, v, lens, qk_scale, NEG_SCALE, GP, BN, DP, MAXS, KH, KC, VH, VC)
+    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+
+
+@ts.kernel
+def decode_rows_last_kernel(o: ts.MutLast["T", (1, "GS", "DP")], acc_o: ts.Mut[ts.f32, (1, "GS", "DP")],
+                            m_o: ts.Mut[ts.f32, (1, "GS", 1)], l_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                            q: ts.Ref["T", ("HKV", "G", "D")], k: ts.Ref["T", ("RK", "CK")],
+                            v: ts.Ref["T", ("RV", "CV")], lens: ts.Ref["TL", (1,)], qk_scale: float,
+                            T: ts.Const[ts.DType], TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
+                            GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], MAXS: int,
+                            KH: int, KC: int, VH: int, VC: int, HKV: int, G: int, D: int, RK: int, CK: int,
+                            RV: int, CV: int):
+    """`decode_rows_kernel` whose last block per KV head combines the splits into `o`."""
+    acc, m, l = attend_split_rows(q, k, v, lens, qk_scale, NEG_SCALE, GP, BN, DP, MAXS, KH, KC, VH, VC)
+    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+    if ts.last_arrival():
+        o.store(ts.reshape(combine_splits(acc_o, m_o, l_o, GS, DP).astype(T), (1, GS, DP)))
 
 
 @ts.kernel
@@ -364,12 +427,18 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     common = dict(cfg=cfg, q=layout.split_axis(qt, 0, hkv), lens=lens, qk_scale=scale * LOG2E, NEG_SCALE=scale < 0,
                   GP=_group_rows(group), BN=bn)
     flat = [_matrix(layout.leading(t, 4), bn, dp) for t in (kt, vt)] if cfg["flat"] else [None]
+    one = cfg.get("one_kernel", False)   # the last block of each KV head combines its splits (S16)
+    if one:
+        outs = {"o": (layout.split_axis(o.tensor, 0, hkv), (1, gs, dp)), **outs}
+    kernels = (decode_last_kernel, decode_rows_last_kernel) if one else (decode_partial_kernel, decode_rows_kernel)
     # Programmatic dependent launch: the combination starts launching while the partials finish.
     if None in flat:
-        launch(decode_partial_kernel, outs, k=kt, v=vt, pdl=True, **common)
+        launch(kernels[0], outs, k=kt, v=vt, pdl=True, **common)
     else:
         (km, _, kh, kc), (vm, _, vh, vc) = flat
-        launch(decode_rows_kernel, outs, k=km, v=vm, MAXS=max_seq, KH=kh, KC=kc, VH=vh, VC=vc, pdl=True, **common)
+        launch(kernels[1], outs, k=km, v=vm, MAXS=max_seq, KH=kh, KC=kc, VH=vh, VC=vc, pdl=True, **common)
+    if one:
+        return o.returned
     launch(decode_combine_kernel, {"o": (o.tensor, (1, dp))}, cfg=None, acc=ws.acc, m=ws.m, l=ws.l, G=group, GS=gs,
            SP=pow2(ws.acc.shape[0]), pdl=True)
     return o.returned

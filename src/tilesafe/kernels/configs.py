@@ -41,7 +41,7 @@ CPU_DEFAULTS: dict[str, dict] = {
     "linear": {"block_m": 16, "block_n": 32, "block_k": 32, "min_blocks": 1, "split_k": None, "prefetch": False},
     "bmm": {"block_m": 32, "block_n": 32, "block_k": 32},
     "attention": {"block_m": 16, "block_n": 16, "flat": True},
-    "decode": {"block_n": 16, "splits": 3, "target_blocks": 8, "flat": True},
+    "decode": {"block_n": 16, "splits": 3, "target_blocks": 8, "flat": True, "one_kernel": True},
     "rope": {"block_t": 2, "block_h": 2},
     "embedding": {"block_t": 2, "block_d": 32},
     "argmax": {"block_m": 2, "block_n": 32, "chunk": 64},
@@ -57,8 +57,8 @@ GPU_DEFAULTS: dict[str, dict] = {
                "num_warps": 4, "num_stages": 4},
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3},
     "attention": {"block_m": 64, "block_n": 64, "flat": True, "num_warps": 4, "num_stages": 3},
-    "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "flat": True, "num_warps": 4,
-               "num_stages": 3},
+    "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "flat": True, "one_kernel": False,
+               "num_warps": 4, "num_stages": 3},
     "rope": {"block_t": 4, "block_h": 8, "num_warps": 4},
     "embedding": {"block_t": 4, "block_d": 1024, "num_warps": 4},
     "argmax": {"block_m": 1, "block_n": 1024, "chunk": 8192, "num_warps": 4},
@@ -73,7 +73,7 @@ POSITIVE_KEYS = frozenset({"block", "block_m", "block_n", "block_k", "block_t", 
                            "max_chunks"})
 COUNT_KEYS = frozenset({"split_k", "splits"})
 # Switches a config may override: True or False (persistent also None: chosen from the shape).
-BOOL_KEYS = frozenset({"persistent", "tail_split", "prefetch", "reverse_pass", "flat"})
+BOOL_KEYS = frozenset({"persistent", "tail_split", "prefetch", "reverse_pass", "flat", "one_kernel"})
 
 CPU_BACKENDS = ("reference", "triton-interpreter")
 SCHEDULE_KEYS = frozenset({"num_warps", "num_stages", "tma"})   # valid in every family's config

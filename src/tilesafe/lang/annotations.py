@@ -1,7 +1,7 @@
 """Parameter annotations: the access discipline of a kernel, written in its signature.
 
-`ts.Mut[dtype, tile]`, `ts.Ref[dtype, shape]`, `ts.MutTiles[dtype, tile]`, `ts.Ptr[dtype]`
-and `ts.Const[type]` are subscripted into `ParamSpec` objects; plain `int`, `float` and
+`ts.Mut[dtype, tile]`, `ts.Ref[dtype, shape]`, `ts.MutTiles[dtype, tile]`,
+`ts.MutLast[dtype, tile]`, `ts.Ptr[dtype]` and `ts.Const[type]` are subscripted into `ParamSpec` objects; plain `int`, `float` and
 `bool` annotations are runtime scalars. The frontend reads these, never the raw syntax.
 """
 from __future__ import annotations
@@ -10,8 +10,11 @@ from dataclasses import dataclass
 
 from ..dtypes import DType
 
-# Parameter kinds. A kernel's outputs are MUT or MUT_TILES; REF is read-only.
-MUT, REF, MUT_TILES, PTR, CONST, SCALAR = "mut", "ref", "mut_tiles", "ptr", "const", "scalar"
+# Parameter kinds. A kernel's outputs are MUT, MUT_TILES or MUT_LAST; REF is read-only.
+MUT, REF, MUT_TILES, MUT_LAST, PTR, CONST, SCALAR = "mut", "ref", "mut_tiles", "mut_last", "ptr", "const", "scalar"
+OUTPUTS = (MUT, MUT_TILES, MUT_LAST)
+KIND_NAMES = {MUT: "ts.Mut", REF: "ts.Ref", MUT_TILES: "ts.MutTiles", MUT_LAST: "ts.MutLast", PTR: "ts.Ptr",
+              CONST: "ts.Const"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,11 +25,11 @@ class ParamSpec:
 
     @property
     def is_tensor(self) -> bool:
-        return self.kind in (MUT, REF, MUT_TILES, PTR)
+        return self.kind in (*OUTPUTS, REF, PTR)
 
     @property
     def is_output(self) -> bool:
-        return self.kind in (MUT, MUT_TILES)
+        return self.kind in OUTPUTS
 
 
 class _Subscriptable:
@@ -47,7 +50,7 @@ class _Subscriptable:
 
     @property
     def name(self) -> str:
-        return {MUT: "Mut", REF: "Ref", MUT_TILES: "MutTiles", PTR: "Ptr", CONST: "Const"}[self.kind]
+        return KIND_NAMES[self.kind][3:]
 
     def __repr__(self) -> str:
         return f"ts.{self.name}"
@@ -56,5 +59,7 @@ class _Subscriptable:
 Mut = _Subscriptable(MUT, 2, "The block's exclusive output tile: `ts.Mut[dtype, tile_shape]`.")
 Ref = _Subscriptable(REF, 2, "A shared read-only tensor: `ts.Ref[dtype, shape]` (ints, -1, or int-parameter names).")
 MutTiles = _Subscriptable(MUT_TILES, 2, "An output walked by a persistent kernel: `ts.MutTiles[dtype, tile_shape]`.")
+MutLast = _Subscriptable(MUT_LAST, 2, "One tile per group of blocks, written by the group's last block inside "
+                                    "`if ts.last_arrival():` (S16): `ts.MutLast[dtype, tile_shape]`.")
 Ptr = _Subscriptable(PTR, 1, "A raw pointer (unsafe kernels only): `ts.Ptr[dtype]`.")
 Const = _Subscriptable(CONST, 1, "A compile-time constant: `ts.Const[int]` (also bool, float, ts.DType).")

@@ -258,10 +258,12 @@ def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:
         if op.opcode == "gather" and a == op.attrs["axis"]:
             axes.append(AxisCheck(a, KERNEL, None))
             continue
-        if mode in ("block", "subtile"):
+        if mode in ("block", "subtile", "member"):   # a member's tile is some block's own tile
             owner = op.attrs.get("owner", tensor)
             tile = ranges.fn.param(owner).value.type.tile[a]
             cond = ("le", ("mul", ("grid", a), _const(tile)), extent)
+        elif mode == "group":                         # a MutLast tile: grid axes 1.. (S16)
+            cond = ("le", ("mul", ("grid", a + 1), _const(ttype.tile[a])), extent)
         else:
             rng = ranges.bounds(index[a])
             if rng is None:

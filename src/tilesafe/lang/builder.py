@@ -40,6 +40,8 @@ class Builder:
         self.grid_rank = 1
         self.loc: Loc | None = None          # location of the statement being lowered
         self.loads: dict[int, Op] = {}       # id(value) -> the load that produced it (for ts.valid)
+        self.root = self.block               # the kernel body (the last-arrival `if` sits here)
+        self.arrival = None                  # S16: None before `if ts.last_arrival():`, "in", "after"
 
     # --- errors ------------------------------------------------------------------------
     def error(self, node: ast.AST | None, message: str, help: str | None = None) -> KernelError:

@@ -15,11 +15,20 @@ def definitely_written(fn: Function) -> set[str]:
     for op in fn.body.ops:
         if op.opcode == "store" and op.attrs["mode"] == "block":
             written.add(op.args[0].name)
+        elif op.opcode == "if" and _is_arrival(fn, op):
+            # S16: every group has a last block, which runs the body once.
+            written.update(s.args[0].name for s in op.regions[0].ops
+                           if s.opcode == "store" and s.attrs["mode"] == "group")
         elif op.opcode == "subtiles" or (op.opcode == "tiles" and not op.attrs["windowed"]):
             name = op.attrs["output"]
             if _stores_whole(op.regions[0], name, "subtile" if op.opcode == "subtiles" else "tile"):
                 written.add(name)
     return written
+
+
+def _is_arrival(fn: Function, op) -> bool:
+    """Is this `if` the one on `ts.last_arrival()` (its condition is the `arrive` op's result)?"""
+    return any(o.opcode == "arrive" and o.results[0] is op.args[0] for o in fn.body.ops)
 
 
 def _stores_whole(block: Block, name: str, mode: str) -> bool:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .annotations import CONST, MUT, MUT_TILES, SCALAR
 from .builder import Bindings, Builder
+from .last_arrival import check_finished
 from .ir import Function, Param, TensorType, TileType, Value
 from .objects import TensorArg
 from .signature import ParamInfo
@@ -32,6 +33,7 @@ def build_function(name: str, src: KernelSource, params: list[ParamInfo], bindin
         lower_body(b, src.tree.body)
     except ReturnValue:
         raise b.error(None, "a kernel returns nothing; write results with `z.store(tile)`") from None
+    check_finished(b, params)
     return Function(name, ir_params, b.block, grid_rank, unsafe)
 
 

@@ -7,7 +7,7 @@ its own walk (S1); pointers and atomics exist only in unsafe kernels (S4).
 from __future__ import annotations
 
 from .. import dtypes as dt
-from .annotations import MUT, MUT_TILES, PTR, REF
+from .annotations import MUT, MUT_LAST, MUT_TILES, PTR, REF
 from .builder import PY_SCALARS, Builder, describe
 from .calls import static_shape, tile
 from .ir import TileType, Value
@@ -94,11 +94,18 @@ def load_own(b: Builder, node, z: TensorArg, idx=None, padding=0):
     if z.kind == MUT:
         if idx is None:
             return emit_load(b, node, z, (), z.tile, padding, "block", owner=z)
+        if isinstance(idx, MintedIndex) and idx.kind == "members":
+            from .last_arrival import member_load
+            return member_load(b, node, z, idx, padding)
         j = _minted(b, node, z, idx, "subtiles")
         return emit_load(b, node, z, j.values, j.sub, padding, "subtile", owner=z, sub=j.sub)
     if z.kind == MUT_TILES:
         j = _minted(b, node, z, idx, "tiles")
         return emit_load(b, node, z, j.values, z.tile, padding, "tile", owner=z)
+    if z.kind == MUT_LAST:
+        raise b.error(node, f"`{z.name}` is a ts.MutLast output, written once by the group's last block; "
+                            "it is not read back",
+                      help="keep the stored value in a variable")
     raise b.error(node, f"`{z.name}.load()` reads an output's own tile; `{z.name}` is {z.kind_name}",
                   help="read a ts.Ref with ts.load(x, index, shape=...) or x.partition(tile).load(index)")
 
@@ -111,7 +118,11 @@ def store(b: Builder, node, z, value, idx=None):
                       help="write results through the kernel's ts.Mut output")
     if z.kind == PTR:
         raise b.error(node, f"`{z.name}` is a ts.Ptr; write it with ts.store_ptr in an unsafe kernel")
-    if z.kind == MUT:
+    from .last_arrival import check_store
+    check_store(b, node, z, idx)
+    if z.kind == MUT_LAST:
+        mode, index, shape, sub = "group", (), z.tile, None
+    elif z.kind == MUT:
         if idx is None:
             mode, index, shape, sub = "block", (), z.tile, None
         else:
@@ -273,11 +284,12 @@ def atomic_cas(b: Builder, node, p, offsets, cmp, values):
 def register_memory_ops() -> None:
     from . import stubs
     from .calls import REGISTRY
+    from .last_arrival import misplaced
     REGISTRY.update({
         stubs.load: load, stubs.load_tile_like: load_tile_like, stubs.gather: gather,
         stubs.num_tiles: num_tiles, stubs.valid: valid, stubs.load_ptr: load_ptr,
         stubs.store_ptr: store_ptr, stubs.atomic_add: atomic("add"), stubs.atomic_max: atomic("max"),
-        stubs.atomic_min: atomic("min"), stubs.atomic_cas: atomic_cas,
+        stubs.atomic_min: atomic("min"), stubs.atomic_cas: atomic_cas, stubs.last_arrival: misplaced,
     })
 
 

@@ -10,7 +10,7 @@ from .builder import Builder, describe
 from .ir import TileType, Value
 from .objects import BoundMethod, RefView, TensorArg
 
-TENSOR_METHODS = ("store", "load", "partition", "tiles", "subtiles")
+TENSOR_METHODS = ("store", "load", "partition", "tiles", "subtiles", "members")
 TILE_METHODS = ("astype", "reshape", "permute", "sum", "max", "min", "to")
 
 
@@ -50,7 +50,7 @@ def _tensor_attr(b: Builder, node, x: TensorArg, attr: str):
     if attr == "ndim":
         return x.rank
     raise b.error(node, f"the tensor `{x.name}` has no attribute `{attr}` in a kernel",
-                  help="tensors offer store, load, partition, tiles, subtiles, tile_shape, extent, dtype")
+                  help="tensors offer store, load, partition, tiles, subtiles, members, tile_shape, extent, dtype")
 
 
 def call_method(b: Builder, node, bm: BoundMethod, args, kwargs):

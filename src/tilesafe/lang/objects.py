@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
-from .annotations import MUT, MUT_TILES, PTR, REF
+from .annotations import KIND_NAMES, OUTPUTS
 from .ir import Value
 
 
@@ -26,11 +26,11 @@ class TensorArg:
 
     @property
     def is_output(self) -> bool:
-        return self.kind in (MUT, MUT_TILES)
+        return self.kind in OUTPUTS
 
     @property
     def kind_name(self) -> str:
-        return {MUT: "ts.Mut", REF: "ts.Ref", MUT_TILES: "ts.MutTiles", PTR: "ts.Ptr"}[self.kind]
+        return KIND_NAMES[self.kind]
 
 
 @dataclass(eq=False)
@@ -42,9 +42,10 @@ class RefView:
 
 @dataclass(eq=False)
 class MintedIndex:
-    """An unforgeable tile index minted by `z.tiles()` or `z.subtiles()` of one output."""
+    """An unforgeable tile index minted by `z.tiles()`, `z.subtiles()` or `z.members()` of
+    one output."""
     brand: TensorArg
-    kind: str                     # "tiles" or "subtiles"
+    kind: str                     # "tiles", "subtiles" or "members" (of a last-arrival group)
     values: tuple[Value, ...]
     sub: tuple[int, ...] | None   # subtile shape (subtiles only)
 

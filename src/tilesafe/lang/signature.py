@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass
 
 from ..dtypes import DType
-from .annotations import CONST, MUT, MUT_TILES, PTR, REF, SCALAR, ParamSpec
+from .annotations import CONST, MUT, MUT_LAST, MUT_TILES, OUTPUTS, PTR, REF, SCALAR, ParamSpec
 from .source import KernelSource
 
 _SENTINEL = inspect.Parameter.empty
@@ -27,7 +27,7 @@ class ParamInfo:
 
     @property
     def is_tensor(self) -> bool:
-        return self.kind in (MUT, REF, MUT_TILES, PTR)
+        return self.kind in (*OUTPUTS, REF, PTR)
 
 
 def parse_params(fn, src: KernelSource, unsafe: bool) -> list[ParamInfo]:
@@ -57,7 +57,7 @@ def _param(src, node, name, ann, default) -> ParamInfo:
         raise src.error(node, f"parameter `{name}` has no annotation",
                         help="annotate it: ts.Mut[dtype, tile], ts.Ref[dtype, shape], ts.Const[int], int or float")
     raise src.error(node, f"parameter `{name}` has an unsupported annotation {ann!r}",
-                    help="use ts.Mut, ts.Ref, ts.MutTiles, ts.Ptr, ts.Const[...], int, float or bool")
+                    help="use ts.Mut, ts.Ref, ts.MutTiles, ts.MutLast, ts.Ptr, ts.Const[...], int, float or bool")
 
 
 def _check(src: KernelSource, params: list[ParamInfo], unsafe: bool) -> None:
@@ -68,6 +68,11 @@ def _check(src: KernelSource, params: list[ParamInfo], unsafe: bool) -> None:
         p = next(p for p in params if p.kind == MUT_TILES)
         raise src.error(nodes[p.name], "a kernel uses either ts.Mut or ts.MutTiles outputs, not both",
                         help="make every output a ts.MutTiles (persistent) or every output a ts.Mut, or split the kernel")
+    if MUT_LAST in kinds and MUT not in kinds:
+        p = next(p for p in params if p.kind == MUT_LAST)
+        raise src.error(nodes[p.name], f"`{p.name}` is a ts.MutLast output, which needs a ts.Mut output beside it",
+                        help="each block stores its own ts.Mut tile; the blocks' ts.Mut tiles define the grid and "
+                             "its groups (S16)")
     mut_ranks = {len(p.shape) for p in params if p.kind == MUT}
     for p in params:
         node = nodes.get(p.name, src.tree)
@@ -80,7 +85,7 @@ def _check(src: KernelSource, params: list[ParamInfo], unsafe: bool) -> None:
         if not p.is_tensor:
             continue
         _check_dtype(src, node, p, by_name)
-        if p.kind in (MUT, MUT_TILES):
+        if p.kind in OUTPUTS:
             if not 1 <= len(p.shape) <= 3:
                 raise src.error(node, f"the tile of `{p.name}` has rank {len(p.shape)}; outputs have rank 1 to 3",
                                 help="view the output with .reshape(...) to at most 3 axes on the host")

@@ -167,6 +167,9 @@ def _for(b: Builder, node: ast.For) -> None:
         if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name in ("tiles", "subtiles"):
             from .walks import lower_walk
             return lower_walk(b, node, callee.obj, callee.name, it)
+        if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name == "members":
+            from .last_arrival import lower_members
+            return lower_members(b, node, callee.obj, it)
     seq = _expr(b, it)
     if isinstance(seq, tuple):   # a compile-time tuple: unrolled
         for item in seq:
@@ -247,6 +250,9 @@ def _while(b: Builder, node: ast.While) -> None:
 
 # --- if / else --------------------------------------------------------------------------
 def _if(b: Builder, node: ast.If) -> None:
+    from .last_arrival import is_arrival_test, lower_arrival_if
+    if is_arrival_test(b, node.test):
+        return lower_arrival_if(b, node)
     cond = _expr(b, node.test)
     if isinstance(cond, (*PY_SCALARS, type(None), tuple, str)):   # compile-time: lower one branch
         lower_body(b, node.body if cond else node.orelse)

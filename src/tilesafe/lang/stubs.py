@@ -242,6 +242,16 @@ def valid(tile):
     """The in-bounds mask (bool tile) of a tile that was loaded. `m = ts.valid(t)`"""
 
 
+# --- the last block of a group (S16) ---------------------------------------------------------
+@_stub
+def last_arrival():
+    """True in exactly one block of each group (the blocks that share every grid index but
+    axis 0), once every block of the group has stored its `ts.Mut` tiles. Only as the
+    condition of the kernel's last statement: `if ts.last_arrival(): ...`, where
+    `for s in part.members(): part.load(s)` reads the group's tiles and a `ts.MutLast`
+    output is stored."""
+
+
 # --- compile-time helpers and debugging -------------------------------------------------------
 @_stub
 def static_assert(cond, msg=""):

@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 
 from ..errors import AliasError, KernelError, LaunchError, OwnershipError, TileSafeError
-from ..lang.annotations import CONST, MUT, MUT_TILES
+from ..lang.annotations import CONST, OUTPUTS
 from ..settings import current_backend, graph_var, launching_disabled_var
 from .autotune_config import AUTO, Config, Prepared
 from .binding import is_torch_tensor
@@ -188,7 +188,7 @@ class Autotuned:
     def _implied(self, name, given, default):
         """A size the caller left out: the extent of an input whose shape names it."""
         for q in self.kernel.params:
-            if q.is_tensor and q.kind not in (MUT, MUT_TILES) and q.name in given and name in q.shape:
+            if q.is_tensor and q.kind not in OUTPUTS and q.name in given and name in q.shape:
                 extent = _extent(given[q.name])
                 axis = q.shape.index(name)
                 if axis < len(extent):
@@ -344,7 +344,7 @@ def _chosen_names(kernel: Kernel, configs) -> frozenset:
     """Every name a config may set: its Consts, and the Consts naming output tiles."""
     names = {n for p in configs for n in p.consts}
     for p in kernel.params:
-        if p.kind in (MUT, MUT_TILES):
+        if p.kind in OUTPUTS:
             names |= {e for e in p.shape if isinstance(e, str) and kernel.param(e).kind == CONST}
     if "tile" in {p.name for p in kernel.params}:
         raise KernelError(f"`{kernel.name}` has a parameter named `tile`, which clashes with the launch "

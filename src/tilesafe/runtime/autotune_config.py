@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..dtypes import DType
 from ..errors import KernelError, LaunchError, caller_loc
-from ..lang.annotations import CONST, MUT, MUT_TILES
+from ..lang.annotations import CONST, OUTPUTS
 from .partition import next_pow2
 from .schedule import Schedule, schedule
 
@@ -134,7 +134,7 @@ class Prepared:
         for name, value in consts.items():
             _check_const(kernel, config, name, value)
         tiles = {p.name: _output_tile(kernel, config, p, consts) for p in kernel.params
-                 if p.kind in (MUT, MUT_TILES)}
+                 if p.kind in OUTPUTS}
         return Prepared(config, tiles, consts)
 
 

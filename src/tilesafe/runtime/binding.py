@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .. import dtypes
 from ..dtypes import DType
 from ..errors import LaunchError
-from ..lang.annotations import CONST, MUT, MUT_TILES, PTR, REF, SCALAR
+from ..lang.annotations import CONST, MUT, MUT_LAST, MUT_TILES, PTR, REF, SCALAR, OUTPUTS
 from .partition import Partition
 from .spec import Spec
 from .tensor import Tensor
@@ -94,7 +94,25 @@ def bind(kernel, args, kwargs, grid, unsafe_launch: bool) -> Bound:
         if p.kind in (CONST, SCALAR):
             _bind_value(kernel, p, out, given)
     out.grid = _grid(kernel, out, grid, unsafe_launch)
+    _check_group_outputs(kernel, out)
     return out
+
+
+def _check_group_outputs(kernel, out: Bound) -> None:
+    """S5 for `ts.MutLast` outputs: one tile per group, i.e. their partition's grid is the
+    launch grid without axis 0 (S16)."""
+    for name, f in out.tensors.items():
+        if kernel.param(name).kind != MUT_LAST:
+            continue
+        groups = tuple(out.grid[1:]) if out.grid else ()
+        g = tuple(-(-n // t) for n, t in zip(f.shape, f.tile))
+        want = (groups + (1,) * len(g))[:len(g)]
+        if f.prefix or g != want or len(groups) > len(g) and any(x != 1 for x in groups[len(g):]):
+            raise LaunchError(f"`{name}` is a ts.MutLast output with one tile per group, so its partition's grid "
+                              f"must be the launch grid {out.grid} without axis 0, {groups or (1,)}; it is {g}"
+                              f"{' (a partition_prefix)' if f.prefix else ''}",
+                              help=f"partition `{name}` so it has one tile per grid index of axes 1.. "
+                                   "(the members of a group differ on axis 0)")
 
 
 def _tensor_arg(kernel, p, arg, out: Bound) -> ArgFacts:
@@ -105,10 +123,10 @@ def _tensor_arg(kernel, p, arg, out: Bound) -> ArgFacts:
     f = facts_of(p.name, arg)
     if f is None:
         raise LaunchError(f"argument `{p.name}` of `{kernel.name}` must be a tilesafe tensor"
-                          f"{' partition' if p.kind in (MUT, MUT_TILES) else ''}, got {type(arg).__name__}",
+                          f"{' partition' if p.kind in OUTPUTS else ''}, got {type(arg).__name__}",
                           help="make one with ts.tensor(array), ts.from_torch(t) or ts.zeros(shape)")
     is_partition = f.tile is not None
-    if p.kind in (MUT, MUT_TILES) and not is_partition:
+    if p.kind in OUTPUTS and not is_partition:
         raise LaunchError(f"argument `{p.name}` of `{kernel.name}` is a plain tensor, but an output "
                           f"({'ts.Mut' if p.kind == MUT else 'ts.MutTiles'}) needs a partition",
                           help=f"pass `{p.name}.partition(tile)`: the partition lends it to the launch")
@@ -135,7 +153,7 @@ def _bind_tensor(kernel, p, out: Bound, given) -> None:
     if len(f.shape) != len(p.shape):
         raise LaunchError(f"argument `{p.name}` of `{kernel.name}` has rank {len(f.shape)} "
                           f"(shape {f.shape}), but the kernel declares rank {len(p.shape)} ({p.shape})")
-    if p.kind in (MUT, MUT_TILES):
+    if p.kind in OUTPUTS:
         for axis, (entry, t) in enumerate(zip(p.shape, f.tile)):
             if isinstance(entry, int):
                 if entry != t:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 
 from ..errors import KernelError, LaunchError, TileSafeError, caller_loc
-from ..lang.annotations import MUT, MUT_TILES
+from ..lang.annotations import OUTPUTS
 from ..lang.definition_checks import check_definition
 from ..lang.signature import parse_params
 from ..lang.source import KernelSource
@@ -53,7 +53,7 @@ class Kernel:
 
     @property
     def outputs(self) -> list[str]:
-        return [p.name for p in self.params if p.kind in (MUT, MUT_TILES)]
+        return [p.name for p in self.params if p.kind in OUTPUTS]
 
     # --- launching --------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):

@@ -7,26 +7,30 @@ waits for it, and its completion keeps the launch's tensors alive until the GPU 
 """
 from __future__ import annotations
 
-from ..lang.annotations import MUT, MUT_TILES, PTR
+from ..lang.annotations import PTR, OUTPUTS
 from .future import Completion, Future
 
 
 def writes(kernel, name: str) -> bool:
-    return kernel.param(name).kind in (MUT, MUT_TILES, PTR)
+    return kernel.param(name).kind in (*OUTPUTS, PTR)
 
 
-def order_before(kernel, bound, stream) -> None:
+def accesses(kernel, bound, extra=()):
+    """(tensor, is_write) of a launch: its arguments, then `extra` tensors it writes
+    (the runtime's own, e.g. S16's ticket counters)."""
+    return [(f.tensor, writes(kernel, name)) for name, f in bound.tensors.items()] + [(t, True) for t in extra]
+
+
+def order_before(kernel, bound, stream, extra=()) -> None:
     """Make `stream` wait for pending conflicting accesses issued on other streams."""
-    for name, f in bound.tensors.items():
-        t = f.tensor
-        t._state.order_device(t._byte_set(), writes(kernel, name), stream.cuda_stream)
+    for t, write in accesses(kernel, bound, extra):
+        t._state.order_device(t._byte_set(), write, stream.cuda_stream)
 
 
-def record_after(kernel, bound, stream, outputs) -> Future:
+def record_after(kernel, bound, stream, outputs, extra=()) -> Future:
     """Register the launch's accesses as pending; its event is recorded only when needed."""
-    keep = tuple(f.tensor._torch() for f in bound.tensors.values())
-    done = Completion(None, stream.cuda_stream, keep, stream)
-    for name, f in bound.tensors.items():
-        t = f.tensor
-        t._state.record(t._byte_set(), writes(kernel, name), done)
+    acc = accesses(kernel, bound, extra)
+    done = Completion(None, stream.cuda_stream, tuple(t._torch() for t, _ in acc), stream)
+    for t, write in acc:
+        t._state.record(t._byte_set(), write, done)
     return Future(outputs, done)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import AliasError, OwnershipError
-from ..lang.annotations import MUT, MUT_TILES, PTR
+from ..lang.annotations import PTR, OUTPUTS
 from ..lang.coverage import reads_outputs
 from .aliasing import overlaps, self_overlaps
 
@@ -12,7 +12,7 @@ def check_launch(kernel, bound, fn) -> None:
     sets = {n: f.tensor._byte_set() for n, f in real.items()}
     for name, f in real.items():
         kind = kernel.param(name).kind
-        if kind not in (MUT, MUT_TILES, PTR):
+        if kind not in (*OUTPUTS, PTR):
             continue
         if self_overlaps(sets[name]):
             raise AliasError(f"output `{name}` of `{kernel.name}` overlaps itself (a stride-0 or overlapping view)",
@@ -25,7 +25,7 @@ def check_launch(kernel, bound, fn) -> None:
     loaded = reads_outputs(fn)
     for name, f in real.items():
         kind = kernel.param(name).kind
-        if kind in (MUT, MUT_TILES) and name not in loaded or kind == PTR:
+        if kind in OUTPUTS and name not in loaded or kind == PTR:
             continue
         t = f.tensor
         if not t._state.is_written(t._torch()):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .. import dtypes as dt
 from ..errors import KernelError
 from ..lang import bounds
-from ..lang.annotations import CONST, MUT, MUT_TILES, REF
+from ..lang.annotations import CONST, REF, OUTPUTS
 from ..lang.builder import Bindings
 from ..lang.frontend import build_function, grid_rank_of
 from ..lang.ir import Function
@@ -62,7 +62,7 @@ class Specializer:
 
     def ir_key(self, bound) -> tuple:
         k = self.kernel
-        tensors = tuple((n, f.dtype.name, len(f.shape), f.tile if k.param(n).kind in (MUT, MUT_TILES) else None)
+        tensors = tuple((n, f.dtype.name, len(f.shape), f.tile if k.param(n).kind in OUTPUTS else None)
                         for n, f in bound.tensors.items())
         consts = tuple(sorted((n, repr(v)) for n, v in bound.consts.items()))
         scalars = tuple(sorted((n, _scalar_dtype(k.param(n).dtype, v).name) for n, v in bound.scalars.items()))
@@ -70,7 +70,7 @@ class Specializer:
 
     def bindings(self, bound) -> Bindings:
         k = self.kernel
-        tensors = {n: (f.dtype, len(f.shape), f.tile if k.param(n).kind in (MUT, MUT_TILES) else None)
+        tensors = {n: (f.dtype, len(f.shape), f.tile if k.param(n).kind in OUTPUTS else None)
                    for n, f in bound.tensors.items()}
         scalars = {n: _scalar_dtype(k.param(n).dtype, v) for n, v in bound.scalars.items()}
         return Bindings(dict(bound.consts), tensors, scalars)
@@ -111,7 +111,7 @@ class Specializer:
                 if dtype is None:
                     return
                 tile = None
-                if p.kind in (MUT, MUT_TILES):
+                if p.kind in OUTPUTS:
                     tile = tuple(e if isinstance(e, int) else consts.get(e) for e in p.shape)
                     if None in tile:
                         return

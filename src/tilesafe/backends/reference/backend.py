@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...lang.annotations import MUT, MUT_TILES, PTR
+from ...lang.annotations import OUTPUTS, PTR
 from ...lang.coverage import definitely_written
 from ...settings import SETTINGS
 from ...runtime.future import Future
@@ -29,7 +29,7 @@ class ReferenceCompiled:
         for name, f in bound.tensors.items():
             t = f.tensor._torch()
             host = t if t.device.type == "cpu" else t.to("cpu")
-            if host is not t and k.param(name).kind in (MUT, MUT_TILES, PTR):
+            if host is not t and k.param(name).kind in (*OUTPUTS, PTR):
                 copies.append((t, host))
             tensors[name] = _numpy_view(host)
         sanitize = k.unsafe or (k.sanitize if k.sanitize is not None else SETTINGS.sanitize)

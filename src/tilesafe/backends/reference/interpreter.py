@@ -29,6 +29,7 @@ class Interpreter:
         self.grid = tuple(grid)
         self.san = sanitizer
         self.block_id: tuple[int, ...] = ()
+        self.arrived: dict = {}           # S16: group (block_id without axis 0) -> blocks arrived
 
     def run(self) -> None:
         for bid in itertools.product(*(range(g) for g in self.grid)):
@@ -72,6 +73,13 @@ class Interpreter:
             if not bool(cond):
                 return carried
             carried = self.region(op.regions[1], env, carried)
+
+    def op_arrive(self, op: Op, args, env):
+        """The ticket of `ts.last_arrival()`: blocks run one after another, so the group's
+        last block in that order is the one that sees every member's stores."""
+        group = self.block_id[1:]
+        n = self.arrived[group] = self.arrived.get(group, 0) + 1
+        return np.asarray(n == self.grid[0])
 
     def op_if(self, op: Op, args, env):
         return self.region(op.regions[0] if bool(args[0]) else op.regions[1], env, [])
@@ -183,6 +191,12 @@ class Interpreter:
         if mode == "subtile":
             tile = self._param_type(op.attrs["owner"]).tile if "owner" in op.attrs else op.args[0].type.tile
             return tuple(b * t + int(j) * s for b, t, j, s in zip(self.block_id, tile, index, op.attrs["sub"]))
+        if mode == "member":   # member index[0] of this block's group: its block id on axis 0
+            bid = (int(index[0]),) + self.block_id[1:]
+            return tuple(b * t for b, t in zip(bid, op.args[0].type.tile))
+        if mode == "group":    # a MutLast tile: the group's grid indices (axes 1..)
+            bid = self.block_id[1:] + (0,) * len(op.args[0].type.tile)
+            return tuple(b * t for b, t in zip(bid, op.args[0].type.tile))
         shape = op.attrs.get("shape") or op.args[0].type.tile
         return tuple(int(i) * s for i, s in zip(index, shape))
 

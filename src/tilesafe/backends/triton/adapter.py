@@ -136,8 +136,8 @@ def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_s
     fn = fn if isinstance(fn, JITFunction) else JITFunction(fn.fn)
     signature, constexprs, attrs = {}, {}, {}
     for i, (slot, value) in enumerate(zip(generated.args, values)):
-        if slot.what == "ptr":
-            signature[slot.name] = "*" + _SIG[slot.dtype.name]
+        if slot.what in ("ptr", "arrivals"):
+            signature[slot.name] = "*" + _SIG[slot.dtype.name if slot.dtype else "i32"]
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif slot.what == "desc":   # what Triton's JIT calls a host-built TensorDescriptor argument
             signature[slot.name] = f"tensordesc<{_SIG[slot.dtype.name]}[{', '.join(map(str, slot.box))}]>"

@@ -108,7 +108,8 @@ class TritonCompiled:
         grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
         linear = needs_linear_grid(grid)
         gen, fn = self.variant(*self._descriptor_choice(tensors, linear))
-        args = launch_values(gen, bound, tensors, grid)
+        counters = self._counters(gen, tensors, grid)
+        args = launch_values(gen, bound, tensors, grid, counters)
         grid = flat_grid(grid) if linear else grid
         outputs = tuple(bound.tensors[n].obj for n in self.kernel.outputs)
         if self.backend.interpret:
@@ -116,7 +117,7 @@ class TritonCompiled:
                 adapter.launch(fn, grid, args, interpret=True)
             mark_written(bound, self.written)
             return Future(outputs)
-        return self._run_on_gpu(bound, tensors, fn, grid, args, outputs)
+        return self._run_on_gpu(bound, tensors, fn, grid, args, outputs, counters)
 
     def prepare(self, bound):
         """A launcher for repeating this launch (the launch fast path), or None."""
@@ -130,8 +131,18 @@ class TritonCompiled:
         # Same argument objects on every repeat: same pointers, so the same descriptor choice.
         linear = needs_linear_grid(grid)
         gen, fn = self.variant(*self._descriptor_choice(tensors, linear))
-        args = launch_values(gen, bound, tensors, grid)
-        return PreparedLaunch(self, bound, fn, flat_grid(grid) if linear else grid, args, self.options)
+        counters = self._counters(gen, tensors, grid)
+        args = launch_values(gen, bound, tensors, grid, counters)
+        return PreparedLaunch(self, bound, fn, flat_grid(grid) if linear else grid, args, self.options, counters)
+
+    @staticmethod
+    def _counters(gen, tensors, grid):
+        """S16: the device's ticket counters (a tilesafe tensor) when the kernel takes them."""
+        if not any(s.what == "arrivals" for s in gen.args):
+            return None
+        from ...runtime import arrivals
+        device = next(iter(tensors.values())).device
+        return arrivals.counters(device, arrivals.groups_of(grid))
 
     def use_descriptors(self) -> bool:
         """TMA tensor descriptors for this kernel's eligible accesses: the launch's schedule
@@ -143,7 +154,7 @@ class TritonCompiled:
         forced = self.tma if self.tma is not None else self.backend.descriptors
         return tma.policy(forced, self.multiplies, not self.backend.interpret and tma.available())
 
-    def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs) -> Future:
+    def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, counters=None) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
         record the launch's event; inside `ts.graph()` register the accesses with the graph."""
         import torch
@@ -153,16 +164,19 @@ class TritonCompiled:
         with torch.cuda.device(device):
             stream = torch.cuda.current_stream()
             capture = graph_var.get()
+            extra = () if counters is None else (counters,)   # written by every launch that takes them
             if capture is None:
-                ordering.order_before(self.kernel, bound, stream)
+                ordering.order_before(self.kernel, bound, stream, extra)
             if all(g > 0 for g in grid):
                 adapter.launch(fn, grid, args, interpret=False, options=self.options)
             mark_written(bound, self.written)
             if capture is not None:
                 for name, f in bound.tensors.items():
                     capture.record(f.tensor, ordering.writes(self.kernel, name))
+                for t in extra:
+                    capture.record(t, True)
                 return Future(outputs)
-            return ordering.record_after(self.kernel, bound, stream, outputs)
+            return ordering.record_after(self.kernel, bound, stream, outputs, extra)
 
     def _persistent_grid(self, bound, tensors) -> int:
         tiles = 1
@@ -203,11 +217,13 @@ def flat_grid(grid) -> tuple[int]:
     return (n,)
 
 
-def launch_values(gen, bound, tensors, grid=()) -> list:
+def launch_values(gen, bound, tensors, grid=(), counters=None) -> list:
     """The generated function's arguments, in its order (see codegen.ArgSlot)."""
     values = []
     for slot in gen.args:
-        if slot.what == "grid":
+        if slot.what == "arrivals":
+            values.append(counters._torch())
+        elif slot.what == "grid":
             values.append(int(grid[slot.axis]) if slot.axis < len(grid) else 1)
         elif slot.what == "ptr":
             values.append(tensors[slot.param])
@@ -249,7 +265,7 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
     values = []
     for slot in gen.args:
         f = bound.tensors.get(slot.param)
-        values.append({"ptr": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
+        values.append({"ptr": None, "arrivals": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
                        "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
     options = dict(schedule.options(), **({"launch_pdl": True} if pdl else {})) if schedule is not None else {}
     return adapter.compile_for(gen, values, SETTINGS.cache_dir, arch, **options)

@@ -41,6 +41,7 @@ class ArgSlot:
     name: str       # the name in the generated source
     param: str      # the kernel parameter it comes from
     what: str       # "ptr" | "extent" | "stride" | "numel" | "scalar" | "grid" (linearised launches) | "desc"
+                    # | "arrivals" (S16: the runtime's int32 ticket counters, one per group, zero)
     axis: int = 0
     dtype: DType | None = None   # the element type of a pointer or descriptor, the type of a scalar
     box: tuple = ()              # "desc": the TMA box; the launch builds the descriptor on the host
@@ -88,6 +89,7 @@ class Emitter:
     desc_slots: list = field(default_factory=list)  # their arguments, in order of first use
     scopes: list = field(default_factory=lambda: [{}])  # per open region: expression -> name
     grid_names: tuple = ()                          # linearised grid: (pid0, pid1, pid2, g1, g2)
+    arrivals: str = ""                              # S16: the per-group ticket counters' pointer
 
     def pid(self, axis: int) -> str:
         """This block's index along grid `axis` (from the far end on a reversed axis)."""
@@ -277,6 +279,9 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
     slots = _signature(em, fn)
     if linear_grid:
         slots += _linear_grid(em)
+    if any(op.opcode == "arrive" for op in fn.body.ops):
+        em.arrivals = em.fresh("arrivals")
+        slots.append(ArgSlot(em.arrivals, "", "arrivals"))
     em.barriers = barrier_loads(fn)
     em.emit_block(fn.body)
     slots += em.desc_slots

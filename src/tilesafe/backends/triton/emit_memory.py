@@ -45,7 +45,7 @@ def _geometry(em: Emitter, op: Op) -> _Geometry:
     mode = op.attrs.get("mode", "tile")
     if op.opcode == "store":
         index = op.args[2:]
-        shape = {"block": t.type.tile, "subtile": op.attrs.get("sub"), "tile": t.type.tile}[mode]
+        shape = op.attrs.get("sub") if mode == "subtile" else t.type.tile
     else:
         index = op.args[1:]
         shape = tuple(op.attrs["shape"])
@@ -53,8 +53,12 @@ def _geometry(em: Emitter, op: Op) -> _Geometry:
     tile = em.fn.param(owner).value.type.tile if owner else t.type.tile
     origins = []
     for a in range(len(shape)):
-        if mode == "block":
+        if mode == "block" or mode == "member" and a > 0:
             terms = [_scaled(_pid(em, a), tile[a])]
+        elif mode == "member":     # member index[0] of the block's group (S16)
+            terms = [_scaled(_index(em, index[0]), tile[0])]
+        elif mode == "group":      # a MutLast tile: grid axes 1.. (S16)
+            terms = [_scaled(_pid(em, a + 1), tile[a]) if a + 1 < em.fn.grid_rank else "0"]
         elif mode == "subtile":
             terms = [_scaled(_pid(em, a), tile[a]), _scaled(_index(em, index[a]), op.attrs["sub"][a])]
         else:
@@ -138,10 +142,12 @@ def emit_load(em: Emitter, op: Op) -> None:
     offs = _offsets(em, g)
     ptrs = _pointers(em, g.tensor, offs)
     mask = _mask(em, g, offs, flags)
+    # Another SM wrote a member's tile: read it from L2 (.cg), never from this SM's L1.
+    cache = ', cache_modifier=".cg"' if op.attrs["mode"] == "member" else ""
     if mask is None:
-        em.bind(op.result, f"tl.load({ptrs})", hint)
+        em.bind(op.result, f"tl.load({ptrs}{cache})", hint)
     else:
-        em.bind(op.result, f"tl.load({ptrs}, mask={mask}, other={_padding(op)})", hint)
+        em.bind(op.result, f"tl.load({ptrs}, mask={mask}, other={_padding(op)}{cache})", hint)
 
 
 def emit_store(em: Emitter, op: Op) -> None:
@@ -210,6 +216,8 @@ def _use_descriptor(em: Emitter, op: Op, g: _Geometry, flags) -> bool:
     dropped, which is what a masked access with zero padding does. Other paddings (-inf of
     a max) and 64-bit offsets (TMA coordinates are 32-bit) stay on pointers."""
     if g.tensor not in em.descriptors or not 2 <= len(g.shape) <= 5 or (any(flags) and em.wide):
+        return False
+    if op.attrs.get("mode") == "member":   # ordered by the ticket's acquire: the generic proxy only
         return False
     if any(flags) and op.opcode == "load" and not _zero(fold_value(op.attrs["padding"], op.result.dtype)):
         return False
@@ -285,6 +293,25 @@ def emit_atomic_cas(em: Emitter, op: Op) -> None:
     em.bind(op.result, f"tl.where({m}, {old}, 0)", "old")
 
 
+# --- S16: the ticket of `ts.last_arrival()` --------------------------------------------------
+def emit_arrive(em: Emitter, op: Op) -> None:
+    """Every thread's stores are issued (barrier), then one acquire-release atomic at GPU
+    scope takes the group's ticket: the block that draws the last one sees every member's
+    stores, and resets the counter for the next launch (all members have drawn theirs)."""
+    rank = em.fn.grid_rank
+    terms = []
+    for a in range(1, rank):
+        later = [em.num_blocks(b) for b in range(a + 1, rank)]
+        terms.append(" * ".join([em.pid(a)] + later))
+    slot = f"{em.arrivals} + {' + '.join(terms) if terms else '0'}"
+    ticket, last = em.fresh("ticket"), em.fresh("last")
+    em.line("tl.debug_barrier()   # S16: this block's stores are issued before its ticket")
+    em.line(f'{ticket} = tl.atomic_add({slot}, 1, sem="acq_rel", scope="gpu")')
+    em.line(f"{last} = {ticket} == {em.num_blocks(0)} - 1")
+    em.line(f"tl.store({slot}, 0, mask={last})   # the whole group has arrived: reset for the next launch")
+    em.bind(op.result, last, "last")
+
+
 # --- S15 ----------------------------------------------------------------------------------------
 def barrier_loads(fn: Function) -> set[int]:
     """ids of output loads that may read elements this block stored earlier (in program order,
@@ -297,7 +324,8 @@ def barrier_loads(fn: Function) -> set[int]:
 
     def visit(block: Block, stored: set, in_loop: frozenset) -> None:
         for op in block.ops:
-            if op.opcode == "load" and op.args[0].type.tile is not None:
+            if op.opcode == "load" and op.args[0].type.tile is not None and op.attrs["mode"] != "member":
+                # (member loads follow the ticket, whose barrier orders them: emit_arrive)
                 if id(op.args[0]) in stored or id(op.args[0]) in in_loop:
                     out.add(id(op))
             elif op.opcode == "store":
@@ -315,5 +343,6 @@ def barrier_loads(fn: Function) -> set[int]:
 EMITTERS = {
     "load": emit_load, "store": emit_store, "valid": emit_valid, "gather": emit_gather,
     "load_ptr": emit_load_ptr, "store_ptr": emit_store_ptr, "atomic": emit_atomic, "atomic_cas": emit_atomic_cas,
+    "arrive": emit_arrive,
 }
 

@@ -11,24 +11,24 @@ from __future__ import annotations
 import weakref
 
 from ...runtime.future import Completion, Future
-from ...runtime.ordering import writes
+from ...runtime.ordering import accesses
 from ...runtime.safety import mark_written
 from ...settings import graph_var
 from . import adapter
 
 
 class PreparedLaunch:
-    def __init__(self, compiled, bound, fn, grid, args, options):
+    def __init__(self, compiled, bound, fn, grid, args, options, counters=None):
         import torch
         self.compiled, self.bound = compiled, bound
         self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
         self.args = tuple(args)
         self.start = adapter.direct_launcher(adapter.compiled_kernel(fn, grid, args, options), self.grid)
-        self.accesses = tuple((f.tensor._state, f.tensor._byte_set(), writes(compiled.kernel, n))
-                              for n, f in bound.tensors.items())
+        acc = accesses(compiled.kernel, bound, () if counters is None else (counters,))
+        self.accesses = tuple((t._state, t._byte_set(), write) for t, write in acc)
         # Held weakly: a cached plan must not keep memory alive; the caller holds the
         # arguments during a call, and the Completion holds them while the GPU runs.
-        self.tensors = tuple(weakref.ref(f.tensor) for f in bound.tensors.values())
+        self.tensors = tuple(weakref.ref(t) for t, _ in acc)
         self.written = tuple(weakref.ref(bound.tensors[n].tensor) for n in compiled.written)
         self.outputs = tuple(weakref.ref(bound.tensors[n].obj) for n in compiled.kernel.outputs)
         first = next(iter(bound.tensors.values()), None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from ...lang.annotations import MUT, MUT_TILES, REF
+from ...lang.annotations import OUTPUTS, REF
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,7 +59,7 @@ def choose(kernel, reloaded, arrays: dict, any_rank: bool) -> tuple[frozenset, f
     parameter name -> (shape, strides, itemsize, address). Outputs the kernel loads back
     (`reloaded`) stay on pointers, which S15's barriers order."""
     layouts = {name: layout(*array, any_rank) for name, array in arrays.items()
-               if kernel.param(name).kind in (REF, MUT, MUT_TILES) and name not in reloaded}
+               if kernel.param(name).kind in (REF, *OUTPUTS) and name not in reloaded}
     return tensors(layouts), tensors(layouts, "columns")
 
 

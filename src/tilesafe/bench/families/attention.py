@@ -117,7 +117,8 @@ def _decode(model: str, heads: int, kv_heads: int, max_seq: int, length: int, se
         dt, BANDWIDTH, kv_bytes + 2 * heads * d * element_bytes(dt), 4.0 * heads * length * d, make, reference,
         [Impl("tilesafe", TILESAFE, tilesafe_call, capture="tilesafe"), *torch_impls,
          baselines.copy(kv_bytes, dev)],
-        observe=(_kernels.decode_partial_kernel, _kernels.decode_rows_kernel, _kernels.decode_combine_kernel),
+        observe=(_kernels.decode_partial_kernel, _kernels.decode_rows_kernel, _kernels.decode_last_kernel,
+                 _kernels.decode_rows_last_kernel, _kernels.decode_combine_kernel),
         twin=twin)
 
 

@@ -1,5 +1,6 @@
 """Twins of the attention kernels: `flash_kernel` (prefill, causal or not, GQA) and the
-split-sequence decode pair `decode_partial_kernel` + `decode_combine_kernel`.
+split-sequence decode, as the pair `decode_partial_kernel` + `decode_combine_kernel` or as one
+kernel whose last block per KV head combines the splits (`decode_last_kernel`).
 
 Flash: one program per (batch * head, BM query rows), grid (B * H, query tiles). Key tiles
 fully inside the keys and left of the diagonal take an unmasked loop, the rest (the ragged
@@ -9,7 +10,8 @@ instead of every score (one FMA per score), as Triton's fused-attention tutorial
 
 Decode: one program per (split, KV head), each streaming one contiguous chunk of the cache
 with the GQA query heads of its KV head as one (GP >= 16, D) tile, storing the GS real rows
-of its unnormalised partial; a second kernel combines the splits per query head. The
+of its unnormalised partial; a second kernel combines the splits per query head, or the
+last program of each KV head to draw a ticket (an acquire-release atomic) does. The
 structure, tiles and Triton options are those of the tilesafe launches, written by hand.
 """
 import torch
@@ -168,7 +170,8 @@ def _cache_tile(desc, base, j, head_row, head_col, stride, D, BN: tl.constexpr, 
 def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr, G, D, MAXS, R, skh, sks, svh, svs,
                    KHR, KHC, VHR, VHC, qk_scale, NEG_SCALE: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr,
                    BN: tl.constexpr, DP: tl.constexpr, EVEN: tl.constexpr, K_TMA: tl.constexpr,
-                   V_TMA: tl.constexpr, PDL: tl.constexpr = False):
+                   V_TMA: tl.constexpr, PDL: tl.constexpr = False, o_ptr=None, count_ptr=None,
+                   LAST: tl.constexpr = False):
     """Program (split, KV head): the GP >= 16 query rows of its group (zeros past G) over its
     contiguous chunk of keys; the first GS rows of the partial are stored. With X_TMA the
     cache is read through a host-built descriptor of its (RX, CX) matrix, KV head h starting at
@@ -207,6 +210,38 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
     tl.store(acc_ptr + row[:, None] * D + rd[None, :], acc, mask=keep[:, None] & (rd[None, :] < D))
     tl.store(m_ptr + row, tl.reshape(m, (GP,)), mask=keep)
     tl.store(l_ptr + row, tl.reshape(l, (GP,)), mask=keep)
+    if LAST:
+        _combine_if_last(o_ptr, acc_ptr, m_ptr, l_ptr, count_ptr + kvh, kvh, splits, G, R, D, GS, DP)
+
+
+@triton.jit
+def _combine_if_last(o_ptr, acc_ptr, m_ptr, l_ptr, slot, kvh, splits, G, R, D, GS: tl.constexpr, DP: tl.constexpr):
+    """The KV head's last program to take a ticket combines every split's partial into o."""
+    tl.debug_barrier()
+    ticket = tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu")
+    last = ticket == splits - 1
+    tl.store(slot, 0, mask=last)                                            # ready for the next launch
+    if last:
+        rs = tl.arange(0, GS)
+        rd = tl.arange(0, DP)
+        top = tl.full((GS, 1), -float("inf"), tl.float32)
+        l = tl.zeros((GS, 1), tl.float32)
+        acc = tl.zeros((GS, DP), tl.float32)
+        for s in range(0, splits):
+            row = s * R + kvh * GS + rs
+            ms = tl.reshape(tl.load(m_ptr + row, cache_modifier=".cg"), (GS, 1))
+            ls = tl.reshape(tl.load(l_ptr + row, cache_modifier=".cg"), (GS, 1))
+            a = tl.load(acc_ptr + row[:, None] * D + rd[None, :], mask=rd[None, :] < D, other=0.0,
+                        cache_modifier=".cg")
+            new = tl.maximum(top, ms)
+            keep = tl.where(top == -float("inf"), 0.0, tl.exp2(top - new))   # empty splits weigh 0
+            w = tl.where(ms == -float("inf"), 0.0, tl.exp2(ms - new))
+            l = l * keep + ls * w
+            acc = acc * keep + a * w
+            top = new
+        o = acc / l
+        tl.store(o_ptr + (kvh * G + rs[:, None]) * D + rd[None, :], o.to(o_ptr.dtype.element_ty),
+                 mask=(rs[:, None] < G) & (rd[None, :] < D))
 
 
 @triton.jit
@@ -276,10 +311,12 @@ def _flash_rows_twin(facts, causal: bool, scale: float):
 
 
 def decode_twin(seen, scale: float):
-    """`(workspace(q), run(o, q, k_cache, v_cache, lens, ws))`: the split-sequence decode pair,
-    reading the caches through TMA where the tilesafe launch did (`decode_rows_kernel`)."""
-    name = "decode_rows_kernel" if "decode_rows_kernel" in seen else "decode_partial_kernel"
-    part, comb = seen[name], seen["decode_combine_kernel"]
+    """`(workspace(q), run(o, q, k_cache, v_cache, lens, ws))`: the split-sequence decode pair
+    or single kernel, reading the caches through TMA where the tilesafe launch did
+    (`decode_rows_kernel`, `decode_rows_last_kernel`)."""
+    names = ("decode_rows_kernel", "decode_partial_kernel", "decode_rows_last_kernel", "decode_last_kernel")
+    name = next(n for n in names if n in seen)
+    part, comb, last = seen[name], seen.get("decode_combine_kernel"), "last" in name
     gp, gs, bn, dp = part.consts["GP"], part.consts["GS"], part.consts["BN"], part.consts["DP"]
     splits, hkv = part.grid[0], part.grid[1]
     tma = dict(K_TMA="k" in part.tma, V_TMA="v" in part.tma)
@@ -287,12 +324,14 @@ def decode_twin(seen, scale: float):
     def workspace(q):
         d, rows = q.shape[1], hkv * gs
         f32 = dict(dtype=torch.float32, device=q.device)
-        return torch.empty(splits, rows, d, **f32), torch.empty(splits, rows, **f32), torch.empty(splits, rows, **f32)
+        count = torch.zeros(hkv, dtype=torch.int32, device=q.device)              # tickets, zero at rest
+        return (torch.empty(splits, rows, d, **f32), torch.empty(splits, rows, **f32), torch.empty(splits, rows, **f32),
+                count)
 
     def run(o, q, k, v, lens, ws):
         h, d = q.shape
         maxs = k.shape[1]
-        acc, m, l = ws
+        acc, m, l, count = ws
         mats = []
         for c in (k, v):   # the cache as one matrix: heads one under another, or side by side
             if c.stride(0) == maxs * c.stride(1):
@@ -305,7 +344,9 @@ def decode_twin(seen, scale: float):
         launch(decode_partial, (splits, hkv), acc, m, l, q, k, v, dk, dv, lens, h // hkv, d, maxs, hkv * gs,
                k.stride(0), k.stride(1), v.stride(0), v.stride(1), khr, khc, vhr, vhc, scale * LOG2E,
                options=part.options, NEG_SCALE=scale < 0, GP=gp, GS=gs, BN=bn, DP=dp, EVEN=d == dp, **tma,
-               PDL=pdl(part))
+               PDL=pdl(part), o_ptr=o, count_ptr=count, LAST=last)
+        if last:
+            return o
         launch(decode_combine, (h,), o, acc, m, l, splits, hkv * gs, d, options=comb.options, G=comb.consts["G"],
                GS=gs, SP=comb.consts["SP"], DP=dp, PDL=pdl(comb))
         return o
