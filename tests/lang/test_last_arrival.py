@@ -127,6 +127,13 @@ def test_group_output_partition_must_have_one_tile_per_group():
     assert not pc.unpartition().numpy().any()   # a refused launch writes nothing
 
 
+def test_group_output_must_be_a_partition():
+    part = ts.empty((3, 64), ts.f32)
+    pp = part.partition((1, 32))
+    with pytest.raises(ts.LaunchError, match=r"an output \(ts.MutLast\) needs a partition"):
+        split_rows(ts.zeros((64,), ts.f32), pp, ts.zeros((3, 64), ts.f32))
+
+
 def test_group_output_cannot_be_a_prefix_partition():
     c, part = ts.zeros((64,), ts.f32), ts.empty((3, 64), ts.f32)
     pc, pp = c.partition_prefix((32,)), part.partition((1, 32))

@@ -29,15 +29,14 @@ WHERE = "if ts.last_arrival():"
 
 
 def is_arrival_test(b: Builder, test: ast.expr) -> bool:
-    """Is `test` a call of `ts.last_arrival`?"""
-    if not isinstance(test, ast.Call):
+    """Is `test` a call of `ts.last_arrival`? Only a call spelled `....last_arrival(...)` or
+    `last_arrival(...)` is resolved, so no other condition is lowered twice."""
+    func = test.func if isinstance(test, ast.Call) else None
+    if getattr(func, "attr", getattr(func, "id", None)) != "last_arrival":
         return False
     from . import stubs
     from .expressions import lower_expr
-    try:
-        return lower_expr(b, test.func) is stubs.last_arrival
-    except Exception:   # not a name the kernel can evaluate alone: the normal path reports it
-        return False
+    return lower_expr(b, func) is stubs.last_arrival
 
 
 def lower_arrival_if(b: Builder, node: ast.If) -> None:
@@ -76,7 +75,7 @@ def lower_arrival_if(b: Builder, node: ast.If) -> None:
 
 def lower_members(b: Builder, node: ast.For, z: TensorArg, call: ast.Call) -> None:
     """`for s in part.members():` the index of each member's tile of `part`, in the body."""
-    from .statements import carried_names, materialize, run_region
+    from .statements import counted_loop
     if b.arrival != IN:
         raise b.error(call, f"`{z.name}.members()` reads the tiles of the block's group: only inside `{WHERE}`",
                       help="other blocks' tiles are final only once the whole group has arrived")
@@ -85,27 +84,10 @@ def lower_members(b: Builder, node: ast.For, z: TensorArg, call: ast.Call) -> No
     _check_final(b, call, z)
     if not isinstance(node.target, ast.Name):
         raise b.error(node.target, f"bind the index of `{z.name}.members()` to one name: `for s in ...`")
-    name = node.target.id
-    carried = carried_names(b, node.body, exclude=(name,))
-    inits = [materialize(b, b.env[n]) for n in carried]
-    iv = Value(TileType((), dt.i32), name)
-    args = [iv] + [Value(v.type, n) for n, v in zip(carried, inits)]
-    minted = MintedIndex(z, "members", (iv,), None)
-
-    def bind(env):
-        env[name] = minted
-        env.update(zip(carried, args[1:]))
-
+    iv = Value(TileType((), dt.i32), node.target.id)
     lo, step = b.const(0, dt.i32), b.const(1, dt.i32)
     hi = b.emit1("num_blocks", (), TileType((), dt.i32), {"axis": 0})
-    b.loop_depth += 1
-    try:
-        body = run_region(b, args, bind, node.body, carried, node)
-    finally:
-        b.loop_depth -= 1
-    results = b.emit("for", (lo, hi, step, *inits), [v.type for v in inits], {}, (body,))
-    for n, v in zip(carried, results):
-        b.env[n] = v
+    counted_loop(b, node, lo, hi, step, iv, MintedIndex(z, "members", (iv,), None))
 
 
 def check_store(b: Builder, node, z: TensorArg, idx) -> None:

@@ -195,13 +195,19 @@ def _for_range(b: Builder, node: ast.For, args) -> None:
         raise b.error(node.target, "the loop variable of a range must be a single name")
     idx_dtype = dt.i64 if any(isinstance(x, Value) and x.dtype == dt.i64 for x in (lo, hi)) else dt.i32
     lo_v, hi_v, step_v = (b.as_value(x, idx_dtype) for x in (lo, hi, step))
+    iv = Value(TileType((), idx_dtype), node.target.id)
+    counted_loop(b, node, lo_v, hi_v, step_v, iv, iv)
+
+
+def counted_loop(b: Builder, node: ast.For, lo: Value, hi: Value, step: Value, iv: Value, target) -> None:
+    """A `for` op over [lo, hi) by step with induction variable `iv`; the loop's name is bound
+    to `target` in the body (`iv` itself, or an index minted from it)."""
     carried = carried_names(b, node.body, exclude=(node.target.id,))
     inits = [materialize(b, b.env[n]) for n in carried]
-    iv = Value(TileType((), idx_dtype), node.target.id)
     args_ = [iv] + [Value(v.type, n) for n, v in zip(carried, inits)]
 
     def bind(env):
-        env[node.target.id] = iv
+        env[node.target.id] = target
         env.update(zip(carried, args_[1:]))
 
     b.loop_depth += 1
@@ -209,7 +215,7 @@ def _for_range(b: Builder, node: ast.For, args) -> None:
         body = run_region(b, args_, bind, node.body, carried, node)
     finally:
         b.loop_depth -= 1
-    results = b.emit("for", (lo_v, hi_v, step_v, *inits), [v.type for v in inits], {}, (body,))
+    results = b.emit("for", (lo, hi, step, *inits), [v.type for v in inits], {}, (body,))
     rebind_after(b, carried, results)
 
 

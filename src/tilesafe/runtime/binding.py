@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .. import dtypes
 from ..dtypes import DType
 from ..errors import LaunchError
-from ..lang.annotations import CONST, MUT, MUT_LAST, MUT_TILES, PTR, REF, SCALAR, OUTPUTS
+from ..lang.annotations import CONST, KIND_NAMES, MUT, MUT_LAST, MUT_TILES, OUTPUTS, PTR, REF, SCALAR
 from .partition import Partition
 from .spec import Spec
 from .tensor import Tensor
@@ -128,7 +128,7 @@ def _tensor_arg(kernel, p, arg, out: Bound) -> ArgFacts:
     is_partition = f.tile is not None
     if p.kind in OUTPUTS and not is_partition:
         raise LaunchError(f"argument `{p.name}` of `{kernel.name}` is a plain tensor, but an output "
-                          f"({'ts.Mut' if p.kind == MUT else 'ts.MutTiles'}) needs a partition",
+                          f"({KIND_NAMES[p.kind]}) needs a partition",
                           help=f"pass `{p.name}.partition(tile)`: the partition lends it to the launch")
     if p.kind in (REF, PTR) and is_partition:
         raise LaunchError(f"argument `{p.name}` of `{kernel.name}` is a partition, but a "
