@@ -54,6 +54,17 @@ def test_flash_head_dims(backend, device, d):
     assert_close(tk.flash_attention(q, k, v, causal=True), attention_ref(q, k, v, True), "f32", **ATT_TOL["f32"])
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_head_dim_128_half_precision_gqa(backend, device, causal, dtype):
+    q = randn((1, 4, 70, 128), dtype, 13, device)                # (B, H, S, D), 4 query heads
+    k, v = randn((1, 2, 70, 128), dtype, 14, device), randn((1, 2, 70, 128), dtype, 15, device)
+    out = poisoned((1, 4, 70, 128), dtype, device)
+    got = tk.flash_attention(q, k, v, causal=causal, out=out)
+    assert got is out
+    assert_close(got, attention_ref(q, k, v, causal), dtype, **ATT_TOL[dtype])
+
+
 def decode_ref(q, kc, vc, length):
     return attention_ref(torch.as_tensor(f64(q))[:, None], torch.as_tensor(f64(kc))[:, :length],
                          torch.as_tensor(f64(vc))[:, :length])[:, 0]

@@ -81,6 +81,14 @@ def test_residual_add_and_silu_mul_on_packed_views(backend, device):
     assert_close(tk.silu_mul(gate, up), ref(lambda g, u: g * torch.sigmoid(g) * u, gate, up), "f32")
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_residual_add_half_precision_in_place(backend, device, dtype):
+    h, r = randn((5, 300), dtype, 16, device), randn((5, 300), dtype, 17, device)
+    want = ref(lambda a, b: a + b, h, r)
+    assert tk.residual_add(h, r, out=h) is h
+    assert_close(h, want, dtype)
+
+
 def test_tilesafe_tensors_in_give_tilesafe_out(backend, device):
     x = ts.tensor(np.linspace(-2, 2, 300, dtype=np.float32).reshape(3, 100), device=device)
     y = ts.tensor(np.arange(100, dtype=np.float32), device=device)

@@ -47,6 +47,22 @@ def test_matmul_bias_activation_out_dtype(backend, device, activation):
     assert_close(got, want, "f32", **MM_TOL["f32"])
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("schedule", ["tiled", "persistent"])
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+def test_bias_and_activation_on_both_schedules(backend, device, activation, schedule, dtype):
+    # The epilogue runs on the fp32 accumulator before the one rounding to the output dtype.
+    a, b = randn((70, 50), dtype, 20, device), randn((50, 40), dtype, 21, device)
+    bias = randn((40,), dtype, 22, device)
+    out = poisoned((70, 40), dtype, device)
+    got = tk.matmul(a, b, bias=bias, activation=activation, out=out,
+                    config={"persistent": schedule == "persistent"})
+    assert got is out
+    want = t64(a) @ t64(b) + t64(bias)
+    want = {"silu": F.silu(want), "gelu": F.gelu(want, approximate="tanh")}[activation]
+    assert_close(got, want, dtype, **MM_TOL[dtype])
+
+
 @pytest.mark.reference_only
 def test_fp32_precision_follows_torch(backend, device):
     a, b = randn((32, 64), "f32", 8, device), randn((64, 32), "f32", 9, device)
