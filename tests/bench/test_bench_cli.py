@@ -58,4 +58,4 @@ def test_workload_names_are_unique_and_the_quick_set_stays_small(size):
     ws = [w for fam in families.FAMILIES.values() for w in fam(Setup(device="cpu", size=size))]
     assert len({w.name for w in ws}) == len(ws)
     if size == "quick":
-        assert len(ws) <= 84        # sized for one device call of < 8 minutes; see docs/benchmarks.md
+        assert len(ws) <= 96        # sized for one device call of < 8 minutes; see docs/benchmarks.md

@@ -9,12 +9,13 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from tilesafe.bench.twins import attention, elementwise, matmul, read, rows  # noqa: E402
+from tilesafe.bench.twins import attention, elementwise, matmul, read, reductions, rows  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted")
 SCALARS = {"eps": "fp32", "qk_scale": "fp32", "log2_theta": "fp32"}
-F32_PTRS = {"acc_ptr", "m_ptr", "l_ptr", "s_ptr", "out_ptr", "part_ptr"}
+F32_PTRS = {"acc_ptr", "m_ptr", "l_ptr", "s_ptr", "out_ptr", "part_ptr", "best_ptr"}
+I32_PTRS = {"lens_ptr", "pos_ptr", "count_ptr", "at_ptr", "idx_ptr"}
 EVEN = dict(EVEN_M=True, EVEN_N=True, EVEN_K=True, TF32=False, A_TMA=False, B_TMA=False, B_COLS=False, C_TMA=False)
 TMA = dict(EVEN, A_TMA=True, B_TMA=True, B_COLS=True, C_TMA=True)   # x @ w.T with every operand through TMA
 CASES = {
@@ -53,6 +54,16 @@ CASES = {
     "decode_combine_pdl": (attention.decode_combine, dict(G=4, GS=4, SP=32, DP=128, PDL=True), "griddepcontrol.wait"),
     "split_sum_pdl": (matmul.split_sum, dict(BM=16, BN=128, PDL=True), "griddepcontrol.wait"),
     "read": (read.read, dict(BLOCK=read.BLOCK, PER=read.PER), None),
+    "log_softmax": (rows.softmax, dict(BM=1, NP=4096, EVEN=True, LOG=True), None),
+    "log_softmax_apply": (rows.softmax_apply, dict(BM=16, BN=2048, CP=64, EVEN=False, LOG=True), None),
+    "layer_norm": (rows.layer_norm, dict(BM=1, NP=4096, EVEN=True), None),
+    "layer_norm_ragged": (rows.layer_norm, dict(BM=1, NP=4096, EVEN=False), None),
+    "sum": (reductions.row_sum, dict(BM=4, BN=1024, EVEN=True), None),
+    "argmax_partial": (reductions.argmax_partial, dict(BM=1, BN=1024, PER=8, EVEN=False), None),
+    "argmax_final": (reductions.argmax_final, dict(BM=1, SP=32), None),
+    "embedding": (reductions.embedding, dict(BT=4, BD=1024, EVEN=True), None),
+    "bmm": (matmul.bmm, dict(BM=128, BN=128, BK=64, EVEN_M=True, EVEN_N=True, EVEN_K=True, TF32=False, A_TMA=False,
+                             B_TMA=False, C_TMA=False), "wgmma"),
 }
 
 
@@ -68,7 +79,7 @@ def _descriptors(c: dict) -> dict:
 @pytest.mark.parametrize("case", list(CASES))
 def test_twin_compiles_for_hopper(case):
     fn, consts, mma = CASES[case]
-    for flag in ("PDL", "PREFETCH", "LAST"):             # constexprs with a default: give them as such
+    for flag in ("PDL", "PREFETCH", "LAST", "LOG"):             # constexprs with a default: give them as such
         if flag in fn.arg_names:
             consts = {flag: False, **consts}
     signature = {}
@@ -80,7 +91,8 @@ def test_twin_compiles_for_hopper(case):
             use, box = descs[name]
             signature[name] = f"tensordesc<bf16[{box[0]}, {box[1]}]>" if use else "*bf16"
         elif name.endswith("_ptr"):
-            signature[name] = "*fp32" if name in F32_PTRS else "*i32" if name in ("lens_ptr", "pos_ptr", "count_ptr") else "*bf16"
+            signature[name] = ("*fp32" if name in F32_PTRS else "*i32" if name in I32_PTRS
+                               else "*i64" if name == "ids_ptr" else "*bf16")
         else:
             signature[name] = SCALARS.get(name, "i32")
     k = triton.compile(ASTSource(fn, signature, consts, {}), target=GPUTarget("cuda", 90, 32),

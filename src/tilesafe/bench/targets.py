@@ -29,7 +29,8 @@ class Target:
     strict: bool = False          # value > threshold instead of >=
 
 
-ALL = ("add", "gemm", "gemv", "softmax", "rms_norm", "rope", "silu_mul", "flash", "decode")
+ALL = ("add", "gemm", "gemv", "softmax", "rms_norm", "rope", "silu_mul", "flash", "decode", "log_softmax",
+       "layer_norm", "sum", "argmax", "embedding", "bmm")   # every benchmarked family
 TARGETS = (
     Target("add", "add >= 99% of torch.add", ("add",), "vs_torch", 0.99),
     Target("gemm-geomean", "GEMM geomean >= 100% of cuBLAS", ("gemm",), "vs_torch", 1.00, GEOMEAN),

@@ -1,6 +1,8 @@
 """Matrix-multiply workloads: `gemm` (square bf16 products 1024..16384 and the Qwen3 layer
-projections at M = 16, 128, 2048 rows, against cuBLAS) and `gemv` (M = 1: every Qwen3-4B
-and -32B projection and the lm_head, against F.linear and a plain read of the weight)."""
+projections at M = 16, 128, 2048 rows, against cuBLAS), `gemv` (M = 1: every Qwen3-4B
+and -32B projection and the lm_head, against F.linear and a plain read of the weight) and
+`bmm` (batched: Z = 64 attention-like 1024x1024x128 products in bf16 and fp16, Z = 8 of
+2048^3 in bf16, and Z = 256 of 1024x1024x128 in the full set, against torch.bmm)."""
 from __future__ import annotations
 
 import importlib
@@ -10,7 +12,7 @@ import torch.nn.functional as F
 
 import tilesafe.kernels as tk
 
-from ..twins.matmul import gemm_twin
+from ..twins.matmul import bmm_twin, gemm_twin
 from ..workload import BANDWIDTH, FLOPS, TILESAFE, TORCH, TWIN, Impl, Setup, Workload, element_bytes, empty, randn
 from . import baselines
 from .qwen3 import MODELS
@@ -39,6 +41,18 @@ def gemv_workloads(setup: Setup) -> list[Workload]:
         return [_gemv("tiny", "ragged", 100, 90, setup), _gemv("tiny", "even", 64, 128, setup)]
     models = ("4B", "8B", "32B")                 # every Qwen3 size the targets name, quick or not
     return [_gemv(name, proj, n, k, setup) for name in models for proj, (n, k) in MODELS[name].projections().items()]
+
+
+def bmm_workloads(setup: Setup) -> list[Workload]:
+    if setup.tiny:   # ragged in M, N and K for CPU tiles of 32
+        return [_bmm(3, 40, 36, 48, "f32", setup)]
+    # (Z, M, N, K): Q @ K.T-like products (a head's 1024 queries by 1024 keys over d = 128),
+    # and a batch of large square ones; fp16 once, so its tensor-core path is measured too
+    out = [_bmm(64, 1024, 1024, 128, "bf16", setup), _bmm(8, 2048, 2048, 2048, "bf16", setup),
+           _bmm(64, 1024, 1024, 128, "f16", setup)]
+    if setup.size != "quick":
+        out.append(_bmm(256, 1024, 1024, 128, "bf16", setup))
+    return out
 
 
 def _dtype(setup: Setup) -> str:
@@ -86,6 +100,25 @@ def _linear(model: str, proj: str, m: int, n: int, k: int, setup: Setup) -> Work
         [Impl("tilesafe", TILESAFE, lambda b: tk.linear(b["x"], b["w"], out=b["out"]), capture="tilesafe"),
          Impl("F.linear", TORCH, lambda b: F.linear(b["x"], b["w"]))],
         observe=GEMM_KERNELS, twin=_twin(setup, "w"))
+
+
+def _bmm(z: int, m: int, n: int, k: int, dt: str, setup: Setup) -> Workload:
+    dev = setup.device
+
+    def make(seed):
+        return {"a": randn((z, m, k), dt, seed, dev), "b": randn((z, k, n), dt, seed + 1000, dev),
+                "out": empty((z, m, n), dt, dev)}
+
+    def twin(seen):
+        run = bmm_twin(seen)
+        return Impl("twin", TWIN, lambda b: run(b["out"], b["a"], b["b"]))
+    return Workload(
+        "bmm", f"bmm {dt} Z={z} {m}x{n}x{k}", {"z": z, "m": m, "n": n, "k": k}, dt, FLOPS,
+        z * (m * k + k * n + m * n) * element_bytes(dt), 2.0 * z * m * n * k, make,
+        lambda b: b["a"].float() @ b["b"].float(),
+        [Impl("tilesafe", TILESAFE, lambda b: tk.bmm(b["a"], b["b"], out=b["out"]), capture="tilesafe"),
+         Impl("torch.bmm", TORCH, lambda b: torch.bmm(b["a"], b["b"], out=b["out"]))],
+        observe=(_kernels.bmm_kernel,), twin=twin)
 
 
 def _gemv(model: str, proj: str, n: int, k: int, setup: Setup) -> Workload:

@@ -1,5 +1,5 @@
-"""Row workloads: `softmax`, `rms_norm` and `rope`, bandwidth-bound, each beside PyTorch's
-eager ops and a copy of the same bytes."""
+"""Row workloads: `softmax`, `log_softmax`, `rms_norm`, `layer_norm` and `rope`,
+bandwidth-bound, each beside PyTorch's eager ops and a copy of the same bytes."""
 from __future__ import annotations
 
 import importlib
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import tilesafe.kernels as tk
 
-from ..twins.rows import rms_norm_twin, rope_twin, softmax_twin
+from ..twins.rows import layer_norm_twin, rms_norm_twin, rope_twin, softmax_twin
 from ..workload import (BANDWIDTH, DTYPES, TILESAFE, TOLERANCE, TORCH, TWIN, Impl, Setup, Workload, element_bytes,
                         empty, randn)
 from . import baselines
@@ -19,6 +19,7 @@ _reduce = importlib.import_module("tilesafe.kernels.reduce")
 _norms = importlib.import_module("tilesafe.kernels.norms")
 _rope_kernels = importlib.import_module("tilesafe.kernels.rope")
 EPS, THETA = 1e-6, 1e6
+LN_EPS = 1e-5                   # LayerNorm's usual eps (PyTorch's default), RMSNorm's is Qwen3's
 TOKENS = 16384
 
 
@@ -43,9 +44,26 @@ def rope_workloads(setup: Setup) -> list[Workload]:
     return [_rope(TOKENS, 32, HEAD_DIM, "bf16", setup)]
 
 
-def _softmax(m: int, n: int, dtype: str, setup: Setup) -> Workload:
+def log_softmax_workloads(setup: Setup) -> list[Workload]:
+    # softmax's shapes and paths (one tile a row; the vocabulary's statistics then a pass)
+    if setup.tiny:
+        return [_softmax(10, 100, "f32", setup, log=True), _softmax(3, 3000, "f32", setup, log=True)]
+    return [_softmax(8192, 4096, "bf16", setup, log=True), _softmax(64, VOCAB, "f32", setup, log=True)]
+
+
+def layer_norm_workloads(setup: Setup) -> list[Workload]:
+    if setup.tiny:
+        return [_layer_norm(10, 100, "f32", setup)]
+    models = ("8B",) if setup.size == "quick" else ("4B", "8B", "32B")
+    return [_layer_norm(TOKENS, MODELS[m].hidden, "bf16", setup) for m in models]
+
+
+def _softmax(m: int, n: int, dtype: str, setup: Setup, log: bool = False) -> Workload:
+    """softmax, or log_softmax (the same library kernels and twins with their LOG constant)."""
     dev = setup.device
     nbytes = 2 * m * n * element_bytes(dtype)
+    family, op, lib = ("log_softmax", torch.log_softmax, tk.log_softmax) if log else \
+        ("softmax", torch.softmax, tk.softmax)
 
     def make(seed):
         return {"x": randn((m, n), dtype, seed, dev, scale=4.0), "out": empty((m, n), dtype, dev)}
@@ -54,10 +72,10 @@ def _softmax(m: int, n: int, dtype: str, setup: Setup) -> Workload:
         run = softmax_twin(seen)
         return Impl("twin", TWIN, lambda b: run(b["out"], b["x"]))
     return Workload(
-        "softmax", f"softmax {dtype} {m}x{n}", {"rows": m, "n": n}, dtype, BANDWIDTH, nbytes, 0.0, make,
-        lambda b: torch.softmax(b["x"].float(), dim=-1),
-        [Impl("tilesafe", TILESAFE, lambda b: tk.softmax(b["x"], out=b["out"]), capture="tilesafe"),
-         Impl("torch.softmax", TORCH, lambda b: torch.softmax(b["x"], dim=-1)),
+        family, f"{family} {dtype} {m}x{n}", {"rows": m, "n": n}, dtype, BANDWIDTH, nbytes, 0.0, make,
+        lambda b: op(b["x"].float(), dim=-1),
+        [Impl("tilesafe", TILESAFE, lambda b: lib(b["x"], out=b["out"]), capture="tilesafe"),
+         Impl(f"torch.{family}", TORCH, lambda b: op(b["x"], dim=-1)),
          baselines.copy(nbytes, dev)],
         observe=(_reduce.softmax_kernel, _reduce.row_stats_kernel, _reduce.softmax_apply_kernel), twin=twin)
 
@@ -84,6 +102,28 @@ def _rms_norm(m: int, n: int, dtype: str, setup: Setup) -> Workload:
          Impl("F.rms_norm", TORCH, lambda b: F.rms_norm(b["x"], (n,), b["w"], EPS)),
          baselines.copy(nbytes, dev)],
         observe=(_norms.rms_norm_kernel,), twin=twin)
+
+
+def _layer_norm(m: int, n: int, dtype: str, setup: Setup) -> Workload:
+    dev = setup.device
+    es = element_bytes(dtype)
+    nbytes = (2 * m * n + 2 * n) * es                       # x read, y written, weight and bias read
+
+    def make(seed):
+        return {"x": randn((m, n), dtype, seed, dev), "w": randn((n,), dtype, seed + 1000, dev),
+                "b": randn((n,), dtype, seed + 3000, dev), "out": empty((m, n), dtype, dev)}
+
+    def twin(seen):
+        run = layer_norm_twin(seen)
+        return Impl("twin", TWIN, lambda b: run(b["out"], b["x"], b["w"], b["b"], LN_EPS))
+    return Workload(
+        "layer_norm", f"layer_norm {dtype} {m}x{n}", {"rows": m, "n": n}, dtype, BANDWIDTH, nbytes, 0.0, make,
+        lambda b: F.layer_norm(b["x"].float(), (n,), b["w"].float(), b["b"].float(), LN_EPS),
+        [Impl("tilesafe", TILESAFE, lambda b: tk.layer_norm(b["x"], b["w"], b["b"], LN_EPS, out=b["out"]),
+              capture="tilesafe"),
+         Impl("F.layer_norm", TORCH, lambda b: F.layer_norm(b["x"], (n,), b["w"], b["b"], LN_EPS)),
+         baselines.copy(nbytes, dev)],
+        observe=(_norms.layer_norm_kernel,), twin=twin)
 
 
 def _rope(tokens: int, heads: int, d: int, dtype: str, setup: Setup) -> Workload:

@@ -1,6 +1,6 @@
 """Twins of the GEMM kernels: tiled (`mm_kernel`), persistent with grouped tile order
-(`mm_persistent_kernel`), the weight-streaming path for M <= 16 (`skinny_kernel`) and
-split-K (`split_k_kernel` + `split_sum_kernel`).
+(`mm_persistent_kernel`), the weight-streaming path for M <= 16 (`skinny_kernel`),
+split-K (`split_k_kernel` + `split_sum_kernel`) and the batched product (`bmm_kernel`).
 
 Operands are read through their strides (a transposed weight view is used as it is), with
 the tile sizes, group size and Triton options of the tilesafe launch, and through TMA
@@ -10,6 +10,7 @@ only when an extent does not divide by its tile, as a hand-written kernel would 
 """
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .launch import cdiv, launch, pdl, pdl_start
 from .tma import descriptor_or_tensor
@@ -195,6 +196,72 @@ def split_sum(c_ptr, part_ptr, S, M, N, scm, scn, BM: tl.constexpr, BN: tl.const
     for s in range(0, S):
         acc += tl.load(part_ptr + s * M * N + rm[:, None] * N + rn[None, :], mask=inside, other=0.0)
     tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _batch_tile(d, ptr, z, r0, c0, R, C, sr, sc, BR: tl.constexpr, BC: tl.constexpr, EVEN_R: tl.constexpr,
+                EVEN_C: tl.constexpr, TMA: tl.constexpr):
+    """The (BR, BC) tile at (r0, c0) of matrix z: a (1, BR, BC) box of the rank-3 descriptor
+    `d` (zero past the edges), or pointers from `ptr`, which already points at matrix z."""
+    if TMA:
+        t = tl.reshape(d.load([z, r0, c0]), (BR, BC))
+    else:
+        r = r0 + tl.arange(0, BR)
+        c = c0 + tl.arange(0, BC)
+        ptrs = ptr + r[:, None] * sr + c[None, :] * sc
+        if EVEN_R and EVEN_C:
+            t = tl.load(ptrs)
+        else:
+            t = tl.load(ptrs, mask=(r[:, None] < R) & (c[None, :] < C), other=0.0)
+    return t
+
+
+@triton.jit
+def bmm(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, saz, sam, sak, sbz, sbk, sbn, scz, scm, scn, BM: tl.constexpr,
+        BN: tl.constexpr, BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
+        TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, C_TMA: tl.constexpr):
+    """Output tile (i, j) of c[z] = a[z] @ b[z], grid (Z, M tiles, N tiles). The operands are
+    rank 3, so `_tile_product`'s 2-D TMA boxes do not fit: the loads are `_batch_tile`'s."""
+    z = tl.program_id(0)
+    m0, n0 = tl.program_id(1) * BM, tl.program_id(2) * BN
+    a_ptr += z * saz                                        # matrix z (a shared b has stride 0)
+    b_ptr += z * sbz
+    c_ptr += z * scz
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        ta = _batch_tile(a, a_ptr, z, m0, k * BK, M, K, sam, sak, BM, BK, EVEN_M, EVEN_K, A_TMA)
+        tb = _batch_tile(b, b_ptr, z, k * BK, n0, K, N, sbk, sbn, BK, BN, EVEN_K, EVEN_N, B_TMA)
+        if TF32:
+            acc = tl.dot(ta, tb, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(ta, tb, acc, input_precision="ieee")
+    if C_TMA:
+        c.store([z, m0, n0], tl.reshape(acc.to(c_ptr.dtype.element_ty), (1, BM, BN)))
+    else:
+        _store(c_ptr, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, False)
+
+
+def bmm_twin(seen):
+    """The twin of the `bmm_kernel` launch in `seen`: `run(c, a, b)` for c[z] = a[z] @ b[z],
+    all three (Z, rows, cols). The library's automatic TMA choice leaves rank-3 tensors on
+    pointers; a forced one (`tma=True`) describes them whole, with (1, rows, cols) boxes."""
+    facts = seen["bmm_kernel"]
+    bm, bn, bk = facts.consts["BM"], facts.consts["BN"], facts.consts["BK"]
+    tf32 = bool(facts.consts.get("TF32", False))
+    tma = dict(A_TMA="a" in facts.tma, B_TMA="b" in facts.tma, C_TMA="c" in facts.tma)
+
+    def describe(t, box, use):      # as the tilesafe launch's host descriptors; else the tensor
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, *box]) if use else t
+
+    def run(c, a, b):
+        (z, m, k), n = a.shape, b.shape[2]
+        da, db = describe(a, (bm, bk), tma["A_TMA"]), describe(b, (bk, bn), tma["B_TMA"])
+        dc = describe(c, (bm, bn), tma["C_TMA"])
+        launch(bmm, (z, cdiv(m, bm), cdiv(n, bn)), c, a, b, dc, da, db, m, n, k, *a.stride(), *b.stride(),
+               *c.stride(), options=facts.options, BM=bm, BN=bn, BK=bk, EVEN_M=m % bm == 0, EVEN_N=n % bn == 0,
+               EVEN_K=k % bk == 0, TF32=tf32, **tma)
+        return c
+    return run
 
 
 def _split_twin(seen):

@@ -1,6 +1,8 @@
-"""Twins of the row kernels: `softmax_kernel`, `rms_norm_kernel` (rows of (M, N), one
-(BM, NP) tile per program, NP = next_pow2(N)) and `rope_kernel` ((tokens, heads, head_dim),
-one (BT, BH, HP) tile per program, angles computed in fp32 in the kernel).
+"""Twins of the row kernels: `softmax_kernel`, `rms_norm_kernel`, `layer_norm_kernel` (rows
+of (M, N), one (BM, NP) tile per program, NP = next_pow2(N)), the long-row softmax pair
+`row_stats_kernel` and `softmax_apply_kernel`, and `rope_kernel` ((tokens, heads, head_dim),
+one (BT, BH, HP) tile per program, angles computed in fp32 in the kernel). The softmax twins
+take the library's LOG constant: log-softmax, t - max - log(sum), is the same kernels.
 """
 import math
 
@@ -11,7 +13,8 @@ from .launch import cdiv, launch, pdl, pdl_start
 
 
 @triton.jit
-def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EVEN: tl.constexpr):
+def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EVEN: tl.constexpr,
+            LOG: tl.constexpr = False):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, NP)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
@@ -19,8 +22,13 @@ def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EV
         t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
     else:
         t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-    e = tl.exp(t - tl.max(t, axis=1, keep_dims=True))                # (BM, NP)
-    r = e / tl.sum(e, axis=1, keep_dims=True)
+    m = tl.max(t, axis=1, keep_dims=True)                            # (BM, 1)
+    e = tl.exp(t - m)                                                # (BM, NP)
+    s = tl.sum(e, axis=1, keep_dims=True)
+    if LOG:
+        r = t - m - tl.log(s)
+    else:
+        r = e / s
     if EVEN:
         tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty))
     else:
@@ -55,7 +63,8 @@ def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl
 
 @triton.jit
 def softmax_apply(y_ptr, x_ptr, m_ptr, s_ptr, M, N, sxm, sym, C, BM: tl.constexpr, BN: tl.constexpr,
-                  CP: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False, REVERSE: tl.constexpr = False):
+                  CP: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False, REVERSE: tl.constexpr = False,
+                  LOG: tl.constexpr = False):
     pdl_start(PDL)                                          # as the tilesafe launch
     i, j = tl.program_id(0), tl.program_id(1)
     if REVERSE:
@@ -73,7 +82,10 @@ def softmax_apply(y_ptr, x_ptr, m_ptr, s_ptr, M, N, sxm, sym, C, BM: tl.constexp
     else:
         t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=(rm[:, None] < M) & (rn[None, :] < N),
                     other=0.0).to(tl.float32)
-    r = tl.exp(t - m[:, None]) / s[:, None]
+    if LOG:
+        r = t - m[:, None] - tl.log(s[:, None])
+    else:
+        r = tl.exp(t - m[:, None]) / s[:, None]
     if EVEN:
         tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty))
     else:
@@ -94,6 +106,32 @@ def rms_norm(y_ptr, x_ptr, w_ptr, M, N, sxm, sym, eps, BM: tl.constexpr, NP: tl.
         w = tl.load(w_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
     r = tl.rsqrt(tl.sum(t * t, axis=1, keep_dims=True) / N + eps)    # (BM, 1)
     y = (t * r * w[None, :]).to(y_ptr.dtype.element_ty)
+    if EVEN:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y)
+    else:
+        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y, mask=mask)
+
+
+@triton.jit
+def layer_norm(y_ptr, x_ptr, w_ptr, b_ptr, M, N, sxm, sym, eps, BM: tl.constexpr, NP: tl.constexpr,
+               EVEN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.arange(0, NP)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if EVEN:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
+        w = tl.load(w_ptr + rn).to(tl.float32)
+        b = tl.load(b_ptr + rn).to(tl.float32)
+    else:
+        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+    mean = tl.sum(t, axis=1, keep_dims=True) / N                     # (BM, 1)
+    d = t - mean
+    if not EVEN:
+        d = tl.where(rn[None, :] < N, d, 0.0)     # the zero padding past N, centred, would add mean**2
+    r = tl.rsqrt(tl.sum(d * d, axis=1, keep_dims=True) / N + eps)    # (BM, 1)
+    y = (d * r * w[None, :] + b[None, :]).to(y_ptr.dtype.element_ty)
     if EVEN:
         tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y)
     else:
@@ -129,16 +167,17 @@ def rope(y_ptr, x_ptr, pos_ptr, T, H, HALF, sxt, sxh, syt, syh, log2_theta, BT: 
 
 
 def softmax_twin(seen):
-    """`run(y, x)` for x of shape (M, N) with unit column stride."""
+    """`run(y, x)` for x of shape (M, N) with unit column stride: softmax, or log-softmax where
+    the library launch was one (its LOG constant)."""
     if "row_stats_kernel" in seen:
         return _long_softmax_twin(seen)
     facts = seen["softmax_kernel"]
-    bm, npow = facts.consts["BM"], facts.consts["NP"]
+    bm, npow, log = facts.consts["BM"], facts.consts["NP"], facts.consts["LOG"]
 
     def run(y, x):
         m, n = x.shape
         launch(softmax, (cdiv(m, bm),), y, x, m, n, x.stride(0), y.stride(0), options=facts.options, BM=bm, NP=npow,
-               EVEN=m % bm == 0 and n == npow)
+               EVEN=m % bm == 0 and n == npow, LOG=log)
         return y
     return run
 
@@ -147,7 +186,7 @@ def _long_softmax_twin(seen):
     """Rows too long for one tile: chunk statistics into a workspace, then the elementwise pass."""
     stats, apply = seen["row_stats_kernel"], seen["softmax_apply_kernel"]
     bm, bn, per, cp = stats.consts["BM"], stats.consts["BN"], stats.scalars["PER"], apply.consts["CP"]
-    chunks = stats.grid[2]
+    chunks, log = stats.grid[2], apply.consts["LOG"]      # the statistics are the same for log-softmax
     ws = {}
 
     def run(y, x):
@@ -162,7 +201,7 @@ def _long_softmax_twin(seen):
                options=stats.options, BM=bm, BN=bn, EVEN=even, PDL=pdl(stats))
         launch(softmax_apply, (cdiv(m, bm), cdiv(n, bn)), y, x, mx, sm, m, n, x.stride(0), y.stride(0), chunks,
                options=apply.options, BM=bm, BN=bn, CP=cp, EVEN=even, PDL=pdl(apply),
-               REVERSE=bool(apply.reversed_axes))
+               REVERSE=bool(apply.reversed_axes), LOG=log)
         return y
     return run
 
@@ -175,6 +214,19 @@ def rms_norm_twin(seen):
     def run(y, x, w, eps):
         m, n = x.shape
         launch(rms_norm, (cdiv(m, bm),), y, x, w, m, n, x.stride(0), y.stride(0), eps, options=facts.options,
+               BM=bm, NP=npow, EVEN=m % bm == 0 and n == npow)
+        return y
+    return run
+
+
+def layer_norm_twin(seen):
+    """`run(y, x, w, b, eps)` for x of shape (M, N) with unit column stride, with weight and bias."""
+    facts = seen["layer_norm_kernel"]
+    bm, npow = facts.consts["BM"], facts.consts["NP"]
+
+    def run(y, x, w, b, eps):
+        m, n = x.shape
+        launch(layer_norm, (cdiv(m, bm),), y, x, w, b, m, n, x.stride(0), y.stride(0), eps, options=facts.options,
                BM=bm, NP=npow, EVEN=m % bm == 0 and n == npow)
         return y
     return run
