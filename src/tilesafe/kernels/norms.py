@@ -67,12 +67,15 @@ def add_rms_norm_inplace_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", 
 @ts.kernel
 def layer_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB", "N")], w: ts.Ref["TW", ("N",)],
                       b: ts.Ref["TW", ("N",)], T: ts.Const[ts.DType], TW: ts.Const[ts.DType], HAS_B: ts.Const[bool],
-                      BM: ts.Const[int], NP: ts.Const[int], NA: int, NB: int, N: int, eps: float):
+                      EVEN: ts.Const[bool], BM: ts.Const[int], NP: ts.Const[int], NA: int, NB: int, N: int,
+                      eps: float):
     t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, NP)
     wt = row_vector(w, NP)   # before the sums: overlaps them
     bt = row_vector(b, NP) if HAS_B else wt
     mean = ts.sum(t, axis=2, keepdims=True) / N                  # (1, BM, 1)
-    d = ts.where(row_mask(NP, N), t - mean, 0.0)                 # (1, BM, NP) centred, 0 past N
+    d = t - mean                                                 # (1, BM, NP) centred
+    if not EVEN:   # rows shorter than the tile: the zero padding, centred, must not add to the variance
+        d = ts.where(row_mask(NP, N), d, 0.0)
     r = ts.rsqrt(ts.sum(d * d, axis=2, keepdims=True) / N + eps)
     out = d * r * wt
     if HAS_B:
@@ -185,7 +188,7 @@ def layer_norm(x, w, b=None, eps=1e-5, out=None, config=None):
         _long(yv, xv, wt, bt, True, b is not None, cfg, bm, float(eps))
     else:
         launch(layer_norm_kernel, {"y": (yv, (1, bm, npow))}, cfg=cfg, x=xv, w=wt, b=bt, HAS_B=b is not None,
-               eps=float(eps))
+               EVEN=shape[-1] == npow, eps=float(eps))
     return y.returned
 
 

@@ -1,0 +1,64 @@
+"""Probe: which tiles suit `ts.kernels.bmm` on the H200 (not yet in the tuner)?
+
+The bench's bmm workloads (attention-like Z = 64 of 1024 x 1024 x 128, and Z = 8 of 2048³,
+bf16) with the GPU default config and variants, beside torch.bmm (cuBLAS); the bench's
+timer (rotated working set, CUDA graphs, median) after a check against torch. JSON to argv[1].
+    PYTHONPATH=src python3 benchmarks/probes/bmm_configs.py "$OUT/bmm_configs.json"
+"""
+import json
+import sys
+
+import torch
+
+CONFIGS = {
+    "default 128x128x64 w8 s3": {},
+    "128x256x64 w8 s3": dict(block_n=256),
+    "128x128x64 w4 s4": dict(num_warps=4, num_stages=4),
+    "128x128x64 w8 s4": dict(num_stages=4),
+    "64x256x64 w4 s4": dict(block_m=64, block_n=256, num_warps=4, num_stages=4),
+    "128x128x128 w8 s3": dict(block_k=128),
+    "default + tma": dict(tma=True),
+    "128x256x64 w8 s3 + tma": dict(block_n=256, tma=True),
+}
+
+
+def main(out_path):
+    import tilesafe.kernels as tk
+    from tilesafe.bench.cuda_timer import CudaTimer
+    from tilesafe.bench.timing import measure_side_by_side, rotation_sets
+    timer, result = CudaTimer(), {}
+    for z, m, n, k in [(64, 1024, 1024, 128), (8, 2048, 2048, 2048)]:
+        sets = rotation_sets(z * (m * k + k * n + m * n) * 2)
+        a = [torch.randn(z, m, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+        b = [torch.randn(z, k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(sets)]
+        c = [torch.empty(z, m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+        ref = torch.bmm(a[0].float(), b[0].float())
+        impls = {"torch.bmm": (lambda i: torch.bmm(a[i], b[i], out=c[i]), "torch")}
+        for key, cfg in CONFIGS.items():
+            impls[key] = ((lambda cfg: lambda i: tk.bmm(a[i], b[i], out=c[i], config=cfg or None))(cfg), "tilesafe")
+        launches, errors = {}, {}
+        for key, (fn, capture) in impls.items():
+            try:
+                c[0].fill_(float("nan"))
+                fn(0)
+                err = ((c[0].float() - ref).norm() / ref.norm()).item()
+                if not err < 2e-2:
+                    raise AssertionError(f"rel error {err}")
+                launches[key] = (fn, sets, capture)
+            except Exception as e:                       # noqa: BLE001 - reported in the table
+                errors[key] = f"{type(e).__name__}: {e}"[:200]
+        times = measure_side_by_side(timer, launches)
+        base = times["torch.bmm"].median_us
+        entry = {key: {"us": t.median_us, "vs_torch": base / t.median_us} for key, t in times.items()
+                 if not isinstance(t, Exception)}
+        entry.update({key: {"error": e} for key, e in errors.items()})
+        result[f"Z={z} {m}x{n}x{k}"] = entry
+        print(f"\nZ={z} {m}x{n}x{k}")
+        for key, v in sorted(entry.items(), key=lambda kv: -kv[1].get("vs_torch", 0)):
+            print(f"   {key:28} " + (f"{v['us']:8.2f} us {v['vs_torch']:.3f}" if "us" in v else v["error"][:150]))
+        torch.cuda.empty_cache()
+    json.dump(result, open(out_path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
