@@ -98,9 +98,9 @@ class Decode:
 
 
 def main(out_path):
-    from tilesafe.bench.cuda_timer import CudaTimer
-    from tilesafe.bench.timing import measure_side_by_side, rotation_sets
-    timer, result = CudaTimer(), {}
+    from side_by_side import measure, show
+    from tilesafe.bench.timing import rotation_sets
+    result = {}
     h, hkv, d = 32, 8, 128
     for ctx in (4096, 8192):
         sets = rotation_sets(2 * hkv * ctx * d * 2)
@@ -121,29 +121,20 @@ def main(out_path):
             impls[f"one kernel walk s={splits}"] = Decode(h, hkv, d, splits, "walk")
             for cs in (4, 8, 16):
                 impls[f"one kernel CS={cs} s={splits}"] = Decode(h, hkv, d, splits, "vec", cs)
-        launches, errors = {}, {}
         for key, f in impls.items():
-            fn = f if key.startswith("copy") else (lambda f: lambda i: f(os_[i], qs[i], ks[i], vs[i], lens))(f)
-            try:
-                os_[0].fill_(float("nan"))
-                fn(0)
-                fn(0)
-                if not key.startswith(("copy", "partials")):
-                    err = ((os_[0].float() - ref).abs().max() / ref.abs().max()).item()
-                    if not err < 2e-2:
-                        raise AssertionError(f"rel error {err}")
-                launches[key] = (fn, sets, "torch")
-            except Exception as e:                       # noqa: BLE001 - reported in the table
-                errors[key] = f"{type(e).__name__}: {e}"[:200]
-        times = measure_side_by_side(timer, launches)
-        copy = times["copy K,V"].median_us
-        entry = {key: {"us": t.median_us, "vs_copy": copy / t.median_us} for key, t in times.items()
-                 if not isinstance(t, Exception)}
-        entry.update({key: {"error": e} for key, e in errors.items()})
-        result[f"ctx={ctx}"] = entry
-        print(f"\nctx={ctx}")
-        for key, v in sorted(entry.items(), key=lambda kv: -kv[1].get("vs_copy", 0)):
-            print(f"   {key:30} " + (f"{v['us']:8.2f} us {v['vs_copy']:.3f}" if "us" in v else v["error"][:150]))
+            impls[key] = (f if key.startswith("copy") else
+                          (lambda f: lambda i: f(os_[i], qs[i], ks[i], vs[i], lens))(f), "torch")
+
+        def check(key, fn):
+            os_[0].fill_(float("nan"))
+            fn(0)
+            fn(0)
+            if not key.startswith(("copy", "partials")):
+                err = ((os_[0].float() - ref).abs().max() / ref.abs().max()).item()
+                if not err < 2e-2:
+                    raise AssertionError(f"rel error {err}")
+        entry = result[f"ctx={ctx}"] = measure(impls, sets, check, "copy K,V", "vs_copy")
+        show(f"ctx={ctx}", entry, "vs_copy", 30)
         torch.cuda.empty_cache()
     json.dump(result, open(out_path, "w"), indent=1)
 

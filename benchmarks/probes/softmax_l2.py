@@ -86,38 +86,28 @@ VARIANTS = {
 
 
 def main(out_path):
-    from tilesafe.bench.cuda_timer import CudaTimer
-    from tilesafe.bench.timing import measure_side_by_side, rotation_sets
-    timer, result = CudaTimer(), {}
+    from side_by_side import measure, show
+    from tilesafe.bench.timing import rotation_sets
+    result = {}
     for (m, n) in [(64, 151936), (32, 151936), (128, 151936)]:
         sets = rotation_sets(m * n * 8)
         xs = [torch.randn(m, n, device="cuda") * 4 for _ in range(sets)]
         ys = [torch.empty(m, n, device="cuda") for _ in range(sets)]
         ref = torch.softmax(xs[0], -1)
-        impls = {"torch.softmax": lambda i: torch.softmax(xs[i], -1), "copy": lambda i: ys[i].copy_(xs[i])}
+        impls = {"torch.softmax": (lambda i: torch.softmax(xs[i], -1), "torch"),
+                 "copy": (lambda i: ys[i].copy_(xs[i]), "torch")}
         for key, kw in VARIANTS.items():
-            impls[key] = (lambda f: lambda i: f(ys[i], xs[i]))(Softmax(m, n, **kw))
-        launches, errors = {}, {}
-        for key, fn in impls.items():
-            try:
-                ys[0].fill_(float("nan"))
-                fn(0)
-                if key not in ("copy", "torch.softmax"):
-                    err = ((ys[0] - ref).abs().max() / ref.abs().max()).item()
-                    if not err < 1e-4:
-                        raise AssertionError(f"rel error {err}")
-                launches[key] = (fn, sets, "torch")
-            except Exception as e:                       # noqa: BLE001 - reported in the table
-                errors[key] = f"{type(e).__name__}: {e}"[:200]
-        times = measure_side_by_side(timer, launches)
-        copy = times["copy"].median_us
-        entry = {key: {"us": t.median_us, "vs_copy": copy / t.median_us} for key, t in times.items()
-                 if not isinstance(t, Exception)}
-        entry.update({key: {"error": e} for key, e in errors.items()})
-        result[f"{m}x{n}"] = entry
-        print(f"\n{m}x{n} f32")
-        for key, v in sorted(entry.items(), key=lambda kv: -kv[1].get("vs_copy", 0)):
-            print(f"   {key:40} " + (f"{v['us']:8.2f} us {v['vs_copy']:.3f}" if "us" in v else v["error"][:120]))
+            impls[key] = ((lambda f: lambda i: f(ys[i], xs[i]))(Softmax(m, n, **kw)), "torch")
+
+        def check(key, fn):
+            ys[0].fill_(float("nan"))
+            fn(0)
+            if key not in ("copy", "torch.softmax"):
+                err = ((ys[0] - ref).abs().max() / ref.abs().max()).item()
+                if not err < 1e-4:
+                    raise AssertionError(f"rel error {err}")
+        entry = result[f"{m}x{n}"] = measure(impls, sets, check, "copy", "vs_copy")
+        show(f"{m}x{n} f32", entry, "vs_copy", 40)
         torch.cuda.empty_cache()
     json.dump(result, open(out_path, "w"), indent=1)
 

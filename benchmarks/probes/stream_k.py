@@ -164,9 +164,9 @@ def variants(m, n, k, sms):
 def main(out_path):
     import tilesafe as ts
     import tilesafe.kernels  # noqa: F401
-    from tilesafe.bench.cuda_timer import CudaTimer
-    from tilesafe.bench.timing import measure_side_by_side, rotation_sets
-    timer, sms = CudaTimer(), torch.cuda.get_device_properties(0).multi_processor_count
+    from side_by_side import measure
+    from tilesafe.bench.timing import rotation_sets
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, result = [], {}
     for name, (m, n, k) in SHAPES.items():
         sets = rotation_sets((m * k + n * k + m * n) * 2)
@@ -178,24 +178,16 @@ def main(out_path):
                  "tilesafe": (lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i]), "tilesafe")}
         for key, sk in variants(m, n, k, sms).items():
             impls[key] = ((lambda f: lambda i: f(cs[i], xs[i], ws[i]))(sk), "torch")
-        launches, errors = {}, {}
-        for key, (fn, capture) in impls.items():
-            try:
-                cs[0].fill_(float("nan"))
-                fn(0)
-                fn(0)                                    # twice: the counters must be back at zero
-                err = ((cs[0].float() - ref).abs().max() / ref.abs().max()).item()
-                if not err < 2e-2:
-                    raise AssertionError(f"rel error {err}")
-                launches[key] = (fn, sets, capture)
-            except Exception as e:                       # noqa: BLE001 - reported in the table
-                errors[key] = f"{type(e).__name__}: {e}"[:200]
-        times = measure_side_by_side(timer, launches)
-        base = times["cublas"].median_us
-        entry = {key: {"us": t.median_us, "vs_cublas": base / t.median_us} for key, t in times.items()
-                 if not isinstance(t, Exception)}
-        entry.update({key: {"error": e} for key, e in errors.items()})
-        result[name] = entry
+
+        def check(key, fn):
+            cs[0].fill_(float("nan"))
+            fn(0)
+            fn(0)                                        # twice: the counters must be back at zero
+            err = ((cs[0].float() - ref).abs().max() / ref.abs().max()).item()
+            if not err < 2e-2:
+                raise AssertionError(f"rel error {err}")
+        entry = result[name] = measure(impls, sets, check, "cublas", "vs_cublas")
+        base = entry["cublas"]["us"]
         best = max((v["vs_cublas"], key) for key, v in entry.items() if key.startswith("sk") and "us" in v) \
             if any(key.startswith("sk") and "us" in v for key, v in entry.items()) else (0, "-")
         rows.append((name, base, entry.get("tilesafe", {}).get("vs_cublas", 0), best[0], best[1]))

@@ -1,0 +1,36 @@
+"""What every probe does once its buffers exist: check each implementation on set 0, time
+the ones that passed side by side with the bench's timer (rotated sets, CUDA graphs for
+short kernels, median), and print the ratios against a baseline, best first."""
+import functools
+
+
+@functools.lru_cache(maxsize=1)
+def _timer():
+    from tilesafe.bench.cuda_timer import CudaTimer
+    return CudaTimer()                  # calibrates the GPU clock once per process
+
+
+def measure(impls: dict, sets: int, check, base: str, ratio: str) -> dict:
+    """impls: {name: (launch(i), capture)}; check(name, launch) runs it on set 0 and raises
+    when its result is wrong. Returns {name: {"us": median, ratio: base's time / its time}},
+    or {name: {"error": ...}} for one that failed its check or its timing."""
+    from tilesafe.bench.timing import measure_side_by_side
+    launches, out = {}, {}
+    for name, (launch, capture) in impls.items():
+        try:
+            check(name, launch)
+            launches[name] = (launch, sets, capture)
+        except Exception as e:                       # noqa: BLE001 - reported in the table
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
+    times = measure_side_by_side(_timer(), launches)
+    ref = times[base].median_us
+    for name, t in times.items():
+        out[name] = {"error": repr(t)[:200]} if isinstance(t, Exception) else {"us": t.median_us,
+                                                                               ratio: ref / t.median_us}
+    return out
+
+
+def show(title: str, entry: dict, ratio: str, width: int = 34) -> None:
+    print(f"\n{title}")
+    for name, v in sorted(entry.items(), key=lambda kv: -kv[1].get(ratio, 0)):
+        print(f"   {name:{width}} " + (f"{v['us']:8.2f} us {v[ratio]:.3f}" if "us" in v else v["error"][:150]))
