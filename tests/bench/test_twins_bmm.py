@@ -13,14 +13,6 @@ from tilesafe.bench.twins import matmul
 MM = sys.modules["tilesafe.kernels.matmul"]
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    seen = []
-    monkeypatch.setattr(matmul, "launch", lambda fn, grid, *args, options=None, **consts:
-                        seen.append((fn.__name__, grid, options, consts)))
-    return seen
-
-
 def test_the_bmm_twin_takes_the_launch_tiles_grid_and_options(launches):
     seen = {"bmm_kernel": LaunchFacts("bmm_kernel", {"BM": 128, "BN": 128, "BK": 64, "TF32": False}, (64, 8, 8),
                                       {"num_warps": 8, "num_stages": 3})}

@@ -8,18 +8,9 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe.bench.observe import LaunchFacts, Observer
-from tilesafe.bench.twins import attention, elementwise, matmul
+from tilesafe.bench.twins import attention, matmul
 
 MM = sys.modules["tilesafe.kernels.matmul"]
-
-
-@pytest.fixture
-def launches(monkeypatch):
-    seen = []
-    for module in (elementwise, matmul, attention):
-        monkeypatch.setattr(module, "launch", lambda fn, grid, *args, options=None, **consts:
-                            seen.append((fn.__name__, grid, options, consts)))
-    return seen
 
 
 def test_the_gemm_twin_takes_the_persistent_launch_tiles_group_and_options(launches):

@@ -20,14 +20,6 @@ RED, LOOKUP = sys.modules["tilesafe.kernels.reduce"], sys.modules["tilesafe.kern
 
 
 @pytest.fixture
-def launches(monkeypatch):
-    seen = []
-    monkeypatch.setattr(reductions, "launch", lambda fn, grid, *args, options=None, **consts:
-                        seen.append((fn.__name__, grid, options, consts)))
-    return seen
-
-
-@pytest.fixture
 def recorded(monkeypatch):
     """Launches recorded on their way to Triton's interpreter."""
     seen, real = [], reductions.launch

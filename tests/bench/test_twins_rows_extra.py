@@ -15,14 +15,6 @@ red = importlib.import_module("tilesafe.kernels.reduce")      # the modules (`tk
 norms = importlib.import_module("tilesafe.kernels.norms")
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    seen = []
-    monkeypatch.setattr(rows, "launch", lambda fn, grid, *args, options=None, **consts:
-                        seen.append((fn.__name__, grid, options, consts)))
-    return seen
-
-
 def test_the_layer_norm_twin_takes_the_launch_tiles_and_options(launches):
     seen = {"layer_norm_kernel": LaunchFacts("layer_norm_kernel", {"HAS_B": True, "BM": 1, "NP": 4096}, (1, 1000),
                                              {"num_warps": 4})}
