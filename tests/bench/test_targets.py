@@ -61,3 +61,10 @@ def test_gemv_must_be_strictly_faster_than_f_linear():
 def test_targets_of_families_not_run_are_left_out():
     doc = document(results()[:1])
     assert {t["id"] for t in doc["targets"]} == {"add", "twin"}
+
+
+def test_the_twin_target_covers_every_family_even_one_added_later():
+    res = results()[:1] + [record("some_new_family", "new bf16", tilesafe=impl("tilesafe", 100.0),
+                                  twin=impl("twin", 90.0))]
+    twin = _target(document(res), "twin")
+    assert twin["passed"] is False and twin["worst"] == "new bf16" and twin["value"] == pytest.approx(0.9)
