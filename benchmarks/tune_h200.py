@@ -168,8 +168,16 @@ ROPE = [{"block_t": bt, "block_h": bh, "num_warps": w}
         for bt, bh, w in [(1, 32, 4), (2, 16, 4), (2, 32, 4), (4, 16, 4), (4, 32, 8), (8, 8, 4), (8, 8, 8), (8, 16, 8),
                           (16, 8, 8), (16, 4, 4), (2, 8, 2), (4, 8, 8)]]
 
+# Batched GEMMs: attention-like products with K = 128 (writing the output dominates) and
+# large square ones; no persistent schedule, so tiles, depth and TMA (rank-3 boxes) only.
+BMM = [dict(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=st, tma=tma)
+       for bm, bn, bk, w, st in [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
+                                 (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 4), (64, 128, 64, 4, 2),
+                                 (256, 128, 64, 8, 3), (128, 128, 128, 8, 2)]
+       for tma in (False, True)]
 
 # --- workloads -----------------------------------------------------------------------------------
+
 
 @dataclass
 class Work:
@@ -266,6 +274,15 @@ def decode(label, h, hkv, d, ctx, dev) -> Work:
                 ours, ref)
 
 
+def bmm(z: int, m: int, n: int, k: int, dt: str, dev) -> Work:
+    """Z products (M, K) @ (K, N), as the bench's bmm workloads."""
+    def make(s):
+        return {"a": randn((z, m, k), dt, s, dev), "b": randn((z, k, n), dt, s + 1000, dev, scale=k ** -0.5),
+                "out": empty((z, m, n), dt, dev)}
+    return Work(f"bmm {dt} Z={z} {m}x{n}x{k}", "bmm", configs.shape_class(getattr(ts, dt), m, n, k), make,
+                lambda b, c: tk.bmm(b["a"], b["b"], out=b["out"], config=c), lambda b: torch.bmm(b["a"], b["b"]))
+
+
 def plan(tiny: bool, dev: str) -> list[Group]:
     """Every workload, grouped by shape class, most important first."""
     if tiny:   # the same paths at CPU sizes, with the first and last candidate of each list
@@ -303,6 +320,9 @@ def plan(tiny: bool, dev: str) -> list[Group]:
         add(elementwise_add(dt, (1 << 10) if tiny else (1 << 29) // (2 if dt == "bf16" else 4), dev), ELEMENTWISE)
     add(softmax_long(3 if tiny else 64, 3000 if tiny else 151936, dev), ROWS_LONG)
     add(rope(5 if tiny else 16384, 6 if tiny else 32, 64 if tiny else HEAD_DIM, dev), ROPE)
+    for z, m, n, k, dt in ([(3, 40, 36, 48, "f32")] if tiny else
+                           [(64, 1024, 1024, 128, "bf16"), (64, 1024, 1024, 128, "f16"), (8, 2048, 2048, 2048, "bf16")]):
+        add(bmm(z, m, n, k, dt, dev), BMM)
     return list(groups.values())
 
 
