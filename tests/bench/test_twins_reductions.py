@@ -101,7 +101,7 @@ def test_argmax_indices_are_checked_exactly_and_an_unwritten_twin_shows():
         got[0] += 1
         return got
     w.impls.append(Impl("off-by-one", TORCH, off_by_one))
-    w.twin = lambda seen: Impl("twin", TWIN, lambda b: b["twin_out"])          # writes nothing
+    w.twin = lambda seen: Impl("twin", TWIN, lambda b: b["out"])               # writes nothing
     with ts.backend("reference"):
         rec = run_workload(w, None, Policy(min_working_set=1, l2_bytes=1), Progress(0, enabled=False))
     assert rec["impls"]["tilesafe"]["status"] == "ok" and rec["impls"]["torch.argmax"]["status"] == "ok"

@@ -133,9 +133,14 @@ def check_impl(w: Workload, impl: Impl, sets, reference, policy: Policy) -> tupl
 
 
 def check(w: Workload, impl: Impl, buffers: dict, reference) -> float:
-    """Relative error of one launch on poisoned outputs (NaN shows any element not written)."""
-    if impl.make is None and w.output in buffers and buffers[w.output].is_floating_point():
-        buffers[w.output].fill_(float("nan"))
+    """Relative error of one launch on poisoned outputs: NaN, or for integer outputs (indices)
+    the dtype's minimum, shows any element not written."""
+    if impl.make is None and w.output in buffers:
+        out = buffers[w.output]
+        if out.is_floating_point():
+            out.fill_(float("nan"))
+        elif out.dtype != torch.bool:
+            out.fill_(torch.iinfo(out.dtype).min)
     got = impl.call(buffers)
     _sync(buffers)
     if impl.check is not None:
