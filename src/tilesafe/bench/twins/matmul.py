@@ -10,10 +10,9 @@ only when an extent does not divide by its tile, as a hand-written kernel would 
 """
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .launch import cdiv, launch, pdl, pdl_start
-from .tma import descriptor_or_tensor
+from .tma import descriptor_or_tensor, whole_or_tensor
 
 
 @triton.jit
@@ -250,13 +249,10 @@ def bmm_twin(seen):
     tf32 = bool(facts.consts.get("TF32", False))
     tma = dict(A_TMA="a" in facts.tma, B_TMA="b" in facts.tma, C_TMA="c" in facts.tma)
 
-    def describe(t, box, use):      # as the tilesafe launch's host descriptors; else the tensor
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, *box]) if use else t
-
     def run(c, a, b):
         (z, m, k), n = a.shape, b.shape[2]
-        da, db = describe(a, (bm, bk), tma["A_TMA"]), describe(b, (bk, bn), tma["B_TMA"])
-        dc = describe(c, (bm, bn), tma["C_TMA"])
+        da, db = whole_or_tensor(a, (1, bm, bk), tma["A_TMA"]), whole_or_tensor(b, (1, bk, bn), tma["B_TMA"])
+        dc = whole_or_tensor(c, (1, bm, bn), tma["C_TMA"])
         launch(bmm, (z, cdiv(m, bm), cdiv(n, bn)), c, a, b, dc, da, db, m, n, k, *a.stride(), *b.stride(),
                *c.stride(), options=facts.options, BM=bm, BN=bn, BK=bk, EVEN_M=m % bm == 0, EVEN_N=n % bn == 0,
                EVEN_K=k % bk == 0, TF32=tf32, **tma)

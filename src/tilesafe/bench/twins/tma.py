@@ -1,4 +1,4 @@
-"""The one TMA helper the raw Triton twins share (plain Triton, as a user would write it)."""
+"""The TMA helpers the raw Triton twins share (plain Triton, as a user would write it)."""
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 
@@ -9,3 +9,9 @@ def descriptor_or_tensor(t, rows: int, cols: int, row_stride: int, box: tuple, u
     if not use:
         return t
     return TensorDescriptor(t, [rows, cols], [row_stride, 1], list(box))
+
+
+def whole_or_tensor(t, box: tuple, use: bool):
+    """A host-built TMA descriptor of all of `t`, any rank, with boxes of `box` (one entry per
+    axis), when `use`; else `t` itself, as `descriptor_or_tensor`."""
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(box)) if use else t
