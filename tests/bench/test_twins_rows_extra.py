@@ -22,7 +22,7 @@ def test_the_layer_norm_twin_takes_the_launch_tiles_and_options(launches):
     rows.layer_norm_twin(seen)(torch.empty_like(x), x, torch.empty(2560), torch.empty(2560), 1e-5)
     [(name, grid, options, consts)] = launches
     assert name == "layer_norm" and grid == (1000,) and options == {"num_warps": 4}
-    assert consts == dict(BM=1, NP=4096, EVEN=False)          # 2560 columns pad to 4096
+    assert consts == dict(BM=1, NP=4096, EVEN=False, HAS_B=True)      # 2560 columns pad to 4096
 
 
 def test_the_log_softmax_twins_pass_the_log_constant_on(launches):
@@ -57,13 +57,15 @@ def test_the_log_softmax_twin_computes_the_library_result(n):
     assert torch.allclose(got, want, atol=1e-5) and torch.allclose(got, torch.log_softmax(x, -1), atol=1e-4)
 
 
-def test_the_layer_norm_twin_computes_the_library_result():
+@pytest.mark.parametrize("has_b", [True, False])
+def test_the_layer_norm_twin_computes_the_library_result(has_b):
     g = torch.Generator().manual_seed(3)
     x, w, b = torch.randn(7, 100, generator=g), torch.randn(100, generator=g), torch.randn(100, generator=g)
+    b = b if has_b else None
     with ts.backend("triton-interpreter"), Observer([norms.layer_norm_kernel]) as seen:
         want = tk.layer_norm(x, w, b, 1e-5)
     facts = seen["layer_norm_kernel"]
     assert facts.consts["NP"] == 128 and 7 % facts.consts["BM"] != 0    # ragged rows and columns
-    got = rows.layer_norm_twin(seen)(torch.full_like(x, float("nan")), x, w, b, 1e-5)
+    got = rows.layer_norm_twin(seen)(torch.full_like(x, float("nan")), x, w, w if b is None else b, 1e-5)
     assert torch.allclose(got, want, atol=1e-5)
     assert torch.allclose(got, torch.nn.functional.layer_norm(x, (100,), w, b, 1e-5), atol=1e-4)

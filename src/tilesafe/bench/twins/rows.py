@@ -114,24 +114,29 @@ def rms_norm(y_ptr, x_ptr, w_ptr, M, N, sxm, sym, eps, BM: tl.constexpr, NP: tl.
 
 @triton.jit
 def layer_norm(y_ptr, x_ptr, w_ptr, b_ptr, M, N, sxm, sym, eps, BM: tl.constexpr, NP: tl.constexpr,
-               EVEN: tl.constexpr):
+               EVEN: tl.constexpr, HAS_B: tl.constexpr):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, NP)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     if EVEN:
         t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
         w = tl.load(w_ptr + rn).to(tl.float32)
-        b = tl.load(b_ptr + rn).to(tl.float32)
+        if HAS_B:
+            b = tl.load(b_ptr + rn).to(tl.float32)
     else:
         t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+        if HAS_B:
+            b = tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
     mean = tl.sum(t, axis=1, keep_dims=True) / N                     # (BM, 1)
     d = t - mean
     if not EVEN:
         d = tl.where(rn[None, :] < N, d, 0.0)     # the zero padding past N, centred, would add mean**2
     r = tl.rsqrt(tl.sum(d * d, axis=1, keep_dims=True) / N + eps)    # (BM, 1)
-    y = (d * r * w[None, :] + b[None, :]).to(y_ptr.dtype.element_ty)
+    y = d * r * w[None, :]
+    if HAS_B:
+        y += b[None, :]
+    y = y.to(y_ptr.dtype.element_ty)
     if EVEN:
         tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y)
     else:
@@ -220,14 +225,15 @@ def rms_norm_twin(seen):
 
 
 def layer_norm_twin(seen):
-    """`run(y, x, w, b, eps)` for x of shape (M, N) with unit column stride, with weight and bias."""
+    """`run(y, x, w, b, eps)` for x of shape (M, N) with unit column stride; b is read only if the
+    library launch had a bias (HAS_B)."""
     facts = seen["layer_norm_kernel"]
     bm, npow = facts.consts["BM"], facts.consts["NP"]
 
     def run(y, x, w, b, eps):
         m, n = x.shape
         launch(layer_norm, (cdiv(m, bm),), y, x, w, b, m, n, x.stride(0), y.stride(0), eps, options=facts.options,
-               BM=bm, NP=npow, EVEN=m % bm == 0 and n == npow)
+               BM=bm, NP=npow, EVEN=m % bm == 0 and n == npow, HAS_B=facts.consts["HAS_B"])
         return y
     return run
 
