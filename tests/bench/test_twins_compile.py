@@ -63,7 +63,10 @@ CASES = {
     "argmax_final": (reductions.argmax_final, dict(BM=1, SP=32), None),
     "embedding": (reductions.embedding, dict(BT=4, BD=1024, EVEN=True), None),
     "bmm": (matmul.bmm, dict(BM=128, BN=128, BK=64, EVEN_M=True, EVEN_N=True, EVEN_K=True, TF32=False, A_TMA=False,
-                             B_TMA=False, C_TMA=False), "wgmma"),
+                             B_TMA=False, C_TMA=False, GROUP=1), "wgmma"),
+    "bmm_persistent": (matmul.bmm_persistent, dict(BM=128, BN=256, BK=64, GROUP=8, EVEN_M=True, EVEN_N=True,
+                                                   EVEN_K=True, TF32=False, A_TMA=False, B_TMA=False, C_TMA=False),
+                       "wgmma"),
 }
 
 

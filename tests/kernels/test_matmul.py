@@ -221,11 +221,29 @@ def test_linear_shapes(backend, device):
     assert_close(tk.linear(x3, w), F.linear(t64(x3), t64(w)), "f32", **MM_TOL["f32"])
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
-def test_bmm(backend, device, dtype):
+def test_bmm(backend, device, dtype, persistent):
+    # persistent: 3 matrices of 2 x 1 tiles (CPU) walked by fewer workers, with groups of 1,
+    # so a tile's matrix, row and column all come from the walk
     a, b = randn((3, 40, 48), dtype, 16, device), randn((3, 48, 24), dtype, 17, device)
     out = poisoned((3, 40, 24), dtype, device)
-    assert_close(tk.bmm(a, b, out=out), t64(a) @ t64(b), dtype, **MM_TOL[dtype])
+    got = tk.bmm(a, b, out=out, config={"persistent": persistent, "group": 1})
+    assert_close(got, t64(a) @ t64(b), dtype, **MM_TOL[dtype])
+
+
+def test_bmm_picks_the_persistent_kernel_for_many_tiles(backend, device, monkeypatch):
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    launched = []
+    real = mm.launch
+    monkeypatch.setattr(mm, "launch", lambda kernel, outputs, **kw: (launched.append(kernel.name),
+                                                                       real(kernel, outputs, **kw))[1])
+    a, b = randn((1, 32, 16), "f32", 20, device), randn((1, 16, 32), "f32", 21, device)
+    tk.bmm(a, b)                                                  # one tile
+    many_a, many_b = randn((8, 96, 16), "f32", 22, device), randn((8, 16, 96), "f32", 23, device)
+    got = tk.bmm(many_a, many_b, config={"block_m": 16, "block_n": 16})     # 288 tiles (264 on two H200 waves)
+    assert launched == ["bmm_kernel", "bmm_persistent_kernel"]
+    assert_close(got, t64(many_a) @ t64(many_b), "f32", **MM_TOL["f32"])
 
 
 def test_bmm_shared_and_transposed_b(backend, device):

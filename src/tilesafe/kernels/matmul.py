@@ -156,6 +156,25 @@ def bmm_kernel(c: ts.Mut["TC", (1, "BM", "BN")], a: ts.Ref["T", ("Z", "M", "K")]
     c.store(ts.reshape(acc.astype(TC), (1, BM, BN)))            # cast, then reshape (as flash)
 
 
+@ts.kernel
+def bmm_persistent_kernel(c: ts.MutTiles["TC", (1, "BM", "BN")], a: ts.Ref["T", ("Z", "M", "K")],
+                          b: ts.Ref["T", ("Z", "K", "N")], T: ts.Const[ts.DType], TC: ts.Const[ts.DType],
+                          TF32: ts.Const[bool], GROUP: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int],
+                          BK: ts.Const[int], Z: int, M: int, N: int, K: int):
+    """`bmm_kernel` over a fixed set of blocks: matrix by matrix, each in grouped order, so the
+    blocks running together share one matrix's operands in L2 (the launch grid runs the batch
+    axis fastest: every wave would read a slice of every matrix)."""
+    pa = a.partition((1, BM, BK))                                # (1, BM, BK)
+    pb = b.partition((1, BK, BN))                                # (1, BK, BN)
+    for idx in c.tiles(group=GROUP):                             # (z, i, j), z slowest
+        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
+        for k in range(ts.num_tiles(pa, 2)):
+            ta = ts.reshape(pa.load((idx[0], idx[1], k)), (BM, BK))
+            tb = ts.reshape(pb.load((idx[0], k, idx[2])), (BK, BN))
+            acc = mac(ta, tb, acc, TF32)
+        c.store(ts.reshape(acc.astype(TC), (1, BM, BN)), idx)
+
+
 # --- public API -------------------------------------------------------------------------
 
 
@@ -189,7 +208,9 @@ def linear(x, w, bias=None, activation=None, precision=None, out=None, config=No
 
 def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
     """Batched `a @ b`: (Z, M, K) @ (Z, K, N) -> (Z, M, N); b may be (K, N) or (1, K, N),
-    shared by the whole batch (a stride-0 view, never copied)."""
+    shared by the whole batch (a stride-0 view, never copied). Persistent (matrix by
+    matrix, grouped tile order) when there are many more tiles than workers, as `matmul`;
+    `config={"persistent": True/False}` forces it."""
     fn = "bmm"
     torch_mode = A.is_torch(a)
     (at, bt), dtype, device = A.float_operands(fn, a=a, b=b)
@@ -206,7 +227,14 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
         return o.returned
     cfg = configs.lookup("bmm", configs.shape_class(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
-    launch(bmm_kernel, {"c": (o.tensor, (1, bm, bn))}, cfg=cfg, a=at, b=bv, TF32=_tf32(fn, dtype, precision), BK=bk)
+    args = dict(a=at, b=bv, TF32=_tf32(fn, dtype, precision), BK=bk)
+    persistent = cfg["persistent"]
+    if persistent is None:
+        persistent = z * cdiv(m, bm) * cdiv(n, bn) > 2 * workers(device)
+    if persistent:
+        launch(bmm_persistent_kernel, {"c": (o.tensor, (1, bm, bn))}, cfg=cfg, GROUP=cfg["group"], **args)
+    else:
+        launch(bmm_kernel, {"c": (o.tensor, (1, bm, bn))}, cfg=cfg, **args)
     return o.returned
 
 

@@ -110,7 +110,7 @@ def _bmm(z: int, m: int, n: int, k: int, dt: str, setup: Setup) -> Workload:
                 "out": empty((z, m, n), dt, dev)}
 
     def twin(seen):
-        run = bmm_twin(seen)
+        run = bmm_twin(seen, setup.sms)
         return Impl("twin", TWIN, lambda b: run(b["out"], b["a"], b["b"]))
     return Workload(
         "bmm", f"bmm {dt} Z={z} {m}x{n}x{k}", {"z": z, "m": m, "n": n, "k": k}, dt, FLOPS,
@@ -118,7 +118,7 @@ def _bmm(z: int, m: int, n: int, k: int, dt: str, setup: Setup) -> Workload:
         lambda b: b["a"].float() @ b["b"].float(),
         [Impl("tilesafe", TILESAFE, lambda b: tk.bmm(b["a"], b["b"], out=b["out"]), capture="tilesafe"),
          Impl("torch.bmm", TORCH, lambda b: torch.bmm(b["a"], b["b"], out=b["out"]))],
-        observe=(_kernels.bmm_kernel,), twin=twin)
+        observe=(_kernels.bmm_kernel, _kernels.bmm_persistent_kernel), twin=twin)
 
 
 def _gemv(model: str, proj: str, n: int, k: int, setup: Setup) -> Workload:

@@ -1,6 +1,7 @@
 """Twins of the GEMM kernels: tiled (`mm_kernel`), persistent with grouped tile order
 (`mm_persistent_kernel`), the weight-streaming path for M <= 16 (`skinny_kernel`),
-split-K (`split_k_kernel` + `split_sum_kernel`) and the batched product (`bmm_kernel`).
+split-K (`split_k_kernel` + `split_sum_kernel`) and the batched product (`bmm_kernel`,
+`bmm_persistent_kernel`).
 
 Operands are read through their strides (a transposed weight view is used as it is), with
 the tile sizes, group size and Triton options of the tilesafe launch, and through TMA
@@ -216,13 +217,12 @@ def _batch_tile(d, ptr, z, r0, c0, R, C, sr, sc, BR: tl.constexpr, BC: tl.conste
 
 
 @triton.jit
-def bmm(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, saz, sam, sak, sbz, sbk, sbn, scz, scm, scn, BM: tl.constexpr,
-        BN: tl.constexpr, BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
-        TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, C_TMA: tl.constexpr):
-    """Output tile (i, j) of c[z] = a[z] @ b[z], grid (Z, M tiles, N tiles). The operands are
-    rank 3, so `_tile_product`'s 2-D TMA boxes do not fit: the loads are `_batch_tile`'s."""
-    z = tl.program_id(0)
-    m0, n0 = tl.program_id(1) * BM, tl.program_id(2) * BN
+def _bmm_tile(c, a, b, c_ptr, a_ptr, b_ptr, z, m0, n0, M, N, K, saz, sam, sak, sbz, sbk, sbn, scz, scm, scn,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_K: tl.constexpr, TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr,
+              C_TMA: tl.constexpr):
+    """Output tile (m0, n0) of c[z] = a[z] @ b[z]. The operands are rank 3, so
+    `_tile_product`'s 2-D TMA boxes do not fit: the loads are `_batch_tile`'s."""
     a_ptr += z * saz                                        # matrix z (a shared b has stride 0)
     b_ptr += z * sbz
     c_ptr += z * scz
@@ -240,11 +240,48 @@ def bmm(c_ptr, a_ptr, b_ptr, c, a, b, M, N, K, saz, sam, sak, sbz, sbk, sbn, scz
         _store(c_ptr, c_ptr, acc, m0, n0, M, N, scm, scn, BM, BN, EVEN_M, EVEN_N, False)
 
 
-def bmm_twin(seen):
-    """The twin of the `bmm_kernel` launch in `seen`: `run(c, a, b)` for c[z] = a[z] @ b[z],
-    all three (Z, rows, cols). The library's automatic TMA choice leaves rank-3 tensors on
-    pointers; a forced one (`tma=True`) describes them whole, with (1, rows, cols) boxes."""
-    facts = seen["bmm_kernel"]
+@triton.jit
+def bmm(c_ptr, a_ptr, b_ptr, c, a, b, Z, M, N, K, saz, sam, sak, sbz, sbk, sbn, scz, scm, scn, BM: tl.constexpr,
+        BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+        EVEN_K: tl.constexpr, TF32: tl.constexpr, A_TMA: tl.constexpr, B_TMA: tl.constexpr, C_TMA: tl.constexpr):
+    """Grid (Z, M tiles, N tiles): one output tile per program (GROUP unused)."""
+    _bmm_tile(c, a, b, c_ptr, a_ptr, b_ptr, tl.program_id(0), tl.program_id(1) * BM, tl.program_id(2) * BN,
+              M, N, K, saz, sam, sak, sbz, sbk, sbn, scz, scm, scn, BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32,
+              A_TMA, B_TMA, C_TMA)
+
+
+@triton.jit
+def bmm_persistent(c_ptr, a_ptr, b_ptr, c, a, b, Z, M, N, K, saz, sam, sak, sbz, sbk, sbn, scz, scm, scn,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_M: tl.constexpr,
+                   EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, TF32: tl.constexpr, A_TMA: tl.constexpr,
+                   B_TMA: tl.constexpr, C_TMA: tl.constexpr):
+    """A fixed grid walks the tiles matrix by matrix, each matrix's in grouped order."""
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    per_matrix = tiles_m * tiles_n
+    for tile in tl.range(tl.program_id(0), Z * per_matrix, tl.num_programs(0), flatten=True):
+        z = tile // per_matrix
+        t = tile % per_matrix
+        per_group = GROUP * tiles_n                       # GROUP rows of tiles, column by column
+        first = (t // per_group) * GROUP
+        rows = tl.minimum(tiles_m - first, GROUP)
+        within = t % per_group
+        _bmm_tile(c, a, b, c_ptr, a_ptr, b_ptr, z, (first + within % rows) * BM, (within // rows) * BN,
+                  M, N, K, saz, sam, sak, sbz, sbk, sbn, scz, scm, scn, BM, BN, BK, EVEN_M, EVEN_N, EVEN_K, TF32,
+                  A_TMA, B_TMA, C_TMA)
+
+
+BMM_KERNELS = {"bmm_kernel": bmm, "bmm_persistent_kernel": bmm_persistent}
+
+
+def bmm_twin(seen, workers: int):
+    """The twin of the `bmm_kernel` or `bmm_persistent_kernel` launch in `seen`: `run(c, a, b)`
+    for c[z] = a[z] @ b[z], all three (Z, rows, cols); `workers` is the persistent grid's size
+    (the SM count on a GPU), as in `gemm_twin`. The library's
+    automatic TMA choice leaves rank-3 tensors on pointers; a forced one (`tma=True`)
+    describes them whole, with (1, rows, cols) boxes."""
+    name = next(n for n in BMM_KERNELS if n in seen)
+    facts = seen[name]
     bm, bn, bk = facts.consts["BM"], facts.consts["BN"], facts.consts["BK"]
     tf32 = bool(facts.consts.get("TF32", False))
     tma = dict(A_TMA="a" in facts.tma, B_TMA="b" in facts.tma, C_TMA="c" in facts.tma)
@@ -253,9 +290,11 @@ def bmm_twin(seen):
         (z, m, k), n = a.shape, b.shape[2]
         da, db = whole_or_tensor(a, (1, bm, bk), tma["A_TMA"]), whole_or_tensor(b, (1, bk, bn), tma["B_TMA"])
         dc = whole_or_tensor(c, (1, bm, bn), tma["C_TMA"])
-        launch(bmm, (z, cdiv(m, bm), cdiv(n, bn)), c, a, b, dc, da, db, m, n, k, *a.stride(), *b.stride(),
-               *c.stride(), options=facts.options, BM=bm, BN=bn, BK=bk, EVEN_M=m % bm == 0, EVEN_N=n % bn == 0,
-               EVEN_K=k % bk == 0, TF32=tf32, **tma)
+        tiles = z * cdiv(m, bm) * cdiv(n, bn)
+        grid = facts.grid or (max(1, min(tiles, workers)),)
+        launch(BMM_KERNELS[name], grid, c, a, b, dc, da, db, z, m, n, k, *a.stride(), *b.stride(),
+               *c.stride(), options=facts.options, BM=bm, BN=bn, BK=bk, GROUP=facts.consts.get("GROUP", 1),
+               EVEN_M=m % bm == 0, EVEN_N=n % bn == 0, EVEN_K=k % bk == 0, TF32=tf32, **tma)
         return c
     return run
 
