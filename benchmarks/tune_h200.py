@@ -172,8 +172,9 @@ ROPE = [{"block_t": bt, "block_h": bh, "num_warps": w}
 # large square ones; no persistent schedule, so tiles, depth and TMA (rank-3 boxes) only.
 # Persistent (matrix by matrix, grouped) or one tile per block, with and without TMA.
 BMM = [dict(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=st, tma=tma, persistent=p)
-       for bm, bn, bk, w, st in [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
-                                 (256, 128, 64, 8, 3), (128, 128, 128, 8, 2), (64, 128, 64, 4, 4)]
+       for bm, bn, bk, w, st in [(128, 256, 64, 8, 2), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
+                                 (128, 128, 64, 4, 3), (128, 128, 64, 4, 5), (256, 128, 64, 8, 2),
+                                 (128, 128, 128, 4, 2), (64, 128, 64, 4, 4)]
        for tma in (False, True) for p in (True, False)]
 
 # --- workloads -----------------------------------------------------------------------------------
