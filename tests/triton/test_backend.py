@@ -221,6 +221,21 @@ def test_tma_is_chosen_per_launch_by_schedule_and_backend(monkeypatch, triton_ba
         ts.schedule(tma="yes")
 
 
+def test_a_forced_tma_falls_back_to_pointers_on_a_gpu_without_it(monkeypatch, triton_backend):
+    """A config's `tma=True` (the GPU defaults of bmm) on a GPU older than Hopper keeps
+    pointers; the interpreter takes descriptors whatever the GPU."""
+    from tilesafe.backends.triton import tma
+    a, b = ts.tensor(np.ones((32, 32), np.float32)), ts.tensor(np.ones((32, 32), np.float32))
+    c = poisoned((32, 32), "f32").partition((16, 16))
+    forced = matmul.compile(c, a, b, BK=16, schedule=ts.schedule(tma=True))
+    monkeypatch.setattr(tma, "available", lambda: False)
+    assert forced.use_descriptors() == (triton_backend == "triton-interpreter")
+    monkeypatch.setattr(forced.backend, "interpret", False)                  # as a pre-Hopper GPU
+    assert not forced.use_descriptors()
+    monkeypatch.setattr(tma, "available", lambda: True)
+    assert forced.use_descriptors()
+
+
 # --- launching ----------------------------------------------------------------------------------
 def test_default_persistent_grid_is_small_under_the_interpreter_and_grid_is_free(triton_backend):
     got = pcopy(poisoned(100, "i32").partition((16,))).sync().unpartition().numpy()

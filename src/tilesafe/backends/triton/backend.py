@@ -152,7 +152,10 @@ class TritonCompiled:
 
     def _tma_policy(self) -> tuple[bool, bool]:
         forced = self.tma if self.tma is not None else self.backend.descriptors
-        return tma.policy(forced, self.multiplies, not self.backend.interpret and tma.available())
+        hopper = not self.backend.interpret and tma.available()
+        if forced and not self.backend.interpret and not hopper:
+            forced = False              # a config's tma=True on a GPU without TMA: pointers
+        return tma.policy(forced, self.multiplies, hopper)
 
     def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, counters=None) -> Future:
         """Order after conflicting work on other streams (S10), launch on the current stream,
