@@ -51,7 +51,7 @@ def test_every_family_has_the_same_keys_on_cpu_and_gpu():
     for family, cpu in configs.CPU_DEFAULTS.items():
         gpu = configs.GPU_DEFAULTS[family]
         assert set(cpu) <= set(gpu), family
-        assert set(gpu) - set(cpu) <= {"num_warps", "num_stages", "tma", "target_blocks"}   # schedule hints, family
+        assert set(gpu) - set(cpu) <= {"num_warps", "num_stages", "tma", "target_blocks"}, family   # GPU-only hints
 
 
 def test_tuned_tables_are_valid_json_for_known_families():
