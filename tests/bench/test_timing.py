@@ -113,3 +113,32 @@ def test_side_by_side_records_a_failure_and_times_the_rest():
     assert isinstance(got["a"], RuntimeError)
     assert got["b"].mode == EAGER and "graph capture failed" in got["b"].note
     assert len(got["b"].samples_us) == samples_for(5.0)                 # one launch a sample, as eager timing
+
+
+class PerImplTimer(FakeTimer):
+    """A fake clock where each implementation (named by the launch it runs) has its own time."""
+
+    def __init__(self, us: dict):
+        super().__init__()
+        self.per, self.current = us, None
+
+    def eager(self, launch, reps):
+        launch(0)
+        return [self.per[self.current]] * reps
+
+    def graph(self, launch, per_graph, reps, capture):
+        launch(0)
+        return [self.per[self.current]] * reps
+
+
+def test_side_by_side_times_every_implementation_in_the_mode_of_the_fastest():
+    """A 49 us kernel beside a 51 us one: both in a graph (an eager one would also pay the
+    launch gaps the graph hides, and the ratio would compare modes, not kernels)."""
+    timer = PerImplTimer({"ours": 51.0, "twin": 49.0})
+    launches = {k: ((lambda k: lambda i: setattr(timer, "current", k))(k), 4, "torch") for k in ("ours", "twin")}
+    got = measure_side_by_side(timer, launches)
+    assert got["ours"].mode == got["twin"].mode == GRAPH
+    assert got["ours"].launches_per_sample == launches_per_graph(4, 51.0)
+    timer = PerImplTimer({"ours": 51.0, "twin": 60.0})
+    got = measure_side_by_side(timer, launches)
+    assert got["ours"].mode == got["twin"].mode == EAGER
