@@ -73,6 +73,9 @@ GEMM_BIG += [mm(128, 64, 64, 4, 4, True), mm(128, 64, 64, 8, 3, True)]
 # ... or whole waves of tiles, then the last rows of tiles split over K (`tail_split`).
 GEMM_BIG += [dict(mm(*t, p), tail_split=True) for p in (False, True)
              for t in [(128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (64, 256, 64, 8, 4)]]
+# ... and the batched GEMM's winner (tune-bmm.log): 4 warps, 5 stages, persistent or tail split.
+GEMM_BIG += [mm(128, 128, 64, 4, 5, True), mm(128, 128, 64, 4, 5, False),
+             dict(mm(128, 128, 64, 4, 5, True), tail_split=True)]
 # 1024^3 and 2048^3: 64 (16) tiles of 128x128 leave most SMs idle: smaller tiles, or split K.
 GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False),
                                           mm(64, 64, 64, 4, 4, False), mm(64, 128, 64, 4, 5, False),

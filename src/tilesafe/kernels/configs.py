@@ -58,7 +58,7 @@ GPU_DEFAULTS: dict[str, dict] = {
     # persistent through rank-3 TMA descriptors: 0.89-0.91 of cuBLAS on the H200, where
     # either alone was slower than one tile per block on pointers (tune-bmm.log)
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "tma": True,
-            "num_warps": 4, "num_stages": 4},
+            "num_warps": 4, "num_stages": 5},
     "attention": {"block_m": 64, "block_n": 64, "flat": True, "num_warps": 4, "num_stages": 3},
     "decode": {"block_n": 64, "splits": None, "target_blocks": 264, "flat": True, "one_kernel": False,
                "num_warps": 4, "num_stages": 3},
