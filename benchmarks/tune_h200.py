@@ -75,11 +75,14 @@ GEMM_BIG += [dict(mm(*t, p), tail_split=True) for p in (False, True)
              for t in [(128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (64, 256, 64, 8, 4)]]
 # ... and the batched GEMM's winner (tune-bmm.log): 4 warps, 5 stages, persistent or tail split.
 GEMM_BIG += [mm(128, 128, 64, 4, 5, True), mm(128, 128, 64, 4, 5, False),
-             dict(mm(128, 128, 64, 4, 5, True), tail_split=True)]
+             dict(mm(128, 128, 64, 4, 5, True), tail_split=True), mm(128, 128, 64, 4, 6, True),
+             dict(mm(128, 128, 64, 4, 6, True), tail_split=True)]
 # 1024^3 and 2048^3: 64 (16) tiles of 128x128 leave most SMs idle: smaller tiles, or split K.
 GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False),
                                           mm(64, 64, 64, 4, 4, False), mm(64, 128, 64, 4, 5, False),
-                                          mm(128, 128, 64, 8, 3, False, 2), mm(64, 128, 64, 4, 4, False, 2)]
+                                          mm(128, 128, 64, 8, 3, False, 2), mm(64, 128, 64, 4, 4, False, 2),
+                                          mm(64, 128, 64, 4, 6, False), mm(64, 64, 64, 4, 5, False),
+                                          mm(64, 128, 64, 4, 5, False, 2), mm(128, 128, 64, 4, 5, False, 2)]
 # M = 128: the weights dominate the HBM bytes, but L2 carries more: every column tile re-reads
 # x (2 MB at K = 8192) and every row tile the weights, so 64-row or 64-column tiles cost L2
 # bandwidth; the 2560/5120-wide projections have too few 128x128 tiles to fill 132 SMs, so
@@ -176,7 +179,7 @@ ROPE = [{"block_t": bt, "block_h": bh, "num_warps": w}
 # Persistent (matrix by matrix, grouped) or one tile per block, with and without TMA.
 BMM = [dict(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=st, tma=tma, persistent=p)
        for bm, bn, bk, w, st in [(128, 256, 64, 8, 2), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
-                                 (128, 128, 64, 4, 3), (128, 128, 64, 4, 5), (256, 128, 64, 8, 2),
+                                 (128, 128, 64, 4, 3), (128, 128, 64, 4, 5), (128, 128, 64, 4, 6), (256, 128, 64, 8, 2),
                                  (128, 128, 128, 4, 2), (64, 128, 64, 4, 4)]
        for tma in (False, True) for p in (True, False)]
 
