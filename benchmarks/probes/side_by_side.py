@@ -10,11 +10,12 @@ def _timer():
     return CudaTimer()                  # calibrates the GPU clock once per process
 
 
-def measure(impls: dict, sets: int, check, base: str, ratio: str) -> dict:
+def measure(impls: dict, sets: int, check, base: str, ratio: str, policy=None) -> dict:
     """impls: {name: (launch(i), capture)}; check(name, launch) runs it on set 0 and raises
     when its result is wrong. Returns {name: {"us": median, ratio: base's time / its time}},
-    or {name: {"error": ...}} for one that failed its check or its timing."""
-    from tilesafe.bench.timing import measure_side_by_side
+    or {name: {"error": ...}} for one that failed its check or its timing. `policy`: the
+    bench's timing policy unless given."""
+    from tilesafe.bench.timing import Policy, measure_side_by_side
     launches, out = {}, {}
     for name, (launch, capture) in impls.items():
         try:
@@ -22,7 +23,7 @@ def measure(impls: dict, sets: int, check, base: str, ratio: str) -> dict:
             launches[name] = (launch, sets, capture)
         except Exception as e:                       # noqa: BLE001 - reported in the table
             out[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
-    times = measure_side_by_side(_timer(), launches)
+    times = measure_side_by_side(_timer(), launches, policy or Policy())
     ref = times[base].median_us
     for name, t in times.items():
         out[name] = {"error": repr(t)[:200]} if isinstance(t, Exception) else {"us": t.median_us,
