@@ -186,8 +186,11 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
     rg = tl.arange(0, GP)
     rd = tl.arange(0, DP)
     rn = tl.arange(0, BN)
-    q = tl.load(q_ptr + (kvh * G + rg[:, None]) * D + rd[None, :], mask=(rg[:, None] < G) & (rd[None, :] < D),
-                other=0.0)
+    if EVEN:                                                # D == DP: rows masked only, vector loads
+        q = tl.load(q_ptr + (kvh * G + rg[:, None]) * D + rd[None, :], mask=rg[:, None] < G, other=0.0)
+    else:
+        q = tl.load(q_ptr + (kvh * G + rg[:, None]) * D + rd[None, :], mask=(rg[:, None] < G) & (rd[None, :] < D),
+                    other=0.0)
     m = tl.full((GP, 1), -float("inf"), tl.float32)
     l = tl.zeros((GP, 1), tl.float32)
     acc = tl.zeros((GP, DP), tl.float32)
@@ -201,13 +204,21 @@ def decode_partial(acc_ptr, m_ptr, l_ptr, q_ptr, k_ptr, v_ptr, dk, dv, lens_ptr,
         m, l, acc = _online_step(q, k, v, m, l, acc, True, qk_scale, False, NEG_SCALE)
     for j in range(tl.maximum(first, full), tl.cdiv(stop, BN)):            # the ragged last tile
         cols = j * BN + rn
-        inside = (cols[:, None] < stop) & (rd[None, :] < D)
-        k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=inside, other=0.0)
-        v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=inside, other=0.0)
+        if K_TMA and V_TMA:                                 # whole boxes, as the library: rows past
+            k = _cache_tile(dk, k_base, j, kvh * KHR, kvh * KHC, sks, D, BN, DP, True, EVEN)   # the length
+            v = _cache_tile(dv, v_base, j, kvh * VHR, kvh * VHC, svs, D, BN, DP, True, EVEN)   # are zeroed
+            v = tl.where(cols[:, None] < stop, v, 0.0)
+        else:
+            inside = (cols[:, None] < stop) & (rd[None, :] < D)
+            k = tl.load(k_base + cols[:, None] * sks + rd[None, :], mask=inside, other=0.0)
+            v = tl.load(v_base + cols[:, None] * svs + rd[None, :], mask=inside, other=0.0)
         m, l, acc = _online_step(q, k, v, m, l, acc, cols[None, :] < stop, qk_scale, True, NEG_SCALE)
     row = s_id * R + kvh * GS + rg                                          # (GP,) rows of the workspace
     keep = rg < GS
-    tl.store(acc_ptr + row[:, None] * D + rd[None, :], acc, mask=keep[:, None] & (rd[None, :] < D))
+    if EVEN:
+        tl.store(acc_ptr + row[:, None] * D + rd[None, :], acc, mask=keep[:, None])
+    else:
+        tl.store(acc_ptr + row[:, None] * D + rd[None, :], acc, mask=keep[:, None] & (rd[None, :] < D))
     tl.store(m_ptr + row, tl.reshape(m, (GP,)), mask=keep)
     tl.store(l_ptr + row, tl.reshape(l, (GP,)), mask=keep)
     if LAST:
