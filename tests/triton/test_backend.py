@@ -74,6 +74,27 @@ def test_masks_only_where_the_launch_needs_them():
     assert 'mask=x_in1[None, :], other=(-float("inf"))' in one_axis and "x_in0" not in one_axis
 
 
+@ts.kernel
+def spread(z: ts.Mut[ts.f32, (1, "BM", "BN")], w: ts.Mut[ts.f32, (2, "BM", "BN")], x: ts.Ref[ts.f32, ("M", "N")],
+           BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
+    t = ts.load(x, (ts.block_id(1), ts.block_id(2)), shape=(BM, BN))                 # (BM, BN)
+    z.store(ts.reshape(t * 2.0, (1, BM, BN)))                                       # reshaped to be stored
+    w.store(ts.reshape(t, (1, BM, BN)) + ts.zeros((2, BM, BN), ts.f32))             # reshaped to broadcast
+
+
+def test_a_tile_reshaped_to_be_stored_keeps_its_layout_one_to_broadcast_takes_a_subscript():
+    """tl.reshape keeps the tile's layout (an MMA result reaches a TMA store from registers);
+    a subscript's slice layout broadcasts without a layout change."""
+    src = spread.source(ts.spec((1, 32, 16), tile=(1, 16, 16)), ts.spec((2, 32, 16), tile=(2, 16, 16)),
+                        ts.spec((32, 16)))
+    assert src.count("tl.reshape(") == 1 and src.count("[None, :, :]") == 1
+    z = poisoned((1, 32, 16), "f32").partition((1, 16, 16))
+    w = poisoned((2, 32, 16), "f32").partition((2, 16, 16))
+    x = np.arange(32 * 16, dtype=np.float32).reshape(32, 16)
+    spread(z, w, ts.tensor(x)).sync()
+    assert (z.unpartition().numpy() == 2 * x).all() and (w.unpartition().numpy() == x).all()
+
+
 def test_loops_walks_and_dot_in_the_source():
     src = matmul.source(ts.spec((70, 40), tile=(32, 16)), ts.spec((70, 50)), ts.spec((50, 40)), BK=16)
     assert "for k in range(0, a_tiles1, 1):" in src and 'input_precision="ieee"' in src

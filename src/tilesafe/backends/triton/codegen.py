@@ -28,7 +28,7 @@ from ... import dtypes as dt
 from ...dtypes import DType
 from ...errors import KernelError
 from ...lang.annotations import PTR
-from ...lang.ir import Block, Function, Op, TensorType, Value
+from ...lang.ir import Block, Function, Op, TensorType, Value, walk
 
 # Names the generated code itself uses; IR names that collide get a suffix.
 _RESERVED = {"tl", "triton", "range", "float", "int", "min", "max", "abs", "len", "print", "sum", "True",
@@ -90,6 +90,7 @@ class Emitter:
     scopes: list = field(default_factory=lambda: [{}])  # per open region: expression -> name
     grid_names: tuple = ()                          # linearised grid: (pid0, pid1, pid2, g1, g2)
     arrivals: str = ""                              # S16: the per-group ticket counters' pointer
+    stored: frozenset = frozenset()                 # id(Value) of every tile a store writes
 
     def pid(self, axis: int) -> str:
         """This block's index along grid `axis` (from the far end on a reversed axis)."""
@@ -283,6 +284,7 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
         em.arrivals = em.fresh("arrivals")
         slots.append(ArgSlot(em.arrivals, "", "arrivals"))
     em.barriers = barrier_loads(fn)
+    em.stored = frozenset(id(op.args[1]) for op in walk(fn.body) if op.opcode == "store")
     em.emit_block(fn.body)
     slots += em.desc_slots
     name = em.fresh(fn.name) if fn.name in {s.name for s in slots} else fn.name

@@ -273,11 +273,11 @@ def emit_reshape(em: Emitter, op: Op) -> None:
         em.alias(op.result, em.ref(a), em.is_weak(a))
     elif src == ():
         em.bind(op.result, f"tl.full({shape}, {em.strong(a)}, {ttype(a.dtype)})", "t")
-    elif len(src) < 2 and _inserts_unit_axes(src, shape):
-        # A vector gains unit axes by subscript: its slice layout then broadcasts against 2-D
-        # tiles as it is. A tile of rank >= 2 takes tl.reshape, which keeps its layout (an
-        # MMA result stays in registers on its way to a TMA store); the subscript converted
-        # it through shared memory first (bmm on the H200: 3% slower than its twin).
+    elif _inserts_unit_axes(src, shape) and (len(src) < 2 or id(op.result) not in em.stored):
+        # Unit axes by subscript: the slice layout broadcasts against the bigger tile as it
+        # is. A tile of rank >= 2 reshaped only to be stored takes tl.reshape, which keeps its
+        # layout (an MMA result goes to its TMA store from registers); the subscript
+        # converted it through shared memory first (bmm on the H200: 3% slower than its twin).
         items = []
         it = iter(src)
         pending = next(it, None)
