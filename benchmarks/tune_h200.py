@@ -77,6 +77,7 @@ GEMM_BIG += [dict(mm(*t, p), tail_split=True) for p in (False, True)
 GEMM_BIG += [mm(128, 128, 64, 4, 5, True), mm(128, 128, 64, 4, 5, False),
              dict(mm(128, 128, 64, 4, 5, True), tail_split=True), mm(128, 128, 64, 4, 6, True),
              dict(mm(128, 128, 64, 4, 6, True), tail_split=True)]
+GEMM_BIG += [dict(mm(128, 128, 64, 4, 5, True), group=g, tail_split=t) for g in (4, 16) for t in (False, True)]
 # 1024^3 and 2048^3: 64 (16) tiles of 128x128 leave most SMs idle: smaller tiles, or split K.
 GEMM_SMALL = GEMM_BIG[:len(BIG_TILES)] + [mm(64, 128, 64, 4, 4, False), mm(128, 64, 64, 4, 4, False),
                                           mm(64, 64, 64, 4, 4, False), mm(64, 128, 64, 4, 5, False),
