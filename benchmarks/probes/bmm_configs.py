@@ -1,4 +1,5 @@
-"""Probe: which tiles suit `ts.kernels.bmm` on the H200 (not yet in the tuner)?
+"""Probe: which tiles suit `ts.kernels.bmm`'s one-tile-per-block kernel on the H200? (It
+came before the tuner's bmm class and the persistent kernel, which now win: tune-bmm.log.)
 
 The bench's bmm workloads (attention-like Z = 64 of 1024 x 1024 x 128, and Z = 8 of 2048³,
 bf16) with the GPU default config and variants, beside torch.bmm (cuBLAS); the bench's
@@ -10,7 +11,8 @@ import sys
 
 import torch
 
-BASE = dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, tma=False)   # the GPU default
+# the GPU default when this probe ran: one tile per block (probe-bmm-configs.json)
+BASE = dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, tma=False, persistent=False, group=8)
 CONFIGS = {   # every key given: the tuned table's bmm entry (from this probe) must not fill any in
     "default 128x128x64 w8 s3": BASE,
     "128x256x64 w8 s3": dict(BASE, block_n=256),
@@ -25,7 +27,7 @@ CONFIGS = {   # every key given: the tuned table's bmm entry (from this probe) m
 
 def main(out_path):
     import tilesafe.kernels as tk
-    from side_by_side import measure, show
+    from side_by_side import measure, norm_check, show
     from tilesafe.bench.timing import rotation_sets
     result = {}
     for z, m, n, k in [(64, 1024, 1024, 128), (8, 2048, 2048, 2048)]:
@@ -37,14 +39,7 @@ def main(out_path):
         impls = {"torch.bmm": (lambda i: torch.bmm(a[i], b[i], out=c[i]), "torch")}
         for key, cfg in CONFIGS.items():
             impls[key] = ((lambda cfg: lambda i: tk.bmm(a[i], b[i], out=c[i], config=cfg))(cfg), "tilesafe")
-
-        def check(key, fn):
-            c[0].fill_(float("nan"))
-            fn(0)
-            err = ((c[0].float() - ref).norm() / ref.norm()).item()
-            if not err < 2e-2:
-                raise AssertionError(f"rel error {err}")
-        entry = result[f"Z={z} {m}x{n}x{k}"] = measure(impls, sets, check, "torch.bmm", "vs_torch")
+        entry = result[f"Z={z} {m}x{n}x{k}"] = measure(impls, sets, norm_check(c[0], ref), "torch.bmm", "vs_torch")
         show(f"Z={z} {m}x{n}x{k}", entry, "vs_torch", 28)
         torch.cuda.empty_cache()
     json.dump(result, open(out_path, "w"), indent=1)

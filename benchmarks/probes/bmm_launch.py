@@ -18,7 +18,7 @@ Z, M, N, K = 64, 1024, 1024, 128
 
 def main(out_path):
     import tilesafe.kernels as tk
-    from side_by_side import measure, show
+    from side_by_side import measure, norm_check, show
     from tilesafe.bench.observe import Observer
     from tilesafe.bench.timing import Policy, rotation_sets
     from tilesafe.bench.twins.matmul import bmm_twin
@@ -45,12 +45,7 @@ def main(out_path):
              "twin": (lambda i: twin(c[i], a[i], b[i]), "torch"),
              "torch.bmm": (lambda i: torch.bmm(a[i], b[i], out=c[i]), "torch")}
 
-    def check(key, fn):
-        c[0].fill_(float("nan"))
-        fn(0)
-        err = ((c[0].float() - ref).norm() / ref.norm()).item()
-        if not err < 2e-2:
-            raise AssertionError(f"rel error {err}")
+    check = norm_check(c[0], ref)
     result = {"kernel": next(iter(seen))}
     for mode, policy in (("eager", Policy()), ("graph", Policy(graph_below_us=1000.0))):
         entry = result[mode] = measure(impls, sets, check, "twin", "vs_twin", policy=policy)

@@ -31,6 +31,18 @@ def measure(impls: dict, sets: int, check, base: str, ratio: str, policy=None) -
     return out
 
 
+def norm_check(out, ref, tol: float = 2e-2):
+    """A `check` for `measure`: poison `out` (set 0's output), run the launch on set 0, and
+    raise when the result's relative error in norm against `ref` is not below `tol`."""
+    def check(name, launch):
+        out.fill_(float("nan"))
+        launch(0)
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        if not err < tol:
+            raise AssertionError(f"rel error {err}")
+    return check
+
+
 def show(title: str, entry: dict, ratio: str, width: int = 34) -> None:
     print(f"\n{title}")
     for name, v in sorted(entry.items(), key=lambda kv: -kv[1].get(ratio, 0)):
