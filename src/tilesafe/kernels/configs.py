@@ -55,7 +55,7 @@ GPU_DEFAULTS: dict[str, dict] = {
                "min_blocks": 132, "tail_split": False, "num_warps": 8, "num_stages": 3},
     "linear": {"block_m": 16, "block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "prefetch": False,
                "num_warps": 4, "num_stages": 4},
-    # persistent through rank-3 TMA descriptors: 0.89-0.91 of cuBLAS on the H200, where
+    # persistent through rank-3 TMA descriptors: 0.95-1.02 of cuBLAS on the H200, where
     # either alone was slower than one tile per block on pointers (tune-bmm.log)
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "tma": True,
             "num_warps": 4, "num_stages": 5},

@@ -277,9 +277,8 @@ BMM_KERNELS = {"bmm_kernel": bmm, "bmm_persistent_kernel": bmm_persistent}
 def bmm_twin(seen, workers: int):
     """The twin of the `bmm_kernel` or `bmm_persistent_kernel` launch in `seen`: `run(c, a, b)`
     for c[z] = a[z] @ b[z], all three (Z, rows, cols); `workers` is the persistent grid's size
-    (the SM count on a GPU), as in `gemm_twin`. The library's
-    automatic TMA choice leaves rank-3 tensors on pointers; a forced one (`tma=True`)
-    describes them whole, with (1, rows, cols) boxes."""
+    (the SM count on a GPU), as in `gemm_twin`. Rank-3 tensors use TMA only where the launch
+    forced it (`tma=True`, bmm's GPU default): described whole, with (1, rows, cols) boxes."""
     name = next(n for n in BMM_KERNELS if n in seen)
     facts = seen[name]
     bm, bn, bk = facts.consts["BM"], facts.consts["BN"], facts.consts["BK"]
