@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .. import dtypes as dt
 from ..errors import KernelError
 from ..lang import bounds
-from ..lang.annotations import CONST, PTR, REF, OUTPUTS
+from ..lang.annotations import CONST, REF, OUTPUTS
 from ..lang.builder import Bindings
 from ..lang.frontend import build_function, grid_rank_of
 from ..lang.ir import Function
@@ -130,8 +130,7 @@ class Specializer:
         if self.kernel.deny_kernel_checks:
             _deny(self.kernel, spec, masks)
         wide = _needs_64bit(bound)
-        key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide,
-               shared_layouts(self.kernel, bound), schedule)
+        key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide, schedule)
         code = self.code.get(key)
         if code is None:
             code = _backend(backend).compile(self.kernel, spec, masks, wide, bound, schedule)
@@ -144,8 +143,7 @@ class Specializer:
         spec = self.spec(bound)
         masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
         from ..backends.triton import codegen
-        return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound),
-                                shared=shared_layouts(self.kernel, bound)).text
+        return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound)).text
 
 
 _EMPTY = inspect.Parameter.empty
@@ -167,22 +165,6 @@ def _scalar_dtype(kind, value):
     if kind is bool:
         return dt.bool_
     return python_scalar_dtype(value)
-
-
-def shared_layouts(kernel, bound) -> tuple[tuple[str, str], ...]:
-    """(tensor, earlier tensor) pairs of a launch with the same extents and strides: the
-    generated code takes and multiplies one set of them for both (RoPE's four half-views,
-    an elementwise op's operands and output)."""
-    first, pairs = {}, []
-    for name, f in bound.tensors.items():
-        if kernel.param(name).kind == PTR:
-            continue
-        layout = (tuple(f.shape), tuple(f.strides))
-        if layout in first:
-            pairs.append((name, first[layout]))
-        else:
-            first[layout] = name
-    return tuple(pairs)
 
 
 def _needs_64bit(bound) -> bool:

@@ -14,7 +14,6 @@ from ...lang.coverage import definitely_written, loaded_outputs
 from ...lang.ir import walk
 from ...runtime.future import Future
 from ...runtime.safety import mark_written
-from ...runtime.specialize import shared_layouts
 from ...settings import SETTINGS
 from . import adapter, codegen, tma
 
@@ -53,7 +52,7 @@ class TritonBackend:
     def compile(self, kernel, spec, masks, wide, bound, schedule=None) -> "TritonCompiled":
         if self.interpret:
             _refuse_interpreter_dtypes(kernel, spec.fn)
-        return TritonCompiled(self, kernel, spec, masks, wide, schedule, shared_layouts(kernel, bound))
+        return TritonCompiled(self, kernel, spec, masks, wide, schedule)
 
     def load(self, generated):
         fn = self._loaded.get(generated.text)
@@ -63,7 +62,7 @@ class TritonBackend:
 
 
 class TritonCompiled:
-    def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool, schedule=None, shared=()):
+    def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool, schedule=None):
         self.backend = backend
         self.options = schedule.options() if schedule is not None else {}   # Triton launch options
         # PDL needs Hopper's griddepcontrol; elsewhere (and interpreted) the launch is plain.
@@ -77,7 +76,6 @@ class TritonCompiled:
         self.spec = spec
         self.masks = masks
         self.wide = wide
-        self.shared = shared          # tensors that take an earlier one's extents and strides
         self.written = definitely_written(spec.fn)
         self._reloaded = loaded_outputs(spec.fn)
         self._variants: dict = {}   # descriptor tensors -> (Generated, launchable)
@@ -98,7 +96,7 @@ class TritonCompiled:
         v = self._variants.get(key)
         if v is None:
             gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors, linear_grid,
-                                   column_major, self.reversed_axes, self.pdl, self.shared)
+                                   column_major, self.reversed_axes, self.pdl)
             v = self._variants[key] = (gen, self.backend.load(gen))
         self.last_generated = v[0]   # what the latest launch ran (the benchmark twins mirror it)
         return v
@@ -266,8 +264,7 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
         rows, cols = tma.choose(kernel, loaded_outputs(spec.fn), arrays, any_rank)
     pdl = schedule is not None and schedule.pdl and arch >= 90
     gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), rows, column_major=cols,
-                           reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl,
-                           shared=shared_layouts(kernel, bound))
+                           reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
     values = []
     for slot in gen.args:
         f = bound.tensors.get(slot.param)

@@ -91,7 +91,6 @@ class Emitter:
     grid_names: tuple = ()                          # linearised grid: (pid0, pid1, pid2, g1, g2)
     arrivals: str = ""                              # S16: the per-group ticket counters' pointer
     stored: frozenset = frozenset()                 # id(Value) of every tile a store writes
-    shared: dict = field(default_factory=dict)      # tensor -> earlier tensor whose extents/strides it uses
 
     def pid(self, axis: int) -> str:
         """This block's index along grid `axis` (from the far end on a reversed axis)."""
@@ -261,7 +260,7 @@ def emit_op(em: Emitter, op: Op) -> None:
 
 # --- the function ------------------------------------------------------------------------------
 def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), linear_grid: bool = False,
-             column_major=frozenset(), reversed_axes=(), pdl: bool = False, shared=()) -> Generated:
+             column_major=frozenset(), reversed_axes=(), pdl: bool = False) -> Generated:
     """The Triton source of one specialization (`descriptors`: tensors eligible for TMA;
     `column_major`: those of them whose columns, not rows, are contiguous, e.g. `w.T`).
 
@@ -271,14 +270,10 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
     `pdl`: the kernel is launched with programmatic dependent launch. Its first statement
     waits for the kernel before it (griddepcontrol.wait: that kernel complete, its writes
     visible), so no access of this kernel can see the earlier one unfinished; the second
-    lets the next PDL kernel start launching (it waits likewise).
-
-    `shared`: (tensor, earlier tensor) pairs with the same extents and strides in this
-    launch (`specialize.shared_layouts`): the later one uses the earlier one's arguments."""
+    lets the next PDL kernel start launching (it waits likewise)."""
     from .emit_memory import barrier_loads
     fn: Function = spec.fn
-    em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major), tuple(reversed_axes), pdl=pdl,
-                 shared=dict(shared))
+    em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major), tuple(reversed_axes), pdl=pdl)
     if pdl:
         em.prologue += ["    gdc_wait()   # PDL: the kernel before this one has finished, its writes visible",
                         "    gdc_launch_dependents()"]
@@ -318,9 +313,6 @@ def _signature(em: Emitter, fn: Function) -> list[ArgSlot]:
                 numel = em.fresh(f"{p.name}_numel")
                 slots.append(ArgSlot(numel, p.name, "numel"))
                 em.tensors[p.name] = TensorNames(ptr, numel=numel)
-            elif p.name in em.shared:                # same extents and strides as an earlier tensor
-                same = em.tensors[em.shared[p.name]]
-                em.tensors[p.name] = TensorNames(ptr, same.extents, same.strides)
             else:
                 rank = p.value.type.rank
                 ext = tuple(em.fresh(f"{p.name}_n{a}") for a in range(rank))
