@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv, launch
+from .tiles import load_rows
 
 
 @triton.jit
@@ -24,12 +25,7 @@ def row_sum(z_ptr, x_ptr, M, N, sxm, BM: tl.constexpr, BN: tl.constexpr, EVEN: t
     rn = tl.arange(0, BN)
     acc = tl.zeros((BM, BN), tl.float32)                   # summed across tiles, reduced once at the end
     for k in range(0, tl.cdiv(N, BN)):
-        cols = k * BN + rn
-        if EVEN:
-            acc += tl.load(x_ptr + rm[:, None] * sxm + cols[None, :]).to(tl.float32)
-        else:
-            acc += tl.load(x_ptr + rm[:, None] * sxm + cols[None, :], mask=(rm[:, None] < M) & (cols[None, :] < N),
-                           other=0.0).to(tl.float32)
+        acc += load_rows(x_ptr, rm, k * BN + rn, M, N, sxm, EVEN, 0.0)
     s = tl.sum(acc, axis=1).to(z_ptr.dtype.element_ty)
     if EVEN:
         tl.store(z_ptr + rm, s)
@@ -46,12 +42,7 @@ def argmax_partial(best_ptr, at_ptr, x_ptr, M, N, sxm, S, BM: tl.constexpr, BN: 
     best = tl.full((BM,), -float("inf"), tl.float32)
     at = tl.zeros((BM,), tl.int32)
     for t in range(s * PER, tl.minimum((s + 1) * PER, tl.cdiv(N, BN))):
-        cols = t * BN + rn
-        if EVEN:
-            v = tl.load(x_ptr + rm[:, None] * sxm + cols[None, :]).to(tl.float32)
-        else:
-            v = tl.load(x_ptr + rm[:, None] * sxm + cols[None, :], mask=(rm[:, None] < M) & (cols[None, :] < N),
-                        other=-float("inf")).to(tl.float32)
+        v = load_rows(x_ptr, rm, t * BN + rn, M, N, sxm, EVEN, -float("inf"))
         vmax = tl.max(v, axis=1)
         better = vmax > best                               # strict: an earlier tile keeps a tie
         best = tl.where(better, vmax, best)

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv, launch, pdl, pdl_start
+from .tiles import load_rows, load_vector, store_rows
 
 
 @triton.jit
@@ -17,11 +18,7 @@ def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EV
             LOG: tl.constexpr = False):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, NP)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    if EVEN:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
-    else:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+    t = load_rows(x_ptr, rm, rn, M, N, sxm, EVEN, -float("inf"))
     m = tl.max(t, axis=1, keep_dims=True)                            # (BM, 1)
     e = tl.exp(t - m)                                                # (BM, NP)
     s = tl.sum(e, axis=1, keep_dims=True)
@@ -29,10 +26,7 @@ def softmax(y_ptr, x_ptr, M, N, sxm, sym, BM: tl.constexpr, NP: tl.constexpr, EV
         r = t - m - tl.log(s)
     else:
         r = e / s
-    if EVEN:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty))
-    else:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty), mask=mask)
+    store_rows(y_ptr, r, rm, rn, M, N, sym, EVEN)
 
 
 @triton.jit
@@ -46,12 +40,7 @@ def chunk_stats(m_ptr, s_ptr, x_ptr, M, N, sxm, C, PER, BM: tl.constexpr, BN: tl
     m = tl.full((BM,), -float("inf"), tl.float32)
     s = tl.zeros((BM,), tl.float32)
     for k in range(c * PER, tl.minimum((c + 1) * PER, tl.cdiv(N, BN))):
-        cols = k * BN + rn
-        if EVEN:
-            t = tl.load(x_ptr + rm[:, None] * sxm + cols[None, :]).to(tl.float32)
-        else:
-            t = tl.load(x_ptr + rm[:, None] * sxm + cols[None, :], mask=(rm[:, None] < M) & (cols[None, :] < N),
-                        other=-float("inf")).to(tl.float32)
+        t = load_rows(x_ptr, rm, k * BN + rn, M, N, sxm, EVEN, -float("inf"))
         m_new = tl.maximum(m, tl.max(t, axis=1))
         alpha = tl.where(m_new == -float("inf"), 0.0, tl.exp(m - m_new))
         p = tl.where(m_new[:, None] == -float("inf"), 0.0, tl.exp(t - m_new[:, None]))
@@ -77,39 +66,22 @@ def softmax_apply(y_ptr, x_ptr, m_ptr, s_ptr, M, N, sxm, sym, C, BM: tl.constexp
     sc = tl.load(s_ptr + rm[:, None] * C + rc[None, :], mask=inside, other=0.0)
     m = tl.max(mc, axis=1)
     s = tl.sum(tl.where(mc == -float("inf"), 0.0, sc * tl.exp(mc - m[:, None])), axis=1)
-    if EVEN:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
-    else:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=(rm[:, None] < M) & (rn[None, :] < N),
-                    other=0.0).to(tl.float32)
+    t = load_rows(x_ptr, rm, rn, M, N, sxm, EVEN, 0.0)
     if LOG:
         r = t - m[:, None] - tl.log(s[:, None])
     else:
         r = tl.exp(t - m[:, None]) / s[:, None]
-    if EVEN:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty))
-    else:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], r.to(y_ptr.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+    store_rows(y_ptr, r, rm, rn, M, N, sym, EVEN)
 
 
 @triton.jit
 def rms_norm(y_ptr, x_ptr, w_ptr, M, N, sxm, sym, eps, BM: tl.constexpr, NP: tl.constexpr, EVEN: tl.constexpr):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, NP)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    if EVEN:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
-        w = tl.load(w_ptr + rn).to(tl.float32)
-    else:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+    t = load_rows(x_ptr, rm, rn, M, N, sxm, EVEN, 0.0)
+    w = load_vector(w_ptr, rn, N, EVEN)
     r = tl.rsqrt(tl.sum(t * t, axis=1, keep_dims=True) / N + eps)    # (BM, 1)
-    y = (t * r * w[None, :]).to(y_ptr.dtype.element_ty)
-    if EVEN:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y)
-    else:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y, mask=mask)
+    store_rows(y_ptr, t * r * w[None, :], rm, rn, M, N, sym, EVEN)
 
 
 @triton.jit
@@ -117,17 +89,10 @@ def layer_norm(y_ptr, x_ptr, w_ptr, b_ptr, M, N, sxm, sym, eps, BM: tl.constexpr
                EVEN: tl.constexpr, HAS_B: tl.constexpr):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, NP)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    if EVEN:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :]).to(tl.float32)
-        w = tl.load(w_ptr + rn).to(tl.float32)
-        if HAS_B:
-            b = tl.load(b_ptr + rn).to(tl.float32)
-    else:
-        t = tl.load(x_ptr + rm[:, None] * sxm + rn[None, :], mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
-        if HAS_B:
-            b = tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+    t = load_rows(x_ptr, rm, rn, M, N, sxm, EVEN, 0.0)
+    w = load_vector(w_ptr, rn, N, EVEN)
+    if HAS_B:                                               # loaded before the sums, as the library
+        b = load_vector(b_ptr, rn, N, EVEN)
     mean = tl.sum(t, axis=1, keep_dims=True) / N                     # (BM, 1)
     d = t - mean
     if not EVEN:
@@ -136,11 +101,7 @@ def layer_norm(y_ptr, x_ptr, w_ptr, b_ptr, M, N, sxm, sym, eps, BM: tl.constexpr
     y = d * r * w[None, :]
     if HAS_B:
         y += b[None, :]
-    y = y.to(y_ptr.dtype.element_ty)
-    if EVEN:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y)
-    else:
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], y, mask=mask)
+    store_rows(y_ptr, y, rm, rn, M, N, sym, EVEN)
 
 
 @triton.jit
