@@ -27,7 +27,7 @@ CONFIGS = {   # every key given: the tuned table's bmm entry (from this probe) m
 
 def main(out_path):
     import tilesafe.kernels as tk
-    from side_by_side import measure, norm_check, show
+    from side_by_side import measure, result_check, show
     from tilesafe.bench.timing import rotation_sets
     result = {}
     for z, m, n, k in [(64, 1024, 1024, 128), (8, 2048, 2048, 2048)]:
@@ -39,7 +39,7 @@ def main(out_path):
         impls = {"torch.bmm": (lambda i: torch.bmm(a[i], b[i], out=c[i]), "torch")}
         for key, cfg in CONFIGS.items():
             impls[key] = ((lambda cfg: lambda i: tk.bmm(a[i], b[i], out=c[i], config=cfg))(cfg), "tilesafe")
-        entry = result[f"Z={z} {m}x{n}x{k}"] = measure(impls, sets, norm_check(c[0], ref), "torch.bmm", "vs_torch")
+        entry = result[f"Z={z} {m}x{n}x{k}"] = measure(impls, sets, result_check(c[0], ref), "torch.bmm", "vs_torch")
         show(f"Z={z} {m}x{n}x{k}", entry, "vs_torch", 28)
         torch.cuda.empty_cache()
     json.dump(result, open(out_path, "w"), indent=1)

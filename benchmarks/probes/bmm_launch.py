@@ -18,7 +18,7 @@ Z, M, N, K = 64, 1024, 1024, 128
 
 def main(out_path):
     import tilesafe.kernels as tk
-    from side_by_side import measure, norm_check, show
+    from side_by_side import measure, result_check, show
     from tilesafe.bench.observe import Observer
     from tilesafe.bench.timing import Policy, rotation_sets
     from tilesafe.bench.twins.matmul import bmm_twin
@@ -45,7 +45,7 @@ def main(out_path):
              "twin": (lambda i: twin(c[i], a[i], b[i]), "torch"),
              "torch.bmm": (lambda i: torch.bmm(a[i], b[i], out=c[i]), "torch")}
 
-    check = norm_check(c[0], ref)
+    check = result_check(c[0], ref)
     result = {"kernel": next(iter(seen))}
     for mode, policy in (("eager", Policy()), ("graph", Policy(graph_below_us=1000.0))):
         entry = result[mode] = measure(impls, sets, check, "twin", "vs_twin", policy=policy)

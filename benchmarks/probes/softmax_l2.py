@@ -86,7 +86,7 @@ VARIANTS = {
 
 
 def main(out_path):
-    from side_by_side import measure, show
+    from side_by_side import measure, result_check, show
     from tilesafe.bench.timing import rotation_sets
     result = {}
     for (m, n) in [(64, 151936), (32, 151936), (128, 151936)]:
@@ -98,14 +98,7 @@ def main(out_path):
                  "copy": (lambda i: ys[i].copy_(xs[i]), "torch")}
         for key, kw in VARIANTS.items():
             impls[key] = ((lambda f: lambda i: f(ys[i], xs[i]))(Softmax(m, n, **kw)), "torch")
-
-        def check(key, fn):
-            ys[0].fill_(float("nan"))
-            fn(0)
-            if key not in ("copy", "torch.softmax"):
-                err = ((ys[0] - ref).abs().max() / ref.abs().max()).item()
-                if not err < 1e-4:
-                    raise AssertionError(f"rel error {err}")
+        check = result_check(ys[0], ref, tol=1e-4, error="max", unchecked=("copy", "torch.softmax"))
         entry = result[f"{m}x{n}"] = measure(impls, sets, check, "copy", "vs_copy")
         show(f"{m}x{n} f32", entry, "vs_copy", 40)
         torch.cuda.empty_cache()

@@ -164,7 +164,7 @@ def variants(m, n, k, sms):
 def main(out_path):
     import tilesafe as ts
     import tilesafe.kernels  # noqa: F401
-    from side_by_side import measure
+    from side_by_side import measure, result_check
     from tilesafe.bench.timing import rotation_sets
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, result = [], {}
@@ -178,14 +178,7 @@ def main(out_path):
                  "tilesafe": (lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i]), "tilesafe")}
         for key, sk in variants(m, n, k, sms).items():
             impls[key] = ((lambda f: lambda i: f(cs[i], xs[i], ws[i]))(sk), "torch")
-
-        def check(key, fn):
-            cs[0].fill_(float("nan"))
-            fn(0)
-            fn(0)                                        # twice: the counters must be back at zero
-            err = ((cs[0].float() - ref).abs().max() / ref.abs().max()).item()
-            if not err < 2e-2:
-                raise AssertionError(f"rel error {err}")
+        check = result_check(cs[0], ref, error="max", runs=2)    # twice: the counters must be back at zero
         entry = result[name] = measure(impls, sets, check, "cublas", "vs_cublas")
         base = entry["cublas"]["us"]
         best = max((v["vs_cublas"], key) for key, v in entry.items() if key.startswith("sk") and "us" in v) \
