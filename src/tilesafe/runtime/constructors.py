@@ -39,8 +39,12 @@ def full(shape, value, dtype=f32, device=None) -> Tensor:
 
 def empty(shape, dtype=f32, device=None) -> Tensor:
     """An uninitialised tensor: write-only until every element has been written (S14)."""
-    dt, dev = resolve_dtype(dtype), resolve_device(device)
-    t = torch.empty(resolve_shape(shape), dtype=dt.torch, device=dev)
+    dt, dev, dims = resolve_dtype(dtype), resolve_device(device), resolve_shape(shape)
+    try:
+        t = torch.empty(dims, dtype=dt.torch, device=dev)
+    except RuntimeError as e:   # a size that overflows, or more than the device holds
+        raise LaunchError(f"cannot allocate a {dt!r} tensor of shape {dims}: {e}", loc=caller_loc(),
+                          help="pick a shape whose bytes fit in the device's memory") from None
     state = StorageState(t.untyped_storage().nbytes(), initialised=False)
     return Tensor(t, StorageState.attach(t, state))
 
