@@ -1,63 +1,123 @@
-"""Which outputs a kernel is certain to write completely (for S14 initialisation tracking).
+"""Which outputs a kernel writes completely, and which it reads before writing them (S14).
 
-An output counts as written only when a store that covers its tile runs unconditionally:
-at the top level of the body, or at the top level of its own `subtiles` / unwindowed
-`tiles` walk. Stores under a dynamic `if`, `while` or `for` may not run, so a launch with
-only those leaves an uninitialised output uninitialised.
+One forward "must" analysis over the structured IR. The facts at a point are the writes
+that every path reaching it has made:
+  (WHOLE, z)              z is written whole: this block's tile of a `ts.Mut` output; every
+                          tile of a `ts.MutTiles` output (after its walk); the group's tile of
+                          a `ts.MutLast` output (after `if ts.last_arrival():`);
+  (AT, z, mode, idx, sub) the tile (or sub-tile) of z at the minted index idx was written in
+                          the current iteration of the walk that minted idx.
+Rules:
+  * a store adds its fact;
+  * after an `if`, the facts of both branches hold; the `if ts.last_arrival():` body runs in
+    one block of every group, so its `ts.MutLast` stores count for the whole launch;
+  * after a loop that surely runs (a `range` with compile-time bounds that is not empty, a
+    `subtiles` walk), its body's facts hold; a dynamic `range` or a `while` may run zero
+    times, and a `tiles` walk may give a block no tile, so their bodies add nothing;
+  * a walk whose body always ends with its own index stored writes the output whole (a
+    `subtiles` walk: this block's tile; an unwindowed `tiles` walk: every tile);
+  * a loop body is analysed with the facts before the loop: facts only grow, so those are
+    exactly the facts that hold at the head of every iteration.
+A load of an output reads only what this block wrote when its elements are covered by a
+fact (the S15 barrier makes the store visible); any other load needs the output to be
+initialised before the launch.
 """
 from __future__ import annotations
 
-from .ir import Block, Function
+from .annotations import MUT_LAST
+from .ir import Block, Function, Op, Value, walk
+
+WHOLE, AT = "whole", "at"
 
 
 def definitely_written(fn: Function) -> set[str]:
-    written = set()
-    for op in fn.body.ops:
-        if op.opcode == "store" and op.attrs["mode"] == "block":
-            written.add(op.args[0].name)
-        elif op.opcode == "if" and _is_arrival(fn, op):
-            # S16: every group has a last block, which runs the body once.
-            written.update(s.args[0].name for s in op.regions[0].ops
-                           if s.opcode == "store" and s.attrs["mode"] == "group")
-        elif op.opcode == "subtiles" or (op.opcode == "tiles" and not op.attrs["windowed"]):
-            name = op.attrs["output"]
-            if _stores_whole(op.regions[0], name, "subtile" if op.opcode == "subtiles" else "tile"):
-                written.add(name)
-    return written
+    """Outputs every launch of `fn` writes completely (so they count as initialised after it)."""
+    facts = _Flow(fn).block(fn.body, frozenset())
+    return {f[1] for f in facts if f[0] == WHOLE}
 
 
-def _is_arrival(fn: Function, op) -> bool:
-    """Is this `if` the one on `ts.last_arrival()` (its condition is the `arrive` op's result)?"""
-    return any(o.opcode == "arrive" and o.results[0] is op.args[0] for o in fn.body.ops)
-
-
-def _stores_whole(block: Block, name: str, mode: str) -> bool:
-    return any(op.opcode == "store" and op.args[0].name == name and op.attrs["mode"] == mode for op in block.ops)
+def reads_outputs(fn: Function) -> set[str]:
+    """Outputs the kernel loads back (`z.load()`, `z.load(idx)`) where the block may not have
+    written the loaded elements first: they must be initialised before the launch."""
+    flow = _Flow(fn)
+    flow.block(fn.body, frozenset())
+    return flow.unwritten_reads
 
 
 def loaded_outputs(fn: Function) -> set[str]:
     """Outputs the kernel loads back anywhere (`z.load()`): the backend keeps their accesses
     on one path so the S15 barrier orders them."""
-    from .ir import walk
     return {op.args[0].name for op in walk(fn.body) if op.opcode == "load" and op.args[0].type.tile is not None}
 
 
-def reads_outputs(fn: Function) -> set[str]:
-    """Outputs the kernel loads back (`z.load()`) before writing them: they must be
-    initialised before the launch. A load that follows an unconditional top-level store of
-    the block's whole tile reads what this block just wrote (S15), so it needs nothing."""
-    stored: set[str] = set()
-    needs: set[str] = set()
-    for op in fn.body.ops:
-        for sub in (op, *walk_regions(op)):
-            if sub.opcode == "load" and sub.args[0].type.tile is not None and sub.args[0].name not in stored:
-                needs.add(sub.args[0].name)
-        if op.opcode == "store" and op.attrs["mode"] == "block":
-            stored.add(op.args[0].name)
-    return needs
+class _Flow:
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self.defs = {r: op for op in walk(fn.body) for r in op.results}   # value -> the op defining it
+        self.unwritten_reads: set[str] = set()
+
+    def block(self, block: Block, facts: frozenset) -> frozenset:
+        for op in block.ops:
+            facts = self.op(op, facts)
+        return facts
+
+    def op(self, op: Op, facts: frozenset) -> frozenset:
+        code = op.opcode
+        if code == "load" and op.args[0].type.tile is not None:
+            self._load(op, facts)
+        elif code == "store":
+            return facts | {_stored(op)}
+        elif code == "if":
+            then = self.block(op.regions[0], facts)
+            if self._is_arrival(op.args[0]):
+                return facts | {f for f in then if f[0] == WHOLE and self.fn.param(f[1]).kind == MUT_LAST}
+            return then & self.block(op.regions[1], facts)
+        elif code == "for":
+            body = self.block(op.regions[0], facts)
+            return body if self._surely_runs(op) else facts
+        elif code == "subtiles":   # visits every sub-tile of the block's tile: at least one
+            body = self.block(op.regions[0], facts)
+            return body | _covered(op, body, "subtile", op.attrs["shape"])
+        elif code == "tiles":
+            body = self.block(op.regions[0], facts)
+            return facts if op.attrs["windowed"] else facts | _covered(op, body, "tile", None)
+        else:
+            for region in op.regions:   # a `while` (and anything else with regions) may not run
+                self.block(region, facts)
+        return facts
+
+    def _load(self, op: Op, facts: frozenset) -> None:
+        name, mode = op.args[0].name, op.attrs["mode"]
+        written = mode in ("block", "member", "subtile") and (WHOLE, name) in facts
+        if mode in ("subtile", "tile"):
+            written = written or (AT, name, mode, tuple(op.args[1:]), op.attrs.get("sub")) in facts
+        if not written:
+            self.unwritten_reads.add(name)
+
+    def _is_arrival(self, cond: Value) -> bool:
+        """Is this the `if` on `ts.last_arrival()` (its condition is the `arrive` op's result)?"""
+        op = self.defs.get(cond)
+        return op is not None and op.opcode == "arrive"
+
+    def _surely_runs(self, op: Op) -> bool:
+        """A `for` over a range whose bounds are compile-time and that has an iteration."""
+        bounds = [self.defs.get(v) for v in op.args[:3]]
+        if any(d is None or d.opcode != "const" for d in bounds):
+            return False
+        lo, hi, step = (d.attrs["value"] for d in bounds)
+        return len(range(lo, hi, step)) > 0
 
 
-def walk_regions(op):
-    from .ir import walk
-    for region in op.regions:
-        yield from walk(region)
+def _stored(op: Op) -> tuple:
+    name, mode = op.args[0].name, op.attrs["mode"]
+    if mode in ("block", "group"):
+        return (WHOLE, name)
+    return (AT, name, mode, tuple(op.args[2:]), op.attrs.get("sub"))
+
+
+def _covered(walk_op: Op, body: frozenset, mode: str, sub) -> frozenset:
+    """{(WHOLE, z)} when the walk's body ends with the walk's own index of z stored."""
+    name = walk_op.attrs["output"]
+    rank = len(walk_op.attrs["shape"]) if mode == "subtile" else walk_op.attrs["rank"]
+    idx = tuple(walk_op.regions[0].args[:rank])
+    return frozenset({(WHOLE, name)}) if (AT, name, mode, idx, sub) in body else frozenset()
