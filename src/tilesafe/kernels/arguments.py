@@ -17,6 +17,7 @@ from . import layout
 from ..dtypes import DType
 from ..errors import LaunchError, caller_loc
 from ..runtime.constructors import empty, from_torch
+from ..runtime.graph import refuse_allocation
 from ..runtime.tensor import Tensor
 
 FLOATS = (dtypes.f32, dtypes.f16, dtypes.bf16)
@@ -115,6 +116,7 @@ def output(out, shape, dtype: DType, device: str, torch_mode: bool, fn: str, nam
     """`out` checked against (shape, dtype, device), or a fresh buffer when it is None."""
     shape = tuple(shape)
     if out is None:
+        refuse_allocation(fn, name)   # S12: a capture may not allocate; the caller passes out=
         if torch_mode:
             t = torch.empty(shape, dtype=dtype.torch, device=device)
             return Output(from_torch(t), t)

@@ -16,6 +16,7 @@ from .. import dtypes
 from ..dtypes import DType, f32, i32
 from ..errors import LaunchError, caller_loc
 from . import numpy_bridge
+from .host_lock import serialized
 from .storage_state import StorageState
 from .tensor import Tensor
 
@@ -101,6 +102,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     return _own(copy)
 
 
+@serialized   # marks bytes written that other threads' launches check (host_lock)
 def from_torch(t) -> Tensor:
     """Borrow a torch tensor without copying (S13): the result shares its storage.
 

@@ -1,27 +1,60 @@
 """CUDA graphs (S12): capture launches once, replay them with almost no host cost.
 
 Inside `with ts.graph() as g:` allocations and host synchronisation are refused (they
-would be frozen into the graph or break the capture); library calls take `out=`. The graph
-keeps every buffer a captured launch uses alive, and each `g.replay()` registers those
-accesses as pending, so host reads and later launches are ordered after it (S9/S10).
+would be frozen into the graph or break the capture); library calls take `out=`. A launch
+inside is recorded, not run: so it must be one the graph can replay — on the Triton GPU
+backend and on the capture's stream — or it is refused (another stream would run it once
+now and never again). The graph keeps every buffer a captured launch uses alive, and each
+`g.replay()` registers those accesses as pending, so host reads and later launches are
+ordered after it (S9/S10).
+
+Initialisation (S14) follows what really ran: a captured launch writes nothing until the
+graph replays, so its outputs are marked written by the first replay, not at capture; a
+capture that failed or was abandoned never marks them. Inside the capture, a later launch
+may read what an earlier captured launch wrote (the graph runs them in order), which the
+graph tracks on its own copy of the written bytes.
+
 Run each kernel once eagerly before capturing, so compilation happens outside the capture.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 
-from ..errors import LaunchError
+from ..errors import LaunchError, OwnershipError, caller_loc
 from ..settings import graph_var
-from .future import Completion, Future
+from .future import Completion, Future, device_synchronized
+from .host_lock import LOCK, serialized
 
 
 class Graph:
+    """Launches captured by `with ts.graph() as g:`; `g.replay()` runs them again."""
+    backend = "triton"   # the backend whose launches a capture records
+
     def __init__(self):
-        import torch
-        self._graph = torch.cuda.CUDAGraph()
-        self._accesses: list = []      # (tensor, is_write)
-        self._keep: list = []
+        self._accesses: list = []      # (tensor, is_write), each registered by every replay
+        self._keep: list = []          # the captured buffers, alive as long as the graph
         self._seen: set = set()
+        self._written: list = []       # (StorageState, view): written once the graph has run (S14)
+        self._shadows: dict = {}       # id(state) -> its copy with this capture's writes marked
+        self._complete = False         # the capture ended without an error
+        self._graph = None             # the torch.cuda.CUDAGraph
+        self._stream: int | None = None   # raw handle of the capturing stream
+
+    # -- what the launches inside the capture tell the graph -------------------------------
+
+    def admit(self, kernel_name: str, backend: str) -> None:
+        """Refuse a launch the graph could not replay: it would run once now, or not at all."""
+        if backend != self.backend:
+            raise LaunchError(f"`{kernel_name}` runs on the {backend} backend, which ts.graph() cannot capture: "
+                              "it would run once now and never at g.replay()",
+                              help=f"capture launches on the {self.backend} backend, or launch this one outside "
+                                   "the `with ts.graph()` block")
+        if not self._on_capture_stream():
+            raise LaunchError(f"`{kernel_name}` is launched on another stream than the one ts.graph() captures: "
+                              "it would run once now and never at g.replay()",
+                              help="launch it on the capture's own stream inside ts.graph(), or outside the "
+                                   "`with ts.graph()` block")
 
     def record(self, tensor, is_write: bool) -> None:
         """Called by a launch during capture: the replay reads/writes this tensor."""
@@ -31,8 +64,59 @@ class Graph:
             self._accesses.append((tensor, is_write))
             self._keep.append(tensor._torch())
 
+    def defer_written(self, state, view) -> None:
+        """A captured launch writes every byte of `view`: true once the graph has run (S14)."""
+        if state.init_mask is None:
+            return                    # already all written: nothing to defer
+        self._written.append((state, view))
+        shadow = self._shadows.get(id(state))
+        if shadow is None:            # a copy, so that the real state stays as it is
+            shadow = copy.copy(state)
+            shadow.init_mask = state.init_mask.clone()
+            self._shadows[id(state)] = shadow
+        shadow.mark_written(view)
+
+    def is_written(self, state, view) -> bool:
+        """S14 inside the capture: written before it, or by a launch captured before this one."""
+        shadow = self._shadows.get(id(state))
+        return (shadow if shadow is not None else state).is_written(view)
+
+    # -- replay ----------------------------------------------------------------------------
+
+    @serialized
     def replay(self) -> Future:
         """Run the captured work again on the current stream; returns a Future."""
+        if graph_var.get() is not None:
+            raise LaunchError("g.replay() is not allowed while capturing ts.graph()", loc=caller_loc(),
+                              help="replay the graph before or after the `with ts.graph()` block")
+        if not self._complete:
+            raise LaunchError("this graph cannot be replayed: its capture did not complete", loc=caller_loc(),
+                              help="fix the error raised inside the `with ts.graph()` block and capture again")
+        done = self._replay_on_device()
+        for state, view in self._written:    # the first replay writes what the capture recorded
+            state.mark_written(view)
+        self._written, self._shadows = [], {}
+        for t, is_write in self._accesses:
+            t._state.record(t._byte_set(), is_write, done)
+        return Future((), done)
+
+    # -- the device: a CUDA graph (a test may stand in another) ------------------------------
+
+    @contextlib.contextmanager
+    def _capture_on_device(self):
+        import torch
+        torch.cuda.synchronize()
+        device_synchronized(torch.cuda.current_device())   # launches issued before: done, no polling
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._stream = torch.cuda.current_stream().cuda_stream
+            yield
+
+    def _on_capture_stream(self) -> bool:
+        import torch
+        return torch.cuda.current_stream().cuda_stream == self._stream
+
+    def _replay_on_device(self) -> Completion:
         import torch
         stream = torch.cuda.current_stream()
         for t, is_write in self._accesses:
@@ -40,34 +124,50 @@ class Graph:
         self._graph.replay()
         event = torch.cuda.Event()
         event.record(stream)
-        done = Completion(event, stream.cuda_stream, tuple(self._keep))
-        for t, is_write in self._accesses:
-            t._state.record(t._byte_set(), is_write, done)
-        return Future((), done)
+        return Completion(event, stream.cuda_stream, tuple(self._keep), stream)
 
 
-@contextlib.contextmanager
-def graph():
+def graph() -> contextlib.AbstractContextManager:
     """Capture the launches inside into a CUDA graph: `with ts.graph() as g: ...; g.replay()`."""
     import torch
     if not torch.cuda.is_available():
-        raise LaunchError("ts.graph() needs a CUDA GPU", help="run eagerly on this machine")
+        raise LaunchError("ts.graph() needs a CUDA GPU", loc=caller_loc(), help="run eagerly on this machine")
+    return capturing(Graph())
+
+
+def capturing(g: Graph) -> contextlib.AbstractContextManager:
+    """Make launches record into `g` for the body of the `with` block."""
     if graph_var.get() is not None:
-        raise LaunchError("ts.graph() captures cannot be nested")
-    g = Graph()
-    torch.cuda.synchronize()
-    token = graph_var.set(g)
-    try:
-        with torch.cuda.graph(g._graph):
-            yield g
-    finally:
-        graph_var.reset(token)
+        raise LaunchError("ts.graph() captures cannot be nested", loc=caller_loc(),
+                          help="end the outer capture first; replay several graphs one after the other")
+    return _capture(g)
+
+
+@contextlib.contextmanager
+def _capture(g: Graph):
+    # The capture holds the runtime lock throughout: another thread's launches or host
+    # waits would otherwise run eagerly in the middle of it (see host_lock).
+    with LOCK:
+        token = graph_var.set(g)
+        try:
+            with g._capture_on_device():
+                yield g
+            g._complete = True
+        finally:
+            graph_var.reset(token)
 
 
 def refuse_in_capture(what: str) -> None:
     """S12: allocations and host syncs are errors while a graph is being captured."""
     if graph_var.get() is not None:
-        from ..errors import OwnershipError
-        raise OwnershipError(f"{what} is not allowed while capturing ts.graph()",
+        raise OwnershipError(f"{what} is not allowed while capturing ts.graph()", loc=caller_loc(),
                              help="allocate buffers before the capture and pass them in (library "
                                   "functions take out=); read results after g.replay()")
+
+
+def refuse_allocation(fn: str, name: str = "out") -> None:
+    """S12 for library calls: a call that would allocate its output `name` inside a capture."""
+    if graph_var.get() is not None:
+        raise OwnershipError(f"{fn}: allocating its output `{name}` is not allowed while capturing ts.graph()",
+                             loc=caller_loc(),
+                             help=f"allocate the output before the capture and pass it as {name}=...")

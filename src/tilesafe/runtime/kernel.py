@@ -7,6 +7,10 @@ The launch pipeline, in order (each step can refuse, and a refused launch change
   4. specialize: build the IR for these compile-time facts (cached), place bounds masks
      from the launch facts (S11), compile for the backend (cached);
   5. run, then record what the launch wrote (S14) and what it still uses (S9/S10).
+Inside `ts.graph()` a launch is first admitted by the capture (S12: the backend and stream
+it can replay), and its S14 marks wait for the replay. A launch holds the runtime's lock
+from binding to recording (host_lock), so threads launching at once see each other's steps
+whole.
 """
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ from ..lang.annotations import OUTPUTS
 from ..lang.definition_checks import check_definition
 from ..lang.signature import parse_params
 from ..lang.source import KernelSource
-from ..settings import current_backend, launching_disabled_var
+from ..settings import current_backend, graph_var, launching_disabled_var
 from . import binding, safety
 from .autotune_config import AUTO
+from .host_lock import LOCK
 from .launch_plan import LaunchPlan
 from .preconditions import Precondition
 from .schedule import take as take_schedule
@@ -58,13 +63,17 @@ class Kernel:
     # --- launching --------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         """Launch on the current backend and stream; returns a Future at once."""
-        plan = self._last_plan   # the fast path: the same arguments as the last launch
-        if plan is not None and not self.unsafe and plan.matches(args, kwargs, None, current_backend()) \
-                and not launching_disabled_var.get():
-            try:
-                return plan.launch()
-            except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
-                raise _clean(e) from None
+        with LOCK:   # one thread's launch at a time checks and records (host_lock)
+            plan = self._last_plan   # the fast path: the same arguments as the last launch
+            if plan is not None and not self.unsafe and graph_var.get() is None \
+                    and plan.matches(args, kwargs, None, current_backend()) and not launching_disabled_var.get():
+                try:
+                    return plan.launch()
+                except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
+                    raise _clean(e) from None
+            return self._call_slowly(args, kwargs)
+
+    def _call_slowly(self, args, kwargs):
         if self.unsafe:
             raise _clean(LaunchError(f"`{self.name}` is an unsafe kernel and cannot be launched by a plain call",
                                      help=f"use {self.name}.unsafe_launch(*args, grid=...) to take responsibility"))
@@ -85,12 +94,19 @@ class Kernel:
         return self._launch(args, kwargs, grid, True)
 
     def _launch(self, args, kwargs, grid, unsafe):
+        with LOCK:
+            return self._launch_locked(args, kwargs, grid, unsafe)
+
+    def _launch_locked(self, args, kwargs, grid, unsafe):
         if launching_disabled_var.get():
             raise _clean(LaunchError(f"launching `{self.name}` is disabled here (tilesafe check imports files "
                                      "without running kernels)"))
         backend = current_backend()
+        capture = graph_var.get()
         plan = self._last_plan
         try:
+            if capture is not None:   # S12: only what the graph can replay may be captured
+                capture.admit(self.name, backend)
             if plan is not None and plan.matches(args, kwargs, grid, backend):
                 return plan.launch()
             if kwargs.get("tile") is AUTO and "tile" not in self._by_name:
@@ -103,7 +119,9 @@ class Kernel:
             compiled = self.specializer.compiled(bound, backend, sched)
             safety.check_launch(self, bound, compiled.spec.fn)
             future = compiled.run(bound)
-            if not bound.borrowed:   # torch arguments are wrapped per launch: no identity to reuse
+            # Torch arguments are wrapped per launch: no identity to reuse. A plan made inside
+            # a capture is not kept: its S14 check counted writes that happen only at replay.
+            if not bound.borrowed and capture is None:
                 self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
             return future
         except TileSafeError as e:

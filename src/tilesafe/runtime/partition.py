@@ -11,6 +11,7 @@ import operator
 from typing import TYPE_CHECKING
 
 from ..errors import LaunchError, Loc, OwnershipError, caller_loc
+from .host_lock import serialized
 
 if TYPE_CHECKING:
     from ..dtypes import DType
@@ -71,6 +72,7 @@ class Partition:
         self._check_live()
         return self._prefix
 
+    @serialized   # ends lending that other threads check (host_lock)
     def unpartition(self) -> "Tensor":
         """End the lending and return the tensor (the same object that was partitioned)."""
         self._check_live()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..errors import AliasError, OwnershipError
 from ..lang.annotations import PTR, OUTPUTS
 from ..lang.coverage import reads_outputs
+from ..settings import graph_var
 from .aliasing import overlaps, self_overlaps
 
 
@@ -23,12 +24,14 @@ def check_launch(kernel, bound, fn) -> None:
                                  help=f"an output's bytes must not be reachable through another argument; "
                                       f"pass a separate tensor for `{name}`")
     loaded = reads_outputs(fn)
+    capture = graph_var.get()   # inside ts.graph(), what earlier captured launches will have written counts
     for name, f in real.items():
         kind = kernel.param(name).kind
         if kind in OUTPUTS and name not in loaded or kind == PTR:
             continue
         t = f.tensor
-        if not t._state.is_written(t._torch()):
+        written = t._state.is_written(t._torch()) if capture is None else capture.is_written(t._state, t._torch())
+        if not written:
             raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty and "
                                  "has not been written",
                                  help="write it first (a launch whose partition covers it, or a host write), "
@@ -36,9 +39,11 @@ def check_launch(kernel, bound, fn) -> None:
 
 
 def mark_written(bound, names) -> None:
-    """After a launch: the outputs it wrote completely are initialised (S14)."""
+    """After a launch: the outputs it wrote completely are initialised (S14). Inside
+    ts.graph() the launch only was recorded: the graph marks them when it first replays."""
     if bound.grid is not None and 0 in bound.grid:
         return   # no program ran (a persistent kernel launched with grid=0): nothing was written
+    capture = graph_var.get()
     for name in names:
         f = bound.tensors[name]
         t = f.tensor
@@ -48,4 +53,7 @@ def mark_written(bound, names) -> None:
         if f.prefix and bound.grid:
             slices = tuple(slice(0, g * tile) for g, tile in zip(bound.grid, f.tile))
             view = view[slices]
-        t._state.mark_written(view)
+        if capture is not None:
+            capture.defer_written(t._state, view)
+        else:
+            t._state.mark_written(view)

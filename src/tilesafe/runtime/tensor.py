@@ -21,6 +21,7 @@ from ..errors import AliasError, Loc, OwnershipError, TileSafeError, caller_loc
 from . import numpy_bridge
 from .aliasing import ByteSet, byte_set, overlaps, self_overlaps
 from .graph import refuse_in_capture
+from .host_lock import serialized
 from .partition import Partition, where
 from .storage_state import StorageState
 
@@ -151,6 +152,7 @@ class Tensor:
 
     # -- host reads -------------------------------------------------------------------------
 
+    @serialized   # checks then updates shared state: one thread at a time (host_lock)
     def numpy(self) -> np.ndarray:
         """A copy of the values as a NumPy array (ml_dtypes arrays for bf16 and fp8)."""
         self._check_usable("numpy()")
@@ -161,6 +163,7 @@ class Tensor:
         values = self.numpy()
         return values if dtype is None else values.astype(dtype)
 
+    @serialized
     def to_torch(self, copy: bool = False) -> torch.Tensor:
         """The values as a torch tensor.
 
@@ -199,10 +202,12 @@ class Tensor:
 
     # -- host writes ------------------------------------------------------------------------
 
+    @serialized
     def __setitem__(self, index, value) -> None:
         self._check_usable("x[...] = value")
         self._host_write(_index(self._t, index), value, "x[...] = value")
 
+    @serialized
     def copy_(self, value) -> "Tensor":
         """Overwrite every element with `value` (array-like, broadcast to this shape)."""
         self._check_usable("copy_()")
@@ -267,12 +272,14 @@ class Tensor:
 
     # -- partitions -------------------------------------------------------------------------
 
+    @serialized
     def partition(self, tile) -> Partition:
         """Lend this tensor to a partition into `tile`-shaped blocks (S8)."""
         self._check_usable("partition()")
         self._check_not_lent_elsewhere(self._t, "partition this tensor")
         return Partition(self, tile, prefix=False, lent_at=caller_loc())
 
+    @serialized
     def partition_prefix(self, tile) -> Partition:
         """Like `partition`, but a launch may cover only a leading part of the tile grid."""
         self._check_usable("partition_prefix()")
