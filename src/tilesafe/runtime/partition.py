@@ -8,9 +8,11 @@ reach any more cannot be launched either, so its lending ends when it is garbage
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import TYPE_CHECKING
 
 from ..errors import LaunchError, Loc, OwnershipError, caller_loc
+from .aliasing import byte_set, self_overlaps
 from .host_lock import serialized
 
 if TYPE_CHECKING:
@@ -76,7 +78,7 @@ class Partition:
     def unpartition(self) -> "Tensor":
         """End the lending and return the tensor (the same object that was partitioned)."""
         self._check_live()
-        self._check_torch_untouched()
+        self._check_torch_untouched(giving_back=True)
         self._live = False
         self._ended_at = caller_loc()
         self._tensor._give_back(self)
@@ -88,15 +90,40 @@ class Partition:
         now = self._tensor._torch()._version
         return now != self._version and now != self._tensor._state.own_write_version
 
-    def _check_torch_untouched(self) -> None:
-        if self.torch_touched():
+    def _check_torch_untouched(self, giving_back: bool = False) -> None:
+        """S13, best-effort. The version counter covers the whole torch storage and cannot say
+        which bytes torch wrote: when the partition holds every byte of it, a moved counter
+        means torch wrote lent bytes, and a launch is refused. When only part is lent, torch may
+        have written the rest, so it is a warning. `unpartition()` always gives the tensor back
+        (warning instead), else a counter could keep it lent for ever. Each move is reported once."""
+        if not self.torch_touched():
+            return
+        t = self._tensor._torch()
+        whole = self._lends_whole_storage()
+        lent = (f"the {_describe(t)} tensor lent to this partition (at {where(self._lent_at)})")
+        if whole and not giving_back:
             raise OwnershipError(
-                f"the tensor lent to this partition (at {where(self._lent_at)}) was modified through torch "
-                "while tilesafe held it",
+                f"{lent} was modified through torch while tilesafe held it",
                 loc=caller_loc(),
                 help="do not write a borrowed tensor (ts.from_torch) with torch while it is partitioned; "
                      "unpartition it first, or copy it (to_torch(copy=True)). This check is best-effort: "
                      "it sees torch's in-place operations, not writes through raw pointers")
+        if whole:
+            message = (f"{lent} was modified through torch while tilesafe held it; unpartition() gives it "
+                       "back, but its values may mix torch's writes with the launches'")
+        else:
+            message = (f"torch modified the storage of {lent} while it was lent; only part of that storage is "
+                       "lent and torch's version counter cannot say which bytes it wrote, so this may be "
+                       "ordinary interop with the other bytes. Do not write lent bytes through torch")
+        loc = caller_loc()
+        warnings.warn_explicit(message, RuntimeWarning, loc.file if loc else "<unknown>", loc.line if loc else 0)
+        self._version = t._version            # reported: warn again only when it moves again
+
+    def _lends_whole_storage(self) -> bool:
+        """Every byte of the torch storage (all the version counter covers) is lent."""
+        t = self._tensor._torch()
+        bs = byte_set(t)
+        return t.numel() * t.element_size() == t.untyped_storage().nbytes() and not self_overlaps(bs)
 
     def _check_live(self) -> None:
         if not self._live:
@@ -111,6 +138,11 @@ class Partition:
         kind = "partition_prefix" if self._prefix else "partition"
         return (f"Partition(shape={self.shape}, tile={self._tile}, grid={self.grid}, "
                 f"dtype={self._tensor._dtype!r}, kind={kind})")
+
+
+def _describe(t) -> str:
+    """`(64, 32) float32` for messages."""
+    return f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
 
 
 def check_tile(tile, shape: tuple[int, ...]) -> tuple[int, ...]:
