@@ -275,3 +275,37 @@ def test_the_refused_kernels_run_on_an_initialised_output(backend):
     for b in range(2):
         want[b * 8:b * 8 + 4] = x[b * 8:b * 8 + 4]
     np.testing.assert_array_equal(p.unpartition().numpy(), want + 1)
+
+
+# --- the group's tile: both branches inside `if ts.last_arrival():` --------------------------------
+@ts.kernel
+def group_total(c: ts.MutLast[ts.f32, (1,)], part: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, (-1,)],
+                both: ts.Const[bool], B: ts.Const[int]):
+    part.store(ts.load_tile_like(x, part))
+    if ts.last_arrival():
+        acc = ts.zeros((1,), ts.f32)
+        for m in part.members():
+            acc = acc + ts.sum(part.load(m))
+        if ts.sum(acc) > 0.0:
+            c.store(acc)
+        elif both:
+            c.store(-acc)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_group_tile_stored_on_both_branches_is_written(backend, sign):
+    x = rand(np.random.default_rng(162), 300, "f32") + np.float32(sign * 4)    # the sum's sign picks the branch
+    c, part = ts.empty((1,)), ts.empty(300)
+    pc, pp = c.partition((1,)), part.partition((128,))
+    group_total(pc, pp, ts.tensor(x), both=True).sync()
+    pc.unpartition(), pp.unpartition()
+    np.testing.assert_allclose(c.numpy(), [abs(x.sum(dtype=np.float64))], rtol=1e-5)
+
+
+def test_a_group_tile_stored_on_one_branch_stays_unwritten(backend):
+    x = rand(np.random.default_rng(163), 300, "f32") + np.float32(4)
+    c, part = ts.empty((1,)), ts.empty(300)
+    pc, pp = c.partition((1,)), part.partition((128,))
+    group_total(pc, pp, ts.tensor(x), both=False).sync()            # stored, but not on every path
+    assert_host_read_refused(pc.unpartition())
+    np.testing.assert_array_equal(pp.unpartition().numpy(), x)      # the members' tiles are written
