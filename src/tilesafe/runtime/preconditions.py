@@ -50,9 +50,7 @@ class Precondition:
         try:
             if ev(self.tree):
                 return
-            detail = ", ".join(f"{ast.unparse(n)} = {ev(n)}" for n in ast.walk(self.tree)
-                               if isinstance(n, (ast.Call, ast.Name)) and not (isinstance(n, ast.Name) and n.id == "dim")
-                               and not _inside_call(n, self.tree))
+            detail = ", ".join(f"{ast.unparse(n)} = {ev(n)}" for n in _shown(self.tree))
         except (ArithmeticError, TypeError, ValueError) as e:   # e.g. `% 0`, or a dtype in arithmetic
             raise LaunchError(f"precondition `{self.text}` of `{kernel_name}` cannot be evaluated: {e}",
                               help="preconditions compute with integers; check the values this launch passes") \
@@ -136,6 +134,14 @@ class _Evaluator:
 def _is_dim_call(node: ast.Call) -> bool:
     return (isinstance(node.func, ast.Name) and node.func.id == "dim" and len(node.args) == 2
             and not node.keywords and isinstance(node.args[0], ast.Name))
+
+
+def _shown(tree):
+    """The parameters and dim() calls a failed precondition reports, with their values."""
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Call, ast.Name)) and not (isinstance(n, ast.Name) and n.id == "dim") \
+                and not _inside_call(n, tree):
+            yield n
 
 
 def _inside_call(n, tree) -> bool:
