@@ -14,6 +14,7 @@ import torch
 
 from .. import dtypes
 from . import layout
+from .call_checks import refuse_autograd
 from ..dtypes import DType
 from ..errors import LaunchError, caller_loc
 from ..runtime.constructors import empty, from_torch
@@ -33,11 +34,15 @@ def is_torch(x) -> bool:
     return isinstance(x, torch.Tensor)
 
 
-def tensor(x, name: str, fn: str) -> Tensor:
-    """`x` as a tilesafe tensor (a torch tensor is borrowed, not copied)."""
+def tensor(x, name: str, fn: str, differentiable: bool = True) -> Tensor:
+    """`x` as a tilesafe tensor (a torch tensor is borrowed, not copied). A torch tensor
+    that autograd tracks is refused where torch's result would be `differentiable` in it
+    (not for an argmax or a workspace's shape: no gradient is dropped there)."""
     if isinstance(x, Tensor):
         return x
     if is_torch(x):
+        if differentiable:
+            refuse_autograd(x, name, fn)
         return from_torch(x)
     raise fail(fn, f"`{name}` must be a tilesafe or torch tensor, got {type(x).__name__}",
                help="make one with ts.tensor(array) or pass a torch.Tensor")
@@ -110,6 +115,12 @@ class Output:
     """An output buffer: the tilesafe view kernels write, and what the call returns."""
     tensor: Tensor
     returned: object        # `out` as passed, a torch tensor (torch mode) or `tensor`
+    given: bool = False     # the caller passed it (a fresh buffer cannot alias anything)
+
+    @property
+    def passed(self) -> Tensor | None:
+        """The tensor when the caller passed it, for `call_checks.check_aliasing`; else None."""
+        return self.tensor if self.given else None
 
 
 def output(out, shape, dtype: DType, device: str, torch_mode: bool, fn: str, name: str = "out") -> Output:
@@ -128,4 +139,15 @@ def output(out, shape, dtype: DType, device: str, torch_mode: bool, fn: str, nam
                        f"{shape} {dtype.name}", help=f"pass {name}=ts.empty({shape}, ts.{dtype.name})")
     if t.device != device:
         raise fail(fn, f"`{name}` is on {t.device} but the inputs are on {device}")
-    return Output(t, out)
+    return Output(t, out, True)
+
+
+def axis_or_dim(fn: str, axis, dim, default: int = -1) -> tuple[int, str]:
+    """The axis a call works on and the name the caller gave it: `axis=` (NumPy) or `dim=`
+    (PyTorch) are one argument under two names, so passing both is refused."""
+    if axis is not None and dim is not None:
+        raise fail(fn, f"got both axis={axis!r} and dim={dim!r}; they name the same argument",
+                   help="pass one of them (dim= as in PyTorch, or axis= as in NumPy)")
+    if dim is not None:
+        return dim, "dim"
+    return (default, "dim") if axis is None else (axis, "axis")

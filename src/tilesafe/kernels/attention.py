@@ -28,6 +28,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout
+from .call_checks import check_aliasing, workspace_outputs
 from .launch import cdiv, launch, pow2
 
 LOG2E = 1.4426950408889634
@@ -332,6 +333,7 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     if sk == 0:
         raise A.fail(fn, "k and v have no keys (sequence length 0)")
     o = A.output(out, qt.shape, dtype, device, torch_mode, fn)
+    check_aliasing(fn, {"q": qt, "k": kt, "v": vt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
     ov = _heads_view(fn, layout.leading(o.tensor, 4))
@@ -381,7 +383,7 @@ class DecodeWorkspace:
 def decode_workspace(q, k_cache, config=None) -> DecodeWorkspace:
     """Allocate the scratch of `decode_attention` for these shapes (once, before a graph capture)."""
     fn = "decode_workspace"
-    qt, kt = A.tensor(q, "q", fn), A.tensor(k_cache, "k_cache", fn)
+    qt, kt = A.tensor(q, "q", fn, differentiable=False), A.tensor(k_cache, "k_cache", fn, differentiable=False)
     if qt.ndim != 2 or kt.ndim != 3:
         raise A.fail(fn, f"needs q (H, D) and k_cache (HKV, max_seq, D); got {qt.shape} and {kt.shape}")
     h, d = qt.shape
@@ -418,6 +420,9 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     group, gs = h // hkv, _stored_rows(h // hkv)
     if ws.acc.shape[1:] != (hkv * gs, d):
         raise A.fail(fn, "the workspace was made for other shapes", help="make it with decode_workspace(q, k_cache)")
+    # The whole call, before its first launch (the partials, then their combination into `out`).
+    check_aliasing(fn, {"q": qt, "k_cache": kt, "v_cache": vt, "seq_len": None if isinstance(seq_len, int) else lens},
+                   {"out": o.passed, **workspace_outputs(workspace, ("acc", "m", "l"))})
     cfg = _decode_config(dtype, d, group, config)
     dp = max(16, pow2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)

@@ -11,10 +11,11 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout
+from .call_checks import check_aliasing
 from .launch import launch, pow2
 
 # Compile-time op codes (module-level ints are constants inside kernels).
-ADD, SUB, MUL, DIV, SILU_MUL, RSUB, RDIV = 0, 1, 2, 3, 4, 5, 6
+ADD, SUB, MUL, DIV, SILU_MUL, RSUB, RDIV, RSILU_MUL = 0, 1, 2, 3, 4, 5, 6, 7
 NEG, EXP, SILU, GELU, RELU = 0, 1, 2, 3, 4
 GELU_C = 0.7978845608028654          # sqrt(2 / pi)
 
@@ -34,8 +35,10 @@ def binary_op(a, b, OP):
         r = b - a
     elif OP == RDIV:
         r = b / a
-    else:
+    elif OP == SILU_MUL:
         r = a * ts.sigmoid(a) * b                           # silu(a) * b
+    else:
+        r = b * ts.sigmoid(b) * a                           # RSILU_MUL: silu(b) * a
     return r
 
 
@@ -91,6 +94,14 @@ def binary_inplace_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], y: ts.Ref["T", ("N
 
 
 @ts.kernel
+def binary_self_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], T: ts.Const[ts.DType], OP: ts.Const[int],
+                       B0: ts.Const[int], B1: ts.Const[int], B2: ts.Const[int]):
+    """`z = z OP z` (`add(x, x, out=x)`): both operands are the block's own tile, read back."""
+    a = z.load().astype(ts.f32)                             # (B0, B1, B2)
+    z.store(binary_op(a, a, OP).astype(T))
+
+
+@ts.kernel
 def unary_inplace_kernel(z: ts.Mut["T", ("B0", "B1", "B2")], s: float, T: ts.Const[ts.DType], OP: ts.Const[int],
                          SCALAR: ts.Const[bool], B0: ts.Const[int], B1: ts.Const[int], B2: ts.Const[int]):
     """`z = op(z)`, or `z = z OP s` for a scalar s when SCALAR."""
@@ -135,13 +146,13 @@ def div(x, y, out=None, config=None):
 
 def residual_add(x, r, out=None, config=None):
     """`x + r` for two tensors of one shape (the transformer residual stream)."""
-    return _binary("residual_add", ADD, x, r, out, config, broadcast=False)
+    return _binary("residual_add", ADD, x, r, out, config, broadcast=False, names=("x", "r"))
 
 
 def silu_mul(gate, up, out=None, config=None):
     """`silu(gate) * up` for two tensors of one shape (the SwiGLU MLP); views of one packed
     gate/up tensor work as they are."""
-    return _binary("silu_mul", SILU_MUL, gate, up, out, config, broadcast=False)
+    return _binary("silu_mul", SILU_MUL, gate, up, out, config, broadcast=False, names=("gate", "up"))
 
 
 def neg(x, out=None, config=None):
@@ -172,55 +183,72 @@ def relu(x, out=None, config=None):
 # --- dispatch -----------------------------------------------------------------------------
 
 _NUMBERS = (int, float)
-_SWAPPED = {ADD: ADD, MUL: MUL, SUB: RSUB, DIV: RDIV}
+_SWAPPED = {ADD: ADD, MUL: MUL, SUB: RSUB, DIV: RDIV, SILU_MUL: RSILU_MUL}   # a OP b == b SWAPPED a
+XY = ("x", "y")
 
 
-def _binary(fn: str, op: int, x, y, out, config, broadcast: bool = True):
+def _binary(fn: str, op: int, x, y, out, config, broadcast: bool = True, names=XY):
     x_num, y_num = isinstance(x, _NUMBERS) and broadcast, isinstance(y, _NUMBERS) and broadcast
     if x_num and y_num:
         raise A.fail(fn, "needs at least one tensor operand", help="compute with Python numbers directly")
     if x_num or y_num:
-        t, s, op = (y, x, _SWAPPED[op]) if x_num else (x, y, op)
-        return _elementwise(fn, dict(OP=op, s=float(s)), t, None, out, config, scalar=True)
-    return _elementwise(fn, dict(OP=op), x, y, out, config, broadcast)
+        t, s, op, name = (y, x, _SWAPPED[op], names[1]) if x_num else (x, y, op, names[0])
+        return _elementwise(fn, dict(OP=op, s=float(s)), t, None, out, config, scalar=True, names=(name,))
+    return _elementwise(fn, dict(OP=op), x, y, out, config, broadcast, names=names)
 
 
 def _unary(fn: str, op: int, x, out, config):
     return _elementwise(fn, dict(OP=op), x, None, out, config)
 
 
-def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False):
+def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False, names=XY):
     torch_mode = A.is_torch(x)
-    xt = A.tensor(x, "x", fn)
-    dtype = A.dtype_in(xt, A.FLOATS, "x", fn)
-    operands = {"x": xt}
+    xt = A.tensor(x, names[0], fn)
+    dtype = A.dtype_in(xt, A.FLOATS, names[0], fn)
+    operands = {names[0]: xt}
     if y is not None:
-        operands["y"] = A.tensor(y, "y", fn)
+        operands[names[1]] = A.tensor(y, names[1], fn)
         A.same_dtype(fn, **operands)
     device = A.same_device(fn, **operands)
     shape = _result_shape(fn, operands, broadcast)
     o = A.output(out, shape, dtype, device, torch_mode, fn)
+    # The whole call, before any launch: `out` may be an operand itself (the same view: each
+    # output element depends only on the operands' elements at its own index), nothing else.
+    check_aliasing(fn, operands, {"out": o.passed}, {"out": tuple(operands)})
     if o.tensor.numel == 0:
         return o.returned
-    # `out` is x itself: update in place (each block reads back its own tile). Any other
-    # overlap between `out` and an input is refused by the launch (S7).
-    inplace = layout.same_view(o.tensor, xt)
-    if inplace:
-        kernel = binary_inplace_kernel if y is not None else unary_inplace_kernel
-        operands.pop("x")
-        if y is None:
-            extra = dict(extra, SCALAR=scalar, s=extra.get("s", 0.0))
-    else:
-        kernel = binary_kernel if y is not None else scalar_kernel if scalar else unary_kernel
-    expanded = [layout.broadcast(t, shape) for t in operands.values()]
+    kernel, args, extra = _kernel_for(o.tensor, list(operands.values()), extra, scalar)
+    expanded = [layout.broadcast(t, shape) for t in args.values()]
     views = layout.rank3([o.tensor, *expanded], shape)
     # Layouts that do not merge into 3 axes run one launch per slab of the outer axes.
     slabs = [views] if views is not None else layout.slabs3([o.tensor, *expanded], shape)
     cfg = configs.lookup("elementwise", configs.shape_class(dtype), config, dtype)
     for views in slabs:
         tile = tile3(views[0].shape, cfg["block"])
-        launch(kernel, {"z": (views[0], tile)}, cfg=cfg, **dict(zip(operands, views[1:])), **extra)
+        launch(kernel, {"z": (views[0], tile)}, cfg=cfg, **dict(zip(args, views[1:])), **extra)
     return o.returned
+
+
+def _kernel_for(out, operands, extra, scalar):
+    """(kernel, its tensor arguments by parameter name, its other arguments) for `out = op(operands)`.
+
+    When `out` is an operand itself (the same view) the kernel takes it only as the `ts.Mut`
+    and reads it back with `z.load()`: a block reads exactly the tile it then overwrites, so
+    no block reads what another writes, and the launch's own alias check (S7) sees no
+    overlap. An `out` that overlaps an operand in any other way never gets here."""
+    x, y = operands[0], operands[1] if len(operands) > 1 else None
+    on_x, on_y = layout.same_view(out, x), y is not None and layout.same_view(out, y)
+    if y is None:
+        if on_x:
+            return unary_inplace_kernel, {}, dict(extra, SCALAR=scalar, s=extra.get("s", 0.0))
+        return (scalar_kernel if scalar else unary_kernel), {"x": x}, extra
+    if on_x and on_y:                     # add(x, x, out=x)
+        return binary_self_kernel, {}, extra
+    if on_x:                              # out = out OP y
+        return binary_inplace_kernel, {"y": y}, extra
+    if on_y:                              # out = x OP out, i.e. out SWAPPED x
+        return binary_inplace_kernel, {"y": x}, dict(extra, OP=_SWAPPED[extra["OP"]])
+    return binary_kernel, {"x": x, "y": y}, extra
 
 
 def _result_shape(fn, operands: dict, broadcast: bool) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout, scratch
+from .call_checks import check_aliasing
 from .elementwise import GELU, SILU, unary_op
 from .launch import cdiv, launch, pow2, workers
 
@@ -190,7 +191,7 @@ def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out
     if at.ndim < 1 or bt.ndim != 2:
         raise A.fail(fn, f"needs a of shape (..., K) and b of shape (K, N); got {at.shape} and {bt.shape}",
                      help="use ts.kernels.bmm for batches of matrices")
-    return _gemm(fn, A.is_torch(a), at, bt, out_dtype, bias, activation, precision, out, config)
+    return _gemm(fn, A.is_torch(a), at, bt, out_dtype, bias, activation, precision, out, config, ("a", "b"))
 
 
 def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None):
@@ -203,7 +204,7 @@ def linear(x, w, bias=None, activation=None, precision=None, out=None, config=No
     xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
     if xt.ndim < 1 or wt.ndim != 2:
         raise A.fail(fn, f"needs x of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}")
-    return _gemm(fn, A.is_torch(x), xt, wt.T, None, bias, activation, precision, out, config)
+    return _gemm(fn, A.is_torch(x), xt, wt.T, None, bias, activation, precision, out, config, ("x", "w"))
 
 
 def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
@@ -223,6 +224,7 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
         raise A.fail(fn, f"b's batch {bt.shape[0]} does not match a's {z}")
     cdt = A.float_dtype(out_dtype, fn) if out_dtype is not None else dtype
     o = A.output(out, (z, m, n), cdt, device, torch_mode, fn)
+    check_aliasing(fn, {"a": at, "b": bt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
     cfg = configs.lookup("bmm", configs.shape_class(dtype, m, n, k), config, dtype)
@@ -241,8 +243,8 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
 # --- dispatch -----------------------------------------------------------------------------
 
 
-def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, config):
-    (at, bt), dtype, device = A.float_operands(fn, a=at, b=bt)
+def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, config, names):
+    (at, bt), dtype, device = A.float_operands(fn, **dict(zip(names, (at, bt))))
     k, n = bt.shape
     if at.shape[-1] != k:
         raise A.fail(fn, f"inner dimensions differ: {at.shape} @ {bt.shape} ({at.shape[-1]} != {k})")
@@ -258,6 +260,8 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     if m == 0 or n == 0:
         return o.returned
     bias_t = _bias(fn, bias, n, device, av)
+    # The whole call, before its first launch (split-K and tail splits run two or three).
+    check_aliasing(fn, dict(zip(names, (at, bt)), bias=bias_t if bias is not None else None), {"out": o.passed})
     common = dict(a=av, b=bt, bias=bias_t, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation],
                   TF32=_tf32(fn, dtype, precision))
     if m <= SKINNY_M:

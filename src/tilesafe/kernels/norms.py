@@ -10,6 +10,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout
+from .call_checks import check_aliasing
 from .elementwise import ADD, binary_inplace_kernel, binary_kernel, tile3
 from .launch import launch, pow2
 
@@ -136,6 +137,9 @@ def rms_norm(x, w, eps=1e-6, residual=None, out=None, residual_out=None, config=
     outs = {"y": y}
     if residual is not None:
         outs["h"] = A.output(residual_out, shape, dtype, xt.device, torch_mode, fn, "residual_out")
+    # The whole call, before its first launch (long rows run two): only residual_out=residual.
+    passed = {"out": y.passed, "residual_out": outs["h"].passed if residual is not None else None}
+    check_aliasing(fn, dict(inputs, w=wt), passed, {"residual_out": ("residual",)})
     result = (y.returned, outs["h"].returned) if residual is not None else y.returned
     if y.tensor.numel == 0:
         return result
@@ -180,6 +184,7 @@ def layer_norm(x, w, b=None, eps=1e-5, out=None, config=None):
             raise A.fail(fn, f"`b` has shape {bt.shape}, but `w` has {wt.shape}")
     shape = xt.shape
     y = A.output(out, shape, dtype, xt.device, torch_mode, fn)
+    check_aliasing(fn, {"x": xt, "w": wt, "b": bt if b is not None else None}, {"out": y.passed})
     if y.tensor.numel == 0:
         return y.returned
     (xv,), (yv,) = A.row_views(fn, [xt], [y.tensor], shape)

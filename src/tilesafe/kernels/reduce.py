@@ -1,4 +1,5 @@
-"""Row reductions: `sum, max, mean` over one axis, `softmax` and `log_softmax` over the last.
+"""Row reductions: `sum, max, mean`, `softmax` and `log_softmax` over one axis (`axis=` or
+torch's `dim=`; the last by default), read through a view that moves it last.
 
 A tensor of shape (*lead, N) is shown to the kernels as (A, B, N) rows (`layout.rows3`).
 Reductions walk a row in (BM, BN) column tiles and accumulate in fp32. Softmax loads a
@@ -14,6 +15,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, scratch
+from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2
 
 SUM, MAX, MEAN = 0, 1, 2
@@ -100,29 +102,30 @@ def softmax_apply_kernel(y: ts.Mut["T", (1, "BM", "BN")], x: ts.Ref["T", ("NA", 
 # --- public API -------------------------------------------------------------------------
 
 
-def sum(x, axis=-1, out=None, config=None):
-    """Sum over `axis` (fp32 accumulation, result in x's dtype). `ts.kernels.sum(x)`"""
-    return _reduce("sum", SUM, x, axis, out, config)
+def sum(x, axis=None, out=None, config=None, *, dim=None):
+    """Sum over `axis` (or `dim=`, as in torch; default the last), fp32 accumulation, result
+    in x's dtype. `ts.kernels.sum(x, dim=0)`"""
+    return _reduce("sum", SUM, x, axis, dim, out, config)
 
 
-def max(x, axis=-1, out=None, config=None):
-    """Maximum over `axis`."""
-    return _reduce("max", MAX, x, axis, out, config)
+def max(x, axis=None, out=None, config=None, *, dim=None):
+    """Maximum over `axis` (or `dim=`; default the last). Values only, no indices."""
+    return _reduce("max", MAX, x, axis, dim, out, config)
 
 
-def mean(x, axis=-1, out=None, config=None):
-    """Mean over `axis` (fp32 accumulation)."""
-    return _reduce("mean", MEAN, x, axis, out, config)
+def mean(x, axis=None, out=None, config=None, *, dim=None):
+    """Mean over `axis` (or `dim=`; default the last), fp32 accumulation."""
+    return _reduce("mean", MEAN, x, axis, dim, out, config)
 
 
-def softmax(x, out=None, config=None):
-    """Softmax over the last axis, in fp32, rounded once to x's dtype."""
-    return _softmax("softmax", False, x, out, config)
+def softmax(x, dim=None, out=None, config=None, *, axis=None):
+    """Softmax over `dim` (or `axis=`; default the last), in fp32, rounded once to x's dtype."""
+    return _softmax("softmax", False, x, dim, axis, out, config)
 
 
-def log_softmax(x, out=None, config=None):
-    """log(softmax(x)) over the last axis, computed as x - max - log(sum(exp(x - max)))."""
-    return _softmax("log_softmax", True, x, out, config)
+def log_softmax(x, dim=None, out=None, config=None, *, axis=None):
+    """log(softmax(x)) over `dim` (default the last), computed as x - max - log(sum(exp(x - max)))."""
+    return _softmax("log_softmax", True, x, dim, axis, out, config)
 
 
 # --- dispatch -----------------------------------------------------------------------------
@@ -137,17 +140,30 @@ def _rows_input(fn, x):
     return torch_mode, xt, dtype
 
 
-def _reduce(fn, op, x, axis, out, config):
-    torch_mode, xt, dtype = _rows_input(fn, x)
-    rank = xt.ndim
-    if not isinstance(axis, int) or not -rank <= axis < rank:
-        raise A.fail(fn, f"axis {axis!r} is out of range for shape {xt.shape}")
+def _last_axis(fn, t, axis, dim):
+    """`t` viewed with the reduced axis (`axis=` or `dim=`) moved last, and that axis."""
+    axis, word = A.axis_or_dim(fn, axis, dim)
+    rank = t.ndim
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
+        raise A.fail(fn, f"{word} {axis!r} is out of range for shape {t.shape}",
+                     help=f"pass an int in {-rank}..{rank - 1}")
     axis %= rank
-    if axis != rank - 1:                     # reduce the last axis of a permuted view
-        order = [a for a in range(rank) if a != axis] + [axis]
-        xt = xt.permute(*order)
+    return _moved_last(t, axis), axis
+
+
+def _moved_last(t, axis):
+    """A view of `t` with `axis` moved last (the others keep their order)."""
+    if axis == t.ndim - 1:
+        return t
+    return t.permute(*[a for a in range(t.ndim) if a != axis], axis)
+
+
+def _reduce(fn, op, x, axis, dim, out, config):
+    torch_mode, xt, dtype = _rows_input(fn, x)
+    xt, _ = _last_axis(fn, xt, axis, dim)    # reduce the last axis of a permuted view
     shape = xt.shape
     o = A.output(out, shape[:-1], dtype, xt.device, torch_mode, fn)
+    check_aliasing(fn, {"x": xt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
     (xv,), (zv,) = A.row_views(fn, [xt], [o.tensor], shape)
@@ -158,13 +174,15 @@ def _reduce(fn, op, x, axis, out, config):
     return o.returned
 
 
-def _softmax(fn, log, x, out, config):
+def _softmax(fn, log, x, dim, axis, out, config):
     torch_mode, xt, dtype = _rows_input(fn, x)
-    shape = xt.shape
-    o = A.output(out, shape, dtype, xt.device, torch_mode, fn)
+    rows, at = _last_axis(fn, xt, axis, dim)   # rows along `dim`: x and out permuted alike
+    o = A.output(out, xt.shape, dtype, xt.device, torch_mode, fn)
+    check_aliasing(fn, {"x": xt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
-    (xv,), (yv,) = A.row_views(fn, [xt], [o.tensor], shape)
+    shape = rows.shape
+    (xv,), (yv,) = A.row_views(fn, [rows], [_moved_last(o.tensor, at)], shape)
     cfg = configs.lookup("rows", configs.shape_class(dtype, shape[-1]), config, dtype)
     n, npow = shape[-1], pow2(shape[-1])
     if npow <= cfg["row_max"]:

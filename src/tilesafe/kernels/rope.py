@@ -14,6 +14,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout
+from .call_checks import check_aliasing, workspace_outputs
 from .elementwise import silu_mul
 from .launch import cdiv, launch, pow2
 
@@ -91,6 +92,7 @@ def rope(x, positions, theta=1e6, out=None, config=None):
         raise A.fail(fn, f"needs x (tokens, heads, head_dim) with an even head_dim and positions (tokens,); "
                          f"got x {xt.shape} and positions {pt.shape}")
     o = A.output(out, xt.shape, dtype, device, torch_mode, fn)
+    check_aliasing(fn, {"x": xt, "positions": pt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
     t, h, d = xt.shape
@@ -116,6 +118,7 @@ def embedding(ids, table, out=None, config=None):
         raise A.fail(fn, f"`table` must be (V, D), got {tt.shape}")
     d = tt.shape[1]
     o = A.output(out, it.shape + (d,), dtype, device, torch_mode, fn)
+    check_aliasing(fn, {"ids": it, "table": tt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
     views = layout.matrices([layout.strided(it, it.shape + (1,), it.strides + (1,)), o.tensor])
@@ -138,7 +141,7 @@ class ArgmaxWorkspace:
 
 def argmax_workspace(x, config=None) -> ArgmaxWorkspace:
     """Allocate the scratch of `argmax(x)` (once, before a graph capture)."""
-    xt = A.tensor(x, "x", "argmax_workspace")
+    xt = A.tensor(x, "x", "argmax_workspace", differentiable=False)
     m, n = _rows(xt), xt.shape[-1]
     cfg = configs.lookup("argmax", configs.shape_class(xt.dtype, n), config, xt.dtype)
     chunks = max(1, cdiv(n, _chunk(cfg, n)))
@@ -150,7 +153,7 @@ def argmax(x, out=None, workspace=None, config=None):
     sampling over a vocabulary. Result shape x.shape[:-1]."""
     fn = "argmax"
     torch_mode = A.is_torch(x)
-    xt = A.tensor(x, "x", fn)
+    xt = A.tensor(x, "x", fn, differentiable=False)   # torch's argmax has no gradient either
     dtype = A.dtype_in(xt, A.FLOATS, "x", fn)
     if xt.ndim == 0 or xt.shape[-1] == 0:
         raise A.fail(fn, f"needs a non-empty last axis, got shape {xt.shape}")
@@ -167,6 +170,8 @@ def argmax(x, out=None, workspace=None, config=None):
     chunk = _chunk(cfg, n)
     if ws.best.shape != (m, max(1, cdiv(n, chunk))):
         raise A.fail(fn, "the workspace was made for another shape or config", help="use argmax_workspace(x)")
+    # The whole call, before its first launch (the partial results, then the final pass).
+    check_aliasing(fn, {"x": xt}, {"out": o.passed, **workspace_outputs(workspace, ("best", "at"))})
     bm, bn = min(cfg["block_m"], pow2(m)), min(cfg["block_n"], pow2(n))
     launch(argmax_partial_kernel, {"best_o": (ws.best, (bm, 1)), "at_o": (ws.at, (bm, 1))}, cfg=cfg, x=xv, BN=bn,
            PER=chunk // bn)
