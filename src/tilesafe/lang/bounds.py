@@ -6,6 +6,18 @@ a constant) and states the access's in-bounds condition as a small expression ov
 launch's extents, scalars and grid. A condition with no runtime leaves is decided now
 ("static"); one with runtime leaves is decided by each launch ("launch": the launch picks
 the maskless code when it holds); an index of unknown range keeps its mask ("kernel").
+
+Integer model. Scalar integer arithmetic in a kernel is done in the operands' dtype (i32 for
+Python ints that fit, block ids, tile counts, loop variables) and wraps, as Triton's does; the
+reference interpreter computes it in NumPy's fixed-width types, so both backends agree. A tile
+index `i` of a tile access then addresses the elements [i*s, (i+1)*s) computed exactly (that
+product never wraps). So a range derived here is the range of the *exact* result, and holds
+only under side conditions: every +, - and * on the way stays inside its dtype, as do the signs
+some rules assume. Each range carries these conditions and every launch proof includes them
+(evaluated in Python ints at launch, like the rest of the proof); a launch that breaks one gets
+the masked code. A masked access whose index range does not prove that i*s and i*s + s - 1 fit
+in 32 bits gets a guard besides its mask (`GUARD`): 0 <= i <= (n - 1) // s, the exact "tile i
+overlaps the tensor" without the product, so a wrapped product is never dereferenced.
 """
 from __future__ import annotations
 
@@ -17,6 +29,10 @@ from .ir import Function, Op, TensorType, Value, walk
 
 STATIC, LAUNCH, KERNEL = "static", "launch", "kernel"
 ACCESS_OPS = ("load", "store", "gather", "valid")
+# Per-axis flags of `masks_for`: False (no mask), True (mask the elements), GUARD (mask them and
+# also check the tile index itself: its element offsets might wrap in 32 bits).
+GUARD = 2
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -24,6 +40,7 @@ class AxisCheck:
     axis: int
     status: str             # STATIC / LAUNCH / KERNEL
     condition: tuple | None  # for LAUNCH: an expression that must be true for no mask
+    fits: tuple | bool = True  # when masked: the element offsets cannot wrap in 32 bits (else GUARD)
 
 
 @dataclass(frozen=True)
@@ -57,24 +74,31 @@ def evaluate(expr, facts) -> int | bool:
         return facts.scalar(expr[1])
     if tag == "grid":
         return facts.grid(expr[1])
-    if tag == "sel":   # ("sel", cond, if_true, if_false)
-        return evaluate(expr[2], facts) if evaluate(expr[1], facts) else evaluate(expr[3], facts)
+    if tag == "and":   # conditions come first, so a false one guards the terms after it
+        return bool(evaluate(expr[1], facts)) and bool(evaluate(expr[2], facts))
     a = evaluate(expr[1], facts)
     b = evaluate(expr[2], facts)
-    if a != a or b != b:   # NaN (e.g. inf // n): unknown, and every comparison with it fails
-        return math.nan
+    if a != a or b != b or (tag in ("floordiv", "cdiv") and b == 0):
+        return math.nan    # unknown (e.g. inf // n): every comparison with it fails
     return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
             "cdiv": lambda: -(-a // b), "min": lambda: min(a, b), "max": lambda: max(a, b),
-            "le": lambda: a <= b, "ge": lambda: a >= b, "and": lambda: a and b}[tag]()
+            "le": lambda: a <= b, "ge": lambda: a >= b}[tag]()
 
 
 def masks_for(checks: list[AccessCheck], facts) -> dict:
-    """id(op) -> per-axis "needs a mask" flags for one launch."""
+    """id(op) -> per-axis flags for one launch: False (no mask), True (a mask), GUARD."""
     out = {}
     for c in checks:
-        out[id(c.op)] = tuple(a.status == KERNEL or (a.status == LAUNCH and not evaluate(a.condition, facts))
-                              for a in c.axes)
+        out[id(c.op)] = tuple(_flag(a, facts) for a in c.axes)
     return out
+
+
+def _flag(a: AxisCheck, facts):
+    if a.status == STATIC or (a.status == LAUNCH and evaluate(a.condition, facts)):
+        return False
+    if a.fits is True or (a.fits is not False and evaluate(a.fits, facts)):
+        return True
+    return GUARD
 
 
 @dataclass(frozen=True)
@@ -114,6 +138,14 @@ def _const(c):
     return ("const", c)
 
 
+def _all(conds):
+    """One expression true when every condition is (None for no condition)."""
+    out = None
+    for c in conds:
+        out = c if out is None else ("and", out, c)
+    return out
+
+
 class _Ranges:
     """Symbolic inclusive bounds [lb, ub] of integer scalars, as expressions over the launch.
 
@@ -121,13 +153,16 @@ class _Ranges:
     indices, and through the monotone integer ops (+, -, * and // by a non-negative constant,
     min, max), so `range(K // BK)` or `range(min(a, b))` keep a proof; products, floor
     divisions and modulos of runtime values keep one under conditions each launch checks
-    (operands' signs, a product that fits its dtype). Anything else is unknown, and its
-    accesses keep their masks.
+    (operands' signs). `ok[v]` lists the conditions under which v's bounds hold, in order (an
+    operand's before its result's): the signs a rule assumes, and that no +, -, * (or loop
+    step) on the way wrapped in its dtype. Anything else is unknown, and its accesses keep
+    their masks.
     """
 
     def __init__(self, fn: Function, static_extents: dict):
         self.lb: dict[int, tuple] = {}
         self.ub: dict[int, tuple] = {}
+        self.ok: dict[int, tuple] = {}
         self.static = static_extents
         self.fn = fn
         for p in fn.params:
@@ -140,20 +175,36 @@ class _Ranges:
         return ("extent", tensor, axis)
 
     def bounds(self, v: Value):
-        """(lowest value, one past the highest value), or None when either is unknown."""
+        """(lowest value, one past the highest value, the conditions they need), or None."""
         lo, hi = self.lb.get(id(v)), self.ub.get(id(v))
         if lo is None or hi is None:
             return None
-        return lo, ("add", hi, _const(1))
+        return lo, ("add", hi, _const(1)), self.ok.get(id(v), ())
 
     def _exact(self, v: Value, e) -> None:
         self.lb[id(v)] = self.ub[id(v)] = e
 
-    def _set(self, v: Value, lo, hi) -> None:
+    def _set(self, v: Value, lo, hi, ok=()) -> None:
+        ok = tuple(dict.fromkeys(c for c in ok if not (_is_static(c) and evaluate(c, None))))
+        if any(_is_static(c) for c in ok):   # a condition that never holds: no bound at all
+            return
         if lo is not None:
             self.lb[id(v)] = lo
         if hi is not None:
             self.ub[id(v)] = hi
+        if ok and (lo is not None or hi is not None):
+            self.ok[id(v)] = ok
+
+    def _conds(self, *vs) -> tuple:
+        return tuple(c for v in vs for c in self.ok.get(id(v), ()))
+
+    def _wrapping(self, v: Value, lo, hi, ok) -> None:
+        """The result of an op that wraps in v's dtype: [lo, hi] holds only when it fits the
+        dtype (a wrapped sum or product is no bound, not even a one-sided one)."""
+        if lo is None or hi is None:
+            return
+        d = v.dtype
+        self._set(v, lo, hi, ok + (("ge", lo, _const(_int_min(d))), ("le", hi, _const(_int_max(d)))))
 
     def visit(self, op: Op) -> None:
         code = op.opcode
@@ -165,18 +216,26 @@ class _Ranges:
             self._exact(op.result, self.extent(op.args[0].name, op.attrs["axis"]))
         elif code == "num_tiles":
             self._exact(op.result, ("cdiv", self.extent(op.args[0].name, op.attrs["axis"]), _const(op.attrs["tile"])))
-        elif code == "cast" and _value_preserving(op.args[0].dtype, op.result.dtype):
-            self._set(op.result, self.lb.get(id(op.args[0])), self.ub.get(id(op.args[0])))
+        elif code == "cast" and op.args[0].dtype.is_int and op.result.dtype.is_int:
+            a = op.args[0]
+            lo, hi, ok = self.lb.get(id(a)), self.ub.get(id(a)), self._conds(a)
+            if _value_preserving(a.dtype, op.result.dtype):
+                self._set(op.result, lo, hi, ok)
+            else:   # a narrowing or sign-changing cast keeps the value only when it fits
+                self._wrapping(op.result, lo, hi, ok)
         elif code == "binary" and op.result.dtype.is_int and op.result.shape == ():
             self._binary(op)
         elif code == "for":
             lo, hi, step = op.args[:3]
             step_e = self.lb.get(id(step))
             if step_e is not None and step_e == self.ub.get(id(step)) and step_e[0] == "const" and step_e[1] > 0:
-                # lo <= iv < hi <= ub(hi): iv is at most ub(hi) - 1
-                hi_ub = self.ub.get(id(hi))
-                self._set(op.regions[0].args[0], self.lb.get(id(lo)),
-                          ("add", hi_ub, _const(-1)) if hi_ub is not None else None)
+                # lo <= iv < hi <= ub(hi): iv is at most ub(hi) - 1, as long as the last
+                # increment, iv + step, cannot wrap in iv's dtype (it would loop on, negative)
+                hi_ub, iv = self.ub.get(id(hi)), op.regions[0].args[0]
+                ok = self._conds(lo, hi)
+                if hi_ub is not None:
+                    ok += (("le", ("add", hi_ub, _const(step_e[1] - 1)), _const(_int_max(iv.dtype))),)
+                self._set(iv, self.lb.get(id(lo)), ("add", hi_ub, _const(-1)) if hi_ub is not None else None, ok)
         elif code == "tiles" and not op.attrs["windowed"]:
             tt = self.fn.param(op.attrs["output"]).value.type
             for a, arg in enumerate(op.regions[0].args[:op.attrs["rank"]]):
@@ -189,46 +248,45 @@ class _Ranges:
     def _binary(self, op: Op) -> None:
         a, b = op.args
         la, ua, lb_, ub_ = self.lb.get(id(a)), self.ub.get(id(a)), self.lb.get(id(b)), self.ub.get(id(b))
-        kind = op.attrs["op"]
+        kind, r = op.attrs["op"], op.result
         both = lambda x, y, tag: (tag, x, y) if x is not None and y is not None else None   # noqa: E731
         const_b = lb_ if lb_ is not None and lb_ == ub_ and lb_[0] == "const" else None
         if kind == "*" and const_b is None and la is not None and la == ua and la[0] == "const":
             la, ua, lb_, ub_, const_b = lb_, ub_, la, ua, la     # c * x: the same as x * c
+        ok = self._conds(a, b)
         if kind == "+":
-            self._set(op.result, both(la, lb_, "add"), both(ua, ub_, "add"))
+            self._wrapping(r, both(la, lb_, "add"), both(ua, ub_, "add"), ok)
         elif kind == "-":
-            self._set(op.result, both(la, ub_, "sub"), both(ua, lb_, "sub"))
+            self._wrapping(r, both(la, ub_, "sub"), both(ua, lb_, "sub"), ok)
         elif kind == "*" and const_b is not None and const_b[1] >= 0:
-            self._set(op.result, both(la, const_b, "mul"), both(ua, const_b, "mul"))
+            self._wrapping(r, both(la, const_b, "mul"), both(ua, const_b, "mul"), ok)
         elif kind == "*" and None not in (la, ua, lb_, ub_):
-            # x * y of two runtime values: monotone when both are >= 0, and only a proof when
-            # the largest product fits the result's dtype (a wrapped product is no bound)
-            top = ("mul", ua, ub_)
-            ok = ("and", ("and", ("ge", la, _const(0)), ("ge", lb_, _const(0))),
-                  ("le", top, _const(_int_max(op.result.dtype))))
-            self._set(op.result, ("sel", ok, ("mul", la, lb_), _const(-math.inf)), ("sel", ok, top, _const(math.inf)))
+            # x * y of two runtime values: monotone when both are >= 0
+            signs = (("ge", la, _const(0)), ("ge", lb_, _const(0)))
+            self._wrapping(r, ("mul", la, lb_), ("mul", ua, ub_), ok + signs)
         elif kind == "//" and const_b is not None and const_b[1] > 0:
-            self._set(op.result, both(la, const_b, "floordiv"), both(ua, const_b, "floordiv"))
+            self._set(r, both(la, const_b, "floordiv"), both(ua, const_b, "floordiv"), ok)
         elif kind == "//" and None not in (la, ua, lb_):
             # a >= 0 and b >= 1: a // b grows with a and shrinks with b
-            ok = ("and", ("ge", la, _const(0)), ("ge", lb_, _const(1)))
+            signs = (("ge", la, _const(0)), ("ge", lb_, _const(1)))
             low = ("floordiv", la, ub_) if ub_ is not None else _const(0)
-            self._set(op.result, ("sel", ok, low, _const(-math.inf)),
-                      ("sel", ok, ("floordiv", ua, lb_), _const(math.inf)))
+            self._set(r, low, ("floordiv", ua, lb_), ok + signs)
         elif kind == "%" and lb_ is not None and ub_ is not None:
-            # Python's floor modulo by b >= 1 lies in [0, b - 1]; for any other b, no bound
-            positive = ("ge", lb_, _const(1))
-            self._set(op.result, ("sel", positive, _const(0), _const(-math.inf)),
-                      ("sel", positive, ("add", ub_, _const(-1)), _const(math.inf)))
+            # Python's floor modulo by b >= 1 lies in [0, b - 1], whatever a is
+            self._set(r, _const(0), ("add", ub_, _const(-1)), self._conds(b) + (("ge", lb_, _const(1)),))
         elif kind == "min":   # at least the smaller lower bound; at most either upper bound
-            self._set(op.result, both(la, lb_, "min"), both(ua, ub_, "min") or (ua if ua is not None else ub_))
+            self._set(r, both(la, lb_, "min"), both(ua, ub_, "min") or (ua if ua is not None else ub_), ok)
         elif kind == "max":   # at least either lower bound; at most the larger upper bound
-            self._set(op.result, both(la, lb_, "max") or (la if la is not None else lb_), both(ua, ub_, "max"))
+            self._set(r, both(la, lb_, "max") or (la if la is not None else lb_), both(ua, ub_, "max"), ok)
 
 
 def _int_max(d) -> int:
     """The largest value of integer dtype `d`."""
     return (1 << d.bits) - 1 if d.kind == "uint" else (1 << (d.bits - 1)) - 1
+
+
+def _int_min(d) -> int:
+    return 0 if d.kind == "uint" else -(1 << (d.bits - 1))
 
 
 def _value_preserving(src, dst) -> bool:
@@ -256,7 +314,7 @@ def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:
     for a in range(ttype.rank):
         extent = ranges.extent(tensor, a)
         if op.opcode == "gather" and a == op.attrs["axis"]:
-            axes.append(AxisCheck(a, KERNEL, None))
+            axes.append(AxisCheck(a, KERNEL, None))   # positions are compared, never multiplied
             continue
         if mode in ("block", "subtile", "member"):   # a member's tile is some block's own tile
             owner = op.attrs.get("owner", tensor)
@@ -267,18 +325,26 @@ def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:
         else:
             rng = ranges.bounds(index[a])
             if rng is None:
-                axes.append(AxisCheck(a, KERNEL, None))
+                axes.append(AxisCheck(a, KERNEL, None, fits=False))
                 continue
-            lo, hi = rng
-            cond = ("and", ("ge", lo, _const(0)), ("le", ("mul", hi, _const(shape[a])), extent))
-        axes.append(_classify(a, cond))
+            lo, hi, ok = rng
+            s = _const(shape[a])
+            cond = _all(ok + (("ge", lo, _const(0)), ("le", ("mul", hi, s), extent)))
+            # the tile's element offsets [lo*s, hi*s) in 32 bits (the block modes' offsets are
+            # below the grid's cover of the tensor, which the 64-bit decision bounds)
+            fits = _all(ok + (("ge", ("mul", lo, s), _const(I32_MIN)), ("le", ("mul", hi, s), _const(I32_MAX + 1))))
+            axes.append(_classify(a, cond, fits))
+            continue
+        axes.append(_classify(a, cond, True))
     return AccessCheck(op, tensor, op.opcode, op.loc, tuple(axes))
 
 
-def _classify(axis: int, cond) -> AxisCheck:
+def _classify(axis: int, cond, fits) -> AxisCheck:
+    if fits is not True and _is_static(fits):
+        fits = bool(evaluate(fits, None))
     if _is_static(cond):
-        return AxisCheck(axis, STATIC if evaluate(cond, None) else KERNEL, None)
-    return AxisCheck(axis, LAUNCH, cond)
+        return AxisCheck(axis, STATIC if evaluate(cond, None) else KERNEL, None, fits)
+    return AxisCheck(axis, LAUNCH, cond, fits)
 
 
 def _is_static(expr) -> bool:
@@ -287,3 +353,15 @@ def _is_static(expr) -> bool:
     if expr[0] in ("extent", "scalar", "grid"):
         return False
     return all(_is_static(e) for e in expr[1:])
+
+
+def max_tile_extent(checks: list[AccessCheck]) -> int:
+    """The largest extent of any access's tile along any axis: how far past the end of a
+    tensor (or of the grid's cover of it) a masked tile's element offsets reach."""
+    out = 1
+    for c in checks:
+        op = c.op
+        shapes = (op.args[1].shape if op.opcode == "store" else op.attrs.get("shape") or (),
+                  op.args[0].type.tile or (), op.attrs.get("sub") or ())
+        out = max([out, *(n for shape in shapes for n in shape)])
+    return out

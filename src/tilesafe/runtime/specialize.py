@@ -28,6 +28,7 @@ class Spec:
     """One specialization's IR and its bounds analysis."""
     fn: Function
     checks: list
+    tile_reach: int = 1     # bounds.max_tile_extent(checks): see _needs_64bit
 
 
 class LaunchFacts:
@@ -94,7 +95,8 @@ class Specializer:
                         static[(p.name, axis)] = entry
                     elif isinstance(entry, str) and entry in bindings.consts:
                         static[(p.name, axis)] = bindings.consts[entry]
-        return Spec(fn, bounds.analyze(fn, static))
+        checks = bounds.analyze(fn, static)
+        return Spec(fn, checks, bounds.max_tile_extent(checks))
 
     def try_at_definition(self) -> None:
         """Build the IR now when no launch fact is needed, so S3 errors surface at definition."""
@@ -129,7 +131,7 @@ class Specializer:
         masks = bounds.masks_for(spec.checks, facts)
         if self.kernel.deny_kernel_checks:
             _deny(self.kernel, spec, masks)
-        wide = _needs_64bit(bound)
+        wide = _needs_64bit(bound, spec)
         key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide, schedule)
         code = self.code.get(key)
         if code is None:
@@ -143,7 +145,7 @@ class Specializer:
         spec = self.spec(bound)
         masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
         from ..backends.triton import codegen
-        return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound)).text
+        return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound, spec)).text
 
 
 _EMPTY = inspect.Parameter.empty
@@ -167,13 +169,19 @@ def _scalar_dtype(kind, value):
     return python_scalar_dtype(value)
 
 
-def _needs_64bit(bound) -> bool:
-    """Offsets are 32-bit only when every element offset of every tensor fits."""
+def _needs_64bit(bound, spec: Spec) -> bool:
+    """Offsets are 32-bit only when every element offset of every tensor fits, and so does
+    every per-axis element coordinate a masked tile computes: a tile in range reaches at most
+    one tile extent past the largest extent (block tiles: past the grid's cover of an output).
+    Tile indices from runtime values need no more here: an index whose offsets the launch
+    cannot show to fit gets an in-kernel guard instead (bounds.GUARD)."""
+    top = 0
     for f in bound.tensors.values():
         span = sum((n - 1) * abs(s) for n, s in zip(f.shape, f.strides) if n > 0)
         if span >= 2**31 - 1:
             return True
-    return False
+        top = max(top, *f.shape) if f.shape else top
+    return top + spec.tile_reach > 2**31 - 1
 
 
 def _deny(kernel, spec: Spec, masks) -> None:

@@ -98,7 +98,7 @@ class Interpreter:
             coords = tile_coords(t, walk, op.attrs["group"])
             if window is not None:
                 coords = tuple(c + window[2 * a] for a, c in enumerate(coords))
-            idx = [np.asarray(c, np.int32) for c in coords]
+            idx = [np.asarray(c).astype(np.int32) for c in coords]   # start + c wraps in i32, as in Triton
             carried = self.region(op.regions[0], env, idx + carried)
         return carried
 

@@ -8,7 +8,11 @@ axes `bounds.masks_for` flagged (S11). Origins follow the interpreter's `origin(
     'block'   : block_id(a) * tile_a                     (the block's own tile)
     'subtile' : block_id(a) * tile_a + j_a * sub_a       (a minted sub-tile)
     'tile'    : index_a * shape_a                        (a tile-space index, may be anything)
-With 64-bit offsets (`wide`) the origins are cast to int64 first.
+With 64-bit offsets (`wide`) the origins are cast to int64 first. A 'tile' index's product
+`index_a * shape_a` wraps in 32 bits for a large index; where the launch could not show that it
+fits, the axis is flagged `bounds.GUARD` and its mask also requires
+    0 <= index_a <= (extent_a - 1) // shape_a          (tile index_a overlaps the tensor)
+which is exact without the product, so a wrapped offset is never dereferenced.
 
 When the backend marks a tensor as descriptor-eligible (a matrix, or, when TMA is forced,
 a tensor of rank 3 to 5; contiguous last axis, 16-byte aligned base and strides; see
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...lang.bounds import GUARD
 from ...lang.ir import Block, Function, Op
 from .codegen import ArgSlot, Emitter, fold_value, literal
 
@@ -38,6 +43,7 @@ class _Geometry:
     shape: tuple[int, ...]
     origins: tuple[str, ...]   # element coordinates of the tile's first element, per axis
     may_be_negative: bool      # a 'tile' index is arbitrary: check the lower bound too
+    indices: tuple = ()        # 'tile' mode: the index Value per axis (for bounds.GUARD)
 
 
 def _geometry(em: Emitter, op: Op) -> _Geometry:
@@ -65,7 +71,8 @@ def _geometry(em: Emitter, op: Op) -> _Geometry:
             terms = [_scaled(_index(em, index[a]), shape[a])]
         terms = [x for x in terms if x != "0"]
         origins.append(" + ".join(terms) or "0")
-    return _Geometry(em.tensor_name(t), tuple(shape), tuple(origins), mode == "tile")
+    tile_mode = mode == "tile"
+    return _Geometry(em.tensor_name(t), tuple(shape), tuple(origins), tile_mode, tuple(index) if tile_mode else ())
 
 
 def _pid(em: Emitter, axis: int) -> str:
@@ -110,14 +117,28 @@ def _axis_mask(em: Emitter, tensor: str, axis: int, offs: str, lower: bool) -> s
     return f"({offs} >= 0) & {upper}" if lower else upper
 
 
+def _tile_guard(em: Emitter, tensor: str, axis: int, index, shape: int) -> str:
+    """bounds.GUARD: tile `index` of `shape` elements overlaps the axis, computed without the
+    product index * shape (which may wrap): 0 <= index <= (extent - 1) // shape."""
+    i, n = em.strong(index), em.tensors[tensor].extents[axis]
+    return em.memo(f"({i} >= 0) & ({i} <= ({n} - 1) // {shape})", f"{tensor}_tile{axis}_ok")
+
+
 def _mask(em: Emitter, g: _Geometry, offs: list[str], flags) -> str | None:
     """The in-bounds mask over the flagged axes, or None when no axis needs one."""
     parts = []
     for a, need in enumerate(flags):
         if need:
+            if need == GUARD and g.indices:
+                parts.append(_tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
             m = em.memo(_axis_mask(em, g.tensor, a, offs[a], g.may_be_negative), f"{g.tensor}_in{a}")
             parts.append(_expand(m, a, len(offs)))
     return " & ".join(parts) if parts else None
+
+
+def _flags(em: Emitter, op: Op, rank: int) -> tuple:
+    """The bounds plan's per-axis flags; an access it does not cover is masked and guarded."""
+    return em.masks.get(id(op), (GUARD,) * rank)
 
 
 def _padding(op: Op) -> str:
@@ -130,7 +151,7 @@ def emit_load(em: Emitter, op: Op) -> None:
     if id(op) in em.barriers:
         em.line("tl.debug_barrier()   # S15: see this block's earlier stores")
     g = _geometry(em, op)
-    flags = em.masks.get(id(op), (True,) * len(g.shape))
+    flags = _flags(em, op, len(g.shape))
     hint = f"{g.tensor}_tile"
     if _use_descriptor(em, op, g, flags):
         desc = _descriptor(em, g, op.args[0].dtype)
@@ -153,7 +174,7 @@ def emit_load(em: Emitter, op: Op) -> None:
 def emit_store(em: Emitter, op: Op) -> None:
     g = _geometry(em, op)
     value = op.args[1]
-    flags = em.masks.get(id(op), (True,) * len(g.shape))
+    flags = _flags(em, op, len(g.shape))
     if _use_descriptor(em, op, g, flags):
         desc = _descriptor(em, g, op.args[0].dtype)
         if g.tensor in em.column_major:
@@ -168,12 +189,15 @@ def emit_store(em: Emitter, op: Op) -> None:
 
 
 def emit_valid(em: Emitter, op: Op) -> None:
-    """The in-bounds mask of the load with the same operands and attributes (every axis)."""
+    """The in-bounds mask of the load with the same operands and attributes (every axis; a
+    'tile' index is guarded, as bounds.GUARD, since no plan covers `valid`)."""
     g = _geometry(em, op)
     offs = _offsets(em, g)
     lower = g.may_be_negative
     parts = []
     for a in range(len(g.shape)):
+        if g.indices:
+            parts.append(_tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
         parts.append(_expand(f"({_axis_mask(em, g.tensor, a, offs[a], lower)})", a, len(g.shape)))
     expr = " & ".join(parts)
     if len(g.shape) > 1:
@@ -185,7 +209,7 @@ def emit_gather(em: Emitter, op: Op) -> None:
     """Rows (along `axis`) at positions from a tile; other axes a tile at `index`."""
     x, pos, index = op.args[0], op.args[1], op.args[2:]
     tensor, axis, shape = em.tensor_name(x), op.attrs["axis"], tuple(op.attrs["shape"])
-    flags = em.masks.get(id(op), (True,) * len(shape))
+    flags = _flags(em, op, len(shape))
     rank = len(shape)
     offs, parts = [], []
     for a in range(rank):
@@ -201,6 +225,8 @@ def emit_gather(em: Emitter, op: Op) -> None:
             need, lower = flags[a], True
         offs.append(n)
         if need:
+            if need == GUARD and a != axis:
+                parts.append(_tile_guard(em, tensor, a, index[a], shape[a]))
             m = em.fresh(f"{tensor}_in{a}")
             em.line(f"{m} = {_axis_mask(em, tensor, a, n, lower)}")
             parts.append(_expand(m, a, rank))
@@ -216,6 +242,8 @@ def _use_descriptor(em: Emitter, op: Op, g: _Geometry, flags) -> bool:
     dropped, which is what a masked access with zero padding does. Other paddings (-inf of
     a max) and 64-bit offsets (TMA coordinates are 32-bit) stay on pointers."""
     if g.tensor not in em.descriptors or not 2 <= len(g.shape) <= 5 or (any(flags) and em.wide):
+        return False
+    if GUARD in flags:   # the box's 32-bit coordinates would wrap
         return False
     if op.attrs.get("mode") == "member":   # ordered by the ticket's acquire: the generic proxy only
         return False
