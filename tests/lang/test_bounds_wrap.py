@@ -128,6 +128,21 @@ def test_tile_index_past_32_bit_offsets_reads_padding(backend, s):
     np.testing.assert_array_equal(got, _tile(xt, s, 64))
 
 
+def test_a_broadcast_axis_past_32_bits_takes_64_bit_offsets(backend):
+    """A stride-0 axis spans no bytes, but its coordinates count up to its extent: 2**31 + 100
+    needs 64-bit offsets (old: 32-bit, so tile 2**25 + 1 of it wrapped negative and read
+    padding on the Triton backend where the reference read the broadcast value)."""
+    import torch
+    x = ts.from_torch(torch.full((1,), 3.0).expand(2 ** 31 + 100))
+    y, _ = poisoned((64,), "f32")
+    got = launch(tile_at, y, (64,), x, s=2 ** 25 + 1)
+    np.testing.assert_array_equal(got, np.where(np.arange(64) < 36, 3.0, PAD).astype(np.float32))
+    head = "# offsets: {}-bit"
+    assert head.format(64) in tile_at.source(ts.spec((64,), tile=(64,)), ts.spec((2 ** 31 + 100,), strides=(0,)), s=1)
+    # an index past 32 bits alone keeps 32-bit offsets: its access guards the index instead
+    assert head.format(32) in tile_at.source(ts.spec((64,), tile=(64,)), ts.spec((200,)), s=2 ** 26 + 1)
+
+
 @ts.kernel(sanitize=True)
 def rows_and_validity(y: ts.Mut[ts.f32, (16, 16)], v: ts.Mut[ts.i32, (16, 16)], x: ts.Ref[ts.f32, ("M", "N")],
                       M: int, N: int, s: int):

@@ -354,14 +354,3 @@ def _is_static(expr) -> bool:
         return False
     return all(_is_static(e) for e in expr[1:])
 
-
-def max_tile_extent(checks: list[AccessCheck]) -> int:
-    """The largest extent of any access's tile along any axis: how far past the end of a
-    tensor (or of the grid's cover of it) a masked tile's element offsets reach."""
-    out = 1
-    for c in checks:
-        op = c.op
-        shapes = (op.args[1].shape if op.opcode == "store" else op.attrs.get("shape") or (),
-                  op.args[0].type.tile or (), op.attrs.get("sub") or ())
-        out = max([out, *(n for shape in shapes for n in shape)])
-    return out

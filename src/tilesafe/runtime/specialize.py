@@ -28,7 +28,6 @@ class Spec:
     """One specialization's IR and its bounds analysis."""
     fn: Function
     checks: list
-    tile_reach: int = 1     # bounds.max_tile_extent(checks): see _needs_64bit
 
 
 class LaunchFacts:
@@ -95,8 +94,7 @@ class Specializer:
                         static[(p.name, axis)] = entry
                     elif isinstance(entry, str) and entry in bindings.consts:
                         static[(p.name, axis)] = bindings.consts[entry]
-        checks = bounds.analyze(fn, static)
-        return Spec(fn, checks, bounds.max_tile_extent(checks))
+        return Spec(fn, bounds.analyze(fn, static))
 
     def try_at_definition(self) -> None:
         """Build the IR now when no launch fact is needed, so S3 errors surface at definition."""
@@ -131,7 +129,7 @@ class Specializer:
         masks = bounds.masks_for(spec.checks, facts)
         if self.kernel.deny_kernel_checks:
             _deny(self.kernel, spec, masks)
-        wide = _needs_64bit(bound, spec)
+        wide = _needs_64bit(bound)
         key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide, schedule)
         code = self.code.get(key)
         if code is None:
@@ -145,7 +143,7 @@ class Specializer:
         spec = self.spec(bound)
         masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
         from ..backends.triton import codegen
-        return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound, spec)).text
+        return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound)).text
 
 
 _EMPTY = inspect.Parameter.empty
@@ -169,19 +167,17 @@ def _scalar_dtype(kind, value):
     return python_scalar_dtype(value)
 
 
-def _needs_64bit(bound, spec: Spec) -> bool:
+def _needs_64bit(bound) -> bool:
     """Offsets are 32-bit only when every element offset of every tensor fits, and so does
-    every per-axis element coordinate a masked tile computes: a tile in range reaches at most
-    one tile extent past the largest extent (block tiles: past the grid's cover of an output).
-    Tile indices from runtime values need no more here: an index whose offsets the launch
-    cannot show to fit gets an in-kernel guard instead (bounds.GUARD)."""
-    top = 0
+    every extent (a stride-0 axis spans nothing, yet its coordinates count up to its extent).
+    Then a masked tile in range computes coordinates below its (power-of-two) tiles' cover of
+    the extent, at most 2**31. Tile indices from runtime values need nothing here: where the
+    launch cannot show that index * tile fits, the access guards its index (bounds.GUARD)."""
     for f in bound.tensors.values():
         span = sum((n - 1) * abs(s) for n, s in zip(f.shape, f.strides) if n > 0)
-        if span >= 2**31 - 1:
+        if span >= 2**31 - 1 or any(n > 2**31 - 1 for n in f.shape):
             return True
-        top = max(top, *f.shape) if f.shape else top
-    return top + spec.tile_reach > 2**31 - 1
+    return False
 
 
 def _deny(kernel, spec: Spec, masks) -> None:

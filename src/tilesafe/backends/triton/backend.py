@@ -263,7 +263,7 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
         arrays = {n: (f.shape, f.strides, f.dtype.itemsize, 0) for n, f in bound.tensors.items()}
         rows, cols = tma.choose(kernel, loaded_outputs(spec.fn), arrays, any_rank)
     pdl = schedule is not None and schedule.pdl and arch >= 90
-    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound, spec), rows, column_major=cols,
+    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), rows, column_major=cols,
                            reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
     values = []
     for slot in gen.args:
