@@ -15,10 +15,10 @@ import torch
 from .. import dtypes
 from ..dtypes import DType, f32, i32
 from ..errors import LaunchError, caller_loc
-from . import numpy_bridge
+from . import numpy_bridge, ordering
 from .host_lock import serialized
 from .storage_state import StorageState
-from .tensor import Tensor
+from .tensor import Tensor, read_of
 
 _FP8 = (dtypes.f8e4m3fn, dtypes.f8e5m2)
 
@@ -88,7 +88,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     Python data follows torch (floats f32, ints i64). Without `device`, tensors stay on
     their device and other data goes to the default device.
     """
-    source = _source_tensor(data)
+    source, reads = _source_tensor(data)
     if dtype is not None:
         dt = resolve_dtype(dtype)
     elif isinstance(data, (np.ndarray, np.generic, torch.Tensor, Tensor)):
@@ -99,7 +99,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     dev = source.device if keep else resolve_device(device)
     copy = torch.empty(source.shape, dtype=dt.torch, device=dev)
     copy.copy_(numpy_bridge.saturated_for(source, dt.torch))   # one copy: casts, moves, packs
-    return _own(copy)
+    return _own(copy, reads)
 
 
 @serialized   # marks bytes written that other threads' launches check (host_lock)
@@ -122,7 +122,7 @@ def from_torch(t) -> Tensor:
     state = StorageState.of(t)
     # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
     # made its bytes only if torch wrote since the hand-over (its version counter moved).
-    if state.handed_version is None or t._version not in (state.handed_version, state.own_write_version):
+    if state.torch_wrote(t):
         state.mark_written(t)
     return Tensor(t, state)
 
@@ -178,9 +178,13 @@ def resolve_device(device) -> torch.device:
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _own(t: torch.Tensor) -> Tensor:
-    """Wrap a freshly made torch tensor, fully initialised, with its own state."""
-    return Tensor(t, StorageState.attach(t, StorageState(t.untyped_storage().nbytes())))
+def _own(t: torch.Tensor, reads=()) -> Tensor:
+    """Wrap a freshly made torch tensor, fully initialised, with its own state. The device
+    work that made it (a fill, a copy) is recorded as a write, and `reads` as reads, on the
+    current stream, exactly like a launch (S10)."""
+    state = StorageState.attach(t, StorageState(t.untyped_storage().nbytes()))
+    ordering.record_work([(state, t, True), *reads])
+    return Tensor(t, state)
 
 
 def _filled(shape, value, dtype, device) -> Tensor:
@@ -218,17 +222,19 @@ def _generator(seed, device: torch.device) -> torch.Generator | None:
     return torch.Generator(device=device).manual_seed(operator.index(seed))
 
 
-def _source_tensor(data) -> torch.Tensor:
-    """`data` as a torch tensor (may share memory with it; `tensor` copies)."""
+def _source_tensor(data) -> tuple[torch.Tensor, list]:
+    """`data` as a torch tensor (may share memory with it; `tensor` copies), and the reads of
+    tilesafe memory that copying it makes."""
     if isinstance(data, Tensor):
         data._check_usable("ts.tensor()")
         data._check_read("ts.tensor()")
-        return data._torch()
+        return data._torch(), [(data._state, data._torch(), False)]
     try:
-        return numpy_bridge.to_torch(data)
+        source = numpy_bridge.to_torch(data)
     except (ValueError, TypeError, OverflowError) as e:
         raise LaunchError(f"cannot make a tensor from {type(data).__name__}: {e}", loc=caller_loc(),
                           help="pass a NumPy array, a (nested) list of numbers or a tensor") from None
+    return source, read_of(source, "ts.tensor()")   # a torch alias of tilesafe memory waits (S9)
 
 
 def _check_extent(t: torch.Tensor) -> None:

@@ -8,6 +8,7 @@ waits for it, and its completion keeps the launch's tensors alive until the GPU 
 from __future__ import annotations
 
 from ..lang.annotations import PTR, OUTPUTS
+from .aliasing import byte_set
 from .future import Completion, Future
 
 
@@ -34,3 +35,31 @@ def record_after(kernel, bound, stream, outputs, extra=()) -> Future:
     for t, write in acc:
         t._state.record(t._byte_set(), write, done)
     return Future(outputs, done)
+
+
+# -- device work tilesafe issues itself ---------------------------------------------------------
+# Fills (ts.zeros, ts.full, ...), the copy behind `y[...] = src`, conversions and clones run
+# on the current stream like a launch, so they are ordered and recorded like one: a launch
+# on another stream that reads the filled bytes waits for the fill (S10), and a later writer
+# of a copy's source waits for the copy. `accesses` are (StorageState, torch view, is_write).
+
+def order_work(accesses) -> None:
+    """Before the work: make the current stream wait for conflicting accesses on other streams."""
+    for state, view, write in accesses:
+        if view.is_cuda and state._pending:
+            import torch
+            stream = torch.cuda.current_stream(view.device).cuda_stream
+            state.order_device(byte_set(view), write, stream)
+
+
+def record_work(accesses) -> None:
+    """After the work: register its accesses as pending on the current stream. On the CPU
+    the work is finished when it returns, so there is nothing to record."""
+    cuda = [a for a in accesses if a[1].is_cuda]
+    if not cuda:
+        return
+    import torch
+    stream = torch.cuda.current_stream(cuda[0][1].device)
+    done = Completion(None, stream.cuda_stream, tuple(view for _, view, _ in cuda), stream)
+    for state, view, write in cuda:
+        state.record(byte_set(view), write, done)

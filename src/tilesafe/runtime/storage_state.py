@@ -1,16 +1,21 @@
-"""What tilesafe knows about one storage, shared by every view of it.
+"""What tilesafe knows about one piece of memory, shared by every view of it.
 
 Two facts live here, because both are about bytes rather than about handles:
 - S14, which bytes were ever written (`init_mask`), so nothing reads memory nobody wrote;
 - S9/S10, which launches still read or write which bytes (the pending-access registry),
-  so host and device accesses wait for the conflicting work before them.
+  so host and device accesses wait for the conflicting work before them;
+and S8's lending by bytes.
 
-The state is attached to torch's storage object, so every view of a storage — including
-one that went out to torch and came back through `ts.from_torch` — finds the same state.
+A state is found by the memory (device, address range), through `memory_map.MEMORY`, not by
+torch's storage object: two storages over the same bytes (a DLPack alias, a NumPy round
+trip) share one state, with byte positions translated by address. A storage that joins a
+state also caches it as an attribute, so finding it again costs one getattr. The state
+ends when the last storage that joined it is freed (allocators reuse addresses).
 """
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,9 +24,10 @@ import torch
 from ..errors import OwnershipError, caller_loc
 from ..settings import strict_var
 from .aliasing import ByteSet, overlaps
+from .memory_map import MEMORY
 
-# Attribute name on torch.UntypedStorage; torch keeps a storage's Python object (and so
-# this attribute) alive as long as any tensor uses the storage.
+# Attribute name on torch.UntypedStorage: a cache of the state found by address. Torch keeps
+# a storage's Python object (and so this attribute) alive as long as any tensor uses it.
 _ATTR = "_tilesafe_state"
 
 
@@ -39,38 +45,89 @@ class PendingAccess:
 
 
 class StorageState:
-    """Initialisation tracking (S14) and pending device accesses (S9) of one storage."""
+    """Initialisation tracking (S14), lending (S8) and pending device accesses (S9) of one
+    range of memory."""
 
     def __init__(self, nbytes: int, initialised: bool = True):
-        # One flag per byte of the allocation, on the CPU so that marking never waits on
-        # a GPU; None once every byte was written (the common case costs nothing).
+        # One flag per byte of the range, on the CPU so that marking never waits on a GPU;
+        # None once every byte was written (the common case costs nothing).
         self.init_mask: torch.Tensor | None = (
             None if initialised or nbytes == 0 else torch.zeros(nbytes, dtype=torch.bool))
         self._pending: list[PendingAccess] = []
         self._lock = threading.Lock()
-        self._storage_ptr: int | None = None      # set once attached to a storage
+        self.device: str | None = None             # where the range is, once placed in the memory map
+        self.base: int | None = None               # address of its first byte (None: not placed)
+        self.nbytes = nbytes
+        self._storages: list = []                  # weakrefs to the torch storages that joined it
         self.own_write_version: int | None = None  # torch version counter after tilesafe's last host write
         self._lent: list = []                      # (ByteSet, weakref to Partition): bytes lent (S8)
         self.handed_version: int | None = None     # torch version counter when last handed to torch (to_torch)
+        self.handed: tuple | None = None           # (weakref to the torch tensor, to its storage) then
 
-    # -- finding the state of a storage ---------------------------------------------------
+    # -- finding the state of some memory -------------------------------------------------
 
     @staticmethod
     def of(view: torch.Tensor) -> "StorageState":
-        """The state of `view`'s storage, made (fully initialised) on first use."""
+        """The state of the memory under `view`'s storage: the one any other storage over
+        those bytes found, or a new one (fully initialised) on first use."""
         storage = view.untyped_storage()
         state = getattr(storage, _ATTR, None)
         if state is None:
-            state = StorageState.attach(view, StorageState(storage.nbytes()))
+            state = _join(storage, None)
         return state
 
     @staticmethod
-    def attach(view: torch.Tensor, state: "StorageState") -> "StorageState":
-        """Make `state` the state of `view`'s (fresh) storage."""
+    def find(view: torch.Tensor) -> "StorageState | None":
+        """The state of `view`'s memory if tilesafe has one, without making one (for torch
+        tensors that may alias tilesafe memory)."""
         storage = view.untyped_storage()
-        setattr(storage, _ATTR, state)
-        state._storage_ptr = storage.data_ptr()
-        return state
+        state = getattr(storage, _ATTR, None)
+        if state is not None or storage.nbytes() == 0:
+            return state
+        start = storage.data_ptr()
+        found = MEMORY.overlapping(str(storage.device), start, start + storage.nbytes())
+        return _join(storage, None) if any(e._alive() for e in found) else None
+
+    @staticmethod
+    def attach(view: torch.Tensor, state: "StorageState") -> "StorageState":
+        """Make `state` the state of `view`'s storage, freshly allocated memory."""
+        return _join(view.untyped_storage(), state)
+
+    # -- growing over more memory ----------------------------------------------------------
+
+    def _alive(self) -> bool:
+        """Some torch storage that joined this state still holds its memory."""
+        return any(r() is not None for r in self._storages)
+
+    def _absorb(self, device: str, lo: int, hi: int, others: list["StorageState"]) -> None:
+        """Cover [lo, hi) and take over `others` (states of memory inside it).
+
+        Bytes only `others` knew keep their facts; bytes nobody tracked are torch's and count
+        as written. Each absorbed object then shares this one's attributes (`__dict__`), so
+        tensors and cached launches that hold it see the merged state, not a stale copy.
+        """
+        if not others and lo == self.base and hi - lo == self.nbytes:
+            return                            # the storage lies inside: nothing to widen
+        parts = [self, *others]
+        if any(p.init_mask is not None for p in parts):
+            mask = torch.ones(hi - lo, dtype=torch.bool)
+            for p in parts:
+                if p.init_mask is not None:
+                    mask[p.base - lo:p.base - lo + p.nbytes] = p.init_mask
+            self.init_mask = None if bool(mask.all()) else mask
+        self.device, self.base, self.nbytes = device, lo, hi - lo
+        for o in others:
+            self._pending.extend(o._pending)
+            self._lent.extend(o._lent)
+            for ref in o._storages:
+                storage = ref()
+                if storage is not None:
+                    MEMORY.hold(self, storage)
+                    setattr(storage, _ATTR, self)
+            if self.handed is None:
+                self.handed, self.handed_version, self.own_write_version = \
+                    o.handed, o.handed_version, o.own_write_version
+            o.__dict__ = self.__dict__
 
     # -- S14: initialisation --------------------------------------------------------------
 
@@ -78,7 +135,7 @@ class StorageState:
         """Record that every byte `view` covers now holds a written value."""
         if self.init_mask is None:
             return
-        if _covers_whole_storage(view):
+        if self._covers_all(view):
             self.init_mask = None
             return
         self._bytes_of(view).fill_(True)
@@ -107,14 +164,49 @@ class StorageState:
         if bool(self.init_mask.all()):
             self.init_mask = None
 
+    def _offset_of(self, view: torch.Tensor) -> int:
+        """Byte position of `view`'s first element in this state's range (by address)."""
+        offset = view.storage_offset() * view.element_size()   # not data_ptr(): it is 0 for empty views
+        if self.base is None:
+            return offset                                       # a state never placed in the map
+        return view.untyped_storage().data_ptr() + offset - self.base
+
     def _bytes_of(self, view: torch.Tensor) -> torch.Tensor:
         """The mask entries `view`'s elements cover: shape (*view.shape, itemsize)."""
-        if self._storage_ptr is not None and view.untyped_storage().data_ptr() != self._storage_ptr:
-            # e.g. a reshape that copied: its offsets would index the wrong bytes
-            raise ValueError("internal: the view is not on this StorageState's storage")
         item = view.element_size()
-        offset = view.storage_offset() * item     # not data_ptr(): it is 0 for empty views
+        offset = self._offset_of(view)
+        last = sum((n - 1) * s for n, s in zip(view.shape, view.stride())) * item + item
+        if view.numel() and (offset < 0 or offset + last > self.nbytes):
+            # e.g. a reshape that copied: its offsets would index the wrong bytes
+            raise ValueError("internal: the view is not on this StorageState's storage (its memory)")
         return self.init_mask.as_strided((*view.shape, item), (*(s * item for s in view.stride()), 1), offset)
+
+    def _covers_all(self, view: torch.Tensor) -> bool:
+        return (view.is_contiguous() and self._offset_of(view) == 0
+                and view.numel() * view.element_size() == self.nbytes)
+
+    # -- S13/S14: memory handed to torch ----------------------------------------------------
+
+    def hand_over(self, t: torch.Tensor) -> None:
+        """`t` (a view of this memory) goes to torch (`to_torch()`); remember how to tell later
+        whether torch wrote it."""
+        self.handed_version = t._version
+        self.handed = (weakref.ref(t), weakref.ref(t.untyped_storage()))
+
+    def torch_wrote(self, t: torch.Tensor) -> bool:
+        """Best-effort: are `t`'s bytes torch's? True unless this memory was handed to torch
+        and no version counter shows a torch write since: the handed tensor's, or `t`'s own
+        (a DLPack alias has its own counter, counting from 0)."""
+        if self.handed is None:
+            return True                       # torch made these bytes
+        ours = (self.handed_version, self.own_write_version)
+        tensor_ref, storage_ref = self.handed
+        handed = tensor_ref()
+        if handed is not None and handed._version not in ours:
+            return True
+        if t.untyped_storage() is storage_ref():
+            return t._version not in ours
+        return t._version != 0
 
     # -- S8: bytes lent to partitions ------------------------------------------------------
 
@@ -193,8 +285,37 @@ class StorageState:
         self.pending_conflicts(byteset, write)   # prune what just finished
 
 
-def _covers_whole_storage(view: torch.Tensor) -> bool:
-    storage = view.untyped_storage()
-    return (view.is_contiguous() and view.storage_offset() == 0
-            and view.numel() * view.element_size() == storage.nbytes())
-
+def _join(storage, fresh: StorageState | None) -> StorageState:
+    """The state `storage`'s memory joins: `fresh` for a new allocation, else the state of the
+    memory it overlaps (widened and merged when it overlaps several, or reaches past one),
+    else a new fully initialised one."""
+    n, device = storage.nbytes(), str(storage.device)
+    if n == 0:                         # no bytes to share: a state of its own, outside the map
+        state = fresh if fresh is not None else StorageState(0)
+        setattr(storage, _ATTR, state)
+        return state
+    start = storage.data_ptr()
+    with MEMORY.lock:
+        found = []
+        for e in MEMORY.overlapping(device, start, start + n):
+            if e._alive():
+                found.append(e)
+            else:   # its storages all died (freed memory, callback not yet settled): never inherit it
+                MEMORY.remove(e)
+        if fresh is not None:
+            state, others = fresh, found     # new memory overlaps only memory that shares it
+            state.device, state.base = device, start
+        elif found:
+            state, others = found[0], found[1:]
+        else:
+            state, others = StorageState(n), []
+            state.device, state.base = device, start
+        for e in (state, *others):
+            MEMORY.remove(e)
+        lo = min([start, *(e.base for e in others), state.base])
+        hi = max([start + n, *(e.base + e.nbytes for e in others), state.base + state.nbytes])
+        state._absorb(device, lo, hi, others)
+        MEMORY.insert(state)
+        MEMORY.hold(state, storage)
+        setattr(storage, _ATTR, state)
+        return state

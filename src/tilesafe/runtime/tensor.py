@@ -18,7 +18,7 @@ import torch
 from .. import dtypes
 from ..dtypes import DType
 from ..errors import AliasError, Loc, OwnershipError, TileSafeError, caller_loc
-from . import numpy_bridge
+from . import numpy_bridge, ordering
 from .aliasing import ByteSet, byte_set, overlaps, self_overlaps
 from .graph import refuse_in_capture
 from .host_lock import serialized
@@ -175,12 +175,14 @@ class Tensor:
         self._check_usable("to_torch()")
         if copy:
             self._check_read("to_torch(copy=True)")
-            return self._t.clone(memory_format=torch.contiguous_format)
+            copy = self._t.clone(memory_format=torch.contiguous_format)
+            ordering.record_work([(self._state, self._t, False)])   # the clone reads on this stream
+            return copy
         self._check_not_lent_elsewhere(self._t, "hand to torch with `to_torch()`")
         # torch may write the bytes, so wait as a host write would.
         self._state.wait_for_host(byte_set(self._t), write=True, what="`to_torch()`")
         self._handed_at = caller_loc()
-        self._state.handed_version = self._t._version   # from_torch compares it (S14)
+        self._state.hand_over(self._t)                  # from_torch asks whether torch wrote it (S14)
         return self._t
 
     def __str__(self) -> str:
@@ -221,10 +223,11 @@ class Tensor:
             raise AliasError(f"cannot write through `{what}`: the view's elements share bytes "
                              "(stride 0 or overlapping strides)", loc=caller_loc(),
                              help="write through a view whose elements are distinct")
-        source = _host_source(value, target, what)
+        source, reads = _host_source(value, target, what)
         # Everything that can refuse has run: now order after pending work (S9) and write.
         self._state.wait_for_host(byte_set(target), write=True, what=f"`{what}`")
         target.copy_(numpy_bridge.saturated_for(source, target.dtype))
+        ordering.record_work([(self._state, target, True), *reads])   # a device copy, like a launch (S10)
         self._state.own_write_version = target._version   # our write, not torch's (S13 detection)
         self._state.mark_written(target)
 
@@ -287,12 +290,14 @@ class Tensor:
         return Partition(self, tile, prefix=True, lent_at=caller_loc())
 
 
-def _host_source(value, target: torch.Tensor, what: str) -> torch.Tensor:
-    """`value` as a torch tensor on target's device that broadcasts to target's shape."""
+def _host_source(value, target: torch.Tensor, what: str) -> tuple[torch.Tensor, list]:
+    """`value` as a torch tensor on target's device that broadcasts to target's shape, and
+    the reads of tilesafe memory that copying it makes (for `ordering.record_work`)."""
     if isinstance(value, Tensor):
         value._check_usable(what)
         value._check_read(what)
         source = value._t
+        reads = [(value._state, source, False)]
         if overlaps(byte_set(source), byte_set(target)):
             source = source.clone()          # copy_ between overlapping views is undefined
     else:
@@ -301,6 +306,9 @@ def _host_source(value, target: torch.Tensor, what: str) -> torch.Tensor:
         except (ValueError, TypeError, OverflowError) as e:
             raise TileSafeError(f"cannot write {type(value).__name__} through `{what}`: {e}",
                                 loc=caller_loc(), help="pass a number, a NumPy array, a list or a tensor") from None
+        reads = read_of(source, what)
+        if reads and overlaps(byte_set(source), byte_set(target)):
+            source = source.clone()          # a torch alias of the target's own bytes
     try:
         fits = torch.broadcast_shapes(source.shape, target.shape) == target.shape
     except RuntimeError:
@@ -308,7 +316,19 @@ def _host_source(value, target: torch.Tensor, what: str) -> torch.Tensor:
     if not fits:
         raise TileSafeError(f"cannot write a value of shape {tuple(source.shape)} into shape {tuple(target.shape)}",
                             loc=caller_loc(), help="the value must broadcast to the target's shape")
-    return source.to(target.device)
+    return source.to(target.device), reads
+
+
+def read_of(source: torch.Tensor, what: str) -> list:
+    """S9 for a torch tensor (or NumPy array) tilesafe reads on the host's behalf: when its
+    memory is (an alias of) tilesafe memory, wait for the pending writers of those bytes,
+    whichever handle launched them. Returns the read to record, as `ordering.record_work`
+    takes it."""
+    state = StorageState.find(source)
+    if state is None:
+        return []
+    state.wait_for_host(byte_set(source), write=False, what=f"`{what}`")
+    return [(state, source, False)]
 
 
 def _index(t: torch.Tensor, index) -> torch.Tensor:

@@ -1,0 +1,93 @@
+"""Which `StorageState` owns which bytes of memory: an interval map keyed by address.
+
+Storage identity comes from the memory, not from torch's storage objects: two torch storages
+over the same bytes (a DLPack round trip, `torch.from_numpy(np.from_dlpack(t))`, storage
+tricks) must find the same state, or a write through one would reach bytes lent or pending
+through the other. Per device, the map keeps disjoint address ranges sorted by start; a
+lookup is a binary search plus the few ranges that overlap.
+
+An entry lives as long as one of the torch storages that joined it: each is held by a weak
+reference, and when the last dies the entry goes, because allocators hand the same
+addresses out again. A dying storage only queues its entry's check (a weakref callback may
+run in the middle of a map update); every map operation first settles the queue, so no
+lookup ever sees memory that was freed.
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import threading
+import weakref
+from typing import Protocol
+
+
+class Entry(Protocol):
+    """What the map needs of a state: where its bytes are and which storages hold them."""
+    device: str | None
+    base: int | None
+    nbytes: int
+    _storages: list
+
+
+class MemoryMap:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self._starts: dict[str, list[int]] = {}       # device -> sorted range starts
+        self._entries: dict[str, list[Entry]] = {}    # device -> states, in the same order
+        self._died: collections.deque = collections.deque()
+
+    def overlapping(self, device: str, start: int, end: int) -> list[Entry]:
+        """The live states whose range meets [start, end), in address order."""
+        with self.lock:
+            self._settle()
+            starts, entries = self._starts.get(device, ()), self._entries.get(device, ())
+            i = max(bisect.bisect_right(starts, start) - 1, 0)
+            found = []
+            while i < len(starts) and starts[i] < end:
+                e = entries[i]
+                if e.base + e.nbytes > start:
+                    found.append(e)
+                i += 1
+            return found
+
+    def insert(self, entry: Entry) -> None:
+        with self.lock:
+            starts = self._starts.setdefault(entry.device, [])
+            entries = self._entries.setdefault(entry.device, [])
+            i = bisect.bisect_right(starts, entry.base)
+            starts.insert(i, entry.base)
+            entries.insert(i, entry)
+
+    def remove(self, entry: Entry) -> None:
+        """Take `entry` out (a no-op when it is not in the map)."""
+        with self.lock:
+            starts, entries = self._starts.get(entry.device, []), self._entries.get(entry.device, [])
+            i = bisect.bisect_left(starts, entry.base)
+            while i < len(starts) and starts[i] == entry.base:
+                if entries[i] is entry:
+                    del starts[i], entries[i]
+                    return
+                i += 1
+
+    def hold(self, entry: Entry, storage) -> None:
+        """Keep `entry` in the map while `storage` (a torch UntypedStorage) is alive."""
+        died = self._died
+        entry._storages.append(weakref.ref(storage, lambda _ref, e=weakref.ref(entry): died.append(e)))
+
+    def _settle(self) -> None:
+        """Drop the entries whose storages all died (queued by the weakref callbacks)."""
+        while self._died:
+            entry = self._died.popleft()()
+            if entry is None:
+                continue
+            entry._storages = [r for r in entry._storages if r() is not None]
+            if not entry._storages:
+                self.remove(entry)
+
+    def __len__(self) -> int:
+        with self.lock:
+            self._settle()
+            return sum(len(v) for v in self._entries.values())
+
+
+MEMORY = MemoryMap()

@@ -1,0 +1,233 @@
+"""Storage identity comes from the memory (issue 15 item 3, issue 23 items 2, 3).
+
+Two torch tensors over the same bytes — through DLPack, a NumPy round trip or a slice
+alias — share one tilesafe state: lending (S8), initialisation (S14) and pending accesses
+(S9) are by address, whichever torch storage object a handle came through. The state ends
+when the memory is freed, so an allocator handing the address out again starts afresh.
+"""
+import gc
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe.runtime.memory_map import MEMORY
+from tilesafe.runtime.storage_state import StorageState
+
+
+def here() -> int:
+    """The caller's line number."""
+    return sys._getframe(1).f_lineno
+
+
+# Ways to make a second torch tensor over the same memory; each gives a new storage object.
+ALIASES = {
+    "from_dlpack(t)": lambda t: torch.from_dlpack(t),
+    "from_dlpack(capsule)": lambda t: torch.from_dlpack(t.__dlpack__()),
+    "numpy round trip": lambda t: torch.from_numpy(np.from_dlpack(t)),
+}
+
+
+class FakeFuture:
+    """Stands in for a launch's future: done once waited for."""
+    def __init__(self):
+        self.finished, self.waits = False, 0
+
+    def done(self):
+        return self.finished
+
+    def wait(self):
+        self.waits += 1
+        self.finished = True
+
+
+@ts.kernel
+def double(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * 2.0)
+
+
+@pytest.mark.parametrize("alias", ALIASES.values(), ids=ALIASES.keys())
+def test_an_alias_is_a_new_storage_object_but_finds_the_same_state(alias):
+    t = torch.arange(64, dtype=torch.float32)
+    x = ts.from_torch(t)
+    a = alias(t)
+    assert a.untyped_storage() is not t.untyped_storage()          # the case this is about
+    assert StorageState.of(a) is x._state
+
+
+@pytest.mark.parametrize("alias", ALIASES.values(), ids=ALIASES.keys())
+def test_host_write_through_an_alias_of_lent_bytes_is_refused(alias):
+    t = torch.zeros(64)
+    p = ts.from_torch(t).partition((32,))
+    y = ts.from_torch(alias(t))
+    with pytest.raises(ts.OwnershipError) as info:
+        line = here() + 1
+        y[3] = 1.0
+    assert "cannot write through `x[...] = value`: its bytes are lent to a partition (lent at" in info.value.message
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+    assert "unpartition()" in info.value.help
+    with pytest.raises(ts.OwnershipError, match="lent to a partition"):
+        y.partition((32,))                                         # S8: no second partition either
+    assert t.sum().item() == 0.0                                   # a refusal writes nothing
+    p.unpartition()
+    y[3] = 1.0
+    assert t[3].item() == 1.0
+
+
+def test_an_alias_of_part_of_the_memory_joins_its_state_by_address():
+    t = torch.zeros(64)
+    p = ts.from_torch(t)[:32].partition((32,))
+    y = ts.from_torch(torch.from_dlpack(t[16:48]))                 # bytes 64..191: half of it lent
+    assert y._torch().storage_offset() == 0                        # offsets differ, addresses agree
+    y[16:] = 5.0                                                   # t[32:48]: not lent
+    with pytest.raises(ts.OwnershipError, match="lent to a partition"):
+        y[15] = 5.0                                                # t[31]: lent
+    np.testing.assert_array_equal(t.numpy(), np.r_[np.zeros(32), np.full(16, 5.0), np.zeros(16)])
+    p.unpartition()
+
+
+def test_a_storage_over_several_tracked_ranges_merges_them(backend):
+    base = torch.zeros(100)
+    left = ts.from_torch(torch.from_dlpack(base[0:10]))
+    right = ts.from_torch(torch.from_dlpack(base[50:60]))
+    pl, pr = left.partition((8,)), right.partition((8,))
+    whole = ts.from_torch(base)                                    # reaches both, and bytes neither tracks
+    for i in (5, 55):
+        with pytest.raises(ts.OwnershipError, match="lent to a partition"):
+            whole[i] = 1.0
+    whole[20:40] = 3.0
+    x = ts.tensor(np.arange(10, dtype=np.float32))
+    double(pl, x).sync()
+    double(pr, x).sync()
+    left, right = pl.unpartition(), pr.unpartition()
+    expected = np.zeros(100, np.float32)
+    expected[0:10] = expected[50:60] = np.arange(10) * 2.0
+    expected[20:40] = 3.0
+    np.testing.assert_array_equal(whole.numpy(), expected)
+    whole[55] = 7.0                                                # given back: writable through any handle
+    assert right.numpy()[5] == 7.0
+
+
+@pytest.mark.parametrize("alias", ALIASES.values(), ids=ALIASES.keys())
+def test_an_alias_of_unwritten_empty_memory_is_not_readable(alias):
+    x = ts.empty(16)
+    x[:8] = np.arange(8, dtype=np.float32)                         # moves x's version counter
+    y = ts.from_torch(alias(x.to_torch()))
+    np.testing.assert_array_equal(y[:8].numpy(), np.arange(8))
+    with pytest.raises(ts.OwnershipError) as info:
+        line = here() + 1
+        y.numpy()                                   # S14: y[8:] was never written
+    assert "reads a tensor that came from ts.empty and has not been written" in info.value.message
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+
+
+def test_torch_writes_through_either_handle_make_handed_memory_readable():
+    x = ts.empty(16)
+    handed = x.to_torch()
+    alias = torch.from_dlpack(handed)
+    alias[8:].fill_(2.0)                                           # torch writes through the alias...
+    handed[:8].fill_(1.0)                                          # ...and through the handed tensor
+    np.testing.assert_array_equal(ts.from_torch(alias).numpy(), np.r_[np.ones(8), np.full(8, 2.0)])
+
+
+@pytest.mark.parametrize("alias", ALIASES.values(), ids=ALIASES.keys())
+def test_host_read_through_an_alias_waits_for_pending_writers(alias):
+    t = torch.zeros(32)
+    x = ts.from_torch(t)
+    writer = FakeFuture()
+    x._state.record(x[8:16]._byte_set(), True, writer)
+    ts.from_torch(alias(t))[:8].numpy()                            # other bytes: no wait
+    assert writer.waits == 0
+    ts.from_torch(alias(t)).numpy()
+    assert writer.waits == 1
+
+
+@pytest.mark.parametrize("write", [
+    lambda z, src: z.__setitem__(Ellipsis, src),
+    lambda z, src: z.copy_(src),
+    lambda z, src: ts.tensor(src),
+    lambda z, src: ts.tensor(src.numpy()),                         # a NumPy view of the same memory
+], ids=["setitem", "copy_", "ts.tensor", "ts.tensor(numpy)"])
+def test_a_torch_source_with_a_pending_tilesafe_writer_is_waited_for(write):
+    t = torch.zeros(32)
+    x = ts.from_torch(t)
+    writer, reader = FakeFuture(), FakeFuture()
+    x._state.record(x._byte_set(), True, writer)
+    x._state.record(x._byte_set(), False, reader)
+    write(ts.zeros(32), t)                                         # reads t: waits for its writer only
+    assert writer.waits == 1 and reader.waits == 0
+
+
+def test_strict_sync_reports_the_wait_for_a_torch_source():
+    t = torch.zeros(8)
+    writer = FakeFuture()
+    ts.from_torch(t)._state.record(ts.from_torch(t)._byte_set(), True, writer)
+    z = ts.zeros(8)
+    with ts.strict_sync():
+        with pytest.raises(ts.OwnershipError) as info:
+            line = here() + 1
+            z[:] = t
+    assert "an implicit wait on pending device work was needed for `x[...] = value`" in info.value.message
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+    assert writer.waits == 0
+
+
+def test_a_torch_tensor_tilesafe_never_saw_makes_no_state():
+    source = torch.ones(8)
+    z = ts.zeros(8)
+    z[:] = source
+    assert StorageState.find(source) is None and getattr(source.untyped_storage(), "_tilesafe_state", None) is None
+
+
+# -- the state ends with the memory ---------------------------------------------------------
+
+def test_the_state_ends_when_the_last_storage_over_the_memory_is_freed():
+    arr = np.zeros(256, np.float32)                                # memory that outlives the torch storages
+    t = torch.from_numpy(arr)
+    x = ts.from_torch(t)
+    alias = torch.from_dlpack(t)
+    ts.from_torch(alias)
+    del x, t
+    gc.collect()
+    assert StorageState.find(alias) is not None                    # the alias still holds it
+    del alias
+    gc.collect()
+    assert MEMORY.overlapping("cpu", arr.ctypes.data, arr.ctypes.data + arr.nbytes) == []
+    assert StorageState.find(torch.from_numpy(arr)) is None        # same address, no inherited state
+
+
+def test_a_reused_address_does_not_inherit_hand_over_or_initialisation():
+    # ts.empty memory handed to torch and dropped, then torch's allocator hands the same
+    # address to a fresh tensor: its bytes are torch's, fully readable. A state that lived on
+    # would still say "handed over, unwritten" and refuse the read.
+    n, reused = 4096, 0
+    for attempt in range(50):
+        x = ts.empty(n)
+        address = x._torch().data_ptr()
+        x.to_torch()
+        del x
+        t = torch.full((n,), 3.0)
+        if t.data_ptr() != address:
+            continue
+        reused += 1
+        np.testing.assert_array_equal(ts.from_torch(t).numpy(), np.full(n, 3.0, np.float32))
+        p = ts.from_torch(t).partition((1024,))                     # and nothing is lent there
+        p.unpartition()
+    assert reused > 0, "the CPU allocator never handed an address out again; the test saw nothing"
+
+
+def test_a_fresh_allocation_never_joins_a_dead_state():
+    # A weakref callback may not have settled yet when the allocator hands the address out
+    # again: fresh memory drops an entry whose storages are all dead instead of inheriting it.
+    arr = np.zeros(64, np.float32)
+    x = ts.from_torch(torch.from_numpy(arr))
+    p = x.partition((64,))
+    live = list(x._state._storages)
+    x._state._storages[:] = [lambda: None]                        # as if its storage had died
+    fresh = StorageState.attach(torch.from_numpy(arr), StorageState(256, initialised=False))
+    assert fresh is not x._state and fresh.init_mask is not None
+    assert fresh.lender_of(x._byte_set()) is None                  # the lending did not carry over
+    x._state._storages[:] = live
+    p.unpartition()
