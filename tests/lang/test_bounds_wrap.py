@@ -243,3 +243,20 @@ def test_a_new_scalar_reuses_the_code_its_launch_proves():
         assert len(clamped.specializer.code) == 1
         np.testing.assert_array_equal(_run(clamped, 2 ** 31 - 1), _tile(X, -4, 16))
         assert len(clamped.specializer.code) == 2
+
+
+@ts.kernel(sanitize=True)
+def strided_from(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
+    acc = ts.zeros((16,), ts.f32)
+    for k in range(s, s + 2, 4):                      # one iteration: k = s
+        acc = acc + ts.load(x, (k - s,), shape=(16,), padding=PAD)
+    y.store(acc)
+
+
+@pytest.mark.parametrize("s, proven", [(5, True), (2 ** 31 - 6, True), (2 ** 31 - 4, False)])
+def test_a_loop_step_that_could_wrap_proves_nothing(backend, s, proven):
+    """k < s + 2, so k - s is 0 or 1, unless k + 4 wraps past i32's top: on the GPU the loop
+    would then go on with a negative k. Near the top the load keeps its mask."""
+    report = strided_from.checks(*SPECS, s=s)
+    assert (report.kernel == 0) == proven, str(report)
+    np.testing.assert_array_equal(_run(strided_from, s), X[:16])

@@ -230,10 +230,13 @@ class _Ranges:
             step_e = self.lb.get(id(step))
             if step_e is not None and step_e == self.ub.get(id(step)) and step_e[0] == "const" and step_e[1] > 0:
                 # lo <= iv < hi <= ub(hi): iv is at most ub(hi) - 1, as long as the last
-                # increment, iv + step, cannot wrap in iv's dtype (it would loop on, negative)
+                # increment, iv + step, cannot wrap in iv's dtype (the loop would go on with a
+                # negative iv); a step of 1 never does, since hi itself fits the dtype
                 hi_ub, iv = self.ub.get(id(hi)), op.regions[0].args[0]
                 ok = self._conds(lo, hi)
-                if hi_ub is not None:
+                if step_e[1] > 1:
+                    if hi_ub is None:
+                        return
                     ok += (("le", ("add", hi_ub, _const(step_e[1] - 1)), _const(_int_max(iv.dtype))),)
                 self._set(iv, self.lb.get(id(lo)), ("add", hi_ub, _const(-1)) if hi_ub is not None else None, ok)
         elif code == "tiles" and not op.attrs["windowed"]:
