@@ -126,10 +126,13 @@ def test_long_rows_reuse_the_device_scratch_and_stay_ordered(backend, device):
 
 
 def test_scratch_views_sit_side_by_side_and_grow():
+    import threading
+
     from tilesafe.kernels import scratch
     x, y = scratch.views("cpu", (2, 3), (4,))
     assert (x.shape, x.strides, y.shape) == ((2, 3), (3, 1), (4,))
     assert y._torch().data_ptr() == x._torch().data_ptr() + 6 * 4   # right after x
-    want = scratch._BUFFERS["cpu"].numel + 1                     # other tests may have grown it already
+    key = ("cpu", threading.get_ident())                         # one scratch per device and thread
+    want = scratch._BUFFERS[key].numel + 1                       # other tests may have grown it already
     big, = scratch.views("cpu", (want,))
-    assert scratch._BUFFERS["cpu"].numel == want and big.shape == (want,)
+    assert scratch._BUFFERS[key].numel == want and big.shape == (want,)

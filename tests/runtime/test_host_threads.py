@@ -125,3 +125,24 @@ def test_a_host_read_in_another_thread_never_sees_a_launch_half_done(backend, sw
                 assert np.allclose(ratio, ratio[0], rtol=1e-6), f"a half-done launch was read: {np.unique(ratio)}"
 
     run_threads(3, body)
+
+
+@pytest.mark.reference_only
+def test_threads_calling_split_k_products_at_once_get_their_own_results(backend, switch_often):
+    """A split-K product writes its partial sums into the device's scratch in one launch and
+    sums them in the next; another thread's call between the two must not use the same bytes."""
+    import tilesafe.kernels as tk
+    threads, rounds = 4, 6
+    rng = np.random.default_rng(2)
+    w = ts.tensor(rng.standard_normal((32, 256)).astype(np.float32))
+    xs = [rng.standard_normal((1, 256)).astype(np.float32) for _ in range(threads)]
+    wv = w.numpy().astype(np.float64)
+
+    def body(i):
+        x = ts.tensor(xs[i])
+        want = xs[i].astype(np.float64) @ wv.T
+        for _ in range(rounds):
+            y = tk.linear(x, w, out=ts.empty((1, 32)), config={"split_k": 4})
+            np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+    run_threads(threads, body)

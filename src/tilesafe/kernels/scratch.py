@@ -9,22 +9,26 @@ allocate (S12): make one call of the same shape before the capture (a warm-up).
 from __future__ import annotations
 
 import math
+import threading
 
 import tilesafe as ts
 
 from .layout import strided
 
 MIN_ELEMS = 1 << 20          # the first buffer: 4 MiB, enough for most decode-time calls
-_BUFFERS: dict = {}          # device -> the fp32 buffer
+_BUFFERS: dict = {}          # (device, thread) -> the fp32 buffer
 
 
 def views(device: str, *shapes) -> list[ts.Tensor]:
     """Contiguous fp32 views of the given shapes, side by side in the device's scratch
     (grown when too small)."""
     sizes = [math.prod(s) for s in shapes]
-    buf = _BUFFERS.get(device)
+    # One buffer per thread: a call's launches write then read its scratch, and another
+    # thread's call between them must not take the same bytes (runtime/host_lock.py).
+    key = (device, threading.get_ident())
+    buf = _BUFFERS.get(key)
     if buf is None or buf.numel < sum(sizes):
-        buf = _BUFFERS[device] = ts.empty((max(sum(sizes), MIN_ELEMS),), ts.f32, device)
+        buf = _BUFFERS[key] = ts.empty((max(sum(sizes), MIN_ELEMS),), ts.f32, device)
     out, at = [], 0
     for shape, n in zip(shapes, sizes):
         shape = tuple(shape)
