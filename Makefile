@@ -1,5 +1,6 @@
-# `make demo` and `make test` work on a fresh machine with Python >= 3.10 and pip:
+# `make demo` and `make test` work on a fresh machine with Python >= 3.11 and pip:
 # the first run makes a virtual environment in .venv and installs tilesafe into it.
+# DEPS pin the stack CI tests (pyproject.toml's bounds allow the GPU machine's too).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

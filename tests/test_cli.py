@@ -8,12 +8,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "src" / "tilesafe" / "examples"
 
 
-def tilesafe(*args, cwd=ROOT) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TILESAFE_BACKEND="reference",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "tilesafe", *args], cwd=cwd, env=env,
+def environment(**settings) -> dict:
+    return dict(os.environ, TILESAFE_BACKEND="reference",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))) | settings
+
+
+def tilesafe(*args, cwd=ROOT, **settings) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tilesafe", *args], cwd=cwd, env=environment(**settings),
                           capture_output=True, text=True, timeout=300)
 
 
@@ -101,7 +105,7 @@ def test_demo_runs_every_example_and_shows_the_refusals():
                      "came from ts.empty and has not been written",
                      "which is not a power of two"):
         assert expected in out
-    assert "  --> examples/refused_kernels.py:" in out   # errors point at the example's source
+    assert "  --> src/tilesafe/examples/refused_kernels.py:" in out   # errors point at the example's source
     assert out.rstrip().endswith("all examples passed")
 
 
@@ -115,7 +119,69 @@ def test_check_a_good_file(tmp_path):
     path = write(tmp_path, GOOD)
     result = tilesafe("check", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout == "ok: 2 kernels checked\n"   # the file's own prints are not shown
+    assert result.stdout == (   # the file's own prints are not shown; `add` needs B to build its body
+        "checked by signature only (the body is checked at the first launch, or by `KERNEL.checks(ts.spec(...))` "
+        "with values for its ts.Const parameters):\n"
+        f"  add at {path}:6 needs ts.Const B\n\n"
+        "ok: 2 kernels checked, 1 by signature only\n")
+
+
+def test_check_counts_a_kernel_the_file_specializes_as_checked(tmp_path):
+    path = write(tmp_path, GOOD + "\nadd.checks(ts.spec(100, tile=32), ts.spec(100), ts.spec(100))\n")
+    result = tilesafe("check", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == "ok: 2 kernels checked\n"
+
+
+def test_check_finds_a_body_error_only_with_launch_facts(tmp_path):
+    """A kernel needing a Const is not called clean: its body error shows once the file gives the value."""
+    body_error = GOOD.replace("z.store(ts.load_tile_like(x, z) + ts.load_tile_like(y, z))",
+                              "z.store(ts.load_tile_like(x, z).astype(ts.f16))")
+    path = write(tmp_path, body_error)
+    result = tilesafe("check", str(path))
+    assert result.returncode == 0 and "  add at " in result.stdout and "by signature only" in result.stdout
+    assert not result.stdout.startswith("ok")
+    path = write(tmp_path, body_error + "\nadd.checks(ts.spec(100, tile=32), ts.spec(100), ts.spec(100))\n")
+    result = tilesafe("check", str(path))
+    assert result.returncode == 1
+    assert f"error: cannot store a f16 tile to `z` (f32)\n  --> {path}:8:5" in result.stdout
+
+
+def test_check_a_file_that_does_not_import(tmp_path):
+    path = write(tmp_path, "import tilesafe as ts\nimport not_a_module_anywhere\n" + BAD.split("\n", 2)[2])
+    result = tilesafe("check", str(path))
+    assert result.returncode == 1
+    out = result.stdout
+    assert out.startswith(f"error: could not check {path}: ModuleNotFoundError: No module named "
+                          f"'not_a_module_anywhere'\n  --> {path}:2:1\n")
+    assert "   = help: kernels are checked by importing the file" in out
+    assert out.count("could not check") == 2   # the diagnostic and the summary; later failures are not repeated
+    assert out.rstrip().endswith("3 errors in 4 kernels checked; could not check 1 file")
+
+
+def test_check_an_annotation_that_fails(tmp_path):
+    path = write(tmp_path, """
+        import tilesafe as ts
+
+
+        @ts.kernel
+        def copy(z: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, (NN,)], N: int):
+            z.store(ts.load_tile_like(x, z))
+        """)
+    result = tilesafe("check", str(path))
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"error: could not check {path}: NameError: name 'NN' is not defined\n"
+                                    f"  --> {path}:5:1\n")
+    assert result.stdout.rstrip().endswith("0 errors in 0 kernels checked; could not check 1 file")
+
+
+def test_check_a_kernel_that_cannot_be_built(tmp_path):
+    path = write(tmp_path, GOOD.replace("@ts.kernel\ndef scale", "@ts.kernel(preconditions=5)\ndef scale"))
+    result = tilesafe("check", str(path))
+    assert result.returncode == 1
+    assert f"error: could not check `scale` in {path}: TypeError: " in result.stdout
+    assert f"  --> {path}:16:1\n" in result.stdout
+    assert result.stdout.rstrip().endswith("0 errors in 2 kernels checked, 1 by signature only; could not check 1 kernel")
 
 
 def test_check_reports_every_bad_kernel(tmp_path):
@@ -139,9 +205,10 @@ def test_check_keeps_future_annotations(tmp_path):
 
 
 def test_check_every_example_is_clean():
-    result = tilesafe("check", *sorted(str(p) for p in (ROOT / "examples").glob("*.py")))
+    result = tilesafe("check", *sorted(str(p) for p in EXAMPLES.glob("*.py")))
     assert result.returncode == 0, result.stdout
-    assert result.stdout.startswith("ok: ")
+    assert result.stdout.splitlines()[-1].startswith("ok: ")
+    assert "error" not in result.stdout
 
 
 @pytest.mark.parametrize("text", ["def broken(:\n", None])
@@ -152,3 +219,28 @@ def test_check_an_unreadable_file(tmp_path, text):
     result = tilesafe("check", str(path))
     assert result.returncode == 1
     assert result.stdout.startswith(f"error: cannot read {path}")
+
+
+def test_a_bad_setting_does_not_stop_version_or_help():
+    for args in (["--version"], ["--help"]):
+        result = tilesafe(*args, TILESAFE_BACKEND="bogus")
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+
+
+def test_a_bad_setting_is_an_error_with_help_where_it_is_needed():
+    result = tilesafe("demo", TILESAFE_BACKEND="bogus")
+    assert result.returncode == 2
+    assert result.stderr == ("error: the environment variable TILESAFE_BACKEND='bogus' is not a backend\n"
+                             "   = help: set it to one of reference, triton, triton-interpreter, or unset it to "
+                             "choose by the machine\n")
+
+
+def test_output_to_a_closed_pipe_ends_quietly():
+    """`tilesafe bench --list | head -1`: the reader is gone before the command writes."""
+    proc = subprocess.Popen([sys.executable, "-m", "tilesafe", "bench", "--list"], cwd=ROOT, env=environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 1
+    assert err == ""

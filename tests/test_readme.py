@@ -2,6 +2,7 @@
 
 The first python block is the tour's vector add; the second inspects it. Each is followed by
 a text block with what it prints. The error block is the real error of examples/refused_kernels.py.
+The tour's `add` ties `z`'s length to `x`'s, so a mismatch is refused as PyTorch users expect.
 """
 import os
 import re
@@ -30,7 +31,7 @@ def run_python(code: str, tmp_path: Path, cwd: Path) -> str:
 
 def test_the_first_python_block_is_the_vector_add_tour(tmp_path):
     first = blocks("python")[0]
-    assert "@ts.kernel\ndef add(z: ts.Mut[ts.f32, (\"B\",)]" in first
+    assert "def add(z: ts.Mut[ts.f32, (\"B\",)]" in first
     out = run_python(first, tmp_path, tmp_path)
     assert out == blocks("text")[0]
 
@@ -43,10 +44,28 @@ def test_the_inspection_block_prints_what_the_readme_shows(tmp_path):
 
 def test_the_error_block_is_a_real_error(tmp_path):
     code = ("import runpy\n"
-            "m = runpy.run_path('examples/refused_kernels.py', run_name='refused_kernels')\n"
+            "m = runpy.run_path('src/tilesafe/examples/refused_kernels.py', run_name='refused_kernels')\n"
             "print(m['refusal'](m['CASES'][0]))\n")
     out = run_python(code, tmp_path, ROOT)
     assert out == blocks("text")[1]
+
+
+def test_the_tour_add_refuses_a_z_longer_than_x(tmp_path):
+    """A z of 1000 with an x and y of 500 is a LaunchError naming the precondition, and z stays unwritten."""
+    first = blocks("python")[0]
+    kernel = first[:first.index("rng = ")]   # the imports and the kernel, not the tour's launch
+    code = kernel + (
+        "z = ts.empty(1000)\n"
+        "half = ts.tensor(np.ones(500, np.float32))\n"
+        "try:\n"
+        "    add(z.partition((128,)), half, half)\n"
+        "except ts.LaunchError as e:\n"
+        "    print(type(e).__name__, e.message)\n"
+        "    print(e.loc.line)\n")
+    out = run_python(code, tmp_path, tmp_path)
+    assert out.splitlines() == [
+        "LaunchError precondition `dim(z, 0) == dim(x, 0)` of `add` does not hold (dim(z, 0) = 1000, dim(x, 0) = 500)",
+        str(kernel.count("\n") + 4)]   # the line of the launch
 
 
 def test_the_two_commands_are_make_targets():

@@ -4,6 +4,9 @@ Kernels are Python functions over tiles; tilesafe proves before launch that they
 race, write through read-only inputs, write outside their own tile or read memory nobody
 wrote, then runs them on the reference (NumPy) backend or through Triton.
 """
+# The one source of the version: pyproject.toml reads this line (setuptools `attr:`).
+__version__ = "0.1.0"
+
 from .dtypes import DType, bf16, bool_, f8e4m3fn, f8e5m2, f16, f32, f64, i8, i16, i32, i64, u8
 from .errors import AliasError, KernelError, LaunchError, OwnershipError, SanitizerError, TileSafeError
 from .lang.annotations import Const, Mut, MutLast, MutTiles, Ptr, Ref
@@ -41,5 +44,3 @@ def _register_device_constructors() -> None:
 
 _register_device_constructors()
 from .lang import memory as _memory  # noqa: E402,F401  (registers the memory ops)
-
-__version__ = "0.1.0"

@@ -5,18 +5,27 @@ launch (refused here) or a statement that fails because of it does not stop the 
 defined after it. While it runs, `ts.kernel` is wrapped to record each definition's
 KernelError and hand back a stand-in instead of raising, so one bad kernel does not hide the
 next even inside a block. KernelErrors raised by a statement itself (e.g. `k.checks(...)`
-specializing a kernel) are reported too. Other failures are the file's own business: they
-are skipped, since a refused launch makes later host code fail for reasons that are not errors.
+specializing a kernel) are reported too.
 
-Errors a kernel can show only with launch facts (a Const parameter without a default) are
-found at its first specialization, which a check cannot do without arguments.
+A check never says "ok" for what it could not see:
+  * a statement that fails before any launch was refused means the file does not import
+    (a missing module, a name error in an annotation): "could not check", exit 1. After a
+    refused launch, failures are skipped, since host code after a launch that did not run
+    fails for reasons that are not errors;
+  * a kernel whose definition fails with something other than a KernelError could not be
+    built or specialized: "could not check" that kernel, exit 1;
+  * a kernel with a ts.Const parameter without a default cannot be specialized without
+    launch facts, so only its signature is checked (its body at its first launch, or by a
+    `k.checks(ts.spec(...))` the file makes): such kernels are listed.
 """
 from __future__ import annotations
 
 import __future__ as future
 import ast
 import contextlib
+import inspect
 import io
+import linecache
 import sys
 import types
 from dataclasses import dataclass, field
@@ -24,7 +33,8 @@ from pathlib import Path
 
 import tilesafe
 
-from .errors import KernelError, TileSafeError
+from .errors import KernelError, LaunchError, Loc, TileSafeError, render
+from .lang.annotations import CONST
 from .settings import launching_disabled_var
 
 MODULE_NAME = "__tilesafe_check__"   # not "__main__": the file's `if __name__ == "__main__":` block stays off
@@ -35,12 +45,24 @@ class FileReport:
     path: str
     kernels: int = 0
     errors: list[TileSafeError] = field(default_factory=list)
+    unchecked: list[tuple[str, str]] = field(default_factory=list)   # ("file" or "kernel", rendered diagnostic)
+    defined: list = field(default_factory=list)              # the kernels built, to see what was specialized
+
+    def signature_only(self) -> list[str]:
+        """One line per kernel whose body was never built: it needs ts.Const values nobody gave."""
+        lines = []
+        for k in self.defined:
+            needs = [p.name for p in k.params if p.kind == CONST and p.default is inspect.Parameter.empty]
+            if needs and not k.specializer.specs:
+                loc = k.src.loc(k.src.tree)
+                lines.append(f"  {k.name} at {loc.file}:{loc.line} needs ts.Const {', '.join(needs)}")
+        return lines
 
 
 class RefusedKernel:
     """Stands in for a kernel whose definition failed, so the rest of the file keeps running."""
 
-    def __init__(self, name: str, error: KernelError):
+    def __init__(self, name: str, error: Exception):
         self.name, self.error = name, error
 
     def __call__(self, *args, **kwargs):
@@ -51,7 +73,7 @@ class RefusedKernel:
 
 
 def run(paths: list[str]) -> int:
-    kernels, errors, unreadable = 0, 0, 0
+    kernels, errors, unchecked, unreadable, partial = 0, 0, [], 0, []
     for path in paths:
         report = check(path)
         if report is None:
@@ -59,13 +81,21 @@ def run(paths: list[str]) -> int:
             continue
         kernels += report.kernels
         errors += len(report.errors)
-        for e in report.errors:
-            print(f"{e}\n")
-    if errors or unreadable:
-        print(f"{errors} error{_s(errors)} in {kernels} kernel{_s(kernels)} checked"
+        unchecked += [what for what, _ in report.unchecked]
+        for text in [text for _, text in report.unchecked] + [str(e) for e in report.errors]:   # why first
+            print(f"{text}\n")
+        partial += report.signature_only()
+    if partial:
+        print("checked by signature only (the body is checked at the first launch, or by "
+              "`KERNEL.checks(ts.spec(...))` with values for its ts.Const parameters):\n" + "\n".join(partial) + "\n")
+    counted = f"{kernels} kernel{_s(kernels)} checked" + (f", {len(partial)} by signature only" if partial else "")
+    if errors or unchecked or unreadable:
+        skipped = [f"{n} {what}{_s(n)}" for what in ("file", "kernel") if (n := unchecked.count(what))]
+        print(f"{errors} error{_s(errors)} in {counted}"
+              + (f"; could not check {' and '.join(skipped)}" if skipped else "")
               + (f"; {unreadable} file{_s(unreadable)} could not be read" if unreadable else ""))
         return 1
-    print(f"ok: {kernels} kernel{_s(kernels)} checked")
+    print(f"ok: {counted}")
     return 0
 
 
@@ -97,7 +127,8 @@ def check(path: str) -> FileReport | None:
 
 
 def _run_statements(tree: ast.Module, path: str, module: types.ModuleType, report: FileReport) -> None:
-    flags = 0
+    # launched: a launch was refused (or the file already failed), so later failures may follow from it
+    flags, launched = 0, False
     for stmt in tree.body:
         flags |= _future_flags(stmt)
         code = compile(ast.Module([stmt], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True)
@@ -106,8 +137,28 @@ def _run_statements(tree: ast.Module, path: str, module: types.ModuleType, repor
         except KernelError as e:
             if all(e is not seen for seen in report.errors):
                 report.errors.append(e)
-        except (Exception, SystemExit):   # a refused launch, or host code after one: not the check's business
-            continue
+        except LaunchError:
+            launched = True
+        except (Exception, SystemExit) as e:
+            if not launched:   # the file itself does not import; later failures may follow from this one
+                report.unchecked.append(("file", _could_not_check(path, e)))
+                launched = True
+
+
+def _could_not_check(path: str, e: BaseException, kernel: str | None = None, line: int | None = None) -> str:
+    """A diagnostic at the file's line the failure came from: `line`, else the deepest frame in the file."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    what = f"`{kernel}` in {path}" if kernel else path
+    reason = e.message if isinstance(e, TileSafeError) else (str(e).splitlines() or [""])[0]
+    text = linecache.getline(path, line) if line else ""
+    loc = Loc(path, line, len(text) - len(text.lstrip()) + 1, max(1, len(text.strip()))) if line else None
+    help = (f"tilesafe could not build this kernel; `python {path}` shows the full error" if kernel else
+            f"kernels are checked by importing the file, which must work: `python {path}` shows the full error")
+    return render(f"could not check {what}: {type(e).__name__}: {reason}".rstrip(": "), loc, help)
 
 
 def _future_flags(stmt: ast.stmt) -> int:
@@ -129,11 +180,18 @@ def _kernels_recorded(report: FileReport):
     def recording(fn=None, **options):
         def define(f):
             report.kernels += 1
+            name = getattr(f, "__name__", "kernel")
             try:
-                return real(f, **options)
+                k = real(f, **options)
             except KernelError as e:
                 report.errors.append(e)
-                return RefusedKernel(getattr(f, "__name__", "kernel"), e)
+                return RefusedKernel(name, e)
+            except Exception as e:   # not a rule the kernel breaks: tilesafe could not build or specialize it
+                line = getattr(getattr(f, "__code__", None), "co_firstlineno", None)
+                report.unchecked.append(("kernel", _could_not_check(report.path, e, name, line)))
+                return RefusedKernel(name, e)
+            report.defined.append(k)
+            return k
         return define(fn) if fn is not None else define
 
     tilesafe.kernel = recording

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .closed_pipe import exits_quietly
+
 USAGE = """\
 examples:
   tilesafe demo                 run the examples, then show errors for unsafe kernels
@@ -26,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the examples and show what tilesafe refuses",
                           description="Run each example (one line each), then show the errors of "
                                       "deliberately unsafe kernels.")
-    demo.add_argument("--examples", metavar="DIR", help="the examples folder (default: the checkout's examples/)")
+    demo.add_argument("--examples", metavar="DIR", help="the examples folder (default: the ones installed with tilesafe)")
     check = sub.add_parser("check", help="check the kernels of Python files without running them",
                            description="Import each file with launching disabled and report the errors of "
                                        "every @ts.kernel it defines. Exits 1 if any kernel has an error.")
@@ -38,6 +40,16 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from .errors import TileSafeError, render
+    with exits_quietly():
+        try:
+            return _run(argv)
+        except TileSafeError as e:   # e.g. a bad TILESAFE_* setting: about the environment, not a line of code
+            print(render(e.message, None, e.help), file=sys.stderr)
+            return 2
+
+
+def _run(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:
         from .bench.cli import main as bench
         return bench(argv[1:], prog="tilesafe bench")

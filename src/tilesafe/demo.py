@@ -3,7 +3,8 @@
 Each example is a complete program that checks its own result and prints a summary line;
 the demo runs them in this process (one import of torch, not one per example) and prints
 that line. The refusals come from `examples/refused_kernels.py`, whose cases each break one
-safety rule; the demo prints the error each one gets, as a user would see it.
+safety rule; the demo prints the error each one gets, as a user would see it. The examples
+ship inside the package (`tilesafe/examples/`), so the demo works from an installed wheel.
 """
 from __future__ import annotations
 
@@ -24,20 +25,20 @@ ORDER = ("hello_world", "vector_add", "saxpy_2d", "ragged_sizes", "masked_fill",
 REFUSALS = "refused_kernels"
 
 
-def examples_dir(given: str | None) -> Path | None:
-    """The examples folder: the one given, else the checkout's `examples/` beside `src/`."""
-    if given:
-        return Path(given)
-    checkout = Path(__file__).resolve().parents[2] / "examples"
-    return checkout if checkout.is_dir() else None
+EXAMPLES = Path(__file__).resolve().parent / "examples"   # package data, present in a checkout and a wheel
+
+
+def examples_dir(given: str | None) -> Path:
+    """The examples folder: the one given, else the package's own."""
+    return Path(given) if given else EXAMPLES
 
 
 def run(given: str | None = None) -> int:
     folder = examples_dir(given)
-    if folder is None or not folder.is_dir():
-        print(f"error: no examples folder{' at ' + given if given else ''}\n"
-              "   = help: run from a checkout of tilesafe (the examples live in its examples/ folder), "
-              "or pass --examples DIR", file=sys.stderr)
+    if not folder.is_dir():
+        print(f"error: no examples folder at {folder}\n"
+              "   = help: pass --examples DIR, or reinstall tilesafe (its examples ship in tilesafe/examples/)",
+              file=sys.stderr)
         return 2
     print(f"tilesafe demo on the {_backend_words()}\n")
     failed = sum(not _run_example(path) for path in _example_paths(folder))

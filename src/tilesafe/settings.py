@@ -14,27 +14,61 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BACKENDS = ("reference", "triton", "triton-interpreter")
+_SWITCH = {"": False, "0": False, "false": False, "no": False, "off": False,
+           "1": True, "true": True, "yes": True, "on": True}
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    backend: str | None   # None: Triton when CUDA is available, else the reference backend
+    """The TILESAFE_* environment as read at import, checked where each value is first used.
+
+    Reading never fails, so `import tilesafe` and `tilesafe --version` work whatever the
+    environment says; a bad value is a LaunchError from the first launch that needs it.
+    """
+    backend_text: str     # TILESAFE_BACKEND as set ("" when unset)
     cache_dir: Path
-    dump: bool
-    sanitize: bool        # run the reference sanitizer for safe kernels too
+    dump_text: str        # TILESAFE_DUMP as set
+    sanitize_text: str    # TILESAFE_SANITIZE as set
 
     @staticmethod
     def from_env(env=os.environ) -> "Settings":
-        backend = env.get("TILESAFE_BACKEND") or None
-        if backend is not None and backend not in BACKENDS:
-            from .errors import LaunchError
-            raise LaunchError(f"TILESAFE_BACKEND={backend!r} is not a backend",
-                              help=f"use one of {', '.join(BACKENDS)}")
         cache = env.get("TILESAFE_CACHE_DIR") or os.path.join(
             env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tilesafe")
-        return Settings(backend=backend, cache_dir=Path(cache),
-                        dump=env.get("TILESAFE_DUMP", "") not in ("", "0"),
-                        sanitize=env.get("TILESAFE_SANITIZE", "") not in ("", "0"))
+        return Settings(backend_text=env.get("TILESAFE_BACKEND", "").strip(), cache_dir=Path(cache),
+                        dump_text=env.get("TILESAFE_DUMP", ""), sanitize_text=env.get("TILESAFE_SANITIZE", ""))
+
+    @property
+    def backend(self) -> str | None:
+        """The backend TILESAFE_BACKEND names; None: Triton when CUDA is available, else the reference backend."""
+        if not self.backend_text:
+            return None
+        if self.backend_text not in BACKENDS:
+            raise _bad_setting("TILESAFE_BACKEND", self.backend_text, "a backend",
+                               f"set it to one of {', '.join(BACKENDS)}, or unset it to choose by the machine")
+        return self.backend_text
+
+    @property
+    def dump(self) -> bool:
+        """TILESAFE_DUMP: print each new specialization's IR and Triton source to stderr."""
+        return _switch("TILESAFE_DUMP", self.dump_text)
+
+    @property
+    def sanitize(self) -> bool:
+        """TILESAFE_SANITIZE: run the reference sanitizer for safe kernels too."""
+        return _switch("TILESAFE_SANITIZE", self.sanitize_text)
+
+
+def _switch(name: str, text: str) -> bool:
+    value = _SWITCH.get(text.strip().lower())
+    if value is None:
+        raise _bad_setting(name, text, "an on/off switch", f"set {name}=1 to turn it on, or 0 (or unset it) for off")
+    return value
+
+
+def _bad_setting(name: str, text: str, what: str, help: str):
+    """A LaunchError pointing at the user's line that first needed the setting."""
+    from .errors import LaunchError, caller_loc
+    return LaunchError(f"the environment variable {name}={text!r} is not {what}", caller_loc(), help)
 
 
 SETTINGS = Settings.from_env()

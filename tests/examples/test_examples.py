@@ -2,7 +2,7 @@
 
 Each example checks its result against NumPy computed in the script and prints
 `NAME: ok, ...` as its last line; a failed check raises. They run in this process through
-runpy (as `python examples/NAME.py` would run them) on each CPU backend, and on Triton
+runpy (as `python src/tilesafe/examples/NAME.py` would run them) on each CPU backend, and on Triton
 under `-m gpu`; one runs as a real subprocess, and `tilesafe demo` (tests/test_cli.py)
 runs them all from the command line.
 """
@@ -17,7 +17,7 @@ import pytest
 import tilesafe as ts
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
+EXAMPLES = ROOT / "src" / "tilesafe" / "examples"   # package data: they ship in the wheel
 EXPECTED = ["hello_world", "vector_add", "saxpy_2d", "matmul", "persistent_matmul", "batched_matmul",
             "mixed_precision_matmul", "softmax", "rms_norm", "masked_fill", "flash_attention", "ragged_sizes",
             "unsafe_race", "refused_kernels"]
@@ -70,7 +70,7 @@ def test_example_on_triton(name, capsys):
 
 def test_an_example_runs_as_a_program():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    result = subprocess.run([sys.executable, "examples/hello_world.py"], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "src/tilesafe/examples/hello_world.py"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("hello_world: ok")

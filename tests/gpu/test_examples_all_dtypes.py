@@ -25,7 +25,7 @@ import tilesafe as ts
 
 pytestmark = pytest.mark.gpu
 DEVICE, BACKEND = "cuda", "triton"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "tilesafe" / "examples"
 TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "bool": torch.bool,
          "u8": torch.uint8, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64}
 FLOATS = ("f32", "f16", "bf16")

@@ -49,7 +49,9 @@ def add_arguments(p: argparse.ArgumentParser, families) -> None:
 
 
 def main(argv=None, prog: str = "python -m tilesafe.bench") -> int:
-    return run(parser(prog).parse_args(argv))
+    from ..closed_pipe import exits_quietly
+    with exits_quietly():   # `--list | head -1` ends without a traceback
+        return run(parser(prog).parse_args(argv))
 
 
 def run(args) -> int:

@@ -16,14 +16,17 @@ from .source import KernelSource
 _SENTINEL = inspect.Parameter.empty
 
 
+# Every field is required: a dataclass default of `inspect.Parameter.empty` reads as "no
+# default" to `inspect.signature`, so the generated __init__ had a required parameter after
+# optional ones, which Python 3.10's dataclass (building the class docstring) rejects at import.
 @dataclass(frozen=True)
 class ParamInfo:
     name: str
     kind: str
     dtype: object          # DType, a Const parameter's name, or a Python type (Const/scalar)
-    shape: tuple = ()
-    default: object = _SENTINEL
-    loc: object = None
+    shape: tuple
+    default: object        # inspect.Parameter.empty when the parameter has none
+    loc: object
 
     @property
     def is_tensor(self) -> bool:

@@ -283,10 +283,12 @@ def _numel(shape) -> int:
 
 def _require_triton() -> None:
     try:
-        import triton  # noqa: F401
+        import triton
     except ImportError:
         raise LaunchError("the Triton backends need the `triton` package, which is not installed",
                           help="pip install 'tilesafe[triton]', or run on the reference backend") from None
+    from .tested_version import warn_if_untested
+    warn_if_untested(triton.__version__)
 
 
 def _require_cuda() -> None:

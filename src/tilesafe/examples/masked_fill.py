@@ -10,7 +10,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(y, 0) == dim(x, 0)", "dim(y, 1) == dim(x, 1)"])   # y, x, mask: one shape
 def masked_fill(y: ts.Mut["T", ("BM", "BN")], x: ts.Ref["T", ("M", "N")], mask: ts.Ref["MD", ("M", "N")],
                 value: float, T: ts.Const[ts.DType], MD: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int],
                 M: int, N: int):

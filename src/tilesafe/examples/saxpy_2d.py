@@ -10,7 +10,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(y, 0) == dim(x, 0)", "dim(y, 1) == dim(x, 1)"])   # y shaped like x
 def saxpy(y: ts.Mut["T", ("BM", "BN")], x: ts.Ref["T", ("M", "N")], a: float,
           T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
     t = a * ts.load_tile_like(x, y).astype(ts.f32) + y.load().astype(ts.f32)   # (BM, BN) in f32, as `a` is

@@ -12,7 +12,8 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(o, 0) == dim(q, 0)", "dim(o, 1) == dim(q, 1)", "dim(o, 2) == D",   # o shaped like q
+                           "H == HKV * GROUP"])                                  # GROUP query heads per KV head
 def attention(o: ts.Mut["T", (1, "BM", "D")], q: ts.Ref["T", ("H", "S", "D")],
               k: ts.Ref["T", ("HKV", "S", "D")], v: ts.Ref["T", ("HKV", "S", "D")],
               scale: float, T: ts.Const[ts.DType], causal: ts.Const[bool], GROUP: ts.Const[int],

@@ -10,7 +10,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(y, 0) == dim(x, 0)", "dim(y, 1) == dim(x, 1)"])   # y shaped like x
 def softmax(y: ts.Mut["T", (1, "BN")], x: ts.Ref["T", ("M", "N")], T: ts.Const[ts.DType], BN: ts.Const[int],
             M: int, N: int):
     t = ts.load_tile_like(x, y, padding=-float("inf")).astype(ts.f32)   # (1, BN), -inf past column N

@@ -10,14 +10,14 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(y, 0) == dim(x, 0)"])
 def square_plus_one(y: ts.Mut["T", ("B",)], x: ts.Ref["T", ("N",)], T: ts.Const[ts.DType], B: ts.Const[int],
                     N: int):
     t = ts.load_tile_like(x, y)                       # (B,), zeros past N
     y.store(t * t + 1.0)                              # elements past N are not written
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(z, 0) == dim(x, 0)", "dim(z, 1) == dim(x, 1)"])   # z shaped like x and y
 def add_2d(z: ts.Mut["T", ("BM", "BN")], x: ts.Ref["T", ("M", "N")], y: ts.Ref["T", ("M", "N")],
            T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], M: int, N: int):
     z.store(ts.load_tile_like(x, z) + ts.load_tile_like(y, z))   # (BM, BN)

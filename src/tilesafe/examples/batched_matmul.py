@@ -9,7 +9,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(c, 0) == dim(a, 0)", "dim(c, 1) == dim(a, 1)", "dim(c, 2) == dim(b, 2)"])
 def bmm(c: ts.Mut["T", (1, "BM", "BN")], a: ts.Ref["T", ("Z", "M", "K")], b: ts.Ref["T", ("Z", "K", "N")],
         T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], Z: int, M: int, N: int, K: int):
     pa = a.partition((1, BM, BK))                     # tiles of A: (1, BM, BK)

@@ -11,7 +11,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(y, 0) == dim(x, 0)", "dim(y, 1) == dim(x, 1)"])   # y shaped like x
 def rms_norm(y: ts.Mut["T", (1, "BH")], x: ts.Ref["T", ("M", "H")], w: ts.Ref["T", ("H",)],
              T: ts.Const[ts.DType], BH: ts.Const[int], SUB: ts.Const[int], M: int, H: int, eps: float):
     px = x.partition((1, SUB))                        # row pieces of x: (1, SUB)

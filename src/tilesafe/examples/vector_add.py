@@ -10,7 +10,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(z, 0) == dim(x, 0)"])   # z as long as x (and y: both are N)
 def add(z: ts.Mut["T", ("B",)], x: ts.Ref["T", ("N",)], y: ts.Ref["T", ("N",)],
         T: ts.Const[ts.DType], B: ts.Const[int], N: int):
     z.store(ts.load_tile_like(x, z) + ts.load_tile_like(y, z))   # (B,)

@@ -10,7 +10,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel
+@ts.kernel(preconditions=["dim(y, 0) == dim(x, 0)"])   # y as long as x
 def double(y: ts.Mut["T", (16,)], x: ts.Ref["T", ("N",)], T: ts.Const[ts.DType], N: int):
     y.store(2.0 * ts.load_tile_like(x, y))   # (16,)
 

@@ -11,7 +11,7 @@ import numpy as np
 import tilesafe as ts
 
 
-@ts.kernel(deny_kernel_checks=True)
+@ts.kernel(deny_kernel_checks=True, preconditions=["dim(c, 0) == dim(a, 0)", "dim(c, 1) == dim(b, 1)"])
 def matmul(c: ts.MutTiles["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
            T: ts.Const[ts.DType], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int):
     pa = a.partition((BM, BK))                        # tiles of A: (BM, BK)
