@@ -1,5 +1,6 @@
-"""Per-device fp32 scratch for a library call's intermediate results (split-K partial
-products, a long softmax row's statistics), reused by every call instead of allocated.
+"""Per-device (and per-thread) fp32 scratch for a library call's intermediate results
+(split-K partial products, a long softmax row's statistics), reused by every call instead
+of allocated.
 
 Reuse is safe: the runtime orders each launch after the pending ones that use the same
 bytes (S9/S10), so a call's scratch is never overwritten while an earlier call still reads
