@@ -260,3 +260,22 @@ def test_a_loop_step_that_could_wrap_proves_nothing(backend, s, proven):
     report = strided_from.checks(*SPECS, s=s)
     assert (report.kernel == 0) == proven, str(report)
     np.testing.assert_array_equal(_run(strided_from, s), X[:16])
+
+
+@ts.kernel(sanitize=True)
+def half_block_tile(z: ts.MutTiles[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+    t = ts.load(x, (ts.block_id(0) // 2,), shape=(16,), padding=PAD)   # every block loads
+    for idx in z.tiles():
+        z.store(t, idx)
+
+
+def test_an_index_from_a_grid_of_any_size_keeps_its_mask(backend):
+    """A persistent kernel launched without grid= runs on any number of blocks, so
+    block_id(0) // 2 has no upper bound. Old bug: the bound inf // 2 evaluated to NaN, which
+    a launch took for true, and block 2's tile 1 of a 16-element x was loaded unmasked
+    (the reference sanitizer reported it)."""
+    report = half_block_tile.checks(ts.spec((16,), tile=(16,)), ts.spec((16,)))
+    assert (report.launch, report.kernel) == (1, 1), str(report)
+    x = np.arange(1, 17, dtype=np.float32)
+    z, _ = poisoned((16,), "f32")
+    np.testing.assert_array_equal(launch(half_block_tile, z, (16,), ts.tensor(x)), x)

@@ -79,7 +79,8 @@ def evaluate(expr, facts) -> int | bool:
     a = evaluate(expr[1], facts)
     b = evaluate(expr[2], facts)
     if a != a or b != b or (tag in ("floordiv", "cdiv") and b == 0):
-        return math.nan    # unknown (e.g. inf // n): every comparison with it fails
+        # unknown (e.g. inf // n, from a grid of any size): every comparison with it fails
+        return False if tag in ("le", "ge") else math.nan
     return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
             "cdiv": lambda: -(-a // b), "min": lambda: min(a, b), "max": lambda: max(a, b),
             "le": lambda: a <= b, "ge": lambda: a >= b}[tag]()
