@@ -282,6 +282,18 @@ def test_the_drift_check_sees_the_names_it_must():
     assert missing({"no_such_op"}, _ts_name) == ["no_such_op"]
 
 
+def test_a_name_added_without_an_entry_fails_the_drift_check(monkeypatch):
+    from tilesafe.lang import methods
+
+    def fresh_op(x):
+        """A device-side operation added to the language but not to the page."""
+    fresh_op.__tilesafe_stub__ = "fresh_op"
+    monkeypatch.setattr(ts, "fresh_op", fresh_op, raising=False)
+    monkeypatch.setattr(methods, "TENSOR_METHODS", (*methods.TENSOR_METHODS, "fresh_walk"))
+    assert missing(public_device_ops(), _ts_name) == ["fresh_op"]
+    assert missing(attribute_names(), _member) == ["fresh_walk"]
+
+
 def test_every_rule_of_the_readme_has_a_section_with_a_refused_example():
     sections = re.split(r"^### ", DOC, flags=re.M)
     for rule in sorted(readme_rules(), key=lambda r: int(r[1:])):
