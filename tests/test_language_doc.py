@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import gc
 import inspect
 import io
 import re
@@ -100,6 +101,10 @@ def run_snippet(snippet: Snippet, tmp_path: Path) -> tuple[str, BaseException | 
     path = tmp_path / SHOWN_FILE          # a fresh directory per block: no stale source cache
     path.write_text(snippet.code)
     out, error = io.StringIO(), None
+    if snippet.needs_cuda:
+        # Free earlier tests' garbage now: a CUDA graph freed while another is being captured
+        # breaks that capture (the S12 example captures).
+        gc.collect()
     with ts.backend("triton" if snippet.needs_cuda else "reference"), contextlib.redirect_stdout(out):
         try:
             runpy.run_path(str(path), init_globals={"np": np, "ts": ts}, run_name="language_doc_example")
