@@ -46,26 +46,60 @@ def check_aliasing(fn: str, inputs: dict[str, Tensor | None], outputs: dict[str,
 
     `inputs` and `outputs` map the caller's argument names to tensors (None: not passed);
     `in_place[out]` names the inputs that `out` may be exactly (the same view of the same
-    bytes). Costs one byte-set comparison per pair, only for outputs the caller passed.
+    bytes). Only outputs the caller passed are checked. Most pairs are settled by their
+    address spans (a few attribute reads); only spans that meet pay for the exact byte-set
+    comparison, and only a non-contiguous output for the self-overlap test.
     """
     outs = [(n, t) for n, t in outputs.items() if t is not None]
     if not outs:
         return
     ins = [(n, t) for n, t in inputs.items() if t is not None]
-    sets = {n: _bytes(t) for n, t in (*outs, *ins)}
+    views = {n: _torch(t) for n, t in (*outs, *ins)}
+    spans = {n: _span(v) for n, v in views.items()}
     for i, (name, out) in enumerate(outs):
-        if self_overlaps(sets[name]):
+        if not views[name].is_contiguous() and self_overlaps(byte_set(views[name])):
             raise _alias(fn, f"`{name}` overlaps itself (a stride-0 or overlapping view), so its elements would "
                              "be written more than once", f"pass a tensor whose elements are distinct for `{name}`")
         for other, _ in outs[:i]:
-            if overlaps(sets[name], sets[other]):
+            if _meet(spans[name], spans[other]) and _exact(views[name], views[other]):
                 raise _alias(fn, f"`{other}` and `{name}` share memory", "pass separate tensors for the outputs")
         allowed = (in_place or {}).get(name, ())
         for other, t in ins:
+            if not _meet(spans[name], spans[other]):
+                continue
             if other in allowed and same_view(out, t):
                 continue     # the declared in-place form: the kernel reads its own tile back
-            if overlaps(sets[name], sets[other]):
+            if _exact(views[name], views[other]):
                 raise _alias(fn, f"`{name}` shares memory with the input `{other}`", _help(name, other, allowed))
+
+
+def _torch(t) -> torch.Tensor:
+    """The torch view behind a tilesafe tensor (a workspace may also hold torch tensors)."""
+    return t if isinstance(t, torch.Tensor) else t._torch()
+
+
+def _span(t: torch.Tensor):
+    """(first byte, one past the last byte) of a view, None when it is empty. Torch strides
+    are never negative, so the view's first element is its lowest address."""
+    lo = t.data_ptr()
+    if t.is_contiguous():
+        return lo, lo + t.nbytes
+    if t.numel() == 0:
+        return None
+    item = t.element_size()
+    return lo, lo + item + item * sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def _meet(sa, sb) -> bool:
+    """Whether two address spans meet: needed to share a byte (on one device; `_exact` then
+    compares devices too)."""
+    return not (sa is None or sb is None or sa[1] <= sb[0] or sb[1] <= sa[0])
+
+
+def _exact(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two views whose spans meet share a byte (runtime/aliasing.py's exact test,
+    which also tells devices apart)."""
+    return overlaps(byte_set(a), byte_set(b))
 
 
 def workspace_outputs(workspace, fields: tuple[str, ...]) -> dict[str, Tensor]:
@@ -74,11 +108,6 @@ def workspace_outputs(workspace, fields: tuple[str, ...]) -> dict[str, Tensor]:
     if workspace is None:
         return {}
     return {f"workspace.{f}": getattr(workspace, f) for f in fields}
-
-
-def _bytes(t):
-    """The byte set of a tilesafe tensor (or of a torch tensor a workspace was built from)."""
-    return byte_set(t) if isinstance(t, torch.Tensor) else t._byte_set()
 
 
 def _help(name: str, other: str, allowed: tuple[str, ...]) -> str:

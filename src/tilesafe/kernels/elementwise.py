@@ -217,7 +217,7 @@ def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False, nam
     check_aliasing(fn, operands, {"out": o.passed}, {"out": tuple(operands)})
     if o.tensor.numel == 0:
         return o.returned
-    kernel, args, extra = _kernel_for(o.tensor, list(operands.values()), extra, scalar)
+    kernel, args, extra = _kernel_for(o.passed, list(operands.values()), extra, scalar)
     expanded = [layout.broadcast(t, shape) for t in args.values()]
     views = layout.rank3([o.tensor, *expanded], shape)
     # Layouts that do not merge into 3 axes run one launch per slab of the outer axes.
@@ -230,14 +230,16 @@ def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False, nam
 
 
 def _kernel_for(out, operands, extra, scalar):
-    """(kernel, its tensor arguments by parameter name, its other arguments) for `out = op(operands)`.
+    """(kernel, its tensor arguments by parameter name, its other arguments) for `out = op(operands)`;
+    `out` is None when the call allocated it (fresh memory: no operand is it).
 
     When `out` is an operand itself (the same view) the kernel takes it only as the `ts.Mut`
     and reads it back with `z.load()`: a block reads exactly the tile it then overwrites, so
     no block reads what another writes, and the launch's own alias check (S7) sees no
     overlap. An `out` that overlaps an operand in any other way never gets here."""
     x, y = operands[0], operands[1] if len(operands) > 1 else None
-    on_x, on_y = layout.same_view(out, x), y is not None and layout.same_view(out, y)
+    on_x = out is not None and layout.same_view(out, x)
+    on_y = out is not None and y is not None and layout.same_view(out, y)
     if y is None:
         if on_x:
             return unary_inplace_kernel, {}, dict(extra, SCALAR=scalar, s=extra.get("s", 0.0))
