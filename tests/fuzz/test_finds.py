@@ -1,0 +1,67 @@
+"""What the fuzzers found, minimised, as regression tests (docs/fuzzing.md says how to add one).
+
+Each test names the fuzzer's case it came from. A find that is not fixed yet is marked
+`xfail(strict=True)`, so its fix shows up as an XPASS and the marker comes off.
+"""
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+
+
+# --- kernel fuzzer: tile indices whose element offset wraps 32 bits -------------------------
+# Found before the 64-bit tile-offset fix (issue 15 item 2): Triton computed
+# `index * tile` in 32 bits, so tile -2**31 of 2 elements started at element 0 and read
+# x[0:2] instead of padding (the reference interpreter, which multiplies exactly, read 0).
+
+@ts.kernel(sanitize=True)
+def _load_at(z: ts.Mut[ts.f32, (2,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
+    z.store(ts.load(x, (s,), shape=(2,)))
+
+
+@ts.kernel(sanitize=True)
+def _load_at_count_times(z: ts.Mut[ts.f32, (1, 2)], x: ts.Ref[ts.f32, ("M", "N")], M: int, N: int, s: int):
+    # num_tiles is i32, so num_tiles * s wraps in 32 bits first: 2 * 2**30 is -2**31, whose
+    # element offset -2**32 wraps 32 bits to 0 again.
+    z.store(ts.load(x, (4, ts.num_tiles(x.partition((1, 2)), 1) * s), shape=(1, 2)))
+
+
+def _x(shape):
+    return np.random.default_rng(15).standard_normal(shape).astype(np.float32) + 3.0   # no zeros
+
+
+@pytest.mark.parametrize("s", [-2**31, 2**31 - 1, 2**30, -2**30])
+def test_a_tile_index_whose_offset_wraps_32_bits_reads_padding(backend, s):
+    x = _x(8)
+    z = ts.full((4,), float("nan"))
+    got = _load_at(z.partition((2,)), ts.tensor(x), s=s).sync().unpartition().numpy()
+    # tile s covers elements [2 s, 2 s + 2): all outside x for these s, so every block reads 0
+    np.testing.assert_array_equal(got, np.zeros(4, np.float32))
+
+
+def test_a_wrapped_index_product_still_reads_padding(backend):
+    x = ts.tensor(_x((4, 6))).T                    # (6, 4), strided: num_tiles(., 1) == 2
+    z = ts.full((8, 1), float("nan"))
+    got = _load_at_count_times(z.partition((1, 2)), x, s=2**30).sync().unpartition().numpy()
+    # 2 * 2**30 wraps to -2**31 (i32): tile -2**31 starts at element -2**32, outside x
+    np.testing.assert_array_equal(got, np.zeros((8, 1), np.float32))
+
+
+# --- runtime fuzzer: a DLPack alias of lent memory -------------------------------------------
+# Found before storage state was found by address (issue 15 item 3): a torch tensor made
+# with torch.from_dlpack has its own storage object, so ts.from_torch of it got a fresh state
+# that knew nothing of the partition lending the same bytes, and a host write went through.
+
+@pytest.mark.parametrize("alias", ["torch", "numpy"])
+def test_a_dlpack_alias_cannot_write_bytes_lent_to_a_partition(alias):
+    t = torch.arange(1.0, 7.0)
+    a = ts.from_torch(t)
+    p = a.partition((2,))
+    other = torch.from_dlpack(t) if alias == "torch" else torch.from_numpy(np.from_dlpack(t))
+    b = ts.from_torch(other)
+    with pytest.raises(ts.OwnershipError) as ei:
+        b[...] = 0.0
+    assert "lent to a partition" in ei.value.message
+    assert p.unpartition() is a
+    np.testing.assert_array_equal(a.numpy(), np.arange(1.0, 7.0, dtype=np.float32))
