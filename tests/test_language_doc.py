@@ -225,7 +225,7 @@ def dtype_names() -> set[str]:
 
 def operators() -> set[str]:
     from tilesafe.lang.expressions import BINOPS, CMPOPS
-    return {"**" if op == "pow" else op for op in (*BINOPS.values(), *CMPOPS.values())} | {"-x", "~", "not"}
+    return {"**" if op == "pow" else op for op in (*BINOPS.values(), *CMPOPS.values())} | {"-x", "~x", "not"}
 
 
 STATEMENT_WORDS = {"Assign": "=", "AugAssign": "+=", "Expr": None, "Pass": "pass", "For": "for", "While": "while",
