@@ -41,16 +41,9 @@ def record_after(kernel, bound, stream, outputs, extra=()) -> Future:
 # Fills (ts.zeros, ts.full, ...), the copy behind `y[...] = src`, conversions and clones run
 # on the current stream like a launch, so they are ordered and recorded like one: a launch
 # on another stream that reads the filled bytes waits for the fill (S10), and a later writer
-# of a copy's source waits for the copy. `accesses` are (StorageState, torch view, is_write).
-
-def order_work(accesses) -> None:
-    """Before the work: make the current stream wait for conflicting accesses on other streams."""
-    for state, view, write in accesses:
-        if view.is_cuda and state._pending:
-            import torch
-            stream = torch.cuda.current_stream(view.device).cuda_stream
-            state.order_device(byte_set(view), write, stream)
-
+# of a copy's source waits for the copy. Before such work the host has already waited for
+# the conflicting accesses (S9), or the memory is new. `accesses`: (StorageState, torch view,
+# is_write).
 
 def record_work(accesses) -> None:
     """After the work: register its accesses as pending on the current stream. On the CPU

@@ -302,6 +302,12 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
                 found.append(e)
             else:   # its storages all died (freed memory, callback not yet settled): never inherit it
                 MEMORY.remove(e)
+        if fresh is not None and not found:      # the common case: new memory, nothing to merge
+            fresh.device, fresh.base = device, start
+            MEMORY.insert(fresh)
+            MEMORY.hold(fresh, storage)
+            setattr(storage, _ATTR, fresh)
+            return fresh
         if fresh is not None:
             state, others = fresh, found     # new memory overlaps only memory that shares it
             state.device, state.base = device, start
