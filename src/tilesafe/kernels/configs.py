@@ -14,6 +14,12 @@ bucket (2560 and 4096 wide) want different tiles. Where the config comes from, i
    reference interpreter and Triton's interpreter (small tiles keep CPU tests fast while
    still covering several blocks and ragged edges).
 
+The GPU defaults are per compile target (`gpu_defaults`): the table below is the H200's
+(sm_90); other targets scale the counts of blocks per SM to their SMs or CUs, drop the
+hints they lack (TMA), and on AMD count `num_warps` in wavefronts of 64 (half as many, so a
+block keeps its threads and each thread its share of a tile) and take `AMD_DEFAULTS`. The
+target is the GPU at hand, or the one a compile-ahead is for (`targets.compiling_for`).
+
 The schedule hints in a config (`num_warps`, `num_stages`, and `tma`: TMA tensor
 descriptors on/off, None for the backend's choice) go to the launch as a `ts.schedule`
 (`launch.schedule_of`); they change the machine code, never the results.
@@ -25,6 +31,7 @@ import json
 import re
 from pathlib import Path
 
+from ..backends.triton import targets
 from ..errors import LaunchError, caller_loc
 from ..settings import current_backend
 
@@ -68,6 +75,19 @@ GPU_DEFAULTS: dict[str, dict] = {
 }
 # fp32 tiles hold twice the bytes of bf16 ones: halve the K tile of the GEMMs.
 GPU_F32 = {"matmul": {"block_k": 32}, "bmm": {"block_k": 32}, "linear": {"block_k": 128}}
+H200_SMS = 132                                   # what GPU_DEFAULTS' block counts are sized for
+PER_SM_KEYS = ("min_blocks", "target_blocks")    # counts of blocks that scale with the SMs / CUs
+# AMD (CDNA3/4): a workgroup has 64 KiB of LDS on gfx942, so the GEMM-like kernels keep
+# two pipeline stages (Triton's AMD stream pipeliner), and the matrix-core kernels ask for
+# two waves per SIMD (the usual starting point of AMD's Triton tuning guide). Starting
+# points, not measured: no AMD GPU has run them (docs/portability.md says what to measure).
+AMD_DEFAULTS: dict[str, dict] = {
+    "matmul": {"num_stages": 2, "waves_per_eu": 2},
+    "linear": {"num_stages": 2},
+    "bmm": {"num_stages": 2, "waves_per_eu": 2},
+    "attention": {"num_stages": 2, "waves_per_eu": 2},
+    "decode": {"num_stages": 2},
+}
 
 # Sizes a config may override: positive ints, or None too for the split counts (None: chosen
 # from the shape). Checked on `config=` only; the tables are written by `tune`.
@@ -79,7 +99,7 @@ COUNT_KEYS = frozenset({"split_k", "splits"})
 BOOL_KEYS = frozenset({"persistent", "tail_split", "prefetch", "reverse_pass", "flat", "one_kernel"})
 
 CPU_BACKENDS = ("reference", "triton-interpreter")
-SCHEDULE_KEYS = frozenset({"num_warps", "num_stages", "tma"})   # valid in every family's config
+SCHEDULE_KEYS = frozenset({"num_warps", "num_stages", "tma", "waves_per_eu"})   # valid in every family's config
 
 
 def bucket(n: int, lo: int = 16, hi: int = 1 << 16) -> int:
@@ -109,10 +129,9 @@ def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
     if current_backend() in CPU_BACKENDS:
         cfg = dict(CPU_DEFAULTS[family])
     else:
-        cfg = dict(GPU_DEFAULTS[family])
-        if getattr(dtype, "name", None) == "f32":
-            cfg.update(GPU_F32.get(family, {}))
-        entries = tuned_table(gpu_name()).get(family, {})
+        target = targets.compile_target()
+        cfg = gpu_defaults(family, target or _device_target(), dtype)
+        entries = tuned_table(target.gpu if target is not None else gpu_name()).get(family, {})
         tuned = next((entries[k] for k in (key if isinstance(key, tuple) else (key,)) if k in entries), {})
         cfg.update({k: v for k, v in tuned.items() if k != "time_ms"})
     if override:
@@ -131,6 +150,30 @@ def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
                                                                if k == "persistent" else ""))
         cfg.update(override)
     return cfg
+
+
+def gpu_defaults(family: str, target, dtype=None) -> dict:
+    """The GPU defaults of `family` for compile target `target` (None: the H200's table)."""
+    cfg = dict(GPU_DEFAULTS[family])
+    if getattr(dtype, "name", None) == "f32":
+        cfg.update(GPU_F32.get(family, {}))
+    if target is None or target.name == "sm_90":
+        return cfg
+    for k in PER_SM_KEYS:
+        if k in cfg:
+            cfg[k] = max(1, round(cfg[k] * target.units / H200_SMS))
+    if not target.tma:
+        cfg.pop("tma", None)          # the backend's choice there: pointers
+    if target.amd:
+        cfg["num_warps"] = max(1, cfg["num_warps"] * 32 // target.warp_size)
+        cfg.update(AMD_DEFAULTS.get(family, {}))
+    return cfg
+
+
+@functools.lru_cache(maxsize=1)
+def _device_target():
+    """The current GPU's compile target (None when unknown or no GPU: the H200's table)."""
+    return targets.device_target()
 
 
 def _positive_int(v) -> bool:

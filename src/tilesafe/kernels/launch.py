@@ -35,10 +35,11 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, *, cfg: 
 
 
 def schedule_of(cfg: dict) -> Schedule | None:
-    """The schedule hints of a config (`num_warps`, `num_stages`, `tma`, `reverse_blocks`),
-    None when it has none."""
+    """The schedule hints of a config (`num_warps`, `num_stages`, `tma`, `reverse_blocks`,
+    `waves_per_eu`), None when it has none."""
     hints = tuple((k, tuple(v) if isinstance(v, list) else v)   # a JSON table gives lists: hashable here
-                  for k in ("num_warps", "num_stages", "tma", "reverse_blocks") if (v := cfg.get(k)) is not None)
+                  for k in ("num_warps", "num_stages", "tma", "reverse_blocks", "waves_per_eu")
+                  if (v := cfg.get(k)) is not None)
     return _schedule(hints) if hints else None
 
 
@@ -61,7 +62,11 @@ REFERENCE_WORKERS = 3                # blocks running at once on CPU backends (t
 def workers(device) -> int:
     """Blocks a GPU runs at once for a persistent or chunked launch: its SMs; on the CPU
     backends, their persistent grid."""
+    from ..backends.triton import targets
     from . import configs
+    target = targets.compile_target()
+    if target is not None:            # compiling ahead for a GPU that is not here: its SMs / CUs
+        return target.units
     if configs.current_backend() == "triton" and str(device).startswith("cuda"):
         import torch
         return torch.cuda.get_device_properties(torch.device(str(device))).multi_processor_count

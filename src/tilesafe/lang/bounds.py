@@ -109,12 +109,14 @@ class Report:
     launch: int
     kernel: int
     accesses: tuple
+    notes: tuple = ()   # `checks(..., target=)`: schedule hints that target leaves out
 
     def __str__(self) -> str:
         lines = [f"bounds checks: {self.static} proven statically, {self.launch} proven by launch facts, "
                  f"{self.kernel} masked in the kernel"]
         for line, what, status in self.accesses:
             lines.append(f"  line {line}: {what}: {status}")
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 

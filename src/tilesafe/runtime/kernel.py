@@ -160,20 +160,40 @@ class Kernel:
         except TileSafeError as e:
             raise _clean(e) from None
 
-    def checks(self, *args, **kwargs):
-        """The S11 report: how many accesses are proven statically, by launch facts, or masked."""
-        bound = self._spec(args, kwargs)
-        try:
-            return self.specializer.report(bound)
-        except TileSafeError as e:
-            raise _clean(e) from None
-
-    def compile(self, *args, backend=None, **kwargs):
-        """Specialize and compile for these arguments without running."""
+    def checks(self, *args, target=None, **kwargs):
+        """The S11 report: how many accesses are proven statically, by launch facts, or masked.
+        It is decided on the IR, so it is the same for every `target`; with one, the report
+        also notes the schedule hints that target leaves out (e.g. `pdl` on AMD)."""
         _, sched = take_schedule(kwargs, self.schedule)
         bound = self._spec(args, kwargs)
         try:
+            report = self.specializer.report(bound)
+            return report if target is None else _target_notes(self, bound, report, target, sched)
+        except TileSafeError as e:
+            raise _clean(e) from None
+
+    def compile(self, *args, backend=None, target=None, **kwargs):
+        """Specialize and compile for these arguments without running. With `target` ("sm_90",
+        "sm_100", "gfx942", "gfx950") compile ahead for that GPU through Triton, on any
+        machine, and return Triton's compiled kernel (`.asm["ptx"]` or `.asm["amdgcn"]`)."""
+        _, sched = take_schedule(kwargs, self.schedule)
+        if target is not None:
+            return self._compile_for(target, backend, args, kwargs, sched)
+        bound = self._spec(args, kwargs)
+        try:
             return self.specializer.compiled(bound, backend or current_backend(), sched)
+        except TileSafeError as e:
+            raise _clean(e) from None
+
+    def _compile_for(self, target, backend, args, kwargs, sched):
+        from ..backends.triton.backend import compile_ahead
+        try:
+            if backend not in (None, "triton"):
+                raise LaunchError(f"target={target!r} compiles through Triton, not the {backend} backend",
+                                  help="drop backend= (a target is always compiled by Triton)")
+            self._spec(args, dict(kwargs))   # S6 and the preconditions, as a launch checks them
+            kwargs, _ = take_schedule(kwargs, None)
+            return compile_ahead(self, *args, target=target, descriptors=None, schedule=sched, **kwargs)
         except TileSafeError as e:
             raise _clean(e) from None
 
@@ -187,6 +207,17 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<tilesafe kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
+
+
+def _target_notes(kernel, bound, report, target, sched):
+    """`report` with what a compile for `target` leaves out; a forced hint it lacks is refused."""
+    import dataclasses
+    from ..backends.triton import targets
+    from ..lang.ir import walk
+    t = targets.resolve(target)
+    targets.check_schedule(t, sched)
+    multiplies = any(op.opcode == "mma" for op in walk(kernel.specializer.spec(bound).fn.body))
+    return dataclasses.replace(report, notes=targets.notes(t, sched, multiplies))
 
 
 def _clean(e: TileSafeError) -> TileSafeError:

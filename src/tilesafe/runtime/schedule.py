@@ -20,12 +20,13 @@ class Schedule:
     tma: bool | None = None       # TMA tensor descriptors for eligible 2-D accesses; None: the backend picks
     reverse_blocks: tuple = ()    # grid axes whose blocks run last-index first
     pdl: bool = False             # programmatic dependent launch (Hopper+): see `schedule`
+    waves_per_eu: int | None = None   # AMD only: wavefronts per execution unit to aim for
 
     def options(self) -> dict:
         """Triton launch options (only the hints that were set; `tma` and `reverse_blocks` are
         ours, not Triton's; `pdl` becomes Triton's `launch_pdl` where the GPU has it)."""
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages),
-                                  ("maxnreg", self.maxnreg)) if v is not None}
+                                  ("maxnreg", self.maxnreg), ("waves_per_eu", self.waves_per_eu)) if v is not None}
 
     def hints(self) -> dict:
         """Every hint that was set, as `ts.schedule(**hints)` takes them (JSON values)."""
@@ -40,7 +41,8 @@ class Schedule:
 
 
 def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnreg: int | None = None,
-             tma: bool | None = None, reverse_blocks=(), pdl: bool = False) -> Schedule:
+             tma: bool | None = None, reverse_blocks=(), pdl: bool = False,
+             waves_per_eu: int | None = None) -> Schedule:
     """Schedule hints for a launch: `kernel(*args, schedule=ts.schedule(num_warps=8))`.
 
     `tma=True/False` forces TMA tensor descriptors on or off for the 2-D accesses that can
@@ -54,7 +56,12 @@ def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnre
     launching while the kernel before it on the stream still runs, and lets the next one do
     the same; it waits for the one before to finish, its writes visible, before its first
     memory access, so results and ordering are those of a plain launch. It saves the gap
-    between two short kernels (a split computation and its combination)."""
+    between two short kernels (a split computation and its combination); on a GPU without it
+    (AMD) the launch is plain, and `kernel.checks(..., target=)` notes that.
+    `num_warps` counts the target's warps: 32 threads on NVIDIA, a wavefront of 64 on AMD.
+    `waves_per_eu=n` (AMD only) asks the compiler to fit n wavefronts per SIMD unit, trading
+    registers for occupancy. Hints a GPU has no hardware for (`tma=True`, `maxnreg` on AMD,
+    `waves_per_eu` on NVIDIA) are a LaunchError naming the target."""
     if num_warps is not None and (not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32)):
         raise LaunchError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
     if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
@@ -68,7 +75,10 @@ def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnre
         raise LaunchError(f"reverse_blocks={reverse_blocks!r} must be a tuple of grid axes (0, 1 or 2)")
     if not isinstance(pdl, bool):
         raise LaunchError(f"pdl={pdl!r} must be True or False")
-    return Schedule(num_warps, num_stages, maxnreg, tma, tuple(sorted(set(axes))), pdl)
+    if waves_per_eu is not None and (not isinstance(waves_per_eu, int) or isinstance(waves_per_eu, bool)
+                                     or not 0 <= waves_per_eu <= 8):
+        raise LaunchError(f"waves_per_eu={waves_per_eu!r} must be an int from 0 (the compiler's choice) to 8")
+    return Schedule(num_warps, num_stages, maxnreg, tma, tuple(sorted(set(axes))), pdl, waves_per_eu)
 
 
 def take(kwargs: dict, default: Schedule | None) -> tuple[dict, Schedule | None]:

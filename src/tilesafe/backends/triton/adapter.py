@@ -15,8 +15,8 @@
     serialised by a lock because Triton's interpreter patches `triton.language` for the
     duration of a run, and every patch is undone afterwards, so compiled-mode launches and
     `triton.compile` keep working in the same process.
-  * `compile_for`: ahead-of-time `triton.compile` for a GPU target (e.g. Hopper, sm_90) on
-    any machine, for PTX checks in CI.
+  * `compile_for`: ahead-of-time `triton.compile` for a GPU target (Hopper's sm_90, AMD's
+    gfx942, ...; see targets.py) on any machine, for assembly checks in CI.
 """
 from __future__ import annotations
 
@@ -121,11 +121,12 @@ def _interpreting():
         JITFunction.__call__, interpreter._patch_lang_tensor = originals
 
 
-def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_size: int = 32, **options):
-    """`triton.compile` the generated kernel for a CUDA target, specialized like a JIT launch
-    on `values` (one per ArgSlot; pointers are assumed 16-byte aligned). Works without a GPU."""
+def compile_for(generated, values: list, cache_dir: Path, gpu_target, **options):
+    """`triton.compile` the generated kernel for `gpu_target` (Triton's GPUTarget: CUDA or
+    HIP), specialized like a JIT launch on `values` (one per ArgSlot; pointers are assumed
+    16-byte aligned). Works without a GPU: Triton 3.6 ships both backends' compilers."""
     import triton
-    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.backends.compiler import BaseBackend
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction, native_specialize_impl
     path = _write(generated.text, source_path(generated, cache_dir))
@@ -151,7 +152,7 @@ def compile_for(generated, values: list, cache_dir: Path, arch: int = 90, warp_s
             elif spec_ == "D":
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, warp_size), options=options or None)
+    return triton.compile(src, target=gpu_target, options=options or None)
 
 
 def compiled_kernel(fn, grid, args, options: dict):

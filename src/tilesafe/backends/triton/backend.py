@@ -15,7 +15,7 @@ from ...lang.ir import walk
 from ...runtime.future import Future
 from ...runtime.safety import mark_written
 from ...settings import SETTINGS
-from . import adapter, codegen, tma
+from . import adapter, codegen, targets, tma
 
 NAMES = ("triton", "triton-interpreter")
 INTERPRETER_PERSISTENT_GRID = 3   # small, so every persistent loop runs several tiles per block
@@ -244,25 +244,34 @@ def launch_values(gen, bound, tensors, grid=(), counters=None) -> list:
     return values
 
 
-def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = False, grid=None, schedule=None,
-                  **kwargs):
-    """`triton.compile` a kernel for a CUDA target (sm_`arch`) from `ts.spec`s or tensors,
-    without a GPU; returns Triton's compiled kernel (`.asm["ptx"]`, `.asm["ttgir"]`, ...).
-    Pointers are taken as 16-byte aligned; with `descriptors`, eligible 2-D tensors use TMA
-    (None: as a launch on that GPU would choose, from `schedule.tma` and the kernel)."""
+def compile_ahead(kernel, *args, target="sm_90", arch: int | None = None, descriptors: bool | None = False, grid=None,
+                  schedule=None, **kwargs):
+    """`triton.compile` a kernel for a GPU `target` ("sm_90", "sm_100", "gfx942", "gfx950";
+    `arch=90` is the older spelling of "sm_90") from `ts.spec`s or tensors, without a GPU;
+    returns Triton's compiled kernel (`.asm["ptx"]` or `.asm["amdgcn"]`, `.asm["ttgir"]`, ...).
+    Pointers are taken as 16-byte aligned; with `descriptors`, eligible tensors use TMA
+    (None: as a launch on that GPU would choose, from `schedule.tma` and the kernel). A hint
+    the target lacks is a LaunchError when forced (`targets.check_schedule`)."""
     from ...lang import bounds
     from ...runtime import binding
-    from ...runtime.specialize import LaunchFacts, _needs_64bit
+    from ...runtime.specialize import LaunchFacts, _deny, _needs_64bit
+    target = targets.resolve(f"sm_{arch}" if arch is not None else target)
+    targets.check_schedule(target, schedule)
     bound = binding.bind(kernel, args, kwargs, grid, kernel.unsafe)
     spec = kernel.specializer.spec(bound)
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
+    if kernel.deny_kernel_checks:   # refused as a launch would refuse it, whatever the target
+        _deny(kernel, spec, masks)
     forced = descriptors if descriptors is not None else schedule.tma if schedule is not None else None
-    use, any_rank = tma.policy(forced, any(op.opcode == "mma" for op in walk(spec.fn.body)), arch >= 90)
+    if forced and not target.tma:
+        raise LaunchError(f"TMA descriptors were forced for `{kernel.name}`, but target {target.name} has no TMA",
+                          help="compile with descriptors=False (or None: the target's choice)")
+    use, any_rank = tma.policy(forced, any(op.opcode == "mma" for op in walk(spec.fn.body)), target.tma)
     rows = cols = frozenset()
     if use:
         arrays = {n: (f.shape, f.strides, f.dtype.itemsize, 0) for n, f in bound.tensors.items()}
         rows, cols = tma.choose(kernel, loaded_outputs(spec.fn), arrays, any_rank)
-    pdl = schedule is not None and schedule.pdl and arch >= 90
+    pdl = schedule is not None and schedule.pdl and target.pdl
     gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), rows, column_major=cols,
                            reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
     values = []
@@ -270,8 +279,8 @@ def compile_ahead(kernel, *args, arch: int = 90, descriptors: bool | None = Fals
         f = bound.tensors.get(slot.param)
         values.append({"ptr": None, "arrivals": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
                        "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
-    options = dict(schedule.options(), **({"launch_pdl": True} if pdl else {})) if schedule is not None else {}
-    return adapter.compile_for(gen, values, SETTINGS.cache_dir, arch, **options)
+    return adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
+                               **targets.triton_options(target, schedule))
 
 
 def _numel(shape) -> int:
