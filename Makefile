@@ -1,10 +1,11 @@
 # `make demo` and `make test` work on a fresh machine with Python >= 3.11 and pip:
 # the first run makes a virtual environment in .venv and installs tilesafe into it.
-# DEPS pin the stack CI tests (pyproject.toml's bounds allow the GPU machine's too).
+# DEPS pin the stack CI tests (pyproject.toml's bounds allow the GPU machine's too);
+# setuptools >= 77 builds the wheel that tests/test_packaging.py installs (without isolation).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEPS := torch==2.13.0 triton==3.6.0 "numpy<2.4" ml_dtypes hypothesis pytest pytest-xdist
+DEPS := torch==2.13.0 triton==3.6.0 "numpy<2.4" ml_dtypes hypothesis pytest pytest-xdist "setuptools>=77"
 INSTALLED := $(VENV)/.tilesafe-installed
 
 .PHONY: demo test install clean
