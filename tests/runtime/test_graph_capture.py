@@ -35,10 +35,11 @@ class CpuGraph(Graph):
     once, `on_stream` says whether they are on the capture's stream, replay does nothing
     on a device. Entering it synchronises FAKE_DEVICE, as a real capture does its GPU."""
 
-    def __init__(self, backend: str, on_stream: bool = True):
+    def __init__(self, backend: str, on_stream: bool = True, on_device: bool = True):
         super().__init__()
         self.backend = backend
         self.on_stream = on_stream
+        self.on_device = on_device
         self.device_replays = 0
 
     @contextlib.contextmanager
@@ -48,6 +49,12 @@ class CpuGraph(Graph):
 
     def _on_capture_stream(self) -> bool:
         return self.on_stream
+
+    def _on_capture_device(self, device) -> bool:
+        return self.on_device
+
+    def _device_name(self) -> str:
+        return "cuda:1"
 
     def _replay_on_device(self) -> Completion:
         self.device_replays += 1
@@ -230,6 +237,21 @@ def test_a_launch_on_another_stream_inside_a_capture_is_refused_and_changes_noth
     assert "`scale` is launched on another stream than the one ts.graph() captures" in info.value.message
     assert info.value.loc.line == line
     assert g._accesses == [] and g._written == []                  # nothing recorded for the replay
+
+
+def test_a_launch_on_another_device_than_the_capture_is_refused(backend):
+    x, _ = inputs()
+    z = ts.empty(N)
+    g = CpuGraph(backend, on_device=False)                         # tensors on another GPU than captured
+    with capturing(g):
+        p = z.partition((B,))
+        with pytest.raises(ts.LaunchError) as info:
+            line = here() + 1
+            scale(p, x, a=2.0)
+    assert info.value.message == "argument `z` of `scale` is on cpu, but ts.graph() captures cuda:1: the launch " \
+                                 "would run once now and never at g.replay()"
+    assert info.value.loc.line == line
+    assert g._written == []
 
 
 def test_a_launch_on_a_backend_the_graph_cannot_replay_is_refused(backend):

@@ -40,6 +40,7 @@ class Graph:
         self._complete = False         # the capture ended without an error
         self._graph = None             # the torch.cuda.CUDAGraph
         self._stream: int | None = None   # raw handle of the capturing stream
+        self._device: int | None = None   # index of the GPU being captured
 
     # -- what the launches inside the capture tell the graph -------------------------------
 
@@ -55,6 +56,17 @@ class Graph:
                               "it would run once now and never at g.replay()",
                               help="launch it on the capture's own stream inside ts.graph(), or outside the "
                                    "`with ts.graph()` block")
+
+    def admit_arguments(self, kernel_name: str, bound) -> None:
+        """Refuse a launch whose tensors live on another device than the capture's: it would
+        run on that device's stream, once now and never at replay."""
+        for name, f in bound.tensors.items():
+            device = f.tensor._torch().device if f.tensor is not None else None
+            if device is not None and not self._on_capture_device(device):
+                raise LaunchError(f"argument `{name}` of `{kernel_name}` is on {device}, but ts.graph() captures "
+                                  f"{self._device_name()}: the launch would run once now and never at g.replay()",
+                                  help="capture launches on one device, in a `with ts.graph()` block entered "
+                                       "with that device current (torch.cuda.device(...))")
 
     def record(self, tensor, is_write: bool) -> None:
         """Called by a launch during capture: the replay reads/writes this tensor."""
@@ -100,13 +112,14 @@ class Graph:
             t._state.record(t._byte_set(), is_write, done)
         return Future((), done)
 
-    # -- the device: a CUDA graph (a test may stand in another) ------------------------------
+    # -- the device: a CUDA graph (a test may stand in another) -----------------------------
 
     @contextlib.contextmanager
     def _capture_on_device(self):
         import torch
+        self._device = torch.cuda.current_device()
         torch.cuda.synchronize()
-        device_synchronized(torch.cuda.current_device())   # launches issued before: done, no polling
+        device_synchronized(self._device)   # launches issued before: done, no polling
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             self._stream = torch.cuda.current_stream().cuda_stream
@@ -115,6 +128,12 @@ class Graph:
     def _on_capture_stream(self) -> bool:
         import torch
         return torch.cuda.current_stream().cuda_stream == self._stream
+
+    def _on_capture_device(self, device) -> bool:
+        return device.type == "cuda" and (device.index if device.index is not None else 0) == self._device
+
+    def _device_name(self) -> str:
+        return f"cuda:{self._device}"
 
     def _replay_on_device(self) -> Completion:
         import torch

@@ -107,14 +107,16 @@ class Kernel:
         try:
             if capture is not None:   # S12: only what the graph can replay may be captured
                 capture.admit(self.name, backend)
-            if plan is not None and plan.matches(args, kwargs, grid, backend):
-                return plan.launch()
+            elif plan is not None and plan.matches(args, kwargs, grid, backend):
+                return plan.launch()   # inside a capture every launch is checked in full (admit_arguments)
             if kwargs.get("tile") is AUTO and "tile" not in self._by_name:
                 raise LaunchError(f"`{self.name}` is not autotuned, so tile=ts.auto has no tuned tile to use",
                                   help="put @ts.autotune(configs=[ts.Config(...)], key=[...]) above @ts.kernel, "
                                        "or pass the output partitioned yourself, e.g. z.partition((128,))")
             plain_kwargs, sched = take_schedule(kwargs, self.schedule)
             bound = binding.bind(self, args, plain_kwargs, grid, unsafe)
+            if capture is not None:
+                capture.admit_arguments(self.name, bound)
             self._check_preconditions(bound)
             compiled = self.specializer.compiled(bound, backend, sched)
             safety.check_launch(self, bound, compiled.spec.fn)
