@@ -64,6 +64,8 @@ class TritonBackend:
 class TritonCompiled:
     def __init__(self, backend: TritonBackend, kernel, spec, masks, wide: bool, schedule=None):
         self.backend = backend
+        if not backend.interpret and (gpu := targets.device_target()) is not None:
+            targets.check_schedule(gpu, schedule)   # e.g. waves_per_eu on NVIDIA: refused, not ignored
         self.options = schedule.options() if schedule is not None else {}   # Triton launch options
         # PDL needs Hopper's griddepcontrol; elsewhere (and interpreted) the launch is plain.
         self.pdl = bool(schedule is not None and schedule.pdl and not backend.interpret and tma.available())

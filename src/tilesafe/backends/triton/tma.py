@@ -13,9 +13,11 @@ from ...lang.annotations import OUTPUTS, REF
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """Whether the current GPU has the tensor memory accelerator (compute capability 9.0+)."""
+    """Whether the current GPU has the tensor memory accelerator (NVIDIA compute capability
+    9.0+; a ROCm torch reports AMD GPUs as CUDA devices, the MI300X as capability 9.4)."""
     import torch
-    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+    return (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
+            and torch.cuda.get_device_capability()[0] >= 9)
 
 
 def layout(shape, strides, itemsize: int, address: int = 0, any_rank: bool = False) -> str | None:
