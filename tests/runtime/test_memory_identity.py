@@ -194,7 +194,7 @@ def test_the_state_ends_when_the_last_storage_over_the_memory_is_freed():
     assert StorageState.find(alias) is not None                    # the alias still holds it
     del alias
     gc.collect()
-    assert MEMORY.overlapping("cpu", arr.ctypes.data, arr.ctypes.data + arr.nbytes) == []
+    assert MEMORY.overlapping(torch.device("cpu"), arr.ctypes.data, arr.ctypes.data + arr.nbytes) == []
     assert StorageState.find(torch.from_numpy(arr)) is None        # same address, no inherited state
 
 

@@ -23,7 +23,7 @@ from typing import Protocol
 
 class Entry(Protocol):
     """What the map needs of a state: where its bytes are and which storages hold them."""
-    device: str | None
+    device: object        # a torch.device
     base: int | None
     nbytes: int
     _storages: list
@@ -32,11 +32,11 @@ class Entry(Protocol):
 class MemoryMap:
     def __init__(self):
         self.lock = threading.RLock()
-        self._starts: dict[str, list[int]] = {}       # device -> sorted range starts
-        self._entries: dict[str, list[Entry]] = {}    # device -> states, in the same order
+        self._starts: dict = {}                       # torch.device -> sorted range starts
+        self._entries: dict = {}                      # torch.device -> states, in the same order
         self._died: collections.deque = collections.deque()
 
-    def overlapping(self, device: str, start: int, end: int) -> list[Entry]:
+    def overlapping(self, device, start: int, end: int) -> list[Entry]:
         """The live states whose range meets [start, end), in address order."""
         with self.lock:
             self._settle()

@@ -55,7 +55,7 @@ class StorageState:
             None if initialised or nbytes == 0 else torch.zeros(nbytes, dtype=torch.bool))
         self._pending: list[PendingAccess] = []
         self._lock = threading.Lock()
-        self.device: str | None = None             # where the range is, once placed in the memory map
+        self.device: torch.device | None = None    # where the range is, once placed in the memory map
         self.base: int | None = None               # address of its first byte (None: not placed)
         self.nbytes = nbytes
         self._storages: list = []                  # weakrefs to the torch storages that joined it
@@ -85,7 +85,7 @@ class StorageState:
         if state is not None or storage.nbytes() == 0:
             return state
         start = storage.data_ptr()
-        found = MEMORY.overlapping(str(storage.device), start, start + storage.nbytes())
+        found = MEMORY.overlapping(storage.device, start, start + storage.nbytes())
         return _join(storage, None) if any(e._alive() for e in found) else None
 
     @staticmethod
@@ -99,7 +99,7 @@ class StorageState:
         """Some torch storage that joined this state still holds its memory."""
         return any(r() is not None for r in self._storages)
 
-    def _absorb(self, device: str, lo: int, hi: int, others: list["StorageState"]) -> None:
+    def _absorb(self, device: torch.device, lo: int, hi: int, others: list["StorageState"]) -> None:
         """Cover [lo, hi) and take over `others` (states of memory inside it).
 
         Bytes only `others` knew keep their facts; bytes nobody tracked are torch's and count
@@ -289,7 +289,7 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
     """The state `storage`'s memory joins: `fresh` for a new allocation, else the state of the
     memory it overlaps (widened and merged when it overlaps several, or reaches past one),
     else a new fully initialised one."""
-    n, device = storage.nbytes(), str(storage.device)
+    n, device = storage.nbytes(), storage.device   # a torch.device: hashable, cheap
     if n == 0:                         # no bytes to share: a state of its own, outside the map
         state = fresh if fresh is not None else StorageState(0)
         setattr(storage, _ATTR, state)
