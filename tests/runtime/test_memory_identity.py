@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tilesafe as ts
 from tilesafe.runtime.memory_map import MEMORY
@@ -231,3 +233,35 @@ def test_a_fresh_allocation_never_joins_a_dead_state():
     assert fresh.lender_of(x._byte_set()) is None                  # the lending did not carry over
     x._state._storages[:] = live
     p.unpartition()
+
+
+# -- merging, as a property ---------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 95), st.integers(1, 24), st.integers(0, 2**24 - 1)), min_size=1, max_size=5))
+def test_merged_states_keep_every_byte_s_facts_and_the_map_stays_disjoint(pieces):
+    # Pieces of one buffer tracked on their own (uninitialised, part written), then one storage
+    # over the whole buffer: the merged state must know exactly what each piece knew, and
+    # count the bytes no piece tracked as torch's (written).
+    arr = np.zeros(128, np.float32)
+    expected = np.ones(128, bool)                   # per element: written?
+    covered = np.zeros(128, bool)
+    held = []
+    for start, length, bits in pieces:
+        stop = min(start + length, 128)
+        if covered[start:stop].any():
+            continue                                # overlaps an earlier piece: a piece is fresh memory
+        covered[start:stop] = True
+        view = torch.from_numpy(arr[start:stop])
+        state = StorageState.attach(view, StorageState(view.untyped_storage().nbytes(), initialised=False))
+        flags = np.array([(bits >> i) & 1 for i in range(stop - start)], bool)
+        state.mark_elements_written(view, torch.from_numpy(flags))
+        expected[start:stop] = flags
+        held.append(ts.Tensor(view, state))
+    whole = torch.from_numpy(arr)
+    merged = StorageState.of(whole)                 # joins without marking anything written
+    assert all(t._state.__dict__ is merged.__dict__ for t in held)
+    np.testing.assert_array_equal(merged.written_elements(whole).numpy(), expected)
+    entries = MEMORY.overlapping(torch.device("cpu"), 0, 2**64)
+    starts, ends = [e.base for e in entries], [e.base + e.nbytes for e in entries]
+    assert starts == sorted(starts) and all(a <= b for a, b in zip(ends, starts[1:]))
