@@ -4,7 +4,8 @@ relu`, `residual_add` and `silu_mul`.
 Every call is shown to one rank-3 kernel (see `layout.py`): contiguous operands merge into
 a single long axis, a broadcast operand is a stride-0 view, and a strided `out=` is written
 through its strides. Math runs in fp32 and rounds once to the output dtype, as torch does
-for half types.
+for half types. `out=` may be either operand itself, or both (`_kernel_for`: in-place
+kernels read it back as their own tile); any other overlap is refused by `call_checks`.
 """
 
 import tilesafe as ts
