@@ -33,6 +33,7 @@ from pathlib import Path
 
 import tilesafe
 
+from . import check_target
 from .errors import KernelError, LaunchError, Loc, TileSafeError, render
 from .lang.annotations import CONST
 from .settings import launching_disabled_var
@@ -47,6 +48,8 @@ class FileReport:
     errors: list[TileSafeError] = field(default_factory=list)
     unchecked: list[tuple[str, str]] = field(default_factory=list)   # ("file" or "kernel", rendered diagnostic)
     defined: list = field(default_factory=list)              # the kernels built, to see what was specialized
+    compiled: int = 0                                         # --target: launches compiled for it
+    not_compiled: list[str] = field(default_factory=list)     # --target: kernels never launched at import
 
     def signature_only(self) -> list[str]:
         """One line per kernel whose body was never built: it needs ts.Const values nobody gave."""
@@ -72,10 +75,14 @@ class RefusedKernel:
         raise self.error
 
 
-def run(paths: list[str]) -> int:
+def run(paths: list[str], target: str | None = None) -> int:
+    if target is not None and (bad := _unknown_target(target)):
+        print(bad, file=sys.stderr)
+        return 2
     kernels, errors, unchecked, unreadable, partial = 0, 0, [], 0, []
+    compiled, not_compiled = 0, []
     for path in paths:
-        report = check(path)
+        report = check(path, target)
         if report is None:
             unreadable += 1
             continue
@@ -85,10 +92,16 @@ def run(paths: list[str]) -> int:
         for text in [text for _, text in report.unchecked] + [str(e) for e in report.errors]:   # why first
             print(f"{text}\n")
         partial += report.signature_only()
+        compiled, not_compiled = compiled + report.compiled, not_compiled + report.not_compiled
     if partial:
         print("checked by signature only (the body is checked at the first launch, or by "
               "`KERNEL.checks(ts.spec(...))` with values for its ts.Const parameters):\n" + "\n".join(partial) + "\n")
+    if not_compiled:
+        print(f"not compiled for {target} (no launch made when the file is imported gives their shapes; "
+              f"`KERNEL.compile(ts.spec(...), target=\"{target}\")` compiles one):\n" + "\n".join(not_compiled) + "\n")
     counted = f"{kernels} kernel{_s(kernels)} checked" + (f", {len(partial)} by signature only" if partial else "")
+    if target is not None:
+        counted += f"; {compiled} launch{'' if compiled == 1 else 'es'} compiled for {target}"
     if errors or unchecked or unreadable:
         skipped = [f"{n} {what}{_s(n)}" for what in ("file", "kernel") if (n := unchecked.count(what))]
         print(f"{errors} error{_s(errors)} in {counted}"
@@ -103,8 +116,9 @@ def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
-def check(path: str) -> FileReport | None:
-    """Check one file; None (after printing why) when it cannot even be parsed."""
+def check(path: str, target: str | None = None) -> FileReport | None:
+    """Check one file; None (after printing why) when it cannot even be parsed. With a
+    `target`, also compile each launch the file makes for it (check_target.py)."""
     file = Path(path)
     try:
         text = file.read_text()
@@ -116,19 +130,31 @@ def check(path: str) -> FileReport | None:
     module = types.ModuleType(MODULE_NAME)
     module.__file__ = str(file)
     quiet = io.StringIO()   # the file's own prints are not part of the report
-    with _kernels_recorded(report), _importable(module, file), \
+    with _kernels_recorded(report), _importable(module, file), check_target.recording(target) as launches, \
             contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         token = launching_disabled_var.set(True)
         try:
             _run_statements(tree, path, module, report)
         finally:
             launching_disabled_var.reset(token)
+        if launches is not None:
+            report.compiled = check_target.compile_all(launches, target, report)
+            report.not_compiled = check_target.never_launched(report.defined, launches)
     return report
 
 
+def _unknown_target(target: str) -> str | None:
+    from .backends.triton.targets import resolve
+    try:
+        resolve(target)
+    except TileSafeError as e:
+        return render(e.message, None, e.help)
+    return None
+
+
 def _run_statements(tree: ast.Module, path: str, module: types.ModuleType, report: FileReport) -> None:
-    # launched: a launch was refused (or the file already failed), so later failures may follow from it
-    flags, launched = 0, False
+    # excused: a launch was refused (or the file already failed), so later failures may follow from that
+    flags, excused = 0, False
     for stmt in tree.body:
         flags |= _future_flags(stmt)
         code = compile(ast.Module([stmt], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True)
@@ -138,11 +164,11 @@ def _run_statements(tree: ast.Module, path: str, module: types.ModuleType, repor
             if all(e is not seen for seen in report.errors):
                 report.errors.append(e)
         except LaunchError:
-            launched = True
+            excused = True
         except (Exception, SystemExit) as e:
-            if not launched:   # the file itself does not import; later failures may follow from this one
+            if not excused:   # the file itself does not import
                 report.unchecked.append(("file", _could_not_check(path, e)))
-                launched = True
+                excused = True
 
 
 def _could_not_check(path: str, e: BaseException, kernel: str | None = None, line: int | None = None) -> str:
