@@ -15,6 +15,7 @@ USAGE = """\
 examples:
   tilesafe demo                 run the examples, then show errors for unsafe kernels
   tilesafe check my_kernels.py  check every @ts.kernel in a file without running it
+  tilesafe check --target gfx942 my_kernels.py   ... and compile its launches for an MI300X
   tilesafe bench --quick        benchmark the kernel library on the GPU (bench --help)
 """
 
@@ -33,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
                            description="Import each file with launching disabled and report the errors of "
                                        "every @ts.kernel it defines. Exits 1 if any kernel has an error.")
     check.add_argument("files", nargs="+", metavar="FILE.py")
+    check.add_argument("--target", metavar="GPU", help="also compile each launch the file makes for this GPU, "
+                       "which need not be here: sm_90, sm_100, gfx942 (MI300X), gfx950 (MI355X)")
     # Parsed by tilesafe.bench's own parser (main hands it the rest of the command line).
     sub.add_parser("bench", add_help=False, help="benchmark the kernel library against PyTorch and raw Triton")
     return p
@@ -59,7 +62,7 @@ def _run(argv: list[str]) -> int:
         return demo.run(args.examples)
     if args.command == "check":
         from . import check_file
-        return check_file.run(args.files)
+        return check_file.run(args.files, args.target)
     parser().print_help()
     return 2
 

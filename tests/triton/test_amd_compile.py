@@ -191,3 +191,66 @@ def test_the_bounds_report_is_the_same_for_both_vendors(shape):
         assert (got.static, got.launch, got.kernel, got.accesses) == (want.static, want.launch, want.kernel,
                                                                       want.accesses), target
     assert want.kernel == (0 if shape == "aligned" else 3)
+
+
+# --- tilesafe check --target --------------------------------------------------------------------
+CHECKED = '''
+import numpy as np
+import tilesafe as ts
+
+
+@ts.kernel
+def double(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * 2.0)
+
+
+@ts.kernel
+def unused(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z))
+
+
+x = ts.tensor(np.arange(1000, dtype=np.float32))
+z = ts.empty(1000)
+double(z.partition((256,)), x)
+'''
+
+
+def _check(tmp_path, capsys, text: str, *args: str):
+    from tilesafe import cli
+    path = tmp_path / "kernels.py"
+    path.write_text(text.lstrip())
+    rc = cli.main(["check", *args, str(path)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err, str(path)
+
+
+@pytest.mark.parametrize("target", AMD)
+def test_check_target_compiles_each_launch_and_lists_the_kernels_it_could_not(tmp_path, capsys, target):
+    rc, out, _, path = _check(tmp_path, capsys, CHECKED, "--target", target)
+    assert rc == 0, out
+    assert out.endswith(f"ok: 2 kernels checked, 1 by signature only; 1 launch compiled for {target}\n"), out
+    assert f"not compiled for {target} (no launch made when the file is imported gives their shapes" in out
+    assert f"  unused at {path}:11\n" in out and "double at" not in out
+
+
+def test_check_target_reports_a_hint_the_target_lacks_at_the_launch(tmp_path, capsys):
+    text = CHECKED.replace("double(z.partition((256,)), x)", "double(z.partition((256,)), x, schedule=ts.schedule(maxnreg=64))")
+    rc, out, _, path = _check(tmp_path, capsys, text, "--target", "gfx942")
+    assert rc == 1, out
+    assert "error: schedule hint maxnreg=64 does not apply to target gfx942" in out
+    assert f"--> {path}:17:1" in out, out
+    assert out.rstrip().endswith("; 0 launches compiled for gfx942") and "1 error in 2 kernels checked" in out
+    rc, out, _, _ = _check(tmp_path, capsys, text, "--target", "sm_90")   # NVIDIA has a register cap
+    assert rc == 0 and "1 launch compiled for sm_90" in out, out
+
+
+def test_check_target_refuses_a_denied_mask_as_a_launch_would(tmp_path, capsys):
+    text = CHECKED.replace("@ts.kernel\ndef double", "@ts.kernel(deny_kernel_checks=True)\ndef double")
+    rc, out, _, path = _check(tmp_path, capsys, text, "--target", "gfx950")
+    assert rc == 1 and "`double` denies in-kernel bounds checks" in out and f"--> {path}:7:13" in out, out
+
+
+def test_check_with_an_unknown_target_fails_before_reading_the_file(tmp_path, capsys):
+    rc, out, err, _ = _check(tmp_path, capsys, CHECKED, "--target", "gfx9")
+    assert rc == 2 and out == ""
+    assert err == "error: unknown compile target 'gfx9'\n   = help: use one of sm_80, sm_90, sm_100, gfx942, gfx950\n"
