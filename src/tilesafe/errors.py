@@ -81,11 +81,31 @@ def caller_loc(skip_package: str = "tilesafe") -> Loc | None:
 
 def _frame_loc(frame) -> Loc:
     """The line and, where Python records it, the column span of the frame's current call."""
+    code = frame.f_code
     line, col, width = frame.f_lineno, 1, 1
     try:
-        pos = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        pos = _positions(code)[frame.f_lasti // 2]
         if pos[0] == line and pos[2] is not None and pos[3] is not None and pos[1] == line:
             col, width = pos[2] + 1, max(1, pos[3] - pos[2])
-    except (AttributeError, IndexError, ValueError):
+    except (AttributeError, IndexError, ValueError, TypeError):
         pass
-    return Loc(frame.f_code.co_filename, line, col, width)
+    return Loc(code.co_filename, line, col, width)
+
+
+# Positions of the instructions of code objects seen, by id (hashing a code object walks its
+# constants): listing them costs as much as the function is long, and a launch from a loop
+# asks again and again (partitions record where they were lent). The weak reference tells a
+# reused id from the object it was recorded for.
+_POSITIONS: dict = {}
+
+
+def _positions(code) -> list:
+    import weakref
+    entry = _POSITIONS.get(id(code))
+    if entry is not None and entry[0]() is code:
+        return entry[1]
+    positions = list(code.co_positions())
+    if len(_POSITIONS) >= 512:
+        _POSITIONS.clear()
+    _POSITIONS[id(code)] = (weakref.ref(code), positions)
+    return positions

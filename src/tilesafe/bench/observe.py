@@ -43,14 +43,14 @@ class Observer:
         self._before: dict = {}
 
     def __enter__(self) -> dict[str, LaunchFacts]:
-        self._before = {k.name: getattr(k, "_last_plan", None) for k in self.kernels}
+        self._before = {k.name: getattr(k, "last_launch", None) for k in self.kernels}
         return self.seen
 
     def __exit__(self, *exc) -> None:
         if exc[0] is not None:
             return
         for k in self.kernels:
-            plan = getattr(k, "_last_plan", None)
+            plan = getattr(k, "last_launch", None)   # new per launch (runtime/launch_cache.Launched)
             if plan is not None and plan is not self._before[k.name]:
                 self.seen[k.name] = facts(k.name, plan)
 

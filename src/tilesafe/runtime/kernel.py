@@ -7,6 +7,10 @@ The launch pipeline, in order (each step can refuse, and a refused launch change
   4. specialize: build the IR for these compile-time facts (cached), place bounds masks
      from the launch facts (S11), compile for the backend (cached);
   5. run, then record what the launch wrote (S14) and what it still uses (S9/S10).
+A launch whose arguments have the layout of an earlier accepted launch skips the checks
+that layout decides (launch_cache: a dictionary lookup, then the per-call checks of
+ownership, scalars, aliasing spans and initialisation); the same argument objects as the
+last launch take the prepared path (launch_plan).
 Inside `ts.graph()` a launch is first admitted by the capture (S12: the backend and stream
 it can replay), and its S14 marks wait for the replay. A launch holds the runtime's lock
 from binding to recording (host_lock), so threads launching at once see each other's steps
@@ -26,6 +30,7 @@ from ..settings import current_backend, graph_var, launching_disabled_var
 from . import binding, safety
 from .autotune_config import AUTO
 from .host_lock import LOCK
+from .launch_cache import MISS, LaunchCache, Launched
 from .launch_plan import LaunchPlan
 from .preconditions import Precondition
 from .schedule import take as take_schedule
@@ -49,12 +54,15 @@ class Kernel:
         self.params = parse_params(fn, self.src, unsafe)
         self.signature = inspect.signature(fn)
         self._by_name = {p.name: p for p in self.params}
+        self._outputs = tuple(p.name for p in self.params if p.kind in OUTPUTS)   # asked by every launch
         check_definition(self.src, self.params, unsafe)
         names = set(self._by_name)
         loc = self.src.loc(self.src.tree)
         self.preconditions = [Precondition.parse(t, names, loc) for t in (preconditions or ())]
         self.specializer = Specializer(self)
         self._last_plan: LaunchPlan | None = None
+        self._layouts = LaunchCache(self)
+        self.last_launch: Launched | None = None   # what the latest launch bound and ran (bench/observe)
         self.specializer.try_at_definition()
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -63,8 +71,8 @@ class Kernel:
         return self._by_name[name]
 
     @property
-    def outputs(self) -> list[str]:
-        return [p.name for p in self.params if p.kind in OUTPUTS]
+    def outputs(self) -> tuple[str, ...]:
+        return self._outputs
 
     # --- launching --------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -77,6 +85,13 @@ class Kernel:
                     return plan.launch()
                 except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
                     raise _clean(e) from None
+            if not self.unsafe and graph_var.get() is None and not launching_disabled_var.get():
+                try:
+                    future = self._layouts.launch(args, kwargs, None, current_backend())
+                except TileSafeError as e:
+                    raise _clean(e) from None
+                if future is not MISS:
+                    return future
             return self._call_slowly(args, kwargs)
 
     def _call_slowly(self, args, kwargs):
@@ -117,6 +132,8 @@ class Kernel:
                 capture.admit(self.name, backend)
             elif plan is not None and plan.matches(args, kwargs, grid, backend):
                 return plan.launch()   # inside a capture every launch is checked in full (admit_arguments)
+            elif not unsafe and (future := self._layouts.launch(args, kwargs, grid, backend)) is not MISS:
+                return future
             if kwargs.get("tile") is AUTO and "tile" not in self._by_name:
                 raise LaunchError(f"`{self.name}` is not autotuned, so tile=ts.auto has no tuned tile to use",
                                   help="put @ts.autotune(configs=[ts.Config(...)], key=[...]) above @ts.kernel, "
@@ -129,10 +146,13 @@ class Kernel:
             compiled = self.specializer.compiled(bound, backend, sched)
             safety.check_launch(self, bound, compiled.spec.fn)
             future = compiled.run(bound)
+            self.last_launch = Launched(bound, compiled)
             # Torch arguments are wrapped per launch: no identity to reuse. A plan made inside
             # a capture is not kept: its S14 check counted writes that happen only at replay.
-            if not bound.borrowed and capture is None:
-                self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
+            if capture is None and not unsafe:
+                self._layouts.remember(args, kwargs, grid, backend, bound, compiled, sched)
+                if not bound.borrowed:
+                    self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
             return future
         except TileSafeError as e:
             raise _clean(e) from None

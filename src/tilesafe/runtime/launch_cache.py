@@ -1,0 +1,300 @@
+"""The layout cache: a launch whose arguments have the layout of an earlier launch reuses its verdicts.
+
+What a launch checks depends on facts, not on objects. Binding (S5, S6), the Const values,
+the grid, the specialization and its bounds masks (S11), the 32/64-bit offset fact and an
+output's self-overlap (S7) are functions of each argument's kind, dtype, shape, strides,
+tile and device, of the Const values passed and of an explicit grid. Those facts are the
+key; after a launch passed every check, a launch with the same key skips those checks —
+with new tensor and partition objects as much as with the old ones.
+
+What depends on more than the key is checked on every call. The fast path only ever
+accepts: at the first doubt it returns MISS and the launch takes the full path, which
+refuses (with its own message and location) or accepts it and remembers the layout.
+  * ownership: partitions live and not written by torch since they were lent (S8, S13),
+    Ref tensors neither lent nor handed to torch (S8), torch arguments borrowed afresh (S13);
+  * runtime scalars: their values (not in the key, so a decode step does not miss per
+    token), the preconditions that read them, and the bounds conditions with scalar
+    leaves: a value outside the proven range selects the masked code, as the full path
+    would. An int's i32/i64 class is in the key;
+  * aliasing (S7) between arguments, by address spans: spans that do not meet share no
+    byte; where an output's span meets another argument's the full path decides (exactly);
+  * initialisation (S14) of every tensor the launch reads.
+A plan holds no tensor or partition, so a cached plan keeps no memory alive.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..errors import TileSafeError
+from ..lang import bounds
+from ..lang.annotations import CONST, OUTPUTS, PTR, REF, SCALAR
+from ..lang.coverage import reads_outputs
+from .autotune_config import AUTO
+from .binding import ArgFacts, Bound
+from .constructors import from_torch
+from .partition import Partition
+from .specialize import LaunchFacts
+from .tensor import Tensor
+
+MISS = object()          # "take the full path"
+_LIMIT = 256             # layouts remembered per kernel; a kernel launched with more starts over
+
+# Roles of an argument slot (what the fast path does with the value of that position).
+_PART, _TENSOR, _TORCH, _GIVEN, _KEYED = range(5)
+
+
+class LaunchCache:
+    """Per kernel: call form -> how to read each position; layout key -> LayoutPlan."""
+    __slots__ = ("kernel", "forms", "plans", "inferred")
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.forms: dict = {}
+        self.plans: dict = {}
+        # Scalars a Ref's shape also fixes: their value is part of the layout.
+        self.inferred = {e for p in kernel.params if p.kind == REF for e in p.shape
+                         if isinstance(e, str) and kernel.param(e).kind == SCALAR}
+
+    # -- the fast path ------------------------------------------------------------------
+    def launch(self, args, kwargs, grid, backend):
+        """The launch's future, or MISS (nothing was checked that the full path will not redo)."""
+        try:
+            form = self._form(len(args), tuple(kwargs))
+            if form is None:
+                return MISS
+            values = (*args, *kwargs.values())
+            key = (backend, grid, form.shape, *map(_key_part, form.keyed, values))
+            plan = self.plans.get(key)
+        except Exception:      # an unhashable or odd argument: the full path says what is wrong
+            return MISS
+        if plan is None:
+            return MISS
+        return plan.launch(form, values)
+
+    def _form(self, npos: int, names: tuple):
+        shape = (npos, names)
+        form = self.forms.get(shape)
+        if form is None and shape not in self.forms:
+            form = self.forms[shape] = _Form.of(self.kernel, shape, self.inferred)
+        return form
+
+    # -- learning from a launch the full path accepted -----------------------------------
+    def remember(self, args, kwargs, grid, backend, bound, compiled, schedule) -> None:
+        try:
+            form = self._form(len(args), tuple(kwargs))
+            if form is None:
+                return
+            values = (*args, *kwargs.values())
+            if any(v is AUTO for v in values):
+                return
+            key = (backend, grid, form.shape, *map(_key_part, form.keyed, values))
+            hash(key)
+        except Exception:
+            return
+        if len(self.plans) >= _LIMIT:
+            self.plans.clear()
+        self.plans[key] = LayoutPlan(self.kernel, form, bound, compiled, backend, schedule)
+
+
+class _Form:
+    """How the positions of one call form (n positional, these keyword names) map to parameters."""
+    __slots__ = ("shape", "names", "roles", "keyed")
+
+    @staticmethod
+    def of(kernel, shape, inferred) -> "_Form | None":
+        npos, keywords = shape
+        params = list(kernel.signature.parameters)
+        names = (*params[:npos], *keywords)
+        if npos > len(params) or len(set(names)) != len(names):
+            return None
+        f = _Form()
+        f.shape, f.names = shape, names
+        f.roles, f.keyed = [], []
+        for name in names:
+            if name == "schedule" and name not in params:
+                role = _KEYED                      # a ts.schedule(...) is part of the layout
+            elif name not in params:
+                return None                        # the full path names the unknown argument
+            else:
+                kind = kernel.param(name).kind
+                role = _KEYED if kind == CONST or name in inferred else _GIVEN if kind == SCALAR else _TENSOR
+            f.roles.append(role)
+            f.keyed.append(role == _KEYED)
+        return f
+
+
+def _key_part(keyed, v):
+    """The facts of one argument the cached verdicts depend on."""
+    t = type(v)
+    if t is Partition:
+        tv = v._tensor._t
+        return (t, v._tile, v._prefix, v._tensor._dtype, tv.shape, tv.stride(), tv.device, tv.data_ptr() & 15)
+    if t is Tensor:
+        tv = v._t
+        return (t, v._dtype, tv.shape, tv.stride(), tv.device, tv.data_ptr() & 15)
+    if isinstance(v, torch.Tensor):
+        return (torch.Tensor, v.dtype, v.shape, v.stride(), v.device, v.layout, v.data_ptr() & 15)
+    if keyed:
+        return (t, v)            # Const values, inferred scalars and schedules are part of the layout
+    if t is int:
+        return (t, -2**31 <= v < 2**31)   # the scalar's dtype (i32 or i64) is in the IR key
+    return t
+
+
+class LayoutPlan:
+    """The verdicts of one layout, and what each call must still check."""
+    __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
+                 "given", "outputs", "others", "reads", "recheck_pre", "scalar_checks", "roles", "names")
+
+    def __init__(self, kernel, form, bound, compiled, backend, schedule):
+        self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
+        self.consts = dict(bound.consts)
+        self.scalars = {n: v for n, v in bound.scalars.items() if n not in form.names
+                        or form.roles[form.names.index(n)] == _KEYED}
+        self.grid = bound.grid
+        self.names, self.roles = form.names, []
+        borrowed = _borrowed(bound)
+        for name, role in zip(form.names, form.roles):
+            if role == _TENSOR:   # which kind of object fed the tensor parameter (the key's type says the same)
+                role = _TORCH if name in borrowed else _PART if isinstance(bound.tensors[name].obj, Partition) \
+                    else _TENSOR
+            self.roles.append(role)
+        # Per tensor: the facts (the same for every call of this layout) and its span's length.
+        self.facts = {n: (f.shape, f.strides, f.dtype, f.tile, f.prefix, _extent(f)) for n, f in bound.tensors.items()}
+        kinds = {n: kernel.param(n).kind for n in bound.tensors}
+        self.outputs = tuple(n for n, k in kinds.items() if k in (*OUTPUTS, PTR))
+        self.others = tuple(bound.tensors)
+        spec = kernel.specializer.spec(bound)
+        loaded = reads_outputs(spec.fn)
+        self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in loaded)
+        self.given = tuple(n for n, r in zip(form.names, form.roles) if r == _GIVEN)
+        per_call = set(self.given)
+        self.recheck_pre = any(_names_in(p.tree) & per_call for p in kernel.preconditions)
+        # Bounds conditions with leaves this layout does not fix: evaluated per call.
+        facts = LaunchFacts(bound)
+        self.scalar_checks = [(c, bounds.masks_for([c], facts)) for c in spec.checks
+                              if _scalar_leaves(c) & per_call]
+
+    def launch(self, form, values):
+        tensors, borrowed, scalars = {}, [], dict(self.scalars)
+        facts = self.facts
+        for name, role, v in zip(self.names, self.roles, values):
+            if role == _KEYED:
+                continue
+            if role == _GIVEN:
+                scalars[name] = v
+                continue
+            if role == _PART:
+                if type(v) is not Partition or not v._live or v.torch_touched():
+                    return MISS
+                t = v._tensor
+                ref = weakref.ref(v)
+            elif role == _TENSOR:
+                if type(v) is not Tensor or v._handed_at is not None or \
+                        (v._lender is not None and v._lender() is not None):
+                    return MISS
+                t, ref = v, weakref.ref(v)
+            else:
+                if not isinstance(v, torch.Tensor):
+                    return MISS
+                try:
+                    t = from_torch(v)          # S13: torch made these bytes (or keeps S14 tracking)
+                except TileSafeError:
+                    return MISS
+                borrowed.append(t)
+                ref = weakref.ref(t)
+            shape, strides, dtype, tile, prefix, _ = facts[name]
+            tensors[name] = ArgFacts(ref, shape, strides, dtype, tile, prefix)
+        bound = Bound(tensors, dict(self.consts), scalars, self.grid, borrowed)
+        if not self._disjoint(tensors) or not self._written(tensors):
+            return MISS
+        compiled = self.compiled
+        try:
+            if self.recheck_pre:
+                self.kernel._check_preconditions(bound)
+            if self.scalar_checks:
+                f = LaunchFacts(bound)
+                if any(bounds.masks_for([c], f) != want for c, want in self.scalar_checks):
+                    compiled = self.kernel.specializer.compiled(bound, self.backend, self.schedule)
+        except TileSafeError:
+            return MISS
+        future = compiled.run(bound)
+        self.kernel.last_launch = Launched(bound, compiled)
+        return future
+
+    def _disjoint(self, tensors) -> bool:
+        """S7 between arguments: no output's address span meets another argument's. (An
+        output's overlap with itself is a fact of its layout: refused before any plan.)"""
+        spans = {}
+        for name in self.others:
+            ext = self.facts[name][5]
+            if ext is not None:
+                lo = tensors[name].tensor._t.data_ptr()
+                spans[name] = (lo, lo + ext)
+        for name in self.outputs:
+            s = spans.get(name)
+            if s is None:
+                continue
+            for other, o in spans.items():
+                if other != name and o[0] < s[1] and s[0] < o[1]:
+                    return False
+        return True
+
+    def _written(self, tensors) -> bool:
+        """S14: every byte the launch reads was written (None mask: the whole memory was)."""
+        for name in self.reads:
+            t = tensors[name].tensor
+            state = t._state
+            if state.init_mask is not None and not state.is_written(t._t):
+                return False
+        return True
+
+
+class Launched:
+    """The latest launch of a kernel: its Const values, scalars and grid, and the code it ran
+    (bench/observe). Holds no tensor: the last launch must not keep memory alive."""
+    __slots__ = ("consts", "scalars", "grid", "compiled")
+
+    def __init__(self, bound, compiled):
+        self.consts, self.scalars, self.grid, self.compiled = bound.consts, bound.scalars, bound.grid, compiled
+
+    @property
+    def bound(self) -> Bound:
+        return Bound(consts=self.consts, scalars=self.scalars, grid=self.grid)
+
+
+def _borrowed(bound) -> set:
+    ids = {id(t) for t in bound.borrowed}
+    return {n for n, f in bound.tensors.items() if id(f.tensor) in ids}
+
+
+def _extent(f) -> int | None:
+    """Bytes from a view's first element to one past its last; None when it has none."""
+    if any(n == 0 for n in f.shape):
+        return None
+    item = f.dtype.itemsize
+    return item + item * sum((n - 1) * s for n, s in zip(f.shape, f.strides))
+
+
+def _names_in(tree) -> set:
+    import ast
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def _scalar_leaves(check) -> set:
+    found = set()
+
+    def visit(expr):
+        if isinstance(expr, tuple) and expr:
+            if expr[0] == "scalar":
+                found.add(expr[1])
+            else:
+                for e in expr[1:]:
+                    visit(e)
+    for a in check.axes:
+        visit(a.condition)
+        visit(a.fits)
+    return found
+
