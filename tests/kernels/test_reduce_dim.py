@@ -67,3 +67,13 @@ def test_a_dim_out_of_range_is_refused_under_its_name(backend, device):
     with pytest.raises(ts.LaunchError) as e:
         tk.max(x, axis=True)  # call: bool axis
     assert_at_call(e.value, __file__, "call: bool axis", "max: axis True is out of range")
+
+
+def test_argmax_over_dim(backend, device):
+    x = randn((5, 70), "f32", 6, device)
+    for d in (0, 1, -1):
+        assert torch.equal(tk.argmax(x, dim=d).long(), torch.argmax(x, dim=d))
+    ws = tk.argmax_workspace(x, dim=0)                           # scratch made for that axis
+    out = torch.full((70,), -1, dtype=torch.int32, device=device)
+    assert tk.argmax(x, out=out, workspace=ws, dim=0) is out
+    assert torch.equal(out.long(), torch.argmax(x, dim=0))

@@ -142,6 +142,25 @@ def output(out, shape, dtype: DType, device: str, torch_mode: bool, fn: str, nam
     return Output(t, out, True)
 
 
+def axis_last(fn: str, t: Tensor, axis, dim) -> tuple[Tensor, int]:
+    """`t` viewed with the axis a call works on (`axis=` or `dim=`, default the last) moved
+    last, and that axis (non-negative): kernels over rows then serve any axis, by strides."""
+    axis, word = axis_or_dim(fn, axis, dim)
+    rank = t.ndim
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
+        raise fail(fn, f"{word} {axis!r} is out of range for shape {t.shape}",
+                   help=f"pass an int in {-rank}..{rank - 1}")
+    axis %= rank
+    return moved_last(t, axis), axis
+
+
+def moved_last(t: Tensor, axis: int) -> Tensor:
+    """A view of `t` with `axis` moved last (the others keep their order)."""
+    if axis == t.ndim - 1:
+        return t
+    return t.permute(*[a for a in range(t.ndim) if a != axis], axis)
+
+
 def axis_or_dim(fn: str, axis, dim, default: int = -1) -> tuple[int, str]:
     """The axis a call works on and the name the caller gave it: `axis=` (NumPy) or `dim=`
     (PyTorch) are one argument under two names, so passing both is refused."""

@@ -140,27 +140,9 @@ def _rows_input(fn, x):
     return torch_mode, xt, dtype
 
 
-def _last_axis(fn, t, axis, dim):
-    """`t` viewed with the reduced axis (`axis=` or `dim=`) moved last, and that axis."""
-    axis, word = A.axis_or_dim(fn, axis, dim)
-    rank = t.ndim
-    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
-        raise A.fail(fn, f"{word} {axis!r} is out of range for shape {t.shape}",
-                     help=f"pass an int in {-rank}..{rank - 1}")
-    axis %= rank
-    return _moved_last(t, axis), axis
-
-
-def _moved_last(t, axis):
-    """A view of `t` with `axis` moved last (the others keep their order)."""
-    if axis == t.ndim - 1:
-        return t
-    return t.permute(*[a for a in range(t.ndim) if a != axis], axis)
-
-
 def _reduce(fn, op, x, axis, dim, out, config):
     torch_mode, xt, dtype = _rows_input(fn, x)
-    xt, _ = _last_axis(fn, xt, axis, dim)    # reduce the last axis of a permuted view
+    xt, _ = A.axis_last(fn, xt, axis, dim)    # reduce the last axis of a permuted view
     shape = xt.shape
     o = A.output(out, shape[:-1], dtype, xt.device, torch_mode, fn)
     check_aliasing(fn, {"x": xt}, {"out": o.passed})
@@ -176,13 +158,13 @@ def _reduce(fn, op, x, axis, dim, out, config):
 
 def _softmax(fn, log, x, dim, axis, out, config):
     torch_mode, xt, dtype = _rows_input(fn, x)
-    rows, at = _last_axis(fn, xt, axis, dim)   # rows along `dim`: x and out permuted alike
+    rows, at = A.axis_last(fn, xt, axis, dim)   # rows along `dim`: x and out permuted alike
     o = A.output(out, xt.shape, dtype, xt.device, torch_mode, fn)
     check_aliasing(fn, {"x": xt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
     shape = rows.shape
-    (xv,), (yv,) = A.row_views(fn, [rows], [_moved_last(o.tensor, at)], shape)
+    (xv,), (yv,) = A.row_views(fn, [rows], [A.moved_last(o.tensor, at)], shape)
     cfg = configs.lookup("rows", configs.shape_class(dtype, shape[-1]), config, dtype)
     n, npow = shape[-1], pow2(shape[-1])
     if npow <= cfg["row_max"]:

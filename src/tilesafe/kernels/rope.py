@@ -139,23 +139,27 @@ class ArgmaxWorkspace:
     at: ts.Tensor       # (M, chunks) i32
 
 
-def argmax_workspace(x, config=None) -> ArgmaxWorkspace:
-    """Allocate the scratch of `argmax(x)` (once, before a graph capture)."""
+def argmax_workspace(x, config=None, *, dim=-1) -> ArgmaxWorkspace:
+    """Allocate the scratch of `argmax(x, dim=dim)` (once, before a graph capture)."""
     xt = A.tensor(x, "x", "argmax_workspace", differentiable=False)
+    xt, _ = A.axis_last("argmax_workspace", xt, None, dim)
     m, n = _rows(xt), xt.shape[-1]
     cfg = configs.lookup("argmax", configs.shape_class(xt.dtype, n), config, xt.dtype)
     chunks = max(1, cdiv(n, _chunk(cfg, n)))
     return ArgmaxWorkspace(ts.empty((m, chunks), ts.f32, xt.device), ts.empty((m, chunks), ts.i32, xt.device))
 
 
-def argmax(x, out=None, workspace=None, config=None):
-    """Index (i32) of the maximum over the last axis (the first on ties), e.g. greedy
-    sampling over a vocabulary. Result shape x.shape[:-1]."""
+def argmax(x, out=None, workspace=None, config=None, *, dim=-1):
+    """Index (i32) of the maximum over `dim` (the last by default; the first index on ties),
+    e.g. greedy sampling over a vocabulary. Result shape: x's without `dim`."""
     fn = "argmax"
     torch_mode = A.is_torch(x)
     xt = A.tensor(x, "x", fn, differentiable=False)   # torch's argmax has no gradient either
     dtype = A.dtype_in(xt, A.FLOATS, "x", fn)
-    if xt.ndim == 0 or xt.shape[-1] == 0:
+    if xt.ndim == 0:
+        raise A.fail(fn, "needs a tensor with at least one axis")
+    xt, _ = A.axis_last(fn, xt, None, dim)            # a view with `dim` last
+    if xt.shape[-1] == 0:
         raise A.fail(fn, f"needs a non-empty last axis, got shape {xt.shape}")
     o = A.output(out, xt.shape[:-1], ts.i32, xt.device, torch_mode, fn)
     if o.tensor.numel == 0:
