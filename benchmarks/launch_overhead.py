@@ -5,7 +5,6 @@ Every number is measured in this one run, side by side.
 """
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import triton
 import triton.language as tl
 
 import tilesafe as ts
+from host_timing import host_us_per_call, host_us_side_by_side   # benchmarks/ is the script's directory
 
 
 @ts.kernel
@@ -26,28 +26,6 @@ def add3(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], y: ts.Ref[ts.f32,
 def raw_add3(z, x, y, n, B: tl.constexpr):
     offs = tl.program_id(0) * B + tl.arange(0, B)
     tl.store(z + offs, tl.load(x + offs) + tl.load(y + offs))
-
-
-def host_us_per_call(fn, calls=3000, repeats=5) -> float:
-    return host_us_side_by_side({"fn": fn}, calls, repeats)["fn"]
-
-
-def host_us_side_by_side(fns: dict, calls=3000, repeats=7) -> dict:
-    """Median host µs per call of each function, measured in alternating rounds so that a
-    drift of the host's speed during the run hits every function alike."""
-    for fn in fns.values():
-        for _ in range(200):
-            fn()
-    torch.cuda.synchronize()
-    samples = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
-            torch.cuda.synchronize()
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main(out_path: str) -> None:
