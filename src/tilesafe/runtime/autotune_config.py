@@ -6,7 +6,7 @@ config table, so that table can be read into configs unchanged:
     ts.Config(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
     ts.Config(tile=(256,), num_warps=4)
 
-`num_warps`, `num_stages`, `maxnreg`, `tma` and `reverse_blocks` are schedule hints
+`num_warps`, `num_stages`, `maxnreg`, `tma`, `reverse_blocks` and `waves_per_eu` are schedule hints
 (`ts.schedule`); every other keyword sets a `ts.Const` parameter; `tile=` gives the
 outputs' tile outright (one tuple for every output, or `{output: tuple}`), for kernels
 whose tile is not named by Consts. Checks
@@ -23,7 +23,7 @@ from ..lang.annotations import CONST, OUTPUTS
 from .partition import next_pow2
 from .schedule import Schedule, schedule
 
-SCHEDULE_KEYS = ("num_warps", "num_stages", "maxnreg", "tma", "reverse_blocks", "pdl")
+SCHEDULE_KEYS = ("num_warps", "num_stages", "maxnreg", "tma", "reverse_blocks", "pdl", "waves_per_eu")
 
 
 class Auto:
