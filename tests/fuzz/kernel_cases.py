@@ -51,6 +51,16 @@ class Case:
     in_views: tuple[View, ...]
     scalars: tuple[int, ...]
     seed: int
+    shared: bool = False           # x0 is another view of the output's buffer (S7: refused if they meet)
+
+    def views_meet(self) -> bool:
+        """Do the output view and x0 share an element of the one buffer?"""
+        if not self.shared:
+            return False
+        marks = np.zeros(self.out_view.base_shape, np.int8)
+        self.out_view.of(marks)[...] += 1
+        self.in_views[0].of(marks)[...] += 1
+        return bool((marks == 2).any())
 
 
 @st.composite
@@ -125,6 +135,18 @@ def statements(draw, ctx: _Ctx, depth: int):
     return ("if", cond, then, other)
 
 
+@st.composite
+def views_within(draw, base_shape):
+    """A strided view of a buffer of `base_shape` (to share it with another view)."""
+    transposed = len(base_shape) == 2 and draw(st.booleans())
+    slices = []
+    for n in base_shape:
+        start, step = draw(st.integers(0, n - 1)), draw(st.sampled_from((1, 2, 3)))
+        count = draw(st.integers(1, (n - 1 - start) // step + 1))
+        slices.append((start, start + (count - 1) * step + 1, step))
+    return View(tuple(base_shape), tuple(slices), transposed)
+
+
 def _fit_tile(shape, tile):
     """Grow the tile until the grid has at most MAX_GRID blocks."""
     tile = list(tile)
@@ -152,5 +174,8 @@ def cases(draw, allow_empty_output: bool = True):
     in_views = tuple(draw(views(s)) for s in in_shapes)
     empty = allow_empty_output and draw(st.integers(0, 4)) == 0
     out_view = None if empty else draw(views(out_shape))
+    shared = not empty and draw(st.integers(0, 3)) == 0
+    if shared:                             # x0 in the output's buffer: disjoint is fine, meeting is S7
+        in_views = (draw(views_within(out_view.base_shape)),) + in_views[1:]
     scalars = tuple(draw(scalar_values(tile)) for _ in range(n_scalars))
-    return Case(program, out_shape, out_view, in_views, scalars, draw(st.integers(0, 2**32 - 1)))
+    return Case(program, out_shape, out_view, in_views, scalars, draw(st.integers(0, 2**32 - 1)), shared)

@@ -17,8 +17,10 @@ Grammar (every kernel has one f32 output `z` with tile TILE and one accumulator 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,10 +62,16 @@ def render(p: Program, name: str = "fuzzed") -> str:
     return "\n".join(lines) + "\n"
 
 
-def define(p: Program, folder: Path):
-    """Write the kernel to a fresh file under `folder`, import it, return the kernel."""
+@functools.cache
+def _kernel_folder() -> Path:
+    return Path(tempfile.mkdtemp(prefix="tilesafe-fuzz-"))
+
+
+def define(p: Program, folder: Path | None = None):
+    """Write the kernel to a fresh file (under `folder`, by default a temporary folder of this
+    process), import it and return the kernel. Raises the KernelError of a refused definition."""
     n = next(_counter)
-    path = Path(folder) / f"fuzzed_kernel_{n}.py"
+    path = Path(folder or _kernel_folder()) / f"fuzzed_kernel_{n}.py"
     path.write_text(render(p))
     spec = importlib.util.spec_from_file_location(f"fuzzed_kernel_{n}", path)
     module = importlib.util.module_from_spec(spec)

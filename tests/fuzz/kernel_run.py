@@ -21,6 +21,7 @@ import tilesafe as ts
 
 import kernel_oracle
 from kernel_cases import Case
+from kernel_gen import render
 
 POISON = np.float32(np.nan)
 SENTINEL = np.float32(1.0e6)        # input-buffer elements outside the view
@@ -49,27 +50,30 @@ class Outcome:
 
 
 def arrays(case: Case) -> Arrays:
+    """Inputs hold random values inside their views and SENTINEL around them; the output's
+    buffer holds POISON (and, when x0 shares it, x0's values inside x0's view)."""
     rng = np.random.default_rng(case.seed)
+    out_base = None if case.out_view is None else np.full(case.out_view.base_shape, POISON, np.float32)
     in_bases = []
-    for view in case.in_views:
-        base = np.full(view.base_shape, SENTINEL, np.float32)
+    for i, view in enumerate(case.in_views):
+        base = out_base if case.shared and i == 0 else np.full(view.base_shape, SENTINEL, np.float32)
         target = view.of(base)
         target[...] = rng.standard_normal(target.shape).astype(np.float32)
         in_bases.append(base)
-    out_base = None if case.out_view is None else np.full(case.out_view.base_shape, POISON, np.float32)
     return Arrays(out_base, in_bases)
 
 
 def run(kernel, case: Case, start: Arrays, backend: str, device: str | None = None) -> Outcome:
     """Launch the case's kernel on `backend`; any TileSafeError is a refusal, recorded."""
     with ts.backend(backend):
-        in_bases = [ts.tensor(b, device=device) for b in start.in_bases]
-        xs = [v.of(b) for v, b in zip(case.in_views, in_bases)]
         if case.out_view is None:
             out_base = z = ts.empty(case.out_shape, device=device)
         else:
             out_base = ts.tensor(start.out_base, device=device)
             z = case.out_view.of(out_base)
+        in_bases = [out_base if case.shared and i == 0 else ts.tensor(b, device=device)
+                    for i, b in enumerate(start.in_bases)]
+        xs = [v.of(b) for v, b in zip(case.in_views, in_bases)]
         p = z.partition(case.program.tile)
         scalars = {f"s{i}": v for i, v in enumerate(case.scalars)}
         error, message = None, ""
@@ -78,7 +82,7 @@ def run(kernel, case: Case, start: Arrays, backend: str, device: str | None = No
         except ts.TileSafeError as e:
             error, message = type(e).__name__, e.message
         p.unpartition()
-        inputs_after = [b.numpy() for b in in_bases]
+        inputs_after = [b.numpy() for b in in_bases[int(case.shared):]]   # a shared x0 is checked with the output
         if case.out_view is not None:
             return Outcome(error, message, out_base.numpy(), inputs_after)
         try:
@@ -108,7 +112,10 @@ def failures(case: Case, start: Arrays, outcomes: dict[str, Outcome]) -> list[st
     for b, o in outcomes.items():
         if o.error == "SanitizerError":
             found.append(f"sanitizer report in a safe kernel on {b}: {o.message}")
-        for before, after in zip(start.in_bases, o.in_bases):
+        if case.views_meet() and o.error != "AliasError":
+            found.append(f"S7: the output and x0 share elements of one buffer, but {b} "
+                         f"{'accepted the launch' if o.error is None else 'raised ' + o.error}")
+        for before, after in zip(start.in_bases[int(case.shared):], o.in_bases):
             if not np.array_equal(before, after):
                 found.append(f"an input buffer changed on {b}")
     if len(set(errors.values())) > 1:
@@ -127,6 +134,12 @@ def failures(case: Case, start: Arrays, outcomes: dict[str, Outcome]) -> list[st
 
 def _stores_unconditionally(p) -> bool:
     return any(s[0] == "store" for s in p.body)
+
+
+def report(case: Case, found: list[str]) -> str:
+    """The assertion message of a failing case: what broke, the kernel, the case to replay."""
+    return "\n".join(["the fuzzer found:", *(f"  - {f}" for f in found), "kernel:", render(case.program),
+                      f"case: {case!r}"])
 
 
 def _empty_output(backend: str, o: Outcome, want, stored, unconditional: bool) -> list[str]:

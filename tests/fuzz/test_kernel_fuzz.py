@@ -5,8 +5,6 @@ sanitizer and on Triton's interpreter, each checked against an independent NumPy
 What a case checks is listed in kernel_run.py. A refusal (a TileSafeError from the launch) is
 allowed, but it must be the same class on every backend and come before any byte changed.
 """
-import tempfile
-
 from hypothesis import assume, given
 
 import tilesafe as ts
@@ -26,7 +24,6 @@ def _cpu_backends() -> list[str]:
 
 
 BACKENDS = _cpu_backends()
-KERNELS = tempfile.mkdtemp(prefix="tilesafe-fuzz-")   # generated kernels need real source files
 
 # Failure classes of holes that are known and being fixed elsewhere, as
 # {name: (issue item, predicate over one failure text)}. A CI run skips a case only when
@@ -50,7 +47,7 @@ def known_open(failures: list[str]) -> list[str]:
 def check_case(case, backends=BACKENDS, device=None) -> list[str]:
     """Define the case's kernel, run it on every backend, return the broken properties."""
     try:
-        kernel = kernel_gen.define(case.program, KERNELS)
+        kernel = kernel_gen.define(case.program)
     except ts.KernelError:
         # The grammar only builds valid kernels; a definition-time refusal is a refusal of
         # the program (before any launch), not a safety failure. Count it as a rejected case.
@@ -60,15 +57,10 @@ def check_case(case, backends=BACKENDS, device=None) -> list[str]:
     return kernel_run.failures(case, start, outcomes)
 
 
-def _report(case, found: list[str]) -> str:
-    return "\n".join(["the fuzzer found:", *(f"  - {f}" for f in found), "kernel:",
-                      kernel_gen.render(case.program), f"case: {case!r}"])
-
-
-@fuzz_settings(30)
+@fuzz_settings(50)
 @given(case=cases())
 def test_random_kernels_agree_with_the_oracle_on_every_backend(case):
     found = check_case(case)
     if found and PROFILE == "fuzz-ci":
         assume(not known_open(found))
-    assert not found, _report(case, found)
+    assert not found, kernel_run.report(case, found)

@@ -6,20 +6,27 @@ Every step either must be accepted — and then the values read equal the model'
 be refused with one of the error classes the model names, changing nothing.
 """
 import gc
+import weakref
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import tilesafe as ts
 
 from fuzz_profiles import fuzz_settings
 from runtime_model import Model
 
+# Torch writing the unlent bytes of a storage that also has lent bytes is ordinary interop that
+# the version counter cannot tell from a write to lent bytes: a warning, by design (S13).
+pytestmark = pytest.mark.filterwarnings("ignore:torch modified the storage:RuntimeWarning")
+
 SIZES = st.integers(0, 12)
 TILES = st.sampled_from((1, 2, 4, 8))
-VALUES = st.floats(-8, 8, width=32, allow_nan=False).filter(lambda v: v != 0)
+# Nonzero eighths in [-8, 8]: exact in f32, never the zeros a fresh tensor holds.
+VALUES = st.tuples(st.integers(1, 64), st.sampled_from((1.0, -1.0))).map(lambda t: t[0] / 8 * t[1])
 
 
 @ts.kernel
@@ -62,6 +69,12 @@ class RuntimeFuzz(RuleBasedStateMachine):
         return data.draw(st.integers(0, n - 1), label=label)
 
     # -- making tensors -------------------------------------------------------------------------
+    @initialize(n=st.integers(1, 12))
+    def first_tensor(self, n):
+        """Start with a written tensor, so every rule that needs one is enabled at once."""
+        values = (np.arange(n, dtype=np.float32) + 1) / 4
+        self._add_handle(ts.tensor(values), self.model.new_storage(values, written=True))
+
     @rule(n=SIZES, kind=st.sampled_from(("zeros", "empty", "tensor", "torch")), data=st.data())
     def create(self, n, kind, data):
         if kind in ("tensor", "torch"):
@@ -113,8 +126,13 @@ class RuntimeFuzz(RuleBasedStateMachine):
     def drop_partition(self, data):
         """Dropping the last reference to a partition ends its lending (docs/runtime.md)."""
         p = data.draw(st.sampled_from([i for i, q in enumerate(self.parts) if q is not None]), label="partition")
+        ref = weakref.ref(self.parts[p])
         self.parts[p] = None
-        gc.collect()     # a launch's future may hold the partition in a reference cycle
+        if ref() is not None:    # a reference cycle holds it: collect (a full collection is slow)
+            gc.collect(0)
+            if ref() is not None:
+                gc.collect()
+        assert ref() is None, "a dropped partition stays alive"
         self.model.end_lending(p)
 
     # -- launches -------------------------------------------------------------------------------
@@ -200,14 +218,13 @@ class RuntimeFuzz(RuleBasedStateMachine):
     @precondition(lambda self: self.torch)
     @rule(data=st.data(), value=VALUES)
     def torch_write(self, data, value):
-        """Torch writes memory of a storage nothing lends, that tilesafe saw written: a legal
-        write whose values every later read must show. (Torch writes to a storage with lent
-        bytes are detected on a best-effort basis through version counters, S13, so the model
-        does not make them.)"""
+        """Torch writes elements nothing lends, that tilesafe saw written: a legal write whose
+        values every later read must show. (Torch writes to lent bytes are detected on a
+        best-effort basis through version counters, S13, so the model does not make them.)"""
         i = self._pick(data, len(self.torch), "torch tensor")
         a = self.model.torch[i]
         storage = self.model.storages[a.storage]
-        if self.model.lent_elems(a.storage).size or not storage.written[a.elems].all():
+        if not a.elems.size or self.model.touches_lent(a.storage, a.elems) or not storage.written[a.elems].all():
             return
         self.torch[i].fill_(value)
         self.model.write(a.storage, a.elems, np.full(a.elems.size, value, np.float32))
@@ -234,4 +251,4 @@ class _nothing:
 
 
 TestRuntimeFuzz = RuntimeFuzz.TestCase
-TestRuntimeFuzz.settings = fuzz_settings(40, stateful_step_count=25)
+TestRuntimeFuzz.settings = fuzz_settings(60, stateful_step_count=30)
