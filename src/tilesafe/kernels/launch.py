@@ -1,7 +1,7 @@
 """Launching one library kernel: partition its outputs, launch, give the outputs back.
 
-The partitions are always unpartitioned, also when the launch is refused, so a failed
-call never leaves a caller's `out=` tensor lent. The launch is not waited for: later host
+The partitions are always ended, also when the launch is refused, so a failed call never
+leaves a caller's `out=` tensor lent. The launch is not waited for: later host
 reads and launches are ordered after it by the runtime (S9/S10).
 """
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from ..runtime.host_lock import LOCK
+from ..runtime.partition import Partition
 from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
 
@@ -22,16 +24,23 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, *, cfg: 
     parts = {}
     if cfg is not None or pdl:
         args["schedule"] = _with_pdl(schedule_of(cfg or {}), pdl)
-    try:
-        for name, (view, tile) in outputs.items():
-            parts[name] = view.partition(tuple(tile))
-        if grid is None:
-            kernel(**parts, **args)
-        else:
-            kernel.launch(**parts, grid=grid, **args)
-    finally:
-        for p in parts.values():
-            p.unpartition()
+    # The partitions live only inside this locked step (host_lock): no other thread sees the
+    # outputs lent, so the lending needs no record (Partition._within_step). Bytes some other
+    # partition holds are refused as `view.partition(tile)` would refuse them.
+    with LOCK:
+        try:
+            for name, (view, tile) in outputs.items():
+                view._check_usable("partition()")
+                if view._state._lent:
+                    view._check_not_lent_elsewhere(view._torch(), "partition this tensor")
+                parts[name] = Partition._within_step(view, tuple(tile))
+            if grid is None:
+                kernel(**parts, **args)
+            else:
+                kernel.launch(**parts, grid=grid, **args)
+        finally:
+            for p in parts.values():
+                p._end_step()
 
 
 def schedule_of(cfg: dict) -> Schedule | None:

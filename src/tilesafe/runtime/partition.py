@@ -47,6 +47,22 @@ class Partition:
         self._ended_at: Loc | None = None
         tensor._lend(self)
 
+    @classmethod
+    def _within_step(cls, tensor: "Tensor", tile) -> "Partition":
+        """A partition made and ended inside one step that holds the runtime's lock throughout
+        (a library call's launch, kernels/launch.py). No other thread can see `tensor` before
+        `_end_step()`, and the step itself uses it only through the launch, so the lending is
+        not recorded by bytes nor by place: S8 protects other users, and there are none. The
+        caller has checked that no other partition holds the bytes."""
+        p = cls.__new__(cls)
+        p._tile = check_tile(tile, tuple(tensor._torch().shape))
+        p._tensor, p._prefix, p._lent_at, p._live, p._ended_at = tensor, False, None, True, None
+        p._version = tensor._torch()._version   # S13: a torch write during the step is still seen
+        return p
+
+    def _end_step(self) -> None:
+        self._live = False
+
     @property
     def grid(self) -> tuple[int, ...]:
         """Tiles per axis: ceil(shape / tile)."""

@@ -1,0 +1,118 @@
+"""Library calls on cached layouts: a call whose arguments have the layout of an earlier call
+skips the launch checks that layout decides (new torch tensors each call, as a user has
+them), and a call that differs from an accepted one only in aliasing, lending,
+initialisation or a torch version counter is refused exactly as a first call would be:
+error class, message, the line of the call, nothing written."""
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from call_helpers import assert_unchanged, marker_line, snapshot
+from tilesafe.runtime import binding
+
+HERE = __file__
+
+
+def _rand(shape, seed, device):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g) * 4 - 2).to(device)
+
+
+def _at_call(e, marker: str) -> None:
+    text = str(e)
+    assert e.loc is not None and e.loc.file == HERE and e.loc.line == marker_line(HERE, marker), text
+    assert text.startswith("error: ") and "= help: " in text, text
+
+
+@pytest.fixture
+def binds(monkeypatch):
+    """How many launches took the full path (binding runs only there)."""
+    count = [0]
+    real = binding.bind
+
+    def counting(*a, **k):
+        count[0] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(binding, "bind", counting)
+    return count
+
+
+def test_fresh_torch_tensors_of_a_seen_layout_skip_the_launch_checks(backend, device, binds):
+    for seed in range(4):
+        x, y, h, w = _rand((3, 40), seed, device), _rand((3, 40), seed + 9, device), \
+            _rand((4, 64), seed, device), _rand((64,), seed + 1, device)
+        torch.testing.assert_close(tk.add(x, y), x + y)
+        torch.testing.assert_close(tk.rms_norm(h, w), h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                                   rtol=1e-4, atol=1e-5)
+    assert binds[0] <= 2 * 2                                      # at most the first call of each was checked in full
+
+
+def test_an_out_partly_over_an_operand_in_a_seen_layout_is_refused(backend, device):
+    base = _rand((2, 64), 1, device)
+    x, y = _rand((64,), 2, device), _rand((64,), 3, device)
+    tk.add(x, base[1], out=base[0])                               # disjoint rows: fine
+    torch.testing.assert_close(base[0], x + base[1])
+    flat = base.view(-1)
+    out, y2 = flat[0:64], flat[32:96]                              # the same layouts, now overlapping
+    before = snapshot(base, x)
+    with pytest.raises(ts.AliasError) as e:
+        tk.add(x, y2, out=out)  # alias-call
+    assert e.value.message == "add: `out` shares memory with the input `y`"
+    _at_call(e.value, "alias-call")
+    assert_unchanged(before, base, x)
+    _ = y
+
+
+def test_an_out_whose_bytes_another_partition_holds_is_refused(backend, device):
+    x, y = _rand((64,), 4, device), _rand((64,), 5, device)
+    out = ts.zeros(64, device=device)
+    tk.add(x, y, out=out)                                         # accepted: seen layout
+    holder = out[0:16].partition((16,))  # lent-here
+    with pytest.raises(ts.OwnershipError) as e:
+        tk.add(x, y, out=out)  # lent-call
+    assert e.value.message == (f"cannot partition this tensor: its bytes are lent to a partition "
+                               f"(lent at {HERE}:{marker_line(HERE, 'lent-here')})")
+    _at_call(e.value, "lent-call")
+    holder.unpartition()
+    tk.add(x, y, out=out)
+    torch.testing.assert_close(out.to_torch(), x + y)
+
+
+def test_a_lent_input_in_a_seen_layout_is_refused(backend, device):
+    x, y = ts.tensor(_rand((64,), 6, device)), ts.tensor(_rand((64,), 7, device))
+    tk.add(x, y)
+    lent = y.partition((16,))  # lent-input
+    with pytest.raises(ts.OwnershipError) as e:
+        tk.add(x, y)  # lent-input-call
+    assert e.value.message == (f"cannot use `dtype`: this tensor is lent to a partition "
+                               f"(lent at {HERE}:{marker_line(HERE, 'lent-input')})")
+    _at_call(e.value, "lent-input-call")
+    lent.unpartition()
+
+
+def test_an_unwritten_input_in_a_seen_layout_is_refused(backend, device):
+    x, y = ts.tensor(_rand((64,), 8, device)), ts.tensor(_rand((64,), 9, device))
+    tk.add(x, y)
+    u = ts.empty(64, device=device)
+    out = ts.full(64, 3.0, device=device)
+    with pytest.raises(ts.OwnershipError) as e:
+        tk.add(x, u, out=out)  # unwritten-call
+    assert e.value.message == ("argument `y` of `binary_kernel` is read, but it came from ts.empty and has "
+                               "not been written")
+    _at_call(e.value, "unwritten-call")
+    assert (out.numpy() == 3.0).all()
+
+
+def test_a_torch_version_counter_decides_between_two_calls_of_one_layout(backend, device):
+    x = _rand((64,), 10, device)
+    tk.add(x, _rand((64,), 11, device))                           # the layout is seen
+    handed = ts.empty(64, device=device).to_torch()               # unwritten memory handed to torch
+    with pytest.raises(ts.OwnershipError) as e:
+        tk.add(x, handed)  # handed-call
+    assert "came from ts.empty and has not been written" in e.value.message
+    _at_call(e.value, "handed-call")
+    handed.fill_(0.5)                                             # torch writes it: its counter moves
+    torch.testing.assert_close(tk.add(x, handed), x + 0.5)
+    _ = np
