@@ -38,7 +38,8 @@ def _assert_located(e, marker: str, fragment: str) -> None:
     assert fragment in e.message, e.message
     assert e.loc is not None and e.loc.file == HERE and e.loc.line == _marker_line(marker), text
     assert text.startswith("error: ") and text.count("error:") == 1 and "= help: " in text, text
-    assert "Traceback" not in text and "tilesafe/" not in text, text
+    for internal in ("Traceback", "tilesafe/runtime", "tilesafe/backends", "tilesafe/lang", "GPUTarget"):
+        assert internal not in text, text
 
 
 # --- what a target compiles to ------------------------------------------------------------------
@@ -254,3 +255,52 @@ def test_check_with_an_unknown_target_fails_before_reading_the_file(tmp_path, ca
     rc, out, err, _ = _check(tmp_path, capsys, CHECKED, "--target", "gfx9")
     assert rc == 2 and out == ""
     assert err == "error: unknown compile target 'gfx9'\n   = help: use one of sm_80, sm_90, sm_100, gfx942, gfx950\n"
+
+
+# --- the GPU at hand ----------------------------------------------------------------------------
+def test_waves_per_eu_is_a_config_hint_for_autotuning():
+    c = ts.Config(BM=128, num_warps=4, waves_per_eu=2)
+    assert c.schedule == ts.schedule(num_warps=4, waves_per_eu=2) and dict(c.consts) == {"BM": 128}
+
+
+class _Props:
+    major, minor, gcnArchName, multi_processor_count = 9, 4, "gfx942:sramecc+:xnack-", 304
+
+
+def test_a_rocm_gpu_is_known_by_its_arch_and_has_no_tma(monkeypatch):
+    """A ROCm torch reports an MI300X as a CUDA device of capability 9.4: it is gfx942, and
+    not a GPU with TMA (a capability check alone took it for Hopper)."""
+    import torch
+    from tilesafe.backends.triton import targets, tma
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_: _Props())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 4))
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    tma.available.cache_clear()
+    try:
+        assert targets.device_target() is targets.TARGETS["gfx942"]
+        assert not tma.available()
+        monkeypatch.setattr(torch.version, "hip", None)   # a CUDA torch on a Hopper GPU
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
+        _Props.minor = 0
+        tma.available.cache_clear()
+        assert targets.device_target() is targets.TARGETS["sm_90"] and tma.available()
+    finally:
+        _Props.minor = 4
+        tma.available.cache_clear()
+
+
+@pytest.mark.gpu
+def test_a_launch_with_an_amd_hint_is_refused_on_an_nvidia_gpu():
+    import numpy as np
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    x = ts.tensor(np.arange(4096, dtype=np.float32), device="cuda")
+    z = ts.empty(4096, device="cuda")
+    p = z.partition((1024,))
+    with ts.backend("triton"), pytest.raises(ts.LaunchError) as ei:
+        split_part(p, x, schedule=ts.schedule(waves_per_eu=2))  # E:amd-hint-on-gpu
+    _assert_located(ei.value, "E:amd-hint-on-gpu", "schedule hint waves_per_eu=2 does not apply to target sm_")
+    assert p.unpartition() is z
