@@ -7,6 +7,9 @@ inputs are settled (read once on the host) before the delay: a launch's event is
 lazily, so an input still pending would make the other stream wait behind the delay for
 its sake and hide the missing wait under test.
 """
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -177,3 +180,16 @@ def test_a_reused_address_starts_afresh():
     assert t.data_ptr() == address
     np.testing.assert_array_equal(ts.from_torch(t).numpy(), np.full(N, 3.0, np.float32))
     del t
+
+
+def test_filled_and_copied_tensors_are_freed_when_dropped():
+    # A recorded fill or copy must not keep its tensors alive through their own registries
+    # (a cycle through torch storages that Python's collector cannot see): memory would leak.
+    z = ts.full(N, 2.0, device="cuda")
+    src = ts.tensor(_values(), device="cuda")
+    y = ts.empty(N, device="cuda")
+    y[:] = src
+    storages = [weakref.ref(t._torch().untyped_storage()) for t in (z, src, y)]
+    del z, src, y
+    gc.collect()
+    assert [ref() for ref in storages] == [None, None, None]

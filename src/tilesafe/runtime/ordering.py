@@ -47,12 +47,19 @@ def record_after(kernel, bound, stream, outputs, extra=()) -> Future:
 
 def record_work(accesses) -> None:
     """After the work: register its accesses as pending on the current stream. On the CPU
-    the work is finished when it returns, so there is nothing to record."""
+    the work is finished when it returns, so there is nothing to record.
+
+    The memory stays alive through torch's caching allocator (`record_stream`), not through
+    the completion: a completion holding the tensors would sit in their own states' registries,
+    a cycle through torch's storages that Python's collector cannot see, so a tensor filled and
+    dropped would never be freed. With `record_stream` a dropped block is handed out again only
+    after the work queued on this stream finished (on its own stream, it is ordered anyway)."""
     cuda = [a for a in accesses if a[1].is_cuda]
     if not cuda:
         return
     import torch
     stream = torch.cuda.current_stream(cuda[0][1].device)
-    done = Completion(None, stream.cuda_stream, tuple(view for _, view, _ in cuda), stream)
+    done = Completion(None, stream.cuda_stream, (), stream)
     for state, view, write in cuda:
+        view.record_stream(stream)
         state.record(byte_set(view), write, done)
