@@ -279,3 +279,30 @@ def test_an_index_from_a_grid_of_any_size_keeps_its_mask(backend):
     x = np.arange(1, 17, dtype=np.float32)
     z, _ = poisoned((16,), "f32")
     np.testing.assert_array_equal(launch(half_block_tile, z, (16,), ts.tensor(x)), x)
+
+
+@ts.kernel(sanitize=True)
+def ragged_tail(y: ts.Mut[ts.f32, (1, 16)], x: ts.Ref[ts.f32, ("M", "N")], lens: ts.Ref[ts.i32, (1,)],
+                M: int, N: int):
+    """Row tiles [0, ceil(min(lens[0], N) / 16)), as decode attention walks its keys: the
+    length from memory has only its i32 range below, which is enough to rule out a wrap."""
+    stop = min(ts.scalar(ts.load(lens, (0,), shape=(1,))), N)
+    acc = ts.zeros((1, 16), ts.f32)
+    for j in range((stop + 15) // 16):
+        acc = acc + ts.load(x, (ts.block_id(0), j), shape=(1, 16))
+    y.store(acc)
+
+
+@pytest.mark.parametrize("n, length", [(64, 40), (70, 70), (70, 1000), (64, -5)])
+def test_a_bound_from_memory_keeps_its_proof_and_needs_no_guard(backend, n, length):
+    specs = ts.spec((3, 16), tile=(1, 16)), ts.spec((3, n)), ts.spec((1,), ts.i32)
+    report = ragged_tail.checks(*specs)
+    assert (report.static, report.launch, report.kernel) == ((1, 2, 0) if n % 16 == 0 else (1, 1, 1)), str(report)
+    assert "_ok = " not in ragged_tail.source(*specs)             # masked at most, never guarded
+    x = np.random.default_rng(8).standard_normal((3, n)).astype(np.float32)
+    y, _ = poisoned((3, 16), "f32")
+    got = launch(ragged_tail, y, (1, 16), ts.tensor(x), ts.tensor(np.array([length], np.int32)))
+    tiles = -(-min(max(length, 0), n) // 16) if length > 0 else 0
+    padded = np.pad(x, ((0, 0), (0, -n % 16)))[:, :tiles * 16]
+    np.testing.assert_allclose(got, padded.reshape(3, tiles, 16).sum(1) if tiles else np.zeros((3, 16)),
+                               rtol=1e-5, atol=1e-5)

@@ -152,14 +152,15 @@ def _all(conds):
 class _Ranges:
     """Symbolic inclusive bounds [lb, ub] of integer scalars, as expressions over the launch.
 
-    Bounds flow through constants, parameters, extents, block ids, loop variables and walk
-    indices, and through the monotone integer ops (+, -, * and // by a non-negative constant,
-    min, max), so `range(K // BK)` or `range(min(a, b))` keep a proof; products, floor
-    divisions and modulos of runtime values keep one under conditions each launch checks
-    (operands' signs). `ok[v]` lists the conditions under which v's bounds hold, in order (an
-    operand's before its result's): the signs a rule assumes, and that no +, -, * (or loop
-    step) on the way wrapped in its dtype. Anything else is unknown, and its accesses keep
-    their masks.
+    Every integer scalar lies in its dtype's range, the bounds of a value nothing else is
+    known about. Tighter bounds flow through constants, parameters, extents, block ids, loop
+    variables and walk indices, and through the monotone integer ops (+, -, * and // by a
+    non-negative constant, min, max), so `range(K // BK)` or `range(min(a, b))` keep a proof;
+    products, floor divisions and modulos of runtime values keep one under conditions each
+    launch checks (operands' signs). `ok[v]` lists the conditions under which v's bounds hold,
+    in order (an operand's before its result's): the signs a rule assumes, and that no +, -, *
+    (or loop step) on the way wrapped in its dtype. An access whose index keeps only its
+    dtype's range keeps its mask.
     """
 
     def __init__(self, fn: Function, static_extents: dict):
@@ -177,19 +178,28 @@ class _Ranges:
             return _const(self.static[(tensor, axis)])
         return ("extent", tensor, axis)
 
+    def lo(self, v: Value):
+        """v's lower bound: derived, or its dtype's least value (None for a non-integer)."""
+        e = self.lb.get(id(v))
+        return e if e is not None else _dtype_bound(v, _int_min)
+
+    def hi(self, v: Value):
+        e = self.ub.get(id(v))
+        return e if e is not None else _dtype_bound(v, _int_max)
+
     def bounds(self, v: Value):
         """(lowest value, one past the highest value, the conditions they need), or None."""
-        lo, hi = self.lb.get(id(v)), self.ub.get(id(v))
+        lo, hi = self.lo(v), self.hi(v)
         if lo is None or hi is None:
             return None
-        return lo, ("add", hi, _const(1)), self.ok.get(id(v), ())
+        return lo, _fold("add", hi, _const(1)), self.ok.get(id(v), ())
 
     def _exact(self, v: Value, e) -> None:
         self.lb[id(v)] = self.ub[id(v)] = e
 
     def _set(self, v: Value, lo, hi, ok=()) -> None:
         ok = tuple(dict.fromkeys(c for c in ok if not (_is_static(c) and evaluate(c, None))))
-        if any(_is_static(c) for c in ok):   # a condition that never holds: no bound at all
+        if any(_is_static(c) for c in ok):   # a condition that never holds: only the dtype's range
             return
         if lo is not None:
             self.lb[id(v)] = lo
@@ -221,7 +231,7 @@ class _Ranges:
             self._exact(op.result, ("cdiv", self.extent(op.args[0].name, op.attrs["axis"]), _const(op.attrs["tile"])))
         elif code == "cast" and op.args[0].dtype.is_int and op.result.dtype.is_int:
             a = op.args[0]
-            lo, hi, ok = self.lb.get(id(a)), self.ub.get(id(a)), self._conds(a)
+            lo, hi, ok = self.lo(a), self.hi(a), self._conds(a)
             if _value_preserving(a.dtype, op.result.dtype):
                 self._set(op.result, lo, hi, ok)
             else:   # a narrowing or sign-changing cast keeps the value only when it fits
@@ -229,19 +239,7 @@ class _Ranges:
         elif code == "binary" and op.result.dtype.is_int and op.result.shape == ():
             self._binary(op)
         elif code == "for":
-            lo, hi, step = op.args[:3]
-            step_e = self.lb.get(id(step))
-            if step_e is not None and step_e == self.ub.get(id(step)) and step_e[0] == "const" and step_e[1] > 0:
-                # lo <= iv < hi <= ub(hi): iv is at most ub(hi) - 1, as long as the last
-                # increment, iv + step, cannot wrap in iv's dtype (the loop would go on with a
-                # negative iv); a step of 1 never does, since hi itself fits the dtype
-                hi_ub, iv = self.ub.get(id(hi)), op.regions[0].args[0]
-                ok = self._conds(lo, hi)
-                if step_e[1] > 1:
-                    if hi_ub is None:
-                        return
-                    ok += (("le", ("add", hi_ub, _const(step_e[1] - 1)), _const(_int_max(iv.dtype))),)
-                self._set(iv, self.lb.get(id(lo)), ("add", hi_ub, _const(-1)) if hi_ub is not None else None, ok)
+            self._loop(op)
         elif code == "tiles" and not op.attrs["windowed"]:
             tt = self.fn.param(op.attrs["output"]).value.type
             for a, arg in enumerate(op.regions[0].args[:op.attrs["rank"]]):
@@ -251,39 +249,69 @@ class _Ranges:
             for arg, t, sub in zip(op.regions[0].args, op.attrs["tile"], op.attrs["shape"]):
                 self._set(arg, _const(0), _const(t // sub - 1))
 
+    def _loop(self, op: Op) -> None:
+        lo, hi, step = op.args[:3]
+        step_e, iv = self.lo(step), op.regions[0].args[0]
+        if not (step_e is not None and step_e == self.hi(step) and step_e[0] == "const" and step_e[1] > 0):
+            return
+        # lo <= iv < hi <= hi(hi): iv is at most hi(hi) - 1, as long as the last increment,
+        # iv + step, cannot wrap in iv's dtype (the loop would go on with a negative iv); a
+        # step of 1 never does, since hi itself fits the dtype
+        hi_ub = self.hi(hi)
+        ok = self._conds(lo, hi)
+        if step_e[1] > 1:
+            ok += (("le", _fold("add", hi_ub, _const(step_e[1] - 1)), _const(_int_max(iv.dtype))),)
+        self._set(iv, self.lo(lo), _fold("add", hi_ub, _const(-1)), ok)
+
     def _binary(self, op: Op) -> None:
         a, b = op.args
-        la, ua, lb_, ub_ = self.lb.get(id(a)), self.ub.get(id(a)), self.lb.get(id(b)), self.ub.get(id(b))
+        la, ua, lb_, ub_ = self.lo(a), self.hi(a), self.lo(b), self.hi(b)
+        if None in (la, ua, lb_, ub_):
+            return
         kind, r = op.attrs["op"], op.result
-        both = lambda x, y, tag: (tag, x, y) if x is not None and y is not None else None   # noqa: E731
-        const_b = lb_ if lb_ is not None and lb_ == ub_ and lb_[0] == "const" else None
-        if kind == "*" and const_b is None and la is not None and la == ua and la[0] == "const":
+        const_b = lb_ if lb_ == ub_ and lb_[0] == "const" else None
+        if kind == "*" and const_b is None and la == ua and la[0] == "const":
             la, ua, lb_, ub_, const_b = lb_, ub_, la, ua, la     # c * x: the same as x * c
         ok = self._conds(a, b)
         if kind == "+":
-            self._wrapping(r, both(la, lb_, "add"), both(ua, ub_, "add"), ok)
+            self._wrapping(r, _fold("add", la, lb_), _fold("add", ua, ub_), ok)
         elif kind == "-":
-            self._wrapping(r, both(la, ub_, "sub"), both(ua, lb_, "sub"), ok)
+            self._wrapping(r, _fold("sub", la, ub_), _fold("sub", ua, lb_), ok)
         elif kind == "*" and const_b is not None and const_b[1] >= 0:
-            self._wrapping(r, both(la, const_b, "mul"), both(ua, const_b, "mul"), ok)
-        elif kind == "*" and None not in (la, ua, lb_, ub_):
+            self._wrapping(r, _fold("mul", la, const_b), _fold("mul", ua, const_b), ok)
+        elif kind == "*":
             # x * y of two runtime values: monotone when both are >= 0
             signs = (("ge", la, _const(0)), ("ge", lb_, _const(0)))
-            self._wrapping(r, ("mul", la, lb_), ("mul", ua, ub_), ok + signs)
+            self._wrapping(r, _fold("mul", la, lb_), _fold("mul", ua, ub_), ok + signs)
         elif kind == "//" and const_b is not None and const_b[1] > 0:
-            self._set(r, both(la, const_b, "floordiv"), both(ua, const_b, "floordiv"), ok)
-        elif kind == "//" and None not in (la, ua, lb_):
+            self._set(r, _fold("floordiv", la, const_b), _fold("floordiv", ua, const_b), ok)
+        elif kind == "//":
             # a >= 0 and b >= 1: a // b grows with a and shrinks with b
             signs = (("ge", la, _const(0)), ("ge", lb_, _const(1)))
-            low = ("floordiv", la, ub_) if ub_ is not None else _const(0)
-            self._set(r, low, ("floordiv", ua, lb_), ok + signs)
-        elif kind == "%" and lb_ is not None and ub_ is not None:
+            self._set(r, _fold("floordiv", la, ub_), _fold("floordiv", ua, lb_), ok + signs)
+        elif kind == "%":
             # Python's floor modulo by b >= 1 lies in [0, b - 1], whatever a is
-            self._set(r, _const(0), ("add", ub_, _const(-1)), self._conds(b) + (("ge", lb_, _const(1)),))
+            self._set(r, _const(0), _fold("add", ub_, _const(-1)), self._conds(b) + (("ge", lb_, _const(1)),))
         elif kind == "min":   # at least the smaller lower bound; at most either upper bound
-            self._set(r, both(la, lb_, "min"), both(ua, ub_, "min") or (ua if ua is not None else ub_), ok)
+            self._set(r, _fold("min", la, lb_), _fold("min", ua, ub_), ok)
         elif kind == "max":   # at least either lower bound; at most the larger upper bound
-            self._set(r, both(la, lb_, "max") or (la if la is not None else lb_), both(ua, ub_, "max"), ok)
+            self._set(r, _fold("max", la, lb_), _fold("max", ua, ub_), ok)
+
+
+def _dtype_bound(v: Value, which):
+    """`which` (_int_min / _int_max) of v's dtype, for an integer scalar."""
+    if isinstance(v.type, TensorType) or v.shape != () or not v.dtype.is_int:
+        return None
+    return _const(which(v.dtype))
+
+
+def _fold(tag: str, x, y):
+    """(tag, x, y), computed now when both are constants."""
+    if x[0] == "const" and y[0] == "const":
+        value = evaluate((tag, x, y), None)
+        if value == value:   # not NaN
+            return _const(value)
+    return (tag, x, y)
 
 
 def _int_max(d) -> int:
