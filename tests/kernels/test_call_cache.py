@@ -116,3 +116,19 @@ def test_a_torch_version_counter_decides_between_two_calls_of_one_layout(backend
     handed.fill_(0.5)                                             # torch writes it: its counter moves
     torch.testing.assert_close(tk.add(x, handed), x + 0.5)
     _ = np
+
+
+def test_calls_of_one_layout_that_differ_in_place_or_in_a_scalar_compute_each_their_own(backend, device):
+    a0, b0 = _rand((6, 40), 12, device), _rand((6, 40), 13, device)
+    for step in range(3):                                         # every form twice: the second uses its plan
+        a, b, c = a0.clone(), b0.clone(), torch.full_like(a0, float("nan"))
+        torch.testing.assert_close(tk.sub(a, b, out=c), a0 - b0)             # out apart
+        torch.testing.assert_close(tk.sub(a, b, out=a), a0 - b0)             # out is the first operand
+        a = a0.clone()
+        torch.testing.assert_close(tk.sub(a, b, out=b), a0 - b0)             # out is the second operand
+        b = b0.clone()
+        torch.testing.assert_close(tk.sub(float(step), b), step - b0)        # a new scalar each time
+        torch.testing.assert_close(tk.sub(b, float(step)), b0 - step)        # the scalar on the other side
+        torch.testing.assert_close(tk.mul(b, float(step + 2)), b0 * (step + 2))
+        torch.testing.assert_close(tk.add(a, a), a0 + a0)                    # one tensor as both operands
+        torch.testing.assert_close(tk.add(a, b[0]), a0 + b0[0])              # a broadcast operand

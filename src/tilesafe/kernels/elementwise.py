@@ -13,6 +13,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing
+from .call_plans import PlanCache, layout_of, same_view
 from .launch import launch, pow2
 
 # Compile-time op codes (module-level ints are constants inside kernels).
@@ -204,11 +205,16 @@ def _unary(fn: str, op: int, x, out, config):
 
 def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False, names=XY):
     torch_mode = A.is_torch(x)
+    key = _plan_key(fn, extra, x, y, out, config, broadcast, torch_mode)
+    plan = _PLANS.get(key)
     xt = A.tensor(x, names[0], fn)
-    dtype = A.dtype_in(xt, A.FLOATS, names[0], fn)
     operands = {names[0]: xt}
     if y is not None:
-        operands[names[1]] = A.tensor(y, names[1], fn)
+        operands[names[1]] = xt if y is x else A.tensor(y, names[1], fn)
+    if plan is not None:
+        return plan.call(fn, operands, out, torch_mode, extra)
+    dtype = A.dtype_in(xt, A.FLOATS, names[0], fn)
+    if y is not None:
         A.same_dtype(fn, **operands)
     device = A.same_device(fn, **operands)
     shape = _result_shape(fn, operands, broadcast)
@@ -227,7 +233,66 @@ def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False, nam
     for views in slabs:
         tile = tile3(views[0].shape, cfg["block"])
         launch(kernel, {"z": (views[0], tile)}, cfg=cfg, **dict(zip(args, views[1:])), **extra)
+    if len(slabs) == 1:
+        _PLANS.put(key, _Plan(shape, dtype, device, kernel, [a for a in args], extra, views, tile, cfg,
+                              tuple(operands)))
     return o.returned
+
+
+# --- plans: what a call of one argument layout decides, kept for the next (call_plans.py) ------
+
+_PLANS = PlanCache()
+
+
+def _plan_key(fn, extra, x, y, out, config, broadcast, torch_mode):
+    """The layout a call's decisions depend on; None for a call that takes the full path."""
+    if config is not None:
+        return None
+    lx = layout_of(x)
+    ly = layout_of(y) if y is not None else None
+    if lx is None or (y is not None and ly is None):
+        return None
+    if out is None:
+        where = None
+    else:
+        lo = layout_of(out)
+        if lo is None:
+            return None
+        # Which operands `out` is the very same view of picks the in-place kernel.
+        where = (lo, same_view(out, x), y is not None and same_view(out, y))
+    # A scalar operand's value is the launch's runtime scalar: not part of the layout.
+    ops = tuple((k, v) for k, v in extra.items() if k != "s")
+    return (fn, ops, lx, ly, y is x, where, broadcast, torch_mode)
+
+
+class _Plan:
+    """One layout's result shape, dtype, device, kernel, views (shape and strides of each
+    tensor at rank 3), tile and config."""
+    __slots__ = ("shape", "dtype", "device", "kernel", "args", "extra", "geometry", "tile", "cfg", "names")
+
+    def __init__(self, shape, dtype, device, kernel, args, extra, views, tile, cfg, names):
+        self.shape, self.dtype, self.device, self.kernel = shape, dtype, device, kernel
+        self.args, self.extra, self.tile, self.cfg, self.names = args, extra, tile, cfg, names
+        self.geometry = [(tuple(v._t.shape), v._t.stride()) for v in views]
+
+    def call(self, fn, operands, out, torch_mode, given):
+        o = A.output(out, self.shape, self.dtype, self.device, torch_mode, fn)
+        check_aliasing(fn, operands, {"out": o.passed}, {"out": tuple(operands)})
+        ts_ = list(operands.values())
+        # The kernel's tensor arguments, in the order the first call found them.
+        sources = [o.tensor, *(_source(self.kernel, a, ts_, o.passed) for a in self.args)]
+        views = [layout.strided(t, shp, st) for t, (shp, st) in zip(sources, self.geometry)]
+        extra = self.extra if "s" not in given else dict(self.extra, s=given["s"])
+        launch(self.kernel, {"z": (views[0], self.tile)}, cfg=self.cfg, **dict(zip(self.args, views[1:])), **extra)
+        return o.returned
+
+
+def _source(kernel, name, operands, out):
+    """Which operand feeds the kernel's tensor parameter `name` (see `_kernel_for`)."""
+    if kernel is binary_inplace_kernel:       # y is the operand that is not `out`
+        x, y = operands[0], operands[1]
+        return y if layout.same_view(out, x) else x
+    return operands[0] if name == "x" else operands[1]
 
 
 def _kernel_for(out, operands, extra, scalar):
