@@ -142,11 +142,16 @@ def _const(c):
 
 
 def _all(conds):
-    """One expression true when every condition is (None for no condition)."""
+    """One expression true when every condition is; conditions without runtime leaves are
+    decided now (one false: the constant False)."""
     out = None
     for c in conds:
+        if _is_static(c):
+            if not evaluate(c, None):
+                return _const(False)
+            continue
         out = c if out is None else ("and", out, c)
-    return out
+    return out if out is not None else _const(True)
 
 
 class _Ranges:
