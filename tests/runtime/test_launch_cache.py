@@ -203,3 +203,14 @@ def test_a_cached_layout_keeps_no_memory_alive(backend):
     del z
     gc.collect()
     assert ref() is None
+
+
+def test_objects_first_seen_through_the_cache_are_repeated_on_the_prepared_path(backend, binds):
+    x = ts.tensor(_values(64, 11))
+    _run_plus_one(ts.tensor(_values(64, 12)))                     # the layout is seen
+    p = ts.full(64, np.nan).partition((16,))
+    plus_one(p, x).sync()                                          # new objects: through the cache
+    assert plus_one._last_plan is not None and plus_one._last_plan.matches((p, x), {}, None, backend)
+    plus_one(p, x).sync()                                          # the same objects again
+    np.testing.assert_allclose(p.unpartition().numpy(), x.numpy() + 1.0, rtol=1e-6)
+    assert binds[0] <= 1

@@ -34,6 +34,7 @@ from ..lang.coverage import reads_outputs
 from .autotune_config import AUTO
 from .binding import ArgFacts, Bound
 from .constructors import from_torch
+from .launch_plan import LaunchPlan
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
@@ -71,7 +72,16 @@ class LaunchCache:
             return MISS
         if plan is None:
             return MISS
-        return plan.launch(form, values)
+        done = plan.launch(form, values)
+        if done is MISS:
+            return MISS
+        future, bound, compiled = done
+        # The same objects launched again take the prepared path (launch_plan): remember them,
+        # unless they cannot come again (torch arguments are borrowed per call; a library
+        # call's partitions end with its step).
+        if not bound.borrowed and not any(type(v) is Partition and v._lent_at is None for v in values):
+            self.kernel._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
+        return future
 
     def _form(self, npos: int, names: tuple):
         shape = (npos, names)
@@ -178,6 +188,7 @@ class LayoutPlan:
                               if _scalar_leaves(c) & per_call]
 
     def launch(self, form, values):
+        """(future, bound, compiled code) of a launch with these argument values, or MISS."""
         tensors, borrowed, scalars = {}, [], dict(self.scalars)
         facts = self.facts
         for name, role, v in zip(self.names, self.roles, values):
@@ -222,7 +233,7 @@ class LayoutPlan:
             return MISS
         future = compiled.run(bound)
         self.kernel.last_launch = Launched(bound, compiled)
-        return future
+        return future, bound, compiled
 
     def _disjoint(self, tensors) -> bool:
         """S7 between arguments: no output's address span meets another argument's. (An
