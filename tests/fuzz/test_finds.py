@@ -3,6 +3,8 @@
 Each test names the fuzzer's case it came from. A find that is not fixed yet is marked
 `xfail(strict=True)`, so its fix shows up as an XPASS and the marker comes off.
 """
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -65,3 +67,37 @@ def test_a_dlpack_alias_cannot_write_bytes_lent_to_a_partition(alias):
     assert "lent to a partition" in ei.value.message
     assert p.unpartition() is a
     np.testing.assert_array_equal(a.numpy(), np.arange(1.0, 7.0, dtype=np.float32))
+
+
+# --- GPU kernel fuzzer: a branch Triton folds to a constant crashes Triton's compiler --------
+# NEW, not fixed: found by the GPU fuzzer on the H200 (13 of 2696 random kernels). A condition
+# such as `ts.block_id(0) != ts.block_id(0)` is emitted as `tl.program_id(0) != tl.program_id(0)`;
+# Triton 3.6 folds it and then fails in its TritonGPUCoalesce pass ("PassManager::run failed",
+# after an LLVM assertion `idx < size()`), so a safe kernel's launch dies with a RuntimeError
+# from inside Triton instead of running (or being refused with a located TileSafeError). The
+# Triton interpreter and the reference backend run it. Compiling for sm_90 shows it on a CPU.
+
+@ts.kernel
+def _never_taken_branch(z: ts.Mut[ts.f32, (4,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
+    acc = ts.zeros((4,), ts.f32)
+    if ts.block_id(0) != ts.block_id(0):          # never true
+        acc = acc + ts.load(x, (s,), shape=(4,))
+    z.store(acc)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="an interpreted Triton cannot compile")
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="Triton 3.6 crashes in TritonGPUCoalesce on a branch whose condition it folds "
+                          "(tl.program_id(0) != tl.program_id(0)); tilesafe emits the comparison as written")
+def test_a_branch_triton_folds_to_a_constant_compiles_for_hopper():
+    pytest.importorskip("triton")
+    from tilesafe.backends.triton.backend import compile_ahead
+    compiled = compile_ahead(_never_taken_branch, ts.spec((10,), ts.f32, tile=(4,)), ts.spec((10,), ts.f32),
+                             s=3, arch=90)
+    assert "st.global" in compiled.asm["ptx"]
+
+
+def test_a_never_taken_branch_runs_on_the_cpu_backends(backend):
+    z = ts.full((10,), float("nan"))
+    got = _never_taken_branch(z.partition((4,)), ts.tensor(_x(10)), s=0).sync().unpartition().numpy()
+    np.testing.assert_array_equal(got, np.zeros(10, np.float32))

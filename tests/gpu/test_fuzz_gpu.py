@@ -6,6 +6,7 @@ the fuzz profile's (TILESAFE_FUZZ_PROFILE=long for a hunt), small by default.
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import assume, given
 
@@ -32,3 +33,21 @@ def test_random_kernels_agree_on_the_gpu(case):
                 "triton": kernel_run.run(kernel, case, start, "triton", device="cuda")}
     found = kernel_run.failures(case, start, outcomes)
     assert not found, kernel_run.report(case, found)
+
+
+@ts.kernel
+def _never_taken_branch(z: ts.Mut[ts.f32, (4,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
+    acc = ts.zeros((4,), ts.f32)
+    if ts.block_id(0) != ts.block_id(0):          # never true
+        acc = acc + ts.load(x, (s,), shape=(4,))
+    z.store(acc)
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="NEW (tests/fuzz/test_finds.py): Triton 3.6 crashes in TritonGPUCoalesce on a branch whose "
+                          "condition it folds (tl.program_id(0) != tl.program_id(0))")
+def test_a_never_taken_branch_runs_on_the_gpu():
+    z = ts.full((10,), float("nan"), device="cuda")
+    x = ts.tensor(np.arange(1, 11, dtype=np.float32), device="cuda")
+    got = _never_taken_branch(z.partition((4,)), x, s=0).sync().unpartition().numpy()
+    np.testing.assert_array_equal(got, np.zeros(10, np.float32))
