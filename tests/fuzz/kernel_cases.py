@@ -1,7 +1,7 @@
 """Hypothesis strategies for the kernel fuzzer: programs, shapes, strided views, scalars.
 
 A `Case` is everything one launch needs besides the backend: the program, the output view
-(inside a bigger NaN-poisoned buffer, or a fresh `ts.empty` for the S14 checks), the input
+(inside a bigger poisoned buffer, or a fresh `ts.empty` for the S14 checks), the input
 views (inside bigger buffers whose other elements hold a sentinel, so a read past a view
 shows in the result) and the scalar values.
 """
@@ -78,11 +78,12 @@ def views(draw, shape):
 
 
 class _Ctx:
-    def __init__(self, rank, n_inputs, n_scalars, in_loop=False):
+    def __init__(self, rank, n_inputs, n_scalars, in_loop=False, reads_output=True):
         self.rank, self.n_inputs, self.n_scalars, self.in_loop = rank, n_inputs, n_scalars, in_loop
+        self.reads_output = reads_output          # z.load() allowed (not for a ts.empty output)
 
     def looped(self):
-        return _Ctx(self.rank, self.n_inputs, self.n_scalars, True)
+        return _Ctx(self.rank, self.n_inputs, self.n_scalars, True, self.reads_output)
 
 
 def int_exprs(draw, ctx: _Ctx, depth: int):
@@ -107,7 +108,9 @@ def int_exprs(draw, ctx: _Ctx, depth: int):
 
 
 def terms(draw, ctx: _Ctx):
-    kind = draw(st.sampled_from(("load", "load", "view", "like")))
+    kind = draw(st.sampled_from(("load", "load", "view", "like") + (("own",) if ctx.reads_output else ())))
+    if kind == "own":
+        return ("own",)
     i = draw(st.integers(0, ctx.n_inputs - 1))
     padding = draw(st.sampled_from(PADDINGS))
     if kind == "like":
@@ -162,7 +165,8 @@ def cases(draw, allow_empty_output: bool = True):
     out_shape = tuple(draw(st.integers(1, 12)) for _ in range(rank))
     tile = _fit_tile(out_shape, tuple(draw(st.sampled_from(TILES)) for _ in range(rank)))
     n_inputs, n_scalars = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    ctx = _Ctx(rank, n_inputs, n_scalars)
+    empty = allow_empty_output and draw(st.integers(0, 4)) == 0
+    ctx = _Ctx(rank, n_inputs, n_scalars, reads_output=not empty)
     if draw(st.integers(0, 3)) == 0:      # one load and a store: the plainest index forms, often
         body = (("acc", terms(draw, ctx), 1.0), ("store", 1.0))
     else:
@@ -172,7 +176,6 @@ def cases(draw, allow_empty_output: bool = True):
     program = Program(tile, n_inputs, n_scalars, body)
     in_shapes = [tuple(draw(st.integers(1, 14)) for _ in range(rank)) for _ in range(n_inputs)]
     in_views = tuple(draw(views(s)) for s in in_shapes)
-    empty = allow_empty_output and draw(st.integers(0, 4)) == 0
     out_view = None if empty else draw(views(out_shape))
     shared = not empty and draw(st.integers(0, 3)) == 0
     if shared:                             # x0 in the output's buffer: disjoint is fine, meeting is S7

@@ -10,7 +10,7 @@ Grammar (every kernel has one f32 output `z` with tile TILE and one accumulator 
           | ("op", "+" | "-" | "*", int, int) | ("op", "//" | "%", int, ("c", positive))
           | ("min", int, int) | ("max", int, int)
     term := ("load", input, (int, ...), padding) | ("view", input, (int, ...), padding)
-          | ("like", input, padding)
+          | ("like", input, padding) | ("own",)                  # z.load(): S14, S15
     stmt := ("acc", term, coef) | ("store", coef)
           | ("loop", ("static", n) | ("dyn", int), (stmt, ...))          # loop variable `k`
           | ("if", (cmp, int, int), (stmt, ...), (stmt, ...))
@@ -116,6 +116,8 @@ def _term(t, tile: str) -> str:
     if kind == "like":
         _, i, padding = t
         return f"ts.load_tile_like(x{i}, z{_padding(padding)})"
+    if kind == "own":
+        return "z.load()"
     raise ValueError(kind)
 
 

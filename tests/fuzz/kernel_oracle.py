@@ -7,7 +7,8 @@ Written from DESIGN §2 and the language docs, not from the interpreter:
   wraps to its dtype; `//` and `%` floor (Python semantics).
 - `ts.load(x, index, shape=T)` reads x[index*T : (index+1)*T] per axis with the index's
   wrapped value multiplied exactly; every element outside x reads the padding.
-- a store writes this block's tile and drops the elements past the output's edge.
+- a store writes this block's tile and drops the elements past the output's edge; `z.load()`
+  reads the block's own tile as stored so far (S15), 0 past the edge.
 The f32 accumulation is done in the program's order in float32, as the kernel does it.
 """
 from __future__ import annotations
@@ -100,6 +101,8 @@ class _Block:
     # -- tiles ------------------------------------------------------------------------------
     def term(self, t, env) -> np.ndarray:
         kind = t[0]
+        if kind == "own":
+            return self.own_tile()
         if kind in ("load", "view"):
             _, i, index, padding = t
             origin = [self.int(e, env)[0] * s for e, s in zip(index, self.p.tile)]
@@ -114,6 +117,14 @@ class _Block:
         if window is not None:
             src, dst = window
             tile[dst] = x[src]
+        return tile
+
+    def own_tile(self) -> np.ndarray:
+        tile = np.zeros(self.p.tile, np.float32)
+        window = _window([b * t for b, t in zip(self.bid, self.p.tile)], self.p.tile, self.out.shape)
+        if window is not None:
+            src, dst = window
+            tile[dst] = self.out[src]
         return tile
 
     # -- integers: (value, bits) with bits 32, 64 or WEAK ------------------------------------------
