@@ -128,6 +128,8 @@ def test_ops_run_on_inference_tensors(backend):
         ops.silu_mul_out(out, x, x)
     assert_close(got, _rms(_d(x), _d(w), 1e-6), "f32")
     assert_close(out, F.silu(_d(x)) * _d(x), "f32")
+    ops.add_out(out, x, w)              # inference tensors used after the mode ended
+    assert_close(out, _d(x) + _d(w), "f32")
 
 
 def test_a_refused_op_points_at_the_users_line(backend):
@@ -136,6 +138,20 @@ def test_a_refused_op_points_at_the_users_line(backend):
         ops.rms_norm(x, w)  # op: bad weight
     assert e.value.loc.file == __file__ and e.value.loc.line == marker_line(__file__, "op: bad weight")
     assert "`w`" in e.value.message and "src/tilesafe" not in str(e.value) and "Traceback" not in str(e.value)
+
+
+@pytest.mark.reference_only
+def test_a_refused_op_in_compiled_code_points_into_the_users_file(backend):
+    """Inside a compiled graph the op's own line is gone (dynamo rewrote the function): the
+    error points at the user's compiled function, not at torch's generated code."""
+    def norm_twice(x, w):
+        return ops.rms_norm(x, w) * 2
+
+    compiled = torch.compile(norm_twice, fullgraph=True, backend="aot_eager")
+    with torch.inference_mode(), pytest.raises(ts.LaunchError, match="`w` must have shape") as e:
+        compiled(randn((3, 40), "f32", 1), randn((24,), "f32", 2))
+    assert e.value.loc.file == __file__, e.value.loc
+    assert "Traceback" not in str(e.value)
 
 
 def test_an_op_refuses_inputs_autograd_tracks(backend):
@@ -198,3 +214,16 @@ def test_a_model_compiles_fullgraph_under_inference_mode(backend):
     assert_close(probs, want_probs, "f32", rtol=1e-4, atol=1e-6)
     assert torch.equal(tokens, want_tokens)
     assert_close(r_compiled, r_eager, "f32")      # the in-place residual update survives functionalization
+
+
+def test_import_registers_the_ops_without_loading_the_compiler():
+    """`import tilesafe.kernels` makes torch.ops.tilesafe.* callable and stays cheap: it
+    pulls in neither dynamo nor inductor (torch.compile loads them when a user compiles)."""
+    import subprocess
+    import sys
+    code = ("import sys, torch, tilesafe.kernels\n"
+            "assert callable(torch.ops.tilesafe.rms_norm) and callable(torch.ops.tilesafe.rms_norm_out)\n"
+            "assert not any(m.startswith(('torch._dynamo', 'torch._inductor')) for m in sys.modules), "
+            "[m for m in sys.modules if m.startswith(('torch._dynamo', 'torch._inductor'))]\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -4,12 +4,13 @@
 `torch.ops.torchvision.nms`), so `torch.compile(fullgraph=True)` traces a model that calls
 them without a graph break: each op has a fake (meta) function that gives the result's
 shape and dtype without running anything. Every op has a functional form that allocates its
-result and an `_out` form that writes keyword-only `out=` tensors and returns nothing; the
-`_out` forms declare what they mutate, so torch.compile functionalizes them and eager torch
-bumps the version counters of the tensors written.
+result and an `_out` form that takes its output tensors first (a custom op's schema allows no
+keyword-only tensor, nor a required argument after a defaulted one) and returns nothing; the
+`_out` forms declare what they mutate, so torch.compile functionalizes them, and the version
+counters of the tensors written move as after torch's own in-place ops.
 
     y = torch.ops.tilesafe.rms_norm(x, w, 1e-6)
-    torch.ops.tilesafe.silu_mul_out(gate, up, out=buf)
+    torch.ops.tilesafe.silu_mul_out(buf, gate, up)
 
 The forms that take `config=` or `workspace=` objects stay Python-only (`tilesafe.kernels.*`).
 Ordering is torch's: an op runs the library call on the calling thread, so inside a CUDA graph
@@ -18,6 +19,7 @@ that torch captures the launches follow torch's current stream like any other op
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -31,6 +33,7 @@ from .rope import argmax, embedding, rope
 from ..errors import Loc, TileSafeError
 
 NAMESPACE = "tilesafe"
+TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +157,8 @@ def _define(lib, name: str, schema: str, call: Callable, fake: Callable) -> None
     `torch.library.custom_op` costs to register (import time)."""
     def run(*args, **kwargs):
         try:
-            if torch.is_inference_mode_enabled():
-                return _run_outside_inference_mode(call, args, kwargs)
+            if torch.is_inference_mode_enabled() or any(_inference(a) for a in args):
+                return _run_on_counted_aliases(call, args, kwargs)
             return call(*args, **kwargs)
         except TileSafeError as e:      # located at our caller's frame: point at the user's line instead
             raise type(e)(e.message, loc=_user_loc(), help=e.help) from None
@@ -165,27 +168,34 @@ def _define(lib, name: str, schema: str, call: Callable, fake: Callable) -> None
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
 
 
-def _run_outside_inference_mode(call, args, kwargs):
+def _run_on_counted_aliases(call, args, kwargs):
     """The runtime reads torch's version counters (S13), which inference tensors lack: run
     the call on aliases of the same memory that have them (DLPack: no copy), outside
-    inference mode (grad mode stays off, as inference mode has it). Results come back as
-    normal tensors, as torch ops may return."""
-    with torch.inference_mode(False), torch.no_grad():
+    inference mode, with grad mode as the caller had it (off inside inference mode).
+    Results come back as normal tensors, as torch ops may return."""
+    grad = torch.is_grad_enabled()          # read before leaving inference mode, which turns it on
+    with torch.inference_mode(False), torch.set_grad_enabled(grad):
         args = tuple(_counted(a) for a in args)
         kwargs = {k: _counted(v) for k, v in kwargs.items()}
         return call(*args, **kwargs)
 
 
+def _inference(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_inference()
+
+
 def _counted(x):
-    return torch.from_dlpack(x) if isinstance(x, torch.Tensor) and x.is_inference() else x
+    return torch.from_dlpack(x) if _inference(x) else x
 
 
 def _user_loc() -> Loc | None:
-    """The first frame outside tilesafe and torch: the user's call of the op."""
+    """The first frame outside tilesafe and torch: the user's call of the op (of the compiled
+    function, when the op ran inside a graph torch.compile generated)."""
     frame = sys._getframe(2)
     while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if name.split(".")[0] not in ("tilesafe", "torch"):
+        name, file = frame.f_globals.get("__name__") or "", frame.f_code.co_filename
+        generated = file.startswith("<") or file.startswith(TORCH_DIR)   # code torch.compile wrote
+        if name.split(".")[0] not in ("tilesafe", "torch") and not generated:
             return Loc(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return None
