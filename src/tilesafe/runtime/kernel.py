@@ -86,8 +86,9 @@ class Kernel:
                 except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
                     raise _clean(e) from None
             if not self.unsafe and graph_var.get() is None and not launching_disabled_var.get():
+                backend = current_backend()   # a bad setting is raised here as the full path raises it
                 try:
-                    future = self._layouts.launch(args, kwargs, None, current_backend())
+                    future = self._layouts.launch(args, kwargs, None, backend)
                 except TileSafeError as e:
                     raise _clean(e) from None
                 if future is not MISS:

@@ -156,7 +156,7 @@ def _key_part(keyed, v):
 class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
-                 "given", "outputs", "others", "reads", "recheck_pre", "scalar_checks", "roles", "names")
+                 "given", "outputs", "spans", "reads", "recheck_pre", "scalar_checks", "roles", "names")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -174,8 +174,8 @@ class LayoutPlan:
         # Per tensor: the facts (the same for every call of this layout) and its span's length.
         self.facts = {n: (f.shape, f.strides, f.dtype, f.tile, f.prefix, _extent(f)) for n, f in bound.tensors.items()}
         kinds = {n: kernel.param(n).kind for n in bound.tensors}
-        self.outputs = tuple(n for n, k in kinds.items() if k in (*OUTPUTS, PTR))
-        self.others = tuple(bound.tensors)
+        self.outputs = frozenset(n for n, k in kinds.items() if k in (*OUTPUTS, PTR))
+        self.spans = tuple((n, f[5]) for n, f in self.facts.items() if f[5] is not None)   # (name, bytes)
         spec = kernel.specializer.spec(bound)
         loaded = reads_outputs(spec.fn)
         self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in loaded)
@@ -189,7 +189,7 @@ class LayoutPlan:
 
     def launch(self, form, values):
         """(future, bound, compiled code) of a launch with these argument values, or MISS."""
-        tensors, borrowed, scalars = {}, [], dict(self.scalars)
+        tensors, held, borrowed, scalars = {}, {}, [], dict(self.scalars)
         facts = self.facts
         for name, role, v in zip(self.names, self.roles, values):
             if role == _KEYED:
@@ -216,11 +216,12 @@ class LayoutPlan:
                     return MISS
                 borrowed.append(t)
                 ref = weakref.ref(t)
+            held[name] = t
             shape, strides, dtype, tile, prefix, _ = facts[name]
             tensors[name] = ArgFacts(ref, shape, strides, dtype, tile, prefix)
-        bound = Bound(tensors, dict(self.consts), scalars, self.grid, borrowed)
-        if not self._disjoint(tensors) or not self._written(tensors):
+        if not self._disjoint(held) or not self._written(held):
             return MISS
+        bound = Bound(tensors, dict(self.consts), scalars, self.grid, borrowed)
         compiled = self.compiled
         try:
             if self.recheck_pre:
@@ -235,28 +236,24 @@ class LayoutPlan:
         self.kernel.last_launch = Launched(bound, compiled)
         return future, bound, compiled
 
-    def _disjoint(self, tensors) -> bool:
+    def _disjoint(self, held) -> bool:
         """S7 between arguments: no output's address span meets another argument's. (An
         output's overlap with itself is a fact of its layout: refused before any plan.)"""
-        spans = {}
-        for name in self.others:
-            ext = self.facts[name][5]
-            if ext is not None:
-                lo = tensors[name].tensor._t.data_ptr()
-                spans[name] = (lo, lo + ext)
-        for name in self.outputs:
-            s = spans.get(name)
-            if s is None:
+        if not self.outputs:
+            return True
+        spans = [(name, lo, lo + ext) for name, ext in self.spans for lo in (held[name]._t.data_ptr(),)]
+        for name, lo, hi in spans:
+            if name not in self.outputs:
                 continue
-            for other, o in spans.items():
-                if other != name and o[0] < s[1] and s[0] < o[1]:
+            for other, olo, ohi in spans:
+                if other != name and olo < hi and lo < ohi:
                     return False
         return True
 
-    def _written(self, tensors) -> bool:
+    def _written(self, held) -> bool:
         """S14: every byte the launch reads was written (None mask: the whole memory was)."""
         for name in self.reads:
-            t = tensors[name].tensor
+            t = held[name]
             state = t._state
             if state.init_mask is not None and not state.is_written(t._t):
                 return False
