@@ -185,7 +185,14 @@ def gpu_name() -> str:
     import torch
     if not torch.cuda.is_available():
         return "cpu"
-    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-")
+    return _device_name(torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(index: int) -> str:
+    """Asked by every library call's config lookup: the driver query runs once per device."""
+    import torch
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(index).lower()).strip("-")
 
 
 @functools.lru_cache(maxsize=None)
