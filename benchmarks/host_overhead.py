@@ -22,7 +22,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -51,8 +51,7 @@ class Case:
     library: object
     library_out: object
     torch_op: object
-    torch_out: object = None
-    notes: dict = field(default_factory=dict)
+    torch_out: object = None          # None: torch has no out= form of it
 
 
 class Fresh:
@@ -349,8 +348,9 @@ def table(r: dict) -> str:
                      f"{fmt(h.get('raw_triton')):>9}{fmt(h.get('raw_triton_alloc')):>10}{fmt(h.get('torch')):>9}"
                      f"{fmt(h.get('torch_out')):>10}{fmt(row['gpu_us']['tilesafe']):>8}  {fmt(ok)}")
     u, d = r["user_kernel"], r["decode_step"]
-    lines.append(f"user kernel: fresh tensors {fmt(u['host_us'].get('tilesafe_fresh'))} µs, reused "
-                 f"{fmt(u['host_us'].get('tilesafe_reused'))} µs, raw Triton {fmt(u['host_us'].get('raw_triton'))} µs")
+    uh = u["host_us"]
+    lines.append(f"user kernel: fresh tensors {fmt(uh.get('tilesafe_fresh'))} µs, reused "
+                 f"{fmt(uh.get('tilesafe_reused'))} µs, raw Triton {fmt(uh.get('raw_triton'))} µs")
     if d is not None:
         lines.append(f"decode step: tilesafe {d['ms_per_step']['tilesafe']:.2f} ms, eager torch "
                      f"{d['ms_per_step']['torch']:.2f} ms (logits rel. error {d['logits_relative_error']:.1e})")

@@ -57,7 +57,8 @@ def cases(device):
     return {
         "add": ((x, y), X + Y), "sub": ((x, y), X - Y), "mul": ((x, y), X * Y), "div": ((x, y), X / Y),
         "residual_add": ((x, y), X + Y), "silu_mul": ((x, y), F.silu(X) * Y),
-        "neg": ((x,), -X), "exp": ((x,), X.exp()), "silu": ((x,), F.silu(X)), "gelu": ((x,), F.gelu(X, approximate="tanh")),
+        "neg": ((x,), -X), "exp": ((x,), X.exp()), "silu": ((x,), F.silu(X)),
+        "gelu": ((x,), F.gelu(X, approximate="tanh")),
         "relu": ((x,), X.relu()),
         "sum": ((x, 0), X.sum(0)), "max": ((x,), X.amax(-1)), "mean": ((x, 1), X.mean(1)),
         "softmax": ((x,), X.softmax(-1)), "log_softmax": ((x, 0), X.log_softmax(0)),
