@@ -236,6 +236,13 @@ class RuntimeFuzz(RuleBasedStateMachine):
 
     # -- invariants -----------------------------------------------------------------------------
     @invariant()
+    def every_readable_handle_shows_the_models_values(self):
+        """Accepted steps wrote what the model wrote, and refused steps wrote nothing."""
+        for h, real in enumerate(self.handles):
+            if not self.model.check_read(h):
+                np.testing.assert_array_equal(real.numpy(), self.model.values(h))
+
+    @invariant()
     def lent_handles_refuse_use(self):
         for h, handle in enumerate(self.model.handles):
             if handle.lent_to is not None or handle.handed:
