@@ -61,9 +61,9 @@ def _unary(fn):
     return Op(fn.__name__, "Tensor x", fn, lambda x: _like(x, x.shape))
 
 
-def _reduced(x, dim=-1):
+def _reduced(x, dim=-1, dtype=None):
     d = dim % x.ndim
-    return _like(x, x.shape[:d] + x.shape[d + 1:])
+    return _like(x, x.shape[:d] + x.shape[d + 1:], dtype)
 
 
 def _reduction(fn):
@@ -110,7 +110,8 @@ OPS = (
        lambda x, *_: _like(x, x.shape)),
     Op("embedding", "Tensor ids, Tensor table", embedding,
        lambda ids, table: _like(table, (*ids.shape, table.shape[1]))),
-    Op("argmax", "Tensor x", argmax, lambda x: _like(x, x.shape[:-1], torch.int32)),
+    Op("argmax", "Tensor x, int dim=-1", lambda x, dim=-1, **o: argmax(x, dim=dim, **o),
+       lambda x, dim=-1: _reduced(x, dim, torch.int32)),
 )
 
 # the fused add + norm that updates the residual stream in place (residual_out=residual)
