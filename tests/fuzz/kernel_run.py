@@ -26,6 +26,7 @@ from kernel_gen import render
 # Finite, so a kernel that loads its own poisoned tile (z.load()) still shows its other loads.
 POISON = np.float32(-777.25)
 SENTINEL = np.float32(1.0e6)        # input-buffer elements outside the view
+CRASH = "crash"                     # Outcome.error of an exception that is no TileSafeError
 
 
 @dataclass
@@ -82,6 +83,8 @@ def run(kernel, case: Case, start: Arrays, backend: str, device: str | None = No
             kernel(p, *xs, **scalars).sync()
         except ts.TileSafeError as e:
             error, message = type(e).__name__, e.message
+        except Exception as e:         # never right for a safe kernel: recorded, so it is reported with the case
+            error, message = CRASH, f"{type(e).__name__}: {e}"
         p.unpartition()
         inputs_after = [b.numpy() for b in in_bases[int(case.shared):]]   # a shared x0 is checked with the output
         if case.out_view is not None:
@@ -111,6 +114,8 @@ def failures(case: Case, start: Arrays, outcomes: dict[str, Outcome]) -> list[st
     want, stored = expected(case, start)
     errors = {b: o.error for b, o in outcomes.items()}
     for b, o in outcomes.items():
+        if o.error == CRASH:
+            found.append(f"crash on {b}: {o.message}")
         if o.error == "SanitizerError":
             found.append(f"sanitizer report in a safe kernel on {b}: {o.message}")
         if case.views_meet() and o.error != "AliasError":
@@ -122,6 +127,8 @@ def failures(case: Case, start: Arrays, outcomes: dict[str, Outcome]) -> list[st
     if len(set(errors.values())) > 1:
         found.append(f"backends end differently: {errors} ({[o.message for o in outcomes.values()]})")
     for b, o in outcomes.items():
+        if o.error == CRASH:
+            continue
         if o.error is not None:
             if start.out_base is not None and not np.array_equal(o.out, start.out_base, equal_nan=True):
                 found.append(f"{b} refused ({o.error}: {o.message}) after writing bytes")

@@ -101,3 +101,28 @@ def test_a_never_taken_branch_runs_on_the_cpu_backends(backend):
     z = ts.full((10,), float("nan"))
     got = _never_taken_branch(z.partition((4,)), ts.tensor(_x(10)), s=0).sync().unpartition().numpy()
     np.testing.assert_array_equal(got, np.zeros(10, np.float32))
+
+
+# --- kernel fuzzer: an i64 scalar minus a dynamic loop's variable on Triton's interpreter -----
+# NEW, not fixed: found by the kernel fuzzer (1 of 1200 random kernels). With `s` an i64 scalar
+# (a value past 2**31), `k - s` makes the Triton source cast the loop variable with
+# `k.to(tl.int64)`; in Triton's interpreter a dynamic range yields Python ints, so the launch
+# dies with InterpreterError("'int' object has no attribute 'to'") instead of running. The
+# reference backend runs it, and compiling it for sm_90 works.
+
+@ts.kernel(sanitize=True)
+def _loop_minus_wide_scalar(z: ts.Mut[ts.f32, (8,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
+    acc = ts.zeros((8,), ts.f32)
+    for k in range(min(ts.num_tiles(x.partition((8,)), 0), 3)):
+        acc = acc + ts.load(x, (k - s,), shape=(8,))     # tile k - s: outside x for s = 2**31
+    z.store(acc)
+
+
+def test_an_i64_scalar_minus_a_loop_variable_runs(backend, request):
+    if backend == "triton-interpreter":
+        request.applymarker(pytest.mark.xfail(
+            strict=True, raises=Exception,
+            reason="the Triton source casts the loop variable with k.to(tl.int64); the interpreter's is an int"))
+    z = ts.full((8,), float("nan"))
+    got = _loop_minus_wide_scalar(z.partition((8,)), ts.tensor(_x(20)), s=2**31).sync().unpartition().numpy()
+    np.testing.assert_array_equal(got, np.zeros(8, np.float32))

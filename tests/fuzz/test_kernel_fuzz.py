@@ -5,6 +5,10 @@ sanitizer and on Triton's interpreter, each checked against an independent NumPy
 What a case checks is listed in kernel_run.py. A refusal (a TileSafeError from the launch) is
 allowed, but it must be the same class on every backend and come before any byte changed.
 """
+import os
+
+import numpy as np
+import pytest
 from hypothesis import assume, given
 
 import tilesafe as ts
@@ -29,8 +33,12 @@ BACKENDS = _cpu_backends()
 # {name: (issue item, predicate over one failure text)}. A CI run skips a case only when
 # *every* failure it shows is in a known class; remove an entry once its fix lands (the
 # long profile keeps checking them meanwhile, since KNOWN_OPEN is ignored there).
-# Empty now: the holes this fuzzer found (tests/fuzz/test_finds.py) are fixed in the tree.
-KNOWN_OPEN: dict = {}
+KNOWN_OPEN: dict = {
+    # NEW (tests/fuzz/test_finds.py, xfail strict): the Triton source casts a dynamic range's loop
+    # variable with `k.to(tl.int64)`, which Triton's interpreter runs on a Python int.
+    "interpreter-loop-variable-cast": ("new", lambda text: text.startswith("crash on triton-interpreter")
+                                       and "'int' object has no attribute 'to'" in text),
+}
 
 
 def known_open(failures: list[str]) -> list[str]:
@@ -38,6 +46,8 @@ def known_open(failures: list[str]) -> list[str]:
     names = []
     for text in failures:
         hits = [name for name, (_, matches) in KNOWN_OPEN.items() if matches(text)]
+        if not hits and text.startswith("backends end differently") and "crash" in text:
+            continue                   # the crash itself is the failure that gets classified
         if not hits:
             return []
         names += hits
@@ -64,3 +74,42 @@ def test_random_kernels_agree_with_the_oracle_on_every_backend(case):
     if found and PROFILE == "fuzz-ci":
         assume(not known_open(found))
     assert not found, kernel_run.report(case, found)
+
+
+# --- every generated kernel compiles for Hopper ---------------------------------------------
+# Triton's interpreter runs Python, so it forgives Triton source the real compiler rejects or
+# crashes on; compiling for sm_90 (no GPU needed) checks the same programs reach PTX.
+
+def _spec(shape, view, tile=None):
+    strides = None if view is None else tuple(s // 4 for s in view.of(np.empty(view.base_shape, np.float32)).strides)
+    return ts.spec(shape, ts.f32, strides=strides, tile=tile)
+
+
+def _compile_for_hopper(case):
+    from tilesafe.backends.triton.backend import compile_ahead
+    kernel = kernel_gen.define(case.program)
+    specs = [_spec(case.out_shape, case.out_view, case.program.tile)]
+    specs += [_spec(v.of(np.empty(v.base_shape)).shape, v) for v in case.in_views]
+    scalars = {f"s{i}": v for i, v in enumerate(case.scalars)}
+    return compile_ahead(kernel, *specs, arch=90, **scalars)
+
+
+# NEW (tests/fuzz/test_finds.py, xfail strict): Triton 3.6 crashes in TritonGPUCoalesce on a
+# branch whose condition it folds, e.g. `ts.block_id(0) != ts.block_id(0)`. Remove once fixed.
+KNOWN_COMPILE_CRASHES = ("PassManager::run failed",)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1" or "triton-interpreter" not in BACKENDS,
+                    reason="needs Triton's compiler (not interpreted)")
+@fuzz_settings(15)
+@given(case=cases(allow_empty_output=False))
+def test_random_kernels_compile_for_hopper(case):
+    try:
+        compiled = _compile_for_hopper(case)
+    except ts.TileSafeError:
+        return                     # a refusal (checked on the backends above) is not a compile failure
+    except Exception as e:         # Triton's compiler errors and crashes: never what a safe kernel may get
+        if PROFILE == "fuzz-ci" and any(text in str(e) for text in KNOWN_COMPILE_CRASHES):
+            assume(False)
+        raise AssertionError(kernel_run.report(case, [f"compiling for sm_90 raised {e!r}"])) from e
+    assert ".entry" in compiled.asm["ptx"]
