@@ -150,6 +150,23 @@ def test_a_tma_config_is_refused_on_amd(compiled, target):
         tk.bmm(e(8, 1024, 512), e(8, 512, 1024), config={"tma": True})
 
 
+def test_a_call_plan_made_on_the_cpu_is_not_reused_for_a_target(monkeypatch):
+    """Elementwise calls keep a plan (tile and config) per argument layout: a plan made on
+    the reference backend must not give its CPU config to a compile for a GPU target."""
+    x, b = torch.randn(64, 256).to(BF), torch.randn(256).to(BF)
+    with ts.backend("reference"):
+        tk.add(x, b)                                  # a plan for this layout: block 256
+    cfgs = []
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(sys.modules["tilesafe.kernels.elementwise"], "launch",
+                        lambda kernel, outputs, grid=None, cfg=None, pdl=False, **args: cfgs.append(cfg))
+    for target in AMD:
+        with targets.compiling_for(target):
+            tk.add(x, b)
+    assert cfgs == [configs.gpu_defaults("elementwise", targets.resolve(t)) for t in AMD]
+    assert cfgs[0]["num_warps"] == 2                  # the H200's 4 warps of 32, as wavefronts of 64
+
+
 def test_without_a_compile_target_the_h200_table_is_unchanged():
     assert targets.compile_target() is None
     for family in configs.GPU_DEFAULTS:

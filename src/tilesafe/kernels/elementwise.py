@@ -10,6 +10,7 @@ kernels read it back as their own tile); any other overlap is refused by `call_c
 
 import tilesafe as ts
 
+from ..backends.triton import targets
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing
@@ -262,7 +263,9 @@ def _plan_key(fn, extra, x, y, out, config, broadcast, torch_mode):
         where = (lo, same_view(out, x), y is not None and same_view(out, y))
     # A scalar operand's value is the launch's runtime scalar: not part of the layout.
     ops = tuple((k, v) for k, v in extra.items() if k != "s")
-    return (fn, ops, lx, ly, y is x, where, broadcast, torch_mode)
+    # The config comes from the backend and the compile target too (CPU defaults, a GPU's).
+    return (fn, ops, lx, ly, y is x, where, broadcast, torch_mode, configs.current_backend(),
+            targets.compile_target())
 
 
 class _Plan:
