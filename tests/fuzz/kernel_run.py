@@ -1,13 +1,15 @@
 """Run one fuzz `Case` on a backend and check it against the oracle and the other backends.
 
 The properties (issue 15):
-1. a safe kernel never gets a sanitizer report;
+1. a safe kernel never gets a sanitizer report, nor an exception that is no TileSafeError;
 2. every backend ends the same way: the same refusal class, or results equal to the oracle;
 3. every byte of the output's buffer outside the view keeps its poison, and the inputs'
    buffers are never changed;
 4. a refusal is raised before any byte changed (the whole poisoned buffer is compared);
-5. (S14) after a launch into a `ts.empty` output, a host read succeeds exactly when every
-   element was stored, and then shows the stored values.
+5. (S7) an output view sharing elements with the input view is refused with AliasError;
+6. (S14) after a launch into a `ts.empty` output, a host read succeeds exactly when every
+   element was stored (a store under `if` or in a loop may be counted as not writing), and
+   then shows the stored values.
 `failures` returns the broken properties as short strings, so the test can print them all
 and known-open classes can be told apart from new finds.
 """

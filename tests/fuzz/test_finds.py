@@ -69,6 +69,22 @@ def test_a_dlpack_alias_cannot_write_bytes_lent_to_a_partition(alias):
     np.testing.assert_array_equal(a.numpy(), np.arange(1.0, 7.0, dtype=np.float32))
 
 
+
+# --- runtime fuzzer: torch writing unlent bytes kept a partition lent -----------------------
+# Found before version-counter moves became warnings when only part of a storage is lent
+# (issue 15 item 7, ef83466): torch's counter covers the whole storage, so a torch write to
+# bytes nobody lent made unpartition() refuse, and the partition stayed lent for ever.
+
+def test_torch_writing_other_bytes_of_the_storage_does_not_keep_a_partition_lent():
+    a = ts.tensor(np.arange(1.0, 5.0, dtype=np.float32))
+    lent = a[0:2]
+    t = a[2:4].to_torch()                         # the other half, handed to torch
+    p = lent.partition((2,))
+    t.fill_(5.0)                                  # legal: those bytes are not lent
+    with pytest.warns(RuntimeWarning, match="torch modified the storage"):
+        assert p.unpartition() is lent
+    np.testing.assert_array_equal(a.numpy(), [1.0, 2.0, 5.0, 5.0])
+
 # --- GPU kernel fuzzer: a branch Triton folds to a constant crashes Triton's compiler --------
 # NEW, not fixed: found by the GPU fuzzer on the H200 (13 of 2696 random kernels). A condition
 # such as `ts.block_id(0) != ts.block_id(0)` is emitted as `tl.program_id(0) != tl.program_id(0)`;
@@ -91,7 +107,7 @@ def _never_taken_branch(z: ts.Mut[ts.f32, (4,)], x: ts.Ref[ts.f32, ("N",)], N: i
                           "(tl.program_id(0) != tl.program_id(0)); tilesafe emits the comparison as written")
 def test_a_branch_triton_folds_to_a_constant_compiles_for_hopper():
     pytest.importorskip("triton")
-    from tilesafe.backends.triton.backend import compile_ahead
+    from tilesafe.runtime.compile_ahead import compile_ahead
     compiled = compile_ahead(_never_taken_branch, ts.spec((10,), ts.f32, tile=(4,)), ts.spec((10,), ts.f32),
                              s=3, arch=90)
     assert "st.global" in compiled.asm["ptx"]

@@ -86,7 +86,7 @@ def _spec(shape, view, tile=None):
 
 
 def _compile_for_hopper(case):
-    from tilesafe.backends.triton.backend import compile_ahead
+    from tilesafe.runtime.compile_ahead import compile_ahead
     kernel = kernel_gen.define(case.program)
     specs = [_spec(case.out_shape, case.out_view, case.program.tile)]
     specs += [_spec(v.of(np.empty(v.base_shape)).shape, v) for v in case.in_views]
