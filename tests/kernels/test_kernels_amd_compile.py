@@ -23,7 +23,7 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe.backends.triton import targets
-from tilesafe.backends.triton.backend import compile_ahead
+from tilesafe.runtime.compile_ahead import compile_ahead
 from tilesafe.kernels import configs
 from tilesafe.kernels.launch import _with_pdl, schedule_of
 from tilesafe.runtime.kernel import Kernel

@@ -15,7 +15,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from tilesafe.backends.triton.backend import compile_ahead
+from tilesafe.runtime.compile_ahead import compile_ahead
 from tilesafe.kernels import configs
 from tilesafe.kernels.launch import _with_pdl, schedule_of
 

@@ -331,7 +331,7 @@ def test_group_output_is_not_read_back():
 # --- the generated code for a GPU ---------------------------------------------------------------
 def test_sm90_code_takes_an_acquire_release_ticket_and_reads_members_from_l2():
     pytest.importorskip("triton")
-    from tilesafe.backends.triton.backend import compile_ahead
+    from tilesafe.runtime.compile_ahead import compile_ahead
     k = compile_ahead(split_rows, ts.spec((4096,), ts.f32, tile=(64,)), ts.spec((8, 4096), ts.f32, tile=(1, 64)),
                       ts.spec((8, 4096), ts.f32), arch=90)
     lines = [line.strip() for line in k.asm["ptx"].splitlines()]

@@ -11,6 +11,7 @@ import torch
 import tilesafe as ts
 from tilesafe.backends.triton import adapter, codegen
 from tilesafe.backends.triton.backend import TritonBackend, TritonCompiled
+from tilesafe.runtime.execute import execute
 from tilesafe.lang import bounds
 from tilesafe.runtime import binding
 from tilesafe.runtime.specialize import LaunchFacts
@@ -110,7 +111,7 @@ def test_64_bit_offsets_cast_origins_and_still_compute_the_same(triton_backend):
     bound, spec, masks = _specialized(matmul, c, a_t, b_t, BK=16)
     compiled = TritonCompiled(TritonBackend.get(triton_backend), matmul, spec, masks, True)
     assert "tl.program_id(0).to(tl.int64)" in compiled.source and "tl.cast(k, tl.int64)" in compiled.source
-    compiled.run(bound).sync()
+    execute(compiled, bound).sync()
     close(c.unpartition().numpy(), x.astype(np.float64) @ y, "f32")
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 import tilesafe as ts
-from tilesafe.backends.triton.backend import compile_ahead
+from tilesafe.runtime.compile_ahead import compile_ahead
 from triton_helpers import gemm as matmul, persistent_gemm as pmatmul
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import tilesafe as ts
-from tilesafe.backends.triton.backend import compile_ahead
+from tilesafe.runtime.compile_ahead import compile_ahead
 from triton_helpers import gemm
 
 

@@ -29,6 +29,7 @@ from ..lang.source import KernelSource
 from ..settings import current_backend, graph_var, launching_disabled_var
 from . import binding, safety
 from .autotune_config import AUTO
+from .execute import execute
 from .host_lock import LOCK
 from .launch_cache import MISS, LaunchCache, Launched
 from .launch_plan import LaunchPlan
@@ -146,7 +147,7 @@ class Kernel:
             self._check_preconditions(bound)
             compiled = self.specializer.compiled(bound, backend, sched)
             safety.check_launch(self, bound, compiled.spec.fn)
-            future = compiled.run(bound)
+            future = execute(compiled, bound)
             self.last_launch = Launched(bound, compiled)
             # Torch arguments are wrapped per launch: no identity to reuse. A plan made inside
             # a capture is not kept: its S14 check counted writes that happen only at replay.
@@ -217,7 +218,7 @@ class Kernel:
             raise _clean(e) from None
 
     def _compile_for(self, target, backend, args, kwargs, sched):
-        from ..backends.triton.backend import compile_ahead
+        from .compile_ahead import compile_ahead
         try:
             if backend not in (None, "triton"):
                 raise LaunchError(f"target={target!r} compiles through Triton, not the {backend} backend",

@@ -34,6 +34,7 @@ from ..lang.coverage import reads_outputs
 from .autotune_config import AUTO
 from .binding import ArgFacts, Bound
 from .constructors import from_torch
+from .execute import execute
 from .launch_plan import LaunchPlan
 from .partition import Partition
 from .specialize import LaunchFacts
@@ -232,7 +233,7 @@ class LayoutPlan:
                     compiled = self.kernel.specializer.compiled(bound, self.backend, self.schedule)
         except TileSafeError:
             return MISS
-        future = compiled.run(bound)
+        future = execute(compiled, bound)
         self.kernel.last_launch = Launched(bound, compiled)
         return future, bound, compiled
 

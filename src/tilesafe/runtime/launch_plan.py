@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import weakref
 
+from .execute import execute
 from .partition import Partition
+from .prepared_launch import prepare
 from .tensor import Tensor
 
 _OBJECTS = (Tensor, Partition)
@@ -32,10 +34,9 @@ class LaunchPlan:
         self.launch = self._first_repeat   # prepared on the first repeat: one-off launches pay nothing
 
     def _first_repeat(self):
-        prepare = getattr(self.compiled, "prepare", None)
-        prepared = prepare(self.bound) if prepare is not None else None
         compiled, bound = self.compiled, self.bound
-        self.launch = prepared if prepared is not None else (lambda: compiled.run(bound))
+        prepared = prepare(compiled, bound)
+        self.launch = prepared if prepared is not None else (lambda: execute(compiled, bound))
         return self.launch()
 
     def matches(self, args, kwargs, grid, backend) -> bool:

@@ -13,6 +13,7 @@ import inspect
 from dataclasses import dataclass
 
 from .. import dtypes as dt
+from ..backends.registry import backend_named
 from ..errors import KernelError
 from ..lang import bounds
 from ..lang.annotations import CONST, REF, OUTPUTS
@@ -133,7 +134,7 @@ class Specializer:
         key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide, schedule)
         code = self.code.get(key)
         if code is None:
-            code = _backend(backend).compile(self.kernel, spec, masks, wide, bound, schedule)
+            code = backend_named(backend).compile(self.kernel, spec, masks, wide, bound, schedule)
             self.code[key] = code
             if SETTINGS.dump:
                 _dump(self.kernel.name, spec, code)
@@ -188,12 +189,3 @@ def _deny(kernel, spec: Spec, masks) -> None:
                               f"needs a mask on axis {axes[0]} for these arguments",
                               c.loc, help="make the extents divide by the tile (pad the tensor), or drop "
                                           "deny_kernel_checks=True to let edges be masked")
-
-
-def _backend(name: str):
-    if name == "reference":
-        from ..backends.reference.backend import ReferenceBackend
-        return ReferenceBackend
-    from ..backends.triton.backend import TritonBackend
-    return TritonBackend.get(name)
-

@@ -1,4 +1,8 @@
-"""Running a specialization on the reference backend: NumPy views in, interpreter, results."""
+"""Running a specialization on the reference backend: NumPy views in, interpreter, results.
+
+A launch runs when the runtime starts it and is finished when `start` returns
+(`synchronous`): memory on a GPU is copied to the host and back around the interpreter.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -7,12 +11,18 @@ import torch
 from ...lang.annotations import OUTPUTS, PTR
 from ...lang.coverage import definitely_written
 from ...settings import SETTINGS
-from ...runtime.future import Future
-from ...runtime.safety import mark_written
 from . import interpreter
 from .sanitizer import Sanitizer
 
 DEFAULT_PERSISTENT_GRID = 3   # small, so every persistent loop runs more than one tile per block
+
+
+class ReferenceBackend:
+    name = "reference"
+
+    @staticmethod
+    def compile(kernel, spec, masks, wide, bound, schedule=None) -> "ReferenceCompiled":
+        return ReferenceCompiled(kernel, spec, masks)
 
 
 class ReferenceCompiled:
@@ -22,8 +32,23 @@ class ReferenceCompiled:
         self.masks = masks
         self.written = definitely_written(spec.fn)
 
-    def run(self, bound) -> Future:
-        k = self.kernel
+    def launch(self, bound) -> "ReferenceLaunch":
+        return ReferenceLaunch(self, bound)
+
+
+class ReferenceLaunch:
+    """One interpreted launch (see backends/protocol.Launch)."""
+    synchronous = True
+    tickets = 0          # the interpreter runs blocks one after another: no ticket counters
+
+    def __init__(self, compiled: ReferenceCompiled, bound):
+        self.compiled, self.bound = compiled, bound
+        first = next(iter(bound.tensors.values()), None)
+        self.device = first.tensor._torch().device if first is not None and first.tensor is not None else None
+        self.pointer_writes: dict = {}
+
+    def start(self, counters=None) -> None:
+        k, bound = self.compiled.kernel, self.bound
         grid = bound.grid or (DEFAULT_PERSISTENT_GRID,)
         tensors, copies = {}, []
         for name, f in bound.tensors.items():
@@ -36,15 +61,17 @@ class ReferenceCompiled:
         san = None
         if sanitize:
             init = {n: _init_flags(f) for n, f in bound.tensors.items() if k.param(n).kind == PTR}
-            san = Sanitizer(k.name, grid, self.masks, init)
-        interpreter.run(self.spec.fn, tensors, bound.scalars, grid, san)
+            san = Sanitizer(k.name, grid, self.compiled.masks, init)
+        interpreter.run(self.compiled.spec.fn, tensors, bound.scalars, grid, san)
         for device_t, host in copies:
             device_t.copy_(host)
-        mark_written(bound, self.written)
         if san is not None and k.unsafe:   # safe kernels initialise by coverage alone, sanitized or not
-            _mark_pointer_writes(bound, san, k)
-        outputs = tuple(bound.tensors[n].obj for n in k.outputs)
-        return Future(outputs)
+            # What an unsafe launch wrote through pointers counts as initialised (S14; the runtime marks it).
+            self.pointer_writes = {name: writer >= 0 for name, writer in san.writer.items()
+                                   if k.param(name).kind == PTR}
+
+    def direct(self, counters=None):
+        return None      # nothing to skip: the interpreter's cost is the run itself
 
 
 def _numpy_view(t: torch.Tensor) -> np.ndarray:
@@ -64,21 +91,3 @@ def _init_flags(f):
     if t._state.init_mask is None:
         return None
     return t._state.written_elements(t._torch()).reshape(-1).numpy()
-
-
-def _mark_pointer_writes(bound, san: Sanitizer, kernel) -> None:
-    """What an unsafe launch wrote through pointers counts as initialised (S14)."""
-    for name, writer in san.writer.items():
-        if kernel.param(name).kind != PTR:
-            continue
-        t = bound.tensors[name].tensor
-        view = t._torch()
-        flags = torch.from_numpy(writer >= 0).reshape(view.shape)
-        t._state.mark_elements_written(view, flags)
-
-
-class ReferenceBackend:
-    @staticmethod
-    def compile(kernel, spec, masks, wide, bound, schedule=None) -> ReferenceCompiled:
-        return ReferenceCompiled(kernel, spec, masks)
-

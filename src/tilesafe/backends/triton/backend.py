@@ -3,8 +3,9 @@ interpreter ("triton-interpreter").
 
 `TritonBackend.get(name).compile(kernel, spec, masks, wide, bound)` (called by the
 specializer, which caches the result per code key) generates the source and loads it;
-`.run(bound)` packs the launch arguments, launches, records what the launch wrote (S14)
-and returns a `Future` — with a CUDA event on a GPU, already done under the interpreter.
+`.launch(bound)` checks the devices, picks the variant (TMA descriptors, a linear grid)
+and returns a `TritonLaunch`, which the runtime orders, starts on the current stream and
+records (backends/protocol.py). Ahead-of-time compiles for a GPU target: ahead.py.
 """
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ from ...errors import LaunchError
 from ...lang.annotations import MUT_TILES
 from ...lang.coverage import definitely_written, loaded_outputs
 from ...lang.ir import walk
-from ...runtime.future import Future
-from ...runtime.safety import mark_written
 from ...settings import SETTINGS
 from . import adapter, codegen, targets, tma
 
@@ -103,48 +102,14 @@ class TritonCompiled:
         self.last_generated = v[0]   # what the latest launch ran (the benchmark twins mirror it)
         return v
 
-    def run(self, bound) -> Future:
+    def launch(self, bound) -> "TritonLaunch":
         tensors = {name: f.tensor._torch() for name, f in bound.tensors.items()}
         if not self.backend.interpret:
             _check_devices(self.kernel, tensors)
         grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
         linear = needs_linear_grid(grid)
         gen, fn = self.variant(*self._descriptor_choice(tensors, linear))
-        counters = self._counters(gen, tensors, grid)
-        args = launch_values(gen, bound, tensors, grid, counters)
-        grid = flat_grid(grid) if linear else grid
-        outputs = tuple(bound.tensors[n].obj for n in self.kernel.outputs)
-        if self.backend.interpret:
-            if all(g > 0 for g in grid):
-                adapter.launch(fn, grid, args, interpret=True)
-            mark_written(bound, self.written)
-            return Future(outputs)
-        return self._run_on_gpu(bound, tensors, fn, grid, args, outputs, counters)
-
-    def prepare(self, bound):
-        """A launcher for repeating this launch (the launch fast path), or None."""
-        if self.backend.interpret:
-            return None
-        from .prepared_launch import PreparedLaunch
-        tensors = {name: f.tensor._torch() for name, f in bound.tensors.items()}
-        grid = tuple(bound.grid) if bound.grid else (self._persistent_grid(bound, tensors),)
-        if not all(g > 0 for g in grid):
-            return None
-        # Same argument objects on every repeat: same pointers, so the same descriptor choice.
-        linear = needs_linear_grid(grid)
-        gen, fn = self.variant(*self._descriptor_choice(tensors, linear))
-        counters = self._counters(gen, tensors, grid)
-        args = launch_values(gen, bound, tensors, grid, counters)
-        return PreparedLaunch(self, bound, fn, flat_grid(grid) if linear else grid, args, self.options, counters)
-
-    @staticmethod
-    def _counters(gen, tensors, grid):
-        """S16: the device's ticket counters (a tilesafe tensor) when the kernel takes them."""
-        if not any(s.what == "arrivals" for s in gen.args):
-            return None
-        from ...runtime import arrivals
-        device = next(iter(tensors.values())).device
-        return arrivals.counters(device, arrivals.groups_of(grid))
+        return TritonLaunch(self, bound, tensors, grid, linear, gen, fn)
 
     def use_descriptors(self) -> bool:
         """TMA tensor descriptors for this kernel's eligible accesses: the launch's schedule
@@ -158,30 +123,6 @@ class TritonCompiled:
         if forced and not self.backend.interpret and not hopper:
             forced = False              # a config's tma=True on a GPU without TMA: pointers
         return tma.policy(forced, self.multiplies, hopper)
-
-    def _run_on_gpu(self, bound, tensors, fn, grid, args, outputs, counters=None) -> Future:
-        """Order after conflicting work on other streams (S10), launch on the current stream,
-        record the launch's event; inside `ts.graph()` register the accesses with the graph."""
-        import torch
-        from ...runtime import ordering
-        from ...settings import graph_var
-        device = next(iter(tensors.values())).device if tensors else torch.device("cuda")
-        with torch.cuda.device(device):
-            stream = torch.cuda.current_stream()
-            capture = graph_var.get()
-            extra = () if counters is None else (counters,)   # written by every launch that takes them
-            if capture is None:
-                ordering.order_before(self.kernel, bound, stream, extra)
-            if all(g > 0 for g in grid):
-                adapter.launch(fn, grid, args, interpret=False, options=self.options)
-            mark_written(bound, self.written)
-            if capture is not None:
-                for name, f in bound.tensors.items():
-                    capture.record(f.tensor, ordering.writes(self.kernel, name))
-                for t in extra:
-                    capture.record(t, True)
-                return Future(outputs)
-            return ordering.record_after(self.kernel, bound, stream, outputs, extra)
 
     def _persistent_grid(self, bound, tensors) -> int:
         tiles = 1
@@ -208,7 +149,53 @@ class TritonCompiled:
         return rows, linear, cols
 
 
+class TritonLaunch:
+    """One launch of a Triton specialization (see backends/protocol.Launch): on a GPU it is
+    enqueued on the current stream; under the interpreter it has run when `start` returns."""
+    __slots__ = ("compiled", "bound", "tensors", "grid", "linear", "gen", "fn", "device", "synchronous", "tickets",
+                 "pointer_writes")
+
+    def __init__(self, compiled: TritonCompiled, bound, tensors, grid, linear, gen, fn):
+        self.compiled, self.bound, self.tensors, self.grid, self.linear, self.gen, self.fn = \
+            compiled, bound, tensors, grid, linear, gen, fn
+        self.synchronous = compiled.backend.interpret
+        first = next(iter(tensors.values()), None)
+        if first is not None:
+            self.device = first.device
+        else:
+            import torch
+            self.device = torch.device("cpu" if self.synchronous else "cuda")
+        # S16: one ticket counter per group of blocks, when the kernel takes them.
+        self.tickets = groups_of(grid) if any(s.what == "arrivals" for s in gen.args) else 0
+        self.pointer_writes = {}
+
+    def start(self, counters=None) -> None:
+        args = launch_values(self.gen, self.bound, self.tensors, self.grid, counters)
+        if all(g > 0 for g in self.grid):
+            grid = flat_grid(self.grid) if self.linear else self.grid
+            adapter.launch(self.fn, grid, args, interpret=self.synchronous, options=self.compiled.options)
+
+    def direct(self, counters=None):
+        """`(start, args)`: Triton's launcher for this very launch, skipping its dispatcher
+        (same argument objects on every repeat: same pointers, extents, strides and grid)."""
+        if self.synchronous or not all(g > 0 for g in self.grid):
+            return None
+        grid = flat_grid(self.grid) if self.linear else self.grid
+        args = tuple(launch_values(self.gen, self.bound, self.tensors, self.grid, counters))
+        grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        kernel = adapter.compiled_kernel(self.fn, grid, list(args), self.compiled.options)
+        return adapter.direct_launcher(kernel, grid3), args
+
+
 MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
+
+
+def groups_of(grid) -> int:
+    """Groups of a launch grid for S16's counters: blocks that share every index but axis 0's."""
+    n = 1
+    for g in tuple(grid)[1:]:
+        n *= g
+    return n
 
 
 def needs_linear_grid(grid) -> bool:
@@ -227,7 +214,7 @@ def launch_values(gen, bound, tensors, grid=(), counters=None) -> list:
     values = []
     for slot in gen.args:
         if slot.what == "arrivals":
-            values.append(counters._torch())
+            values.append(counters)
         elif slot.what == "grid":
             values.append(int(grid[slot.axis]) if slot.axis < len(grid) else 1)
         elif slot.what == "ptr":
@@ -244,52 +231,6 @@ def launch_values(gen, bound, tensors, grid=(), counters=None) -> list:
             v = bound.scalars[slot.param]
             values.append(float(v) if slot.dtype.is_float else bool(v) if slot.dtype.is_bool else int(v))
     return values
-
-
-def compile_ahead(kernel, *args, target="sm_90", arch: int | None = None, descriptors: bool | None = False, grid=None,
-                  schedule=None, **kwargs):
-    """`triton.compile` a kernel for a GPU `target` ("sm_90", "sm_100", "gfx942", "gfx950";
-    `arch=90` is the older spelling of "sm_90") from `ts.spec`s or tensors, without a GPU;
-    returns Triton's compiled kernel (`.asm["ptx"]` or `.asm["amdgcn"]`, `.asm["ttgir"]`, ...).
-    Pointers are taken as 16-byte aligned; with `descriptors`, eligible tensors use TMA
-    (None: as a launch on that GPU would choose, from `schedule.tma` and the kernel). A hint
-    the target lacks is a LaunchError when forced (`targets.check_schedule`)."""
-    from ...lang import bounds
-    from ...runtime import binding
-    from ...runtime.specialize import LaunchFacts, _deny, _needs_64bit
-    target = targets.resolve(f"sm_{arch}" if arch is not None else target)
-    targets.check_schedule(target, schedule)
-    bound = binding.bind(kernel, args, kwargs, grid, kernel.unsafe)
-    spec = kernel.specializer.spec(bound)
-    masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
-    if kernel.deny_kernel_checks:   # refused as a launch would refuse it, whatever the target
-        _deny(kernel, spec, masks)
-    forced = descriptors if descriptors is not None else schedule.tma if schedule is not None else None
-    if forced and not target.tma:
-        raise LaunchError(f"TMA descriptors were forced for `{kernel.name}`, but target {target.name} has no TMA",
-                          help="compile with descriptors=False (or None: the target's choice)")
-    use, any_rank = tma.policy(forced, any(op.opcode == "mma" for op in walk(spec.fn.body)), target.tma)
-    rows = cols = frozenset()
-    if use:
-        arrays = {n: (f.shape, f.strides, f.dtype.itemsize, 0) for n, f in bound.tensors.items()}
-        rows, cols = tma.choose(kernel, loaded_outputs(spec.fn), arrays, any_rank)
-    pdl = schedule is not None and schedule.pdl and target.pdl
-    gen = codegen.generate(kernel, spec, masks, _needs_64bit(bound), rows, column_major=cols,
-                           reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
-    values = []
-    for slot in gen.args:
-        f = bound.tensors.get(slot.param)
-        values.append({"ptr": None, "arrivals": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
-                       "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
-    return adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
-                               **targets.triton_options(target, schedule))
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _require_triton() -> None:

@@ -2,28 +2,41 @@
 
 Same argument objects mean the same pointers, extents, strides and grid, so everything
 Triton's dispatcher would recompute (argument binding, specialization key, cache lookup)
-is done once here, and each call goes straight to the compiled kernel's launcher. What
-safety needs per call stays: ordering after conflicting work on other streams (S10),
-initialisation marking (S14), and registering the launch as pending (S9).
+is done once, by the backend (`Launch.direct`), and each call goes straight to the compiled
+kernel's launcher. What safety needs per call stays here: ordering after conflicting work on
+other streams (S10), initialisation marking (S14), and registering the launch as pending (S9).
 """
 from __future__ import annotations
 
 import weakref
 
-from ...runtime.future import Completion, Future
-from ...runtime.ordering import accesses
-from ...runtime.safety import mark_written
-from ...settings import graph_var
-from . import adapter
+from ..settings import graph_var
+from . import arrivals
+from .execute import execute
+from .future import Completion, Future
+from .ordering import accesses
+from .safety import mark_written
+
+
+def prepare(compiled, bound) -> "PreparedLaunch | None":
+    """A launcher for repeating this launch (the launch fast path), or None where the
+    backend has none (the CPU backends: their launch is the run itself)."""
+    call = compiled.launch(bound)
+    if call.synchronous:
+        return None
+    counters = arrivals.counters(call.device, call.tickets) if call.tickets else None
+    direct = call.direct(None if counters is None else counters._torch())
+    if direct is None:
+        return None
+    start, args = direct
+    return PreparedLaunch(compiled, bound, start, args, call.device, counters)
 
 
 class PreparedLaunch:
-    def __init__(self, compiled, bound, fn, grid, args, options, counters=None):
+    def __init__(self, compiled, bound, start, args, device, counters=None):
         import torch
         self.compiled, self.bound = compiled, bound
-        self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
-        self.args = tuple(args)
-        self.start = adapter.direct_launcher(adapter.compiled_kernel(fn, grid, args, options), self.grid)
+        self.start, self.args = start, args
         acc = accesses(compiled.kernel, bound, () if counters is None else (counters,))
         self.accesses = tuple((t._state, t._byte_set(), write) for t, write in acc)
         # Held weakly: a cached plan must not keep memory alive; the caller holds the
@@ -31,14 +44,13 @@ class PreparedLaunch:
         self.tensors = tuple(weakref.ref(t) for t, _ in acc)
         self.written = tuple(weakref.ref(bound.tensors[n].tensor) for n in compiled.written)
         self.outputs = tuple(weakref.ref(bound.tensors[n].obj) for n in compiled.kernel.outputs)
-        first = next(iter(bound.tensors.values()), None)
-        self.device = first.tensor._torch().device if first is not None else torch.device("cuda")
+        self.device = device
         self._streams: dict = {}
-        self.device_index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        self.device_index = device.index if device.index is not None else torch.cuda.current_device()
 
     def __call__(self) -> Future:
         if graph_var.get() is not None:
-            return self.compiled.run(self.bound)      # capture registers with the graph
+            return execute(self.compiled, self.bound)      # capture registers with the graph
         import torch
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         for state, byteset, write in self.accesses:
