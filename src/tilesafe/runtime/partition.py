@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import LaunchError, Loc, OwnershipError, caller_loc
 from .aliasing import byte_set, self_overlaps
 from .host_lock import serialized
+from .torch_version import version_of
 
 if TYPE_CHECKING:
     from ..dtypes import DType
@@ -42,7 +43,7 @@ class Partition:
         self._prefix = prefix
         self._lent_at = lent_at
         self._live = True
-        self._version = tensor._torch()._version   # torch's version counter when lent (S13)
+        self._version = version_of(tensor._torch())   # torch's version counter when lent (S13)
         tensor._state.lend(tensor._byte_set(), self)
         self._ended_at: Loc | None = None
         tensor._lend(self)
@@ -57,7 +58,7 @@ class Partition:
         p = cls.__new__(cls)
         p._tile = check_tile(tile, tuple(tensor._torch().shape))
         p._tensor, p._prefix, p._lent_at, p._live, p._ended_at = tensor, False, None, True, None
-        p._version = tensor._torch()._version   # S13: a torch write during the step is still seen
+        p._version = version_of(tensor._torch())   # S13: a torch write during the step is still seen
         return p
 
     def _end_step(self) -> None:
@@ -103,7 +104,7 @@ class Partition:
     def torch_touched(self) -> bool:
         """Best-effort S13: did torch modify the lent memory? Torch's version counter moved
         past both the lending and tilesafe's own last host write to this storage."""
-        now = self._tensor._torch()._version
+        now = version_of(self._tensor._torch())
         return now != self._version and now != self._tensor._state.own_write_version
 
     def _check_torch_untouched(self, giving_back: bool = False) -> None:
@@ -133,7 +134,7 @@ class Partition:
                        "ordinary interop with the other bytes. Do not write lent bytes through torch")
         loc = caller_loc()
         warnings.warn_explicit(message, RuntimeWarning, loc.file if loc else "<unknown>", loc.line if loc else 0)
-        self._version = t._version            # reported: warn again only when it moves again
+        self._version = version_of(t)            # reported: warn again only when it moves again
 
     def _lends_whole_storage(self) -> bool:
         """Every byte of the torch storage (all the version counter covers) is lent."""

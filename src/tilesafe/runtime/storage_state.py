@@ -25,6 +25,7 @@ from ..errors import OwnershipError, caller_loc
 from ..settings import strict_var
 from .aliasing import ByteSet, overlaps
 from .memory_map import MEMORY
+from .torch_version import version_of
 
 # Attribute name on torch.UntypedStorage: a cache of the state found by address. Torch keeps
 # a storage's Python object (and so this attribute) alive as long as any tensor uses it.
@@ -190,7 +191,7 @@ class StorageState:
     def hand_over(self, t: torch.Tensor) -> None:
         """`t` (a view of this memory) goes to torch (`to_torch()`); remember how to tell later
         whether torch wrote it."""
-        self.handed_version = t._version
+        self.handed_version = version_of(t)
         self.handed = (weakref.ref(t), weakref.ref(t.untyped_storage()))
 
     def torch_wrote(self, t: torch.Tensor) -> bool:
@@ -202,11 +203,11 @@ class StorageState:
         ours = (self.handed_version, self.own_write_version)
         tensor_ref, storage_ref = self.handed
         handed = tensor_ref()
-        if handed is not None and handed._version not in ours:
+        if handed is not None and version_of(handed) not in ours:
             return True
         if t.untyped_storage() is storage_ref():
-            return t._version not in ours
-        return t._version != 0
+            return version_of(t) not in ours
+        return version_of(t) != 0
 
     # -- S8: bytes lent to partitions ------------------------------------------------------
 

@@ -24,6 +24,7 @@ from .graph import refuse_in_capture
 from .host_lock import serialized
 from .partition import Partition, where
 from .storage_state import StorageState
+from .torch_version import version_of
 
 
 class Tensor:
@@ -228,7 +229,7 @@ class Tensor:
         self._state.wait_for_host(byte_set(target), write=True, what=f"`{what}`")
         target.copy_(numpy_bridge.saturated_for(source, target.dtype))
         ordering.record_work([(self._state, target, True), *reads])   # a device copy, like a launch (S10)
-        self._state.own_write_version = target._version   # our write, not torch's (S13 detection)
+        self._state.own_write_version = version_of(target)   # our write, not torch's (S13 detection)
         self._state.mark_written(target)
 
     # -- views (share storage and state) ----------------------------------------------------

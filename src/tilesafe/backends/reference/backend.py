@@ -64,7 +64,10 @@ class ReferenceLaunch:
             san = Sanitizer(k.name, grid, self.compiled.masks, init)
         interpreter.run(self.compiled.spec.fn, tensors, bound.scalars, grid, san)
         for device_t, host in copies:
-            device_t.copy_(host)
+            # The kernel's write, as a GPU kernel's would be: no torch version bump, else the
+            # S13 check would take it for a torch write to lent memory.
+            with torch.autograd._unsafe_preserve_version_counter(device_t):
+                device_t.copy_(host)
         if san is not None and k.unsafe:   # safe kernels initialise by coverage alone, sanitized or not
             # What an unsafe launch wrote through pointers counts as initialised (S14; the runtime marks it).
             self.pointer_writes = {name: writer >= 0 for name, writer in san.writer.items()
