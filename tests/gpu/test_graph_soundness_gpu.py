@@ -159,3 +159,17 @@ def test_threads_launching_at_once_on_shared_inputs():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_capturing_again_into_the_same_name_keeps_the_new_capture_valid():
+    # `with ts.graph() as g:` in a loop drops the previous graph while the next one is
+    # capturing; freeing its CUDA graph there would invalidate the capture.
+    x = _inputs()
+    _warm_up(x)
+    z = ts.empty(N, device="cuda")
+    p = z.partition((B,))
+    for a in (2.0, 3.0, 5.0):
+        with ts.graph() as g:
+            scale(p, x, a=a)
+    g.replay().sync()
+    np.testing.assert_allclose(p.unpartition().numpy(), x.numpy() * 5.0, rtol=1e-6)

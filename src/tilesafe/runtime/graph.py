@@ -27,9 +27,20 @@ from .future import Completion, Future, device_synchronized
 from .host_lock import LOCK, serialized
 
 
+# Graphs dropped while another capture runs (`with ts.graph() as g:` again rebinds `g` inside
+# the new capture): destroying their CUDA graph and buffers then would invalidate the capture,
+# so they are kept here until it ends.
+_RELEASE_AFTER_CAPTURE: list = []
+_captures_running = 0
+
+
 class Graph:
     """Launches captured by `with ts.graph() as g:`; `g.replay()` runs them again."""
     backend = "triton"   # the backend whose launches a capture records
+
+    def __del__(self):
+        if _captures_running and self._graph is not None:
+            _RELEASE_AFTER_CAPTURE.append((self._graph, self._keep))
 
     def __init__(self):
         self._accesses: list = []      # (tensor, is_write), each registered by every replay
@@ -166,14 +177,19 @@ def capturing(g: Graph) -> contextlib.AbstractContextManager:
 def _capture(g: Graph):
     # The capture holds the runtime lock throughout: another thread's launches or host
     # waits would otherwise run eagerly in the middle of it (see host_lock).
+    global _captures_running
     with LOCK:
         token = graph_var.set(g)
+        _captures_running += 1
         try:
             with g._capture_on_device():
                 yield g
             g._complete = True
         finally:
             graph_var.reset(token)
+            _captures_running -= 1
+            if not _captures_running:
+                _RELEASE_AFTER_CAPTURE.clear()    # the capture has ended: free what was dropped in it
 
 
 def refuse_in_capture(what: str) -> None:
