@@ -124,7 +124,7 @@ def test_a_never_taken_branch_runs_on_the_cpu_backends(backend):
 # (a value past 2**31), `k - s` makes the Triton source cast the loop variable with
 # `k.to(tl.int64)`; in Triton's interpreter a dynamic range yields Python ints, so the launch
 # dies with InterpreterError("'int' object has no attribute 'to'") instead of running. The
-# reference backend runs it, and compiling it for sm_90 works.
+# reference backend runs it, compiling it for sm_90 works, and on the H200 it runs correctly.
 
 @ts.kernel(sanitize=True)
 def _loop_minus_wide_scalar(z: ts.Mut[ts.f32, (8,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
@@ -142,3 +142,32 @@ def test_an_i64_scalar_minus_a_loop_variable_runs(backend, request):
     z = ts.full((8,), float("nan"))
     got = _loop_minus_wide_scalar(z.partition((8,)), ts.tensor(_x(20)), s=2**31).sync().unpartition().numpy()
     np.testing.assert_array_equal(got, np.zeros(8, np.float32))
+
+
+# --- kernel fuzzer: a scalar in [2**31, 2**32) is unsigned 32-bit in Triton ------------------
+# NEW, not fixed: found by the kernel fuzzer (6 of 1000 random kernels). tilesafe types a
+# runtime int of 2**31 as i64, but Triton's interpreter, launched with the plain Python int,
+# specializes an int in [2**31, 2**32) as u32, so `s + s` wraps to 0 in the generated code:
+# the loop below runs 0 times instead of 3, and the load reads tile 0 (in range, real data)
+# where tile 2**32 lies past the tensor (padding). On the H200 the compiled kernel gets both
+# right (checked by hand: 3 trips, padding), so only the triton-interpreter backend is wrong.
+
+@ts.kernel(sanitize=True)
+def _doubled_scalar(z: ts.Mut[ts.f32, (4,)], y: ts.Mut[ts.f32, (4,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
+    acc = ts.zeros((4,), ts.f32)
+    for i in range(min(s + s, 3)):
+        acc = acc + ts.load_tile_like(x, z)
+    z.store(acc)
+    y.store(ts.load(x, (s + s,), shape=(4,)))
+
+
+def test_a_scalar_past_i32_is_64_bit_in_arithmetic(backend, request):
+    if backend == "triton-interpreter":
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="Triton passes an int in [2**31, 2**32) as u32, so s + s wraps 32 bits"))
+    x = _x(8)
+    z, y = ts.full((8,), float("nan")), ts.full((8,), float("nan"))
+    fut = _doubled_scalar(z.partition((4,)), y.partition((4,)), ts.tensor(x), s=2**31)
+    zp, yp = fut.sync()
+    np.testing.assert_array_equal(zp.unpartition().numpy(), x + x + x)   # min(2**32, 3) == 3 trips
+    np.testing.assert_array_equal(yp.unpartition().numpy(), np.zeros(8, np.float32))   # tile 2**32: padding
