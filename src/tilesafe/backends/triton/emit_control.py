@@ -15,7 +15,7 @@ nested `tl.static_range` loops (unrolled: the sub-tile count is static).
 from __future__ import annotations
 
 from ...lang.ir import Op
-from .codegen import Emitter
+from .emitter import Emitter
 
 
 def _start_carried(em: Emitter, op: Op, inits) -> list[str]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ...lang.bounds import GUARD
 from ...lang.ir import Block, Function, Op
-from .codegen import ArgSlot, Emitter, fold_value, literal
+from .emitter import ArgSlot, Emitter, fold_value, literal
 
 _LOOPS = ("for", "while", "tiles", "subtiles")
 

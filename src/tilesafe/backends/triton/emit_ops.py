@@ -15,7 +15,7 @@ import numpy as np
 from ... import dtypes as dt
 from ...dtypes import DType
 from ...lang.ir import Op, Value
-from .codegen import Emitter, fold_value, literal, ttype
+from .emitter import Emitter, fold_value, literal, ttype
 
 NARROW = ("f16", "bf16", "f8e4m3fn", "f8e5m2")
 
