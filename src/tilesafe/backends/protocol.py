@@ -14,7 +14,7 @@ from typing import Protocol
 
 class Launch(Protocol):
     """One launch of compiled code, prepared from a bound launch but not yet started."""
-    device: object        # the torch device the launch's memory is on (where S16's counters live)
+    device: object        # the torch device of the launch's memory, where S16's counters live (None: takes none)
     synchronous: bool     # True: the work is finished when `start` returns (nothing to order on a stream)
     tickets: int          # S16 ticket counters the launch takes (0: none); the runtime supplies them
     pointer_writes: dict  # after `start`: param name -> per-element "written" flags of unsafe pointer stores

@@ -40,11 +40,10 @@ class ReferenceLaunch:
     """One interpreted launch (see backends/protocol.Launch)."""
     synchronous = True
     tickets = 0          # the interpreter runs blocks one after another: no ticket counters
+    device = None        # so it needs no device to hold them
 
     def __init__(self, compiled: ReferenceCompiled, bound):
         self.compiled, self.bound = compiled, bound
-        first = next(iter(bound.tensors.values()), None)
-        self.device = first.tensor._torch().device if first is not None and first.tensor is not None else None
         self.pointer_writes: dict = {}
 
     def start(self, counters=None) -> None:

@@ -79,6 +79,8 @@ class TritonCompiled:
         self.wide = wide
         self.written = definitely_written(spec.fn)
         self._reloaded = loaded_outputs(spec.fn)
+        # S16: the kernel takes ticket counters (as codegen.generate decides, for every variant).
+        self.takes_tickets = any(op.opcode == "arrive" for op in spec.fn.body.ops)
         self._variants: dict = {}   # descriptor tensors -> (Generated, launchable)
         self.generated, _ = self.variant(frozenset())
 
@@ -166,7 +168,7 @@ class TritonLaunch:
             import torch
             self.device = torch.device("cpu" if self.synchronous else "cuda")
         # S16: one ticket counter per group of blocks, when the kernel takes them.
-        self.tickets = groups_of(grid) if any(s.what == "arrivals" for s in gen.args) else 0
+        self.tickets = groups_of(grid) if compiled.takes_tickets else 0
         self.pointer_writes = {}
 
     def start(self, counters=None) -> None:
