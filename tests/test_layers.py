@@ -120,6 +120,20 @@ def test_imports_flow_one_way():
     assert not bad, "imports that run back up the layers:\n  " + "\n  ".join(bad)
 
 
+def test_the_package_face_only_re_exports():
+    """`tilesafe/__init__.py` imports and names the version; the work lives in the layers."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue   # the docstring
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets] in (["__version__"], ["__all__"]):
+            continue
+        raise AssertionError(f"src/tilesafe/__init__.py:{node.lineno} does more than re-export: "
+                             f"{ast.unparse(node).splitlines()[0]}")
+
+
 def test_the_walk_sees_lazy_and_relative_imports(tmp_path):
     """The walk itself: a function-level relative import, an absolute one and import_module."""
     src = tmp_path / "mod.py"

@@ -29,18 +29,4 @@ from .runtime.spec import spec
 from .runtime.tensor import Tensor
 from .settings import SETTINGS as settings, backend, current_backend, strict_sync
 
-
-def _register_device_constructors() -> None:
-    """Host constructors double as device ops inside kernels (a tile instead of a tensor)."""
-    from .lang import calls
-    calls.REGISTRY[zeros] = calls.zeros_handler
-    calls.REGISTRY[full] = calls.full_handler
-    calls.REGISTRY[arange] = calls.arange_handler
-    import inspect
-    calls.SIGNATURES[zeros] = inspect.signature(lambda shape, dtype=f32: None)
-    calls.SIGNATURES[full] = inspect.signature(lambda shape, value, dtype=f32: None)
-    calls.SIGNATURES[arange] = inspect.signature(lambda start, stop=None: None)
-
-
-_register_device_constructors()
-from .lang import memory as _memory  # noqa: E402,F401  (registers the memory ops)
+from .lang import memory as _memory  # noqa: F401  (registers the memory ops)

@@ -246,3 +246,18 @@ def _check_extent(t: torch.Tensor) -> None:
     if offset < 0 or offset + last + t.element_size() > t.untyped_storage().nbytes():
         raise LaunchError("the torch tensor reaches outside its storage", loc=caller_loc(),
                           help="pass a view that lies within its storage")
+
+
+def _register_device_constructors() -> None:
+    """Host constructors double as device ops inside kernels (a tile instead of a tensor)."""
+    import inspect
+    from ..lang import calls
+    calls.REGISTRY[zeros] = calls.zeros_handler
+    calls.REGISTRY[full] = calls.full_handler
+    calls.REGISTRY[arange] = calls.arange_handler
+    calls.SIGNATURES[zeros] = inspect.signature(lambda shape, dtype=f32: None)
+    calls.SIGNATURES[full] = inspect.signature(lambda shape, value, dtype=f32: None)
+    calls.SIGNATURES[arange] = inspect.signature(lambda start, stop=None: None)
+
+
+_register_device_constructors()
