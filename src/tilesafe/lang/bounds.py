@@ -21,10 +21,11 @@ overlaps the tensor" without the product, so a wrapped product is never derefere
 """
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import Loc
+from .conditions import compile_condition, evaluate
 from .ir import Function, Op, TensorType, Value, walk
 
 STATIC, LAUNCH, KERNEL = "static", "launch", "kernel"
@@ -41,6 +42,8 @@ class AxisCheck:
     status: str             # STATIC / LAUNCH / KERNEL
     condition: tuple | None  # for LAUNCH: an expression that must be true for no mask
     fits: tuple | bool = True  # when masked: the element offsets cannot wrap in 32 bits (else GUARD)
+    test: Callable | None = None        # compile_condition(condition)
+    fits_test: Callable | None = None   # compile_condition(fits), for an expression
 
 
 @dataclass(frozen=True)
@@ -63,29 +66,6 @@ def analyze(fn: Function, static_extents: dict) -> list[AccessCheck]:
     return checks
 
 
-def evaluate(expr, facts) -> int | bool:
-    """Evaluate a condition expression; `facts` answers extent/scalar/grid leaves."""
-    tag = expr[0]
-    if tag == "const":
-        return expr[1]
-    if tag == "extent":
-        return facts.extent(expr[1], expr[2])
-    if tag == "scalar":
-        return facts.scalar(expr[1])
-    if tag == "grid":
-        return facts.grid(expr[1])
-    if tag == "and":   # conditions come first, so a false one guards the terms after it
-        return bool(evaluate(expr[1], facts)) and bool(evaluate(expr[2], facts))
-    a = evaluate(expr[1], facts)
-    b = evaluate(expr[2], facts)
-    if a != a or b != b or (tag in ("floordiv", "cdiv") and b == 0):
-        # unknown (e.g. inf // n, from a grid of any size): every comparison with it fails
-        return False if tag in ("le", "ge") else math.nan
-    return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
-            "cdiv": lambda: -(-a // b), "min": lambda: min(a, b), "max": lambda: max(a, b),
-            "le": lambda: a <= b, "ge": lambda: a >= b}[tag]()
-
-
 def masks_for(checks: list[AccessCheck], facts) -> dict:
     """id(op) -> per-axis flags for one launch: False (no mask), True (a mask), GUARD."""
     out = {}
@@ -95,9 +75,9 @@ def masks_for(checks: list[AccessCheck], facts) -> dict:
 
 
 def _flag(a: AxisCheck, facts):
-    if a.status == STATIC or (a.status == LAUNCH and evaluate(a.condition, facts)):
+    if a.status == STATIC or (a.status == LAUNCH and a.test(facts)):
         return False
-    if a.fits is True or (a.fits is not False and evaluate(a.fits, facts)):
+    if a.fits is True or (a.fits is not False and a.fits_test(facts)):
         return True
     return GUARD
 
@@ -381,9 +361,10 @@ def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:
 def _classify(axis: int, cond, fits) -> AxisCheck:
     if fits is not True and _is_static(fits):
         fits = bool(evaluate(fits, None))
+    fits_test = None if isinstance(fits, bool) else compile_condition(fits)
     if _is_static(cond):
-        return AxisCheck(axis, STATIC if evaluate(cond, None) else KERNEL, None, fits)
-    return AxisCheck(axis, LAUNCH, cond, fits)
+        return AxisCheck(axis, STATIC if evaluate(cond, None) else KERNEL, None, fits, None, fits_test)
+    return AxisCheck(axis, LAUNCH, cond, fits, compile_condition(cond), fits_test)
 
 
 def _is_static(expr) -> bool:
