@@ -212,7 +212,7 @@ def flat_grid(grid) -> tuple[int]:
 
 
 def launch_values(gen, bound, tensors, grid=(), counters=None) -> list:
-    """The generated function's arguments, in its order (see codegen.ArgSlot)."""
+    """The generated function's arguments, in its order (see emitter.ArgSlot)."""
     values = []
     for slot in gen.args:
         if slot.what == "arrivals":
