@@ -17,7 +17,8 @@ _BUFFERS: dict = {}          # str(device) -> tilesafe int32 tensor of zeros
 
 
 def counters(device, groups: int):
-    """The device's counters (a tilesafe tensor), at least `groups` of them."""
+    """The device's counters (a tilesafe tensor), at least `groups` of them (the backend
+    counts a launch's groups: `Launch.tickets`)."""
     key = str(device)
     buf = _BUFFERS.get(key)
     if buf is not None and buf.numel >= groups:
@@ -32,11 +33,3 @@ def counters(device, groups: int):
     size = max(MIN_GROUPS, 1 << (int(groups) - 1).bit_length())
     buf = _BUFFERS[key] = zeros((size,), dt.i32, key)
     return buf
-
-
-def groups_of(grid) -> int:
-    """Groups of a launch grid: blocks that share every index but axis 0's."""
-    n = 1
-    for g in tuple(grid)[1:]:
-        n *= g
-    return n
