@@ -72,3 +72,8 @@ def test_the_two_commands_are_make_targets():
     assert "make demo" in README and "make test" in README
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+
+
+def test_the_torch_block_runs_and_prints_true(tmp_path):
+    (block,) = [b for b in blocks("python") if "torch.ops.tilesafe" in b]
+    assert run_python(block, tmp_path, tmp_path).strip() == "True"
