@@ -113,6 +113,15 @@ def test_a_target_with_another_backend_is_refused():
     _assert_located(ei.value, "E:target-backend", "target='gfx942' compiles through Triton, not the reference backend")
 
 
+def test_a_pipeline_deeper_than_the_lds_is_refused_for_that_target():
+    deep = ts.schedule(num_stages=6)
+    with pytest.raises(ts.LaunchError) as ei:
+        gemm.compile(*_gemm_specs(), BK=64, target="gfx942", schedule=deep)  # E:lds
+    _assert_located(ei.value, "E:lds", "of shared memory per block on gfx942, which has 64 KiB")
+    assert "num_stages" in ei.value.help
+    gemm.compile(*_gemm_specs(), BK=64, target="gfx950", schedule=deep)   # 160 KiB of LDS: it fits
+
+
 @pytest.mark.parametrize("target", AMD)
 def test_tma_forced_on_amd_is_refused(target):
     with pytest.raises(ts.LaunchError) as ei:

@@ -41,8 +41,20 @@ def compile_spec(kernel, spec, masks, wide: bool, bound, target, descriptors: bo
         f = bound.tensors.get(slot.param)
         values.append({"ptr": None, "arrivals": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
                        "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
-    return adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
-                               **targets.triton_options(target, schedule))
+    compiled = adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
+                                   **targets.triton_options(target, schedule))
+    _check_shared_memory(kernel, compiled, target)
+    return compiled
+
+
+def _check_shared_memory(kernel, compiled, target) -> None:
+    """Triton compiles a pipeline deeper than the target's shared memory (LDS) without a word;
+    the launch would then fail on that GPU. Refuse it here, where the target is known."""
+    used = getattr(compiled.metadata, "shared", 0) or 0
+    if used > target.shared_bytes:
+        raise LaunchError(f"`{kernel.name}` needs {used // 1024} KiB of shared memory per block on {target.name}, "
+                          f"which has {target.shared_bytes // 1024} KiB",
+                          help="use fewer pipeline stages (num_stages) or smaller tiles for this target")
 
 
 def _numel(shape) -> int:
