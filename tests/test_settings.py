@@ -7,6 +7,7 @@ with help. Context overrides (`with ts.backend(...)`) never consult the environm
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,9 @@ def test_the_first_launch_reports_a_bad_backend_at_the_users_line(monkeypatch):
     assert (e.loc.file, e.loc.line) == (__file__, line)
     assert str(e).startswith(f"error: {e.message}\n  --> {__file__}:{line}:")
     assert "Traceback" not in str(e) and "tilesafe/" not in str(e).split("\n")[0]
+    ours = [fr.f_code.co_filename for fr, _ in traceback.walk_tb(e.__traceback__)
+            if "src/tilesafe" in fr.f_code.co_filename]
+    assert len(ours) <= 1, ours      # only the call the user made: no settings/runtime internals
 
 
 def test_a_context_backend_does_not_consult_the_environment(monkeypatch):

@@ -87,8 +87,8 @@ class Kernel:
                 except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
                     raise _clean(e) from None
             if not self.unsafe and graph_var.get() is None and not launching_disabled_var.get():
-                backend = current_backend()   # a bad setting is raised here as the full path raises it
                 try:
+                    backend = current_backend()   # a bad setting is raised here as the full path raises it
                     future = self._layouts.launch(args, kwargs, None, backend)
                 except TileSafeError as e:
                     raise _clean(e) from None
@@ -126,10 +126,10 @@ class Kernel:
                 seen(self, args, kwargs, grid)
             raise _clean(LaunchError(f"launching `{self.name}` is disabled here (tilesafe check imports files "
                                      "without running kernels)"))
-        backend = current_backend()
         capture = graph_var.get()
         plan = self._last_plan
         try:
+            backend = current_backend()   # a bad TILESAFE_BACKEND: the user's error, located, no frames of ours
             if capture is not None:   # S12: only what the graph can replay may be captured
                 capture.admit(self.name, backend)
             elif plan is not None and plan.matches(args, kwargs, grid, backend):
