@@ -158,8 +158,6 @@ def _define(lib, name: str, schema: str, call: Callable, fake: Callable) -> None
     `torch.library.custom_op` costs to register (import time)."""
     def run(*args, **kwargs):
         try:
-            if torch.is_inference_mode_enabled() or any(_inference(a) for a in args):
-                return _run_on_counted_aliases(call, args, kwargs)
             return call(*args, **kwargs)
         except TileSafeError as e:      # located at our caller's frame: point at the user's line instead
             raise type(e)(e.message, loc=_user_loc(), help=e.help) from None
@@ -167,26 +165,6 @@ def _define(lib, name: str, schema: str, call: Callable, fake: Callable) -> None
     lib.define(name + schema)
     lib.impl(name, run, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
-
-
-def _run_on_counted_aliases(call, args, kwargs):
-    """The runtime reads torch's version counters (S13), which inference tensors lack: run
-    the call on aliases of the same memory that have them (DLPack: no copy), outside
-    inference mode, with grad mode as the caller had it (off inside inference mode).
-    Results come back as normal tensors, as torch ops may return."""
-    grad = torch.is_grad_enabled()          # read before leaving inference mode, which turns it on
-    with torch.inference_mode(False), torch.set_grad_enabled(grad):
-        args = tuple(_counted(a) for a in args)
-        kwargs = {k: _counted(v) for k, v in kwargs.items()}
-        return call(*args, **kwargs)
-
-
-def _inference(x) -> bool:
-    return isinstance(x, torch.Tensor) and x.is_inference()
-
-
-def _counted(x):
-    return torch.from_dlpack(x) if _inference(x) else x
 
 
 def _user_loc() -> Loc | None:
