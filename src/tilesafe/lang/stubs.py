@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 
-from ..errors import KernelError
+from ..errors import KernelError, caller_loc
 
 
 def _stub(fn):
     @functools.wraps(fn)
     def host_call(*args, **kwargs):
         raise KernelError(f"`ts.{fn.__name__}` is a device-side operation and only works inside a @ts.kernel",
+                          loc=caller_loc(),   # the user's host line, not this stub
                           help="call it from a function decorated with @ts.kernel (or @ts.function)")
     host_call.__tilesafe_stub__ = fn.__name__
     return host_call
