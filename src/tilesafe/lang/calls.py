@@ -375,7 +375,9 @@ def _static_assert(b: Builder, node, cond, msg=""):
         raise b.error(node, "ts.static_assert needs a compile-time condition, got a runtime value",
                       help="use kernel preconditions for runtime facts")
     if not cond:
-        raise b.error(node, f"static assertion failed{': ' + msg if msg else ''}")
+        raise b.error(node, f"static assertion failed{': ' + msg if msg else ''}",
+                      help="it is checked when the kernel is specialized for a launch's Const values and shapes: "
+                           "pass arguments that satisfy it, or change the condition")
     return None
 
 
