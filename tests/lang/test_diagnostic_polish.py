@@ -28,3 +28,29 @@ def test_failed_static_assert_says_when_it_is_checked_and_what_to_change():
         needs_16(ts.empty(8).partition((8,)))
     assert_diagnostic(ei.value, HERE, "E:static-assert", "static assertion failed: B must be a multiple of 16")
     assert "specialized" in ei.value.help and "pass arguments that satisfy it" in ei.value.help
+
+
+def test_carried_type_change_suggests_the_type_the_loop_gives_and_marks_the_header():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def grows(z: ts.Mut[ts.f32, (8,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+            acc = 0
+            for k in range(4):  # E:carried-for
+                acc = acc + ts.load(x, (k,), shape=(8,))
+            z.store(acc)
+    assert_diagnostic(ei.value, HERE, "E:carried-for", "`acc` changes type inside the loop or branch: i32 before, f32[8] after")
+    assert "ts.zeros((8,), ts.f32)" in ei.value.help and "ts.i32" not in ei.value.help
+    assert ei.value.loc.width == len("for k in range(4)")
+
+
+def test_carried_type_change_in_a_branch_marks_the_if_header():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def widens(z: ts.Mut[ts.f32, (8,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+            acc = ts.zeros((8,), ts.f16)
+            if N > 4:  # E:carried-if
+                acc = ts.load(x, (0,), shape=(8,))
+            z.store(ts.astype(acc, ts.f32))
+    assert_diagnostic(ei.value, HERE, "E:carried-if", "`acc` changes type inside the loop or branch: f32[8] before, f16[8] after")
+    assert "ts.zeros((8,), ts.f32)" in ei.value.help and "ts.f16" not in ei.value.help
+    assert ei.value.loc.width == len("if N > 4")

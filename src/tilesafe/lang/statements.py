@@ -7,8 +7,10 @@ must not change. `if` on a compile-time condition lowers only the branch taken.
 from __future__ import annotations
 
 import ast
+import dataclasses
 
 from .. import dtypes as dt
+from ..errors import KernelError, Loc
 from . import typing_rules as rules
 from .builder import PY_SCALARS, Builder, describe
 from .ir import Block, TileType, Value
@@ -124,15 +126,29 @@ def materialize(b: Builder, x) -> Value:
     return b.const(x)
 
 
-def _coerce_carried(b: Builder, name: str, new, want: TileType, node) -> Value:
+def _coerce_carried(b: Builder, name: str, new, want: TileType, node, in_branch: bool = False) -> Value:
     if isinstance(new, PY_SCALARS) and want.shape == ():
         return b.const(new, want.dtype)
     if not isinstance(new, Value) or new.type != want:
         got = describe(new) if not isinstance(new, Value) else str(new.type)
-        raise b.error(node, f"`{name}` changes type inside the loop or branch: {want} before, {got} after",
-                      help="a carried variable keeps one shape and dtype; initialise it with that type "
-                           f"(e.g. ts.zeros({want.shape}, ts.{want.dtype.name})) or convert with ts.astype")
+        # Suggest the type the loop body (or the `if` branch, whose type is `want`) gives it:
+        # initialising with that is what makes the code well typed.
+        shown = want if in_branch else (new.type if isinstance(new, Value) else None)
+        example = f" (e.g. ts.zeros({shown.shape}, ts.{shown.dtype.name}))" if shown is not None else ""
+        raise KernelError(f"`{name}` changes type inside the loop or branch: {want} before, {got} after",
+                          _header_loc(b, node),
+                          help=f"a carried variable keeps one shape and dtype; initialise `{name}` with the "
+                               f"type the loop or branch gives it{example} or convert with ts.astype")
     return new
+
+
+def _header_loc(b: Builder, node) -> Loc:
+    """The loop's or branch's header (`for k in range(4)`, `if c`), not just its first letter."""
+    loc = b.src.loc(node)
+    head = getattr(node, "iter", None) or getattr(node, "test", None)
+    if head is not None and getattr(head, "end_lineno", None) == node.lineno:
+        loc = dataclasses.replace(loc, width=max(1, head.end_col_offset - node.col_offset))
+    return loc
 
 
 def run_region(b: Builder, args: list[Value], bind, stmts, carried: list[str], node, extra_yield=()) -> Block:
@@ -318,7 +334,7 @@ def _yield_for(b: Builder, env, names, types, block, node):
     outer = b.block
     b.block = block
     try:
-        vals = tuple(_coerce_carried(b, n, env[n], ty, node) for n, ty in zip(names, types))
+        vals = tuple(_coerce_carried(b, n, env[n], ty, node, in_branch=True) for n, ty in zip(names, types))
     finally:
         b.block = outer
     return Op("yield", vals, (), {}, (), b.loc)
