@@ -54,3 +54,37 @@ def test_carried_type_change_in_a_branch_marks_the_if_header():
     assert_diagnostic(ei.value, HERE, "E:carried-if", "`acc` changes type inside the loop or branch: f32[8] before, f16[8] after")
     assert "ts.zeros((8,), ts.f32)" in ei.value.help and "ts.f16" not in ei.value.help
     assert ei.value.loc.width == len("if N > 4")
+
+
+def test_a_precondition_with_bad_syntax_points_at_its_string_in_the_decorator():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel(preconditions=["N > 0", "N %% 2 == 0"])  # E:pre-syntax
+        def k(z: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+            z.store(ts.load_tile_like(x, z))
+    assert_diagnostic(ei.value, HERE, "E:pre-syntax", "precondition 'N %% 2 == 0' is not a valid expression")
+    assert ei.value.help == "preconditions use parameters, numbers and dim(tensor, axis)"
+    line = open(HERE).read().splitlines()[ei.value.loc.line - 1]
+    assert line[ei.value.loc.col - 1:][:ei.value.loc.width] == '"N %% 2 == 0"'
+
+
+def test_a_precondition_naming_no_parameter_points_at_the_decorator():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel(
+            preconditions=["M % 2 == 0"],  # E:pre-unknown
+        )
+        def k(z: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+            z.store(ts.load_tile_like(x, z))
+    assert_diagnostic(ei.value, HERE, "E:pre-unknown", "precondition 'M % 2 == 0' names `M`, which is not a parameter")
+    line = open(HERE).read().splitlines()[ei.value.loc.line - 1]
+    assert line[ei.value.loc.col - 1:][:ei.value.loc.width] == '"M % 2 == 0"'
+
+
+PRECONDITIONS = ["dim(y, 0) > 0"]   # not a literal in the decorator: the error marks the argument
+
+
+def test_a_precondition_from_a_variable_points_at_the_preconditions_argument():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel(preconditions=PRECONDITIONS)  # E:pre-variable
+        def k(z: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+            z.store(ts.load_tile_like(x, z))
+    assert_diagnostic(ei.value, HERE, "E:pre-variable", "names `y`, which is not a parameter")

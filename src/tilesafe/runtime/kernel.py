@@ -33,7 +33,7 @@ from .execute import execute
 from .host_lock import LOCK
 from .launch_cache import MISS, LaunchCache, Launched
 from .launch_plan import LaunchPlan
-from .preconditions import Precondition
+from .preconditions import Precondition, written_at
 from .schedule import take as take_schedule
 from .specialize import Specializer
 
@@ -58,8 +58,7 @@ class Kernel:
         self._outputs = tuple(p.name for p in self.params if p.kind in OUTPUTS)   # asked by every launch
         check_definition(self.src, self.params, unsafe)
         names = set(self._by_name)
-        loc = self.src.loc(self.src.tree)
-        self.preconditions = [Precondition.parse(t, names, loc) for t in (preconditions or ())]
+        self.preconditions = [Precondition.parse(t, names, written_at(self.src, t)) for t in (preconditions or ())]
         self.specializer = Specializer(self)
         self._last_plan: LaunchPlan | None = None
         self._layouts = LaunchCache(self)

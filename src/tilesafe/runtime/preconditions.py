@@ -19,6 +19,20 @@ _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Lt
 _WHAT = "preconditions use parameters, numbers and dim(tensor, axis)"
 
 
+def written_at(src, text: str):
+    """Where the precondition `text` is written: its string in `@ts.kernel(preconditions=[...])`,
+    else that argument, else (no decorator in the source) the `def` line."""
+    for deco in src.tree.decorator_list:
+        for kw in deco.keywords if isinstance(deco, ast.Call) else ():
+            if kw.arg != "preconditions":
+                continue
+            for elt in getattr(kw.value, "elts", ()):
+                if isinstance(elt, ast.Constant) and elt.value == text:
+                    return src.loc(elt)
+            return src.loc(kw)
+    return src.loc(src.tree)
+
+
 @dataclass(frozen=True)
 class Precondition:
     text: str
