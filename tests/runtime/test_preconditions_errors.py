@@ -125,6 +125,24 @@ def test_an_impossible_size_is_a_launch_error(make):
     assert "overflow" in e.message
 
 
+@pytest.mark.parametrize("make, args", [(ts.zeros, ()), (ts.ones, (ts.i8,)), (ts.full, (2.5, ts.bf16))],
+                         ids=["zeros", "ones", "full"])
+def test_a_filled_constructor_of_an_impossible_size_says_it_cannot_allocate(make, args):
+    with pytest.raises(ts.LaunchError) as info:
+        make((2 ** 62,), *args)
+    e = info.value
+    assert e.message.startswith("cannot allocate a ts.") and "tensor of shape (4611686018427387904,)" in e.message
+    assert "cannot fill" not in e.message and e.help == "pick a shape whose bytes fit in the device's memory"
+    assert e.loc is not None and e.loc.file == __file__ and e.loc.line == here() - 4
+
+
+def test_a_value_that_does_not_fit_is_still_a_fill_error():
+    with pytest.raises(ts.LaunchError) as info:
+        ts.full((4,), 300, ts.u8)
+    assert info.value.message.startswith("cannot fill a ts.u8 tensor with 300")
+    assert info.value.help == "pass a number that fits ts.u8"
+
+
 def test_empty_names_the_shape_and_dtype_it_cannot_allocate():
     with pytest.raises(ts.LaunchError) as info:
         ts.empty((2 ** 31, 2 ** 31), ts.bf16)

@@ -44,8 +44,7 @@ def empty(shape, dtype=f32, device=None) -> Tensor:
     try:
         t = torch.empty(dims, dtype=dt.torch, device=dev)
     except RuntimeError as e:   # a size that overflows, or more than the device holds
-        raise LaunchError(f"cannot allocate a {dt!r} tensor of shape {dims}: {e}", loc=caller_loc(),
-                          help="pick a shape whose bytes fit in the device's memory") from None
+        raise _cannot_allocate(dt, dims, e) from None
     state = StorageState(t.untyped_storage().nbytes(), initialised=False)
     return Tensor(t, StorageState.attach(t, state))
 
@@ -192,8 +191,24 @@ def _filled(shape, value, dtype, device) -> Tensor:
     try:
         return _own(_in_compute_dtype(dt, lambda cdt: torch.full(dims, value, dtype=cdt, device=dev)))
     except (RuntimeError, TypeError) as e:
+        if _value_fits(dt, value):   # then the shape is what failed: too many bytes
+            raise _cannot_allocate(dt, dims, e) from None
         raise LaunchError(f"cannot fill a {dt!r} tensor with {value!r}: {e}", loc=caller_loc(),
                           help=f"pass a number that fits {dt!r}") from None
+
+
+def _value_fits(dt: DType, value) -> bool:
+    """Whether a one-element tensor of `dt` takes `value` (cheap, unlike the failed fill)."""
+    try:
+        _in_compute_dtype(dt, lambda cdt: torch.full((), value, dtype=cdt))
+    except (RuntimeError, TypeError):
+        return False
+    return True
+
+
+def _cannot_allocate(dt: DType, dims, e: Exception) -> LaunchError:
+    return LaunchError(f"cannot allocate a {dt!r} tensor of shape {dims}: {e}", loc=caller_loc(),
+                       help="pick a shape whose bytes fit in the device's memory")
 
 
 def _in_compute_dtype(dt: DType, make) -> torch.Tensor:
