@@ -120,11 +120,11 @@ def test_a_never_taken_branch_runs_on_the_cpu_backends(backend):
 
 
 # --- kernel fuzzer: an i64 scalar minus a dynamic loop's variable on Triton's interpreter -----
-# NEW, not fixed: found by the kernel fuzzer (1 of 1200 random kernels). With `s` an i64 scalar
-# (a value past 2**31), `k - s` makes the Triton source cast the loop variable with
-# `k.to(tl.int64)`; in Triton's interpreter a dynamic range yields Python ints, so the launch
-# dies with InterpreterError("'int' object has no attribute 'to'") instead of running. The
-# reference backend runs it, compiling it for sm_90 works, and on the H200 it runs correctly.
+# Found by the kernel fuzzer (1 of 1200 random kernels), before casts were emitted as tl.cast.
+# With `s` an i64 scalar (a value past 2**31), `k - s` made the Triton source cast the loop
+# variable with `k.to(tl.int64)`; in Triton's interpreter a range yields Python ints, so the
+# launch died with InterpreterError("'int' object has no attribute 'to'"). The reference
+# backend ran it, and compiled on the H200 it ran correctly (`.to` is tl.cast's alias there).
 
 @ts.kernel(sanitize=True)
 def _loop_minus_wide_scalar(z: ts.Mut[ts.f32, (8,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
@@ -134,23 +134,36 @@ def _loop_minus_wide_scalar(z: ts.Mut[ts.f32, (8,)], x: ts.Ref[ts.f32, ("N",)], 
     z.store(acc)
 
 
-def test_an_i64_scalar_minus_a_loop_variable_runs(backend, request):
-    if backend == "triton-interpreter":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=Exception,
-            reason="the Triton source casts the loop variable with k.to(tl.int64); the interpreter's is an int"))
+def test_an_i64_scalar_minus_a_loop_variable_runs(backend):
     z = ts.full((8,), float("nan"))
     got = _loop_minus_wide_scalar(z.partition((8,)), ts.tensor(_x(20)), s=2**31).sync().unpartition().numpy()
     np.testing.assert_array_equal(got, np.zeros(8, np.float32))
 
 
-# --- kernel fuzzer: a scalar in [2**31, 2**32) is unsigned 32-bit in Triton ------------------
-# NEW, not fixed: found by the kernel fuzzer (6 of 1000 random kernels). tilesafe types a
-# runtime int of 2**31 as i64, but Triton's interpreter, launched with the plain Python int,
-# specializes an int in [2**31, 2**32) as u32, so `s + s` wraps to 0 in the generated code:
-# the loop below runs 0 times instead of 3, and the load reads tile 0 (in range, real data)
-# where tile 2**32 lies past the tensor (padding). On the H200 the compiled kernel gets both
-# right (checked by hand: 3 trips, padding), so only the triton-interpreter backend is wrong.
+# The same crash with a loop over constant bounds (seen by hand): `ts.astype(k, ts.f32)` was
+# emitted as `k.to(tl.float32)`, and the interpreter's k is a Python int there too.
+
+@ts.kernel
+def _astype_of_a_static_loop_variable(z: ts.Mut[ts.f32, (4,)], R: ts.Const[int]):
+    acc = ts.zeros((4,), ts.f32)
+    for k in range(1, R + 1):
+        acc = acc + ts.astype(k, ts.f32)
+    z.store(acc)
+
+
+def test_astype_of_a_loop_variable_runs(backend):
+    z = ts.full((8,), float("nan"))
+    got = _astype_of_a_static_loop_variable(z.partition((4,)), R=3).sync().unpartition().numpy()
+    np.testing.assert_array_equal(got, np.full(8, sum(range(1, 4)), np.float32))
+
+
+# --- kernel fuzzer: a scalar in [2**31, 2**32) is unsigned 32-bit in Triton's interpreter ----
+# Found by the kernel fuzzer (6 of 1000 random kernels), before the interpreted launch passed
+# such ints as int64 data (backends/triton/adapter.py). tilesafe and compiled Triton type a
+# runtime int of 2**31 as i64, but Triton 3.6's interpreter stored it as a NumPy uint32, so
+# `s + s` wrapped to 0: the loop below ran 0 times instead of 3, and the load read tile 0 (in
+# range, real data) where tile 2**32 lies past the tensor (padding). On the H200 the compiled
+# kernel got both right (3 trips, padding); only the triton-interpreter backend was wrong.
 
 @ts.kernel(sanitize=True)
 def _doubled_scalar(z: ts.Mut[ts.f32, (4,)], y: ts.Mut[ts.f32, (4,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
@@ -161,13 +174,11 @@ def _doubled_scalar(z: ts.Mut[ts.f32, (4,)], y: ts.Mut[ts.f32, (4,)], x: ts.Ref[
     y.store(ts.load(x, (s + s,), shape=(4,)))
 
 
-def test_a_scalar_past_i32_is_64_bit_in_arithmetic(backend, request):
-    if backend == "triton-interpreter":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="Triton passes an int in [2**31, 2**32) as u32, so s + s wraps 32 bits"))
+@pytest.mark.parametrize("s", [2**31, 2**32 - 1])
+def test_a_scalar_past_i32_is_64_bit_in_arithmetic(backend, s):
     x = _x(8)
     z, y = ts.full((8,), float("nan")), ts.full((8,), float("nan"))
-    fut = _doubled_scalar(z.partition((4,)), y.partition((4,)), ts.tensor(x), s=2**31)
+    fut = _doubled_scalar(z.partition((4,)), y.partition((4,)), ts.tensor(x), s=s)
     zp, yp = fut.sync()
-    np.testing.assert_array_equal(zp.unpartition().numpy(), x + x + x)   # min(2**32, 3) == 3 trips
-    np.testing.assert_array_equal(yp.unpartition().numpy(), np.zeros(8, np.float32))   # tile 2**32: padding
+    np.testing.assert_array_equal(zp.unpartition().numpy(), x + x + x)   # min(2 s, 3) == 3 trips
+    np.testing.assert_array_equal(yp.unpartition().numpy(), np.zeros(8, np.float32))   # tile 2 s: padding

@@ -33,19 +33,7 @@ BACKENDS = _cpu_backends()
 # predicate over the case and one failure text)}. A CI run skips a case only when *every*
 # failure it shows is in a known class; remove an entry once its fix lands (the long profile
 # keeps checking them meanwhile, since KNOWN_OPEN is ignored there).
-KNOWN_OPEN: dict = {
-    # NEW (tests/fuzz/test_finds.py, xfail strict): the Triton source casts a dynamic range's loop
-    # variable with `k.to(tl.int64)`, which Triton's interpreter runs on a Python int.
-    "interpreter-loop-variable-cast": (
-        "test_an_i64_scalar_minus_a_loop_variable_runs",
-        lambda case, text: text.startswith("crash on triton-interpreter") and "has no attribute 'to'" in text),
-    # NEW (tests/fuzz/test_finds.py, xfail strict): Triton's interpreter passes a scalar in
-    # [2**31, 2**32) as u32, so arithmetic on it wraps 32 bits where tilesafe's i64 does not.
-    "interpreter-u32-scalar": (
-        "test_a_scalar_past_i32_is_64_bit_in_arithmetic",
-        lambda case, text: text.startswith("triton-interpreter differs from the oracle")
-        and any(2**31 <= v < 2**32 for v in case.scalars)),
-}
+KNOWN_OPEN: dict = {}
 
 
 def known_open(case, failures: list[str]) -> list[str]:

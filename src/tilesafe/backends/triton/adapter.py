@@ -90,11 +90,15 @@ def _interpreting():
        compilation in this process).
     2. Scalars: the interpreter holds a scalar as a 1-element 1-D array and converts it with
        `int(array)`, which NumPy >= 2.5 refuses (`range(lo, hi)` over runtime bounds).
+    3. Ints in [2**31, 2**32): the interpreter types such an argument i64 (as compiled Triton
+       does, and tilesafe) but stores it as a NumPy uint32, so arithmetic on it wraps 32 bits
+       (`s + s` of 2**31 is 0). They are passed as int64 data instead.
     """
+    import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
-    originals = (JITFunction.__call__, interpreter._patch_lang_tensor)
+    originals = (JITFunction.__call__, interpreter._patch_lang_tensor, interpreter._implicit_cvt)
     library_compiled = not isinstance(tl.standard.sum, interpreter.InterpretedFunction)
     cache: dict = {}
 
@@ -112,13 +116,19 @@ def _interpreting():
         originals[1](tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
+    def implicit_cvt(arg):
+        if isinstance(arg, int) and not isinstance(arg, bool) and 2**31 <= arg < 2**32:
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], np.int64), tl.int64), tl.int64)
+        return originals[2](arg)
+
     if library_compiled:
         JITFunction.__call__ = call
     interpreter._patch_lang_tensor = patch_tensor
+    interpreter._implicit_cvt = implicit_cvt
     try:
         yield
     finally:
-        JITFunction.__call__, interpreter._patch_lang_tensor = originals
+        JITFunction.__call__, interpreter._patch_lang_tensor, interpreter._implicit_cvt = originals
 
 
 def compile_for(generated, values: list, cache_dir: Path, gpu_target, **options):

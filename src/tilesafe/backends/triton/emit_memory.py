@@ -278,7 +278,8 @@ def _flat(em: Emitter, op: Op, masked: bool, mask_index: int) -> tuple[str, str,
     names = em.tensors[em.tensor_name(op.args[0])]
     offs = em.fresh("offs")
     src = op.args[1]
-    em.line(f"{offs} = {em.strong(src)}.to(tl.int64)" if em.wide else f"{offs} = {em.strong(src)}")
+    # tl.cast: a scalar offset may be a Python int under the interpreter (no `.to`)
+    em.line(f"{offs} = tl.cast({em.strong(src)}, tl.int64)" if em.wide else f"{offs} = {em.strong(src)}")
     m = em.fresh("ok")
     inb = f"({offs} >= 0) & ({offs} < {names.numel})"
     em.line(f"{m} = {inb} & {em.ref(op.args[mask_index])}" if masked else f"{m} = {inb}")

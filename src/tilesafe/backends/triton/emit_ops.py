@@ -207,11 +207,11 @@ def emit_cast(em: Emitter, op: Op) -> None:
 
 
 def _to(em: Emitter, v: Value, d: DType) -> str:
+    # tl.cast, not `.to`: under Triton's interpreter a scalar (a loop variable) may be a
+    # Python int, which has no `.to`; compiled, `x.to(d)` is an alias of `tl.cast(x, d)`.
     if v.dtype == d:
         return em.strong(v)
-    if em.is_weak(v):
-        return f"tl.cast({em.ref(v)}, {ttype(d)})"
-    return f"{em.ref(v)}.to({ttype(d)})"
+    return f"tl.cast({em.ref(v)}, {ttype(d)})"
 
 
 def _float_to_int(em: Emitter, op: Op, src: DType, dst: DType) -> None:
