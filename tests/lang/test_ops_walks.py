@@ -131,8 +131,8 @@ def subtile_tags(z: ts.Mut[ts.i32, (8, 8)], x: ts.Ref[ts.i32, ("M", "N")], M: in
 
 def test_subtiles_cover_the_block_tile_and_read_back(backend):
     x = rand(np.random.default_rng(85), (13, 19), "i32", -100, 100)
-    # S14 refuses a kernel that loads its own output from ts.empty even after storing it first
-    # (the check does not look at order), so the output starts out written.
+    # S14 would accept ts.empty here (the first walk writes the block's tile whole before the
+    # second reads it back: lang/coverage.py); the output starts poisoned so a missed sub-tile shows.
     z, _ = poisoned((13, 19), "i32")
     got = launch(subtile_tags, z, (8, 8), ts.tensor(x))
     r, c = np.meshgrid(np.arange(13), np.arange(19), indexing="ij")
