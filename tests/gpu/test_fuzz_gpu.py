@@ -17,6 +17,7 @@ import kernel_gen  # noqa: E402
 import kernel_run  # noqa: E402
 from fuzz_profiles import fuzz_settings  # noqa: E402
 from kernel_cases import cases  # noqa: E402
+from test_finds import _never_taken_branch  # noqa: E402  (the find's kernel, one definition)
 
 pytestmark = pytest.mark.gpu
 
@@ -33,14 +34,6 @@ def test_random_kernels_agree_on_the_gpu(case):
                 "triton": kernel_run.run(kernel, case, start, "triton", device="cuda")}
     found = kernel_run.failures(case, start, outcomes)
     assert not found, kernel_run.report(case, found)
-
-
-@ts.kernel
-def _never_taken_branch(z: ts.Mut[ts.f32, (4,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
-    acc = ts.zeros((4,), ts.f32)
-    if ts.block_id(0) != ts.block_id(0):          # never true
-        acc = acc + ts.load(x, (s,), shape=(4,))
-    z.store(acc)
 
 
 @pytest.mark.xfail(strict=True, raises=RuntimeError,
