@@ -1,4 +1,4 @@
-"""Shared fixtures: the CPU backends every kernel test runs on.
+"""Shared fixtures: the CPU backends every kernel test runs on, and a count of full-path launches.
 
 `backend` runs a test's launches on the reference interpreter and, once the Triton backend
 imports, on Triton's interpreter too. Triton 3.6's interpreter computes bf16 wrongly and
@@ -8,6 +8,7 @@ is marked `reference_only`, is skipped.
 import pytest
 
 import tilesafe as ts
+from tilesafe.runtime import binding
 
 
 def _cpu_backends() -> list[str]:
@@ -38,3 +39,16 @@ def backend(request):
             pytest.skip(f"not run on {name}")
     with ts.backend(name):
         yield name
+
+
+@pytest.fixture
+def binds(monkeypatch):
+    """How many launches took the full path (binding runs only there; the launch cache skips it)."""
+    count = [0]
+    real = binding.bind
+
+    def counting(*a, **k):
+        count[0] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(binding, "bind", counting)
+    return count

@@ -10,7 +10,6 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from call_helpers import assert_unchanged, marker_line, snapshot
-from tilesafe.runtime import binding
 
 HERE = __file__
 
@@ -24,19 +23,6 @@ def _at_call(e, marker: str) -> None:
     text = str(e)
     assert e.loc is not None and e.loc.file == HERE and e.loc.line == marker_line(HERE, marker), text
     assert text.startswith("error: ") and "= help: " in text, text
-
-
-@pytest.fixture
-def binds(monkeypatch):
-    """How many launches took the full path (binding runs only there)."""
-    count = [0]
-    real = binding.bind
-
-    def counting(*a, **k):
-        count[0] += 1
-        return real(*a, **k)
-    monkeypatch.setattr(binding, "bind", counting)
-    return count
 
 
 def test_fresh_torch_tensors_of_a_seen_layout_skip_the_launch_checks(backend, device, binds):

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import tilesafe as ts
-from tilesafe.runtime import binding
 
 HERE = __file__
 PAD = -5.0
@@ -50,19 +49,6 @@ def _run_plus_one(x: ts.Tensor, n: int = 64) -> np.ndarray:
     p = ts.full(n, np.nan).partition((16,))
     plus_one(p, x).sync()
     return p.unpartition().numpy()
-
-
-@pytest.fixture
-def binds(monkeypatch):
-    """How many launches took the full path (binding runs only there)."""
-    count = [0]
-    real = binding.bind
-
-    def counting(*a, **k):
-        count[0] += 1
-        return real(*a, **k)
-    monkeypatch.setattr(binding, "bind", counting)
-    return count
 
 
 def test_new_objects_of_a_seen_layout_skip_the_full_checks(backend, binds):
