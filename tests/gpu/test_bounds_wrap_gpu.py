@@ -3,11 +3,18 @@ tests/lang/test_bounds_wrap.py through Triton on the device. Every tensor is a v
 middle of a larger buffer of sentinels, so a read outside it returns a sentinel and a write
 outside it changes one: results must equal the NumPy oracle (padding where out of range),
 and the buffer around each view must be unchanged."""
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 import tilesafe as ts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lang"))
+from test_bounds_wrap import (add_then_divide, add_then_min, multiply_then_divide,  # noqa: E402  (the CPU cases' kernels)
+                              multiply_then_min, rows_and_validity, tile_at, times_four, window_fill)
 
 pytestmark = pytest.mark.gpu
 PAD = -7.0
@@ -49,31 +56,6 @@ def _untouched_around(buf, host, rows: int) -> None:
 
 
 # --- item 1: wrapped scalar arithmetic in a tile index -----------------------------------------
-@ts.kernel
-def add_then_divide(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
-    y.store(ts.load(x, ((s + 2 ** 30) // 2 ** 30,), shape=(16,), padding=PAD))
-
-
-@ts.kernel
-def multiply_then_divide(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
-    y.store(ts.load(x, ((s * 8) // 2 ** 30,), shape=(16,), padding=PAD))
-
-
-@ts.kernel
-def multiply_then_min(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
-    y.store(ts.load(x, (min(s * 4, 2),), shape=(16,), padding=PAD))
-
-
-@ts.kernel
-def add_then_min(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
-    y.store(ts.load(x, (ts.minimum(s + 1, 2),), shape=(16,), padding=PAD))
-
-
-@ts.kernel
-def times_four(y: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
-    y.store(ts.load(x, (s * 4,), shape=(16,), padding=PAD))
-
-
 INDEX = {
     add_then_divide: lambda s: _i32(s + 2 ** 30) // 2 ** 30,
     multiply_then_divide: lambda s: _i32(s * 8) // 2 ** 30,
@@ -97,11 +79,6 @@ def test_wrapped_index_reads_the_tile_it_names_or_padding(kernel):
 
 
 # --- item 2: tile indices whose element offsets pass 32 bits -----------------------------------
-@ts.kernel
-def tile_at(y: ts.Mut[ts.f32, (64,)], x: ts.Ref[ts.f32, ("N",)], N: int, s: int):
-    y.store(ts.load(x, (s,), shape=(64,), padding=PAD))
-
-
 def test_tile_index_past_32_bit_offsets_reads_padding():
     x = np.arange(1, 201, dtype=np.float32)
     buf, xv, host = _embedded(x)
@@ -122,14 +99,6 @@ def test_a_broadcast_axis_past_32_bits_reads_its_value():
     np.testing.assert_array_equal(p.unpartition().numpy(), np.where(np.arange(64) < 36, 3.0, PAD).astype(np.float32))
 
 
-@ts.kernel
-def rows_and_validity(y: ts.Mut[ts.f32, (16, 16)], v: ts.Mut[ts.i32, (16, 16)], x: ts.Ref[ts.f32, ("M", "N")],
-                      M: int, N: int, s: int):
-    t = ts.load(x, (s, ts.block_id(1)), shape=(16, 16), padding=PAD)     # (16, 16)
-    y.store(t)
-    v.store(ts.valid(t).astype(ts.i32))
-
-
 def test_two_axis_tile_and_its_valid_mask_under_wrap():
     x = np.arange(1, 40 * 32 + 1, dtype=np.float32).reshape(40, 32)
     buf, xv, host = _embedded(x)
@@ -145,12 +114,6 @@ def test_two_axis_tile_and_its_valid_mask_under_wrap():
         np.testing.assert_array_equal(py.unpartition().numpy(), want, err_msg=f"s={s}")
         np.testing.assert_array_equal(pv.unpartition().numpy(), (want != PAD).astype(np.int32), err_msg=f"s={s}")
     _untouched_around(buf, host, 40)
-
-
-@ts.kernel
-def window_fill(z: ts.MutTiles[ts.f32, (64,)], start: int, count: int):
-    for idx in z.tiles(within=[(start, count)]):
-        z.store(ts.full((64,), 5.0, ts.f32), idx)
 
 
 @pytest.mark.parametrize("start, count, written", [(1, 1, [1]), (2 ** 26 + 1, 1, []), (-(2 ** 26), 1, []),
