@@ -7,6 +7,8 @@ handed to `triton.compile`. Pointers are taken as 16-byte aligned.
 """
 from __future__ import annotations
 
+import math
+
 from ...errors import LaunchError
 from ...lang.coverage import loaded_outputs
 from ...lang.ir import walk
@@ -40,7 +42,7 @@ def compile_spec(kernel, spec, masks, wide: bool, bound, target, descriptors: bo
     for slot in gen.args:
         f = bound.tensors.get(slot.param)
         values.append({"ptr": None, "arrivals": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
-                       "numel": f and _numel(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
+                       "numel": f and math.prod(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
     compiled = adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
                                    **targets.triton_options(target, schedule))
     _check_shared_memory(kernel, compiled, target)
@@ -56,9 +58,3 @@ def _check_shared_memory(kernel, compiled, target) -> None:
                           f"which has {target.shared_bytes // 1024} KiB",
                           help="use fewer pipeline stages (num_stages) or smaller tiles for this target")
 
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
