@@ -373,4 +373,3 @@ def _is_static(expr) -> bool:
     if expr[0] in ("extent", "scalar", "grid"):
         return False
     return all(_is_static(e) for e in expr[1:])
-
