@@ -14,6 +14,9 @@ before it is known to be done without asking CUDA; anything else that would poll
 """
 from __future__ import annotations
 
+from ..errors import OwnershipError, caller_loc
+from ..settings import graph_var
+
 # Device index -> the epoch of that device's last full synchronisation. A completion made
 # before it (a smaller epoch) is finished without polling. A process-wide fact about the
 # devices, so it lives at module level, updated under the runtime lock.
@@ -85,9 +88,7 @@ DONE = Completion()
 
 def refuse_poll_in_capture(what: str) -> None:
     """S12: a host poll or wait is an error while capturing, raised before any CUDA call."""
-    from ..settings import graph_var
     if graph_var.get() is not None:
-        from ..errors import OwnershipError, caller_loc
         raise OwnershipError(f"{what} waits for the GPU, which is not allowed while capturing ts.graph()",
                              loc=caller_loc(),
                              help="wait before the `with ts.graph()` block, or after it (call g.replay(), "
@@ -131,7 +132,6 @@ class Future:
 
     def __repr__(self) -> str:
         # Never raises (debuggers call repr everywhere): inside a capture it does not poll.
-        from ..errors import OwnershipError
         try:
             done = self.completion.done()
         except OwnershipError:
