@@ -89,10 +89,11 @@ class Kernel:
                 try:
                     backend = current_backend()   # a bad setting is raised here as the full path raises it
                     future = self._layouts.launch(args, kwargs, None, backend)
+                    if future is MISS:   # both fast paths were tried: straight to the full checks
+                        future = self._launch_in_full(args, kwargs, None, False, backend, None)
                 except TileSafeError as e:
                     raise _clean(e) from None
-                if future is not MISS:
-                    return future
+                return future
             return self._call_slowly(args, kwargs)
 
     def _call_slowly(self, args, kwargs):
@@ -135,28 +136,33 @@ class Kernel:
                 return plan.launch()   # inside a capture every launch is checked in full (admit_arguments)
             elif not unsafe and (future := self._layouts.launch(args, kwargs, grid, backend)) is not MISS:
                 return future
-            if kwargs.get("tile") is AUTO and "tile" not in self._by_name:
-                raise LaunchError(f"`{self.name}` is not autotuned, so tile=ts.auto has no tuned tile to use",
-                                  help="put @ts.autotune(configs=[ts.Config(...)], key=[...]) above @ts.kernel, "
-                                       "or pass the output partitioned yourself, e.g. z.partition((128,))")
-            plain_kwargs, sched = take_schedule(kwargs, self.schedule)
-            bound = binding.bind(self, args, plain_kwargs, grid, unsafe)
-            if capture is not None:
-                capture.admit_arguments(self.name, bound)
-            self._check_preconditions(bound)
-            compiled = self.specializer.compiled(bound, backend, sched)
-            safety.check_launch(self, bound, compiled.spec.fn)
-            future = execute(compiled, bound)
-            self.last_launch = Launched(bound, compiled)
-            # Torch arguments are wrapped per launch: no identity to reuse. A plan made inside
-            # a capture is not kept: its S14 check counted writes that happen only at replay.
-            if capture is None and not unsafe:
-                self._layouts.remember(args, kwargs, grid, backend, bound, compiled, sched)
-                if not bound.borrowed:
-                    self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
-            return future
+            return self._launch_in_full(args, kwargs, grid, unsafe, backend, capture)
         except TileSafeError as e:
             raise _clean(e) from None
+
+    def _launch_in_full(self, args, kwargs, grid, unsafe, backend, capture):
+        """Bind, check, specialize and run; remember the launch for the fast paths. The caller
+        holds the lock and cleans the errors."""
+        if kwargs.get("tile") is AUTO and "tile" not in self._by_name:
+            raise LaunchError(f"`{self.name}` is not autotuned, so tile=ts.auto has no tuned tile to use",
+                              help="put @ts.autotune(configs=[ts.Config(...)], key=[...]) above @ts.kernel, "
+                                   "or pass the output partitioned yourself, e.g. z.partition((128,))")
+        plain_kwargs, sched = take_schedule(kwargs, self.schedule)
+        bound = binding.bind(self, args, plain_kwargs, grid, unsafe)
+        if capture is not None:
+            capture.admit_arguments(self.name, bound)
+        self._check_preconditions(bound)
+        compiled = self.specializer.compiled(bound, backend, sched)
+        safety.check_launch(self, bound, compiled.spec.fn)
+        future = execute(compiled, bound)
+        self.last_launch = Launched(bound, compiled)
+        # Torch arguments are wrapped per launch: no identity to reuse. A plan made inside
+        # a capture is not kept: its S14 check counted writes that happen only at replay.
+        if capture is None and not unsafe:
+            self._layouts.remember(args, kwargs, grid, backend, bound, compiled, sched)
+            if not bound.borrowed:
+                self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
+        return future
 
     def _check_preconditions(self, bound) -> None:
         def lookup(key):
