@@ -7,6 +7,7 @@ source with a caret, and a hint that says what to do next.
 from __future__ import annotations
 
 import linecache
+import weakref
 from dataclasses import dataclass
 
 
@@ -100,7 +101,6 @@ _POSITIONS: dict = {}
 
 
 def _positions(code) -> list:
-    import weakref
     entry = _POSITIONS.get(id(code))
     if entry is not None and entry[0]() is code:
         return entry[1]
