@@ -36,15 +36,6 @@ def layout_of(x):
     return None
 
 
-def same_view(a, b) -> bool:
-    """Whether two torch or tilesafe tensors are the same elements of the same memory
-    (layout.same_view, before the torch ones are borrowed)."""
-    ta = a._t if type(a) is Tensor else a
-    tb = b._t if type(b) is Tensor else b
-    return (ta.data_ptr() == tb.data_ptr() and ta.get_device() == tb.get_device() and ta.shape == tb.shape
-            and ta.stride() == tb.stride() and ta.dtype == tb.dtype)
-
-
 class PlanCache:
     """Plans by key, forgotten all at once when too many layouts were seen."""
     __slots__ = ("plans",)

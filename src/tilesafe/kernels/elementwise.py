@@ -14,7 +14,7 @@ from ..backends.triton import targets
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing
-from .call_plans import PlanCache, layout_of, same_view
+from .call_plans import PlanCache, layout_of
 from .launch import launch, pow2
 
 # Compile-time op codes (module-level ints are constants inside kernels).
@@ -260,7 +260,7 @@ def _plan_key(fn, extra, x, y, out, config, broadcast, torch_mode):
         if lo is None:
             return None
         # Which operands `out` is the very same view of picks the in-place kernel.
-        where = (lo, same_view(out, x), y is not None and same_view(out, y))
+        where = (lo, layout.same_view(out, x), y is not None and layout.same_view(out, y))
     # A scalar operand's value is the launch's runtime scalar: not part of the layout.
     ops = tuple((k, v) for k, v in extra.items() if k != "s")
     # The config comes from the backend and the compile target too (CPU defaults, a GPU's).

@@ -33,10 +33,12 @@ def broadcast(t: Tensor, shape) -> Tensor | None:
         return None
 
 
-def same_view(a: Tensor, b: Tensor) -> bool:
-    """Whether two handles are the same elements of the same memory (an in-place call)."""
-    ta, tb = a._torch(), b._torch()
-    return (ta.device == tb.device and ta.data_ptr() == tb.data_ptr() and ta.shape == tb.shape
+def same_view(a: Tensor | torch.Tensor, b: Tensor | torch.Tensor) -> bool:
+    """Whether two handles are the same elements of the same memory (an in-place call).
+    Torch tensors are taken too: a cached call plan asks before borrowing them (call_plans)."""
+    ta = a._t if isinstance(a, Tensor) else a
+    tb = b._t if isinstance(b, Tensor) else b
+    return (ta.data_ptr() == tb.data_ptr() and ta.get_device() == tb.get_device() and ta.shape == tb.shape
             and ta.stride() == tb.stride() and ta.dtype == tb.dtype)
 
 
