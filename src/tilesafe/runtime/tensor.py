@@ -176,9 +176,9 @@ class Tensor:
         self._check_usable("to_torch()")
         if copy:
             self._check_read("to_torch(copy=True)")
-            copy = self._t.clone(memory_format=torch.contiguous_format)
+            values = self._t.clone(memory_format=torch.contiguous_format)
             ordering.record_work([(self._state, self._t, False)])   # the clone reads on this stream
-            return copy
+            return values
         self._check_not_lent_elsewhere(self._t, "hand to torch with `to_torch()`")
         # torch may write the bytes, so wait as a host write would.
         self._state.wait_for_host(byte_set(self._t), write=True, what="`to_torch()`")
