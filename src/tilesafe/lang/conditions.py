@@ -13,6 +13,7 @@ calls it instead of walking the tree, the only per-launch cost of a bounds proof
 from __future__ import annotations
 
 import math
+import operator
 
 
 def evaluate(expr, facts):
@@ -37,7 +38,7 @@ def compile_condition(expr):
     body = _source(expr, leaves)
     lines = [f"    {name} = F.{leaf[0]}({', '.join(map(repr, leaf[1:]))})" for leaf, name in leaves.items()]
     src = "def condition(F):\n" + "\n".join(lines + [f"    return {body}"]) + "\n"
-    namespace = {name: fn for name, fn in _HELPERS.items()}
+    namespace = dict(_HELPERS)
     try:
         exec(compile(src, "<bounds condition>", "exec"), namespace)   # noqa: S102 (our own tuples)
     except (RecursionError, MemoryError, SyntaxError):   # a huge expression: walk it instead
@@ -64,18 +65,6 @@ def _unknown(a, b) -> bool:
     return a != a or b != b
 
 
-def _add(a, b):
-    return math.nan if _unknown(a, b) else a + b
-
-
-def _sub(a, b):
-    return math.nan if _unknown(a, b) else a - b
-
-
-def _mul(a, b):
-    return math.nan if _unknown(a, b) else a * b
-
-
 def _no_quotient(a, b) -> bool:
     """A quotient nothing is known about: of NaN, by zero, or of an unbounded (inf) value."""
     return _unknown(a, b) or b == 0 or abs(a) == math.inf or abs(b) == math.inf
@@ -89,7 +78,7 @@ def _cdiv(a, b):
     return math.nan if _no_quotient(a, b) else -(-a // b)
 
 
-def _min(a, b):
+def _min(a, b):   # the builtin's answer with a NaN depends on the operands' order
     return math.nan if _unknown(a, b) else min(a, b)
 
 
@@ -97,15 +86,9 @@ def _max(a, b):
     return math.nan if _unknown(a, b) else max(a, b)
 
 
-def _le(a, b):
-    return not _unknown(a, b) and a <= b
-
-
-def _ge(a, b):
-    return not _unknown(a, b) and a >= b
-
-
+# +, -, * give NaN for a NaN operand (and for inf - inf, inf * 0), and <=, >= are false with
+# one: Python's operators already behave as the rules above say.
 _NATIVE = {"add": "+", "sub": "-", "mul": "*", "le": "<=", "ge": ">="}
-_BINARY = {"add": _add, "sub": _sub, "mul": _mul, "floordiv": _floordiv, "cdiv": _cdiv, "min": _min,
-           "max": _max, "le": _le, "ge": _ge}
-_HELPERS = {f"_{tag}": fn for tag, fn in _BINARY.items()} | {"_const": float}
+_BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "le": operator.le, "ge": operator.ge,
+           "floordiv": _floordiv, "cdiv": _cdiv, "min": _min, "max": _max}
+_HELPERS = {f"_{tag}": _BINARY[tag] for tag in _BINARY if tag not in _NATIVE} | {"_const": float}
