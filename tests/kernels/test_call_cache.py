@@ -3,7 +3,6 @@ skips the launch checks that layout decides (new torch tensors each call, as a u
 them), and a call that differs from an accepted one only in aliasing, lending,
 initialisation or a torch version counter is refused exactly as a first call would be:
 error class, message, the line of the call, nothing written."""
-import numpy as np
 import pytest
 import torch
 
@@ -101,7 +100,6 @@ def test_a_torch_version_counter_decides_between_two_calls_of_one_layout(backend
     _at_call(e.value, "handed-call")
     handed.fill_(0.5)                                             # torch writes it: its counter moves
     torch.testing.assert_close(tk.add(x, handed), x + 0.5)
-    _ = np
 
 
 def test_calls_of_one_layout_that_differ_in_place_or_in_a_scalar_compute_each_their_own(backend, device):

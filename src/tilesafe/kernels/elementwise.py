@@ -235,8 +235,7 @@ def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False, nam
         tile = tile3(views[0].shape, cfg["block"])
         launch(kernel, {"z": (views[0], tile)}, cfg=cfg, **dict(zip(args, views[1:])), **extra)
     if len(slabs) == 1:
-        _PLANS.put(key, _Plan(shape, dtype, device, kernel, [a for a in args], extra, views, tile, cfg,
-                              tuple(operands)))
+        _PLANS.put(key, _Plan(shape, dtype, device, kernel, list(args), extra, views, tile, cfg))
     return o.returned
 
 
@@ -271,11 +270,11 @@ def _plan_key(fn, extra, x, y, out, config, broadcast, torch_mode):
 class _Plan:
     """One layout's result shape, dtype, device, kernel, views (shape and strides of each
     tensor at rank 3), tile and config."""
-    __slots__ = ("shape", "dtype", "device", "kernel", "args", "extra", "geometry", "tile", "cfg", "names")
+    __slots__ = ("shape", "dtype", "device", "kernel", "args", "extra", "geometry", "tile", "cfg")
 
-    def __init__(self, shape, dtype, device, kernel, args, extra, views, tile, cfg, names):
+    def __init__(self, shape, dtype, device, kernel, args, extra, views, tile, cfg):
         self.shape, self.dtype, self.device, self.kernel = shape, dtype, device, kernel
-        self.args, self.extra, self.tile, self.cfg, self.names = args, extra, tile, cfg, names
+        self.args, self.extra, self.tile, self.cfg = args, extra, tile, cfg
         self.geometry = [(tuple(v._t.shape), v._t.stride()) for v in views]
 
     def call(self, fn, operands, out, torch_mode, given):
