@@ -62,7 +62,7 @@ def analyze(fn: Function, static_extents: dict) -> list[AccessCheck]:
     for op in walk(fn.body):
         ranges.visit(op)
         if op.opcode in ACCESS_OPS and op.opcode != "valid":
-            checks.append(_check(op, ranges, static_extents))
+            checks.append(_check(op, ranges))
     return checks
 
 
@@ -318,7 +318,7 @@ def _value_preserving(src, dst) -> bool:
     return src.kind == "uint" and dst.kind == "int" and dst.bits > src.bits
 
 
-def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:
+def _check(op: Op, ranges: _Ranges) -> AccessCheck:
     tensor = op.args[0].name
     ttype = op.args[0].type
     mode = op.attrs.get("mode", "tile")
@@ -335,6 +335,8 @@ def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:
         if op.opcode == "gather" and a == op.attrs["axis"]:
             axes.append(AxisCheck(a, KERNEL, None))   # positions are compared, never multiplied
             continue
+        # the block modes' offsets are below the grid's cover of the tensor (the 64-bit decision bounds it)
+        fits = True
         if mode in ("block", "subtile", "member"):   # a member's tile is some block's own tile
             owner = op.attrs.get("owner", tensor)
             tile = ranges.fn.param(owner).value.type.tile[a]
@@ -349,12 +351,9 @@ def _check(op: Op, ranges: _Ranges, static_extents) -> AccessCheck:
             lo, hi, ok = rng
             s = _const(shape[a])
             cond = _all(ok + (("ge", lo, _const(0)), ("le", ("mul", hi, s), extent)))
-            # the tile's element offsets [lo*s, hi*s) in 32 bits (the block modes' offsets are
-            # below the grid's cover of the tensor, which the 64-bit decision bounds)
+            # the tile's element offsets [lo*s, hi*s) in 32 bits
             fits = _all(ok + (("ge", ("mul", lo, s), _const(I32_MIN)), ("le", ("mul", hi, s), _const(I32_MAX + 1))))
-            axes.append(_classify(a, cond, fits))
-            continue
-        axes.append(_classify(a, cond, True))
+        axes.append(_classify(a, cond, fits))
     return AccessCheck(op, tensor, op.opcode, op.loc, tuple(axes))
 
 
