@@ -120,8 +120,8 @@ def test_add_rms_norm_inplace_updates_the_residual_stream(backend):
 
 
 def test_ops_run_on_inference_tensors(backend):
-    """Inference tensors have no version counter, which the runtime reads (S13): the ops run
-    the call on counted aliases of the same memory."""
+    """Inference tensors have no version counter: the runtime reads theirs as 0
+    (runtime/torch_version.py), and an `_out` form bumps none on an inference output."""
     with torch.inference_mode():
         x, w = randn((3, 40), "f32", 1), randn((40,), "f32", 2)
         got = ops.rms_norm(x, w)
