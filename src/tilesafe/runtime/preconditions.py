@@ -120,20 +120,25 @@ class _Evaluator:
             raise self._error(f"takes dim() of `{name}` along {axis!r}; an axis is an integer",
                               help=f"write dim({name}, 0) for its extent along axis 0")
         try:
-            self.lookup(name)
-        except KeyError:
-            pass           # a tensor, as dim() wants
-        else:
-            raise self._error(f"takes dim() of `{name}`, which is not a tensor",
-                              help=f"use `{name}` itself, or dim(x, axis) of a tensor parameter x")
-        try:
             return self.lookup(("dim", name, axis))
+        except LaunchError:    # the lookup refuses dim() of a name that is not a tensor
+            if not self._is_number(name):
+                raise
+            raise self._error(f"takes dim() of `{name}`, which is not a tensor",
+                              help=f"use `{name}` itself, or dim(x, axis) of a tensor parameter x") from None
         except IndexError:
             rank = self._rank(name)
             axes = f"axes 0 to {rank - 1}" if rank else "no axes"
             raise self._error(f"takes dim({name}, {axis}), but `{name}` has rank {rank} ({axes})",
                               help=f"name an axis below {rank}, or pass a tensor of the rank the kernel "
                                    "expects") from None
+
+    def _is_number(self, name: str) -> bool:
+        try:
+            self.lookup(name)
+        except KeyError:
+            return False
+        return True
 
     def _rank(self, name: str) -> int:
         rank = 0
