@@ -57,8 +57,7 @@ class FileReport:
         for k in self.defined:
             needs = [p.name for p in k.params if p.kind == CONST and p.default is inspect.Parameter.empty]
             if needs and not k.specializer.specs:
-                loc = k.src.loc(k.src.tree)
-                lines.append(f"  {k.name} at {loc.file}:{loc.line} needs ts.Const {', '.join(needs)}")
+                lines.append(check_target.kernel_line(k, f" needs ts.Const {', '.join(needs)}"))
         return lines
 
 

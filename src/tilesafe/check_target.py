@@ -81,9 +81,10 @@ def compile_all(launches: list[Recorded], target: str, report) -> int:
 def never_launched(defined: list, launches: list[Recorded]) -> list[str]:
     """One line per kernel the file defines but did not launch when imported."""
     launched = {id(r.kernel) for r in launches}
-    lines = []
-    for k in defined:
-        if id(k) not in launched:
-            loc = k.src.loc(k.src.tree)
-            lines.append(f"  {k.name} at {loc.file}:{loc.line}")
-    return lines
+    return [kernel_line(k) for k in defined if id(k) not in launched]
+
+
+def kernel_line(k, note: str = "") -> str:
+    """A kernel as one line of a list in the check's report: its name and where it is defined."""
+    loc = k.src.loc(k.src.tree)
+    return f"  {k.name} at {loc.file}:{loc.line}{note}"
