@@ -38,15 +38,26 @@ def compile_spec(kernel, spec, masks, wide: bool, bound, target, descriptors: bo
     pdl = schedule is not None and schedule.pdl and target.pdl
     gen = codegen.generate(kernel, spec, masks, wide, rows, column_major=cols,
                            reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
-    values = []
-    for slot in gen.args:
-        f = bound.tensors.get(slot.param)
-        values.append({"ptr": None, "arrivals": None, "extent": f and f.shape[slot.axis], "stride": f and f.strides[slot.axis],
-                       "numel": f and math.prod(f.shape)}.get(slot.what, bound.scalars.get(slot.param)))
+    values = [_value(slot, bound) for slot in gen.args]
     compiled = adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
                                    **targets.triton_options(target, schedule))
     _check_shared_memory(kernel, compiled, target)
     return compiled
+
+
+def _value(slot, bound):
+    """What Triton specializes one argument on (as backend.launch_values, from the bound facts):
+    ints for extents, strides, numels and scalars; None for pointers (taken as aligned) and counters."""
+    f = bound.tensors.get(slot.param)
+    if slot.what in ("ptr", "arrivals"):
+        return None
+    if slot.what == "extent":
+        return f.shape[slot.axis]
+    if slot.what == "stride":
+        return f.strides[slot.axis]
+    if slot.what == "numel":
+        return math.prod(f.shape)
+    return bound.scalars.get(slot.param)
 
 
 def _check_shared_memory(kernel, compiled, target) -> None:
