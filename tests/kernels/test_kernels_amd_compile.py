@@ -204,22 +204,22 @@ def _as_spec(value, aligned: bool):
 def example_launches(name: str) -> tuple:
     """(kernel, {"ragged": (specs, kwargs), "aligned": ...}, schedule, grid) of each launch
     the example's main() makes (its arguments read as specs before the launch runs)."""
-    real = Kernel._launch_locked
+    real = Kernel._launch_in_full   # every launch that is checked in full passes here
     recorded = []
 
-    def record(self, args, kwargs, grid, unsafe):
+    def record(self, args, kwargs, grid, unsafe, *rest):
         forms = {shapes: ([_as_spec(a, shapes == "aligned") for a in args],
                           {n: _as_spec(v, shapes == "aligned") for n, v in kwargs.items() if n != "schedule"})
                  for shapes in ("ragged", "aligned")}
         recorded.append((self, forms, kwargs.get("schedule"), grid))
-        return real(self, args, kwargs, grid, unsafe)
+        return real(self, args, kwargs, grid, unsafe, *rest)
 
     module = importlib.import_module(f"tilesafe.examples.{name}")
-    Kernel._launch_locked = record
+    Kernel._launch_in_full = record
     try:
         module.main()      # on this machine's backend (the reference interpreter without a GPU)
     finally:
-        Kernel._launch_locked = real
+        Kernel._launch_in_full = real
     return tuple(recorded)
 
 
