@@ -31,7 +31,7 @@ def _rms(h, w, eps):
 
 def _rope(x, pos, theta):
     d = x.shape[-1] // 2
-    angle = pos[:, None, None].double() * theta ** (-2 * torch.arange(d, dtype=torch.float64) / x.shape[-1])
+    angle = pos[:, None, None].double() * theta ** (-2 * torch.arange(d, dtype=torch.float64, device=x.device) / x.shape[-1])
     x1, x2 = x[..., :d], x[..., d:]
     return torch.cat([x1 * torch.cos(angle) - x2 * torch.sin(angle), x2 * torch.cos(angle) + x1 * torch.sin(angle)], -1)
 
@@ -83,13 +83,13 @@ def _tuple(r):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_each_op_and_its_out_form_match_torch(backend, name):
-    inputs, want = cases("cpu")[name]
+def test_each_op_and_its_out_form_match_torch(device, name):
+    inputs, want = cases(device)[name]
     got = getattr(ops, name)(*inputs)
     for g_, w_ in zip(_tuple(got), _tuple(want), strict=True):
         assert g_.dtype == (torch.int32 if name == "argmax" else torch.float32)
         assert_close(g_, w_, "f32")
-    outs = [poisoned(w_.shape, torch.int32 if name == "argmax" else "f32") for w_ in _tuple(want)]
+    outs = [poisoned(w_.shape, torch.int32 if name == "argmax" else "f32", device) for w_ in _tuple(want)]
     before = [o._version for o in outs]
     assert getattr(ops, f"{name}_out")(*outs, *inputs) is None
     for o, w_, v in zip(outs, _tuple(want), before):
@@ -99,33 +99,34 @@ def test_each_op_and_its_out_form_match_torch(backend, name):
 
 @pytest.mark.reference_only
 @pytest.mark.parametrize("name", NAMES)
-def test_schemas_and_fake_shapes_pass_torchs_opcheck(backend, name):
+def test_schemas_and_fake_shapes_pass_torchs_opcheck(device, name):
     """Functional forms mutate nothing and return fresh tensors; `_out` forms mutate exactly
     their outputs; every fake result has the real result's shape, strides and dtype."""
-    inputs, want = cases("cpu")[name]
+    inputs, want = cases(device)[name]
     checks = ("test_schema", "test_faketensor")
     torch.library.opcheck(getattr(ops, name).default, inputs, test_utils=checks)
-    outs = [torch.empty(w_.shape, dtype=torch.int32 if name == "argmax" else torch.float32) for w_ in _tuple(want)]
+    outs = [torch.empty(w_.shape, dtype=torch.int32 if name == "argmax" else torch.float32, device=device)
+            for w_ in _tuple(want)]
     torch.library.opcheck(getattr(ops, f"{name}_out").default, (*outs, *inputs), test_utils=checks)
 
 
-def test_add_rms_norm_inplace_updates_the_residual_stream(backend):
-    x, r, w = randn((3, 40), "f32", 1), randn((3, 40), "f32", 2), randn((40,), "f32", 3)
+def test_add_rms_norm_inplace_updates_the_residual_stream(device):
+    x, r, w = randn((3, 40), "f32", 1, device), randn((3, 40), "f32", 2, device), randn((40,), "f32", 3, device)
     h = _d(x) + _d(r)
-    y, version = poisoned((3, 40), "f32"), r._version
+    y, version = poisoned((3, 40), "f32", device), r._version
     ops.add_rms_norm_inplace(y, x, r, w, 1e-6)
     assert_close(r, h, "f32")
     assert_close(y, _rms(h, _d(w), 1e-6), "f32")
     assert r._version > version
 
 
-def test_ops_run_on_inference_tensors(backend):
+def test_ops_run_on_inference_tensors(device):
     """Inference tensors have no version counter: the runtime reads theirs as 0
     (runtime/torch_version.py), and an `_out` form bumps none on an inference output."""
     with torch.inference_mode():
-        x, w = randn((3, 40), "f32", 1), randn((40,), "f32", 2)
+        x, w = randn((3, 40), "f32", 1, device), randn((40,), "f32", 2, device)
         got = ops.rms_norm(x, w)
-        out = poisoned((3, 40), "f32")
+        out = poisoned((3, 40), "f32", device)
         ops.silu_mul_out(out, x, x)
     assert_close(got, _rms(_d(x), _d(w), 1e-6), "f32")
     assert_close(out, F.silu(_d(x)) * _d(x), "f32")
@@ -192,7 +193,7 @@ class TinyLM(torch.nn.Module):
         return logits.softmax(-1), logits.argmax(-1).to(torch.int32)
 
 
-def test_a_model_compiles_fullgraph_under_inference_mode(backend):
+def test_a_model_compiles_fullgraph_under_inference_mode(device):
     graphs = []
 
     def recording(gm, example_inputs):      # dynamo hands the whole graph over: count our ops
@@ -200,10 +201,10 @@ def test_a_model_compiles_fullgraph_under_inference_mode(backend):
         from torch._dynamo.backends.common import aot_autograd
         return aot_autograd(fw_compiler=lambda g, _: g)(gm, example_inputs)
 
-    model, ref = TinyLM(), TinyLM(tilesafe=False)
-    ids = torch.tensor([3, 17, 42, 0, 9])
+    model, ref = TinyLM().to(device), TinyLM(tilesafe=False).to(device)
+    ids = torch.tensor([3, 17, 42, 0, 9], device=device)
     with torch.inference_mode():
-        r0 = torch.randn(5, 32, generator=torch.Generator().manual_seed(1))
+        r0 = torch.randn(5, 32, generator=torch.Generator().manual_seed(1)).to(device)
         r_compiled, r_eager = r0.clone(), r0.clone()
         compiled = torch.compile(model, fullgraph=True, backend=recording)   # fullgraph: a break is an error
         probs, tokens = compiled(ids, r_compiled)
