@@ -118,21 +118,43 @@ def test_long_rows_reuse_the_device_scratch_and_stay_ordered(backend, device):
     config = {"row_max": 32, "sub": 32}
     a, b = randn((4, 100), "f32", 6, device, scale=3.0), randn((4, 100), "f32", 7, device, scale=3.0)
     first = tk.softmax(a, config=config)
-    before = dict(scratch._BUFFERS)                              # keyed by the library's device name
+    before = dict(scratch.buffers())                             # keyed by the library's device name
     second = tk.softmax(b, config=config)
-    assert scratch._BUFFERS == before and all(scratch._BUFFERS[k] is v for k, v in before.items())   # no allocation
+    assert scratch.buffers() == before and all(scratch.buffers()[k] is v for k, v in before.items())   # no allocation
     assert_close(first, softmax_ref(a, False), "f32")
     assert_close(second, softmax_ref(b, False), "f32")
 
 
 def test_scratch_views_sit_side_by_side_and_grow():
-    import threading
-
     from tilesafe.kernels import scratch
     x, y = scratch.views("cpu", (2, 3), (4,))
     assert (x.shape, x.strides, y.shape) == ((2, 3), (3, 1), (4,))
     assert y._torch().data_ptr() == x._torch().data_ptr() + 6 * 4   # right after x
-    key = ("cpu", threading.get_ident())                         # one scratch per device and thread
-    want = scratch._BUFFERS[key].numel + 1                       # other tests may have grown it already
+    want = scratch.buffers()["cpu"].numel + 1                    # other tests may have grown it already
     big, = scratch.views("cpu", (want,))
-    assert scratch._BUFFERS[key].numel == want and big.shape == (want,)
+    assert scratch.buffers()["cpu"].numel == want and big.shape == (want,)
+
+
+def test_scratch_is_per_thread_and_freed_with_its_thread():
+    """Each thread has its own scratch (another thread's call between a call's two launches
+    must not take its bytes), and a thread's scratch goes when the thread ends: keyed by
+    thread id in a module dict, it stayed allocated for the life of the process."""
+    import gc
+    import threading
+    import weakref
+
+    from tilesafe.kernels import scratch
+    mine, = scratch.views("cpu", (4,))
+    seen = {}
+
+    def body():
+        theirs, = scratch.views("cpu", (4,))
+        seen["ptr"] = theirs._torch().data_ptr()
+        seen["buffer"] = weakref.ref(scratch.buffers()["cpu"])
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert seen["ptr"] != mine._torch().data_ptr()               # not this thread's bytes
+    gc.collect()
+    assert seen["buffer"]() is None, "a finished thread's scratch stays allocated"

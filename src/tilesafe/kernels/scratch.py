@@ -1,4 +1,4 @@
-"""Per-device (and per-thread) fp32 scratch for a library call's intermediate results
+"""Per-thread, per-device fp32 scratch for a library call's intermediate results
 (split-K partial products, a long softmax row's statistics), reused by every call instead
 of allocated.
 
@@ -17,19 +17,28 @@ import tilesafe as ts
 from .layout import strided
 
 MIN_ELEMS = 1 << 20          # the first buffer: 4 MiB, enough for most decode-time calls
-_BUFFERS: dict = {}          # (device, thread) -> the fp32 buffer
+# One set of buffers per thread: a call's launches write then read its scratch, and another
+# thread's call between them must not take the same bytes (runtime/host_lock.py). Thread-local,
+# so a thread's buffers are freed when it ends (pending launches keep their memory alive).
+_LOCAL = threading.local()
+
+
+def buffers() -> dict:
+    """This thread's scratch buffers: device -> fp32 tilesafe tensor."""
+    found = getattr(_LOCAL, "buffers", None)
+    if found is None:
+        found = _LOCAL.buffers = {}
+    return found
 
 
 def views(device: str, *shapes) -> list[ts.Tensor]:
     """Contiguous fp32 views of the given shapes, side by side in the device's scratch
     (grown when too small)."""
     sizes = [math.prod(s) for s in shapes]
-    # One buffer per thread: a call's launches write then read its scratch, and another
-    # thread's call between them must not take the same bytes (runtime/host_lock.py).
-    key = (device, threading.get_ident())
-    buf = _BUFFERS.get(key)
+    mine = buffers()
+    buf = mine.get(device)
     if buf is None or buf.numel < sum(sizes):
-        buf = _BUFFERS[key] = ts.empty((max(sum(sizes), MIN_ELEMS),), ts.f32, device)
+        buf = mine[device] = ts.empty((max(sum(sizes), MIN_ELEMS),), ts.f32, device)
     out, at = [], 0
     for shape, n in zip(shapes, sizes):
         shape = tuple(shape)
