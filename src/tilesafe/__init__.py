@@ -25,6 +25,7 @@ from .runtime.streams import stream
 from .runtime.kernel import Kernel, kernel
 from .runtime.partition import Partition
 from .runtime.schedule import Schedule, schedule
+from .runtime.scatter_index import check_scatter_index
 from .runtime.spec import spec
 from .runtime.tensor import Tensor
 from .settings import SETTINGS as settings, backend, current_backend, strict_sync

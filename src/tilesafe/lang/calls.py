@@ -42,7 +42,8 @@ def _bind(b, node, callee, args, kwargs) -> inspect.BoundArguments:
     try:
         ba = target.bind(*args, **kwargs)
     except TypeError as e:
-        raise b.error(node, f"bad arguments to `{getattr(callee, '__name__', callee)}`: {e}") from None
+        name = getattr(callee, '__name__', callee)
+        raise b.error(node, f"bad arguments to `{name}`: {e}", help=f"in a kernel it takes {name}{target}") from None
     ba.apply_defaults()
     return ba
 

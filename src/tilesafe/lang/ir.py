@@ -117,10 +117,13 @@ OPCODES = {
     "broadcast_to": "(a) -> tile; attrs shape",
     "expand_dims": "(a) -> tile; attrs axis",
     "join": "(a, b) -> tile with a new last axis of 2",
+    "rand": "(seed, offsets) -> f32 tile of offsets' shape: Philox 4x32-10 uniform in [0, 1) (tl.rand)",
     "load": "(tensor, *index) -> tile; attrs shape, padding, mode (tile|block|subtile|member), sub",
     "valid": "(tensor, *index) -> bool tile; attrs as the load it describes",
     "store": "(tensor, tile, *index); attrs mode (block|subtile|tile|group), sub",
     "gather": "(tensor, idx, *index) -> tile; attrs axis, shape, padding",
+    "scatter": "(tensor, tile, rows, *index): row i of the tile to row rows[index[0] * tile[0] + i] where that "
+               "entry is in range and unique (scatter.py); other axes at tile index[1:]",
     "print": "(*values); attrs fmt",
     "for": "(lo, hi, step, *init) -> carried; region body(iv, *carried) ending in yield",
     "if": "(cond, *()) -> results; regions then, else, each ending in yield",

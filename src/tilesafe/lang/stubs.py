@@ -3,7 +3,8 @@
 Each function here is what a kernel calls (`ts.exp(x)`); its meaning lives in the frontend's
 op registry (`lowering.py`), the reference interpreter and the Triton code generator. Called
 on the host, a stub explains how to use it instead. Host constructors that share a name
-(`ts.zeros`, `ts.full`, `ts.arange`) are registered for the device side in `lowering.py`.
+(`ts.zeros`, `ts.full`, `ts.arange`, `ts.rand`) are registered for the device side in
+`runtime/constructors.py`.
 """
 from __future__ import annotations
 

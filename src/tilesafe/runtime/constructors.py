@@ -63,7 +63,11 @@ def arange(start, stop=None, step=1, dtype=i32, device=None) -> Tensor:
 
 
 def rand(shape, dtype=f32, seed=None, device=None) -> Tensor:
-    """Uniform random values in [0, 1); `seed` makes them reproducible."""
+    """Uniform random values in [0, 1); `seed` makes them reproducible.
+
+    Inside a kernel `ts.rand(seed, offsets)` is a different operation: Philox 4x32-10 f32
+    uniforms, one per offset, the same on every backend (docs/language.md).
+    """
     dt, dev = _float_dtype(dtype, "rand"), resolve_device(device)
     gen = _generator(seed, dev)
     t = torch.rand(resolve_shape(shape), dtype=_wide(dt), device=dev, generator=gen)
@@ -266,13 +270,15 @@ def _check_extent(t: torch.Tensor) -> None:
 def _register_device_constructors() -> None:
     """Host constructors double as device ops inside kernels (a tile instead of a tensor)."""
     import inspect
-    from ..lang import calls
+    from ..lang import calls, random_numbers
     calls.REGISTRY[zeros] = calls.zeros_handler
     calls.REGISTRY[full] = calls.full_handler
     calls.REGISTRY[arange] = calls.arange_handler
+    calls.REGISTRY[rand] = random_numbers.rand_handler
     calls.SIGNATURES[zeros] = inspect.signature(lambda shape, dtype=f32: None)
     calls.SIGNATURES[full] = inspect.signature(lambda shape, value, dtype=f32: None)
     calls.SIGNATURES[arange] = inspect.signature(lambda start, stop=None: None)
+    calls.SIGNATURES[rand] = inspect.signature(lambda seed, offsets: None)
 
 
 _register_device_constructors()

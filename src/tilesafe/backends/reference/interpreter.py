@@ -15,6 +15,7 @@ from ... import dtypes as dt
 from ...lang.ir import Block, Function, Op, TensorType
 from ...lang.tile_order import tile_coords
 from . import numerics as nx
+from . import philox
 
 
 class _Yield(Exception):
@@ -174,6 +175,9 @@ class Interpreter:
 
     def op_join(self, op, args, env):
         return np.stack([args[0], args[1]], axis=-1)
+
+    def op_rand(self, op, args, env):
+        return philox.uniform(args[0], args[1])
 
     def op_print(self, op, args, env):
         print(f"[block {self.block_id}] {op.attrs['fmt']}", *[np.asarray(a) for a in args])

@@ -324,6 +324,12 @@ def emit_join(em: Emitter, op: Op) -> None:
     em.bind(op.result, f"tl.join({em.ref(op.args[0])}, {em.ref(op.args[1])})", "pair")
 
 
+def emit_rand(em: Emitter, op: Op) -> None:
+    """tl.rand is Philox 4x32-10 with the key and counters of reference/philox.py: the same bits."""
+    seed, offsets = op.args
+    em.bind(op.result, f"tl.rand({em.strong(seed)}, {em.strong(offsets)})", "rnd")
+
+
 def emit_print(em: Emitter, op: Op) -> None:
     values = ", ".join(em.strong(v) for v in op.args)
     fmt = op.attrs["fmt"] or "value"
@@ -336,5 +342,5 @@ EMITTERS = {
     "where": emit_where, "fma": emit_fma, "cast": emit_cast, "full": emit_full, "arange": emit_arange,
     "reduce": emit_reduce, "cumsum": emit_cumsum, "mma": emit_mma, "reshape": emit_reshape,
     "permute": emit_permute, "broadcast_to": emit_broadcast_to, "expand_dims": emit_expand_dims,
-    "join": emit_join, "print": emit_print,
+    "join": emit_join, "rand": emit_rand, "print": emit_print,
 }
