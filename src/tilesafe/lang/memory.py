@@ -91,6 +91,9 @@ def load_tile_like(b: Builder, node, x, out, padding=0):
 def load_own(b: Builder, node, z: TensorArg, idx=None, padding=0):
     """`z.load()` / `z.load(j)`: a block reads (back) its own output tile."""
     padding = padding_value(b, node, padding)
+    if isinstance(idx, MintedIndex) and idx.kind == "scatter":
+        from .scatter import refuse_read
+        refuse_read(b, node, z)
     if z.kind == MUT:
         if idx is None:
             return emit_load(b, node, z, (), z.tile, padding, "block", owner=z)
@@ -118,6 +121,9 @@ def store(b: Builder, node, z, value, idx=None):
                       help="write results through the kernel's ts.Mut output")
     if z.kind == PTR:
         raise b.error(node, f"`{z.name}` is a ts.Ptr; write it with ts.store_ptr in an unsafe kernel")
+    if isinstance(idx, MintedIndex) and idx.kind == "scatter":
+        from .scatter import scatter_store
+        return scatter_store(b, node, z, value, idx)
     from .last_arrival import check_store
     check_store(b, node, z, idx)
     if z.kind == MUT_LAST:

@@ -10,7 +10,7 @@ from .builder import Builder, describe
 from .ir import TileType, Value
 from .objects import BoundMethod, RefView, TensorArg
 
-TENSOR_METHODS = ("store", "load", "partition", "tiles", "subtiles", "members")
+TENSOR_METHODS = ("store", "load", "partition", "tiles", "subtiles", "members", "scatter")
 TILE_METHODS = ("astype", "reshape", "permute", "sum", "max", "min", "to")
 
 

@@ -42,12 +42,13 @@ class RefView:
 
 @dataclass(eq=False)
 class MintedIndex:
-    """An unforgeable tile index minted by `z.tiles()`, `z.subtiles()` or `z.members()` of
-    one output."""
+    """An unforgeable tile index minted by `z.tiles()`, `z.subtiles()`, `z.scatter(rows)` or
+    `z.members()` of one output."""
     brand: TensorArg
     kind: str                     # "tiles", "subtiles" or "members" (of a last-arrival group)
     values: tuple[Value, ...]
     sub: tuple[int, ...] | None   # subtile shape (subtiles only)
+    rows: TensorArg | None = None # the index tensor of a `z.scatter(rows)` walk (scatter.py)
 
     def __len__(self):
         return len(self.values)

@@ -180,7 +180,7 @@ def _for(b: Builder, node: ast.For) -> None:
         from .objects import BoundMethod
         if callee is range:
             return _for_range(b, node, [_expr(b, a) for a in it.args])
-        if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name in ("tiles", "subtiles"):
+        if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name in ("tiles", "subtiles", "scatter"):
             from .walks import lower_walk
             return lower_walk(b, node, callee.obj, callee.name, it)
         if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name == "members":

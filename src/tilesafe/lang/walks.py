@@ -24,8 +24,13 @@ def lower_walk(b: Builder, node: ast.For, z: TensorArg, kind: str, call: ast.Cal
         raise b.error(node.target, f"bind the index of `{z.name}.{kind}()` to one name: `for idx in ...`")
     args = [lower_expr(b, a) for a in call.args]
     kwargs = {k.arg: lower_expr(b, k.value) for k in call.keywords}
+    rows = None
     if kind == "tiles":
         attrs, window_values, rank, sub = _tiles_walk(b, call, z, args, kwargs)
+    elif kind == "scatter":   # a windowed walk over the source tiles (scatter.py)
+        from .scatter import scatter_walk
+        attrs, window_values, rank, rows = scatter_walk(b, call, z, args, kwargs)
+        sub = None
     else:
         attrs, window_values, rank, sub = _subtiles_walk(b, call, z, args, kwargs)
     name = node.target.id
@@ -33,7 +38,7 @@ def lower_walk(b: Builder, node: ast.For, z: TensorArg, kind: str, call: ast.Cal
     inits = [materialize(b, b.env[n]) for n in carried]
     idx_values = tuple(Value(TileType((), dt.i32), f"{name}{a}") for a in range(rank))
     region_args = list(idx_values) + [Value(v.type, n) for n, v in zip(carried, inits)]
-    minted = MintedIndex(z, kind, idx_values, sub)
+    minted = MintedIndex(z, kind, idx_values, sub, rows)
 
     def bind(env):
         env[name] = minted
@@ -44,7 +49,7 @@ def lower_walk(b: Builder, node: ast.For, z: TensorArg, kind: str, call: ast.Cal
         body = run_region(b, region_args, bind, node.body, carried, node)
     finally:
         b.loop_depth -= 1
-    results = b.emit(kind, (*window_values, *inits), [v.type for v in inits], attrs, (body,), b.src.loc(node))
+    results = b.emit("tiles" if kind == "scatter" else kind, (*window_values, *inits), [v.type for v in inits], attrs, (body,), b.src.loc(node))
     for n, v in zip(carried, results):
         b.env[n] = v
 

@@ -269,6 +269,25 @@ class Interpreter:
             out[tuple(dst)] = x[w[0]]
         return out
 
+    def op_scatter(self, op, args, env):
+        """Row i of the tile goes to row rows[start + i] where that entry is in range and no
+        other entry of `rows` names the same row (lang/scatter.py); the rest is dropped."""
+        z, tile, rows, index = args[0], args[1], np.asarray(args[2]).astype(np.int64), args[3:]
+        shape = tile.shape
+        start = int(index[0]) * shape[0]
+        keep = scatter_keep(rows, start, shape[0], z.shape[0])               # (R,)
+        if self.san is not None:   # the whole index tensor is read
+            self.san.tile_access(self, op, (0,), rows.shape, rows.shape, write=False)
+        cols = [int(i) * s for i, s in zip(index[1:], shape[1:])]
+        for r in np.flatnonzero(keep):
+            origin = (int(rows[start + r]), *cols)
+            w = self.window(origin, (1, *shape[1:]), z.shape)
+            if w is None:
+                continue
+            z[w[0]] = tile[r:r + 1][w[1]]
+            if self.san is not None:
+                self.san.tile_access(self, op, origin, (1, *shape[1:]), z.shape, write=True)
+
     # --- unsafe pointers ------------------------------------------------------------------------
     def _flat(self, op, arr, offsets, mask, write):
         offs = np.asarray(offsets).astype(np.int64)
@@ -325,6 +344,17 @@ class Interpreter:
 
 
 _MULTI = ("for", "while", "if", "tiles", "subtiles")
+
+
+def scatter_keep(rows: np.ndarray, start: int, count: int, extent: int) -> np.ndarray:
+    """(count,) bool: source rows start.. that a scatter writes — inside `rows`, in [0, extent),
+    and not equal to any other entry of `rows`."""
+    src = np.arange(start, start + count)
+    inside = src < rows.size
+    pos = np.where(inside, rows[np.minimum(src, max(rows.size - 1, 0))] if rows.size else -1, -1)
+    values, counts = np.unique(rows, return_counts=True)
+    shared = np.isin(pos, values[counts > 1])
+    return inside & (pos >= 0) & (pos < extent) & ~shared
 
 
 def run(fn: Function, tensors: dict, scalars: dict, grid, sanitizer=None) -> None:

@@ -235,6 +235,43 @@ def emit_gather(em: Emitter, op: Op) -> None:
     em.bind(op.result, f"tl.load({ptrs}, mask={' & '.join(parts)}, other={pad})", f"{tensor}_rows")
 
 
+def emit_scatter(em: Emitter, op: Op) -> None:
+    """Row i of the tile to row rows[start + i], masked to the entries that are in range and
+    unique (lang/scatter.py): every other entry of `rows` is compared, R at a time, so no two
+    blocks ever write one row and no row outside the output is touched."""
+    z, value, rows, index = op.args[0], op.args[1], op.args[2], op.args[3:]
+    tensor, itensor = em.tensor_name(z), em.tensor_name(rows)
+    shape, rank = tuple(value.shape), len(value.shape)
+    r, n, ix = shape[0], em.tensors[itensor].extents[0], em.tensors[itensor]
+    src, pos, keep = em.fresh("scatter_src"), em.fresh("scatter_rows"), em.fresh("scatter_keep")
+    em.line(f"{src} = {_scaled(_index(em, index[0]), r)} + tl.arange(0, {r})")
+    em.line(f"{pos} = tl.load({ix.ptr} + {src} * {ix.strides[0]}, mask={src} < {n}, other=-1).to(tl.int64)")
+    em.line(f"{keep} = ({src} < {n}) & ({pos} >= 0) & ({pos} < {em.tensors[tensor].extents[0]})")
+    c, other = em.fresh("scatter_chunk"), em.fresh("scatter_other")
+    em.line(f"for {c} in range(0, {n}, {r}):")
+    em.enter()
+    em.line(f"{other} = {c} + tl.arange(0, {r})")
+    same = em.fresh("scatter_same")
+    em.line(f"{same} = (({pos}[:, None] == tl.load({ix.ptr} + {other} * {ix.strides[0]}, mask={other} < {n}, "
+            f"other=-1).to(tl.int64)[None, :]) & ({other}[None, :] != {src}[:, None]) & ({other}[None, :] < {n}))")
+    em.line(f"{keep} = {keep} & (tl.max({same}.to(tl.int32), axis=1) == 0)")
+    em.leave()
+    offs, parts = [], [_expand(keep, 0, rank)]
+    for a in range(rank):
+        o = em.fresh(f"{tensor}_offs{a}")
+        if a == 0:
+            em.line(f"{o} = tl.where({keep}, {pos}, 0)")
+        else:
+            origin = _scaled(_index(em, index[a]), shape[a])
+            ar = f"tl.arange(0, {shape[a]})"
+            em.line(f"{o} = {ar if origin == '0' else f'{origin} + {ar}'}")
+            m = em.fresh(f"{tensor}_in{a}")
+            em.line(f"{m} = {_axis_mask(em, tensor, a, o, False)}")
+            parts.append(_expand(m, a, rank))
+        offs.append(o)
+    em.line(f"tl.store({_pointers(em, tensor, offs)}, {em.strong(value)}, mask={' & '.join(parts)})")
+
+
 # --- tensor descriptors (TMA) -----------------------------------------------------------------
 def _use_descriptor(em: Emitter, op: Op, g: _Geometry, flags) -> bool:
     """TMA for a 2-D tile access of an eligible tensor. The copy engine bounds-checks every
@@ -370,7 +407,7 @@ def barrier_loads(fn: Function) -> set[int]:
 
 
 EMITTERS = {
-    "load": emit_load, "store": emit_store, "valid": emit_valid, "gather": emit_gather,
+    "load": emit_load, "store": emit_store, "valid": emit_valid, "gather": emit_gather, "scatter": emit_scatter,
     "load_ptr": emit_load_ptr, "store_ptr": emit_store_ptr, "atomic": emit_atomic, "atomic_cas": emit_atomic_cas,
     "arrive": emit_arrive,
 }
