@@ -14,6 +14,9 @@ before it is known to be done without asking CUDA; anything else that would poll
 """
 from __future__ import annotations
 
+import collections
+import threading
+
 from ..errors import OwnershipError, caller_loc
 from ..settings import graph_var
 
@@ -31,7 +34,8 @@ def device_synchronized(device_index: int) -> None:
 
 
 class Completion:
-    """When a launch (or graph replay) finishes; holds its memory alive until then (S9).
+    """When a launch (or graph replay) finishes; holds its memory alive until then (S9), and
+    `HOLDING` lets go of it once known done, even if nobody asks.
 
     The CUDA event is recorded lazily, the first time someone needs to wait or poll: an
     event recorded later on the same stream completes after the launch, so waiting on it
@@ -46,6 +50,8 @@ class Completion:
         self._keep = keep
         self._done = event is None and stream is None
         self._epoch = _epoch[0]
+        if keep:
+            HOLDING.add(self)
 
     def ready_event(self):
         """The event to wait on, recorded now on the launch's stream if there is none yet."""
@@ -83,6 +89,66 @@ class Completion:
         self._keep = ()
 
 
+class Holding:
+    """The completions that still hold their launch's memory, oldest first; released once
+    known done.
+
+    A completion nobody waits for or polls sits in its tensors' own pending registries
+    (storage_state), which are pruned only as those tensors are used again; and those
+    registries live as long as the memory (memory_map), which the completion holds. So memory
+    used only by launches whose results nobody reads stayed allocated for good. Each
+    completion that holds memory also registers here, and every so often a sweep releases
+    what is known done:
+    - a completion waited for, or polled done;
+    - every completion issued before it on the same stream (a stream runs its work in order).
+    To learn that, a sweep records the event of the newest completion of each stream (lazily,
+    as any waiter would) and polls the completions that have one, newest first: so each sweep
+    learns at least what the GPU had finished by the previous one. Nothing is released before
+    the GPU is done with it (S9). A sweep runs when the count reaches `limit`, or half as many again as a sweep
+    left held (the GPU running far behind): a few polls per `limit` launches. At most about
+    `limit` finished launches keep their memory until the next launch.
+    """
+
+    def __init__(self, limit: int = 32):
+        self.limit = limit
+        self._held: collections.deque = collections.deque()
+        self._next = limit              # sweep when this many are held
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def add(self, completion: "Completion") -> None:
+        with self._lock:
+            self._held.append(completion)
+            if len(self._held) >= self._next and graph_var.get() is None:   # never poll while capturing
+                self._sweep()
+
+    def _sweep(self) -> None:
+        newest = {}
+        for c in self._held:
+            newest[_stream_key(c)] = c
+        for c in newest.values():
+            c.ready_event()             # recorded now (lazily, as any waiter's would be): polled next time
+        finished, kept = set(), collections.deque()
+        for c in reversed(self._held):  # newest first: a done one ends its stream's done prefix
+            key = _stream_key(c)
+            if key in finished or c._known_done() or (c.event is not None and c.done()):
+                finished.add(key)
+                c._finish()
+            else:
+                kept.appendleft(c)
+        self._held = kept
+        self._next = max(self.limit, len(kept) * 3 // 2)
+
+
+def _stream_key(c: "Completion") -> tuple:
+    """Which stream a completion's launch ran on: raw handles repeat across devices (each
+    device's default stream is 0)."""
+    return getattr(c.stream_obj, "device_index", None), c.stream
+
+
+HOLDING = Holding()
 DONE = Completion()
 
 
