@@ -1,0 +1,171 @@
+"""Loading a Qwen3 safetensors checkpoint into packed engine weights.
+
+Each tensor is read with `safetensors.safe_open(..., device=device)` straight onto the
+device (a sharded checkpoint through its `model.safetensors.index.json`), checked against
+the shape the config implies and converted to the requested dtype. The projections that
+read the same input are packed into one matrix at load — q/k/v into `qkv`, gate/up into
+`gate_up` — so a layer runs one GEMM for each instead of three and two.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import Qwen3Config
+from .errors import checkpoint_error
+
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    qkv: torch.Tensor          # ((H + 2 HKV) D, E)  q, k, v projections stacked
+    o: torch.Tensor            # (E, H D)
+    q_norm: torch.Tensor       # (D,)
+    k_norm: torch.Tensor       # (D,)
+    gate_up: torch.Tensor      # (2 I, E)  gate then up
+    down: torch.Tensor         # (E, I)
+    input_norm: torch.Tensor   # (E,)
+    post_norm: torch.Tensor    # (E,)
+
+
+@dataclass(slots=True)
+class Weights:
+    embed: torch.Tensor        # (V, E)
+    layers: list[LayerWeights]
+    norm: torch.Tensor         # (E,)
+    lm_head: torch.Tensor      # (V, E); the embedding itself when tied
+
+
+def weight_bytes(cfg: Qwen3Config, itemsize: int) -> int:
+    """Bytes the packed weights take in a dtype of `itemsize` bytes (before allocating them)."""
+    return sum(_numel(shape) for shape in expected_shapes(cfg).values()) * itemsize
+
+
+def expected_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
+    """Every tensor name of the checkpoint and its shape."""
+    e, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, e), "model.norm.weight": (e,)}
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, e)
+    for n in range(cfg.num_layers):
+        p = f"model.layers.{n}."
+        shapes.update({p + "self_attn.q_proj.weight": (cfg.num_heads * d, e),
+                       p + "self_attn.k_proj.weight": (cfg.num_kv_heads * d, e),
+                       p + "self_attn.v_proj.weight": (cfg.num_kv_heads * d, e),
+                       p + "self_attn.o_proj.weight": (e, cfg.num_heads * d),
+                       p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,),
+                       p + "mlp.gate_proj.weight": (i, e), p + "mlp.up_proj.weight": (i, e),
+                       p + "mlp.down_proj.weight": (e, i),
+                       p + "input_layernorm.weight": (e,), p + "post_attention_layernorm.weight": (e,)})
+    return shapes
+
+
+def load_weights(model_dir, cfg: Qwen3Config, dtype: torch.dtype, device: str, progress: bool = True) -> Weights:
+    """Read, check, convert and pack every tensor of the checkpoint in `model_dir`."""
+    files = tensor_files(model_dir)
+    shapes = expected_shapes(cfg)
+    read = _Reader(files, shapes, dtype, device, progress)
+    layers = [_layer(read, f"model.layers.{n}.") for n in range(cfg.num_layers)]
+    embed = read("model.embed_tokens.weight")
+    lm_head = embed if cfg.tie_word_embeddings else read("lm_head.weight")
+    weights = Weights(embed, layers, read("model.norm.weight"), lm_head)
+    read.close()
+    return weights
+
+
+def tensor_files(model_dir) -> dict[str, Path]:
+    """Which file holds each tensor: the index's weight map, or every tensor of the one file."""
+    root = Path(model_dir)
+    if not root.is_dir():
+        raise checkpoint_error(f"checkpoint folder {model_dir} does not exist")
+    index = root / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise checkpoint_error(f"{index} has no readable weight_map: {e}") from None
+        files = {name: root / file for name, file in weight_map.items()}
+        for path in sorted(set(files.values())):
+            if not path.is_file():
+                raise checkpoint_error(f"shard {path.name} listed in {index} is missing from {root}")
+        return files
+    single = root / SINGLE
+    if not single.is_file():
+        raise checkpoint_error(f"no {SINGLE} or {INDEX} in {root}",
+                               help="save the model with save_pretrained(..., safe_serialization=True)")
+    from safetensors import safe_open
+    with safe_open(str(single), framework="pt") as f:
+        return {name: single for name in f.keys()}
+
+
+class _Reader:
+    """Reads named tensors from their files (each opened once), checked and converted."""
+
+    def __init__(self, files, shapes, dtype, device, progress):
+        from tqdm.auto import tqdm
+        self.files, self.shapes, self.dtype, self.device = files, shapes, dtype, device
+        self.open: dict[Path, object] = {}
+        self.bar = tqdm(total=len(shapes), desc="Loading weights", unit="tensor", disable=None if progress else True)
+
+    def __call__(self, name: str) -> torch.Tensor:
+        from safetensors import safe_open
+        path = self.files.get(name)
+        if path is None:
+            raise checkpoint_error(f"tensor {name!r} is missing from the checkpoint")
+        if path not in self.open:
+            try:
+                self.open[path] = safe_open(str(path), framework="pt", device=self.device)
+            except Exception as e:   # safetensors raises its own error types for a corrupt header
+                raise checkpoint_error(f"cannot read {path}: {e}") from None
+        f = self.open[path]
+        if name not in f.keys():
+            raise checkpoint_error(f"tensor {name!r} is not in {path.name}, where the index says it is")
+        t = f.get_tensor(name)
+        want = self.shapes[name]
+        if tuple(t.shape) != want:
+            raise checkpoint_error(f"tensor {name!r} in {path.name} has shape {tuple(t.shape)}, expected {want} "
+                                   "from config.json")
+        if t.dtype not in FLOAT_DTYPES:
+            raise checkpoint_error(f"tensor {name!r} in {path.name} has dtype {t.dtype}; expected bfloat16, "
+                                   "float16 or float32")
+        self.bar.update(1)
+        return t.to(self.dtype)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.open.clear()
+
+
+def _layer(read: _Reader, p: str) -> LayerWeights:
+    a, m = p + "self_attn.", p + "mlp."
+    return LayerWeights(qkv=_packed(read, [a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"]),
+                        o=read(a + "o_proj.weight"), q_norm=read(a + "q_norm.weight"), k_norm=read(a + "k_norm.weight"),
+                        gate_up=_packed(read, [m + "gate_proj.weight", m + "up_proj.weight"]),
+                        down=read(m + "down_proj.weight"), input_norm=read(p + "input_layernorm.weight"),
+                        post_norm=read(p + "post_attention_layernorm.weight"))
+
+
+def _packed(read: _Reader, names: list[str]) -> torch.Tensor:
+    """The named (rows, E) matrices stacked by rows into one buffer, filled one part at a time
+    so no second full copy exists."""
+    parts_shapes = [read.shapes[n] for n in names]
+    rows = sum(s[0] for s in parts_shapes)
+    out = torch.empty((rows, parts_shapes[0][1]), dtype=read.dtype, device=read.device)
+    r = 0
+    for name, shape in zip(names, parts_shapes):
+        out[r:r + shape[0]].copy_(read(name))
+        r += shape[0]
+    return out
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,125 @@
+"""The Qwen3 forward pass, every operation a `tilesafe.kernels` call.
+
+One function runs the decoder over M rows of tokens with preallocated activations
+(`Activations`), so the same code serves a prompt's prefill (M = prompt length, flash
+attention over the prompt) and a batched decode step (M = batch, one new token per
+sequence, attention over each sequence's cache). Every call passes `out=`: nothing is
+allocated inside a step, which is what lets a decode step be captured in `ts.graph()`.
+
+Per layer (E hidden, H/HKV heads of D, I intermediate):
+    x = rms_norm(h + residual)                 residual += h  (one fused kernel)
+    qkv = x @ Wqkv.T                           (M, (H + 2 HKV) D), one GEMM
+    q, k = rope(rms_norm(q)), rope(rms_norm(k)) per head
+    cache[pos] = k, v;  a = attention(q, cache)
+    h = a @ Wo.T;  x = rms_norm(h + residual)
+    h = (silu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T   gate/up as one GEMM
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import tilesafe.kernels as tk
+
+from .checkpoint import Weights
+from .config import Qwen3Config
+from .kv_cache import KVCache
+
+
+@dataclass(slots=True)
+class Activations:
+    """Every intermediate of a forward over M rows (tokens), preallocated."""
+    ids: torch.Tensor          # (M,) i32 token ids
+    positions: torch.Tensor    # (M,) i32 position of each row
+    lens: torch.Tensor         # (M,) i32 cache length after this step (decode: positions + 1)
+    residual: torch.Tensor     # (M, E) the residual stream
+    x: torch.Tensor            # (M, E) normed input of a block
+    h: torch.Tensor            # (M, E) output of a block
+    qkv: torch.Tensor          # (M, (H + 2 HKV) D)
+    qn: torch.Tensor           # (M, H, D) q after its norm
+    kn: torch.Tensor           # (M, HKV, D)
+    qr: torch.Tensor           # (M, H, D) q after RoPE
+    kr: torch.Tensor           # (M, HKV, D)
+    attn: torch.Tensor         # (M, H, D)
+    gu: torch.Tensor           # (M, 2 I) gate then up
+    act: torch.Tensor          # (M, I) silu(gate) * up
+    logits: torch.Tensor       # (R, V) R = rows whose next token is wanted
+    logp: torch.Tensor         # (R, V) log_softmax(logits)
+    tokens: torch.Tensor       # (R,) i32 greedy next tokens
+    chosen: torch.Tensor       # (R,) log-probability of each chosen token
+
+    @classmethod
+    def allocate(cls, cfg: Qwen3Config, m: int, r: int, dtype, device) -> "Activations":
+        e, d = cfg.hidden_size, cfg.head_dim
+        h, kv, i, v = cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, cfg.vocab_size
+
+        def buf(*shape, dt=dtype):
+            return torch.empty(shape, dtype=dt, device=device)
+        return cls(ids=buf(m, dt=torch.int32), positions=buf(m, dt=torch.int32), lens=buf(m, dt=torch.int32),
+                   residual=buf(m, e), x=buf(m, e), h=buf(m, e), qkv=buf(m, (h + 2 * kv) * d), qn=buf(m, h, d),
+                   kn=buf(m, kv, d), qr=buf(m, h, d), kr=buf(m, kv, d), attn=buf(m, h, d), gu=buf(m, 2 * i),
+                   act=buf(m, i), logits=buf(r, v), logp=buf(r, v), tokens=buf(r, dt=torch.int32), chosen=buf(r))
+
+
+class Qwen3Model:
+    """The decoder over packed weights and a KV cache."""
+
+    def __init__(self, cfg: Qwen3Config, weights: Weights, cache: KVCache):
+        self.cfg, self.w, self.cache = cfg, weights, cache
+
+    def prefill(self, a: Activations, slot: int) -> None:
+        """Run a whole prompt (a.ids at positions 0..M-1) into cache slot `slot`; the next
+        token's logits, greedy choice and log-probability land in a.logits / a.tokens / a.chosen."""
+        def attend(n: int, v: torch.Tensor) -> None:
+            k_cache, v_cache = self.cache.k[n][slot], self.cache.v[n][slot]     # (HKV, L, D)
+            tk.kv_append(k_cache, a.kr, 0)
+            tk.kv_append(v_cache, v, 0)
+            tk.flash_attention(a.qr.transpose(0, 1), a.kr.transpose(0, 1), v.transpose(0, 1), causal=True,
+                               out=a.attn.transpose(0, 1))                      # (H, M, D) views
+        m = a.ids.shape[0]
+        self._forward(a, attend, slice(m - 1, m))
+
+    def decode(self, a: Activations, workspace) -> None:
+        """One token per sequence: row i is the sequence in cache slot i, its new token
+        a.ids[i] at a.positions[i]; the cache then holds a.lens[i] = positions[i] + 1 rows."""
+        def attend(n: int, v: torch.Tensor) -> None:
+            for i in range(a.ids.shape[0]):
+                k_cache, v_cache = self.cache.k[n][i], self.cache.v[n][i]       # (HKV, L, D)
+                at = a.positions[i:i + 1]                                       # (1,) on the device
+                tk.kv_append(k_cache, a.kr[i:i + 1], at)
+                tk.kv_append(v_cache, v[i:i + 1], at)
+                tk.decode_attention(a.qr[i], k_cache, v_cache, a.lens[i:i + 1], out=a.attn[i],
+                                    workspace=workspace.attention)
+        self._forward(a, attend, slice(None), workspace.argmax)
+
+    def _forward(self, a: Activations, attend, rows: slice, argmax_ws=None) -> None:
+        cfg, w = self.cfg, self.w
+        eps, m = cfg.rms_norm_eps, a.ids.shape[0]
+        hd, kvd, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
+        tk.embedding(a.ids, w.embed, out=a.residual)                                # (M, E)
+        for n, layer in enumerate(w.layers):
+            if n == 0:
+                tk.rms_norm(a.residual, layer.input_norm, eps, out=a.x)
+            else:   # residual += h; x = norm(residual)
+                tk.rms_norm(a.h, layer.input_norm, eps, residual=a.residual, out=a.x, residual_out=a.residual)
+            tk.linear(a.x, layer.qkv, out=a.qkv)                                    # (M, (H + 2 HKV) D)
+            q = a.qkv[:, :hd].view(m, cfg.num_heads, cfg.head_dim)                  # (M, H, D) views
+            k = a.qkv[:, hd:hd + kvd].view(m, cfg.num_kv_heads, cfg.head_dim)       # (M, HKV, D)
+            v = a.qkv[:, hd + kvd:].view(m, cfg.num_kv_heads, cfg.head_dim)         # (M, HKV, D)
+            tk.rms_norm(q, layer.q_norm, eps, out=a.qn)
+            tk.rms_norm(k, layer.k_norm, eps, out=a.kn)
+            tk.rope(a.qn, a.positions, cfg.rope_theta, out=a.qr)
+            tk.rope(a.kn, a.positions, cfg.rope_theta, out=a.kr)
+            attend(n, v)                                                            # a.attn (M, H, D)
+            tk.linear(a.attn.view(m, hd), layer.o, out=a.h)                         # (M, E)
+            tk.rms_norm(a.h, layer.post_norm, eps, residual=a.residual, out=a.x, residual_out=a.residual)
+            tk.linear(a.x, layer.gate_up, out=a.gu)                                 # (M, 2 I)
+            tk.silu_mul(a.gu[:, :inter], a.gu[:, inter:], out=a.act)                # (M, I)
+            tk.linear(a.act, layer.down, out=a.h)                                   # (M, E)
+        x, res = a.x[rows], a.residual[rows]                                        # (R, E) rows wanted
+        tk.rms_norm(a.h[rows], w.norm, eps, residual=res, out=x, residual_out=res)
+        tk.linear(x, w.lm_head, out=a.logits)                                       # (R, V)
+        tk.argmax(a.logits, out=a.tokens, workspace=argmax_ws)                      # (R,) greedy
+        tk.log_softmax(a.logits, out=a.logp)                                        # (R, V)
+        tk.max(a.logp, out=a.chosen)                                                # (R,) = logp[token]
