@@ -1,0 +1,653 @@
+"""Definition-time analysis of a SIMT kernel: the rules a kernel's code must follow.
+
+One walk over the AST checks, at the user's source line:
+- writes: an output (`simt.Disjoint`) or shared array is written only as `t[p] = v` where `p`
+  is the loop variable of a live `for p in t.permits(mapping):` walk over that same `t`; a
+  `simt.Ref` is never written; a `simt.Atomic` takes `add`/`max`/`min` only;
+- permits: used only as an index (`t[p]`, `x[p]`) or for a coordinate (`p[0]`), never copied,
+  stored, returned, passed to a call or used after their loop; walks do not nest;
+- divergence: every value and every control-flow point has a level, block-uniform <
+  warp-uniform < varying. `simt.barrier()` needs block-uniform control flow, warp operations
+  at most warp-uniform (and a block size that is a multiple of 32). Levels are computed to a
+  fixed point first (a loop can carry a varying value back to its top), then checked;
+- reads: `x[i]` of a Ref or shared array is proven in bounds when `i` is a permit of a walk
+  whose extents match by name (as S11), otherwise checked at run time.
+The result (`KernelInfo`) is what the CPU executor and the numba lowering read.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+import types
+from dataclasses import dataclass, field
+
+from .. import dtypes
+from ..dtypes import DType
+from . import mappings as M
+from . import stubs
+from .params import ATOMIC, CONST, DISJOINT, KIND_NAMES, REF
+
+UNIFORM, WARP, VARYING = 0, 1, 2
+_BUILTINS = {"min", "max", "abs", "int", "float", "bool", "range", "len"}
+_ATOMIC_OPS = {"add", "max", "min"}
+
+
+@dataclass
+class Walk:
+    """One `for p in target.permits(mapping):` loop."""
+    node: ast.For
+    permit: str
+    target: str
+    shared: bool
+    kind: str
+    size: object = 1       # int, or the name of a Const parameter
+    offset: object = 0
+    rank: int = 1
+    unconditional: bool = False   # at the top level, writing its target unconditionally: covers it (S14)
+
+
+@dataclass
+class SharedDecl:
+    name: str
+    shape: tuple           # ints or Const names
+    dtype: DType
+    node: ast.AST
+
+
+@dataclass
+class KernelInfo:
+    walks: list = field(default_factory=list)
+    shared: dict = field(default_factory=dict)       # name -> SharedDecl
+    proven: set = field(default_factory=set)         # node_key()s of reads proven in bounds
+    checked: list = field(default_factory=list)      # (tensor name, node) of reads checked at run time
+    atomics: list = field(default_factory=list)
+    uses_warp_ops: bool = False
+
+
+def analyse(src, params, contract, scope) -> KernelInfo:
+    """Check the kernel's body; raises KernelError at the first broken rule."""
+    levels: dict = {}
+    while True:                                   # levels only grow: iterate to a fixed point
+        before = dict(levels)
+        _Checker(src, params, contract, scope, levels, final=False).run()
+        if levels == before:
+            break
+    checker = _Checker(src, params, contract, scope, levels, final=True)
+    checker.run()
+    return checker.info
+
+
+def node_key(node) -> tuple:
+    """A node's place in the source: the same for the node in a copy of the tree."""
+    return (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+
+
+def resolve_op(node, scope) -> str | None:
+    """The simt operation a call's function names (`simt.barrier`, or a bare imported stub)."""
+    from .. import simt
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        if scope.get(node.value.id) is simt:
+            return node.attr
+    if isinstance(node, ast.Name):
+        obj = scope.get(node.id)
+        if getattr(obj, "__module__", "") in (stubs.__name__, M.__name__):
+            return obj.__name__
+    return None
+
+
+class _Checker:
+    def __init__(self, src, params, contract, scope, levels, final):
+        self.src, self.contract, self.scope, self.levels, self.final = src, contract, scope, levels, final
+        self.params = {p.name: p for p in params}
+        self.info = KernelInfo()
+        self.live: dict = {}       # permit name -> Walk
+        self.dead: dict = {}       # permit name -> its ended Walk
+        self.control = [(UNIFORM, None)]   # (level, node) of each enclosing control-flow point
+        self.walked: set = set()
+        self.in_walk: Walk | None = None
+
+    def err(self, node, message, help=None):
+        return self.src.error(node, message, help)
+
+    def run(self):
+        for stmt in self.src.tree.body:
+            self.stmt(stmt, top=True)
+
+    # -- control ----------------------------------------------------------------------------------
+    def level_here(self):
+        return max(level for level, _ in self.control)
+
+    def diverging_node(self, above: int):
+        for level, node in self.control:
+            if level > above:
+                return node
+        return None
+
+    def under(self, level, node, body):
+        self.control.append((level, node))
+        try:
+            for s in body:
+                self.stmt(s)
+        finally:
+            self.control.pop()
+
+    def note(self, name, level):
+        self.levels[name] = max(self.levels.get(name, UNIFORM), level, self.level_here())
+
+    # -- statements ---------------------------------------------------------------------------------
+    def stmt(self, s, top=False):
+        handler = getattr(self, "s_" + type(s).__name__, None)
+        if handler is None:
+            raise self.err(s, f"`{type(s).__name__}` statements are not supported in SIMT kernels",
+                           help="use assignments, if/else, while and for loops over range(...) or permits")
+        handler(s, top) if type(s).__name__ in ("Assign", "AnnAssign") else handler(s)
+
+    def s_Pass(self, s):
+        pass
+
+    def s_Expr(self, s):
+        v = s.value
+        if isinstance(v, ast.Constant) and isinstance(v.value, str):
+            return   # a docstring
+        if isinstance(v, ast.Call):
+            op = resolve_op(v.func, self.scope)
+            if op == "barrier":
+                return self.barrier(v)
+            if isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
+                    and v.func.value.id in self.params and self.params[v.func.value.id].is_tensor:
+                return self.atomic(v)
+        self.expr(v)
+
+    def barrier(self, call):
+        if call.args or call.keywords:
+            raise self.err(call, "simt.barrier() takes no arguments")
+        if self.in_walk is not None:
+            raise self.err(call, "simt.barrier() inside a permits walk: threads without a permit skip the walk "
+                                 "and would never reach it",
+                           help="end the walk first; every thread then reaches the barrier")
+        node = self.diverging_node(UNIFORM)
+        if node is not None and self.final:
+            raise self.err(call, f"simt.barrier() under thread-dependent control flow (line "
+                                 f"{self.src.loc(node).line}): threads that skip it would deadlock the block",
+                           help="move the barrier out of the branch or loop whose condition depends on the thread")
+
+    def atomic(self, call):
+        name = call.func.value.id
+        p = self.params[name]
+        if p.kind != ATOMIC:
+            what = "a read-only input (simt.Ref)" if p.kind == REF else f"a {KIND_NAMES.get(p.kind, 'scalar')}"
+            raise self.err(call, f"cannot use atomics on `{name}`: it is {what}",
+                           help="atomic accumulation targets are parameters annotated simt.Atomic[dtype, shape]")
+        if call.func.attr not in _ATOMIC_OPS:
+            raise self.err(call, f"`{name}` is an atomic target: it takes {name}.add/max/min(i, value) only")
+        if len(call.args) != 2 or call.keywords:
+            raise self.err(call, f"{name}.{call.func.attr}(index, value) takes two arguments")
+        if len(p.shape) != 1:
+            raise self.err(call, f"atomics on `{name}` need a rank-1 target (it has rank {len(p.shape)})")
+        self.index_expr(call.args[0])
+        self.expr(call.args[1])
+        self.info.atomics.append(call)
+
+    def s_Assign(self, s, top=False):
+        if len(s.targets) != 1:
+            raise self.err(s, "assign one target at a time in SIMT kernels")
+        self.assign(s, s.targets[0], s.value, top)
+
+    def s_AnnAssign(self, s, top=False):
+        if s.value is None:
+            raise self.err(s, "a declaration without a value is not supported")
+        self.assign(s, s.target, s.value, top)
+
+    def assign(self, s, target, value, top):
+        if isinstance(target, ast.Subscript):
+            return self.store(s, target, value)
+        if not isinstance(target, ast.Name):
+            raise self.err(target, "assign to a plain name, or write `out[p] = value` through a permit")
+        name = target.id
+        self.check_rebind(target, name)
+        op = resolve_op(value.func, self.scope) if isinstance(value, ast.Call) else None
+        if op == "shared":
+            return self.declare_shared(s, name, value, top)
+        if isinstance(value, ast.Name) and (value.id in self.live or value.id in self.dead):
+            raise self.err(value, f"a permit cannot be copied into `{name}`: it is valid only as its own "
+                                  "loop's variable", help=f"index with `{value.id}` directly inside its loop")
+        self.note(name, self.expr(value))
+
+    def check_rebind(self, node, name):
+        if name in self.params:
+            raise self.err(node, f"cannot assign to parameter `{name}` in a SIMT kernel",
+                           help="use a new local name")
+        if name in self.live or name in self.dead:
+            raise self.err(node, f"cannot assign to permit `{name}`", help="permits are minted by the walk only")
+        if name in self.info.shared:
+            raise self.err(node, f"cannot rebind shared array `{name}`")
+
+    def s_AugAssign(self, s):
+        if not isinstance(s.target, ast.Name):
+            raise self.err(s.target, "augmented assignment is for local names; write `t[p] = value` "
+                                     "through a permit")
+        self.check_rebind(s.target, s.target.id)
+        self.note(s.target.id, max(self.expr(s.value), self.levels.get(s.target.id, UNIFORM)))
+
+    def declare_shared(self, s, name, call, top):
+        if not top:
+            raise self.err(s, f"declare shared array `{name}` at the kernel's top level",
+                           help="shared memory is per block; declare it once, outside loops and branches")
+        if len(call.args) != 2 or call.keywords:
+            raise self.err(call, "simt.shared(shape, dtype) takes a shape and a dtype")
+        shape_node, dtype_node = call.args
+        items = shape_node.elts if isinstance(shape_node, ast.Tuple) else [shape_node]
+        shape = tuple(self.static_int(e, "a shared array's shape") for e in items)
+        dtype = self.static_value(dtype_node)
+        if not isinstance(dtype, DType):
+            raise self.err(dtype_node, "simt.shared's dtype must be a tilesafe dtype such as ts.f32")
+        self.info.shared[name] = SharedDecl(name, shape, dtype, s)
+
+    def store(self, s, target, value):
+        base = target.value
+        if not isinstance(base, ast.Name):
+            raise self.err(target, "write outputs as `out[p] = value` with a permit `p`")
+        name = base.id
+        if name in self.params:
+            kind = self.params[name].kind
+            if kind == REF:
+                raise self.err(target, f"cannot write `{name}`: it is a read-only input (simt.Ref)",
+                               help="write results through a simt.Disjoint output's permits")
+            if kind == ATOMIC:
+                raise self.err(target, f"cannot write `{name}` by index: it is an atomic target (simt.Atomic)",
+                               help=f"use {name}.add(i, value), {name}.max(...) or {name}.min(...)")
+            if kind != DISJOINT:
+                raise self.err(target, f"cannot write `{name}`: it is not a tensor")
+        elif name not in self.info.shared:
+            raise self.err(target, f"cannot write into `{name}`: only outputs and shared arrays are written by index")
+        index = target.slice
+        if not (isinstance(index, ast.Name) and (index.id in self.live or index.id in self.dead)):
+            raise self.err(target, f"cannot write `{name}` through a computed index: outputs are written only "
+                                   "through a permit",
+                           help=f"write inside `for p in {name}.permits(simt.per_thread()):` as `{name}[p] = ...`")
+        if index.id in self.dead:
+            raise self.err(index, f"permit `{index.id}` is used after its loop ended",
+                           help="permits are valid only inside their own loop")
+        walk = self.live[index.id]
+        if walk.target != name:
+            raise self.err(target, f"permit `{index.id}` belongs to `{walk.target}`, not `{name}`",
+                           help=f"walk `{name}.permits(...)` to write `{name}`")
+        self.expr(value)
+
+    def s_If(self, s):
+        level = self.expr(s.test)
+        self.under(level, s, s.body)
+        self.under(level, s, s.orelse)
+
+    def s_While(self, s):
+        if s.orelse:
+            raise self.err(s, "while/else is not supported")
+        level = max(self.expr(s.test), self.loop_exit_level(s))
+        self.under(level, s, s.body)
+        level = max(level, self.expr(s.test))
+        self.under(level, s, s.body)
+
+    def loop_exit_level(self, loop):
+        """A loop with break/continue is treated as thread-dependent: its trip count may differ."""
+        for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+            if isinstance(node, (ast.Break, ast.Continue)):
+                return VARYING
+        return UNIFORM
+
+    def s_Break(self, s):
+        pass
+
+    def s_Continue(self, s):
+        pass
+
+    def s_Return(self, s):
+        raise self.err(s, "SIMT kernels do not return: every thread must reach every barrier",
+                       help="guard the work with `if` instead")
+
+    def s_For(self, s):
+        if s.orelse:
+            raise self.err(s, "for/else is not supported in SIMT kernels")
+        it = s.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "permits":
+            return self.walk(s)
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and self.scope.get("range", range) is range):
+            raise self.err(it, "SIMT loops run over range(...) or a permits walk (`for p in out.permits(...)`)")
+        if not isinstance(s.target, ast.Name):
+            raise self.err(s.target, "a range loop's variable is a plain name")
+        self.check_rebind(s.target, s.target.id)
+        if not 1 <= len(it.args) <= 3 or it.keywords:
+            raise self.err(it, "range() takes 1 to 3 arguments")
+        level = max([self.expr(a) for a in it.args] + [self.loop_exit_level(s)])
+        self.note(s.target.id, level)
+        self.under(level, s, s.body)
+
+    def walk(self, s):
+        call = s.iter
+        owner = call.func.value
+        if not isinstance(owner, ast.Name):
+            raise self.err(call, "walk the permits of an output or shared array by name")
+        name = owner.id
+        if name in self.params:
+            p = self.params[name]
+            if p.kind != DISJOINT:
+                what = "a read-only input (simt.Ref)" if p.kind == REF else KIND_NAMES.get(p.kind, "a scalar")
+                raise self.err(call, f"`{name}` has no permits: it is {what}",
+                               help="permits are minted for simt.Disjoint outputs and shared arrays")
+            rank, shared = len(p.shape), False
+        elif name in self.info.shared:
+            rank, shared = len(self.info.shared[name].shape), True
+        else:
+            raise self.err(call, f"`{name}` has no permits: only outputs and shared arrays do")
+        if self.in_walk is not None:
+            raise self.err(s, "permit walks do not nest", help="end the outer walk before starting another")
+        if not shared and name in self.walked:
+            raise self.err(s, f"`{name}` is walked twice: an output has one permits walk",
+                           help="write all of its elements inside one walk")
+        if not isinstance(s.target, ast.Name):
+            raise self.err(s.target, "a permit is a single name: `for p in out.permits(...)`")
+        if len(call.args) != 1 or call.keywords:
+            raise self.err(call, f"{name}.permits(mapping) takes one mapping, e.g. simt.per_thread()")
+        walk = self.mapping(call.args[0], s, s.target.id, name, shared, rank)
+        walk.unconditional = len(self.control) == 1 and any(
+            isinstance(b, ast.Assign) and isinstance(b.targets[0], ast.Subscript)
+            and isinstance(b.targets[0].value, ast.Name) and b.targets[0].value.id == name for b in s.body)
+        self.check_rebind(s.target, s.target.id)
+        self.walked.add(name)
+        self.info.walks.append(walk)
+        self.live[walk.permit] = walk
+        self.in_walk = walk
+        try:
+            self.under(VARYING, s, s.body)
+        finally:
+            self.in_walk = None
+            del self.live[walk.permit]
+            self.dead[walk.permit] = walk
+
+    def mapping(self, node, loop, permit, target, shared, rank) -> Walk:
+        op = resolve_op(node.func, self.scope) if isinstance(node, ast.Call) else None
+        if op not in stubs.MAPPINGS:
+            raise self.err(node, "permits come from a mapping: simt.per_thread(), run(k), chunk(k), grid_stride(), "
+                                 "per_warp(k), per_block(k) or at(...)")
+        walk = Walk(loop, permit, target, shared, op, rank=rank)
+        threads = self.contract.threads
+        if op == M.AT:
+            walk.size, walk.offset = self.injective(node)
+        elif op in M.WITH_SIZE:
+            if len(node.args) > 1 or node.keywords or op in (M.RUN, M.CHUNK) and not node.args:
+                raise self.err(node, f"simt.{op}() takes one size argument")
+            walk.size = self.static_int(node.args[0], f"simt.{op}'s size") if node.args else 0
+        elif node.args or node.keywords:
+            raise self.err(node, f"simt.{op}() takes no arguments")
+        if shared and op not in (M.THREAD, M.RUN, M.CHUNK, M.WARP):
+            raise self.err(node, f"shared array `{target}` takes per_thread, run, chunk or per_warp permits "
+                                 f"(within the block), not simt.{op}()")
+        if op == M.THREAD and rank != len(self.contract.block):
+            raise self.err(node, f"simt.per_thread() over rank-{rank} `{target}` needs a rank-{rank} block; the "
+                                 f"contract's block is {self.contract.block}",
+                           help="make the block's rank match (output axis -1 <-> block axis x)")
+        if op in (M.WARP, M.BLOCK) and walk.size == 0 and rank != 2 or op in (M.RUN, M.CHUNK, M.GRID_STRIDE, M.AT) \
+                and rank != 1 or op in (M.WARP, M.BLOCK) and walk.size != 0 and rank != 1:
+            raise self.err(node, f"simt.{op}({'k' if op in M.WITH_SIZE else ''}) does not fit rank-{rank} `{target}`",
+                           help="run/chunk/grid_stride/at and sized slabs take rank-1 targets; "
+                                "per_warp()/per_block() give a row of a rank-2 target")
+        if op == M.WARP and threads % 32:
+            raise self.err(node, f"per-warp permits need a block size that is a multiple of 32; the contract's is "
+                                 f"{threads}")
+        return walk
+
+    def injective(self, call):
+        """`simt.at(simt.global_id() * k + c)`: (k, c); anything else may hand two threads one element."""
+        if len(call.args) != 1 or call.keywords:
+            raise self.err(call, "simt.at(index) takes one index expression")
+        e = call.args[0]
+        k, c = 1, 0
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and not self.is_global_id(e.right):
+            c, e = self.static_int(e.right, "simt.at's offset"), e.left
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+            if self.is_global_id(e.left):
+                k, e = self.static_int(e.right, "simt.at's stride"), e.left
+            elif self.is_global_id(e.right):
+                k, e = self.static_int(e.left, "simt.at's stride"), e.right
+        if not self.is_global_id(e) or isinstance(k, int) and k < 1 or isinstance(c, int) and c < 0:
+            shown = ast.unparse(call.args[0])
+            raise self.err(call.args[0], f"permits from `{shown}` overlap: two threads may hold permits to the "
+                                         "same element",
+                           help="simt.at takes `simt.global_id() * k + c` (k >= 1, c >= 0 compile-time ints); "
+                                "give each thread its own element")
+        return k, c
+
+    def is_global_id(self, node):
+        return isinstance(node, ast.Call) and resolve_op(node.func, self.scope) == "global_id" and not node.args
+
+    # -- expressions: each returns its level --------------------------------------------------------
+    def expr(self, e) -> int:
+        handler = getattr(self, "e_" + type(e).__name__, None)
+        if handler is None:
+            raise self.err(e, f"`{ast.unparse(e)}` is not supported in SIMT kernels")
+        return handler(e)
+
+    def e_Constant(self, e):
+        if not isinstance(e.value, (int, float, bool)):
+            raise self.err(e, f"constant {e.value!r} is not a number")
+        return UNIFORM
+
+    def e_Name(self, e):
+        name = e.id
+        if name in self.live:
+            raise self.err(e, f"permit `{name}` can only index its target or another tensor, or give a "
+                              f"coordinate as `{name}[0]`", help="permits cannot be copied, stored or passed")
+        if name in self.dead:
+            raise self.err(e, f"permit `{name}` is used after its loop ended",
+                           help="permits are valid only inside their own loop")
+        if name in self.params:
+            if self.params[name].is_tensor:
+                raise self.err(e, f"tensor `{name}` cannot be used as a value", help=f"index it: `{name}[i]`")
+            return UNIFORM
+        if name in self.info.shared:
+            raise self.err(e, f"shared array `{name}` cannot be used as a value",
+                           help=f"index it (`{name}[i]`); shared memory is not a global tensor")
+        if name in self.levels:
+            return self.levels[name]
+        value = self.scope.get(name, getattr(builtins, name, None))
+        if isinstance(value, (bool, int, float)):
+            return UNIFORM
+        if value is None and not self.final:
+            return UNIFORM      # a local assigned later in the body; the fixed point settles it
+        if value is None:
+            raise self.err(e, f"name `{name}` is not defined in the kernel")
+        raise self.err(e, f"kernel uses `{name}` ({type(value).__name__}) from outside: SIMT kernels capture only "
+                          "numbers", help="pass tensors as parameters")
+
+    def e_BinOp(self, e):
+        return max(self.expr(e.left), self.expr(e.right))
+
+    def e_UnaryOp(self, e):
+        return self.expr(e.operand)
+
+    def e_BoolOp(self, e):
+        return max(self.expr(v) for v in e.values)
+
+    def e_Compare(self, e):
+        return max([self.expr(e.left)] + [self.expr(c) for c in e.comparators])
+
+    def e_IfExp(self, e):
+        return max(self.expr(e.test), self.expr(e.body), self.expr(e.orelse))
+
+    def e_Attribute(self, e):
+        raise self.err(e, f"`{ast.unparse(e)}` is not a value in a SIMT kernel")
+
+    def e_Subscript(self, e):
+        base = e.value
+        if isinstance(base, ast.Attribute) and base.attr == "shape" and isinstance(base.value, ast.Name) \
+                and (base.value.id in self.params and self.params[base.value.id].is_tensor
+                     or base.value.id in self.info.shared):
+            self.static_int(e.slice, "a shape axis")
+            return UNIFORM
+        if not isinstance(base, ast.Name):
+            raise self.err(e, f"`{ast.unparse(e)}`: index tensors, shared arrays and permits by name")
+        name = base.id
+        if name in self.live or name in self.dead:
+            if name in self.dead:
+                raise self.err(base, f"permit `{name}` is used after its loop ended",
+                               help="permits are valid only inside their own loop")
+            axis = self.static_int(e.slice, "a permit coordinate")
+            if not isinstance(axis, int) or not 0 <= axis < self.live[name].rank:
+                raise self.err(e, f"permit `{name}` has {self.live[name].rank} coordinate(s)")
+            return VARYING
+        return self.read(e, name, e.slice)
+
+    def read(self, node, name, index, default=None):
+        if name in self.params:
+            kind = self.params[name].kind
+            if kind == DISJOINT:
+                raise self.err(node, f"cannot read `{name}`: SIMT outputs (simt.Disjoint) are write-only",
+                               help="compute the value in a local, or pass the data as a simt.Ref input")
+            if kind == ATOMIC:
+                raise self.err(node, f"cannot read `{name}`: it is an atomic target (add/max/min only)")
+            if kind != REF:
+                raise self.err(node, f"`{name}` is not a tensor")
+            rank = len(self.params[name].shape)
+        elif name in self.info.shared:
+            rank = len(self.info.shared[name].shape)
+        else:
+            raise self.err(node, f"`{name}` is not a tensor or shared array")
+        level = self.index_expr(index, rank)
+        if default is not None:
+            return max(level, self.expr(default))
+        if self.proven(name, index, rank):
+            self.info.proven.add(node_key(node))
+        else:
+            self.info.checked.append((name, node))
+        return level
+
+    def index_expr(self, index, rank=1) -> int:
+        if isinstance(index, ast.Name) and index.id in self.live:
+            if self.live[index.id].rank != rank:
+                raise self.err(index, f"permit `{index.id}` has rank {self.live[index.id].rank}, the tensor {rank}")
+            return VARYING
+        items = index.elts if isinstance(index, ast.Tuple) else [index]
+        if len(items) != rank:
+            raise self.err(index, f"index has {len(items)} coordinate(s), the tensor has rank {rank}")
+        return max(self.expr(i) for i in items)
+
+    def proven(self, name, index, rank) -> bool:
+        """In bounds by construction: a permit's coordinates on axes whose extents match by name."""
+        if isinstance(index, ast.Name) and index.id in self.live:
+            coords = [(self.live[index.id], axis) for axis in range(rank)]
+        else:
+            items = index.elts if isinstance(index, ast.Tuple) else [index]
+            coords = []
+            for item in items:
+                if not (isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name)
+                        and item.value.id in self.live and isinstance(item.slice, ast.Constant)):
+                    return False
+                coords.append((self.live[item.value.id], item.slice.value))
+        return all(self.same_extent(name, axis, walk, walk_axis) for axis, (walk, walk_axis) in enumerate(coords))
+
+    def same_extent(self, name, axis, walk, walk_axis) -> bool:
+        mine = self.extent_entry(name, axis)
+        theirs = self.extent_entry(walk.target, walk_axis)
+        return mine is not None and mine == theirs
+
+    def extent_entry(self, name, axis):
+        if name in self.info.shared:
+            entry = self.info.shared[name].shape[axis]
+        else:
+            entry = self.params[name].shape[axis]
+        return None if entry == -1 else entry
+
+    def e_Call(self, e):
+        op = resolve_op(e.func, self.scope)
+        if op is not None:
+            return self.device_call(e, op)
+        f = e.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "get":
+            if len(e.args) != 2 or e.keywords:
+                raise self.err(e, f"{f.value.id}.get(index, default) takes two arguments")
+            return self.read(e, f.value.id, e.args[0], default=e.args[1])
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and self.scope.get(f.value.id) is math:
+            return max([self.expr(a) for a in e.args] + [UNIFORM])
+        if isinstance(f, ast.Name) and f.id in _BUILTINS - {"range", "len"} and f.id not in self.levels \
+                and self.scope.get(f.id, getattr(builtins, f.id)) is getattr(builtins, f.id):
+            return max([self.expr(a) for a in e.args] + [UNIFORM])
+        raise self.err(e, f"cannot call `{ast.unparse(f)}` in a SIMT kernel",
+                       help="use simt operations, math functions, min, max, abs, int, float and bool")
+
+    def device_call(self, e, op):
+        if op in stubs.MAPPINGS:
+            raise self.err(e, f"simt.{op}() is a permit mapping: use it as `for p in out.permits(simt.{op}(...))`")
+        if op == "barrier":
+            raise self.err(e, "simt.barrier() is a statement of its own")
+        if op == "shared":
+            raise self.err(e, "declare shared memory as `name = simt.shared(shape, dtype)` at the top level")
+        if op not in stubs.DEVICE:
+            raise self.err(e, f"simt has no device operation `{op}`")
+        args = [self.expr(a) for a in e.args]
+        if op in ("thread_id", "block_id", "block_dim", "grid_dim"):
+            if len(e.args) > 1 or e.args and self.static_int(e.args[0], "an axis") not in (0, 1, 2):
+                raise self.err(e, f"simt.{op}(axis) takes a constant axis 0, 1 or 2")
+        if op in stubs.WARP_OPS:
+            self.warp_op(e, op)
+            return WARP if op in stubs.WARP_UNIFORM else VARYING
+        if op in stubs.VARYING:
+            return WARP if op == "warp_id" else VARYING
+        return max(args + [UNIFORM])
+
+    def warp_op(self, e, op):
+        self.info.uses_warp_ops = True
+        if self.contract.threads % 32:
+            raise self.err(e, f"warp operation simt.{op}() needs a block size that is a multiple of 32; the "
+                              f"contract's block has {self.contract.threads} threads")
+        expected = {"shfl_down": 2, "shfl_xor": 2}.get(op, 1)
+        if len(e.args) != expected or e.keywords:
+            raise self.err(e, f"simt.{op}() takes {expected} argument(s)")
+        node = self.diverging_node(WARP)
+        if node is not None and self.final:
+            raise self.err(e, f"warp operation simt.{op}() under thread-dependent control flow (line "
+                              f"{self.src.loc(node).line}): every lane of the warp must reach it together",
+                           help="compute the value under the branch, then call the warp operation outside it")
+
+    # -- constants ----------------------------------------------------------------------------------
+    def static_value(self, node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in self.params and self.params[node.id].kind == CONST:
+                return node.id
+            if node.id in self.scope and not isinstance(self.scope[node.id], types.ModuleType):
+                return self.scope[node.id]
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module = self.scope.get(node.value.id)
+            if isinstance(module, types.ModuleType):
+                value = getattr(module, node.attr, None)
+                if value is not None and not callable(value) or isinstance(value, DType):
+                    return value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            v = self.static_value(node.operand)
+            return -v if isinstance(v, int) else None
+        return None
+
+    def static_int(self, node, what):
+        """An int known at compile time: a literal, a module-level int, or a Const parameter's name."""
+        v = self.static_value(node)
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise self.err(node, f"{what} must be a compile-time int (a literal, a module-level int or a "
+                                 "simt.Const[int] parameter)")
+        if isinstance(v, str) and self.params[v].dtype is not int:
+            raise self.err(node, f"{what}: `{v}` is not a simt.Const[int]")
+        return v
+
+
+def shared_bytes(info: KernelInfo, consts: dict) -> int:
+    total = 0
+    for decl in info.shared.values():
+        n = 1
+        for entry in decl.shape:
+            n *= consts.get(entry, 0) if isinstance(entry, str) else entry
+        total += n * decl.dtype.itemsize
+    return total
+
+
+SUPPORTED_DTYPES = (dtypes.f16, dtypes.f32, dtypes.f64, dtypes.i8, dtypes.i16, dtypes.i32, dtypes.i64, dtypes.u8)

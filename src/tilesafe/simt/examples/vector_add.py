@@ -1,0 +1,19 @@
+"""Vector add, one element per thread, and a vectorised variant with chunks per thread."""
+import tilesafe as ts
+from tilesafe import simt
+
+BLOCK = 256
+
+
+@simt.kernel(contract=simt.Contract(block=(BLOCK,)))
+def vector_add(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], y: simt.Ref[ts.f32, ("N",)],
+               N: int):
+    for p in out.permits(simt.per_thread()):    # thread g holds element g, if g < N
+        out[p] = x[p] + y[p]                    # reads proven in bounds: x, y and out share N
+
+
+@simt.kernel(contract=simt.Contract(block=(BLOCK,)))
+def vector_add_chunked(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)],
+                       y: simt.Ref[ts.f32, ("N",)], N: int, K: simt.Const[int]):
+    for p in out.permits(simt.chunk(K)):        # K elements per thread, strided by the block (coalesced)
+        out[p] = x[p] + y[p]

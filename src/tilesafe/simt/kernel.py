@@ -1,0 +1,129 @@
+"""`@simt.kernel(contract=...)`: a SIMT kernel, checked when it is defined.
+
+The pipeline, in order: read the source and parameters (params.py); check the body's rules
+(analysis.py: writes through permits, divergence, bounds proofs), then shared memory's
+phases (shared_phases.py, which needs the shared arrays the analysis found); then the
+contract against the static shared memory (contract.py, which needs the declarations); then
+build the CPU executor's per-thread generator (interpret.py). GPU code is generated and
+compiled per specialization at the first launch on a GPU (lower_numba.py, gpu_launch.py).
+"""
+from __future__ import annotations
+
+import inspect
+
+from ..errors import KernelError, TileSafeError, caller_loc
+from ..lang.source import KernelSource
+from ..runtime.host_lock import LOCK
+from . import contract as C
+from .analysis import SUPPORTED_DTYPES, analyse, shared_bytes
+from .binding import bind
+from .interpret import thread_function
+from .launch import RuntimeView, launch
+from .lower_numba import kernel_source
+from .params import CONST, parse_params
+from .shared_phases import check_phases
+
+
+class SimtKernel:
+    def __init__(self, fn, contract):
+        self.fn, self.name, self.contract = fn, fn.__name__, contract
+        self.src = src = KernelSource.of(fn)
+        self.where = src.loc(src.tree.decorator_list[0] if src.tree.decorator_list else src.tree)
+        scope = src.globals_and_closure()
+        self.scope = scope
+        self.params = parse_params(fn, src)
+        for p in self.params:
+            if p.is_tensor and p.dtype not in SUPPORTED_DTYPES:
+                raise src.error(src.tree, f"`{p.name}` has dtype {p.dtype.name}, which SIMT kernels do not take",
+                                help="use f16, f32, f64 or an integer dtype")
+        self.signature = inspect.signature(fn)
+        C.check_definition(contract, 0, self.where, self.where)   # the block, before the body's rules use it
+        self.info = analyse(src, self.params, contract, scope)
+        check_phases(src, self.info, scope)
+        first = next(iter(self.info.shared.values()), None)
+        self.shared_where = src.loc(first.node) if first is not None else self.where
+        C.check_definition(contract, shared_bytes(self.info, {}), self.where, self.shared_where)
+        self.thread_fn = thread_function(src, self.info, self.params, scope)
+        self.block3 = tuple(contract.block) + (1,) * (3 - len(contract.block))
+        self.has_checks = bool(self.info.checked or self.info.atomics)
+        self.runtime_view = RuntimeView(self.params)
+        self._compiled: dict = {}
+        self._flags: dict = {}
+
+    def param(self, name):
+        return next(p for p in self.params if p.name == name)
+
+    def __call__(self, *args, **kwargs):
+        """Launch on the arguments' device (and torch's current stream); returns a future at once."""
+        return self.launch(*args, **kwargs)
+
+    def launch(self, *args, grid=None, **kwargs):
+        """Launch; `grid=` may be given, and must then equal the grid the outputs' permits need."""
+        try:
+            with LOCK:
+                return launch(self, args, kwargs, grid)
+        except TileSafeError as e:
+            raise _clean(e) from None
+
+    def numba_source(self, *args, **kwargs) -> str:
+        """The numba-cuda source the GPU runs for these arguments (tensors or torch tensors)."""
+        try:
+            bound = bind(self, args, kwargs, kwargs.pop("grid", None))
+        except TileSafeError as e:
+            raise _clean(e) from None
+        return self.source_for(bound.consts)
+
+    def source_for(self, consts: dict) -> str:
+        return kernel_source(self.src, self.info, self.params, self.scope, self.contract, consts,
+                             f"simt_{self.name}")
+
+    def gpu_compiled(self, bound, device_index: int):
+        from . import gpu_launch
+        key = (device_index, tuple(sorted(bound.consts.items())),
+               tuple((f.dtype.name, len(f.shape), f.tensor._torch().is_contiguous()) for f in bound.tensors.values()))
+        kernel = self._compiled.get(key)
+        if kernel is None:
+            types = []
+            for p in self.params:
+                if p.is_tensor:
+                    f = bound.tensors[p.name]
+                    types.append(gpu_launch.array_type(f.dtype, len(f.shape), f.tensor._torch().is_contiguous()))
+                elif p.kind != CONST:
+                    types.append(gpu_launch.scalar_type(p.dtype))
+            from ..dtypes import i32
+            types.append(gpu_launch.array_type(i32, 1, True))
+            kernel = gpu_launch.compile_kernel(self.source_for(bound.consts), f"simt_{self.name}", tuple(types),
+                                               device_index)
+            self._compiled[key] = kernel
+        return kernel
+
+    def error_flag(self, device_index: int):
+        flag = self._flags.get(device_index)
+        if flag is None:
+            import torch
+            flag = self._flags[device_index] = torch.zeros(1, dtype=torch.int32, device=f"cuda:{device_index}")
+        return flag
+
+    def __repr__(self) -> str:
+        return f"<simt kernel {self.name} block={self.contract.block}>"
+
+
+def _clean(e: TileSafeError) -> TileSafeError:
+    """Point an unlocated error at the user's call, and drop tilesafe's frames."""
+    if e.loc is None:
+        loc = caller_loc()
+        if loc is not None:
+            e = type(e)(e.message, loc, e.help)
+    return e.with_traceback(None)
+
+
+def kernel(fn=None, *, contract=None):
+    """Define a SIMT kernel: `@simt.kernel(contract=simt.Contract(block=(256,)))`."""
+    def make(f):
+        try:
+            return SimtKernel(f, contract if contract is not None else C.Contract())
+        except KernelError as e:
+            raise _clean(e) from None
+    return make(fn) if fn is not None else make
+
+

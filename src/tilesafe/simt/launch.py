@@ -1,0 +1,224 @@
+"""Launching a SIMT kernel: the runtime's host rules, then the CPU executor or the GPU.
+
+In this order, before any GPU work: the arguments are bound and the grid derived
+(binding.py: S6, S8, S13); the contract's shared memory is checked with the `Const` values
+and the device's capability against the contract; no output overlaps another argument or
+itself (S7); everything read was written (S14). Then on a GPU the current stream waits for
+conflicting work on other streams (S10), the kernel starts on it, and the launch is recorded
+as pending (S9/S10) by the runtime's own ordering module; on the CPU the executor runs it to
+completion. The outputs a launch covers count as written (S14). A launch inside `ts.graph()`
+is refused: SIMT kernels are not captured yet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import AliasError, KernelError, LaunchError, Loc, OwnershipError, SanitizerError
+from ..runtime import ordering
+from ..runtime.aliasing import overlaps, self_overlaps
+from ..runtime.future import Future
+from ..settings import graph_var, launching_disabled_var
+from . import contract as C
+from . import cpu_executor, gpu_launch
+from . import mappings as M
+from .analysis import shared_bytes
+from .binding import bind, resolved
+from .params import ATOMIC, CONST, DISJOINT, REF, SCALAR, WRITTEN
+
+_RUNTIME_KINDS = {DISJOINT: "mut", ATOMIC: "ptr", REF: "ref"}   # what runtime/ordering.py reads
+_CAPABILITY: dict = {}
+
+
+@dataclass(frozen=True)
+class _Kind:
+    kind: str
+
+
+class RuntimeView:
+    """The kernel as the runtime's ordering sees it: which parameters are written."""
+
+    def __init__(self, params):
+        self._kinds = {p.name: _Kind(_RUNTIME_KINDS[p.kind]) for p in params if p.is_tensor}
+
+    def param(self, name):
+        return self._kinds[name]
+
+
+def launch(kernel, args, kwargs, grid):
+    if launching_disabled_var.get():
+        raise LaunchError(f"launching `{kernel.name}` is disabled here (tilesafe check imports files without "
+                          "running kernels)")
+    if graph_var.get() is not None:
+        raise OwnershipError(f"SIMT kernel `{kernel.name}` cannot be captured in ts.graph() yet",
+                             help="launch it outside the capture")
+    bound = bind(kernel, args, kwargs, grid)
+    _check_shared(kernel, bound.consts)
+    _check_memory(kernel, bound)
+    outputs = tuple(_passed(kernel, args, kwargs, p) for p in kernel.params if p.kind in WRITTEN)
+    device = next(iter(bound.tensors.values())).tensor._torch().device if bound.tensors else None
+    if device is None or device.type == "cpu":
+        _run_on_cpu(kernel, bound)
+        return SimtFuture(Future(outputs), kernel, None)
+    return _run_on_gpu(kernel, bound, device, outputs)
+
+
+def _passed(kernel, args, kwargs, p):
+    index = [q.name for q in kernel.params].index(p.name)
+    return kwargs[p.name] if p.name in kwargs else args[index]
+
+
+def _check_shared(kernel, consts) -> None:
+    if any(isinstance(e, str) for d in kernel.info.shared.values() for e in d.shape):
+        try:
+            C.check_definition(kernel.contract, shared_bytes(kernel.info, consts), kernel.where,
+                               kernel.shared_where)
+        except KernelError as e:
+            raise KernelError(e.message + f" (with {consts})", e.loc, e.help) from None
+
+
+def _check_memory(kernel, bound) -> None:
+    """S7: an output shares no byte with another argument or itself. S14: what is read was written."""
+    sets = {n: f.tensor._byte_set() for n, f in bound.tensors.items()}
+    for p in kernel.params:
+        if p.kind not in WRITTEN:
+            continue
+        if self_overlaps(sets[p.name]):
+            raise AliasError(f"output `{p.name}` of `{kernel.name}` overlaps itself (a stride-0 or overlapping "
+                             "view)", help="write into a tensor whose elements are distinct")
+        for other, s in sets.items():
+            if other != p.name and overlaps(sets[p.name], s):
+                raise AliasError(f"output `{p.name}` of `{kernel.name}` shares memory with argument `{other}`",
+                                 help=f"an output's bytes must not be reachable through another argument; pass "
+                                      f"a separate tensor for `{p.name}`")
+    for p in kernel.params:
+        if p.kind in (REF, ATOMIC):
+            t = bound.tensors[p.name].tensor
+            if not t._state.is_written(t._torch()):
+                raise OwnershipError(f"argument `{p.name}` of `{kernel.name}` is read, but it came from ts.empty "
+                                     "and has not been written",
+                                     help="write it first, or create it with ts.zeros")
+
+
+def _mark_written(kernel, bound, writers=None) -> None:
+    """S14: outputs whose walk covers them are initialised; elsewhere the executor's record says."""
+    for walk in kernel.info.walks:
+        if walk.shared:
+            continue
+        t = bound.tensors[walk.target].tensor
+        view = t._torch()
+        m = resolved(walk, bound.consts)
+        if walk.unconditional and M.covers_all(m):
+            t._state.mark_written(view)
+        elif writers is not None:
+            import torch
+            t._state.mark_elements_written(view, torch.from_numpy(writers[walk.target] >= 0))
+
+
+# -- the CPU executor ----------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    grid: tuple
+    block: tuple
+    threads: int
+    consts: dict
+
+    def mapping(self, walk):
+        return resolved(walk, self.consts)
+
+
+def _run_on_cpu(kernel, bound) -> None:
+    views, args = {}, []
+    for p in kernel.params:
+        if p.is_tensor:
+            t = bound.tensors[p.name].tensor._torch()
+            views[p.name] = cpu_executor.View(p.name, t.numpy(), p.kind)
+            args.append(views[p.name])
+        elif p.kind == CONST:
+            args.append(bound.consts[p.name])
+        else:
+            v = bound.scalars[p.name]
+            args.append(np.float32(v) if p.dtype is float else v)
+    block = tuple(kernel.contract.block) + (1,) * (3 - len(kernel.contract.block))
+    run = _Run(bound.grid, block, kernel.contract.threads, bound.consts)
+    cpu_executor.run_kernel(kernel.thread_fn, run, args)
+    _mark_written(kernel, bound, {n: v.writer for n, v in views.items() if v.writer is not None})
+
+
+# -- the GPU ---------------------------------------------------------------------------------------
+
+def _capability(index: int) -> tuple:
+    cap = _CAPABILITY.get(index)
+    if cap is None:
+        import torch
+        cap = _CAPABILITY[index] = tuple(torch.cuda.get_device_capability(index))
+    return cap
+
+
+def _run_on_gpu(kernel, bound, device, outputs):
+    import torch
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    C.check_capability(kernel.contract, _capability(index), f"cuda:{index}", None)
+    for name, node in kernel.info.checked:
+        if name in bound.tensors and bound.tensors[name].tensor._torch().numel() == 0:
+            raise LaunchError(f"`{name}` is empty, but `{kernel.name}` reads it at line "
+                              f"{kernel.src.loc(node).line}", help="launch with a non-empty tensor")
+    compiled = kernel.gpu_compiled(bound, index)
+    err = kernel.error_flag(index)
+    runtime_view = kernel.runtime_view
+    with torch.cuda.device(index):
+        stream = torch.cuda.current_stream()
+        ordering.order_before(runtime_view, bound, stream)
+        if 0 not in bound.grid:
+            args: list = []
+            for p in kernel.params:
+                if p.is_tensor:
+                    gpu_launch.array_args(bound.tensors[p.name].tensor._torch(), args)
+                elif p.kind == SCALAR:
+                    args.append(gpu_launch.scalar_arg(bound.scalars[p.name], p.dtype))
+            gpu_launch.array_args(err, args)
+            gpu_launch.launch(compiled, bound.grid, kernel.block3, stream.cuda_stream, args)
+        _mark_written(kernel, bound)
+        future = ordering.record_after(runtime_view, bound, stream, outputs)
+    return SimtFuture(future, kernel, err if kernel.has_checks else None)
+
+
+class SimtFuture:
+    """A SIMT launch in flight: `sync()` waits, reports a failed run-time check, returns the outputs."""
+    __slots__ = ("_future", "_kernel", "_err")
+
+    def __init__(self, future, kernel, err):
+        self._future, self._kernel, self._err = future, kernel, err
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def wait(self) -> None:
+        self._future.wait()
+        self._check()
+
+    def sync(self):
+        """Wait for the launch; raise SanitizerError if a bounds check failed; return the outputs."""
+        self._future.sync()
+        self._check()
+        return self._future.results()
+
+    def results(self):
+        return self._future.results()
+
+    def _check(self) -> None:
+        if self._err is None:
+            return
+        line = int(self._err.item())
+        if line:
+            self._err.zero_()
+            raise SanitizerError(f"a bounds check in `{self._kernel.name}` failed on the GPU: the kernel read "
+                                 "outside a tensor there, so its results are not valid", Loc(self._kernel.src.file, line),
+                                 help="use x.get(i, default) where an index may fall outside") from None
+
+    def __await__(self):
+        result = yield from self._future.__await__()
+        self._check()
+        return result

@@ -1,0 +1,367 @@
+"""The GPU back half: a SIMT kernel rewritten into a `numba.cuda.jit` kernel's source.
+
+The rewrite keeps the user's code and replaces what tilesafe owns:
+- a permits walk becomes the index computation of its mapping plus the guard that drops the
+  permits outside the target (the ragged last block holds none); `p[k]` becomes a coordinate;
+- `x[i]` reads proven in bounds (analysis.py) stay plain; the others go through `__ld`, which
+  on a failed check records the kernel line in the error flag (`__err`, read by the host at
+  the next sync) and reads element 0 instead, so the thread still reaches every barrier;
+- thread positions, barriers, warp operations and shared arrays become numba's `cuda.*`;
+- `simt.Const` parameters and captured module-level numbers become literals.
+The result is plain source text (`kernel.numba_source(...)` shows it), compiled by numba-cuda.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+
+from . import mappings as M
+from . import stubs
+from .analysis import node_key, resolve_op
+from .params import CONST
+
+FULL_MASK = 0xFFFFFFFF
+_AXES = ("x", "y", "z")
+
+PRELUDE = '''
+@cuda.jit(device=True)
+def __ld1(a, i, err, line):
+    ok = i >= 0 and i < a.shape[0]
+    if not ok:
+        cuda.atomic.max(err, 0, line)
+    return a[i if ok else 0]
+
+
+@cuda.jit(device=True)
+def __ld2(a, i, j, err, line):
+    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]
+    if not ok:
+        cuda.atomic.max(err, 0, line)
+    return a[i if ok else 0, j if ok else 0]
+
+
+@cuda.jit(device=True)
+def __ld3(a, i, j, k, err, line):
+    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]
+    if not ok:
+        cuda.atomic.max(err, 0, line)
+    return a[i if ok else 0, j if ok else 0, k if ok else 0]
+
+
+@cuda.jit(device=True)
+def __get1(a, i, d):
+    if i >= 0 and i < a.shape[0]:
+        return a[i]
+    return d
+
+
+@cuda.jit(device=True)
+def __get2(a, i, j, d):
+    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
+        return a[i, j]
+    return d
+
+
+@cuda.jit(device=True)
+def __get3(a, i, j, k, d):
+    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
+        return a[i, j, k]
+    return d
+
+
+@cuda.jit(device=True)
+def __atomic_add(h, i, v, err, line):
+    if i >= 0 and i < h.shape[0]:
+        cuda.atomic.add(h, i, v)
+    else:
+        cuda.atomic.max(err, 0, line)
+
+
+@cuda.jit(device=True)
+def __atomic_max(h, i, v, err, line):
+    if i >= 0 and i < h.shape[0]:
+        cuda.atomic.max(h, i, v)
+    else:
+        cuda.atomic.max(err, 0, line)
+
+
+@cuda.jit(device=True)
+def __atomic_min(h, i, v, err, line):
+    if i >= 0 and i < h.shape[0]:
+        cuda.atomic.min(h, i, v)
+    else:
+        cuda.atomic.max(err, 0, line)
+
+
+@cuda.jit(device=True)
+def __warp_sum(v):
+    v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 16)
+    v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 8)
+    v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 4)
+    v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 2)
+    v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 1)
+    return v
+
+
+@cuda.jit(device=True)
+def __warp_max(v):
+    v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 16))
+    v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 8))
+    v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 4))
+    v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 2))
+    v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 1))
+    return v
+'''
+
+
+def kernel_source(src, info, params, scope, contract, consts: dict, name: str) -> str:
+    """The numba-cuda source of one specialization (`consts`: the Const parameters' values)."""
+    tree = copy.deepcopy(src.tree)
+    tree.decorator_list = []
+    lowered = _Lower(src, info, {p.name: p for p in params}, scope, contract, consts).visit(tree)
+    lowered.name = name
+    lowered.decorator_list = []
+    lowered.returns = None
+    kept = [a for a in lowered.args.args if a.arg in {p.name for p in params if p.kind != CONST}]
+    for a in kept:
+        a.annotation = None
+    lowered.args.args = kept + [ast.arg("__err")]
+    lowered.args.kwonlyargs, lowered.args.kw_defaults, lowered.args.defaults = [], [], []
+    ast.fix_missing_locations(lowered)
+    return PRELUDE + "\n\n" + ast.unparse(lowered) + "\n"
+
+
+def _attr(*names):
+    node = ast.Name(names[0], ast.Load())
+    for n in names[1:]:
+        node = ast.Attribute(node, n, ast.Load())
+    return node
+
+
+def _call(func, *args):
+    return ast.Call(func=func, args=list(args), keywords=[])
+
+
+def _int(v):
+    return ast.Constant(int(v))
+
+
+def _bin(a, op, b):
+    return ast.BinOp(a, op, b)
+
+
+def _name(n, ctx=None):
+    return ast.Name(n, ctx or ast.Load())
+
+
+class _Lower(ast.NodeTransformer):
+    def __init__(self, src, info, params, scope, contract, consts):
+        self.src, self.info, self.params, self.scope = src, info, params, scope
+        self.contract, self.consts = contract, consts
+        self.block = tuple(contract.block) + (1,) * (3 - len(contract.block))
+        self.threads = contract.threads
+        self.walks = {node_key(w.node): w for w in info.walks}
+        self.coords: dict = {}        # live permit name -> its coordinate names
+        self.counter = 0
+        self.locals = {n.id for n in ast.walk(src.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+    # -- pieces -----------------------------------------------------------------------------------
+    def value(self, v):
+        return self.consts[v] if isinstance(v, str) else v
+
+    def fresh(self, stem):
+        self.counter += 1
+        return f"__{stem}{self.counter}"
+
+    def flat_thread(self):
+        e = _attr("cuda", "threadIdx", "x")
+        if self.block[1] > 1 or self.block[2] > 1:
+            e = _bin(e, ast.Add(), _bin(_int(self.block[0]), ast.Mult(),
+                                        _bin(_attr("cuda", "threadIdx", "y"), ast.Add(),
+                                             _bin(_int(self.block[1]), ast.Mult(), _attr("cuda", "threadIdx", "z")))))
+        return e
+
+    def global_thread(self):
+        return _bin(_bin(_attr("cuda", "blockIdx", "x"), ast.Mult(), _int(self.threads)), ast.Add(),
+                    self.flat_thread())
+
+    def line(self, node):
+        return _int(self.src.loc(node).line)
+
+    # -- names and constants ----------------------------------------------------------------------
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load):
+            p = self.params.get(node.id)
+            if p is not None and p.kind == CONST:
+                return ast.copy_location(ast.Constant(self.consts[node.id]), node)
+            if p is None and node.id not in self.locals and node.id not in self.coords:
+                v = self.scope.get(node.id)
+                if isinstance(v, (bool, int, float)):
+                    return ast.copy_location(ast.Constant(v), node)
+        return node
+
+    # -- statements -------------------------------------------------------------------------------
+    def visit_Expr(self, node):
+        v = node.value
+        if isinstance(v, ast.Call):
+            op = resolve_op(v.func, self.scope)
+            if op == "barrier":
+                return ast.copy_location(ast.Expr(_call(_attr("cuda", "syncthreads"))), node)
+            f = v.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in self.params \
+                    and f.attr in ("add", "max", "min"):
+                args = [self.visit(a) for a in v.args]
+                return ast.copy_location(ast.Expr(_call(_name(f"__atomic_{f.attr}"), f.value, *args,
+                                                        _name("__err"), self.line(v))), node)
+        return self.generic_visit(node)
+
+    def visit_Assign(self, node):
+        target = node.targets[0]
+        value = node.value
+        if isinstance(value, ast.Call) and resolve_op(value.func, self.scope) == "shared":
+            decl = self.info.shared[target.id]
+            shape = ast.Tuple([_int(self.value(e)) for e in decl.shape], ast.Load())
+            node.value = _call(_attr("cuda", "shared", "array"), shape, _attr("__types", decl.dtype.np.name))
+            return node
+        if isinstance(target, ast.Subscript):
+            node.value = self.visit(value)
+            target.slice = self.index(target.slice)
+            return node
+        return self.generic_visit(node)
+
+    def visit_For(self, node):
+        walk = self.walks.get(node_key(node))
+        if walk is None:
+            return self.generic_visit(node)
+        rank = walk.rank
+        names = [f"{walk.permit}__{k}" for k in range(rank)]
+        self.coords[walk.permit] = names
+        try:
+            body = [self.visit(s) for s in node.body]
+        finally:
+            del self.coords[walk.permit]
+        return self.lower_walk(walk, names, body)
+
+    def extent(self, walk, axis):
+        if walk.shared:
+            return _int(self.value(self.info.shared[walk.target].shape[axis]))
+        return ast.Subscript(_attr(walk.target, "shape"), _int(axis), ast.Load())
+
+    def lower_walk(self, walk, names, body):
+        m = M.Mapping(walk.kind, self.value(walk.size), self.value(walk.offset))
+        g = self.flat_thread() if walk.shared else self.global_thread()
+        bid = _int(0) if walk.shared else _attr("cuda", "blockIdx", "x")
+        store = [_name(n, ast.Store()) for n in names]
+        n0 = self.extent(walk, 0)
+
+        def assign(i, e):
+            return ast.Assign([store[i]], e)
+
+        def guard(conds, stmts):
+            test = conds[0] if len(conds) == 1 else ast.BoolOp(ast.And(), conds)
+            return ast.If(test, stmts, [])
+
+        def lt(i):
+            return ast.Compare(_name(names[i]), [ast.Lt()], [self.extent(walk, i)])
+
+        if m.kind == M.THREAD:
+            out = []
+            for k in range(walk.rank):
+                axis = _AXES[walk.rank - 1 - k]
+                e = _attr("cuda", "threadIdx", axis)
+                if not walk.shared:
+                    e = _bin(_bin(_attr("cuda", "blockIdx", axis), ast.Mult(), _int(self.block["xyz".index(axis)])),
+                             ast.Add(), e)
+                out.append(assign(k, e))
+            return out + [guard([lt(k) for k in range(walk.rank)], body)]
+        if m.kind == M.RUN:
+            j = self.fresh("j")
+            first = _bin(_bin(g, ast.Mult(), _int(m.size)), ast.Add(), _name(j))
+            return [ast.For(_name(j, ast.Store()), _call(_name("range"), _int(m.size)),
+                            [assign(0, first), guard([lt(0)], body)], [])]
+        if m.kind == M.CHUNK:
+            j = self.fresh("j")
+            base = _bin(bid, ast.Mult(), _int(self.threads * m.size))
+            e = _bin(_bin(base, ast.Add(), _bin(_name(j), ast.Mult(), _int(self.threads))), ast.Add(),
+                     self.flat_thread())
+            return [ast.For(_name(j, ast.Store()), _call(_name("range"), _int(m.size)),
+                            [assign(0, e), guard([lt(0)], body)], [])]
+        if m.kind == M.GRID_STRIDE:
+            step = _bin(_attr("cuda", "gridDim", "x"), ast.Mult(), _int(self.threads))
+            return [ast.For(store[0], _call(_name("range"), g, n0, step), body, [])]
+        if m.kind == M.AT:
+            e = _bin(_bin(g, ast.Mult(), _int(m.size)), ast.Add(), _int(m.offset))
+            return [assign(0, e), guard([lt(0)], body)]
+        lane = _bin(self.flat_thread(), ast.Mod(), _int(32))
+        if m.kind == M.WARP:
+            unit, stride = _bin(g, ast.FloorDiv(), _int(32)), 32
+            first = lane
+        else:    # BLOCK
+            unit, stride = bid, self.threads
+            first = self.flat_thread()
+        if m.size == 0:     # a row of a rank-2 target
+            return [assign(0, unit), guard([lt(0)], [ast.For(store[1], _call(_name("range"), first,
+                                                                               self.extent(walk, 1), _int(stride)),
+                                                             body, [])])]
+        start = _bin(_bin(unit, ast.Mult(), _int(m.size)), ast.Add(), first)
+        stop = _call(_name("min"), _bin(_bin(unit, ast.Mult(), _int(m.size)), ast.Add(), _int(m.size)), n0)
+        return [ast.For(store[0], _call(_name("range"), start, stop, _int(stride)), body, [])]
+
+    # -- expressions ------------------------------------------------------------------------------
+    def index(self, index):
+        if isinstance(index, ast.Name) and index.id in self.coords:
+            names = self.coords[index.id]
+            return _name(names[0]) if len(names) == 1 else ast.Tuple([_name(n) for n in names], ast.Load())
+        return self.visit(index)
+
+    def visit_Subscript(self, node):
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in self.coords:
+            return ast.copy_location(_name(self.coords[base.id][node.slice.value]), node)
+        if isinstance(base, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                (base.id in self.params and self.params[base.id].is_tensor or base.id in self.info.shared):
+            index = self.index(node.slice)
+            if node_key(node) in self.info.proven:
+                node.slice = index
+                return node
+            items = index.elts if isinstance(index, ast.Tuple) else [index]
+            return ast.copy_location(_call(_name(f"__ld{len(items)}"), base, *items, _name("__err"),
+                                           self.line(node)), node)
+        return self.generic_visit(node)
+
+    def visit_Call(self, node):
+        f = node.func
+        op = resolve_op(f, self.scope)
+        args = [self.visit(a) for a in node.args]
+        if op is not None:
+            return ast.copy_location(self.device(op, args, node), node)
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "get":
+            index = self.index(node.args[0])
+            items = index.elts if isinstance(index, ast.Tuple) else [index]
+            return ast.copy_location(_call(_name(f"__get{len(items)}"), f.value, *items, args[1]), node)
+        node.args = args
+        return node
+
+    def device(self, op, args, node):
+        axis = _AXES[node.args[0].value] if node.args and isinstance(node.args[0], ast.Constant) else "x"
+        if op == "thread_id":
+            return _attr("cuda", "threadIdx", axis)
+        if op == "block_id":
+            return _attr("cuda", "blockIdx", axis)
+        if op == "block_dim":
+            return _int(self.block["xyz".index(axis)])
+        if op == "grid_dim":
+            return _attr("cuda", "gridDim", axis)
+        if op == "global_id":
+            return self.global_thread()
+        if op == "lane":
+            return _bin(self.flat_thread(), ast.Mod(), _int(32))
+        if op == "warp_id":
+            return _bin(self.flat_thread(), ast.FloorDiv(), _int(32))
+        if op in ("shfl_down", "shfl_xor"):
+            return _call(_attr("cuda", f"{op}_sync"), _int(FULL_MASK), *args)
+        if op == "ballot":
+            return _call(_attr("cuda", "ballot_sync"), _int(FULL_MASK), *args)
+        if op in ("warp_sum", "warp_max"):
+            return _call(_name(f"__{op}"), *args)
+        raise AssertionError(op if op in stubs.DEVICE else f"unexpected {op}")
