@@ -345,9 +345,9 @@ def lookups():
     """The (family, key) of every config lookup the library makes inside."""
     seen, original = set(), configs.lookup
 
-    def spy(family, key, override=None, dtype=None):
+    def spy(family, key, override=None, dtype=None, **shape):
         seen.update((family, k) for k in (key if isinstance(key, tuple) else (key,)))
-        return original(family, key, override, dtype)
+        return original(family, key, override, dtype, **shape)
     configs.lookup = spy
     try:
         yield seen

@@ -29,6 +29,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing, workspace_outputs
+from .call_plans import planned
 from .launch import cdiv, launch, pow2
 
 LOG2E = 1.4426950408889634
@@ -313,6 +314,7 @@ def decode_combine_kernel(o: ts.Mut["T", (1, "DP")], acc: ts.Ref[ts.f32, ("S", "
 # --- public API -------------------------------------------------------------------------
 
 
+@planned
 def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     """softmax(q k^T * scale) v for q (H, S, D) or (B, H, S, D) and k, v with HKV heads
     (HKV divides H: grouped-query / multi-query attention). `causal` masks key j > query i
@@ -337,7 +339,9 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     if o.tensor.numel == 0:
         return o.returned
     ov = _heads_view(fn, layout.leading(o.tensor, 4))
-    cfg = configs.lookup("attention", configs.shape_class(dtype, d, sq), config, dtype)
+    cfg = configs.lookup("attention", configs.shape_class(dtype, d, sq), config, dtype,
+                         shape=configs.Attention(zb, h, hkv, sq, sk, d, bool(causal), dtype.name),
+                         run=lambda c: flash_attention(q, k, v, causal, scale, out, c))
     bm = max(16, min(cfg["block_m"], pow2(sq)))
     bn = max(16, min(cfg["block_n"], pow2(sk)))
     dp = max(16, pow2(d))
@@ -388,14 +392,16 @@ def decode_workspace(q, k_cache, config=None) -> DecodeWorkspace:
         raise A.fail(fn, f"needs q (H, D) and k_cache (HKV, max_seq, D); got {qt.shape} and {kt.shape}")
     h, d = qt.shape
     hkv, max_seq, _ = kt.shape
-    cfg = _decode_config(qt.dtype, d, h // max(hkv, 1), config)
+    cfg = _decode_config(qt.dtype, d, h // max(hkv, 1), config,
+                         configs.Decode(h, hkv, max_seq, d, qt.dtype.name))
     splits = _splits(cfg, hkv, max_seq)
     rows = hkv * _stored_rows(h // max(hkv, 1))
     dev = qt.device
-    return DecodeWorkspace(ts.empty((splits, rows, d), ts.f32, dev), ts.empty((splits, rows, 1), ts.f32, dev),
-                           ts.empty((splits, rows, 1), ts.f32, dev))
+    return DecodeWorkspace(A.empty_scratch((splits, rows, d), ts.f32, dev),
+                           A.empty_scratch((splits, rows, 1), ts.f32, dev), A.empty_scratch((splits, rows, 1), ts.f32, dev))
 
 
+@planned
 def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspace=None, config=None):
     """Attention of one query per head over the first `seq_len` positions of a KV cache.
 
@@ -423,7 +429,7 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     # The whole call, before its first launch (the partials, then their combination into `out`).
     check_aliasing(fn, {"q": qt, "k_cache": kt, "v_cache": vt, "seq_len": None if isinstance(seq_len, int) else lens},
                    {"out": o.passed, **workspace_outputs(workspace, ("acc", "m", "l"))})
-    cfg = _decode_config(dtype, d, group, config)
+    cfg = _decode_config(dtype, d, group, config, configs.Decode(h, hkv, max_seq, d, dtype.name))
     dp = max(16, pow2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     bn = _decode_block(cfg, max_seq)
@@ -483,8 +489,8 @@ def _splits(cfg, hkv: int, max_seq: int) -> int:
     return cdiv(max_seq, per)
 
 
-def _decode_config(dtype, d, group, config):
-    return configs.lookup("decode", configs.shape_class(dtype, d, group), config, dtype)
+def _decode_config(dtype, d, group, config, shape=None):
+    return configs.lookup("decode", configs.shape_class(dtype, d, group), config, dtype, shape=shape)
 
 
 def _lengths(fn, seq_len, max_seq, device):

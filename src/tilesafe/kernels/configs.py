@@ -34,6 +34,7 @@ from pathlib import Path
 from ..backends.triton import targets
 from ..errors import LaunchError, caller_loc
 from ..settings import current_backend
+from .machine_model import Attention, Decode, Gemm   # noqa: F401 - the shapes `lookup(shape=)` takes
 
 TUNED_DIR = Path(__file__).parent / "tuned"
 
@@ -120,9 +121,14 @@ def weight_class(dtype, rows: tuple[int, ...], weight: tuple[int, ...]) -> str:
     return "/".join([shape_class(dtype, *rows), "x".join(str(int(n)) for n in weight)])
 
 
-def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
+def lookup(family: str, key, override: dict | None = None, dtype=None, shape=None, run=None) -> dict:
     """The config for `family` at shape class `key` on the current backend; `key` may be
-    a tuple of shape classes, most specific first (the first one tuned is used)."""
+    a tuple of shape classes, most specific first (the first one tuned is used).
+
+    With `shape` (a `config_model` shape), on an NVIDIA GPU a tuned entry is used only when
+    it was made for this very shape, and any other shape gets the config model's choice
+    instead of the bucketed defaults; with `run` too (`run(config)` makes the call with
+    that config), inside `first_use_tuning()` the model's best few are timed once."""
     if family not in CPU_DEFAULTS:
         raise LaunchError(f"no kernel family {family!r}", loc=caller_loc(),
                           help=f"one of {', '.join(CPU_DEFAULTS)}")
@@ -130,9 +136,15 @@ def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
         cfg = dict(CPU_DEFAULTS[family])
     else:
         target = targets.compile_target()
-        cfg = gpu_defaults(family, target or _device_target(), dtype)
-        entries = tuned_table(target.gpu if target is not None else gpu_name()).get(family, {})
-        tuned = next((entries[k] for k in (key if isinstance(key, tuple) else (key,)) if k in entries), {})
+        device = target or _device_target()
+        cfg = gpu_defaults(family, device, dtype)
+        gpu = target.gpu if target is not None else gpu_name()
+        entries = tuned_table(gpu).get(family, {})
+        keys = key if isinstance(key, tuple) else (key,)
+        if shape is not None and not (device is not None and device.amd):
+            tuned = _modelled(family, keys, shape, entries, target, cfg, gpu, run if override is None else None)
+        else:
+            tuned = next((entries[k] for k in keys if k in entries), {})
         cfg.update({k: v for k, v in tuned.items() if k != "time_ms"})
     if override:
         unknown = set(override) - set(cfg) - SCHEDULE_KEYS
@@ -150,6 +162,20 @@ def lookup(family: str, key, override: dict | None = None, dtype=None) -> dict:
                                                                if k == "persistent" else ""))
         cfg.update(override)
     return cfg
+
+
+def _modelled(family, keys, shape, entries, target, defaults, gpu, run) -> dict:
+    """A tuned entry made for `shape`, else the config model's choice (timed against the
+    model's next best on first use, where asked: first_use.py)."""
+    from . import config_model, first_use
+    tuned = config_model.refinement(keys, shape, entries)
+    if tuned is not None:
+        return tuned
+    machine = config_model.gpu_of(target)
+    if run is None or not first_use.wanted():
+        return config_model.choose(shape, machine)
+    ranked = [dict(defaults, **c) for c in config_model.ranked(shape, first_use.CANDIDATES, machine)]
+    return first_use.pick(family, keys[0], ranked, run, gpu)
 
 
 def gpu_defaults(family: str, target, dtype=None) -> dict:

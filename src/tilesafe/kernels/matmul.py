@@ -14,6 +14,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout, scratch
 from .call_checks import check_aliasing
+from .call_plans import planned
 from .elementwise import GELU, SILU, unary_op
 from .launch import cdiv, launch, pow2, workers
 
@@ -179,6 +180,7 @@ def bmm_persistent_kernel(c: ts.MutTiles["TC", (1, "BM", "BN")], a: ts.Ref["T", 
 # --- public API -------------------------------------------------------------------------
 
 
+@planned
 def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out=None, config=None):
     """`activation(a @ b + bias)` for a of shape (..., K) and b of shape (K, N).
 
@@ -194,6 +196,7 @@ def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out
     return _gemm(fn, A.is_torch(a), at, bt, out_dtype, bias, activation, precision, out, config, ("a", "b"))
 
 
+@planned
 def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None):
     """`activation(x @ w.T + bias)` with w of shape (N, K), as torch's F.linear.
 
@@ -207,6 +210,7 @@ def linear(x, w, bias=None, activation=None, precision=None, out=None, config=No
     return _gemm(fn, A.is_torch(x), xt, wt.T, None, bias, activation, precision, out, config, ("x", "w"))
 
 
+@planned
 def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
     """Batched `a @ b`: (Z, M, K) @ (Z, K, N) -> (Z, M, N); b may be (K, N) or (1, K, N),
     shared by the whole batch (a stride-0 view, never copied). Persistent (matrix by
@@ -265,7 +269,10 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     common = dict(a=av, b=bt, bias=bias_t, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation],
                   TF32=_tf32(fn, dtype, precision))
     if m <= SKINNY_M:
-        cfg = configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype)
+        cfg = configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype,
+                             shape=configs.Gemm(m, n, k, dtype.name),
+                             run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
+                                                 names))
         # One row: FMAs, any column tile (a narrow one gives more blocks without split-K).
         # 2..16 rows: tensor-core tiles of >= 16; block_m = 64 pads the rows so that Hopper
         # can use its warpgroup MMA, which needs 64 (the padding rows are masked, never read).
@@ -285,7 +292,10 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
             launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk,
                    PREFETCH=bool(cfg.get("prefetch")) and m == 1, **common)
         return o.returned
-    cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype)
+    cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype,
+                         shape=configs.Gemm(m, n, k, dtype.name),
+                         run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
+                                             names))
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
     splits = _splits(cfg, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk))
     if splits > 1:

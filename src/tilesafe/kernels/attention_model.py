@@ -1,0 +1,127 @@
+"""The config model of attention: block sizes of `flash_attention` by length, head dim and
+group, and the split of `decode_attention` by the KV heads and the cache length.
+
+Flash attention is waves of (batch, head, query tile) blocks: each streams the key tiles
+its queries see (about half of them when causal; the longest start first), at a tensor-core
+efficiency its tile shape reaches, `blocks per SM` at a time. Short sequences with few
+heads give few blocks: smaller query tiles then fill the SMs, at some cost per product.
+
+Decode attention streams the KV cache once: (KV heads x splits) blocks each read one chunk,
+then a second kernel combines the splits. Its time is the cache's bytes at the rate the
+blocks in flight reach, plus a fixed cost per split and the combination.
+"""
+from __future__ import annotations
+
+from .gemm_model import INFLIGHT_PER_SM, OVERLAP, SM_STREAM_BYTES_PER_S, STREAM_EFFICIENCY
+from .launch import cdiv, pow2
+from .machine_model import Attention, Decode, Gpu, element_bytes
+
+# (BM, BN, warps, stages, efficiency): the fraction of an SM's tensor-core rate the block's
+# two products and its online softmax reach together (the exp2 of every score costs too).
+FLASH_TILES = ((64, 64, 4, 3, 0.55), (128, 64, 8, 3, 0.60), (128, 128, 8, 2, 0.62), (64, 32, 4, 3, 0.40),
+               (128, 32, 4, 3, 0.45), (64, 128, 4, 2, 0.50))
+BLOCK_FILL_US = 1.0            # loading the query tile, and writing the output tile
+MAX_REGS = 168                 # fp32 accumulator + scores per thread past which Triton spills
+
+
+def flash_candidates(s: Attention, gpu: Gpu) -> list[dict]:
+    out = [{"block_m": bm, "block_n": bn, "flat": True, "num_warps": w, "num_stages": st}
+           for bm, bn, w, st, _ in FLASH_TILES]
+    return [c for c in out if valid_flash(c, s, gpu)]
+
+
+def valid_flash(c: dict, s: Attention, gpu: Gpu) -> bool:
+    """Power-of-two tiles of >= 16, the pipeline in shared memory, the state in registers."""
+    bm, bn = c["block_m"], c["block_n"]
+    if any(t < 16 or t & (t - 1) for t in (bm, bn)) or c["num_warps"] not in (4, 8) or c["num_stages"] < 1:
+        return False
+    bm, bn, dp = _tiles(c, s)
+    return _smem(bm, bn, dp, c["num_stages"], element_bytes(s.dtype)) <= gpu.smem_per_block and \
+        (bm * dp + bm * bn) // (c["num_warps"] * 32) <= MAX_REGS
+
+
+def flash_us(s: Attention, c: dict, gpu: Gpu) -> tuple[float, str]:
+    """(predicted microseconds, limit) of `flash_attention` with config `c`."""
+    es = element_bytes(s.dtype)
+    bm, bn, dp = _tiles(c, s)
+    blocks = s.batch * s.heads * cdiv(s.sq, bm)
+    key_tiles = cdiv(s.sk, bn)
+    if s.causal:   # query tile i sees ~(i + 1) * bm keys: the mean over the tiles, longest first
+        key_tiles = min(key_tiles, cdiv((s.sq + bm) // 2 + max(0, s.sk - s.sq), bn))
+    eff = next((e for m, n, w, st, e in FLASH_TILES if (m, n, w) == (c["block_m"], c["block_n"], c["num_warps"])),
+               0.45)
+    per_block = key_tiles * 4.0 * bm * bn * dp / (gpu.flops_per_sm * eff) * 1e6 + BLOCK_FILL_US
+    occ = max(1, min(gpu.smem_per_sm // _smem(bm, bn, dp, c["num_stages"], es),
+                     gpu.regs_per_sm // (((bm * dp + bm * bn) // (c["num_warps"] * 32) + 40) * c["num_warps"] * 32)))
+    slots = gpu.sms * occ
+    rounds = cdiv(blocks, slots)
+    compute = rounds * per_block * occ / (OVERLAP if occ > 1 else 1.0)
+    qo = 2 * s.batch * s.heads * s.sq * s.d * es
+    kv = 2 * s.batch * s.kv_heads * s.sk * s.d * es
+    hbm = (qo + kv) / gpu.hbm_bytes_per_s * 1e6
+    l2 = blocks * key_tiles * 2 * bn * dp * es / gpu.l2_bytes_per_s * 1e6
+    limits = {"compute": compute, "bandwidth": hbm, "l2": l2}
+    limit = max(limits, key=limits.get)
+    if limit == "compute" and blocks / (rounds * slots) < 0.85:
+        limit = "wave quantisation"
+    return max(limits.values()) + gpu.launch_us, limit
+
+
+def _tiles(c: dict, s: Attention) -> tuple[int, int, int]:
+    """The tiles `flash_attention` uses: shrunk to the sequences, never below 16."""
+    return max(16, min(c["block_m"], pow2(s.sq))), max(16, min(c["block_n"], pow2(s.sk))), max(16, pow2(s.d))
+
+
+def _smem(bm: int, bn: int, dp: int, stages: int, es: int) -> int:
+    return (bm * dp + stages * 2 * bn * dp) * es
+
+
+def flash_flops(s: Attention) -> float:
+    work = 4.0 * s.batch * s.heads * s.sq * s.sk * s.d
+    return work / 2 if s.causal else work
+
+
+# --- decode ------------------------------------------------------------------------------
+
+def decode_candidates(s: Decode, gpu: Gpu) -> list[dict]:
+    out = [{"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms, "flat": True, "one_kernel": False,
+            "num_warps": 4, "num_stages": 3}
+           for bn in (32, 64, 128) for per_sm in (1, 2, 4)]
+    return [c for c in out if valid_decode(c, s, gpu)]
+
+
+def valid_decode(c: dict, s: Decode, gpu: Gpu) -> bool:
+    bn, dp = c["block_n"], max(16, pow2(s.d))
+    rows = max(16, pow2(s.heads // max(1, s.kv_heads)))
+    if bn < 16 or bn & (bn - 1) or c["num_warps"] not in (4, 8) or c["target_blocks"] < 1:
+        return False
+    return (rows * dp + c["num_stages"] * 2 * bn * dp) * element_bytes(s.dtype) <= gpu.smem_per_block and \
+        (rows * dp + rows * bn) // (c["num_warps"] * 32) <= MAX_REGS
+
+
+def decode_splits(c: dict, s: Decode) -> tuple[int, int]:
+    """(key tile, splits) as `attention._splits` derives them at the cache's full length."""
+    bn = max(16, min(c["block_n"], pow2(s.max_seq)))
+    if c.get("splits"):
+        return bn, c["splits"]
+    want = max(1, min(cdiv(s.max_seq, bn), cdiv(c["target_blocks"], max(s.kv_heads, 1))))
+    per = cdiv(cdiv(s.max_seq, want), bn) * bn
+    return bn, cdiv(s.max_seq, per)
+
+
+def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
+    """(predicted microseconds, limit) of `decode_attention` over a full cache."""
+    es = element_bytes(s.dtype)
+    bn, splits = decode_splits(c, s)
+    blocks = s.kv_heads * splits
+    per = cdiv(s.max_seq, splits)
+    inflight = min(blocks, 4 * gpu.sms) * c["num_stages"] * 2 * bn * s.d * es
+    rate = gpu.hbm_bytes_per_s * STREAM_EFFICIENCY * min(1.0, inflight / (gpu.sms * INFLIGHT_PER_SM))
+    rate = min(rate, min(blocks, gpu.sms) * SM_STREAM_BYTES_PER_S)
+    cache = 2 * s.kv_heads * s.max_seq * s.d * es
+    rows = pow2(s.heads // max(1, s.kv_heads))
+    partials = 2 * splits * s.kv_heads * rows * (s.d + 2) * 4
+    us = (cache + partials) / rate * 1e6
+    us = max(us, cdiv(per, bn) * 0.08 + BLOCK_FILL_US)      # one block's chain of key tiles (~80 ns each)
+    limit = "bandwidth" if rate >= 0.8 * gpu.hbm_bytes_per_s * STREAM_EFFICIENCY else "occupancy"
+    return us + 2 * gpu.launch_us, limit

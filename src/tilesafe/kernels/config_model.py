@@ -1,0 +1,108 @@
+"""A config for every shape: the model that sizes the library's GEMM, GEMV and attention
+configs from the shape and the GPU, where the tuned table has no entry for that shape.
+
+    from tilesafe.kernels import config_model as cm
+    shape = cm.Gemm(777, 3072, 1536)          # m, n, k (m <= 16: the weight-streaming path)
+    cfg = cm.choose(shape)                    # the model's best config for the current GPU
+    cm.predict_us(shape, cfg)                 # its predicted time, microseconds
+    cm.explain(shape, cfg)["limit"]           # "wave quantisation", "occupancy", "bandwidth", ...
+
+Where a config comes from (`configs.lookup`, on a GPU): a tuned entry made for *this* shape
+(the weight's exact N x K, or a bucketed class whose sizes are exactly the shape's) refines
+it; any other shape gets the model's choice (`choose`) instead of the bucketed defaults,
+which lost a third of the speed on shapes nobody tuned (issue 22). The candidates the model
+ranks are each checked against what the kernels accept (power-of-two tiles of >= 16 where
+the tensor cores need it, split counts within the K tiles, the pipeline within shared
+memory: `valid`), so a chosen config always launches. The model's constants are rough; the
+first-use autotune (`first_use.py`) times its best few on the GPU where asked.
+"""
+from __future__ import annotations
+
+import functools
+
+from . import attention_model as am
+from . import gemm_model as gm
+from .machine_model import H200, Attention, Decode, Gemm, Gpu, gpu_of
+
+__all__ = ["Attention", "Decode", "Gemm", "Gpu", "H200", "gpu_of", "candidates", "choose", "ranked", "predict_us",
+           "explain", "valid", "refinement"]
+
+# family -> (candidates, validity, predicted (us, limit))
+_MODELS = {
+    "matmul": (gm.matmul_candidates, gm.valid_matmul, gm.matmul_us),
+    "linear": (gm.linear_candidates, gm.valid_linear, gm.linear_us),
+    "attention": (am.flash_candidates, am.valid_flash, am.flash_us),
+    "decode": (am.decode_candidates, am.valid_decode, am.decode_us),
+}
+
+
+def candidates(shape, gpu: Gpu | None = None) -> list[dict]:
+    """Every valid config the model considers for `shape`, fastest predicted first."""
+    return [dict(c) for c in _ranked_all(shape, gpu or gpu_of(None))]
+
+
+@functools.lru_cache(maxsize=1024)
+def _ranked_all(shape, gpu: Gpu) -> tuple:
+    """Ranking ~70 candidates takes milliseconds: once per shape (a call's plan, call_plans.py,
+    skips the lookup on later calls of one layout; a new layout of one shape lands here)."""
+    make, _, predict = _MODELS[shape.family]
+    scored = [(predict(shape, c, gpu)[0], i, c) for i, c in enumerate(make(shape, gpu))]
+    return tuple(c for _, _, c in sorted(scored, key=lambda t: t[:2]))
+
+
+def choose(shape, gpu: Gpu | None = None) -> dict:
+    """The model's config for `shape`: the candidate with the smallest predicted time."""
+    return dict(_ranked_all(shape, gpu or gpu_of(None))[0])
+
+
+def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
+    """The model's best `n` configs of distinct kinds (tile shape, split or not, tail split),
+    for a short autotune: near-ties of one kind (a stage more or less) would teach it little."""
+    out, kinds = [], set()
+    for c in _ranked_all(shape, gpu or gpu_of(None)):
+        kind = (c.get("block_m"), c.get("block_n"), (c.get("split_k") or 1) > 1, c.get("tail_split"),
+                c.get("target_blocks"))
+        if kind not in kinds:
+            kinds.add(kind)
+            out.append(dict(c))
+        if len(out) == n:
+            break
+    return out
+
+
+def predict_us(shape, config: dict, gpu: Gpu | None = None) -> float:
+    """Predicted GPU time of one call of `shape` with `config` (a whole config, as
+    `configs.lookup` gives it), in microseconds."""
+    return _MODELS[shape.family][2](shape, config, gpu or gpu_of(None))[0]
+
+
+def explain(shape, config: dict, gpu: Gpu | None = None) -> dict:
+    """The prediction and the limit that sets it: "compute", "wave quantisation",
+    "occupancy", "bandwidth" (HBM) or "l2"."""
+    gpu = gpu or gpu_of(None)
+    us, limit = _MODELS[shape.family][2](shape, config, gpu)
+    return {"predicted_us": us, "limit": limit}
+
+
+def valid(shape, config: dict, gpu: Gpu | None = None) -> bool:
+    """Whether the kernels of `shape`'s family accept `config` and it fits `gpu`."""
+    return _MODELS[shape.family][1](config, shape, gpu or gpu_of(None))
+
+
+def refinement(keys, shape, entries: dict) -> dict | None:
+    """The tuned entry (of one family's `entries`) made for this very shape, if any: the first
+    of `keys` (most specific first) that is in the table and exact for `shape` — a weight's
+    own class (its N x K exact, M bucketed as the tuner meant), or a bucketed class whose
+    sizes are the shape's own. A bucket that merely contains the shape is not used: the
+    model sizes that shape instead."""
+    for key in keys:
+        if key in entries and _exact(key, shape):
+            return entries[key]
+    return None
+
+
+def _exact(key: str, shape) -> bool:
+    parts = [p for p in key.split("/")[1:] if p != "gemv"]
+    if any("x" in p for p in parts):
+        return True
+    return tuple(int(p) for p in parts) == tuple(shape.class_sizes())

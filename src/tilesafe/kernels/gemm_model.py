@@ -1,0 +1,280 @@
+"""The config model of the GEMMs: candidates for `matmul` (m > 16 rows) and the `linear`
+path (m <= 16: weight streaming, a GEMV at m = 1), and the time each is predicted to take.
+
+A product of m > 16 rows is modelled as waves of output tiles: T = ceil(m/BM) * ceil(n/BN)
+tiles (times the split-K count) run `blocks per SM` at a time on every SM, so the time is
+(rounds of tiles) x (one tile's time), where a tile's time is its tensor-core work at the
+efficiency its shape reaches (small tiles re-read more shared memory per product) plus its
+pipeline fill and epilogue. A last round that is only partly full is *wave quantisation*;
+fewer blocks per SM than the registers and shared memory allow is *occupancy*. Beside that,
+the bytes: HBM (each operand once while both fit in L2, more when they do not and the
+tiles are not grouped) and L2 (every tile reads its (BM + BN) x K operands). The slowest of
+the three is the time, plus one kernel launch per kernel (split-K and tail splits add a
+second: the sum of the fp32 partials).
+
+A product of <= 16 rows reads the weight once: its time is the weight's bytes at the HBM
+rate, reached only when enough blocks keep enough loads in flight on every SM (Little's
+law: ~1 us of HBM latency at each SM's share of the bandwidth), and split over K when the
+output columns alone give too few blocks.
+
+The numbers (tile efficiencies, fill times, in-flight bytes) are rough; the model ranks
+candidates, and the first-use autotune (`first_use.py`) or the tuned table correct it.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .launch import cdiv, pow2
+from .machine_model import Gpu, Gemm, element_bytes
+
+# (BM, BN, BK at 2-byte elements, warps): the tile shapes the H200 tuning found useful.
+TILES = ((128, 256, 64, 8), (256, 128, 64, 8), (128, 128, 64, 4), (128, 128, 64, 8), (128, 64, 64, 4),
+         (64, 128, 64, 4), (64, 64, 64, 4), (64, 128, 128, 4), (128, 64, 128, 4), (64, 64, 128, 4))
+SPLITS = (2, 3, 4, 6, 8)
+FILL_US = 0.6                  # a tile's pipeline fill and drain (one tile per block)
+PERSISTENT_FILL_US = 0.35      # ... when a block keeps going with its next tile
+OVERLAP = 1.15                 # two blocks on one SM hide some of each other's latency
+INFLIGHT_PER_SM = 29_000       # bytes in flight that keep one SM's share of HBM busy (~1 us)
+SM_STREAM_BYTES_PER_S = 110e9  # what one SM alone can pull from HBM
+STREAM_EFFICIENCY = 0.92       # of the HBM rate, a long read reaches
+
+
+def matmul_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
+    """Every valid `matmul` config the model considers for `s` (m > 16)."""
+    es, out = element_bytes(s.dtype), []
+    seen = set()
+    for bm, bn, bk, warps in TILES:
+        bk = bk * 2 // es                                        # fp32 tiles: half the K tile
+        tiles = (_mma(bm, s.m), _mma(bn, s.n), _mma(bk, s.k))
+        if (tiles, warps) in seen:
+            continue
+        seen.add((tiles, warps))
+        for stages in _stage_options(*tiles, es, gpu):
+            out += _schedules(s, tiles, warps, stages, gpu)
+    return [c for c in out if valid_matmul(c, s, gpu)]
+
+
+def _schedules(s: Gemm, tiles, warps: int, stages: int, gpu: Gpu) -> list[dict]:
+    bm, bn, bk = tiles
+    t, kt = cdiv(s.m, bm) * cdiv(s.n, bn), cdiv(s.k, bk)
+    base = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": 1,
+            "min_blocks": gpu.sms, "tail_split": False, "num_warps": warps, "num_stages": stages}
+    out = [base]
+    if t > gpu.sms:
+        out.append(dict(base, persistent=True))
+        if t % gpu.sms:
+            out += [dict(base, tail_split=True), dict(base, persistent=True, tail_split=True)]
+    else:
+        out += [dict(base, split_k=sp) for sp in SPLITS if t * sp <= 2 * gpu.sms and kt // sp >= 4]
+    return out
+
+
+def valid_matmul(c: dict, s: Gemm, gpu: Gpu) -> bool:
+    """Whether the kernels accept `c` and it fits the GPU: power-of-two tiles of >= 16 (the
+    tensor cores' minimum, `matmul._mma_tile`), a split count <= the K tiles, shared memory."""
+    tiles = c["block_m"], c["block_n"], c["block_k"]
+    if any(t < 16 or t & (t - 1) for t in tiles) or c["num_warps"] not in (4, 8) or c["num_stages"] < 2:
+        return False
+    if not 1 <= c["split_k"] <= cdiv(s.k, c["block_k"]):
+        return False
+    return _smem(*tiles, c["num_stages"], element_bytes(s.dtype)) <= gpu.smem_per_block
+
+
+def matmul_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
+    """(predicted microseconds, the limit that sets it) of `matmul` with config `c`."""
+    es = element_bytes(s.dtype)
+    bm, bn, bk = _mma(c["block_m"], s.m), _mma(c["block_n"], s.n), _mma(c["block_k"], s.k)
+    kt, tiles = cdiv(s.k, bk), cdiv(s.m, bm) * cdiv(s.n, bn)
+    occ = blocks_per_sm(bm, bn, bk, c["num_stages"], c["num_warps"], es, gpu)
+    splits = auto_splits(c, tiles, kt)
+    persistent = c.get("persistent")
+    persistent = tiles > 2 * gpu.sms if persistent is None else bool(persistent) and splits == 1
+    tail = _tail(c, s, (bm, bn), kt, gpu) if splits == 1 else None
+    if tail is not None:                                 # whole waves, then the rest split over K
+        whole, rest, tail_splits = tail
+        compute = _rounds_us(whole, kt, (bm, bn, bk), occ, persistent, es, gpu)
+        compute += _rounds_us(rest * tail_splits, cdiv(kt, tail_splits), (bm, bn, bk), occ, False, es, gpu)
+        partial_bytes, launches = 2 * rest * tail_splits * bm * bn * 4, 3
+    else:
+        per = cdiv(kt, splits)
+        compute = _rounds_us(tiles * cdiv(kt, per), per, (bm, bn, bk), occ, persistent, es, gpu)
+        partial_bytes = 2 * splits * s.m * s.n * 4 if splits > 1 else 0
+        launches = 2 if splits > 1 else 1
+    operands = (s.m * s.k + s.k * s.n) * es
+    reread = 1.0 if operands <= gpu.l2_bytes // 2 or persistent else 1.3
+    hbm = (operands * reread + s.m * s.n * es + partial_bytes) / gpu.hbm_bytes_per_s * 1e6
+    l2 = tiles * (bm + bn) * kt * bk * es / gpu.l2_bytes_per_s * 1e6
+    limits = {"compute": compute, "bandwidth": hbm, "l2": l2}
+    limit = max(limits, key=limits.get)
+    if limit == "compute":
+        limit = _compute_limit(tiles * splits, occ, persistent, (bm, bn, bk, c["num_stages"]), es, gpu)
+    return limits[max(limits, key=limits.get)] + launches * gpu.launch_us, limit
+
+
+def _rounds_us(blocks: int, k_steps: int, tiles, occ: int, persistent: bool, es: int, gpu: Gpu) -> float:
+    """Time of `blocks` output tiles of `k_steps` K tiles each, `occ` blocks per SM (one
+    per SM when persistent: the grid is the SM count)."""
+    if blocks == 0:
+        return 0.0
+    bm, bn, bk = tiles
+    tile = 2.0 * bm * bn * bk * k_steps / (gpu.flops_per_sm * mma_efficiency(bm, bn)) * 1e6
+    tile += (PERSISTENT_FILL_US if persistent else FILL_US) + bm * bn * es / SM_STREAM_BYTES_PER_S * 1e6
+    occ = 1 if persistent else occ
+    per_round = tile * occ / (OVERLAP if occ > 1 else 1.0)
+    return cdiv(blocks, gpu.sms * occ) * per_round
+
+
+def _compute_limit(blocks: int, occ: int, persistent: bool, tiles, es: int, gpu: Gpu) -> str:
+    """Which part of a compute-bound time is lost: a partly full last wave, or blocks per SM."""
+    slots = gpu.sms * (1 if persistent else occ)
+    fill = blocks / (cdiv(blocks, slots) * slots)
+    if fill < 0.85:
+        return "wave quantisation"
+    if occ == 1 and _smem(*tiles, es) > gpu.smem_per_sm // 2 and min(tiles[:2]) < 128:
+        return "occupancy"
+    return "compute"
+
+
+def mma_efficiency(bm: int, bn: int) -> float:
+    """An SM's tensor-core rate a (bm, bn) tile reaches, as a fraction of `Gpu.flops` (what
+    cuBLAS reaches over a whole product, so a full wave of the best tile is a little above
+    1): the product per byte read from shared memory, bm * bn / (bm + bn), against the
+    128 x 256 tile's."""
+    return 1.05 * min(1.0, (bm * bn / (bm + bn)) / (128 * 256 / 384)) ** 0.5
+
+
+def blocks_per_sm(bm: int, bn: int, bk: int, stages: int, warps: int, es: int, gpu: Gpu) -> int:
+    """Blocks one SM holds at once: its shared memory over the pipeline's, and its registers
+    over the fp32 accumulator's (plus ~40 per thread for addresses and operands)."""
+    by_smem = gpu.smem_per_sm // max(1, _smem(bm, bn, bk, stages, es))
+    regs = (bm * bn // (warps * 32) + 40) * warps * 32
+    return max(1, min(by_smem, gpu.regs_per_sm // regs, 64 // warps))
+
+
+def _smem(bm: int, bn: int, bk: int, stages: int, es: int) -> int:
+    """Shared memory of one block: `stages` A and B tiles, and the epilogue's layout change for
+    tiles of more than 128 x 128 (which reuses none of the pipeline's buffers)."""
+    epilogue = bm * bn * es if bm * bn > 128 * 128 else 0
+    return stages * (bm * bk + bk * bn) * es + epilogue
+
+
+def _stage_options(bm: int, bn: int, bk: int, es: int, gpu: Gpu) -> list[int]:
+    """The deepest pipeline one block may have, and one shallow enough for two blocks per SM."""
+    cap = 5 if bm * bn >= 128 * 128 else 8
+    step, epilogue = (bm * bk + bk * bn) * es, _smem(bm, bn, bk, 0, es)
+    deep = min(cap, (gpu.smem_per_block - epilogue) // step)
+    half = min(cap, (gpu.smem_per_sm // 2 - 1024 - epilogue) // step)
+    return [st for st in dict.fromkeys((deep, half)) if st >= 2]
+
+
+def _tail(c: dict, s: Gemm, tiles, kt: int, gpu: Gpu):
+    """(tiles in whole waves, tiles left, their K splits) when the config's tail split applies."""
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    bm, bn = tiles
+    found = mm.tail_split(c, s.m, s.n, bm, bn, kt, gpu.sms)
+    if found is None:
+        return None
+    axis, kept, splits = found
+    total = cdiv(s.m, bm) * cdiv(s.n, bn)
+    whole = (kept // bm) * cdiv(s.n, bn) if axis == 0 else kept // bn
+    return whole, total - whole, splits
+
+
+def _mma(want: int, size: int) -> int:
+    """`matmul._mma_tile`: the config's tile, shrunk for small sizes, never below 16."""
+    return max(16, min(int(want), pow2(size)))
+
+
+# --- m <= 16 rows: the weight-streaming path ------------------------------------------------
+
+def linear_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
+    """Every valid `linear` config the model considers for `s` (m <= 16): explicit tiles,
+    split count and `min_blocks` = 1, so the kernel takes them as they are."""
+    out = []
+    if s.m == 1:   # FMAs: narrow column tiles give blocks; bk x bn elements per load
+        shapes = [(bn, elems // bn) for bn in (4, 8, 16, 32) for elems in (4096, 8192)]
+    else:          # tensor cores: 16 (padded) rows by >= 16 columns
+        shapes = [(bn, bk) for bn in (16, 32, 64) for bk in (128, 256)]
+    for bn, bk in shapes:
+        bn_eff, bk_eff, _ = linear_tiles({"block_n": bn, "block_k": bk, "split_k": 1}, s)
+        for splits in (1, 2, 4, 8):
+            if splits > 1 and (cdiv(s.n, bn_eff) * splits > 8 * gpu.sms or cdiv(s.k, bk_eff) // splits < 2):
+                continue
+            for stages in (3, 4) if s.m == 1 else (3, 5):
+                out.append({"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1, "split_k": splits,
+                            "prefetch": False, "num_warps": 4, "num_stages": stages})
+    return [c for c in out if valid_linear(c, s, gpu)]
+
+
+def valid_linear(c: dict, s: Gemm, gpu: Gpu) -> bool:
+    """Whether the weight-streaming kernels accept `c` and it fits: power-of-two tiles (a
+    GEMV's column tile may be under 16: FMAs), one block's pipeline in shared memory."""
+    tiles = c["block_n"], c["block_k"], c.get("block_m", 16)
+    if any(t < 1 or t & (t - 1) for t in tiles) or c["num_warps"] not in (4, 8) or c["num_stages"] < 2:
+        return False
+    bn, bk, _ = linear_tiles(c, s)
+    rows = 1 if s.m == 1 else 16
+    return (c["split_k"] is None or c["split_k"] >= 1) and \
+        c["num_stages"] * (rows + bn) * bk * element_bytes(s.dtype) <= gpu.smem_per_block
+
+
+def linear_tiles(c: dict, s: Gemm) -> tuple[int, int, int]:
+    """(column tile, K tile, K splits) as `matmul._gemm` derives them from `c` for m <= 16."""
+    bn = min(int(c["block_n"]), max(16, pow2(s.n)))
+    if s.m > 1:
+        bn = max(bn, 16)
+    while bn > 16 and cdiv(s.n, bn) < c.get("min_blocks", 1):
+        bn //= 2
+    bk = min(c["block_k"] * c["block_n"] // bn, max(16, pow2(s.k)))
+    kt = cdiv(s.k, bk)
+    if s.m == 1 or c.get("split_k"):
+        splits = auto_splits(c, cdiv(s.n, bn), kt)
+    else:
+        splits = 1
+    per = cdiv(kt, splits)
+    return bn, bk, cdiv(kt, per)
+
+
+def auto_splits(c: dict, tiles: int, k_tiles: int) -> int:
+    """`matmul._splits`: the config's split_k, or (None) enough for `min_blocks` blocks."""
+    want = c.get("split_k")
+    if want is None:
+        floor = c.get("min_blocks", 0)
+        want = cdiv(floor, tiles) if tiles < floor else 1
+        want = min(want, max(1, k_tiles // 4))
+    return max(1, min(int(want), k_tiles))
+
+
+def linear_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
+    """(predicted microseconds, limit) of the m <= 16 path with config `c`."""
+    es = element_bytes(s.dtype)
+    bn, bk, splits = linear_tiles(c, s)
+    blocks = cdiv(s.n, bn) * splits
+    rows = 1 if s.m == 1 else 16
+    regs = (bk * bn // (c["num_warps"] * 32) + 48) if s.m == 1 else (rows * bn // (c["num_warps"] * 32) + 64)
+    occ = max(1, min(gpu.regs_per_sm // (regs * c["num_warps"] * 32),
+                     gpu.smem_per_sm // max(1, c["num_stages"] * (rows + bn) * bk * es), 16))
+    active = min(blocks, gpu.sms * occ)
+    inflight = active * c["num_stages"] * bn * bk * es
+    rate = gpu.hbm_bytes_per_s * STREAM_EFFICIENCY * min(1.0, inflight / (gpu.sms * INFLIGHT_PER_SM))
+    rate = min(rate, min(blocks, gpu.sms) * SM_STREAM_BYTES_PER_S)
+    rounds = cdiv(blocks, gpu.sms * occ)
+    quant = blocks / (rounds * gpu.sms * occ) if rounds > 1 else 1.0
+    weight = s.n * s.k * es
+    partials = 2 * splits * s.m * s.n * 4 if splits > 1 else 0
+    us = (weight + s.m * (s.k + s.n) * es + partials) / (rate * quant) * 1e6
+    us += gpu.launch_us * (2 if splits > 1 else 1)
+    limit = "bandwidth" if rate >= 0.8 * gpu.hbm_bytes_per_s * STREAM_EFFICIENCY and quant > 0.85 else \
+        ("wave quantisation" if quant <= 0.85 else "occupancy")
+    return us, limit
+
+
+def gemm_flop_us(s: Gemm, gpu: Gpu) -> float:
+    """The product at the GPU's full tensor-core rate: the floor no config goes under."""
+    return 2.0 * s.m * s.n * s.k / gpu.flops * 1e6
+
+
+def roofline_us(s: Gemm, gpu: Gpu) -> float:
+    es = element_bytes(s.dtype)
+    return max(gemm_flop_us(s, gpu), (s.m * s.k + s.k * s.n + s.m * s.n) * es / gpu.hbm_bytes_per_s * 1e6)
+
