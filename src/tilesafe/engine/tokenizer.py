@@ -41,13 +41,13 @@ class Tokenizer:
         if not path.is_file():
             raise file_error(path, "no such file (the tokenizer)",
                              "the engine needs a fast tokenizer: copy tokenizer.json from the model's release")
+        config_path = folder / "tokenizer_config.json"   # first: it is small, the vocabulary is not
+        config = read_json(config_path, "tokenizer settings") if config_path.is_file() else {}
         try:
             backend = Backend.from_file(str(path))
         except Exception as e:   # the Rust library raises plain Exceptions with serde's message
             raise file_error(path, f"is not a tokenizer the `tokenizers` library can read ({e})",
                              "restore tokenizer.json from the model's release") from None
-        config_path = folder / "tokenizer_config.json"
-        config = read_json(config_path, "tokenizer settings") if config_path.is_file() else {}
         return cls(backend, config, folder)
 
     @property
