@@ -1,0 +1,72 @@
+"""Batched decode steps, each batch size captured once in `ts.graph()` and replayed.
+
+A step's inputs — the new token, position and cache length of each sequence — are copied
+into the step's device buffers; everything else is fixed (weights, cache slots, buffers),
+so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
+of split GEMMs and long softmax rows) and the second captures the same calls. Replays then
+cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+
+from .model import Activations, Qwen3Model
+
+
+@dataclass(slots=True)
+class StepWorkspace:
+    attention: tk.DecodeWorkspace
+    argmax: tk.ArgmaxWorkspace
+
+
+@dataclass(slots=True)
+class _Step:
+    a: Activations
+    ws: StepWorkspace
+    graph: object = None      # the ts.Graph once captured
+    eager_runs: int = 0
+
+
+class DecodeSteps:
+    """`run(ids, positions)` -> (next tokens, their log-probabilities), row i in cache slot i."""
+
+    def __init__(self, model: Qwen3Model, dtype: torch.dtype, device: str, use_graph: bool):
+        self.model, self.dtype, self.device, self.use_graph = model, dtype, device, use_graph
+        self.steps: dict[int, _Step] = {}
+
+    def run(self, ids: list[int], positions: list[int]) -> tuple[list[int], list[float]]:
+        step = self._step(len(ids))
+        a = step.a
+        a.ids.copy_(torch.tensor(ids, dtype=torch.int32))                      # (B,) host -> device
+        a.positions.copy_(torch.tensor(positions, dtype=torch.int32))
+        a.lens.copy_(torch.tensor(positions, dtype=torch.int32) + 1)
+        if step.graph is not None:
+            step.graph.replay()
+        else:
+            self.model.decode(a, step.ws)
+            step.eager_runs += 1
+            if self.use_graph and step.eager_runs == 1:
+                self._capture(step)
+        return a.tokens.tolist(), a.chosen.float().tolist()
+
+    def _step(self, batch: int) -> _Step:
+        step = self.steps.get(batch)
+        if step is None:
+            cfg = self.model.cfg
+            a = Activations.allocate(cfg, batch, batch, self.dtype, self.device)
+            ws = StepWorkspace(tk.decode_workspace(a.qr[0], self.model.cache.k[0][0]),
+                               tk.argmax_workspace(a.logits))
+            step = self.steps[batch] = _Step(a, ws)
+        return step
+
+    def _capture(self, step: _Step) -> None:
+        """Capture the step just run eagerly (its kernels are compiled, its scratch exists);
+        the capture records the launches without running them."""
+        with ts.graph() as g:
+            self.model.decode(step.a, step.ws)
+        step.graph = g

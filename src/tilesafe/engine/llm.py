@@ -1,0 +1,230 @@
+"""`LLM`: load a Qwen3 checkpoint and generate, with vLLM's offline API.
+
+    llm = LLM("Qwen/Qwen3-0.6B", device="cuda", dtype="bfloat16", max_model_len=4096)
+    outs = llm.generate(["Hello", {"prompt_token_ids": [...]}], SamplingParams(max_tokens=64))
+
+A call runs its prompts in waves of at most `max_num_seqs`: each prompt is prefilled on
+its own (into its cache slot), then the wave decodes together, one token per sequence per
+step, until every sequence has stopped. Every prompt and parameter is checked before any
+device work, and a refused call leaves the LLM as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+import tilesafe as ts
+
+from .checkpoint import load_weights, weight_bytes
+from .config import Qwen3Config
+from .decode_step import DecodeSteps
+from .errors import checkpoint_error, request_error
+from .kv_cache import KVCache, cache_bytes
+from .model import Activations, Qwen3Model
+from .prompts import Prompt, normalize_prompts
+from .sampling_params import SamplingParams
+from .sequence import Sequence
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class LLM:
+    def __init__(self, model: str, device: str | None = None, dtype: str | torch.dtype | None = None,
+                 max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
+                 progress: bool = True):
+        self.model_dir = _model_dir(model)
+        self.config = cfg = Qwen3Config.from_dir(self.model_dir)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = _dtype(dtype, cfg, self.device)
+        self.max_model_len = _positive("max_model_len", max_model_len or min(cfg.max_position_embeddings, 4096))
+        if self.max_model_len > cfg.max_position_embeddings:
+            raise request_error(f"LLM: max_model_len {self.max_model_len} exceeds the model's "
+                                f"max_position_embeddings {cfg.max_position_embeddings}")
+        self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
+        self.backend = _backend(self.device)
+        self._check_memory()
+        self.tokenizer, self.generation_config = _text_side(self.model_dir)
+        self.eos_ids = frozenset(self.generation_config.eos_token_ids) | (
+            {self.tokenizer.eos_token_id} if self.tokenizer and self.tokenizer.eos_token_id is not None else set())
+        with self._on_device():
+            weights = load_weights(self.model_dir, cfg, self.dtype, self.device, progress)
+            cache = KVCache.allocate(cfg, self.max_num_seqs, self.max_model_len, self.dtype, self.device)
+        self.model = Qwen3Model(cfg, weights, cache)
+        graph = self.device.startswith("cuda") and self.backend == "triton" if use_graph is None else use_graph
+        self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph)
+
+    # -- public API ------------------------------------------------------------------------
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list:
+        """One RequestOutput per prompt, in order. Prompts: a str, {"prompt": str},
+        {"prompt_token_ids": [...]}, or a list of them."""
+        seqs = self._sequences(prompts, sampling_params)
+        for _ in self._run(seqs):
+            pass
+        return [s.output(str(s.index)) for s in seqs]
+
+    def stream(self, prompt, sampling_params: SamplingParams | None = None):
+        """Yield the text of one prompt as it is generated: objects with `.text` (the new
+        text), `.token_ids` (the new tokens) and `.finished`; joined, the texts are the
+        final output's text."""
+        seqs = self._sequences(prompt if not isinstance(prompt, list) or _is_ids(prompt) else prompt[:1],
+                               sampling_params)
+        seq = seqs[0]
+        sent = 0
+        for _ in self._run(seqs):
+            yield _Delta(seq.new_text(), seq.tokens[sent:], seq.finished, seq.finish_reason)
+            sent = len(seq.tokens)
+
+    def chat(self, messages, sampling_params: SamplingParams | None = None, enable_thinking: bool | None = None):
+        """Generate the assistant's reply to a conversation (or a list of conversations),
+        rendered with the model's chat template and add_generation_prompt=True."""
+        if self.tokenizer is None:
+            raise request_error("LLM.chat: the model folder has no tokenizer.json",
+                                help="pass prompt token ids to generate() instead")
+        many = bool(messages) and isinstance(messages[0], list)
+        convs = messages if many else [messages]
+        prompts = [{"prompt_token_ids": self.tokenizer.apply_chat_template(c, enable_thinking=enable_thinking)}
+                   for c in convs]
+        return self.generate(prompts, sampling_params)
+
+    # -- one call ------------------------------------------------------------------------------
+
+    def _sequences(self, prompts, sampling_params) -> list[Sequence]:
+        """Every request checked and tokenized, before any device work."""
+        items: list[Prompt] = normalize_prompts(prompts, self.tokenizer, self.config.vocab_size, self.max_model_len)
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(items)
+        if len(params) != len(items):
+            raise request_error(f"generate: {len(items)} prompts but {len(params)} sampling params",
+                                help="pass one SamplingParams, or one per prompt")
+        defaults = self.generation_config.sampling_defaults()
+        seqs = []
+        for i, (item, p) in enumerate(zip(items, params)):
+            p = (p or SamplingParams()).resolved(defaults)
+            if not p.greedy:
+                raise request_error(f"generate: temperature {p.temperature} asks for sampling, which this engine "
+                                    "does not run yet", help="pass SamplingParams(temperature=0) for greedy decoding")
+            if p.stop and self.tokenizer is None:
+                raise request_error("generate: stop strings need the model's tokenizer (tokenizer.json)")
+            seqs.append(Sequence(i, item.text, item.ids, p, self.max_model_len, self.eos_ids, self._detokenizer(item, p)))
+        return seqs
+
+    def _run(self, seqs: list[Sequence]):
+        """Generate every sequence, yielding after each token of each wave."""
+        with self._on_device(), torch.inference_mode():
+            for w in range(0, len(seqs), self.max_num_seqs):
+                yield from self._wave(seqs[w:w + self.max_num_seqs])
+
+    def _wave(self, wave: list[Sequence]):
+        for slot, s in enumerate(wave):                      # prefill, one prompt at a time
+            a = Activations.allocate(self.config, len(s.prompt_ids), 1, self.dtype, self.device)
+            a.ids.copy_(torch.tensor(s.prompt_ids, dtype=torch.int32))
+            a.positions.copy_(torch.arange(len(s.prompt_ids), dtype=torch.int32))
+            self.model.prefill(a, slot)
+            s.append(a.tokens.item(), a.chosen.float().item())
+            yield
+        while not all(s.finished for s in wave):
+            # A finished sequence keeps its row (the step's shape stays fixed for its graph);
+            # it recomputes position 0 of its own slot, which nothing reads any more.
+            ids = [0 if s.finished else s.tokens[-1] for s in wave]
+            positions = [0 if s.finished else s.position for s in wave]
+            tokens, logprobs = self.decode_steps.run(ids, positions)
+            for s, t, lp in zip(wave, tokens, logprobs):
+                if not s.finished:
+                    s.append(t, lp)
+            yield
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def _detokenizer(self, item: Prompt, p: SamplingParams):
+        if self.tokenizer is None:
+            return None
+        from .detokenize import IncrementalDetokenizer
+        return IncrementalDetokenizer(self.tokenizer, item.ids, skip_special_tokens=p.skip_special_tokens)
+
+    def _on_device(self):
+        return ts.backend(self.backend) if self.backend else contextlib.nullcontext()
+
+    def _check_memory(self) -> None:
+        """Refuse, before allocating, weights + cache that do not fit the GPU's free memory."""
+        if not self.device.startswith("cuda"):
+            return
+        size = torch.empty((), dtype=self.dtype).element_size()
+        weights = weight_bytes(self.config, size)
+        cache = cache_bytes(self.config, self.max_num_seqs, self.max_model_len, size)
+        free, _ = torch.cuda.mem_get_info(torch.device(self.device))
+        if weights + cache > free:
+            gib = 2 ** 30
+            raise request_error(f"LLM: the weights ({weights / gib:.2f} GiB) and KV cache ({cache / gib:.2f} GiB) "
+                                f"need {(weights + cache) / gib:.2f} GiB, but {self.device} has {free / gib:.2f} GiB "
+                                "free", help="lower max_model_len or max_num_seqs, or use a smaller model")
+
+
+class _Delta:
+    __slots__ = ("text", "token_ids", "finished", "finish_reason")
+
+    def __init__(self, text, token_ids, finished, finish_reason):
+        self.text, self.token_ids, self.finished, self.finish_reason = text, token_ids, finished, finish_reason
+
+
+def _is_ids(x) -> bool:
+    return bool(x) and all(isinstance(i, int) for i in x)
+
+
+def _model_dir(model) -> Path:
+    """A local folder, or a hub id downloaded with huggingface_hub (when a network exists)."""
+    path = Path(model)
+    if path.exists() or str(model).startswith((".", "/", "~")) or str(model).count("/") != 1:
+        if not path.is_dir():
+            raise checkpoint_error(f"checkpoint folder {model} does not exist",
+                                   help="pass a folder holding config.json and *.safetensors, or a hub id")
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(str(model), allow_patterns=["*.json", "*.safetensors", "*.txt"]))
+    except Exception as e:   # offline, unknown id, no access: the hub client's many error types
+        raise checkpoint_error(f"cannot fetch {model!r} from the Hugging Face hub: {e}",
+                               help="download it first and pass the local folder") from None
+
+
+def _dtype(dtype, cfg: Qwen3Config, device: str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if dtype is None:
+        dtype = "float32" if device == "cpu" else "auto"
+    if dtype == "auto":
+        dtype = cfg.dtype if cfg.dtype in DTYPES else "bfloat16"
+    if dtype not in DTYPES:
+        raise request_error(f"LLM: dtype must be one of {', '.join(DTYPES)} or 'auto', got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def _backend(device: str) -> str | None:
+    """The CPU runs every kernel on a CPU backend (the reference one unless the caller chose
+    Triton's interpreter); a GPU keeps the current (Triton) backend."""
+    if device == "cpu" and ts.current_backend() == "triton":
+        return "reference"
+    if not device.startswith(("cpu", "cuda")):
+        raise request_error(f"LLM: device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    return None
+
+
+def _positive(name: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise request_error(f"LLM: {name} must be a positive int, got {value!r}")
+    return value
+
+
+def _text_side(model_dir: Path):
+    """The tokenizer (None without tokenizer.json: prompts are then token ids) and the
+    generation defaults."""
+    from .generation_config import GenerationConfig
+    tokenizer = None
+    if (model_dir / "tokenizer.json").is_file():
+        from .tokenizer import Tokenizer
+        tokenizer = Tokenizer.from_dir(model_dir)
+    return tokenizer, GenerationConfig.from_dir(model_dir)

@@ -1,0 +1,69 @@
+"""`SamplingParams`: how one request is decoded, with vLLM's names and defaults.
+
+Values are checked when the object is made, before any GPU work: a bad one is a
+`RequestError` that names the parameter, the allowed range and the value. Parameters left
+unset (None) take the checkpoint's `generation_config.json` value, then vLLM's default
+(`resolved`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .errors import request_error
+
+DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 16}
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    temperature: float | None = None      # 0: greedy
+    top_p: float | None = None            # in (0, 1]
+    top_k: int | None = None              # 0 or -1: all tokens
+    max_tokens: int | None = None         # generated tokens at most (the model length also bounds them)
+    seed: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None           # 1: the chosen token's log-probability per generated token
+    skip_special_tokens: bool = True
+
+    def __post_init__(self):
+        _check_number("temperature", self.temperature, lambda v: v >= 0, ">= 0")
+        _check_number("top_p", self.top_p, lambda v: 0 < v <= 1, "in (0, 1]")
+        _check_int("top_k", self.top_k, lambda v: v >= -1, ">= -1 (0 or -1: no limit)")
+        _check_int("max_tokens", self.max_tokens, lambda v: v > 0, "> 0")
+        _check_int("seed", self.seed, lambda v: True, "an int")
+        _check_int("logprobs", self.logprobs, lambda v: v >= 0, ">= 0")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        for i in self.stop_token_ids:
+            _check_int("stop_token_ids", i, lambda v: v >= 0, "a list of token ids >= 0")
+
+    def resolved(self, defaults: dict) -> "SamplingParams":
+        """A copy with each unset parameter taken from `defaults` (generation_config.json's
+        sampling values), then from vLLM's defaults."""
+        values = {}
+        for name, fallback in DEFAULTS.items():
+            if getattr(self, name) is None:
+                values[name] = defaults.get(name, fallback)
+        return dataclasses.replace(self, **values)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+def _check_number(name: str, value, ok, limit: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not ok(value):
+        raise request_error(f"SamplingParams: {name} must be {limit}, got {value!r}")
+
+
+def _check_int(name: str, value, ok, limit: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not ok(value):
+        raise request_error(f"SamplingParams: {name} must be {limit}, got {value!r}")
