@@ -2,21 +2,23 @@
 
 Both are `TileSafeError`s located at the user's call (the first frame outside tilesafe), so
 a missing tokenizer.json reads like any other tilesafe error: what is wrong, where the call
-was, and what to do next.
+was, and what to do next. A model file's error is a `CheckpointError` and a refused text input
+a `RequestError`, so `except CheckpointError` covers every problem of a model folder.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import TileSafeError, caller_loc
+from ..errors import caller_loc
+from .errors import CheckpointError, RequestError
 
 
-class ModelFileError(TileSafeError):
+class ModelFileError(CheckpointError):
     """A file of a model folder (tokenizer.json, tokenizer_config.json, a chat template,
     generation_config.json) is missing or malformed. The message names the file."""
 
 
-class TextInputError(TileSafeError):
+class TextInputError(RequestError):
     """Text-side input the engine cannot use: a prompt that is not a str, chat messages of the
     wrong shape, or messages the chat template refused."""
 
