@@ -33,7 +33,8 @@ def kv_append(cache, x, start, config=None):
     fn = "kv_append"
     (ct, xt), dtype, device = A.float_operands(fn, cache=cache, x=x)
     if ct.ndim != 3 or xt.ndim != 3 or xt.shape[1:] != (ct.shape[0], ct.shape[2]):
-        raise A.fail(fn, f"needs cache (HKV, max_seq, D) and x (T, HKV, D); got cache {ct.shape} and x {xt.shape}")
+        raise A.fail(fn, f"needs cache (HKV, max_seq, D) and x (T, HKV, D); got cache {ct.shape} and x {xt.shape}",
+                     help="x holds T new rows per KV head: x.shape[1:] must equal (cache.shape[0], cache.shape[2])")
     st = _start(fn, start, ct.shape[1], device)
     check_aliasing(fn, {"x": xt, "start": None if isinstance(start, int) else st}, {"cache": ct})
     if xt.numel == 0:
@@ -47,11 +48,12 @@ def _start(fn, start, max_seq, device):
     """`start` as a one-element integer tensor on `device`."""
     if isinstance(start, int) and not isinstance(start, bool):
         if not 0 <= start < max_seq:
-            raise A.fail(fn, f"start {start} must be in 0..{max_seq - 1} (the cache's max_seq is {max_seq})")
+            raise A.fail(fn, f"start {start} must be in 0..{max_seq - 1} (the cache's max_seq is {max_seq})",
+                         help="append only inside the cache")
         return ts.full((1,), start, ts.i32, device)
     t = A.tensor(start, "start", fn)
     A.dtype_in(t, A.INTS, "start", fn)
     if t.numel != 1 or t.device != device:
         raise A.fail(fn, f"start must be an int or a one-element tensor on {device}; got shape {t.shape} "
-                         f"on {t.device}")
+                         f"on {t.device}", help="pass e.g. torch.tensor([pos], dtype=torch.int32, device=cache.device)")
     return t.reshape(1)
