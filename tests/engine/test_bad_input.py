@@ -1,0 +1,156 @@
+"""Refused checkpoints and requests: a located `ts.TileSafeError` naming what is wrong, raised
+before any device work, and an LLM that still works afterwards."""
+import json
+import shutil
+
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe.engine import LLM, CheckpointError, RequestError, SamplingParams
+
+
+def marker_line(marker: str) -> int:
+    with open(__file__) as f:
+        hits = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def assert_located(e, marker: str, *fragments: str) -> None:
+    assert isinstance(e, ts.TileSafeError)
+    for fragment in fragments:
+        assert fragment in e.message, e.message
+    assert e.loc is not None and e.loc.file == __file__ and e.loc.line == marker_line(marker), str(e)
+    assert "Traceback" not in str(e) and "src/tilesafe" not in str(e)
+
+
+@pytest.fixture(scope="module")
+def llm(checkpoint):
+    folder, _ = checkpoint()
+    return LLM(str(folder), device="cpu", max_model_len=16, max_num_seqs=2, progress=False)
+
+
+def copy_of(folder, tmp_path):
+    dst = tmp_path / "ckpt"
+    shutil.copytree(folder, dst)
+    return dst
+
+
+def test_missing_folder_and_file(tmp_path):
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(tmp_path / "nope"), device="cpu")  # ckpt: no folder
+    assert_located(e.value, "ckpt: no folder", "nope", "does not exist")
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(tmp_path), device="cpu")  # ckpt: no config
+    assert_located(e.value, "ckpt: no config", "no config.json")
+
+
+def test_missing_shard(checkpoint, tmp_path):
+    folder, _ = checkpoint("sharded", save={"max_shard_size": "20KB"})
+    dst = copy_of(folder, tmp_path)
+    victim = sorted(dst.glob("model-*.safetensors"))[1]
+    victim.unlink()
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(dst), device="cpu", progress=False)  # ckpt: shard
+    assert_located(e.value, "ckpt: shard", victim.name, "missing")
+
+
+def test_wrong_tensor_shape_and_dtype(checkpoint, tmp_path):
+    from safetensors.torch import load_file, save_file
+    folder, _ = checkpoint()
+    dst = copy_of(folder, tmp_path)
+    tensors = load_file(dst / "model.safetensors")
+    name = "model.layers.1.self_attn.k_proj.weight"
+    good = tensors[name]
+    tensors[name] = good[:-1].contiguous()
+    save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(dst), device="cpu", progress=False)  # ckpt: shape
+    assert_located(e.value, "ckpt: shape", name, "(31, 64)", "expected (32, 64)")
+    tensors[name] = good.to(torch.int32)
+    save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(dst), device="cpu", progress=False)  # ckpt: dtype
+    assert_located(e.value, "ckpt: dtype", name, "torch.int32")
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (dict(architectures=["LlamaForCausalLM"], model_type="llama"), "LlamaForCausalLM"),
+    (dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe"), "Qwen3MoeForCausalLM"),
+    (dict(num_key_value_heads=3), "num_key_value_heads 3 must divide num_attention_heads 4"),
+    (dict(hidden_size=0), "hidden_size must be a positive integer, got 0"),
+    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}), "RoPE scaling"),
+    (dict(attention_bias=True), "attention_bias"),
+])
+def test_unsupported_config(checkpoint, tmp_path, edit, fragment):
+    folder, _ = checkpoint()
+    dst = copy_of(folder, tmp_path)
+    raw = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**raw, **edit}))
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(dst), device="cpu", progress=False)  # ckpt: config
+    assert_located(e.value, "ckpt: config", fragment, "config.json")
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(max_tokens=0), "max_tokens must be > 0, got 0"),
+    (dict(temperature=-0.5), "temperature must be >= 0, got -0.5"),
+    (dict(top_p=0.0), "top_p must be in (0, 1], got 0.0"),
+    (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
+])
+def test_bad_sampling_params(kwargs, fragment):
+    with pytest.raises(RequestError) as e:
+        SamplingParams(**kwargs)  # params: bad
+    assert_located(e.value, "params: bad", fragment)
+
+
+@pytest.mark.parametrize("prompt,fragment", [
+    ({"prompt_token_ids": []}, "prompt 1 is empty"),
+    ({"prompt_token_ids": [1, 96]}, "token id 96, outside the vocabulary [0, 96)"),
+    ({"prompt_token_ids": [1, -1]}, "token id -1"),
+    ({"prompt_token_ids": list(range(16))}, "prompt 1 has 16 tokens, but max_model_len is 16"),
+    ("some text", "no tokenizer.json"),
+])
+def test_bad_prompts_refused_and_llm_still_works(llm, prompt, fragment):
+    ok = {"prompt_token_ids": [3, 4]}
+    params = SamplingParams(temperature=0, max_tokens=3)
+    before = llm.generate(ok, params)[0].outputs[0].token_ids
+    with pytest.raises(RequestError) as e:
+        llm.generate([ok, prompt], params)  # generate: bad prompt
+    assert_located(e.value, "generate: bad prompt", fragment)
+    assert llm.generate(ok, params)[0].outputs[0].token_ids == before
+
+
+def test_empty_prompt_list(llm):
+    assert llm.generate([], SamplingParams(temperature=0)) == []
+
+
+def test_generation_stops_at_max_model_len(llm):
+    out = llm.generate({"prompt_token_ids": list(range(13))}, SamplingParams(temperature=0, max_tokens=50))[0]
+    assert len(out.outputs[0].token_ids) == 3 and out.outputs[0].finish_reason == "length"
+
+
+def test_stop_token_ids_and_eos(llm):
+    params = SamplingParams(temperature=0, max_tokens=6)
+    full = llm.generate({"prompt_token_ids": [3, 17, 5]}, params)[0].outputs[0].token_ids
+    stop = full[2]
+    cut = full[:full.index(stop) + 1]
+    out = llm.generate({"prompt_token_ids": [3, 17, 5]}, SamplingParams(temperature=0, max_tokens=6,
+                                                                        stop_token_ids=[stop]))[0].outputs[0]
+    assert out.token_ids == cut and out.finish_reason == "stop" and out.stop_reason == stop
+    llm.eos_ids = frozenset({stop})
+    try:
+        out = llm.generate({"prompt_token_ids": [3, 17, 5]}, params)[0].outputs[0]
+        assert out.token_ids == cut and out.finish_reason == "stop" and out.stop_reason is None
+        out = llm.generate({"prompt_token_ids": [3, 17, 5]}, SamplingParams(temperature=0, max_tokens=6,
+                                                                            ignore_eos=True))[0].outputs[0]
+        assert out.token_ids == full and out.finish_reason == "length"
+    finally:
+        llm.eos_ids = frozenset()
+
+
+def test_sampling_is_refused_until_the_device_sampler_exists(llm):
+    with pytest.raises(RequestError) as e:
+        llm.generate({"prompt_token_ids": [3]}, SamplingParams(temperature=0.7))  # generate: sampling
+    assert_located(e.value, "generate: sampling", "temperature 0.7")
