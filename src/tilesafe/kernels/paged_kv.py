@@ -1,0 +1,298 @@
+"""A paged KV cache's kernels: `paged_kv_write` (a step's new keys and values into their
+slots, through the safe scatter) and `paged_decode_attention` (one query per head and
+sequence, reading each sequence's keys through its block table), plus `scatter_check`, the
+device-side count of a slot mapping's bad entries.
+
+Layout (vLLM's): each cache is (num_blocks, block_size, HKV, D); a sequence's block table
+row lists its blocks, so its position p lives in slot `table[p // block_size] * block_size
++ p % block_size` — row `slot` of the cache seen as (num_blocks * block_size, HKV, D).
+
+The write scatters row i of the new keys to row `slot_mapping[i]` (`z.scatter(rows)`, S1):
+entries out of range or shared with another entry write nothing, on the device, so the
+write is safe whatever the mapping holds and can be captured in a CUDA graph. Eagerly it
+also checks the mapping on the host first (`check="host"`, an error instead of dropped
+rows); inside a graph use `check="device"` with a `dropped=` buffer, read after the replay
+(`report_dropped`). A negative slot is a padded token: nothing is written (vLLM's -1).
+
+The decode attention follows `decode_attention`: one block per (split, sequence x KV head)
+streams its split of the sequence in tiles of BN keys, gathering each tile's cache rows
+through the block table (`ts.gather`, positions past the sequence read padding), with the
+GP >= 16 query rows of its KV head's group in one tensor-core tile; a second kernel combines
+the splits per query head. Block tables and lengths are read-only device inputs, so one
+captured graph replays for every step.
+"""
+import math
+
+import numpy as np
+
+import tilesafe as ts
+
+from . import arguments as A
+from .attention import LOG2E, NEG_INF, decode_combine_kernel, online_step, store_partials
+from .call_checks import check_aliasing
+from .launch import cdiv, launch, pow2, workers
+
+TARGET_BLOCKS = 256      # (split, sequence x KV head) blocks a decode step aims for
+
+
+# --- the write --------------------------------------------------------------------------------
+@ts.kernel
+def paged_kv_write_kernel(kc: ts.MutTiles["T", ("R", "C")], vc: ts.MutTiles["T", ("R", "C")],
+                          slots: ts.Ref["TS", ("N",)], k: ts.Ref["T", ("N", "W")], v: ts.Ref["T", ("N", "W")],
+                          T: ts.Const[ts.DType], TS: ts.Const[ts.DType], R: ts.Const[int], C: ts.Const[int],
+                          N: int, W: int):
+    for j in kc.scatter(slots):                                  # (row tile, column tile) of k
+        kc.store(ts.load(k, j, shape=(R, C)), j)                 # (R, C) rows to their slots
+    for j in vc.scatter(slots):
+        vc.store(ts.load(v, j, shape=(R, C)), j)
+
+
+@ts.kernel
+def scatter_check_kernel(bad: ts.Mut[ts.i32, ("R",)], rows: ts.Ref["TS", ("N",)], n_rows: int,
+                         TS: ts.Const[ts.DType], R: ts.Const[int], N: int):
+    """bad[i] = 1 where rows[i] >= n_rows, or rows[i] >= 0 is also another entry's row."""
+    i = ts.block_id(0)
+    src = i * R + ts.arange(0, R)                                # (R,) entries of this block
+    pos = ts.load(rows, (i,), shape=(R,), padding=-1)            # (R,)
+    shared = ts.zeros((R,), ts.i32)
+    for c in range(0, (N + R - 1) // R):
+        other = ts.load(rows, (c,), shape=(R,), padding=-1)      # (R,) entries c*R ..
+        same = (ts.expand_dims(pos, 1) == ts.expand_dims(other, 0)) & \
+            (ts.expand_dims(src, 1) != ts.expand_dims(c * R + ts.arange(0, R), 0))   # (R, R)
+        shared = ts.maximum(shared, ts.max(same.astype(ts.i32), axis=1))
+    bad.store(ts.where((pos >= n_rows) | ((pos >= 0) & (shared > 0)), 1, 0).astype(ts.i32))
+
+
+def paged_kv_write(k_cache, v_cache, k, v, slot_mapping, check="host", dropped=None):
+    """Write k and v (T, HKV, D) into the caches (num_blocks, block_size, HKV, D) at the slots
+    `slot_mapping` (T,) names; a negative slot writes nothing. The caches are updated in place
+    and returned.
+
+    check="host" reads the mapping first (a synchronisation on a GPU) and raises LaunchError
+    for an entry out of range or repeated; check="device" reads nothing on the host (what a
+    CUDA graph needs): such entries write nothing, and with `dropped=` (a (T,) int32 tensor)
+    a check kernel flags them there — `report_dropped(dropped)` raises after the step.
+    """
+    fn = "paged_kv_write"
+    (kc, vc, kt, vt), dtype, device = A.float_operands(fn, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
+    if kc.ndim != 4 or vc.shape != kc.shape or kt.ndim != 3 or vt.shape != kt.shape \
+            or kt.shape[1:] != kc.shape[2:]:
+        raise A.fail(fn, f"needs caches (num_blocks, block_size, HKV, D) of one shape and k, v (T, HKV, D); got "
+                         f"k_cache {kc.shape}, v_cache {vc.shape}, k {kt.shape}, v {vt.shape}")
+    slots = _int_vector(fn, slot_mapping, "slot_mapping", kt.shape[0], device)
+    nb, bs, hkv, d = kc.shape
+    if check not in ("host", "device"):
+        raise A.fail(fn, f"check must be 'host' or 'device', got {check!r}")
+    if check == "host":
+        if dropped is not None:
+            raise A.fail(fn, "dropped= goes with check='device' (the host check raises instead)")
+        ts.check_scatter_index(slots, nb * bs, "slot_mapping")
+    flags = None if dropped is None else _flags_out(fn, dropped, kt.shape[0], device)
+    check_aliasing(fn, {"k": kt, "v": vt, "slot_mapping": slots}, {"k_cache": kc, "v_cache": vc, "dropped": flags})
+    if kt.shape[0] == 0:
+        return k_cache, v_cache
+    w = hkv * d
+    views = [_rows(fn, t, name, w) for t, name in ((kc, "k_cache"), (vc, "v_cache"), (kt, "k"), (vt, "v"))]
+    c = min(pow2(w), 1024)
+    r = max(1, min(16, pow2(kt.shape[0]), 8192 // c))
+    grid = (max(1, min(cdiv(kt.shape[0], r) * cdiv(w, c), workers(device))),)
+    launch(paged_kv_write_kernel, {"kc": (views[0], (r, c)), "vc": (views[1], (r, c))}, grid, cfg={},
+           slots=slots, k=views[2], v=views[3])
+    if flags is not None:
+        scatter_check(slots, nb * bs, out=flags)
+    return k_cache, v_cache
+
+
+def scatter_check(rows, n_rows: int, out=None):
+    """(T,) int32 flags, on the device, of the entries of `rows` a scatter into `n_rows` rows
+    drops as errors: out of range, or naming a row another entry names (negative entries are
+    padding, not errors). With `out=` nothing is allocated (inside `ts.graph()`)."""
+    fn = "scatter_check"
+    rt = A.tensor(rows, "rows", fn)
+    A.dtype_in(rt, A.INTS, "rows", fn)
+    if rt.ndim != 1:
+        raise A.fail(fn, f"`rows` must be 1-D, got shape {rt.shape}")
+    o = A.output(out, rt.shape, ts.i32, rt.device, A.is_torch(rows), fn)
+    check_aliasing(fn, {"rows": rt}, {"out": o.passed})
+    if rt.shape[0]:
+        r = min(64, pow2(rt.shape[0]))
+        launch(scatter_check_kernel, {"bad": (o.tensor, (r,))}, cfg=None, rows=rt, n_rows=int(n_rows))
+    return o.returned
+
+
+def report_dropped(flags, name: str = "slot_mapping") -> None:
+    """Raise LaunchError if `flags` (from `scatter_check` or `paged_kv_write(dropped=)`)
+    marks an entry: the step that wrote them dropped it. Reads the flags (a synchronisation)."""
+    values = A.tensor(flags, "flags", "report_dropped").numpy() if not isinstance(flags, np.ndarray) else flags
+    bad = np.flatnonzero(values)
+    if bad.size:
+        raise A.fail("report_dropped", f"entry {int(bad[0])} of `{name}` (and {bad.size - 1} more) was out of range "
+                                       "or named a slot another entry named, so its row was not written",
+                     help="give each token its own slot inside the cache (a negative slot writes nothing)")
+
+
+# --- the decode attention ---------------------------------------------------------------------
+@ts.function
+def paged_keys(lens, b, MAXS, BN):
+    """This block's keys of sequence b: split `block_id(0)` of its first lens[b] (at most
+    MAXS) positions, whole BN-key tiles per split; returns (stop, first tile, last tile)."""
+    splits = ts.num_blocks(0)
+    length = max(min(ts.scalar(ts.load(lens, (b,), shape=(1,))).astype(ts.i32), MAXS), 0)
+    per = ((length + splits - 1) // splits + BN - 1) // BN * BN  # keys per split, a multiple of BN
+    start = ts.block_id(0) * per
+    stop = min(length, start + per)                              # this split's keys: [start, stop)
+    return stop, max(start // BN, 0), (stop + BN - 1) // BN
+
+
+@ts.function
+def gather_rows(cache, slot, kvh, BN, DP):
+    """Rows `slot` (BN,) of head kvh of a (slots, HKV, D) cache: (BN, DP); -1 reads zeros."""
+    return ts.reshape(ts.gather(cache, slot, axis=0, shape=(BN, 1, DP), index=(0, kvh, 0)), (BN, DP))
+
+
+@ts.kernel
+def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                        l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("BH", "G", "D")],
+                        k: ts.Ref["T", ("NS", "HKV", "D")], v: ts.Ref["T", ("NS", "HKV", "D")],
+                        tables: ts.Ref["TB", ("B", "MB")], lens: ts.Ref["TL", ("B",)], qk_scale: float,
+                        block_size: int, T: ts.Const[ts.DType], TB: ts.Const[ts.DType], TL: ts.Const[ts.DType],
+                        NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
+                        DP: ts.Const[int], BH: int, G: int, D: int, NS: int, HKV: int, B: int, MB: int):
+    bh = ts.block_id(1)                                          # grid: (split, sequence * HKV + KV head)
+    b, kvh = bh // HKV, bh % HKV
+    stop, first, last = paged_keys(lens, b, MB * block_size, BN)
+    qt = ts.reshape(ts.load(q, (bh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP) the group's queries
+    m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1) running max (log2 units)
+    l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1) running sum
+    acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
+    for j in range(first, last):
+        pos = j * BN + ts.arange(0, BN)                          # (BN,) key positions
+        keep = pos < stop                                        # (BN,)
+        blocks = ts.reshape(ts.gather(tables, pos // block_size, axis=1, shape=(1, BN), index=(b, 0)), (BN,)).astype(ts.i32)
+        slot = ts.where(keep, blocks * block_size + pos % block_size, -1)   # (BN,) cache rows, -1: none
+        kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP)
+        vt = gather_rows(v, slot, kvh, BN, DP)                   # (BN, DP), zeros past the keys
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, ts.expand_dims(keep, 0), qk_scale, True, NEG_SCALE)
+    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+
+
+def paged_decode_workspace(q, k_cache, splits=None):
+    """The scratch of `paged_decode_attention` for these shapes (allocate once, before a capture)."""
+    fn = "paged_decode_workspace"
+    qt, kt = A.tensor(q, "q", fn, differentiable=False), A.tensor(k_cache, "k_cache", fn, differentiable=False)
+    if qt.ndim != 3 or kt.ndim != 4:
+        raise A.fail(fn, f"needs q (B, H, D) and k_cache (num_blocks, block_size, HKV, D); got {qt.shape} and "
+                         f"{kt.shape}")
+    b, h, d = qt.shape
+    hkv, max_len = kt.shape[2], kt.shape[0] * kt.shape[1]
+    s = splits or _splits(b * max(hkv, 1), max_len, _block_n(max_len))
+    rows = b * hkv * pow2(h // max(hkv, 1))
+    dev = qt.device
+    return PagedWorkspace(ts.empty((s, rows, d), ts.f32, dev), ts.empty((s, rows, 1), ts.f32, dev),
+                          ts.empty((s, rows, 1), ts.f32, dev))
+
+
+class PagedWorkspace:
+    """Per-split partials of `paged_decode_attention`: acc (S, B*HKV*GS, D), m and l (S, B*HKV*GS, 1)."""
+    __slots__ = ("acc", "m", "l")
+
+    def __init__(self, acc, m, l):
+        self.acc, self.m, self.l = acc, m, l
+
+
+def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None, out=None, workspace=None):
+    """Attention of one query per head for each of B sequences over its first seq_lens[b]
+    positions, read through its block table.
+
+    q is (B, H, D); the caches are (num_blocks, block_size, HKV, D) with HKV dividing H;
+    block_tables (B, max_blocks) and seq_lens (B,) are integer tensors on q's device (read
+    on the device only: a captured graph replays for every step). A table entry past a
+    sequence's length is never read; a block id outside the cache reads zeros. With `out=`
+    (B, H, D) and `workspace=` (`paged_decode_workspace(q, k_cache)`) nothing is allocated.
+    """
+    fn = "paged_decode_attention"
+    torch_mode = A.is_torch(q)
+    (qt, kc, vc), dtype, device = A.float_operands(fn, q=q, k_cache=k_cache, v_cache=v_cache)
+    if qt.ndim != 3 or kc.ndim != 4 or vc.shape != kc.shape or kc.shape[3] != qt.shape[2]:
+        raise A.fail(fn, f"needs q (B, H, D) and caches (num_blocks, block_size, HKV, D) of one shape; got q "
+                         f"{qt.shape}, k_cache {kc.shape}, v_cache {vc.shape}")
+    b, h, d = qt.shape
+    nb, bs, hkv, _ = kc.shape
+    if hkv == 0 or h % hkv:
+        raise A.fail(fn, f"the {hkv} KV heads must divide the {h} query heads")
+    tables = _int_matrix(fn, block_tables, "block_tables", b, device)
+    lens = _int_vector(fn, seq_lens, "seq_lens", b, device)
+    o = A.output(out, (b, h, d), dtype, device, torch_mode, fn)
+    ws = workspace if workspace is not None else paged_decode_workspace(qt, kc)
+    group = h // hkv
+    gs = pow2(group)
+    if ws.acc.shape[1:] != (b * hkv * gs, d):
+        raise A.fail(fn, "the workspace was made for other shapes",
+                     help="make it with paged_decode_workspace(q, k_cache)")
+    check_aliasing(fn, {"q": qt, "k_cache": kc, "v_cache": vc, "block_tables": tables, "seq_lens": lens},
+                   {"out": o.passed, "workspace.acc": ws.acc, "workspace.m": ws.m, "workspace.l": ws.l})
+    if b == 0:
+        return o.returned
+    dp = max(16, pow2(d))
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    tiles = (1, gs, dp), (1, gs, 1)
+    launch(paged_decode_kernel, {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])},
+           cfg={}, pdl=True, q=qt.reshape(b * hkv, group, d), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables,
+           lens=lens, qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GP=max(16, pow2(group)),
+           BN=_block_n(nb * bs))
+    launch(decode_combine_kernel, {"o": (o.tensor.reshape(b * h, d), (1, dp))}, cfg=None, acc=ws.acc, m=ws.m,
+           l=ws.l, G=group, GS=gs, SP=pow2(ws.acc.shape[0]), pdl=True)
+    return o.returned
+
+
+# --- shapes and arguments ---------------------------------------------------------------------
+def _block_n(max_len: int) -> int:
+    return max(16, min(64, pow2(max_len)))
+
+
+def _splits(rows: int, max_len: int, bn: int) -> int:
+    """Enough (split, sequence x KV head) blocks to fill a GPU, each split at least one tile."""
+    return max(1, min(cdiv(max_len, bn), cdiv(TARGET_BLOCKS, max(rows, 1))))
+
+
+def _rows(fn, t, name: str, w: int):
+    """A cache (blocks, block_size, HKV, D) or keys (T, HKV, D) as rows of HKV * D."""
+    try:
+        return t.reshape(-1, w) if t.numel else t.reshape(0, w)
+    except ts.TileSafeError:
+        raise A.fail(fn, f"`{name}` must have contiguous (HKV, D) rows; its strides are {t.strides}",
+                     help="pass a contiguous tensor") from None
+
+
+def _rows3(fn, cache):
+    """A cache (blocks, block_size, HKV, D) as (slots, HKV, D)."""
+    nb, bs, hkv, d = cache.shape
+    try:
+        return cache.reshape(nb * bs, hkv, d)
+    except ts.TileSafeError:
+        raise A.fail(fn, f"the cache's (block, position) axes must merge; its strides are {cache.strides}",
+                     help="pass a contiguous cache") from None
+
+
+def _int_vector(fn, x, name: str, n: int, device):
+    t = A.tensor(x, name, fn)
+    A.dtype_in(t, A.INTS, name, fn)
+    if t.shape != (n,) or t.device != device:
+        raise A.fail(fn, f"`{name}` must be ({n},) on {device}; got {t.shape} on {t.device}")
+    return t
+
+
+def _int_matrix(fn, x, name: str, rows: int, device):
+    t = A.tensor(x, name, fn)
+    A.dtype_in(t, A.INTS, name, fn)
+    if t.ndim != 2 or t.shape[0] != rows or t.device != device:
+        raise A.fail(fn, f"`{name}` must be ({rows}, max_blocks) on {device}; got {t.shape} on {t.device}")
+    return t
+
+
+def _flags_out(fn, dropped, n: int, device):
+    t = A.tensor(dropped, "dropped", fn)
+    if t.shape != (n,) or t.dtype != ts.i32 or t.device != device:
+        raise A.fail(fn, f"`dropped` must be a ({n},) int32 tensor on {device}; got {t.shape} {t.dtype.name} on "
+                         f"{t.device}")
+    return t

@@ -1,0 +1,159 @@
+"""Paged KV cache kernels against oracles written here: the write against a NumPy slot
+assignment, the decode attention against float64 attention over the blocks each sequence's
+table names (gathered with torch), GQA, ragged lengths, a block size that is not a power of
+two, out= forms; bad slot mappings refused on the host, or dropped and flagged on the device."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+from kernel_helpers import DTYPES, assert_close, f64, poisoned, randn
+from tilesafe.kernels.paged_kv import (paged_decode_attention, paged_decode_workspace, paged_kv_write,
+                                       report_dropped, scatter_check)
+
+HERE = __file__
+
+
+def line_of(marker: str) -> int:
+    with open(HERE) as f:
+        return next(i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}"))
+
+
+def written_ref(cache, new, slots):
+    """The cache after row i of new goes to slot slots[i] (negative: nowhere)."""
+    out = f64(cache).reshape(-1, *cache.shape[2:]).copy()
+    for i, s in enumerate(slots.tolist()):
+        if s >= 0:
+            out[s] = f64(new)[i]
+    return torch.from_numpy(out.reshape(cache.shape))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_write_puts_each_token_in_its_slot(backend, device, dtype):
+    kc, vc = randn((6, 4, 2, 8), dtype, 1, device), randn((6, 4, 2, 8), dtype, 2, device)
+    k, v = randn((7, 2, 8), dtype, 3, device), randn((7, 2, 8), dtype, 4, device)
+    slots = torch.tensor([13, 2, -1, 23, 0, 9, 14], dtype=torch.int32, device=device)
+    want_k, want_v = written_ref(kc, k, slots.cpu()), written_ref(vc, v, slots.cpu())
+    got = paged_kv_write(kc, vc, k, v, slots)
+    assert got[0] is kc and got[1] is vc
+    assert_close(kc, want_k, dtype, rtol=0, atol=0)
+    assert_close(vc, want_v, dtype, rtol=0, atol=0)
+
+
+def test_write_of_a_wide_row_and_many_tokens(backend, device):
+    """Rows wider than one column tile and more tokens than one row tile (i64 slots)."""
+    kc, vc = randn((10, 3, 4, 40), "f32", 5, device), randn((10, 3, 4, 40), "f32", 6, device)
+    k, v = randn((23, 4, 40), "f32", 7, device), randn((23, 4, 40), "f32", 8, device)
+    slots = torch.randperm(30, generator=torch.Generator().manual_seed(0))[:23].to(device)
+    want_k, want_v = written_ref(kc, k, slots.cpu()), written_ref(vc, v, slots.cpu())
+    paged_kv_write(kc, vc, k, v, slots)
+    assert_close(kc, want_k, "f32", rtol=0, atol=0)
+    assert_close(vc, want_v, "f32", rtol=0, atol=0)
+
+
+def test_host_check_refuses_a_repeated_slot_and_writes_nothing(backend, device):
+    kc, vc = randn((2, 4, 1, 8), "f32", 1, device), randn((2, 4, 1, 8), "f32", 2, device)
+    before = f64(kc)
+    k, v = randn((3, 1, 8), "f32", 3, device), randn((3, 1, 8), "f32", 4, device)
+    slots = torch.tensor([5, 1, 5], dtype=torch.int32, device=device)
+    with pytest.raises(ts.LaunchError) as e:
+        paged_kv_write(kc, vc, k, v, slots)  # repeated
+    assert e.value.message == "entries 0 and 2 of `slot_mapping` both name row 5"
+    assert e.value.loc.line == line_of("repeated")
+    np.testing.assert_array_equal(f64(kc), before)
+    with pytest.raises(ts.LaunchError, match="entry 1 of `slot_mapping` is 8, outside the output's 8 rows"):
+        paged_kv_write(kc, vc, k, v, torch.tensor([0, 8, 1], dtype=torch.int32, device=device))
+
+
+def test_device_check_drops_bad_entries_and_flags_them(backend, device):
+    kc, vc = randn((2, 4, 1, 8), "f32", 1, device), randn((2, 4, 1, 8), "f32", 2, device)
+    k, v = randn((5, 1, 8), "f32", 3, device), randn((5, 1, 8), "f32", 4, device)
+    slots = torch.tensor([5, 1, 5, 9, -1], dtype=torch.int32, device=device)
+    dropped = torch.full((5,), -3, dtype=torch.int32, device=device)
+    want_k = written_ref(kc, k, torch.tensor([-1, 1, -1, -1, -1]))    # only entry 1 is good
+    paged_kv_write(kc, vc, k, v, slots, check="device", dropped=dropped)
+    assert_close(kc, want_k, "f32", rtol=0, atol=0)
+    assert dropped.cpu().tolist() == [1, 0, 1, 1, 0]
+    with pytest.raises(ts.LaunchError) as e:
+        report_dropped(dropped)  # report
+    assert "entry 0 of `slot_mapping` (and 2 more)" in e.value.message
+    assert e.value.loc.line == line_of("report")
+
+
+def test_scatter_check_flags_against_an_oracle(backend, device):
+    rng = np.random.default_rng(4)
+    rows = rng.integers(-2, 40, size=150)
+    got = scatter_check(torch.tensor(rows, device=device), 37).cpu().numpy()
+    values, counts = np.unique(rows[rows >= 0], return_counts=True)
+    twice = set(values[counts > 1].tolist())
+    want = [int(r >= 37 or (r >= 0 and r in twice)) for r in rows.tolist()]
+    assert got.tolist() == want
+
+
+# --- decode attention ---------------------------------------------------------------------------
+def paged_ref(q, kc, vc, tables, lens, scale=None):
+    """float64 attention of q (B, H, D) over each sequence's first lens[b] cache positions."""
+    q = torch.as_tensor(f64(q))
+    kflat = torch.as_tensor(f64(kc)).reshape(-1, *kc.shape[2:])
+    vflat = torch.as_tensor(f64(vc)).reshape(-1, *vc.shape[2:])
+    bs, group = kc.shape[1], q.shape[1] // kc.shape[2]
+    out = []
+    for b, n in enumerate(lens.tolist()):
+        slots = torch.tensor([int(tables[b, p // bs]) * bs + p % bs for p in range(n)])
+        k = kflat[slots].transpose(0, 1).repeat_interleave(group, 0)     # (H, n, D)
+        v = vflat[slots].transpose(0, 1).repeat_interleave(group, 0)
+        s = (q[b][:, None, :] @ k.transpose(1, 2)) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+        out.append((torch.softmax(s, -1) @ v)[:, 0])                   # (H, D)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,block,dtype", [(4, 2, 8, 4, "f32"), (6, 1, 16, 3, "f16"),
+                                                            (2, 2, 12, 16, "f32")])
+def test_paged_decode_matches_attention_over_the_gathered_blocks(backend, device, dtype, heads, kv_heads, dim,
+                                                                  block):
+    nb, b = 12, 3
+    q = randn((b, heads, dim), dtype, 1, device)
+    kc, vc = randn((nb, block, kv_heads, dim), dtype, 2, device), randn((nb, block, kv_heads, dim), dtype, 3, device)
+    perm = torch.randperm(nb, generator=torch.Generator().manual_seed(block))
+    tables = perm[:12].reshape(b, 4).to(torch.int32).to(device)          # each sequence: 4 blocks
+    lens = torch.tensor([4 * block - 1, 1, 2 * block + 1], dtype=torch.int32, device=device)
+    out = poisoned((b, heads, dim), dtype, device)
+    got = paged_decode_attention(q, kc, vc, tables, lens, out=out)
+    assert got is out
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == "f32" else dict(rtol=1e-2, atol=1e-2)
+    assert_close(got, paged_ref(q, kc, vc, tables.cpu(), lens.cpu()), dtype, **tol)
+
+
+def test_paged_decode_reuses_a_workspace_and_ignores_table_entries_past_the_length(backend, device):
+    q = randn((2, 4, 8), "f32", 1, device)
+    kc, vc = randn((8, 4, 2, 8), "f32", 2, device), randn((8, 4, 2, 8), "f32", 3, device)
+    tables = torch.tensor([[3, 5, 99, -7], [0, 1, 2, 7]], dtype=torch.int64, device=device)   # junk past len
+    ws = paged_decode_workspace(q, kc)
+    for lens in ([6, 16], [8, 3]):
+        lt = torch.tensor(lens, dtype=torch.int32, device=device)
+        got = paged_decode_attention(q, kc, vc, tables, lt, workspace=ws, scale=0.3)
+        assert_close(got, paged_ref(q, kc, vc, tables.cpu(), lt.cpu(), scale=0.3), "f32", rtol=1e-4, atol=1e-5)
+
+
+def test_bad_arguments_are_refused_before_any_work(backend, device):
+    q = randn((2, 3, 8), "f32", 1, device)
+    kc = randn((4, 4, 2, 8), "f32", 2, device)
+    tables = torch.zeros((2, 2), dtype=torch.int32, device=device)
+    lens = torch.ones(2, dtype=torch.int32, device=device)
+    with pytest.raises(ts.LaunchError, match="the 2 KV heads must divide the 3 query heads"):
+        paged_decode_attention(q, kc, kc.clone(), tables, lens)
+    q = randn((2, 4, 8), "f32", 1, device)
+    with pytest.raises(ts.LaunchError, match=r"`seq_lens` must be \(2,\)"):
+        paged_decode_attention(q, kc, kc.clone(), tables, lens[:1])
+    with pytest.raises(ts.LaunchError, match="`block_tables` has dtype f32"):
+        paged_decode_attention(q, kc, kc.clone(), tables.float(), lens)
+    with pytest.raises(ts.AliasError):
+        paged_decode_attention(q, kc, kc.clone(), tables, lens, out=kc.view(-1)[:64].view(2, 4, 8))
+    with pytest.raises(ts.LaunchError, match="needs caches"):
+        paged_kv_write(kc, kc.clone(), randn((3, 2, 4), "f32", 1, device), randn((3, 2, 4), "f32", 1, device),
+                       torch.zeros(3, dtype=torch.int32, device=device))
+    with pytest.raises(ts.LaunchError, match="dropped= goes with check='device'"):
+        paged_kv_write(kc, kc.clone(), randn((3, 2, 8), "f32", 1, device), randn((3, 2, 8), "f32", 1, device),
+                       torch.zeros(3, dtype=torch.int32, device=device), dropped=torch.zeros(3, dtype=torch.int32))
