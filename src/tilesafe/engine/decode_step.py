@@ -52,7 +52,7 @@ class DecodeSteps:
             step.eager_runs += 1
             if self.use_graph and step.eager_runs == 1:
                 self._capture(step)
-        return a.tokens.tolist(), a.chosen.float().tolist()
+        return a.tokens.tolist(), a.chosen.tolist()          # device -> host copies only
 
     def _step(self, batch: int) -> _Step:
         step = self.steps.get(batch)

@@ -125,7 +125,7 @@ class LLM:
             a.ids.copy_(torch.tensor(s.prompt_ids, dtype=torch.int32))
             a.positions.copy_(torch.arange(len(s.prompt_ids), dtype=torch.int32))
             self.model.prefill(a, slot)
-            s.append(a.tokens.item(), a.chosen.float().item())
+            s.append(a.tokens.item(), a.chosen.item())
             yield
         while not all(s.finished for s in wave):
             # A finished sequence keeps its row (the step's shape stays fixed for its graph);

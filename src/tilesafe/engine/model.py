@@ -73,8 +73,9 @@ class Qwen3Model:
         token's logits, greedy choice and log-probability land in a.logits / a.tokens / a.chosen."""
         def attend(n: int, v: torch.Tensor) -> None:
             k_cache, v_cache = self.cache.k[n][slot], self.cache.v[n][slot]     # (HKV, L, D)
-            tk.kv_append(k_cache, a.kr, 0)
-            tk.kv_append(v_cache, v, 0)
+            start = a.positions[:1]                                             # (1,) = 0, on the device
+            tk.kv_append(k_cache, a.kr, start)
+            tk.kv_append(v_cache, v, start)
             tk.flash_attention(a.qr.transpose(0, 1), a.kr.transpose(0, 1), v.transpose(0, 1), causal=True,
                                out=a.attn.transpose(0, 1))                      # (H, M, D) views
         m = a.ids.shape[0]
