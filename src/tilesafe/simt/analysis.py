@@ -26,11 +26,14 @@ from .. import dtypes
 from ..dtypes import DType
 from . import mappings as M
 from . import stubs
+from .static_bounds import StaticBounds
 from .params import ATOMIC, CONST, DISJOINT, KIND_NAMES, REF
 
 UNIFORM, WARP, VARYING = 0, 1, 2
 _BUILTINS = {"min", "max", "abs", "int", "float", "bool", "range", "len"}
 _ATOMIC_OPS = {"add", "max", "min"}
+_FOLD = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+         ast.FloorDiv: lambda a, b: a // b}
 
 
 @dataclass
@@ -106,9 +109,10 @@ class _Checker:
         self.control = [(UNIFORM, None)]   # (level, node) of each enclosing control-flow point
         self.walked: set = set()
         self.in_walk: Walk | None = None
+        self.bounds = StaticBounds(src.tree, contract, lambda f: resolve_op(f, scope), scope)
 
     def err(self, node, message, help=None):
-        return self.src.error(node, message, help)
+        return self.src.error(node, message, help or "docs/simt.md lists what a SIMT kernel may do")
 
     def run(self):
         for stmt in self.src.tree.body:
@@ -157,6 +161,12 @@ class _Checker:
             if isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
                     and v.func.value.id in self.params and self.params[v.func.value.id].is_tensor:
                 return self.atomic(v)
+            if isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
+                    and v.func.value.id in self.info.shared and v.func.attr in _ATOMIC_OPS:
+                raise self.err(v, f"shared array `{v.func.value.id}` is not a global tensor: atomic "
+                                  f"{v.func.attr} needs a simt.Atomic parameter",
+                               help="shared memory is written through its permits between barriers; accumulate "
+                                    "global results in a simt.Atomic[dtype, shape] parameter")
         self.expr(v)
 
     def barrier(self, call):
@@ -202,6 +212,11 @@ class _Checker:
     def assign(self, s, target, value, top):
         if isinstance(target, ast.Subscript):
             return self.store(s, target, value)
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts) \
+                and all(isinstance(t, ast.Name) for t in target.elts):
+            for t, v in zip(target.elts, value.elts):      # a, b = x, y: pairwise
+                self.assign(s, t, v, False)
+            return
         if not isinstance(target, ast.Name):
             raise self.err(target, "assign to a plain name, or write `out[p] = value` through a permit")
         name = target.id
@@ -353,6 +368,7 @@ class _Checker:
         walk.unconditional = len(self.control) == 1 and any(
             isinstance(b, ast.Assign) and isinstance(b.targets[0], ast.Subscript)
             and isinstance(b.targets[0].value, ast.Name) and b.targets[0].value.id == name for b in s.body)
+        self.dead.pop(s.target.id, None)     # a new walk mints new permits under a reused name
         self.check_rebind(s.target, s.target.id)
         self.walked.add(name)
         self.info.walks.append(walk)
@@ -476,6 +492,9 @@ class _Checker:
         return max(self.expr(e.test), self.expr(e.body), self.expr(e.orelse))
 
     def e_Attribute(self, e):
+        if isinstance(e.value, ast.Name) and self.scope.get(e.value.id) is math \
+                and isinstance(getattr(math, e.attr, None), float):
+            return UNIFORM       # math.inf, math.pi, ...
         raise self.err(e, f"`{ast.unparse(e)}` is not a value in a SIMT kernel")
 
     def e_Subscript(self, e):
@@ -505,7 +524,9 @@ class _Checker:
                 raise self.err(node, f"cannot read `{name}`: SIMT outputs (simt.Disjoint) are write-only",
                                help="compute the value in a local, or pass the data as a simt.Ref input")
             if kind == ATOMIC:
-                raise self.err(node, f"cannot read `{name}`: it is an atomic target (add/max/min only)")
+                raise self.err(node, f"cannot read `{name}`: it is an atomic target (add/max/min only)",
+                               help="read the accumulated values after the launch, e.g. as a simt.Ref of the "
+                                    "next kernel")
             if kind != REF:
                 raise self.err(node, f"`{name}` is not a tensor")
             rank = len(self.params[name].shape)
@@ -533,7 +554,11 @@ class _Checker:
         return max(self.expr(i) for i in items)
 
     def proven(self, name, index, rank) -> bool:
-        """In bounds by construction: a permit's coordinates on axes whose extents match by name."""
+        """In bounds by construction: a permit's coordinates on axes whose extents match by name,
+        or (shared arrays) indices whose static range fits the static shape."""
+        if name in self.info.shared and not (isinstance(index, ast.Name) and index.id in self.live):
+            items = index.elts if isinstance(index, ast.Tuple) else [index]
+            return all(self.fits_shared(name, axis, item) for axis, item in enumerate(items))
         if isinstance(index, ast.Name) and index.id in self.live:
             coords = [(self.live[index.id], axis) for axis in range(rank)]
         else:
@@ -545,6 +570,14 @@ class _Checker:
                     return False
                 coords.append((self.live[item.value.id], item.slice.value))
         return all(self.same_extent(name, axis, walk, walk_axis) for axis, (walk, walk_axis) in enumerate(coords))
+
+    def fits_shared(self, name, axis, item) -> bool:
+        extent = self.info.shared[name].shape[axis]
+        if isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name) and item.value.id in self.live:
+            walk = self.live[item.value.id]
+            return walk.target == name and isinstance(item.slice, ast.Constant) and item.slice.value == axis
+        span = self.bounds.range_of(item)
+        return isinstance(extent, int) and span is not None and span[0] >= 0 and span[1] < extent
 
     def same_extent(self, name, axis, walk, walk_axis) -> bool:
         mine = self.extent_entry(name, axis)
@@ -599,7 +632,8 @@ class _Checker:
         self.info.uses_warp_ops = True
         if self.contract.threads % 32:
             raise self.err(e, f"warp operation simt.{op}() needs a block size that is a multiple of 32; the "
-                              f"contract's block has {self.contract.threads} threads")
+                              f"contract's block has {self.contract.threads} threads",
+                           help="use a block of 32, 64, ... threads: every warp must be whole")
         expected = {"shfl_down": 2, "shfl_xor": 2}.get(op, 1)
         if len(e.args) != expected or e.keywords:
             raise self.err(e, f"simt.{op}() takes {expected} argument(s)")
@@ -624,6 +658,11 @@ class _Checker:
                 value = getattr(module, node.attr, None)
                 if value is not None and not callable(value) or isinstance(value, DType):
                     return value
+        if isinstance(node, ast.BinOp) and type(node.op) in _FOLD:
+            a, b = self.static_value(node.left), self.static_value(node.right)
+            if type(a) is int and type(b) is int and not (isinstance(node.op, ast.FloorDiv) and b == 0):
+                return _FOLD[type(node.op)](a, b)
+            return None
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             v = self.static_value(node.operand)
             return -v if isinstance(v, int) else None

@@ -33,7 +33,7 @@ def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int):
     """Compile the generated source for these argument types; returns the launchable kernel."""
     from numba import cuda
     from numba.cuda import types as nt
-    namespace = {"cuda": cuda, "math": math, "__types": nt}
+    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32}
     exec(compile(source, f"<simt kernel {name}>", "exec"), namespace)
     with cuda.gpus[device_index]:
         dispatcher = cuda.jit(argtypes)(namespace[name])

@@ -7,13 +7,15 @@ The rewrite keeps the user's code and replaces what tilesafe owns:
   on a failed check records the kernel line in the error flag (`__err`, read by the host at
   the next sync) and reads element 0 instead, so the thread still reaches every barrier;
 - thread positions, barriers, warp operations and shared arrays become numba's `cuda.*`;
-- `simt.Const` parameters and captured module-level numbers become literals.
+- `simt.Const` parameters and captured module-level numbers become literals; float literals
+  are f32 (`__f32(...)`), as Python scalars are in the tile language, not numba's f64.
 The result is plain source text (`kernel.numba_source(...)` shows it), compiled by numba-cuda.
 """
 from __future__ import annotations
 
 import ast
 import copy
+import math
 
 from . import mappings as M
 from . import stubs
@@ -193,12 +195,23 @@ class _Lower(ast.NodeTransformer):
         if isinstance(node.ctx, ast.Load):
             p = self.params.get(node.id)
             if p is not None and p.kind == CONST:
-                return ast.copy_location(ast.Constant(self.consts[node.id]), node)
+                return self.visit_Constant(ast.copy_location(ast.Constant(self.consts[node.id]), node))
             if p is None and node.id not in self.locals and node.id not in self.coords:
                 v = self.scope.get(node.id)
                 if isinstance(v, (bool, int, float)):
-                    return ast.copy_location(ast.Constant(v), node)
+                    return self.visit_Constant(ast.copy_location(ast.Constant(v), node))
         return node
+
+    def visit_Constant(self, node):
+        if type(node.value) is float:      # a Python float takes f32, as in the tile language (not numba's f64)
+            return ast.copy_location(_call(_name("__f32"), node), node)
+        return node
+
+    def visit_Attribute(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id == "math" and isinstance(getattr(math, node.attr, None),
+                                                                                        float):
+            return ast.copy_location(_call(_name("__f32"), node), node)
+        return self.generic_visit(node)
 
     # -- statements -------------------------------------------------------------------------------
     def visit_Expr(self, node):

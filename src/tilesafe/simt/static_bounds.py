@@ -1,0 +1,92 @@
+"""Static ranges of index expressions, to prove shared-memory reads in bounds.
+
+Shared arrays have static shapes, so `s[ty, kk]` needs no run-time check when `ty` is a
+thread index below the block size and `kk` a `range(T)` loop variable below the extent. The
+rules are few and exact: constants; thread, lane and warp indices (from the contract's block);
+names assigned once in the kernel (or a range loop's variable with constant bounds) take their
+value's range; +, -, *, // and % by constants combine ranges. Anything else is unknown, and
+the read is checked at run time instead.
+"""
+from __future__ import annotations
+
+import ast
+
+
+class StaticBounds:
+    def __init__(self, tree, contract, resolve, scope):
+        self.block = tuple(contract.block) + (1,) * (3 - len(contract.block))
+        self.threads = contract.threads
+        self.resolve, self.scope = resolve, scope
+        stores: dict = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores[node.id] = stores.get(node.id, 0) + 1
+        self.sources: dict = {}
+        for node in ast.walk(tree):
+            for name, value in _bindings(node):
+                if stores.get(name) == 1:
+                    self.sources[name] = value
+
+    def range_of(self, e, depth=0):
+        """(lo, hi) inclusive, or None when unknown."""
+        if depth > 20:
+            return None
+        if isinstance(e, ast.Constant) and type(e.value) is int:
+            return (e.value, e.value)
+        if isinstance(e, ast.Name) and e.id in self.sources:
+            return self.range_of(self.sources[e.id], depth + 1)
+        if isinstance(e, ast.Name) and type(self.scope.get(e.id)) is int:
+            return (self.scope[e.id], self.scope[e.id])
+        if isinstance(e, _Span):
+            a, b = self.range_of(e.start, depth + 1), self.range_of(e.stop, depth + 1)
+            return None if a is None or b is None else (a[0], b[1] - 1)
+        if isinstance(e, ast.Call):
+            return self.device(e)
+        if isinstance(e, ast.BinOp):
+            a, b = self.range_of(e.left, depth + 1), self.range_of(e.right, depth + 1)
+            if a is None or b is None:
+                return None
+            if isinstance(e.op, ast.Add):
+                return (a[0] + b[0], a[1] + b[1])
+            if isinstance(e.op, ast.Sub):
+                return (a[0] - b[1], a[1] - b[0])
+            if isinstance(e.op, ast.Mult) and a[0] >= 0 and b[0] >= 0:
+                return (a[0] * b[0], a[1] * b[1])
+            if isinstance(e.op, ast.FloorDiv) and a[0] >= 0 and b[0] == b[1] and b[0] > 0:
+                return (a[0] // b[0], a[1] // b[0])
+            if isinstance(e.op, ast.Mod) and b[0] == b[1] and b[0] > 0:
+                return (0, b[0] - 1)
+        return None
+
+    def device(self, call):
+        op = self.resolve(call.func)
+        axis = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else 0
+        if op == "thread_id":
+            return (0, self.block[axis] - 1)
+        if op == "lane":
+            return (0, 31)
+        if op == "warp_id":
+            return (0, max(0, self.threads // 32 - 1))
+        return None
+
+
+def _bindings(node):
+    """(name, value expression) pairs a statement binds; a range loop binds its variable's span."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        t, v = node.targets[0], node.value
+        if isinstance(t, ast.Name):
+            return [(t.id, v)]
+        if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
+            return [(a.id, b) for a, b in zip(t.elts, v.elts) if isinstance(a, ast.Name)]
+    if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call) \
+            and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and len(node.iter.args) <= 2:
+        args = node.iter.args
+        start = args[0] if len(args) == 2 else ast.Constant(0)
+        stop = args[-1]
+        return [(node.target.id, _Span(start, stop))]
+    return []
+
+
+class _Span(ast.expr):
+    """range(start, stop)'s values, as an expression node the evaluator understands."""
+    _fields = ("start", "stop")

@@ -1,0 +1,41 @@
+"""Every SIMT example on the CPU executor, against torch written here (tiny, ragged shapes)."""
+import torch
+
+from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, transpose
+
+
+def test_histogram_matches_bincount():
+    x = torch.randint(0, 13, (900,), dtype=torch.int32, generator=torch.Generator().manual_seed(1))
+    hist = torch.zeros(13, dtype=torch.int32)
+    histogram.launch(hist, x, blocks=2).sync()
+    assert torch.equal(hist, torch.bincount(x, minlength=13).int())
+
+
+def test_block_sum_of_ragged_slabs():
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    out = torch.full((4,), float("nan"))
+    block_sum.block_sum(out, x, K=256).sync()                       # 4 slabs of 256, the last one ragged
+    want = torch.nn.functional.pad(x, (0, 24)).view(4, 256).sum(1)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_softmax_rows():
+    x = torch.randn(6, 70, generator=torch.Generator().manual_seed(3)) * 4   # 6 rows over 2 blocks of 4 warps
+    out = torch.full((6, 70), float("nan"))
+    softmax_rows.softmax_rows(out, x).sync()
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
+
+
+def test_transpose_through_padded_shared_memory():
+    x = torch.randn(40, 33, generator=torch.Generator().manual_seed(4))
+    out = torch.full((33, 40), float("nan"))
+    transpose.transpose(out, x).sync()
+    assert torch.equal(out, x.t())
+
+
+def test_sgemm_with_ragged_tiles():
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(20, 21, generator=g), torch.randn(21, 18, generator=g)
+    c = torch.full((20, 18), float("nan"))
+    sgemm.sgemm(c, a, b).sync()
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
