@@ -15,6 +15,7 @@ import torch
 from .. import dtypes
 from . import layout
 from .call_checks import refuse_autograd
+from .call_recording import ACTIVE
 from ..dtypes import DType
 from ..errors import LaunchError, caller_loc
 from ..runtime.constructors import empty, from_torch
@@ -130,9 +131,13 @@ def output(out, shape, dtype: DType, device: str, torch_mode: bool, fn: str, nam
         refuse_allocation(fn, name)   # S12: a capture may not allocate; the caller passes out=
         if torch_mode:
             t = torch.empty(shape, dtype=dtype.torch, device=device)
-            return Output(from_torch(t), t)
-        t = empty(shape, dtype, device)
-        return Output(t, t)
+            o = Output(from_torch(t), t)
+        else:
+            t = empty(shape, dtype, device)
+            o = Output(t, t)
+        if (rec := ACTIVE.get()) is not None:      # a call plan allocates it again (call_recording)
+            rec.allocated(o.tensor, o.returned, (shape, dtype, device, torch_mode))
+        return o
     t = tensor(out, name, fn)
     if t.shape != shape or t.dtype != dtype:
         raise fail(fn, f"`{name}` has shape {t.shape} and dtype {t.dtype.name}, but the result is "
@@ -140,6 +145,14 @@ def output(out, shape, dtype: DType, device: str, torch_mode: bool, fn: str, nam
     if t.device != device:
         raise fail(fn, f"`{name}` is on {t.device} but the inputs are on {device}")
     return Output(t, out, True)
+
+
+def empty_scratch(shape, dtype: DType, device: str) -> Tensor:
+    """`ts.empty` for a call's own intermediate results (a workspace made for the call)."""
+    t = empty(shape, dtype, device)
+    if (rec := ACTIVE.get()) is not None:
+        rec.allocated(t, None, (tuple(shape), dtype, device, False))
+    return t
 
 
 def axis_last(fn: str, t: Tensor, axis, dim) -> tuple[Tensor, int]:

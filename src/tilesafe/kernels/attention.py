@@ -29,6 +29,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing, workspace_outputs
+from .call_plans import planned
 from .launch import cdiv, launch, pow2
 
 LOG2E = 1.4426950408889634
@@ -313,6 +314,7 @@ def decode_combine_kernel(o: ts.Mut["T", (1, "DP")], acc: ts.Ref[ts.f32, ("S", "
 # --- public API -------------------------------------------------------------------------
 
 
+@planned
 def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     """softmax(q k^T * scale) v for q (H, S, D) or (B, H, S, D) and k, v with HKV heads
     (HKV divides H: grouped-query / multi-query attention). `causal` masks key j > query i
@@ -395,10 +397,12 @@ def decode_workspace(q, k_cache, config=None) -> DecodeWorkspace:
     splits = _splits(cfg, hkv, max_seq)
     rows = hkv * _stored_rows(h // max(hkv, 1))
     dev = qt.device
-    return DecodeWorkspace(ts.empty((splits, rows, d), ts.f32, dev), ts.empty((splits, rows, 1), ts.f32, dev),
-                           ts.empty((splits, rows, 1), ts.f32, dev))
+    return DecodeWorkspace(A.empty_scratch((splits, rows, d), ts.f32, dev),
+                           A.empty_scratch((splits, rows, 1), ts.f32, dev),
+                           A.empty_scratch((splits, rows, 1), ts.f32, dev))
 
 
+@planned
 def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspace=None, config=None):
     """Attention of one query per head over the first `seq_len` positions of a KV cache.
 

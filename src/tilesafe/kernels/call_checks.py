@@ -28,6 +28,7 @@ import torch
 from ..errors import AliasError, LaunchError, caller_loc
 from ..runtime.aliasing import byte_set, overlaps, self_overlaps
 from ..runtime.tensor import Tensor
+from .call_recording import ACTIVE
 from .layout import same_view
 
 
@@ -50,6 +51,8 @@ def check_aliasing(fn: str, inputs: dict[str, Tensor | None], outputs: dict[str,
     address spans (a few attribute reads); only spans that meet pay for the exact byte-set
     comparison, and only a non-contiguous output for the self-overlap test.
     """
+    if (rec := ACTIVE.get()) is not None:     # a call plan checks again (call_recording)
+        rec.checked(fn, inputs, outputs, in_place)
     outs = [(n, t) for n, t in outputs.items() if t is not None]
     if not outs:
         return

@@ -1,5 +1,10 @@
 """Plans of library calls, cached by the layout of the caller's arguments.
 
+`@planned` gives a library function its plans: the first call of a layout runs the
+function (its full path) while call_recording.py records what it did; the next call of
+that layout redoes the record — borrows, allocations, the whole-call alias checks and the
+launches, with new views of the new tensors — without the function's Python.
+
 A library call decides a lot from its arguments' layouts alone: dtypes and devices agree,
 the result's shape, which kernel runs (in place or not), how the tensors are viewed at
 the kernel's rank, the tile and the config. Those decisions are the same for every call
@@ -15,9 +20,19 @@ or makes the plan.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import torch
 
+from ..backends.triton import targets
+from ..runtime.constructors import empty, from_torch
 from ..runtime.tensor import Tensor
+from ..settings import current_backend, graph_var, launching_disabled_var
+from . import call_recording as R
+from . import scratch
+from .call_checks import check_aliasing
+from .launch import launch
 
 _LIMIT = 256        # plans per library function family; more distinct layouts start over
 
@@ -52,3 +67,160 @@ class PlanCache:
         if len(self.plans) >= _LIMIT:
             self.plans.clear()
         self.plans[key] = plan
+
+
+# --- planned library functions ----------------------------------------------------------------
+
+_NONE = ("none",)
+_VALUES = (bool, int, float, str)
+
+
+def planned(fn):
+    """Give the library function `fn` a plan per argument layout (see the module's docstring).
+    The wrapper's `plans` is its PlanCache."""
+    plans = PlanCache()
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        outer = R.ACTIVE.get()
+        if outer is not None:
+            # A library call made by another's full path is a first-use tuning run (configs.lookup's
+            # `run`), not part of that call's work: the outer record is no plan, and this call no step of it.
+            outer.spoiled = True
+            token = R.ACTIVE.set(None)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                R.ACTIVE.reset(token)
+        if graph_var.get() is not None or launching_disabled_var.get():
+            return fn(*args, **kwargs)     # inside a capture (S12 checks every launch) or `tilesafe check`
+        key, tensors = call_key(name, args, kwargs)
+        if key is None:
+            return fn(*args, **kwargs)
+        plan = plans.get(key)
+        if plan is not None:
+            return plan.call(tensors)
+        rec = R.Recording(tensors)
+        token = R.ACTIVE.set(rec)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            R.ACTIVE.reset(token)
+        returned = rec.result(result)
+        if not rec.spoiled:
+            plans.put(key, CallPlan(rec, returned))
+        return result
+    call.plans = plans
+    return call
+
+
+def call_key(name: str, args: tuple, kwargs: dict):
+    """(key, the call's tensors in key order); key None when the call must take the full path."""
+    tensors: list = []
+    parts = [name, len(args), tuple(kwargs)]
+    for v in (*args, *kwargs.values()):
+        if v is None:
+            parts.append(_NONE)
+        elif type(v) in _VALUES:
+            parts.append((type(v), v))
+        elif type(v) is Tensor or isinstance(v, torch.Tensor):
+            lay = layout_of(v)
+            if lay is None:
+                return None, None
+            parts.append(lay)
+            tensors.append(v)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):    # a workspace of tensors
+            fields = [getattr(v, f.name) for f in dataclasses.fields(v)]
+            lays = tuple(layout_of(f) if type(f) is Tensor else None for f in fields)
+            if None in lays:
+                return None, None
+            parts.append((type(v), lays))
+            tensors.extend(fields)
+        else:
+            try:
+                hash(v)
+            except TypeError:
+                return None, None          # a config dict: its call takes the full path
+            parts.append((type(v), v))     # a dtype, an activation name
+    parts.append(_sharing(tensors))
+    # The decisions also depend on the backend and target (configs, workers), on autograd
+    # (refusals) and on torch's fp32 matmul precision (tf32 by default or not).
+    parts += (current_backend(), targets.compile_target(), torch.is_grad_enabled(),
+              torch.get_float32_matmul_precision())
+    return tuple(parts), tensors
+
+
+def _sharing(tensors: list) -> tuple:
+    """Which tensors share a storage with an earlier one, and at what distance: the views a
+    call makes of one of them are then views of the other too (call_recording)."""
+    places = []
+    out = []
+    for t in tensors:
+        tv = t._t if type(t) is Tensor else t
+        place = (tv.untyped_storage().data_ptr(), tv.data_ptr())
+        for j, (storage, ptr) in enumerate(places):
+            if storage == place[0]:
+                out.append((j, place[1] - ptr))
+                break
+        else:
+            out.append(-1)
+        places.append(place)
+    return tuple(out)
+
+
+class CallPlan:
+    """A recorded call: its roots, steps and result, redone for the tensors of a new call."""
+    __slots__ = ("roots", "steps", "returned", "scratch_elems")
+
+    def __init__(self, rec: R.Recording, returned):
+        self.roots, self.steps, self.returned = rec.roots, rec.steps, returned
+        self.scratch_elems = rec.scratch_elems
+
+    def call(self, tensors: list):
+        roots, handed = [], []
+        for t in tensors:                  # S13: torch tensors are borrowed afresh by every call
+            roots.append(t if type(t) is Tensor else from_torch(t))
+            handed.append(t)
+        for kind, recipe in self.roots[len(tensors):]:
+            if kind == R.EMPTY:
+                shape, dtype, device, torch_mode = recipe
+                if torch_mode:
+                    t = torch.empty(shape, dtype=dtype.torch, device=device)
+                    roots.append(from_torch(t))
+                    handed.append(t)
+                else:
+                    t = empty(shape, dtype, device)
+                    roots.append(t)
+                    handed.append(t)
+            else:
+                roots.append(scratch.views(recipe, (self.scratch_elems,))[0])
+                handed.append(None)
+        for step in self.steps:
+            if step[0] == R.CHECK:
+                _, fn, inputs, outputs, in_place = step
+                check_aliasing(fn, _named(inputs, roots), _named(outputs, roots), in_place)
+            else:
+                _, kernel, outs, grid, cfg, pdl, values = step
+                outputs = {n: (_tensor(v, roots), tile) for n, (v, tile) in outs.items()}
+                args = {n: _tensor(v, roots) if type(v) is R.View else v for n, v in values.items()}
+                launch(kernel, outputs, grid, cfg=cfg, pdl=pdl, **args)
+        return _result(self.returned, handed)
+
+
+def _named(named: dict, roots: list) -> dict:
+    return {n: (None if v is None else _tensor(v, roots)) for n, v in named.items()}
+
+
+def _tensor(v: R.View, roots: list) -> Tensor:
+    root = roots[v.root]
+    if v.shape is None:
+        return root
+    base = root._t
+    return Tensor(base.as_strided(v.shape, v.strides, base.storage_offset() + v.offset), root._state)
+
+
+def _result(returned, handed: list):
+    if isinstance(returned, tuple):
+        return tuple(_result(r, handed) for r in returned)
+    return handed[returned]

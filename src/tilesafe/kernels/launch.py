@@ -13,6 +13,7 @@ from ..runtime.host_lock import LOCK
 from ..runtime.partition import Partition
 from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
+from .call_recording import ACTIVE
 
 
 def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, *, cfg: dict | None, pdl: bool = False,
@@ -21,6 +22,8 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, *, cfg: 
     `cfg`, the config the tiles came from, also gives the launch's schedule hints (required:
     None only for the small kernels that finish a split computation on Triton's defaults);
     `pdl` launches it with programmatic dependent launch (the kernels of a split computation)."""
+    if (rec := ACTIVE.get()) is not None:     # a call plan launches it again (call_recording)
+        rec.launched(kernel, outputs, grid, cfg, pdl, args)
     parts = {}
     if cfg is not None or pdl:
         args["schedule"] = _with_pdl(schedule_of(cfg or {}), pdl)

@@ -14,6 +14,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout, scratch
 from .call_checks import check_aliasing
+from .call_plans import planned
 from .elementwise import GELU, SILU, unary_op
 from .launch import cdiv, launch, pow2, workers
 
@@ -179,6 +180,7 @@ def bmm_persistent_kernel(c: ts.MutTiles["TC", (1, "BM", "BN")], a: ts.Ref["T", 
 # --- public API -------------------------------------------------------------------------
 
 
+@planned
 def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out=None, config=None):
     """`activation(a @ b + bias)` for a of shape (..., K) and b of shape (K, N).
 
@@ -194,6 +196,7 @@ def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out
     return _gemm(fn, A.is_torch(a), at, bt, out_dtype, bias, activation, precision, out, config, ("a", "b"))
 
 
+@planned
 def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None):
     """`activation(x @ w.T + bias)` with w of shape (N, K), as torch's F.linear.
 
@@ -207,6 +210,7 @@ def linear(x, w, bias=None, activation=None, precision=None, out=None, config=No
     return _gemm(fn, A.is_torch(x), xt, wt.T, None, bias, activation, precision, out, config, ("x", "w"))
 
 
+@planned
 def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
     """Batched `a @ b`: (Z, M, K) @ (Z, K, N) -> (Z, M, N); b may be (K, N) or (1, K, N),
     shared by the whole batch (a stride-0 view, never copied). Persistent (matrix by

@@ -11,6 +11,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing
+from .call_plans import planned
 from .elementwise import ADD, binary_inplace_kernel, binary_kernel, tile3
 from .launch import launch, pow2
 
@@ -116,6 +117,7 @@ def long_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB"
 # --- public API -------------------------------------------------------------------------
 
 
+@planned
 def rms_norm(x, w, eps=1e-6, residual=None, out=None, residual_out=None, config=None):
     """RMSNorm over the last axis: `x / sqrt(mean(x**2) + eps) * w`, statistics in fp32.
 
@@ -171,6 +173,7 @@ def rms_norm(x, w, eps=1e-6, residual=None, out=None, residual_out=None, config=
     return result
 
 
+@planned
 def layer_norm(x, w, b=None, eps=1e-5, out=None, config=None):
     """LayerNorm over the last axis: `(x - mean) / sqrt(var + eps) * w + b`, statistics in fp32."""
     fn = "layer_norm"

@@ -16,6 +16,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, scratch
 from .call_checks import check_aliasing
+from .call_plans import planned
 from .launch import cdiv, launch, pow2
 
 SUM, MAX, MEAN = 0, 1, 2
@@ -118,11 +119,13 @@ def mean(x, axis=None, out=None, config=None, *, dim=None):
     return _reduce("mean", MEAN, x, axis, dim, out, config)
 
 
+@planned
 def softmax(x, dim=None, out=None, config=None, *, axis=None):
     """Softmax over `dim` (or `axis=`; default the last), in fp32, rounded once to x's dtype."""
     return _softmax("softmax", False, x, dim, axis, out, config)
 
 
+@planned
 def log_softmax(x, dim=None, out=None, config=None, *, axis=None):
     """log(softmax(x)) over `dim` (default the last), computed as x - max - log(sum(exp(x - max)))."""
     return _softmax("log_softmax", True, x, dim, axis, out, config)

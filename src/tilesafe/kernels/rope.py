@@ -15,6 +15,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing, workspace_outputs
+from .call_plans import planned
 from .elementwise import silu_mul
 from .launch import cdiv, launch, pow2
 
@@ -78,6 +79,7 @@ def argmax_final_kernel(z: ts.Mut[ts.i32, ("BM",)], best: ts.Ref[ts.f32, ("M", "
 # --- public API -------------------------------------------------------------------------
 
 
+@planned
 def rope(x, positions, theta=1e6, out=None, config=None):
     """Rotate-half rotary embedding of x (tokens, heads, head_dim) at integer `positions`
     (tokens,): out[..., :D/2] = x1 cos - x2 sin, out[..., D/2:] = x2 cos + x1 sin with angle
@@ -105,6 +107,7 @@ def rope(x, positions, theta=1e6, out=None, config=None):
     return o.returned
 
 
+@planned
 def embedding(ids, table, out=None, config=None):
     """Rows of `table` (V, D) at integer `ids` (any shape): result ids.shape + (D,).
     Ids outside [0, V) read zeros (no error: checking them would need a device sync)."""
@@ -146,9 +149,11 @@ def argmax_workspace(x, config=None, *, dim=-1) -> ArgmaxWorkspace:
     m, n = _rows(xt), xt.shape[-1]
     cfg = configs.lookup("argmax", configs.shape_class(xt.dtype, n), config, xt.dtype)
     chunks = max(1, cdiv(n, _chunk(cfg, n)))
-    return ArgmaxWorkspace(ts.empty((m, chunks), ts.f32, xt.device), ts.empty((m, chunks), ts.i32, xt.device))
+    return ArgmaxWorkspace(A.empty_scratch((m, chunks), ts.f32, xt.device),
+                           A.empty_scratch((m, chunks), ts.i32, xt.device))
 
 
+@planned
 def argmax(x, out=None, workspace=None, config=None, *, dim=-1):
     """Index (i32) of the maximum over `dim` (the last by default; the first index on ties),
     e.g. greedy sampling over a vocabulary. Result shape: x's without `dim`."""

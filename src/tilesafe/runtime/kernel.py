@@ -153,7 +153,7 @@ class Kernel:
             capture.admit_arguments(self.name, bound)
         self._check_preconditions(bound)
         compiled = self.specializer.compiled(bound, backend, sched)
-        safety.check_launch(self, bound, compiled.spec.fn)
+        safety.check_launch(self, bound, compiled.spec)
         future = execute(compiled, bound)
         self.last_launch = Launched(bound, compiled)
         # Torch arguments are wrapped per launch: no identity to reuse. A plan made inside

@@ -30,7 +30,6 @@ import torch
 from ..errors import TileSafeError
 from ..lang import bounds
 from ..lang.annotations import CONST, OUTPUTS, PTR, REF, SCALAR
-from ..lang.coverage import reads_outputs
 from .autotune_config import AUTO
 from .binding import ArgFacts, Bound
 from .constructors import from_torch
@@ -157,7 +156,7 @@ def _key_part(keyed, v):
 class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
-                 "given", "outputs", "spans", "reads", "recheck_pre", "scalar_checks", "roles", "names")
+                 "given", "outputs", "spans", "apart", "reads", "recheck_pre", "scalar_checks", "roles", "names")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -177,9 +176,12 @@ class LayoutPlan:
         kinds = {n: kernel.param(n).kind for n in bound.tensors}
         self.outputs = frozenset(n for n, k in kinds.items() if k in (*OUTPUTS, PTR))
         self.spans = tuple((n, f[5]) for n, f in self.facts.items() if f[5] is not None)   # (name, bytes)
+        # Spans that met in this accepted launch (two halves of one packed output, say), by
+        # their distance: the full path found their bytes disjoint, and so are the bytes of
+        # any later pair of this layout at the same distance (the same byte sets, moved).
+        self.apart = _apart(bound, self.outputs, self.spans)
         spec = kernel.specializer.spec(bound)
-        loaded = reads_outputs(spec.fn)
-        self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in loaded)
+        self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in spec.reads)
         self.given = tuple(n for n, r in zip(form.names, form.roles) if r == _GIVEN)
         per_call = set(self.given)
         self.recheck_pre = any(_names_in(p.tree) & per_call for p in kernel.preconditions)
@@ -247,7 +249,7 @@ class LayoutPlan:
             if name not in self.outputs:
                 continue
             for other, olo, ohi in spans:
-                if other != name and olo < hi and lo < ohi:
+                if other != name and olo < hi and lo < ohi and self.apart.get((name, other)) != olo - lo:
                     return False
         return True
 
@@ -272,6 +274,22 @@ class Launched:
     @property
     def bound(self) -> Bound:
         return Bound(consts=self.consts, scalars=self.scalars, grid=self.grid)
+
+
+def _apart(bound, outputs, spans) -> dict:
+    """(output, other) -> the other's first byte minus the output's, for the spans that meet
+    in the accepted launch `bound` (on one device)."""
+    held = {n: bound.tensors[n].tensor._t for n, _ in spans}
+    at = {n: (t.device, t.data_ptr(), t.data_ptr() + ext) for (n, ext), t in zip(spans, held.values())}
+    found = {}
+    for name in outputs:
+        if name not in at:
+            continue
+        dev, lo, hi = at[name]
+        for other, (odev, olo, ohi) in at.items():
+            if other != name and odev == dev and olo < hi and lo < ohi:
+                found[(name, other)] = olo - lo
+    return found
 
 
 def _borrowed(bound) -> set:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from ..errors import AliasError, OwnershipError
 from ..lang.annotations import PTR, OUTPUTS
-from ..lang.coverage import reads_outputs
 from ..settings import graph_var
 from .aliasing import overlaps, self_overlaps
 
 
-def check_launch(kernel, bound, fn) -> None:
+def check_launch(kernel, bound, spec) -> None:
+    """S7 and S14 on the real memory of a bound launch of the specialization `spec`."""
     real = {n: f for n, f in bound.tensors.items() if f.tensor is not None}
     sets = {n: f.tensor._byte_set() for n, f in real.items()}
     for name, f in real.items():
@@ -23,7 +23,7 @@ def check_launch(kernel, bound, fn) -> None:
                 raise AliasError(f"output `{name}` of `{kernel.name}` shares memory with argument `{other}`",
                                  help=f"an output's bytes must not be reachable through another argument; "
                                       f"pass a separate tensor for `{name}`")
-    loaded = reads_outputs(fn)
+    loaded = spec.reads
     capture = graph_var.get()   # inside ts.graph(), what earlier captured launches will have written counts
     for name, f in real.items():
         kind = kernel.param(name).kind

@@ -18,6 +18,7 @@ from ..errors import KernelError
 from ..lang import bounds
 from ..lang.annotations import CONST, REF, OUTPUTS
 from ..lang.builder import Bindings
+from ..lang.coverage import definitely_written, reads_outputs
 from ..lang.frontend import build_function, grid_rank_of
 from ..lang.ir import Function
 from ..lang.typing_rules import python_scalar_dtype
@@ -26,9 +27,12 @@ from ..settings import SETTINGS
 
 @dataclass
 class Spec:
-    """One specialization's IR and its bounds analysis."""
+    """One specialization's IR, its bounds analysis and its S14 facts (computed once here,
+    not per launch): the outputs it reads before writing them and those it writes whole."""
     fn: Function
     checks: list
+    reads: frozenset = frozenset()
+    written: frozenset = frozenset()
 
 
 class LaunchFacts:
@@ -95,7 +99,7 @@ class Specializer:
                         static[(p.name, axis)] = entry
                     elif isinstance(entry, str) and entry in bindings.consts:
                         static[(p.name, axis)] = bindings.consts[entry]
-        return Spec(fn, bounds.analyze(fn, static))
+        return Spec(fn, bounds.analyze(fn, static), frozenset(reads_outputs(fn)), frozenset(definitely_written(fn)))
 
     def try_at_definition(self) -> None:
         """Build the IR now when no launch fact is needed, so S3 errors surface at definition."""

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from ...lang.annotations import OUTPUTS, PTR
-from ...lang.coverage import definitely_written
 from ...settings import SETTINGS
 from . import interpreter
 from .sanitizer import Sanitizer
@@ -30,7 +29,7 @@ class ReferenceCompiled:
         self.kernel = kernel
         self.spec = spec
         self.masks = masks
-        self.written = definitely_written(spec.fn)
+        self.written = spec.written
 
     def launch(self, bound) -> "ReferenceLaunch":
         return ReferenceLaunch(self, bound)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...errors import LaunchError
 from ...lang.annotations import MUT_TILES
-from ...lang.coverage import definitely_written, loaded_outputs
+from ...lang.coverage import loaded_outputs
 from ...lang.ir import walk
 from ...settings import SETTINGS
 from . import adapter, codegen, targets, tma
@@ -77,7 +77,7 @@ class TritonCompiled:
         self.spec = spec
         self.masks = masks
         self.wide = wide
-        self.written = definitely_written(spec.fn)
+        self.written = spec.written
         self._reloaded = loaded_outputs(spec.fn)
         # S16: the kernel takes ticket counters (as codegen.generate decides, for every variant).
         self.takes_tickets = any(op.opcode == "arrive" for op in spec.fn.body.ops)
