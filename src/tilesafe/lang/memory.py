@@ -93,7 +93,7 @@ def load_own(b: Builder, node, z: TensorArg, idx=None, padding=0):
     padding = padding_value(b, node, padding)
     if isinstance(idx, MintedIndex) and idx.kind == "scatter":
         from .scatter import refuse_read
-        refuse_read(b, node, z)
+        refuse_read(b, node, z, idx)
     if z.kind == MUT:
         if idx is None:
             return emit_load(b, node, z, (), z.tile, padding, "block", owner=z)

@@ -78,8 +78,9 @@ def scatter_store(b: Builder, node, z: TensorArg, value, j: MintedIndex) -> None
     b.emit("scatter", (z.value, v, j.rows.value, *j.values), (), {})
 
 
-def refuse_read(b: Builder, node, z: TensorArg) -> None:
-    raise b.error(node, f"`{z.name}` is written by `{z.name}.scatter(rows)` and cannot be read in the same kernel",
+def refuse_read(b: Builder, node, z: TensorArg, j: MintedIndex) -> None:
+    raise b.error(node, f"`{z.name}` is written by `{z.name}.scatter({j.rows.name})` and cannot be read in the "
+                        "same kernel",
                   help="other blocks may be writing any of its rows; read it in a later launch")
 
 
