@@ -1,0 +1,104 @@
+"""The SIMT route on the GPU: every example compiled by numba-cuda and launched through the lean
+path, against torch; the device-side bounds check reported at sync; the contract's capability
+checked before any work; S10 ordering across streams. Run with `pytest -m gpu`."""
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe import simt
+from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, transpose, vector_add
+
+pytestmark = pytest.mark.gpu
+
+
+def nan(*shape):
+    return torch.full(shape, float("nan"), device="cuda")
+
+
+@pytest.mark.parametrize("n", [1, 1000, 1 << 20, (1 << 20) + 77])
+def test_vector_add(n):
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = nan(n)
+    assert vector_add.vector_add(out, x, y).sync() is out
+    torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+    out2 = nan(n)
+    vector_add.vector_add_chunked(out2, x, y, K=4).sync()
+    torch.testing.assert_close(out2, x + y, rtol=0, atol=0)
+
+
+def test_histogram_matches_bincount():
+    x = torch.randint(0, 256, (1 << 20,), device="cuda", dtype=torch.int32)
+    hist = torch.zeros(256, dtype=torch.int32, device="cuda")
+    histogram.launch(hist, x).sync()
+    assert torch.equal(hist, torch.bincount(x, minlength=256).int())
+
+
+def test_a_failed_device_check_is_reported_at_sync_and_then_cleared():
+    hist = torch.zeros(4, dtype=torch.int32, device="cuda")
+    bad = torch.tensor([0, 1, 9, 2], dtype=torch.int32, device="cuda")
+    with pytest.raises(ts.SanitizerError) as ei:
+        histogram.launch(hist, bad, grid=(1,)).sync()
+    assert ei.value.loc.line == histogram.histogram.src.loc(histogram.histogram.info.atomics[0]).line
+    assert hist.tolist() == [1, 1, 1, 0]                 # the bad index was dropped, never written
+    hist.zero_()
+    histogram.launch(hist, bad[:2], grid=(1,)).sync()    # the flag was cleared: a good launch passes
+    assert hist.tolist() == [1, 1, 0, 0]
+
+
+def test_block_sum():
+    x = torch.randn(1000 * 1024 + 5, device="cuda")
+    blocks = -(-x.numel() // 1024)
+    out = nan(blocks)
+    block_sum.block_sum(out, x, K=1024).sync()
+    want = torch.nn.functional.pad(x, (0, blocks * 1024 - x.numel())).view(blocks, 1024).sum(1)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (1000, 4096)])
+def test_softmax_rows(shape):
+    x = torch.randn(*shape, device="cuda") * 3
+    out = nan(*shape)
+    softmax_rows.softmax_rows(out, x).sync()
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(33, 70), (4096, 2048)])
+def test_transpose(shape):
+    x = torch.randn(*shape, device="cuda")
+    out = nan(shape[1], shape[0])
+    transpose.transpose(out, x).sync()
+    assert torch.equal(out, x.t())
+
+
+def test_sgemm():
+    a, b = torch.randn(300, 257, device="cuda"), torch.randn(257, 190, device="cuda")
+    c = nan(300, 190)
+    sgemm.sgemm(c, a, b).sync()
+    torch.testing.assert_close(c, torch.matmul(a, b, out=None), rtol=1e-3, atol=1e-3)
+
+
+def test_a_contract_above_the_device_capability_is_refused_before_any_work():
+    major, minor = torch.cuda.get_device_capability()
+
+    @simt.kernel(contract=simt.Contract(block=(128,), capability=(major + 1, 0)))
+    def needs_newer(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+        for p in out.permits(simt.per_thread()):
+            out[p] = 1.0
+
+    out = nan(100)
+    with pytest.raises(ts.LaunchError, match=f"needs compute capability {major + 1}.0, but cuda:0 has {major}.{minor}"):
+        needs_newer(out)
+    assert torch.isnan(out).all()
+
+
+def test_a_launch_on_another_stream_waits_for_the_writer():
+    n = 1 << 24
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    mid, out = nan(n), nan(n)
+    vector_add.vector_add(mid, x, y)                      # on the default stream, not waited for
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        vector_add.vector_add(out, mid, y)                # reads mid: must wait for the first launch (S10)
+    side.synchronize()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, x + y + y)
