@@ -53,6 +53,10 @@ def _refused(step, allowed: set[str]):
 
 
 class RuntimeFuzz(RuleBasedStateMachine):
+    """The CPU machine. tests/gpu/test_runtime_fuzz_gpu.py runs the same rules on CUDA tensors
+    through the hooks below (device, streams, DLPack, torch writes) and adds GPU-only rules."""
+    DEVICE = "cpu"
+
     def __init__(self):
         super().__init__()
         self.model = Model()
@@ -68,28 +72,51 @@ class RuntimeFuzz(RuleBasedStateMachine):
     def _pick(self, data, n: int, label: str) -> int:
         return data.draw(st.integers(0, n - 1), label=label)
 
+    # -- hooks: what differs on a GPU -------------------------------------------------------------
+    def _torch_tensor(self, values: np.ndarray) -> torch.Tensor:
+        """A torch tensor of `values` on DEVICE, made by torch (not tilesafe)."""
+        return torch.from_numpy(values.copy())
+
+    def _launch_stream(self, on_stream: bool, data):
+        """Where a launch runs: the current stream, or another one."""
+        return ts.stream() if on_stream else _nothing()
+
+    def _host_copy(self, t: torch.Tensor) -> np.ndarray:
+        return t.numpy()
+
+    def _strict_read(self, real: ts.Tensor) -> np.ndarray:
+        """A read inside ts.strict_sync(): on CPU nothing is pending, so it needs no implicit wait."""
+        with ts.strict_sync():
+            return real.numpy()
+
+    def _dlpack(self, t: torch.Tensor, how: str) -> torch.Tensor:
+        return torch.from_dlpack(t) if how == "torch" else torch.from_numpy(np.from_dlpack(t))
+
+    def _torch_fill(self, t: torch.Tensor, value: float, data) -> None:
+        t.fill_(value)
+
     # -- making tensors -------------------------------------------------------------------------
     @initialize(n=st.integers(1, 12))
     def first_tensor(self, n):
         """Start with a written tensor, so every rule that needs one is enabled at once."""
         values = (np.arange(n, dtype=np.float32) + 1) / 4
-        self._add_handle(ts.tensor(values), self.model.new_storage(values, written=True))
+        self._add_handle(ts.tensor(values, device=self.DEVICE), self.model.new_storage(values, written=True))
 
     @rule(n=SIZES, kind=st.sampled_from(("zeros", "empty", "tensor", "torch")), data=st.data())
     def create(self, n, kind, data):
         if kind in ("tensor", "torch"):
             values = np.array(data.draw(st.lists(VALUES, min_size=n, max_size=n)), np.float32)
             if kind == "torch":        # torch's memory, borrowed; the torch tensor stays usable
-                t = torch.from_numpy(values.copy())
+                t = self._torch_tensor(values)
                 index = self.model.new_storage(values, written=True)
                 self._add_torch(t, self.model.handles[index].storage, self.model.handles[index].elems)
                 self._add_handle(ts.from_torch(t), index)
                 return
-            real = ts.tensor(values)
+            real = ts.tensor(values, device=self.DEVICE)
         elif kind == "zeros":
-            values, real = np.zeros(n, np.float32), ts.zeros(n)
+            values, real = np.zeros(n, np.float32), ts.zeros(n, device=self.DEVICE)
         else:
-            values, real = np.zeros(n, np.float32), ts.empty(n)
+            values, real = np.zeros(n, np.float32), ts.empty(n, device=self.DEVICE)
         self._add_handle(real, self.model.new_storage(values, written=kind != "empty"))
 
     @precondition(lambda self: self.handles)
@@ -144,7 +171,7 @@ class RuntimeFuzz(RuleBasedStateMachine):
         allowed = self.model.check_launch(p, x, reads_output=x is None)
 
         def step():
-            with ts.stream() if on_stream else _nothing():
+            with self._launch_stream(on_stream, data):
                 fut = twice_plus_one(self.parts[p], self.handles[x]) if x is not None else plus_one(self.parts[p])
             return fut.sync() if wait else fut.results()
 
@@ -162,10 +189,9 @@ class RuntimeFuzz(RuleBasedStateMachine):
 
         def step():
             if how == "copy":
-                return real.to_torch(copy=True).numpy()
-            if how == "strict":          # on CPU nothing is pending, so no implicit wait is needed
-                with ts.strict_sync():
-                    return real.numpy()
+                return self._host_copy(real.to_torch(copy=True))
+            if how == "strict":
+                return self._strict_read(real)
             return real.numpy()
 
         ok, got = _refused(step, self.model.check_read(h))
@@ -204,7 +230,7 @@ class RuntimeFuzz(RuleBasedStateMachine):
         """Another torch tensor over the same memory: DLPack through torch or through NumPy."""
         i = self._pick(data, len(self.torch), "torch tensor")
         t = self.torch[i]
-        alias = torch.from_dlpack(t) if how == "torch" else torch.from_numpy(np.from_dlpack(t))
+        alias = self._dlpack(t, how)
         a = self.model.torch[i]
         self._add_torch(alias, a.storage, a.elems)
 
@@ -226,7 +252,7 @@ class RuntimeFuzz(RuleBasedStateMachine):
         storage = self.model.storages[a.storage]
         if not a.elems.size or self.model.touches_lent(a.storage, a.elems) or not storage.written[a.elems].all():
             return
-        self.torch[i].fill_(value)
+        self._torch_fill(self.torch[i], value, data)
         self.model.write(a.storage, a.elems, np.full(a.elems.size, value, np.float32))
 
     def _add_torch(self, t: torch.Tensor, storage: int, elems: np.ndarray) -> None:
@@ -238,6 +264,9 @@ class RuntimeFuzz(RuleBasedStateMachine):
     @invariant()
     def every_readable_handle_shows_the_models_values(self):
         """Accepted steps wrote what the model wrote, and refused steps wrote nothing."""
+        self._check_all_values()
+
+    def _check_all_values(self):
         for h, real in enumerate(self.handles):
             if not self.model.check_read(h):
                 np.testing.assert_array_equal(real.numpy(), self.model.values(h))
