@@ -168,7 +168,8 @@ def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f
     for j in range(first, last):
         pos = j * BN + ts.arange(0, BN)                          # (BN,) key positions
         keep = pos < stop                                        # (BN,)
-        blocks = ts.reshape(ts.gather(tables, pos // block_size, axis=1, shape=(1, BN), index=(b, 0)), (BN,)).astype(ts.i32)
+        blocks = ts.gather(tables, pos // block_size, axis=1, shape=(1, BN), index=(b, 0))   # (1, BN) block ids
+        blocks = ts.reshape(blocks, (BN,)).astype(ts.i32)
         slot = ts.where(keep, blocks * block_size + pos % block_size, -1)   # (BN,) cache rows, -1: none
         kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP)
         vt = gather_rows(v, slot, kvh, BN, DP)                   # (BN, DP), zeros past the keys

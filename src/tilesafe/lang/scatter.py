@@ -14,7 +14,7 @@ ownership exact instead:
   * a scatter output is never read in the kernel that scatters to it (other blocks may be
     writing any of its rows), and it has one walk like any output.
 `ts.check_scatter_index(rows, n)` checks the values on the host before a launch (eager
-launches that want an error instead of dropped rows); `ts.scatter_dropped(rows, n)` counts
+launches that want an error instead of dropped rows); `kernels.paged_kv.scatter_check` flags
 the dropped entries on the device for a check after a graph replay.
 """
 from __future__ import annotations

@@ -5,8 +5,9 @@ A `z.scatter(rows)` store drops, on the device, every entry of `rows` that is ou
 whatever the values. A caller that wants such an index refused with an error before the
 launch checks it here. Reading the values waits for the index tensor's pending writers
 (S9) — on a GPU a synchronisation — so inside `ts.graph()` this check is refused: a
-captured launch relies on the device-side dropping, and `kernels.scatter_check` counts the
-dropped entries on the device for a check after the replay.
+captured launch relies on the device-side dropping, and
+`kernels.paged_kv.scatter_check` flags the dropped entries on the device for a check after
+the replay.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def check_scatter_index(rows, n: int, name: str = "rows") -> None:
     """Raise LaunchError unless every entry of `rows` is < n and its entries >= 0 are distinct."""
     if graph_var.get() is not None:
         raise LaunchError(f"ts.check_scatter_index reads `{name}` on the host, which a CUDA graph capture cannot do",
-                          caller_loc(), help="inside ts.graph() rely on the scatter's device-side check (bad entries "
-                                             "write nothing) and count them with kernels.scatter_check after replay")
+                          caller_loc(), help="inside ts.graph() rely on the scatter's device-side check (bad "
+                                             "entries write nothing) and flag them with "
+                                             "tilesafe.kernels.paged_kv.scatter_check")
     values = _host_values(rows, name)
     if values.ndim != 1:
         raise LaunchError(f"`{name}` must be 1-D, got shape {values.shape}", caller_loc(), help=HELP)
