@@ -1,0 +1,184 @@
+"""`sample`: one token per row of logits, on the device — greedy, temperature, top-k, top-p,
+a per-row seed — and the chosen token's log-probability.
+
+One block per row walks the vocabulary in tiles of BV, several times:
+  1. the row's maximum, its first index (the greedy token) and its smallest finite value;
+  2. Z = sum exp(x - max), for the log-probability of the raw logits (what vLLM reports);
+  3. top-k and top-p as thresholds on the logit: the kept set is {x >= thr}. The threshold is
+     found by bisection on the value, each probe one pass that counts (top-k) or weighs (top-p)
+     the values >= the probe and snaps it up to the least row value above it, so the result
+     is an exact row value and the loop ends once no row value is left between the bounds
+     (10-20 passes on a 151936-token Qwen3 row). This replaces a sort: a tile-level sort of
+     150k values would need a multi-pass merge across tiles, and a threshold does the job
+     of both filters in a few reductions, as several GPU samplers do. Ties at the threshold
+     are all kept (vLLM's top-k keeps them too);
+  4. the token: inverse CDF in vocabulary order over the kept weights exp((x - max) / T), at
+     u * (kept mass), u = ts.rand(seed, step) — a Philox number that depends only on the
+     row's seed and step, so a request's tokens do not depend on the batch around it.
+
+temperature 0 is greedy (the first maximum; no random number is drawn); top_k 0 (or >= V)
+and top_p 1 switch those filters off. Nothing leaves the device, and with `out=` and
+`logprobs_out=` nothing is allocated: a call can be captured in `ts.graph()`.
+"""
+
+import tilesafe as ts
+
+from . import arguments as A
+from .call_checks import check_aliasing
+from .launch import launch, pow2
+
+NEG_INF, POS_INF = -float("inf"), float("inf")
+MAX_PROBES = 64          # bisection passes per threshold at most (a row of near-equal values)
+BLOCK_V = 2048           # vocabulary tile: 75 tiles for Qwen3's 151936
+
+
+@ts.function
+def _tile(x, i, t, BV, V):
+    """Vocabulary tile t of row i as (BV,) f32 (padding -inf) and its in-bounds mask."""
+    v = ts.reshape(ts.load(x, (i, t), shape=(1, BV), padding=NEG_INF), (BV,)).astype(ts.f32)   # (BV,)
+    inb = t * BV + ts.arange(0, BV) < V                                                       # (BV,)
+    return v, inb
+
+
+@ts.function
+def _above(x, i, nt, BV, V, probe, m, inv_t, WEIGHTED):
+    """Over row i: F(probe) — how many values are >= probe (or, WEIGHTED, their weights
+    exp((x - m) * inv_t)) — the least value >= probe and the greatest value < probe."""
+    total = ts.zeros((), ts.f32)
+    least = ts.full((), POS_INF, ts.f32)
+    below = ts.full((), NEG_INF, ts.f32)
+    for t in range(nt):
+        v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
+        ge = inb & (v >= probe)
+        if WEIGHTED:
+            total += ts.sum(ts.where(ge, ts.exp((v - m) * inv_t), 0.0))
+        else:
+            total += ts.sum(ts.where(ge, 1.0, 0.0))
+        least = ts.minimum(least, ts.min(ts.where(ge, v, POS_INF)))
+        below = ts.maximum(below, ts.max(ts.where(inb & (v < probe), v, NEG_INF)))
+    return total, least, below
+
+
+@ts.function
+def _threshold(x, i, nt, BV, V, target, lo, hi, m, inv_t, WEIGHTED):
+    """The largest value of row i in [lo, hi] whose F (see _above) is >= target, given
+    F(lo) >= target and hi the row's maximum."""
+    f_hi, _, _ = _above(x, i, nt, BV, V, hi, m, inv_t, WEIGHTED)
+    lo = ts.where(f_hi >= target, hi, lo)
+    mid = lo * 0.5 + hi * 0.5
+    go = (f_hi < target) & (mid > lo) & (mid < hi)
+    n = 0
+    while go:
+        f, least, below = _above(x, i, nt, BV, V, mid, m, inv_t, WEIGHTED)
+        ok = f >= target
+        lo = ts.where(ok, least, lo)          # a row value, F(least) == f >= target
+        hi = ts.where(ok, hi, mid)            # F(mid) < target: the answer is below mid
+        n += 1
+        mid = lo * 0.5 + hi * 0.5
+        # Stop when no row value lies in (lo, mid) after a miss, or the floats run out.
+        go = (n < MAX_PROBES) & (ok | (below > lo)) & (mid > lo) & (mid < hi)
+    return lo
+
+
+@ts.function
+def _pick(x, i, nt, BV, V, thr, m, inv_t, target):
+    """The first kept index (x >= thr) whose running weight exceeds target, and its logit;
+    the last kept index if rounding leaves the running sum short of target."""
+    cols = ts.arange(0, BV)                                                # (BV,)
+    run = ts.zeros((), ts.f32)
+    found = ts.zeros((), ts.i32)
+    tok, xv = ts.zeros((), ts.i32), ts.zeros((), ts.f32)
+    last, xlast = ts.zeros((), ts.i32), ts.zeros((), ts.f32)
+    for t in range(nt):
+        v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
+        w = ts.where(inb & (v >= thr), ts.exp((v - m) * inv_t), 0.0)       # (BV,) kept weights
+        hit = (w > 0.0) & (ts.cumsum(w, 0) + run > target)                 # (BV,)
+        j = ts.argmax(hit.astype(ts.i32), 0)                               # the first hit (0 if none)
+        take = (ts.max(hit.astype(ts.i32)) > 0) & (found == 0)
+        tok = ts.where(take, t * BV + j, tok)
+        xv = ts.where(take, ts.sum(ts.where(cols == j, v, 0.0)), xv)
+        found = ts.where(take, 1, found)
+        jl = ts.max(ts.where(w > 0.0, cols, -1))                           # the last kept index here
+        last = ts.where(jl >= 0, t * BV + jl, last)
+        xlast = ts.where(jl >= 0, ts.sum(ts.where(cols == jl, v, 0.0)), xlast)
+        run += ts.sum(w)
+    return ts.where(found == 1, tok, last), ts.where(found == 1, xv, xlast)
+
+
+@ts.kernel
+def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: ts.Ref["T", ("B", "V")],
+                  temperature: ts.Ref[ts.f32, ("B",)], top_k: ts.Ref[ts.i32, ("B",)],
+                  top_p: ts.Ref[ts.f32, ("B",)], seed: ts.Ref[ts.i64, ("B",)], step: ts.Ref["TS", ("B",)],
+                  T: ts.Const[ts.DType], TS: ts.Const[ts.DType], BV: ts.Const[int], B: int, V: int):
+    """Block i: row i of x."""
+    i = ts.block_id(0)
+    nt = (V + BV - 1) // BV
+    temp = ts.scalar(ts.load(temperature, (i,), shape=(1,)))
+    k = ts.scalar(ts.load(top_k, (i,), shape=(1,)))
+    p = ts.scalar(ts.load(top_p, (i,), shape=(1,)))
+    m, at, low = ts.full((), NEG_INF, ts.f32), ts.zeros((), ts.i32), ts.full((), POS_INF, ts.f32)
+    for t in range(nt):                                                    # pass 1: max, argmax, min
+        v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
+        vm = ts.max(v)
+        at = ts.where(vm > m, ts.argmax(v, 0) + t * BV, at)                # strict: ties keep the first
+        m = ts.maximum(m, vm)
+        low = ts.minimum(low, ts.min(ts.where(inb & (v > NEG_INF), v, POS_INF)))
+    z = ts.zeros((), ts.f32)
+    for t in range(nt):                                                    # pass 2: softmax denominator
+        v, inb = _tile(x, i, t, BV, V)
+        z += ts.sum(ts.exp(v - m))
+    chosen, xv = at, m                                                     # greedy
+    if temp > 0.0:
+        inv_t = 1.0 / temp
+        thr = low
+        if (k > 0) & (k < V):
+            thr = _threshold(x, i, nt, BV, V, k.astype(ts.f32), low, m, m, inv_t, False)
+        if p < 1.0:
+            mass, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)
+            thr = _threshold(x, i, nt, BV, V, p * mass, thr, m, m, inv_t, True)
+        kept, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)
+        u = ts.rand(ts.scalar(ts.load(seed, (i,), shape=(1,))), ts.scalar(ts.load(step, (i,), shape=(1,))))
+        chosen, xv = _pick(x, i, nt, BV, V, thr, m, inv_t, u * kept)
+    tok.store(ts.full((1,), chosen, ts.i32))
+    logprob.store(ts.full((1,), xv - m - ts.log(z), ts.f32))
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+def sample(logits, temperature, top_k, top_p, seed, step, out=None, logprobs_out=None):
+    """Sample one token per row of `logits` (B, V) (f32, bf16 or f16) on the device.
+
+    Per-row device tensors (B,): `temperature` f32 (0: greedy, the first maximum), `top_k`
+    i32 (0 or >= V: off), `top_p` f32 in (0, 1] (1: off), `seed` i64 and `step` i32/i64 (the
+    random number of row i is `ts.rand(seed[i], step[i])`: the same seed and step give the
+    same token whatever the batch). Returns `(tokens, logprobs)`: i32 (B,) token ids and f32
+    (B,) log_softmax(logits)[row, token] of the raw logits. `out=` / `logprobs_out=` take
+    preallocated outputs (a call inside `ts.graph()` must pass both).
+    """
+    fn = "sample"
+    torch_mode = A.is_torch(logits)
+    xt = A.tensor(logits, "logits", fn, differentiable=False)
+    dtype = A.dtype_in(xt, A.FLOATS, "logits", fn)
+    if xt.ndim != 2 or xt.shape[1] == 0:
+        raise A.fail(fn, f"`logits` must be (rows, vocabulary) with a non-empty vocabulary, got shape {xt.shape}",
+                     help="pass one row of logits per sequence, e.g. logits.view(-1, vocab_size)")
+    b, v = xt.shape
+    rows = {"temperature": (temperature, (ts.f32,)), "top_k": (top_k, (ts.i32,)), "top_p": (top_p, (ts.f32,)),
+            "seed": (seed, (ts.i64,)), "step": (step, A.INTS)}
+    params = {}
+    for name, (value, kinds) in rows.items():
+        t = params[name] = A.tensor(value, name, fn, differentiable=False)
+        A.dtype_in(t, kinds, name, fn)
+        if t.shape != (b,):
+            raise A.fail(fn, f"`{name}` must have one entry per row of logits, shape ({b},), got {t.shape}",
+                         help="keep one parameter tensor per batch size (engine/sampler.py does)")
+    device = A.same_device(fn, logits=xt, **params)
+    o = A.output(out, (b,), ts.i32, device, torch_mode, fn)
+    lo = A.output(logprobs_out, (b,), ts.f32, device, torch_mode, fn, name="logprobs_out")
+    check_aliasing(fn, {"logits": xt, **params}, {"out": o.passed, "logprobs_out": lo.passed})
+    if b == 0:
+        return o.returned, lo.returned
+    launch(sample_kernel, {"tok": (o.tensor, (1,)), "logprob": (lo.tensor, (1,))}, cfg={"num_warps": 8},
+           x=xt, BV=min(BLOCK_V, pow2(v)), **params)
+    return o.returned, lo.returned
