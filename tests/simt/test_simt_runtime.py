@@ -121,3 +121,17 @@ def test_unsupported_dtypes_are_refused_at_definition():
         def k(out: simt.Disjoint[ts.bf16, ("N",)], N: int):
             for p in out.permits(simt.per_thread()):
                 out[p] = 1.0
+
+
+def test_a_repeated_launch_takes_its_plan_and_still_checks_lending():
+    x, y = ts.ones(64), torch.ones(64)
+    out = torch.empty(64)
+    vector_add(out, x, y).sync()
+    vector_add(out, x, y).sync()
+    assert len(vector_add.plans) >= 1
+    p = x.partition((16,))                           # same layout, but x is lent now (S8)
+    with pytest.raises(ts.OwnershipError, match="lent to a partition"):
+        vector_add(out, x, y)
+    p.unpartition()
+    vector_add(out, x, y).sync()
+    assert torch.all(out == 2)

@@ -48,6 +48,7 @@ class SimtKernel:
         self.has_checks = bool(self.info.checked or self.info.atomics)
         self.runtime_view = RuntimeView(self.params)
         self._compiled: dict = {}
+        self.plans: dict = {}           # layout -> LaunchPlan (launch_plans.py)
         self._flags: dict = {}
 
     def param(self, name):

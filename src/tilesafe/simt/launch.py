@@ -1,6 +1,7 @@
 """Launching a SIMT kernel: the runtime's host rules, then the CPU executor or the GPU.
 
-In this order, before any GPU work: the arguments are bound and the grid derived
+A repeated launch with the same layout takes its plan (launch_plans.py) and redoes only
+the per-launch checks. Otherwise, in this order, before any GPU work: the arguments are bound and the grid derived
 (binding.py: S6, S8, S13); the contract's shared memory is checked with the `Const` values
 and the device's capability against the contract; no output overlaps another argument or
 itself (S7); everything read was written (S14). Then on a GPU the current stream waits for
@@ -25,6 +26,7 @@ from . import cpu_executor, gpu_launch
 from . import mappings as M
 from .analysis import shared_bytes
 from .binding import bind, resolved
+from .launch_plans import MAX_PLANS, LaunchPlan, layout_key
 from .params import ATOMIC, CONST, DISJOINT, REF, SCALAR, WRITTEN
 
 _RUNTIME_KINDS = {DISJOINT: "mut", ATOMIC: "ptr", REF: "ref"}   # what runtime/ordering.py reads
@@ -53,20 +55,25 @@ def launch(kernel, args, kwargs, grid):
     if graph_var.get() is not None:
         raise OwnershipError(f"SIMT kernel `{kernel.name}` cannot be captured in ts.graph() yet",
                              help="launch it outside the capture")
-    bound = bind(kernel, args, kwargs, grid)
-    _check_shared(kernel, bound.consts)
-    _check_memory(kernel, bound)
-    outputs = tuple(_passed(kernel, args, kwargs, p) for p in kernel.params if p.kind in WRITTEN)
+    key = layout_key(args, kwargs, grid)
+    plan = kernel.plans.get(key) if key is not None else None
+    if plan is not None:
+        bound = plan.rebind(kernel, args, kwargs)
+    else:
+        bound = bind(kernel, args, kwargs, grid)
+        _check_shared(kernel, bound.consts)
+        _check_memory(kernel, bound)
+        plan = LaunchPlan(kernel, bound, args, kwargs)
+        if key is not None:
+            if len(kernel.plans) >= MAX_PLANS:
+                kernel.plans.clear()
+            kernel.plans[key] = plan
+    outputs = plan.passed_outputs(args, kwargs)
     device = next(iter(bound.tensors.values())).tensor._torch().device if bound.tensors else None
     if device is None or device.type == "cpu":
         _run_on_cpu(kernel, bound)
         return SimtFuture(Future(outputs), kernel, None)
-    return _run_on_gpu(kernel, bound, device, outputs)
-
-
-def _passed(kernel, args, kwargs, p):
-    index = [q.name for q in kernel.params].index(p.name)
-    return kwargs[p.name] if p.name in kwargs else args[index]
+    return _run_on_gpu(kernel, bound, device, outputs, plan)
 
 
 def _check_shared(kernel, consts) -> None:
@@ -157,16 +164,18 @@ def _capability(index: int) -> tuple:
     return cap
 
 
-def _run_on_gpu(kernel, bound, device, outputs):
+def _run_on_gpu(kernel, bound, device, outputs, plan):
     import torch
     index = device.index if device.index is not None else torch.cuda.current_device()
-    C.check_capability(kernel.contract, _capability(index), f"cuda:{index}", None)
-    for name, node in kernel.info.checked:
-        if name in bound.tensors and bound.tensors[name].tensor._torch().numel() == 0:
-            raise LaunchError(f"`{name}` is empty, but `{kernel.name}` reads it at line "
-                              f"{kernel.src.loc(node).line}", help="launch with a non-empty tensor")
-    compiled = kernel.gpu_compiled(bound, index)
-    err = kernel.error_flag(index)
+    if plan.compiled is None:      # the checks and the compile a layout needs once
+        C.check_capability(kernel.contract, _capability(index), f"cuda:{index}", None)
+        for name, node in kernel.info.checked:
+            if name in bound.tensors and bound.tensors[name].tensor._torch().numel() == 0:
+                raise LaunchError(f"`{name}` is empty, but `{kernel.name}` reads it at line "
+                                  f"{kernel.src.loc(node).line}", help="launch with a non-empty tensor")
+        plan.compiled = kernel.gpu_compiled(bound, index)
+        plan.err = kernel.error_flag(index)
+    compiled, err = plan.compiled, plan.err
     runtime_view = kernel.runtime_view
     with torch.cuda.device(index):
         stream = torch.cuda.current_stream()

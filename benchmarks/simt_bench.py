@@ -1,0 +1,332 @@
+"""The SIMT route on the GPU: each example against torch and against the same algorithm as a plain
+`numba.cuda.jit` kernel (device arrays made once), plus the host cost of an eager launch.
+
+Run on a GPU:   PYTHONPATH=src python benchmarks/simt_bench.py [--out DIR] [--quick]
+Plot anywhere:  python benchmarks/simt_bench.py --plot DIR/simt-....json
+
+Every result is checked against torch before it is timed. GPU times are CUDA-event medians over
+a loop of launches (the workloads are large, >= ~0.2 ms, so the host's launch cost hides behind
+the GPU and L2 does not hold the operands). Host times are per call over a row of calls with
+small tensors (benchmarks/host_timing.py), side by side in one run.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RAW = {}     # name -> plain numba.cuda.jit kernel (defined in _raw_kernels, after numba is imported)
+
+
+def _raw_kernels():
+    from numba import cuda, float32
+
+    @cuda.jit
+    def vector_add(out, x, y):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] + y[i]
+
+    @cuda.jit
+    def histogram(hist, x):
+        for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+            cuda.atomic.add(hist, x[i], 1)
+
+    @cuda.jit
+    def block_sum(out, x, k):
+        partial = cuda.shared.array(8, float32)
+        acc = float32(0.0)
+        base = cuda.blockIdx.x * k
+        for j in range(cuda.threadIdx.x, k, 256):
+            if base + j < x.shape[0]:
+                acc += x[base + j]
+        for off in (16, 8, 4, 2, 1):
+            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            partial[warp] = acc
+        cuda.syncthreads()
+        total = partial[lane] if lane < 8 else float32(0.0)
+        for off in (16, 8, 4, 2, 1):
+            total += cuda.shfl_xor_sync(0xFFFFFFFF, total, off)
+        if cuda.threadIdx.x == 0:
+            out[cuda.blockIdx.x] = total
+
+    @cuda.jit
+    def softmax_rows(out, x):
+        row = cuda.blockIdx.x * 4 + cuda.threadIdx.x // 32
+        lane = cuda.threadIdx.x % 32
+        if row >= x.shape[0]:
+            return
+        m = float32(-math.inf)
+        for c in range(lane, x.shape[1], 32):
+            m = max(m, x[row, c])
+        for off in (16, 8, 4, 2, 1):
+            m = max(m, cuda.shfl_xor_sync(0xFFFFFFFF, m, off))
+        s = float32(0.0)
+        for c in range(lane, x.shape[1], 32):
+            s += math.exp(x[row, c] - m)
+        for off in (16, 8, 4, 2, 1):
+            s += cuda.shfl_xor_sync(0xFFFFFFFF, s, off)
+        for c in range(lane, x.shape[1], 32):
+            out[row, c] = math.exp(x[row, c] - m) / s
+
+    @cuda.jit
+    def transpose(out, x):
+        tile = cuda.shared.array((32, 33), float32)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        bx, by = cuda.blockIdx.x, cuda.blockIdx.y
+        r, c = bx * 32 + ty, by * 32 + tx
+        if r < x.shape[0] and c < x.shape[1]:
+            tile[ty, tx] = x[r, c]
+        cuda.syncthreads()
+        r, c = by * 32 + ty, bx * 32 + tx
+        if r < out.shape[0] and c < out.shape[1]:
+            out[r, c] = tile[tx, ty]
+
+    @cuda.jit
+    def sgemm(c, a, b):
+        a_s = cuda.shared.array((16, 16), float32)
+        b_s = cuda.shared.array((16, 16), float32)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        row, col = cuda.blockIdx.y * 16 + ty, cuda.blockIdx.x * 16 + tx
+        acc = float32(0.0)
+        for k0 in range(0, a.shape[1], 16):
+            a_s[ty, tx] = a[row, k0 + tx] if row < a.shape[0] and k0 + tx < a.shape[1] else float32(0.0)
+            b_s[ty, tx] = b[k0 + ty, col] if k0 + ty < b.shape[0] and col < b.shape[1] else float32(0.0)
+            cuda.syncthreads()
+            for kk in range(16):
+                acc += a_s[ty, kk] * b_s[kk, tx]
+            cuda.syncthreads()
+        if row < c.shape[0] and col < c.shape[1]:
+            c[row, col] = acc
+
+    RAW.update(vector_add=vector_add, histogram=histogram, block_sum=block_sum, softmax_rows=softmax_rows,
+               transpose=transpose, sgemm=sgemm)
+
+
+def gpu_ms(fn, iters=10, repeats=5) -> float:
+    """Median milliseconds per call of `fn` over loops of `iters` calls between CUDA events."""
+    import torch
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / iters)
+    return statistics.median(samples)
+
+
+def workloads(quick: bool):
+    """(name, setup) pairs; setup() -> dict(bytes, flops, safe, raw, torch, check)."""
+    import torch
+    from numba import cuda
+
+    from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, transpose, vector_add
+    scale = 4 if quick else 1
+
+    def arr(t):
+        return cuda.as_cuda_array(t)
+
+    def w_vector_add():
+        n = (1 << 28) // scale
+        x, y, out = torch.randn(n, device="cuda"), torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+        dx, dy, do = arr(x), arr(y), arr(out)
+        grid = (n + 255) // 256
+        return dict(bytes=3 * 4 * n, out=out, want=lambda: x + y,
+                    safe=lambda: vector_add.vector_add(out, x, y),
+                    safe_chunk4=lambda: vector_add.vector_add_chunked(out, x, y, K=4),
+                    raw=lambda: RAW["vector_add"][grid, 256](do, dx, dy),
+                    torch=lambda: torch.add(x, y, out=out))
+
+    def w_histogram():
+        n = (1 << 28) // scale
+        x = torch.randint(0, 256, (n,), device="cuda", dtype=torch.int32)
+        hist = torch.zeros(256, dtype=torch.int32, device="cuda")
+        dh, dx = arr(hist), arr(x)
+        blocks = min(4096, n // 1024)
+        want = torch.bincount(x, minlength=256).int()
+
+        def safe():
+            hist.zero_()
+            histogram.launch(hist, x, blocks)
+
+        def raw():
+            hist.zero_()
+            RAW["histogram"][blocks, 256](dh, dx)
+        return dict(bytes=4 * n, out=hist, want=lambda: want, safe=safe, raw=raw,
+                    torch=lambda: torch.bincount(x, minlength=256))
+
+    def w_block_sum():
+        n, k = (1 << 28) // scale, 4096
+        x = torch.randn(n, device="cuda")
+        out = torch.empty(n // k, device="cuda")
+        dx, do = arr(x), arr(out)
+        return dict(bytes=4 * n, out=out, want=lambda: x.view(-1, k).sum(1), tol=1e-2,
+                    safe=lambda: block_sum.block_sum(out, x, K=k),
+                    raw=lambda: RAW["block_sum"][n // k, 256](do, dx, k),
+                    torch=lambda: torch.sum(x.view(-1, k), 1))
+
+    def w_softmax():
+        r, c = 32768 // scale, 4096
+        x = torch.randn(r, c, device="cuda")
+        out = torch.empty(r, c, device="cuda")
+        dx, do = arr(x), arr(out)
+        return dict(bytes=2 * 4 * r * c, out=out, want=lambda: torch.softmax(x, 1), tol=1e-5,
+                    safe=lambda: softmax_rows.softmax_rows(out, x),
+                    raw=lambda: RAW["softmax_rows"][(r + 3) // 4, 128](do, dx),
+                    torch=lambda: torch.softmax(x, 1))
+
+    def w_transpose():
+        r = c = 16384 // (2 if quick else 1)
+        x = torch.randn(r, c, device="cuda")
+        out = torch.empty(c, r, device="cuda")
+        dx, do = arr(x), arr(out)
+        copy_out = torch.empty_like(x)
+        return dict(bytes=2 * 4 * r * c, out=out, want=lambda: x.t(),
+                    safe=lambda: transpose.transpose(out, x),
+                    raw=lambda: RAW["transpose"][(r // 32, c // 32), (32, 32)](do, dx),
+                    torch=lambda: x.t().contiguous(), copy=lambda: copy_out.copy_(x))
+
+    def w_sgemm():
+        m = n = k = 4096 // (2 if quick else 1)
+        a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+        out = torch.empty(m, n, device="cuda")
+        da, db, do = arr(a), arr(b), arr(out)
+        return dict(flops=2 * m * n * k, out=out, want=lambda: a @ b, tol=1e-2,
+                    safe=lambda: sgemm.sgemm(out, a, b),
+                    raw=lambda: RAW["sgemm"][(n // 16, m // 16), (16, 16)](do, da, db),
+                    torch=lambda: torch.matmul(a, b))
+
+    return [("vector_add", w_vector_add), ("histogram", w_histogram), ("block_sum", w_block_sum),
+            ("softmax_rows", w_softmax), ("transpose", w_transpose), ("sgemm", w_sgemm)]
+
+
+def run_workload(name, setup) -> dict:
+    import torch
+    w = setup()
+    rec = {"name": name, "bytes": w.get("bytes"), "flops": w.get("flops"), "impls": {}}
+    tol = w.get("tol", 1e-5)
+    for impl in ("safe", "safe_chunk4", "raw"):          # correctness first, every implementation
+        if impl not in w:
+            continue
+        w["out"].fill_(float("nan")) if w["out"].dtype.is_floating_point else w["out"].zero_()
+        w[impl]()
+        torch.cuda.synchronize()
+        want = w["want"]()
+        ok = torch.allclose(w["out"].float(), want.float(), rtol=tol, atol=tol)
+        rec.setdefault("correct", {})[impl] = bool(ok)
+    for impl in ("safe", "safe_chunk4", "raw", "torch", "copy"):
+        if impl in w:
+            ms = gpu_ms(w[impl])
+            entry = {"ms": ms}
+            if rec["bytes"]:
+                entry["tbps"] = rec["bytes"] / ms / 1e9
+            if rec["flops"]:
+                entry["tflops"] = rec["flops"] / ms / 1e9
+            rec["impls"][impl] = entry
+    t = rec["impls"]
+    rec["safe_over_raw"] = t["safe"]["ms"] / t["raw"]["ms"]
+    rec["torch_over_safe"] = t["torch"]["ms"] / t["safe"]["ms"]     # >= 1: safe SIMT is faster than torch
+    del w
+    torch.cuda.empty_cache()
+    return rec
+
+
+def host_costs() -> dict:
+    """Host µs per eager launch of a small vector add: safe SIMT with torch tensors (wrapped on
+    each call), numba's dispatcher (device arrays made once, and wrapped per call), torch.add."""
+    import torch
+    from numba import cuda
+
+    from host_timing import host_us_side_by_side     # benchmarks/ is the script's directory
+    from tilesafe.simt.examples.vector_add import vector_add
+    n = 4096
+    x, y, out = torch.randn(n, device="cuda"), torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+    dx, dy, do = cuda.as_cuda_array(x), cuda.as_cuda_array(y), cuda.as_cuda_array(out)
+    raw = RAW["vector_add"]
+    fns = {
+        "safe_simt_torch_tensors": lambda: vector_add.vector_add(out, x, y),
+        "safe_simt_fresh_output": lambda: vector_add.vector_add(torch.empty_like(x), x, y),
+        "numba_device_arrays_once": lambda: raw[16, 256](do, dx, dy),
+        "numba_as_cuda_array_per_call": lambda: raw[16, 256](cuda.as_cuda_array(out), cuda.as_cuda_array(x),
+                                                             cuda.as_cuda_array(y)),
+        "torch_add_out": lambda: torch.add(x, y, out=out),
+        "torch_add_fresh_output": lambda: torch.add(x, y),
+    }
+    return host_us_side_by_side(fns, calls=1000, repeats=5, warmup=100)
+
+
+def main(argv) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/h200")
+    ap.add_argument("--quick", action="store_true", help="smaller workloads")
+    ap.add_argument("--plot", help="render the PNG of an existing JSON and stop")
+    args = ap.parse_args(argv)
+    if args.plot:
+        print(plot(Path(args.plot)))
+        return 0
+    import torch
+    _raw_kernels()
+    doc = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
+           "torch": torch.__version__, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "results": [], "host_us": {}}
+    for name, setup in workloads(args.quick):
+        t0 = time.perf_counter()
+        rec = run_workload(name, setup)
+        rec["wall_s"] = time.perf_counter() - t0
+        doc["results"].append(rec)
+        print(json.dumps({k: rec[k] for k in ("name", "correct", "safe_over_raw", "torch_over_safe")}), flush=True)
+    doc["host_us"] = host_costs()
+    print(json.dumps(doc["host_us"]), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"simt-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    print(path)
+    try:
+        print(plot(path))
+    except ImportError as e:
+        print(f"no plot: {e}")
+    return 0 if all(all(r["correct"].values()) for r in doc["results"]) else 1
+
+
+def plot(path: Path) -> Path:
+    """Two panels: each example's GPU time relative to torch and to raw numba; host µs per launch."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    doc = json.loads(Path(path).read_text())
+    recs = doc["results"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = [r["name"] for r in recs]
+    xs = range(len(names))
+    a.bar([i - 0.2 for i in xs], [r["impls"]["raw"]["ms"] / r["impls"]["safe"]["ms"] for r in recs], 0.4,
+          label="raw numba time / safe SIMT time", color="#7f7f7f")
+    a.bar([i + 0.2 for i in xs], [r["torch_over_safe"] for r in recs], 0.4, label="torch time / safe SIMT time",
+          color="#1f77b4")
+    a.axhline(1.0, color="black", linewidth=0.8)
+    a.set_xticks(list(xs))
+    a.set_xticklabels(names, rotation=30, ha="right")
+    a.set_ylabel("speed of safe SIMT (higher is faster)")
+    a.legend(fontsize=7)
+    host = doc["host_us"]
+    b.barh(list(host), list(host.values()), color="#d62728")
+    b.set_xlabel("host µs per eager launch")
+    fig.suptitle(f"tilesafe.simt on {doc['device']} ({doc['time']})")
+    fig.tight_layout()
+    png = Path(path).with_suffix(".png")
+    fig.savefig(png, dpi=110)
+    return png
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,94 @@
+"""The launch fast path: a repeated launch with the same layout skips what only the layout decides.
+
+A plan is keyed by the arguments' layout: each tensor's data pointer, shape, strides, dtype and
+device, and each scalar's value. Those decide the binding (dtypes, ranks, named extents), the
+grid, the `Const` values, the aliasing verdict (S7: byte ranges follow from pointer, shape and
+strides), the device's capability and the compiled kernel. What can change between two
+launches with the same layout is checked again on every launch: a torch tensor is borrowed
+again (S13, which also notices torch's writes), a tilesafe tensor may have been lent or handed
+over since (S8), and what is read must have been written (S14). Fresh torch tensors that the
+caching allocator placed at the same addresses hit the plan.
+"""
+from __future__ import annotations
+
+from ..errors import OwnershipError
+from ..runtime.binding import ArgFacts, Bound, is_torch_tensor
+from ..runtime.tensor import Tensor
+from .params import ATOMIC, REF, WRITTEN
+
+MAX_PLANS = 64
+
+
+def layout_key(args, kwargs, grid):
+    """The layout of a launch's arguments, or None when an argument has none we can key on."""
+    key = [grid, len(args)]
+    for a in args:
+        part = _part(a)
+        if part is None:
+            return None
+        key.append(part)
+    for name in sorted(kwargs):
+        part = _part(kwargs[name])
+        if part is None:
+            return None
+        key.append((name, part))
+    return tuple(key)
+
+
+def _part(a):
+    if isinstance(a, Tensor):
+        t = a._torch()
+    elif is_torch_tensor(a):
+        t = a
+    elif type(a) in (int, float, bool):
+        return (type(a), a)
+    else:
+        return None
+    return (type(a), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+class LaunchPlan:
+    """What a launch with this layout already proved, and where each argument comes from."""
+    __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err")
+
+    def __init__(self, kernel, bound, args, kwargs):
+        names = [p.name for p in kernel.params]
+        where = {name: ("kw", name) if name in kwargs else ("pos", names.index(name)) for name in names
+                 if name in kwargs or names.index(name) < len(args)}
+        self.slots = [(p.name, p.kind, p.dtype, where[p.name]) for p in kernel.params if p.is_tensor]
+        self.grid, self.consts, self.scalars = bound.grid, dict(bound.consts), dict(bound.scalars)
+        self.outputs = tuple(where[p.name] for p in kernel.params if p.kind in WRITTEN)
+        self.compiled = None
+        self.err = None
+
+    def rebind(self, kernel, args, kwargs) -> Bound:
+        """The bound arguments of this launch, with the per-launch checks done (S8, S13, S14)."""
+        from ..runtime.constructors import from_torch
+        out = Bound(consts=self.consts, scalars=self.scalars, grid=self.grid)
+        for name, kind, dtype, (how, at) in self.slots:
+            a = kwargs[at] if how == "kw" else args[at]
+            if isinstance(a, Tensor):
+                a._check_usable(name)
+            else:
+                a = from_torch(a)
+                out.borrowed.append(a)
+            t = a._torch()
+            if kind in (REF, ATOMIC) and not a._state.is_written(t):
+                raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty "
+                                     "and has not been written", help="write it first, or create it with ts.zeros")
+            out.tensors[name] = ArgFacts(_Held(a), tuple(t.shape), t.stride(), dtype, None)
+        return out
+
+    def passed_outputs(self, args, kwargs) -> tuple:
+        return tuple(kwargs[at] if how == "kw" else args[at] for how, at in self.outputs)
+
+
+class _Held:
+    """A strong reference with weakref's call syntax (ArgFacts.obj calls its ref)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __call__(self):
+        return self.obj
