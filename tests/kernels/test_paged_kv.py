@@ -3,6 +3,7 @@ assignment, the decode attention against float64 attention over the blocks each 
 table names (gathered with torch), GQA, ragged lengths, a block size that is not a power of
 two, out= forms; bad slot mappings refused on the host, or dropped and flagged on the device."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -157,3 +158,24 @@ def test_bad_arguments_are_refused_before_any_work(backend, device):
     with pytest.raises(ts.LaunchError, match="dropped= goes with check='device'"):
         paged_kv_write(kc, kc.clone(), randn((3, 2, 8), "f32", 1, device), randn((3, 2, 8), "f32", 1, device),
                        torch.zeros(3, dtype=torch.int32, device=device), dropped=torch.zeros(3, dtype=torch.int32))
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+def test_kernels_compile_for_hopper_at_a_qwen3_layout():
+    """bf16, 32 sequences, 32 query and 8 KV heads of 128, blocks of 16: each kernel compiles
+    for sm_90 on this machine; the decode's q k^T and p v run on tensor cores."""
+    from tilesafe.kernels.paged_kv import paged_decode_kernel, paged_kv_write_kernel, scatter_check_kernel
+    S, f32 = ts.spec, ts.f32
+    b, hkv, g, d, slots = 32, 8, 4, 128, 4096 * 16
+    part = S((4, b * hkv * g, d), f32, tile=(1, g, d)), S((4, b * hkv * g, 1), f32, tile=(1, g, 1))
+    ptx = paged_decode_kernel.compile(part[0], part[1], part[1], S((b * hkv, g, d), ts.bf16),
+                                      S((slots, hkv, d), ts.bf16), S((slots, hkv, d), ts.bf16), S((b, 64), ts.i32),
+                                      S((b,), ts.i32), qk_scale=0.1, block_size=16, NEG_SCALE=False, GP=16, BN=64,
+                                      target="sm_90").asm["ptx"]
+    assert "mma" in ptx
+    rows = S((slots, hkv * d), ts.bf16, tile=(8, 1024))
+    assert paged_kv_write_kernel.compile(rows, rows, S((b,), ts.i64), S((b, hkv * d), ts.bf16),
+                                         S((b, hkv * d), ts.bf16), target="sm_90").asm["ptx"]
+    assert scatter_check_kernel.compile(S((b,), ts.i32, tile=(32,)), S((b,), ts.i64), n_rows=slots,
+                                        target="sm_90").asm["ptx"]
