@@ -196,5 +196,7 @@ def _check_invariants(bm, live, content, written):
         assert [content.get(bm.slot(seq, p)) for p in range(written[seq])] == tokens[:written[seq]]
     for b in range(bm.num_blocks):
         assert bm.ref_count(b) == used.get(b, 0) >= 0
+    free = bm.free_blocks()
+    assert not free & set(used) and free | set(used) == set(range(bm.num_blocks))   # no block both free and used
     stats = bm.stats()
     assert stats.used == len(used) and stats.free == bm.num_blocks - len(used)

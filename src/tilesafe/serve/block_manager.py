@@ -127,6 +127,10 @@ class BlockManager:
     def ref_count(self, block_id: int) -> int:
         return self._blocks[block_id].ref_count
 
+    def free_blocks(self) -> set[int]:
+        """The ids of the free blocks (nameless and named)."""
+        return set(self._fresh) | set(self._named_free)
+
     # --- changes --------------------------------------------------------------------------
     def allocate(self, seq_id, token_ids) -> int:
         """Give a new sequence blocks for its prompt; returns how many leading tokens are
