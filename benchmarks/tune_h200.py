@@ -9,6 +9,9 @@ Workloads are grouped by the shape class the library looks them up under (family
 candidate with the smallest geometric mean time over them. Each candidate is checked once
 against torch (a wrong or raising one is recorded and skipped), then timed as the bench times
 (`timing.measure`: rotated buffer sets >= 3x L2, CUDA graphs for short kernels, medians).
+The shapes tuned are the training set (Qwen3 projections, square products, Qwen3 attention):
+`plan` refuses any shape the random-shape benchmark holds out (bench/families/random_shapes.py),
+so `python -m tilesafe.bench --random-shapes` measures configs no tuning has seen (issue 22).
 Classes run by importance; after `--budget-s` none starts, and both JSONs are rewritten after
 every class, so a run cut short still leaves its results:
   --out                  {family: {shape class: config + "time_ms"}} as `configs.tune` writes it
@@ -38,6 +41,7 @@ import tilesafe.kernels as tk
 from tilesafe.bench import machine
 from tilesafe.bench.cuda_timer import CudaTimer
 from tilesafe.bench.families.qwen3 import HEAD_DIM, MODELS
+from tilesafe.bench.families.random_shapes import refuse_held_out
 from tilesafe.bench.families.rows import THETA as ROPE_THETA, rope_tables, rotate_half
 from tilesafe.bench.runner import describe, make_sets
 from tilesafe.bench.timing import Policy, measure
@@ -302,6 +306,10 @@ def plan(tiny: bool, dev: str) -> list[Group]:
         projs = {name: MODELS[name].projections() for name in ("4B", "8B", "32B")}
         dec = [(name, MODELS[name].heads, MODELS[name].kv_heads, HEAD_DIM, ctx)
                for name in ("4B", "32B") for ctx in (4096, 32768)]
+        # The training set: never a shape the random-shape benchmark holds out (issue 22).
+        refuse_held_out(weights=[(n, n) for n in squares] + [w for ps in projs.values() for w in ps.values()],
+                        heads=[(heads, heads, d)] + [(h, hkv, dd) for _, h, hkv, dd, _ in dec],
+                        lengths=[*seqs, *(ctx for *_, ctx in dec)])
     groups: dict[tuple, Group] = {}
 
     def add(w: Work, cands: list[dict]):
@@ -486,6 +494,10 @@ def main() -> int:
     p.add_argument("--plan", action="store_true", help="list the GPU run's classes and candidates only")
     args = p.parse_args()
     configs.tuned_table = lambda gpu: {}     # tune from the defaults, whatever table is committed already
+    # ... and time each candidate over the defaults, as the table's entry will be applied (a
+    # shape's own entry replaces the config model's choice, it is not laid over it)
+    lookup = configs.lookup
+    configs.lookup = lambda family, key, override=None, dtype=None, **_: lookup(family, key, override, dtype)
     if args.tma is None:
         with ts.backend("triton"):
             args.tma = all("tma" in usable(f, {"tma": None}, True) for f in ("matmul", "linear"))

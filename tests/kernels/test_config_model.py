@@ -188,3 +188,39 @@ def test_first_use_tuning_is_opt_in_and_never_on_a_cpu_backend():
     assert not first_use.wanted()
     with first_use.first_use_tuning(), ts.backend("reference"):
         assert not first_use.wanted()
+
+
+@pytest.mark.parametrize("call", ["linear", "matmul", "flash"])
+def test_first_use_tuning_inside_a_call_times_candidates_and_returns_the_right_result(monkeypatch, tmp_path, call):
+    """The whole path on a CPU backend, the lookup made to take its GPU branch: the call times
+    the model's candidates by running itself with each (on the caller's own tensors, `out=`
+    included), keeps one, and its result is still the product."""
+    from tilesafe.settings import Settings
+    _on_gpu(monkeypatch)
+    monkeypatch.setattr(configs, "gpu_name", lambda: "test-gpu")
+    monkeypatch.setattr(first_use, "SETTINGS", Settings.from_env({"TILESAFE_CACHE_DIR": str(tmp_path)}))
+    monkeypatch.setattr(first_use, "wanted", lambda: True)
+    timed = []
+
+    def fake_time(run, cand, timer):
+        run(cand)
+        timed.append(cand)
+        return float(len(timed))                      # the first candidate is the fastest
+    monkeypatch.setattr(first_use, "_time", fake_time)
+    first_use.forget()
+    with ts.backend("reference"):
+        if call == "flash":
+            q, k, v = (randn((1, 2, 24, 16), "f32", s) for s in (1, 2, 3))
+            out = poisoned((1, 2, 24, 16), "f32")
+            got = tk.flash_attention(q, k, v, out=out)
+            want = torch.nn.functional.scaled_dot_product_attention(*(torch.as_tensor(f64(t)) for t in (q, k, v)))
+        else:
+            x, w = randn((20, 40), "f32", 1), randn((24, 40), "f32", 2)
+            out = poisoned((20, 24), "f32")
+            got = tk.linear(x, w, out=out) if call == "linear" else tk.matmul(x, w.T, out=out)
+            want = torch.as_tensor(f64(x)) @ torch.as_tensor(f64(w)).T
+    assert got is out and 1 <= len(timed) <= first_use.CANDIDATES
+    assert_close(got, want, "f32", rtol=1e-4, atol=1e-4)
+    assert list(json.loads((tmp_path / "library" / "test-gpu.json").read_text())) == \
+        ["attention" if call == "flash" else "matmul"]
+    first_use.forget()

@@ -19,6 +19,7 @@ examples:
   python -m tilesafe.bench --plot results.json       PNGs from a results file, on any machine
   python -m tilesafe.bench --markdown results.json   the README's summary table of a results file
   python -m tilesafe.bench --compare old.json new.json [KERNEL...]   two runs side by side
+  python -m tilesafe.bench --random-shapes 12 --seed 1 --out $OUT      held-out random shapes (issue 22)
 """
 
 
@@ -46,6 +47,13 @@ def add_arguments(p: argparse.ArgumentParser, families) -> None:
     p.add_argument("--commit", help="the git commit to record (for a copy of the tree without .git)")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--random-shapes", type=int, metavar="N", help="time N GEMM shapes drawn at random from held-out "
+                   "models (and a third as many GEMV and flash shapes, a quarter as many decode steps); KERNEL "
+                   "then picks among gemm, gemv, flash, decode")
+    p.add_argument("--seed", type=int, default=0, help="the seed of --random-shapes' draws (recorded in the results)")
+    p.add_argument("--first-use-tune", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --random-shapes: time the config model's best few per shape on first use "
+                        "(ts.kernels.first_use_tuning); --no-first-use-tune measures the model's choice alone")
 
 
 def main(argv=None, prog: str = "python -m tilesafe.bench") -> int:
@@ -60,6 +68,9 @@ def run(args) -> int:
         return _plot(args.plot, args.out)
     if args.markdown:
         return _markdown(args.markdown)
+    if args.random_shapes is not None:
+        from .random_run import run as run_random
+        return run_random(args)
     unknown = [k for k in args.kernels if k not in FAMILIES]
     if unknown:
         print(f"error: unknown kernel {', '.join(unknown)}; choose from {', '.join(FAMILIES)}", file=sys.stderr)

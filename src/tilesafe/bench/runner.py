@@ -10,6 +10,7 @@ always ends with results.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ class Options:
     policy: Policy = field(default_factory=Policy)
     budget_s: float | None = None          # stop starting workloads after this many seconds
     on_result: object = None               # called with the results so far after each workload
+    eager_too: bool = False                # also time every implementation eagerly, beside the graph time
 
 
 def steps(w: Workload) -> int:
@@ -44,7 +46,7 @@ def run_all(workloads, timer, options: Options, progress, clock=time.monotonic) 
             rec.update(status="skipped", error=f"time budget of {options.budget_s:.0f} s spent")
             progress.step(f"{w.name}: skipped", steps(w))
         else:
-            rec = run_workload(w, timer, options.policy, progress)
+            rec = run_workload(w, timer, options.policy, progress, options.eager_too)
         results.append(rec)
         if options.on_result is not None:
             options.on_result(results)
@@ -56,7 +58,7 @@ def header(w: Workload) -> dict:
             "bytes": w.bytes, "flops": w.flops, "tolerance": w.tol(), "status": "ok", "impls": {}}
 
 
-def run_workload(w: Workload, timer, policy: Policy, progress) -> dict:
+def run_workload(w: Workload, timer, policy: Policy, progress, eager_too: bool = False) -> dict:
     rec = header(w)
     try:
         sets = make_sets(w.make, policy)
@@ -97,9 +99,21 @@ def run_workload(w: Workload, timer, policy: Policy, progress) -> dict:
             out.update(rates(w, impl, m.median_us))
             if buffers is not sets:
                 out["rotation_sets"] = len(buffers)
+        if eager_too:
+            _time_eagerly(rec, launches, timer, policy)
     del sets, reference, passed
     _release()
     return rec
+
+
+def _time_eagerly(rec: dict, launches: dict, timer, policy: Policy) -> None:
+    """Each implementation's eager time (one event pair per launch, host gaps included where
+    the GPU waits for them) under `eager`, beside the main (graph) time."""
+    eager = dataclasses.replace(policy, graph_below_us=0.0)
+    ok = {n: launch for n, launch in launches.items() if rec["impls"][n].get("status") == "ok"}
+    for name, m in measure_side_by_side(timer, ok, eager).items():
+        rec["impls"][name]["eager"] = ({"error": describe(m)} if isinstance(m, Exception) else
+                                       {"median_us": m.median_us, "min_us": m.min_us, "mode": m.mode})
 
 
 def _twin(w: Workload, seen) -> Impl:

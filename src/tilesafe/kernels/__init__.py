@@ -8,6 +8,7 @@ from .rope import ArgmaxWorkspace, argmax, argmax_workspace, embedding, rope
 from .sampling import sample
 from .kv_append import kv_append
 from .paged_kv import paged_decode_attention, paged_decode_workspace, paged_kv_write, report_dropped, scatter_check
+from .first_use import first_use_tuning
 from .torch_ops import register_torch_ops
 
 register_torch_ops()   # torch.ops.tilesafe.* on import, as torchvision registers its ops

@@ -171,6 +171,9 @@ def _modelled(family, keys, shape, entries, target, defaults, gpu, run) -> dict:
     tuned = config_model.refinement(keys, shape, entries)
     if tuned is not None:
         return tuned
+    chosen = first_use.remembered(gpu, family, keys[0])
+    if chosen is not None:          # tuned in this process: also inside a graph capture, where none times
+        return chosen
     machine = config_model.gpu_of(target)
     if run is None or not first_use.wanted():
         return config_model.choose(shape, machine)

@@ -123,3 +123,8 @@ def _write(gpu: str, family: str, key: str, entry: dict) -> None:
 def forget() -> None:
     """Drop this process's remembered choices (tests; the disk cache stays)."""
     _memory.clear()
+
+
+def remembered(gpu: str, family: str, key: str) -> dict | None:
+    """The config this process chose for one shape bucket, if it tuned or read one."""
+    return _memory.get((gpu, family, key))

@@ -79,9 +79,10 @@ def _flash(heads: int, kv_heads: int, s: int, d: int, causal: bool, setup: Setup
         observe=(_kernels.flash_kernel, _kernels.flash_rows_kernel), twin=twin)
 
 
-def _decode(model: str, heads: int, kv_heads: int, max_seq: int, length: int, setup: Setup) -> Workload:
+def _decode(model: str, heads: int, kv_heads: int, max_seq: int, length: int, setup: Setup,
+            d: int | None = None) -> Workload:
     dt = "f32" if setup.tiny else "bf16"
-    dev, d = setup.device, HEAD_DIM if not setup.tiny else 64
+    dev, d = setup.device, d or (HEAD_DIM if not setup.tiny else 64)
     scale = 1.0 / math.sqrt(d)
     kv_bytes = 2 * kv_heads * length * d * element_bytes(dt)
     workspaces: dict = {}                    # scratch, made once at the first (eager) call

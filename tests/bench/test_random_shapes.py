@@ -1,0 +1,102 @@
+"""The random-shape benchmark: reproducible draws, held out from the tuner's training set by
+construction, the summary's geomeans and misses, and the whole run on a CPU backend."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tilesafe.bench import random_report
+from tilesafe.bench.cli import main
+from tilesafe.bench.families import random_shapes as rs
+from tilesafe.kernels import config_model as cm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_draws_are_reproducible_from_the_seed():
+    assert rs.draw(7, 12, 4, 4, 3) == rs.draw(7, 12, 4, 4, 3)
+    assert rs.draw(7, 12, 4, 4, 3) != rs.draw(8, 12, 4, 4, 3)
+    assert rs.draw(7, 5, 0, 0, 0)["gemm"] == rs.draw(7, 12, 4, 4, 3)["gemm"][:5]   # one stream per family
+
+
+def test_draws_cover_the_workload_distributions():
+    shapes = [s for seed in range(6) for s in rs.draw(seed, 12, 4, 4, 3)["gemm"]]
+    ms = [s.m for s in shapes]
+    assert min(ms) < 17 and max(ms) > 2048 and any(m % 2 for m in ms) and any(m % 2 == 0 for m in ms)
+    assert any(s.n % 128 for s in shapes) and any(s.n % 128 == 0 for s in shapes)
+    flash = [s for seed in range(6) for s in rs.draw(seed, 0, 0, 4, 0)["flash"]]
+    assert {s.d for s in flash} == {64, 128} and len({s.heads // s.kv_heads for s in flash}) >= 3
+
+
+def test_draws_are_disjoint_from_the_training_set_and_the_tuned_table():
+    train_w, train_h = rs.training_weights(), rs.training_heads()
+    for seed in range(25):
+        d = rs.draw(seed, 12, 4, 4, 3)
+        for s in d["gemm"] + d["gemv"]:
+            assert (s.n, s.k) not in train_w and not rs.served_by_table(s), s
+        for s in d["flash"] + d["decode"]:
+            assert (s.heads, s.kv_heads, s.d) not in train_h and not rs.served_by_table(s), s
+        assert all(s.sq & (s.sq - 1) for s in d["flash"]) and all(s.max_seq & (s.max_seq - 1) for s in d["decode"])
+
+
+def test_the_tuner_refuses_held_out_shapes_and_its_plan_has_none(monkeypatch):
+    from tilesafe.bench.families.qwen3 import MODELS, Model
+    spec = importlib.util.spec_from_file_location("tune_h200", ROOT / "benchmarks" / "tune_h200.py")
+    tuner = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tuner                       # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(tuner)
+        assert tuner.plan(False, "cpu")                  # the GPU plan builds: none of its shapes is held out
+        monkeypatch.setitem(MODELS, "8B", Model("Falcon-like", hidden=4544, intermediate=18176, heads=32, kv_heads=8))
+        with pytest.raises(ValueError, match=r"weight \(36352, 4544\)"):
+            tuner.plan(False, "cpu")                     # its gate_up is Falcon-7B's: held out
+    finally:
+        sys.modules.pop(spec.name, None)
+    with pytest.raises(ValueError, match=r"refusing to tune held-out shapes \(weight \(4544, 4544\)\)"):
+        rs.refuse_held_out(weights=[(4096, 4096), (4544, 4544)])
+    with pytest.raises(ValueError, match=r"length 777"):
+        rs.refuse_held_out(lengths=[1024, 777])
+
+
+def _rec(family, ratio, name, limit="wave quantisation"):
+    return {"family": family, "name": name, "ratios": {"vs_torch": ratio},
+            "model": {"limit": limit, "predicted_us": 10.0},
+            "impls": {"tilesafe": {"role": "tilesafe", "median_us": 12.0, "eager": {"median_us": 14.0}},
+                      "F.linear": {"role": "torch", "median_us": 12.0 * ratio, "eager": {"median_us": 13.0}}}}
+
+
+def test_summary_gives_geomean_worst_eager_and_the_limit_of_each_miss():
+    recs = [_rec("random-gemm", 1.0, "a"), _rec("random-gemm", 0.64, "b"), _rec("random-gemm", 1.0, "c")]
+    row = random_report.summarize(recs)["random-gemm"]
+    assert row["geomean"] == pytest.approx(0.64 ** (1 / 3)) and (row["worst"], row["worst_shape"]) == (0.64, "b")
+    assert not row["met"] and row["eager_geomean_vs_torch"] == pytest.approx(13 / 14)
+    assert row["predicted_over_measured_geomean"] == pytest.approx(10 / 12)
+    assert row["misses"] == [{"shape": "b", "value": 0.64, "limit": "wave quantisation", "predicted_us": 10.0,
+                              "measured_us": 12.0}]
+    assert random_report.summarize([_rec("random-gemm", 0.99, "a")])["random-gemm"]["met"]
+
+
+def test_model_record_names_the_config_and_its_limit():
+    params = {"shape_kind": "Gemm", "m": 777, "n": 3072, "k": 1536, "dtype": "bf16"}
+    rec = random_report.model_record(params, "cpu", on_gpu=False)
+    assert rec["config"] == cm.choose(cm.Gemm(777, 3072, 1536)) and rec["source"] == "model"
+    assert rec["limit"] in ("compute", "wave quantisation", "occupancy", "bandwidth", "l2")
+
+
+def test_random_shapes_run_end_to_end_on_a_cpu_backend(tmp_path, capsys):
+    assert main(["--random-shapes", "1", "--seed", "3", "gemm", "flash", "--dry-run", "--no-progress",
+                 "--out", str(tmp_path)]) == 0
+    doc = json.loads(next(tmp_path.glob("bench-*-random.json")).read_text())
+    assert doc["settings"]["random"]["seed"] == 3 and doc["settings"]["random"]["generator"] == rs.GENERATOR
+    assert [r["family"] for r in doc["results"]] == ["random-gemm", "random-flash", "random-flash"]
+    for r in doc["results"]:
+        assert all(i["status"] == "ok" for i in r["impls"].values()) and r["model"]["predicted_us"] > 0
+        assert r["params"]["seed"] == 3
+    assert "random-gemm: correctness" in capsys.readouterr().out
+
+
+def test_random_shapes_refuses_other_families(capsys):
+    assert main(["--random-shapes", "2", "softmax", "--dry-run"]) == 2
+    assert "draws gemm, gemv, flash, decode; not softmax" in capsys.readouterr().err
