@@ -8,7 +8,7 @@ wrote, then runs them on the reference (NumPy) backend or through Triton.
 __version__ = "0.1.0"
 
 from .dtypes import DType, bf16, bool_, f8e4m3fn, f8e5m2, f16, f32, f64, i8, i16, i32, i64, u8
-from .errors import AliasError, KernelError, LaunchError, OwnershipError, SanitizerError, TileSafeError
+from .errors import AliasError, CompileError, KernelError, LaunchError, OwnershipError, SanitizerError, TileSafeError
 from .lang.annotations import Const, Mut, MutLast, MutTiles, Ptr, Ref
 from .lang.objects import function
 from .lang.stubs import (abs, argmax, argmin, astype, atomic_add, atomic_cas, atomic_max, atomic_min, block_id,

@@ -37,6 +37,11 @@ class KernelError(TileSafeError):
     """A kernel's code breaks a rule (raised at definition or first specialization)."""
 
 
+class CompileError(KernelError):
+    """The backend's compiler failed on a kernel tilesafe accepted: a compiler bug, reported
+    at the kernel's definition with the compiler's own message."""
+
+
 class LaunchError(TileSafeError):
     """Arguments, grid or preconditions of a launch are wrong."""
 

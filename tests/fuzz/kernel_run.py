@@ -1,7 +1,7 @@
 """Run one fuzz `Case` on a backend and check it against the oracle and the other backends.
 
 The properties (issue 15):
-1. a safe kernel never gets a sanitizer report, nor an exception that is no TileSafeError;
+1. a safe kernel never gets a sanitizer report, a CompileError, nor an exception that is no TileSafeError;
 2. every backend ends the same way: the same refusal class, or results equal to the oracle;
 3. every byte of the output's buffer outside the view keeps its poison, and the inputs'
    buffers are never changed;
@@ -118,6 +118,8 @@ def failures(case: Case, start: Arrays, outcomes: dict[str, Outcome]) -> list[st
     for b, o in outcomes.items():
         if o.error == CRASH:
             found.append(f"crash on {b}: {o.message}")
+        if o.error == "CompileError":   # a TileSafeError, but the compiler's failure, never a refusal
+            found.append(f"compiler failure on {b}: {o.message}")
         if o.error == "SanitizerError":
             found.append(f"sanitizer report in a safe kernel on {b}: {o.message}")
         if case.views_meet() and o.error != "AliasError":

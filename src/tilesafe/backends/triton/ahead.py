@@ -14,6 +14,7 @@ from ...lang.coverage import loaded_outputs
 from ...lang.ir import walk
 from ...settings import SETTINGS
 from . import adapter, codegen, targets, tma
+from .compile_errors import compile_error
 
 
 def resolve_target(target: str, arch: int | None, schedule):
@@ -39,8 +40,13 @@ def compile_spec(kernel, spec, masks, wide: bool, bound, target, descriptors: bo
     gen = codegen.generate(kernel, spec, masks, wide, rows, column_major=cols,
                            reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
     values = [_value(slot, bound) for slot in gen.args]
-    compiled = adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
-                                   **targets.triton_options(target, schedule))
+    try:
+        compiled = adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),
+                                       **targets.triton_options(target, schedule))
+    except Exception as e:
+        if (failed := compile_error(kernel, e)) is None:
+            raise
+        raise failed from None
     _check_shared_memory(kernel, compiled, target)
     return compiled
 

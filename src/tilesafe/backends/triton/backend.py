@@ -15,6 +15,7 @@ from ...lang.coverage import loaded_outputs
 from ...lang.ir import walk
 from ...settings import SETTINGS
 from . import adapter, codegen, targets, tma
+from .compile_errors import compile_error
 
 NAMES = ("triton", "triton-interpreter")
 INTERPRETER_PERSISTENT_GRID = 3   # small, so every persistent loop runs several tiles per block
@@ -175,7 +176,12 @@ class TritonLaunch:
         args = launch_values(self.gen, self.bound, self.tensors, self.grid, counters)
         if all(g > 0 for g in self.grid):
             grid = flat_grid(self.grid) if self.linear else self.grid
-            adapter.launch(self.fn, grid, args, interpret=self.synchronous, options=self.compiled.options)
+            try:   # a first launch compiles: a compiler failure is a CompileError (compile_errors.py)
+                adapter.launch(self.fn, grid, args, interpret=self.synchronous, options=self.compiled.options)
+            except Exception as e:
+                if (failed := compile_error(self.compiled.kernel, e)) is None:
+                    raise
+                raise failed from None
 
     def direct(self, counters=None):
         """`(start, args)`: Triton's launcher for this very launch, skipping its dispatcher
@@ -185,7 +191,12 @@ class TritonLaunch:
         grid = flat_grid(self.grid) if self.linear else self.grid
         args = tuple(launch_values(self.gen, self.bound, self.tensors, self.grid, counters))
         grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
-        kernel = adapter.compiled_kernel(self.fn, grid, list(args), self.compiled.options)
+        try:
+            kernel = adapter.compiled_kernel(self.fn, grid, list(args), self.compiled.options)
+        except Exception as e:
+            if (failed := compile_error(self.compiled.kernel, e)) is None:
+                raise
+            raise failed from None
         return adapter.direct_launcher(kernel, grid3), args
 
 
