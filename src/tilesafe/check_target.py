@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .errors import LaunchError, Loc, TileSafeError, caller_loc, render
+from .errors import CompileError, LaunchError, Loc, TileSafeError, caller_loc, render
 
 
 @dataclass
@@ -65,6 +65,10 @@ def compile_all(launches: list[Recorded], target: str, report) -> int:
         try:
             r.kernel.compile(*r.args, target=target, grid=r.grid, **r.kwargs)
             compiled += 1
+        except CompileError as e:   # Triton failed on a kernel tilesafe accepted: unchecked, not refused
+            report.unchecked.append(("kernel", render(
+                f"could not compile `{r.kernel.name}` for {target}: {(e.message.splitlines()[1:] or [''])[0]}", r.loc,
+                f"`kernel.compile(..., target=\"{target}\")` on this launch's arguments shows the full error")))
         except TileSafeError as e:
             if isinstance(e, LaunchError):   # about the launch's arguments or hints: shown at the launch
                 e = LaunchError(e.message, r.loc, e.help)

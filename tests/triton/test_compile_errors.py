@@ -80,3 +80,41 @@ def test_a_failure_outside_the_compiler_is_not_called_a_compile_error(monkeypatc
     with pytest.raises(RuntimeError, match="invalid argument") as ei:
         doubled(z.partition((8,)), ts.tensor(np.ones(16, np.float32)))
     assert not isinstance(ei.value, ts.TileSafeError)
+
+
+CHECKED = '''
+import numpy as np
+import tilesafe as ts
+
+
+@ts.kernel
+def double(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * 2.0)
+
+
+x = ts.tensor(np.arange(64, dtype=np.float32), device="cpu")
+z = ts.empty(64, device="cpu")
+double(z.partition((16,)), x)
+'''
+
+
+def test_check_target_lists_a_compiler_failure_as_not_compiled_not_as_the_kernels_error(monkeypatch, tmp_path,
+                                                                                        capsys):
+    """`tilesafe check --target` proves what it compiles; a launch the compiler failed on is
+    listed as unchecked, as before CompileError existed, not reported as a rule the kernel breaks."""
+    import triton
+    from triton.compiler import compiler
+
+    from tilesafe import cli
+    monkeypatch.setattr(triton.knobs.compilation, "always_compile", True)
+
+    def make_ir(*args, **kwargs):
+        raise RuntimeError(CRASH)
+    monkeypatch.setattr(compiler.ASTSource, "make_ir", make_ir)
+    path = tmp_path / "kernels.py"
+    path.write_text(CHECKED.lstrip())
+    rc = cli.main(["check", "--target", "sm_90", str(path)])
+    out = capsys.readouterr().out
+    assert f"could not compile `double` for sm_90: {CRASH}" in out, out
+    assert "0 errors in 1 kernel checked; 0 launches compiled for sm_90; could not check 1 kernel" in out, out
+    assert rc == 1, out                          # not everything could be checked
