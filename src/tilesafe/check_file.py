@@ -199,9 +199,20 @@ def _future_flags(stmt: ast.stmt) -> int:
 
 @contextlib.contextmanager
 def _kernels_recorded(report: FileReport):
-    """Wrap `ts.kernel` so each definition is counted and its error recorded, not raised."""
-    real = tilesafe.kernel
+    """Wrap `ts.kernel` and `simt.kernel` so each definition is counted and its error recorded,
+    not raised. SIMT kernels are fully checked when defined, so they are not listed in
+    `report.defined` (which the tile-kernel specialization reports read)."""
+    from . import simt
+    real, real_simt = tilesafe.kernel, simt.kernel
+    tilesafe.kernel = _recording(report, real, defined=True)
+    simt.kernel = _recording(report, real_simt, defined=False)
+    try:
+        yield
+    finally:
+        tilesafe.kernel, simt.kernel = real, real_simt
 
+
+def _recording(report: FileReport, real, defined: bool):
     def recording(fn=None, **options):
         def define(f):
             report.kernels += 1
@@ -215,15 +226,11 @@ def _kernels_recorded(report: FileReport):
                 line = getattr(getattr(f, "__code__", None), "co_firstlineno", None)
                 report.unchecked.append(("kernel", _could_not_check(report.path, e, name, line)))
                 return RefusedKernel(name, e)
-            report.defined.append(k)
+            if defined:
+                report.defined.append(k)
             return k
         return define(fn) if fn is not None else define
-
-    tilesafe.kernel = recording
-    try:
-        yield
-    finally:
-        tilesafe.kernel = real
+    return recording
 
 
 @contextlib.contextmanager

@@ -36,9 +36,9 @@ def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int):
     namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32}
     exec(compile(source, f"<simt kernel {name}>", "exec"), namespace)
     with cuda.gpus[device_index]:
-        dispatcher = cuda.jit(argtypes)(namespace[name])
-        overload = dispatcher.overloads[argtypes]
-        return overload._codelibrary.get_cufunc().kernel
+        dispatcher = cuda.jit(argtypes)(namespace[name])    # compiles now, for these types only
+        overload = dispatcher.compile(argtypes)            # the specialized kernel (numba's _Kernel)
+        return overload._codelibrary.get_cufunc().kernel   # what numba's own launch passes to cuda.core
 
 
 def _stream(handle: int):
