@@ -54,10 +54,12 @@ def test_tensor_core_tiles_are_powers_of_two_of_at_least_16():
     assert not cm.valid(cm.Gemm(100, 256, 256), dict(cm.choose(cm.Gemm(100, 256, 256)), num_stages=20))
 
 
-@pytest.mark.parametrize("m, n, k", [(40, 48, 70), (3, 100, 96), (1, 90, 130)])
+@pytest.mark.parametrize("m, n, k", [(40, 48, 70), (3, 100, 96), (1, 90, 130), (40, 48, 600), (3, 100, 1200), (1, 90, 1100)])
 def test_model_configs_compute_the_product(backend, device, m, n, k):
     a, w = randn((m, k), "f32", 1, device), randn((n, k), "f32", 2, device)
-    for cfg in cm.ranked(cm.Gemm(m, n, k, "f32"), 2):
+    ranked = cm.candidates(cm.Gemm(m, n, k, "f32"))
+    split = [c for c in ranked if c["split_k"] > 1][:1]     # the split-K path, where the model has one
+    for cfg in cm.ranked(cm.Gemm(m, n, k, "f32"), 2) + split:
         out = poisoned((m, n), "f32", device)
         got = tk.linear(a, w, out=out, config=cfg)
         assert_close(got, torch.as_tensor(f64(a)) @ torch.as_tensor(f64(w)).T, "f32", rtol=1e-4, atol=1e-4)
@@ -138,6 +140,15 @@ def test_the_tuned_benchmark_shapes_keep_their_configs(monkeypatch):
             ("matmul", mm.matmul_keys(ts.bf16, m, n, k))
         assert configs.lookup(family, keys, dtype=ts.bf16, shape=cm.Gemm(m, n, k)) == \
             configs.lookup(family, keys, dtype=ts.bf16), (m, n, k)
+    for s in (1024, 4096, 16384):                          # the flash and decode workloads too
+        for causal in (False, True):
+            key = configs.shape_class(ts.bf16, 128, s)
+            assert configs.lookup("attention", key, dtype=ts.bf16, shape=cm.Attention(1, 32, 32, s, s, 128, causal)) \
+                == configs.lookup("attention", key, dtype=ts.bf16)
+    for heads, kv in ((32, 8), (64, 8)):
+        key = configs.shape_class(ts.bf16, 128, heads // kv)
+        assert configs.lookup("decode", key, dtype=ts.bf16, shape=cm.Decode(heads, kv, 32768, 128)) == \
+            configs.lookup("decode", key, dtype=ts.bf16)
 
 
 def test_the_issues_held_out_shape_gets_the_model_not_the_defaults(monkeypatch):

@@ -93,7 +93,7 @@ def refinement(keys, shape, entries: dict) -> dict | None:
     """The tuned entry (of one family's `entries`) made for this very shape, if any: the first
     of `keys` (most specific first) that is in the table and exact for `shape` — a weight's
     own class (its N x K exact, M bucketed as the tuner meant), or a bucketed class whose
-    sizes are the shape's own. A bucket that merely contains the shape is not used: the
+    sizes are the shape's own (sizes up to 16 all count as 16, the bucket floor). A bucket that merely contains the shape is not used: the
     model sizes that shape instead."""
     for key in keys:
         if key in entries and _exact(key, shape):
@@ -102,7 +102,9 @@ def refinement(keys, shape, entries: dict) -> dict | None:
 
 
 def _exact(key: str, shape) -> bool:
+    """A weight's own class, or a class whose sizes are the shape's own; sizes up to 16 are
+    one class (the bucket floor: a decode group of 4 and of 8 share the tuned entry)."""
     parts = [p for p in key.split("/")[1:] if p != "gemv"]
     if any("x" in p for p in parts):
         return True
-    return tuple(int(p) for p in parts) == tuple(shape.class_sizes())
+    return tuple(int(p) for p in parts) == tuple(max(16, s) if s <= 16 else s for s in shape.class_sizes())

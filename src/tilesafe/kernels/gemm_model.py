@@ -37,6 +37,7 @@ OVERLAP = 1.15                 # two blocks on one SM hide some of each other's 
 INFLIGHT_PER_SM = 29_000       # bytes in flight that keep one SM's share of HBM busy (~1 us)
 SM_STREAM_BYTES_PER_S = 110e9  # what one SM alone can pull from HBM
 STREAM_EFFICIENCY = 0.92       # of the HBM rate, a long read reaches
+SMEM_RESERVE = 16 * 1024       # shared memory Triton may take beside the pipeline (barriers, a layout change)
 
 
 def matmul_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
@@ -77,7 +78,7 @@ def valid_matmul(c: dict, s: Gemm, gpu: Gpu) -> bool:
         return False
     if not 1 <= c["split_k"] <= cdiv(s.k, c["block_k"]):
         return False
-    return _smem(*tiles, c["num_stages"], element_bytes(s.dtype)) <= gpu.smem_per_block
+    return _smem(*tiles, c["num_stages"], element_bytes(s.dtype)) <= gpu.smem_per_block - SMEM_RESERVE
 
 
 def matmul_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
@@ -162,7 +163,7 @@ def _stage_options(bm: int, bn: int, bk: int, es: int, gpu: Gpu) -> list[int]:
     """The deepest pipeline one block may have, and one shallow enough for two blocks per SM."""
     cap = 5 if bm * bn >= 128 * 128 else 8
     step, epilogue = (bm * bk + bk * bn) * es, _smem(bm, bn, bk, 0, es)
-    deep = min(cap, (gpu.smem_per_block - epilogue) // step)
+    deep = min(cap, (gpu.smem_per_block - SMEM_RESERVE - epilogue) // step)
     half = min(cap, (gpu.smem_per_sm // 2 - 1024 - epilogue) // step)
     return [st for st in dict.fromkeys((deep, half)) if st >= 2]
 
