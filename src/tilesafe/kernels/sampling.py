@@ -2,9 +2,10 @@
 a per-row seed — and the chosen token's log-probability.
 
 One block per row walks the vocabulary in tiles of BV, several times:
-  1. the row's maximum, its first index (the greedy token) and its smallest finite value;
-  2. Z = sum exp(x - max), for the log-probability of the raw logits (what vLLM reports);
-  3. top-k and top-p as thresholds on the logit: the kept set is {x >= thr}. The threshold is
+  1. the row's maximum, its first index (the greedy token), its smallest finite value and
+     Z = sum exp(x - max) (online, rescaled as the maximum grows), for the log-probability of
+     the raw logits (what vLLM reports);
+  2. top-k and top-p as thresholds on the logit: the kept set is {x >= thr}. The threshold is
      found by bisection on the value, each probe one pass that counts (top-k) or weighs (top-p)
      the values >= the probe and snaps it up to the least row value above it, so the result
      is an exact row value and the loop ends once no row value is left between the bounds
@@ -12,7 +13,7 @@ One block per row walks the vocabulary in tiles of BV, several times:
      150k values would need a multi-pass merge across tiles, and a threshold does the job
      of both filters in a few reductions, as several GPU samplers do. Ties at the threshold
      are all kept (vLLM's top-k keeps them too);
-  4. the token: inverse CDF in vocabulary order over the kept weights exp((x - max) / T), at
+  3. the token: inverse CDF in vocabulary order over the kept weights exp((x - max) / T), at
      u * (kept mass), u = ts.rand(seed, step) — a Philox number that depends only on the
      row's seed and step, so a request's tokens do not depend on the batch around it.
 
@@ -44,27 +45,30 @@ def _tile(x, i, t, BV, V):
 def _above(x, i, nt, BV, V, probe, m, inv_t, WEIGHTED):
     """Over row i: F(probe) — how many values are >= probe (or, WEIGHTED, their weights
     exp((x - m) * inv_t)) — the least value >= probe and the greatest value < probe."""
-    total = ts.zeros((), ts.f32)
-    least = ts.full((), POS_INF, ts.f32)
-    below = ts.full((), NEG_INF, ts.f32)
+    # Lane-wise accumulators, reduced once after the walk: the loop body stays elementwise
+    # (a block-wide reduction per tile would cost a barrier each, three per tile).
+    total = ts.zeros((BV,), ts.f32)
+    least = ts.full((BV,), POS_INF, ts.f32)
+    below = ts.full((BV,), NEG_INF, ts.f32)
     for t in range(nt):
         v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
         ge = inb & (v >= probe)
         if WEIGHTED:
-            total += ts.sum(ts.where(ge, ts.exp((v - m) * inv_t), 0.0))
+            total += ts.where(ge, ts.exp((v - m) * inv_t), 0.0)
         else:
-            total += ts.sum(ts.where(ge, 1.0, 0.0))
-        least = ts.minimum(least, ts.min(ts.where(ge, v, POS_INF)))
-        below = ts.maximum(below, ts.max(ts.where(inb & (v < probe), v, NEG_INF)))
-    return total, least, below
+            total += ts.where(ge, 1.0, 0.0)
+        least = ts.minimum(least, ts.where(ge, v, POS_INF))
+        below = ts.maximum(below, ts.where(inb & (v < probe), v, NEG_INF))
+    return ts.sum(total), ts.min(least), ts.max(below)
 
 
 @ts.function
-def _threshold(x, i, nt, BV, V, target, lo, hi, m, inv_t, WEIGHTED):
-    """The largest value of row i in [lo, hi] whose F (see _above) is >= target, given
-    F(lo) >= target and hi the row's maximum."""
+def _threshold(x, i, nt, BV, V, target, lo, f_lo, hi, m, inv_t, WEIGHTED):
+    """The largest value of row i in [lo, hi] whose F (see _above) is >= target, and its F,
+    given F(lo) = f_lo >= target and hi the row's maximum."""
     f_hi, _, _ = _above(x, i, nt, BV, V, hi, m, inv_t, WEIGHTED)
     lo = ts.where(f_hi >= target, hi, lo)
+    f_lo = ts.where(f_hi >= target, f_hi, f_lo)
     mid = lo * 0.5 + hi * 0.5
     go = (f_hi < target) & (mid > lo) & (mid < hi)
     n = 0
@@ -72,12 +76,13 @@ def _threshold(x, i, nt, BV, V, target, lo, hi, m, inv_t, WEIGHTED):
         f, least, below = _above(x, i, nt, BV, V, mid, m, inv_t, WEIGHTED)
         ok = f >= target
         lo = ts.where(ok, least, lo)          # a row value, F(least) == f >= target
+        f_lo = ts.where(ok, f, f_lo)
         hi = ts.where(ok, hi, mid)            # F(mid) < target: the answer is below mid
         n += 1
         mid = lo * 0.5 + hi * 0.5
         # Stop when no row value lies in (lo, mid) after a miss, or the floats run out.
         go = (n < MAX_PROBES) & (ok | (below > lo)) & (mid > lo) & (mid < hi)
-    return lo
+    return lo, f_lo
 
 
 @ts.function
@@ -116,27 +121,32 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
     temp = ts.scalar(ts.load(temperature, (i,), shape=(1,)))
     k = ts.scalar(ts.load(top_k, (i,), shape=(1,)))
     p = ts.scalar(ts.load(top_p, (i,), shape=(1,)))
-    m, at, low = ts.full((), NEG_INF, ts.f32), ts.zeros((), ts.i32), ts.full((), POS_INF, ts.f32)
-    for t in range(nt):                                                    # pass 1: max, argmax, min
+    best = ts.full((BV,), NEG_INF, ts.f32)                                # (BV,) lane-wise, as in _above
+    at = ts.zeros((BV,), ts.i32)                                           # (BV,) first index of each lane's best
+    z = ts.zeros((BV,), ts.f32)                                            # (BV,) sum exp(x - best), rescaled
+    low = ts.full((BV,), POS_INF, ts.f32)                                  # (BV,) least finite value
+    cols = ts.arange(0, BV)
+    for t in range(nt):                                                    # pass 1: max, argmax, min, Z
         v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
-        vm = ts.max(v)
-        at = ts.where(vm > m, ts.argmax(v, 0) + t * BV, at)                # strict: ties keep the first
-        m = ts.maximum(m, vm)
-        low = ts.minimum(low, ts.min(ts.where(inb & (v > NEG_INF), v, POS_INF)))
-    z = ts.zeros((), ts.f32)
-    for t in range(nt):                                                    # pass 2: softmax denominator
-        v, inb = _tile(x, i, t, BV, V)
-        z += ts.sum(ts.exp(v - m))
+        grown = ts.maximum(best, v)
+        safe = ts.where(grown > NEG_INF, grown, 0.0)                       # no inf - inf while all is -inf
+        z = z * ts.exp(best - safe) + ts.exp(v - safe)
+        at = ts.where(v > best, t * BV + cols, at)                         # strict: ties keep the first
+        best = grown
+        low = ts.minimum(low, ts.where(inb & (v > NEG_INF), v, POS_INF))
+    m = ts.max(best)
+    at = ts.min(ts.where(best == m, at, V))                                # the first index of the maximum
+    z = ts.sum(z * ts.exp(best - ts.where(m > NEG_INF, m, 0.0)))
+    low = ts.min(low)
     chosen, xv = at, m                                                     # greedy
     if temp > 0.0:
         inv_t = 1.0 / temp
         thr = low
         if (k > 0) & (k < V):
-            thr = _threshold(x, i, nt, BV, V, k.astype(ts.f32), low, m, m, inv_t, False)
+            thr, _ = _threshold(x, i, nt, BV, V, k.astype(ts.f32), low, V.astype(ts.f32), m, m, inv_t, False)
+        kept, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)           # the mass top-p takes its share of
         if p < 1.0:
-            mass, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)
-            thr = _threshold(x, i, nt, BV, V, p * mass, thr, m, m, inv_t, True)
-        kept, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)
+            thr, kept = _threshold(x, i, nt, BV, V, p * kept, thr, kept, m, m, inv_t, True)
         u = ts.rand(ts.scalar(ts.load(seed, (i,), shape=(1,))), ts.scalar(ts.load(step, (i,), shape=(1,))))
         chosen, xv = _pick(x, i, nt, BV, V, thr, m, inv_t, u * kept)
     tok.store(ts.full((1,), chosen, ts.i32))
