@@ -206,8 +206,24 @@ def workloads(quick: bool):
                     raw=lambda: RAW["sgemm"][(n // 16, m // 16), (16, 16)](do, da, db),
                     torch=lambda: torch.matmul(a, b))
 
+    def w_top_p():
+        from tilesafe.simt.examples.top_p import top_p_sample
+        rows, vocab = 64 // scale, 151936
+        probs = torch.softmax(torch.randn(rows, vocab, device="cuda") * 4, dim=1)
+        expo = torch.empty_like(probs).exponential_()
+        token = torch.empty(rows, dtype=torch.int32, device="cuda")
+
+        def torch_top_p():       # sort, cumulative mass, mask, exponential race
+            s, idx = torch.sort(probs, dim=1, descending=True)
+            keep = (torch.cumsum(s, 1) - s) < 0.9
+            keys = torch.where(keep, s / torch.gather(expo, 1, idx), -1.0)
+            return torch.gather(idx, 1, keys.argmax(1, keepdim=True)).squeeze(1)
+        want = torch_top_p().int()
+        return dict(bytes=2 * 4 * rows * vocab, out=token, want=lambda: want, tol=0, exact_fraction=0.9,
+                    safe=lambda: top_p_sample(token, probs, expo, 0.9, STEPS=30), torch=torch_top_p)
+
     return [("vector_add", w_vector_add), ("histogram", w_histogram), ("block_sum", w_block_sum),
-            ("softmax_rows", w_softmax), ("transpose", w_transpose), ("sgemm", w_sgemm)]
+            ("softmax_rows", w_softmax), ("transpose", w_transpose), ("sgemm", w_sgemm), ("top_p", w_top_p)]
 
 
 def run_workload(name, setup) -> dict:
@@ -222,7 +238,10 @@ def run_workload(name, setup) -> dict:
         w[impl]()
         torch.cuda.synchronize()
         want = w["want"]()
-        ok = torch.allclose(w["out"].float(), want.float(), rtol=tol, atol=tol)
+        if "exact_fraction" in w:    # sampling: f32 sums in another order may move a boundary token
+            ok = (w["out"] == want).float().mean().item() >= w["exact_fraction"]
+        else:
+            ok = torch.allclose(w["out"].float(), want.float(), rtol=tol, atol=tol)
         rec.setdefault("correct", {})[impl] = bool(ok)
     for impl in ("safe", "safe_chunk4", "raw", "torch", "copy"):
         if impl in w:
@@ -234,7 +253,7 @@ def run_workload(name, setup) -> dict:
                 entry["tflops"] = rec["flops"] / ms / 1e9
             rec["impls"][impl] = entry
     t = rec["impls"]
-    rec["safe_over_raw"] = t["safe"]["ms"] / t["raw"]["ms"]
+    rec["safe_over_raw"] = t["safe"]["ms"] / t["raw"]["ms"] if "raw" in t else None
     rec["torch_over_safe"] = t["torch"]["ms"] / t["safe"]["ms"]     # >= 1: safe SIMT is faster than torch
     del w
     torch.cuda.empty_cache()
@@ -309,7 +328,8 @@ def plot(path: Path) -> Path:
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = [r["name"] for r in recs]
     xs = range(len(names))
-    a.bar([i - 0.2 for i in xs], [r["impls"]["raw"]["ms"] / r["impls"]["safe"]["ms"] for r in recs], 0.4,
+    a.bar([i - 0.2 for i in xs], [r["impls"]["raw"]["ms"] / r["impls"]["safe"]["ms"] if "raw" in r["impls"] else 0
+                                  for r in recs], 0.4,
           label="raw numba time / safe SIMT time", color="#7f7f7f")
     a.bar([i + 0.2 for i in xs], [r["torch_over_safe"] for r in recs], 0.4, label="torch time / safe SIMT time",
           color="#1f77b4")

@@ -102,3 +102,24 @@ def test_a_launch_on_another_stream_waits_for_the_writer():
     side.synchronize()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, x + y + y)
+
+
+def test_top_p_sampler_over_a_vocabulary():
+    from tilesafe.simt.examples.top_p import top_p_sample
+    rows, vocab = 16, 151936
+    probs = torch.softmax(torch.randn(rows, vocab, device="cuda") * 4, dim=1)
+    expo = torch.empty_like(probs).exponential_()
+    token = torch.full((rows,), -1, dtype=torch.int32, device="cuda")
+    top_p_sample(token, probs, expo, 0.9, STEPS=30).sync()
+    got = token.tolist()
+    for r in range(rows):
+        # f32 sums run in another order than torch's, so the kernel's kept set lies between the sets
+        # for top_p -/+ 1e-4: its winner is kept by the larger set and beats every key of the smaller.
+        p, e = probs[r].double(), expo[r].double()
+        s, idx = torch.sort(p, descending=True)
+        cum = torch.cumsum(s, 0)
+        small = idx[:int((cum < 0.9 - 1e-4).sum()) + 1]
+        large = idx[:int((cum < 0.9 + 1e-4).sum()) + 1]
+        w = got[r]
+        assert w in set(large.tolist()), (r, w)
+        assert p[w] / e[w] >= (p[small] / e[small]).max(), (r, w)

@@ -39,3 +39,25 @@ def test_sgemm_with_ragged_tiles():
     c = torch.full((20, 18), float("nan"))
     sgemm.sgemm(c, a, b).sync()
     torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def top_p_oracle(probs, expo, top_p):
+    """The smallest set of top tokens holding top_p of the mass; the winner of the exponential race in it."""
+    out = []
+    for p, e in zip(probs, expo):
+        s, idx = torch.sort(p, descending=True)
+        kept = idx[:int((torch.cumsum(s, 0) < top_p).sum()) + 1]
+        out.append(int(kept[torch.argmax(p[kept] / e[kept])]))
+    return out
+
+
+def test_top_p_sampler():
+    from tilesafe.simt.examples.top_p import top_p_sample
+    g = torch.Generator().manual_seed(6)
+    probs = torch.softmax(torch.randn(3, 50, generator=g) * 2, dim=1)
+    expo = torch.empty(3, 50).exponential_(generator=g)
+    token = torch.full((3,), -1, dtype=torch.int32)
+    top_p_sample(token, probs, expo, 0.9, STEPS=24).sync()
+    assert token.tolist() == top_p_oracle(probs, expo, 0.9)
+    top_p_sample(token, probs, expo, 1e-6, STEPS=24).sync()         # tiny top_p: the most likely token
+    assert token.tolist() == probs.argmax(1).int().tolist()
