@@ -150,7 +150,13 @@ def test_stop_token_ids_and_eos(llm):
         llm.eos_ids = frozenset()
 
 
-def test_sampling_is_refused_until_the_device_sampler_exists(llm):
-    with pytest.raises(RequestError) as e:
-        llm.generate({"prompt_token_ids": [3]}, SamplingParams(temperature=0.7))  # generate: sampling
-    assert_located(e.value, "generate: sampling", "temperature 0.7")
+def test_seeded_sampling_is_reproducible_and_batch_independent(llm):
+    """A seed fixes a request's tokens, alone or beside other requests; greedy rows stay greedy."""
+    seeded = SamplingParams(temperature=1.0, max_tokens=5, seed=7)
+    alone = llm.generate({"prompt_token_ids": [3, 17]}, seeded)[0].outputs[0].token_ids
+    again = llm.generate([{"prompt_token_ids": [9]}, {"prompt_token_ids": [3, 17]}],
+                         [SamplingParams(temperature=0.8, max_tokens=5, seed=1), seeded])[1].outputs[0].token_ids
+    assert alone == again and len(alone) == 5 and all(0 <= t < 96 for t in alone)
+    greedy = SamplingParams(temperature=0, max_tokens=5)
+    assert llm.generate({"prompt_token_ids": [3, 17]}, greedy)[0].outputs[0].token_ids == \
+        llm.generate([{"prompt_token_ids": [3, 17]}, {"prompt_token_ids": [4]}], [greedy, seeded])[0].outputs[0].token_ids

@@ -9,20 +9,21 @@ from tilesafe.engine.checkpoint import load_weights
 from tilesafe.engine.config import Qwen3Config
 from tilesafe.engine.kv_cache import KVCache
 from tilesafe.engine.model import Activations, Qwen3Model
+from tilesafe.engine.sampler import Sampler
 
 
 def greedy(folder, prompt, n):
     cfg = Qwen3Config.from_dir(folder)
     w = load_weights(folder, cfg, torch.float32, "cpu", progress=False)
     cache = KVCache.allocate(cfg, 1, 32, torch.float32, "cpu")
-    model = Qwen3Model(cfg, w, cache)
+    model = Qwen3Model(cfg, w, cache, Sampler(1, "cpu"))     # its rows start greedy (temperature 0)
     a = Activations.allocate(cfg, len(prompt), 1, torch.float32, "cpu")
     a.ids.copy_(torch.tensor(prompt))
     a.positions.copy_(torch.arange(len(prompt)))
     model.prefill(a, 0)
     tokens, logprobs = [a.tokens.item()], [a.chosen.item()]
     b = Activations.allocate(cfg, 1, 1, torch.float32, "cpu")
-    ws = SimpleNamespace(attention=tk.decode_workspace(b.qr[0], cache.k[0][0]), argmax=tk.argmax_workspace(b.logits))
+    ws = SimpleNamespace(attention=tk.decode_workspace(b.qr[0], cache.k[0][0]))
     for pos in range(len(prompt), len(prompt) + n - 1):
         b.ids.fill_(tokens[-1])
         b.positions.fill_(pos)

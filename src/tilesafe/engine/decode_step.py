@@ -21,7 +21,6 @@ from .model import Activations, Qwen3Model
 @dataclass(slots=True)
 class StepWorkspace:
     attention: tk.DecodeWorkspace
-    argmax: tk.ArgmaxWorkspace
 
 
 @dataclass(slots=True)
@@ -59,8 +58,7 @@ class DecodeSteps:
         if step is None:
             cfg = self.model.cfg
             a = Activations.allocate(cfg, batch, batch, self.dtype, self.device)
-            ws = StepWorkspace(tk.decode_workspace(a.qr[0], self.model.cache.k[0][0]),
-                               tk.argmax_workspace(a.logits))
+            ws = StepWorkspace(tk.decode_workspace(a.qr[0], self.model.cache.k[0][0]))
             step = self.steps[batch] = _Step(a, ws)
         return step
 

@@ -24,6 +24,7 @@ from .errors import checkpoint_error, request_error
 from .kv_cache import KVCache, cache_bytes
 from .model import Activations, Qwen3Model
 from .prompts import Prompt, normalize_prompts
+from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .sequence import Sequence
 
@@ -51,7 +52,8 @@ class LLM:
         with self._on_device():
             weights = load_weights(self.model_dir, cfg, self.dtype, self.device, progress)
             cache = KVCache.allocate(cfg, self.max_num_seqs, self.max_model_len, self.dtype, self.device)
-        self.model = Qwen3Model(cfg, weights, cache)
+            self.sampler = Sampler(self.max_num_seqs, self.device)
+        self.model = Qwen3Model(cfg, weights, cache, self.sampler)
         graph = self.device.startswith("cuda") and self.backend == "triton" if use_graph is None else use_graph
         self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph)
 
@@ -105,12 +107,10 @@ class LLM:
         seqs = []
         for i, (item, p) in enumerate(zip(items, params)):
             p = (p or SamplingParams()).resolved(defaults)
-            if not p.greedy:
-                raise request_error(f"generate: temperature {p.temperature} asks for sampling, which this engine "
-                                    "does not run yet", help="pass SamplingParams(temperature=0) for greedy decoding")
             if p.stop and self.tokenizer is None:
                 raise request_error("generate: stop strings need the model's tokenizer (tokenizer.json)")
-            seqs.append(Sequence(i, item.text, item.ids, p, self.max_model_len, self.eos_ids, self._detokenizer(item, p)))
+            seqs.append(Sequence(i, item.text, item.ids, p, self.max_model_len, self.eos_ids, self._detokenizer(item, p),
+                                 seed=self.sampler.seed_for(p)))
         return seqs
 
     def _run(self, seqs: list[Sequence]):
@@ -120,6 +120,8 @@ class LLM:
                 yield from self._wave(seqs[w:w + self.max_num_seqs])
 
     def _wave(self, wave: list[Sequence]):
+        self.sampler.set_rows([s.params for s in wave], [s.seed for s in wave])
+        self.sampler.set_steps([0] * len(wave))
         for slot, s in enumerate(wave):                      # prefill, one prompt at a time
             a = Activations.allocate(self.config, len(s.prompt_ids), 1, self.dtype, self.device)
             a.ids.copy_(torch.tensor(s.prompt_ids, dtype=torch.int32))
@@ -132,6 +134,7 @@ class LLM:
             # it recomputes position 0 of its own slot, which nothing reads any more.
             ids = [0 if s.finished else s.tokens[-1] for s in wave]
             positions = [0 if s.finished else s.position for s in wave]
+            self.sampler.set_steps([len(s.tokens) for s in wave])          # the Philox step of each row
             tokens, logprobs = self.decode_steps.run(ids, positions)
             for s, t, lp in zip(wave, tokens, logprobs):
                 if not s.finished:

@@ -25,6 +25,7 @@ import tilesafe.kernels as tk
 from .checkpoint import Weights
 from .config import Qwen3Config
 from .kv_cache import KVCache
+from .sampler import Sampler
 
 
 @dataclass(slots=True)
@@ -45,9 +46,8 @@ class Activations:
     gu: torch.Tensor           # (M, 2 I) gate then up
     act: torch.Tensor          # (M, I) silu(gate) * up
     logits: torch.Tensor       # (R, V) R = rows whose next token is wanted
-    logp: torch.Tensor         # (R, V) log_softmax(logits)
-    tokens: torch.Tensor       # (R,) i32 greedy next tokens
-    chosen: torch.Tensor       # (R,) log-probability of each chosen token
+    tokens: torch.Tensor       # (R,) i32 next tokens
+    chosen: torch.Tensor       # (R,) f32 log-probability of each chosen token
 
     @classmethod
     def allocate(cls, cfg: Qwen3Config, m: int, r: int, dtype, device) -> "Activations":
@@ -59,18 +59,20 @@ class Activations:
         return cls(ids=buf(m, dt=torch.int32), positions=buf(m, dt=torch.int32), lens=buf(m, dt=torch.int32),
                    residual=buf(m, e), x=buf(m, e), h=buf(m, e), qkv=buf(m, (h + 2 * kv) * d), qn=buf(m, h, d),
                    kn=buf(m, kv, d), qr=buf(m, h, d), kr=buf(m, kv, d), attn=buf(m, h, d), gu=buf(m, 2 * i),
-                   act=buf(m, i), logits=buf(r, v), logp=buf(r, v), tokens=buf(r, dt=torch.int32), chosen=buf(r))
+                   act=buf(m, i), logits=buf(r, v), tokens=buf(r, dt=torch.int32),
+                   chosen=buf(r, dt=torch.float32))
 
 
 class Qwen3Model:
     """The decoder over packed weights and a KV cache."""
 
-    def __init__(self, cfg: Qwen3Config, weights: Weights, cache: KVCache):
-        self.cfg, self.w, self.cache = cfg, weights, cache
+    def __init__(self, cfg: Qwen3Config, weights: Weights, cache: KVCache, sampler: Sampler):
+        self.cfg, self.w, self.cache, self.sampler = cfg, weights, cache, sampler
 
     def prefill(self, a: Activations, slot: int) -> None:
         """Run a whole prompt (a.ids at positions 0..M-1) into cache slot `slot`; the next
-        token's logits, greedy choice and log-probability land in a.logits / a.tokens / a.chosen."""
+        token's logits, sampled token (with the sampler's row `slot`) and its log-probability
+        land in a.logits / a.tokens / a.chosen."""
         def attend(n: int, v: torch.Tensor) -> None:
             k_cache, v_cache = self.cache.k[n][slot], self.cache.v[n][slot]     # (HKV, L, D)
             start = a.positions[:1]                                             # (1,) = 0, on the device
@@ -79,7 +81,7 @@ class Qwen3Model:
             tk.flash_attention(a.qr.transpose(0, 1), a.kr.transpose(0, 1), v.transpose(0, 1), causal=True,
                                out=a.attn.transpose(0, 1))                      # (H, M, D) views
         m = a.ids.shape[0]
-        self._forward(a, attend, slice(m - 1, m))
+        self._forward(a, attend, slice(m - 1, m), slice(slot, slot + 1))
 
     def decode(self, a: Activations, workspace) -> None:
         """One token per sequence: row i is the sequence in cache slot i, its new token
@@ -92,9 +94,9 @@ class Qwen3Model:
                 tk.kv_append(v_cache, v[i:i + 1], at)
                 tk.decode_attention(a.qr[i], k_cache, v_cache, a.lens[i:i + 1], out=a.attn[i],
                                     workspace=workspace.attention)
-        self._forward(a, attend, slice(None), workspace.argmax)
+        self._forward(a, attend, slice(None), slice(0, a.ids.shape[0]))
 
-    def _forward(self, a: Activations, attend, rows: slice, argmax_ws=None) -> None:
+    def _forward(self, a: Activations, attend, rows: slice, sampler_rows: slice) -> None:
         cfg, w = self.cfg, self.w
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
@@ -121,6 +123,6 @@ class Qwen3Model:
         x, res = a.x[rows], a.residual[rows]                                        # (R, E) rows wanted
         tk.rms_norm(a.h[rows], w.norm, eps, residual=res, out=x, residual_out=res)
         tk.linear(x, w.lm_head, out=a.logits)                                       # (R, V)
-        tk.argmax(a.logits, out=a.tokens, workspace=argmax_ws)                      # (R,) greedy
-        tk.log_softmax(a.logits, out=a.logp)                                        # (R, V)
-        tk.max(a.logp, out=a.chosen)                                                # (R,) = logp[token]
+        sp, r = self.sampler, sampler_rows                                          # per-sequence parameters
+        tk.sample(a.logits, sp.temperature[r], sp.top_k[r], sp.top_p[r], sp.seed[r], sp.step[r], out=a.tokens,
+                  logprobs_out=a.chosen)                                            # (R,) tokens, log-probs

@@ -23,6 +23,7 @@ class Sequence:
     max_model_len: int
     eos_ids: frozenset
     detokenizer: object = None            # IncrementalDetokenizer when the model has a tokenizer
+    seed: int = 0                         # the sampler's seed for this request (its own, or drawn once)
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
