@@ -1,0 +1,94 @@
+"""The config model on the GPU (issue 22): on shapes no tuned entry was made for, the
+library's call (the model's choice) and each of the model's best four candidates compile,
+launch and match torch; the first-use autotune times them, caches its choice on disk, and
+a captured `ts.graph()` of the tuned call replays it."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from tilesafe.kernels import config_model as cm
+from tilesafe.kernels import first_use
+
+pytestmark = pytest.mark.gpu
+GEMMS = [cm.Gemm(777, 3072, 1536), cm.Gemm(3001, 1600, 6400), cm.Gemm(5, 1600, 6400), cm.Gemm(1, 4672, 4544)]
+FLASH = [cm.Attention(2, 28, 4, 777, 777, 128, True), cm.Attention(1, 71, 1, 1211, 1211, 64, False)]
+
+
+def _gemm_inputs(s: cm.Gemm):
+    g = torch.Generator(device="cuda").manual_seed(s.m + s.n)
+    x = torch.randn(s.m, s.k, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(s.n, s.k, device="cuda", generator=g) * s.k ** -0.5).bfloat16()
+    return x, w
+
+
+def _close(got, want, tol=2e-2):
+    err = torch.linalg.vector_norm(got.float() - want.float()) / torch.linalg.vector_norm(want.float())
+    assert float(err) < tol, float(err)
+
+
+@pytest.mark.parametrize("shape", GEMMS, ids=str)
+def test_model_configs_of_held_out_gemms_run_and_match_torch(shape):
+    x, w = _gemm_inputs(shape)
+    want = F.linear(x.float(), w.float())
+    with ts.backend("triton"):
+        _close(tk.linear(x, w), want)                               # the library's own choice: the model's
+        for cfg in cm.ranked(shape, 4):                             # the autotune's candidates
+            _close(tk.linear(x, w, config=cfg), want)
+
+
+@pytest.mark.parametrize("shape", FLASH, ids=str)
+def test_model_configs_of_held_out_attention_run_and_match_sdpa(shape):
+    g = torch.Generator(device="cuda").manual_seed(shape.sq)
+    q = torch.randn(shape.batch, shape.heads, shape.sq, shape.d, device="cuda", generator=g).bfloat16()
+    k, v = (torch.randn(shape.batch, shape.kv_heads, shape.sk, shape.d, device="cuda", generator=g).bfloat16()
+            for _ in range(2))
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=shape.causal, enable_gqa=True)
+    with ts.backend("triton"):
+        _close(tk.flash_attention(q, k, v, causal=shape.causal), want)
+        for cfg in cm.ranked(shape, 4):
+            _close(tk.flash_attention(q, k, v, causal=shape.causal, config=cfg), want)
+
+
+def test_model_decode_config_runs_and_matches_sdpa():
+    h, hkv, ctx, d = 14, 2, 633, 64
+    q = torch.randn(h, d, device="cuda").bfloat16()
+    kc, vc = (torch.randn(hkv, ctx, d, device="cuda").bfloat16() for _ in range(2))
+    want = F.scaled_dot_product_attention(q[None, :, None].float(), kc[None].float(), vc[None].float(),
+                                          enable_gqa=True).view(h, d)
+    with ts.backend("triton"):
+        _close(tk.decode_attention(q, kc, vc, ctx), want)
+        for cfg in cm.ranked(cm.Decode(h, hkv, ctx, d), 4):
+            _close(tk.decode_attention(q, kc, vc, ctx, config=cfg), want)
+
+
+def test_first_use_tuning_caches_its_choice_and_a_graph_replays_it(tmp_path, monkeypatch):
+    from tilesafe.settings import Settings
+    monkeypatch.setattr(first_use, "SETTINGS", Settings.from_env({"TILESAFE_CACHE_DIR": str(tmp_path)}))
+    first_use.forget()
+    shape = cm.Gemm(555, 2560, 2048)
+    x, w = _gemm_inputs(shape)
+    out = torch.empty(shape.m, shape.n, device="cuda", dtype=torch.bfloat16)
+    want = F.linear(x.float(), w.float())
+    try:
+        with ts.backend("triton"), tk.first_use_tuning():
+            _close(tk.linear(x, w, out=out), want)
+            table = json.loads((tmp_path / "library" / f"{configs_gpu()}.json").read_text())
+            (key, entry), = table["matmul"].items()
+            assert key == "bf16/1024/2560x2048" and entry["time_ms"] > 0
+            out.zero_()
+            with ts.graph() as g:
+                tk.linear(x, w, out=out)
+            g.replay()
+            torch.cuda.synchronize()
+            _close(out, want)
+    finally:
+        first_use.forget()
+
+
+def configs_gpu():
+    from tilesafe.kernels import configs
+    return configs.gpu_name()
