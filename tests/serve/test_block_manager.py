@@ -1,5 +1,7 @@
 """The paged KV cache's block manager: tables, slots, prefix caching, eviction, errors, and a
 property test that replays random schedules against a model of the cache's contents."""
+import random
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -143,20 +145,27 @@ def test_misuse_is_a_located_error():
 
 
 # --- property: random schedules against a model of the cache's contents -------------------------
-OPS = st.lists(st.tuples(st.sampled_from(["alloc", "append", "compute", "free"]), st.integers(0, 5),
-                         st.integers(1, 9), st.integers(0, 2)), min_size=1, max_size=60)
+def schedule(seed: int, length: int = 80):
+    """Random (kind, seq, n, prefix) ops: few sequence ids and prompts that repeat, so hits on
+    live and on freed blocks, and evictions, are frequent (hypothesis' own lists of tuples
+    rarely build the alloc / compute / free / alloc chains that exercise them)."""
+    r = random.Random(seed)
+    kinds = ["alloc", "alloc", "append", "compute", "compute", "free"]
+    return [(r.choice(kinds), r.randint(0, 3), r.randint(1, 9), r.randint(0, 1)) for _ in range(length)]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=OPS, num_blocks=st.integers(1, 12), block_size=st.integers(1, 4), caching=st.booleans())
-def test_random_schedules_keep_the_invariants(ops, num_blocks, block_size, caching):
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), num_blocks=st.integers(1, 12), block_size=st.integers(1, 4),
+       caching=st.booleans())
+def test_random_schedules_keep_the_invariants(seed, num_blocks, block_size, caching):
+    ops = schedule(seed)
     bm = BlockManager(num_blocks, block_size, prefix_caching=caching)
     content = {}                 # slot -> token whose KV was "written" there (the model of the cache)
     live = {}                    # seq -> its tokens
     written = {}                 # seq -> tokens computed so far
     for kind, seq, n, prefix in ops:
         if kind == "alloc" and seq not in live:
-            tokens = [prefix] * min(n, 3) + [seq * 10 + i for i in range(n)]   # shared prefixes are common
+            tokens = [prefix] * min(n, 3) + [seq % 2 * 10 + i for i in range(n)]   # shared prefixes are common
             if not bm.can_allocate(tokens):
                 with pytest.raises(BlockManagerError):
                     bm.allocate(seq, tokens)
