@@ -31,6 +31,9 @@ def test_rows_follow_their_request_not_their_position():
         s.set_steps([9, 5, 0])
         tok2, lp2 = torch.empty(3, dtype=torch.int32), torch.empty(3)
         s(logits[order], tok2, lp2)
+        one, one_lp = torch.empty(1, dtype=torch.int32), torch.empty(1)
+        s(logits[:1], one, one_lp, first_row=1)                        # row 0's logits, request 0's row now
+    assert one.item() == tok[0].item() and one_lp.item() == lp[0].item()
     assert tok[1] == torch.argmax(logits[1])                           # greedy: temperature below 1e-5
     assert tok2[:2].tolist() == [tok[2].item(), tok[0].item()]
     want = torch.log_softmax(logits.double(), -1)[torch.arange(3), tok.long()]

@@ -6,6 +6,7 @@ call that samples the next tokens with them (`tilesafe.kernels.sample`).
     sampler.set_rows(params, seeds)                      # when a wave of sequences starts
     sampler.set_steps(steps)                             # before each step: tokens generated so far
     sampler(logits, out_tokens, out_logprobs)            # (B, V) -> (B,) i32, (B,) f32 on the device
+    sampler(prompt_logits, tok, lp, first_row=slot)      # a prefill's one row, with its sequence's row
 
 Row i of `logits` is sampled with row i's parameters. The random number of a row is
 Philox(seed, step), so a request with a seed gets the same tokens whatever else is in the
@@ -64,11 +65,14 @@ class Sampler:
         n = self._rows(len(steps))
         self.step[:n].copy_(torch.tensor(steps, dtype=torch.int32))
 
-    def __call__(self, logits: torch.Tensor, out_tokens: torch.Tensor, out_logprobs: torch.Tensor) -> None:
+    def __call__(self, logits: torch.Tensor, out_tokens: torch.Tensor, out_logprobs: torch.Tensor,
+                 first_row: int = 0) -> None:
         """Sample a token for each row of logits (B, V) into out_tokens (B,) i32 and its
-        log-probability into out_logprobs (B,) f32, with rows 0..B-1's parameters."""
-        b = self._rows(logits.shape[0])
-        tk.sample(logits, self.temperature[:b], self.top_k[:b], self.top_p[:b], self.seed[:b], self.step[:b],
+        log-probability into out_logprobs (B,) f32, with the parameters of rows first_row ..
+        first_row + B - 1 (a prompt's prefill samples its one row with its sequence's row)."""
+        r = slice(first_row, first_row + logits.shape[0])
+        self._rows(r.stop)
+        tk.sample(logits, self.temperature[r], self.top_k[r], self.top_p[r], self.seed[r], self.step[r],
                   out=out_tokens, logprobs_out=out_logprobs)
 
     def _rows(self, n: int) -> int:
