@@ -221,6 +221,78 @@ def test_members_outside_the_last_arrival_body():
     assert_diagnostic(ei.value, HERE, "E:members-outside", "only inside `if ts.last_arrival():`")
 
 
+@ts.kernel
+def split_rows_branching(c: ts.MutLast[ts.f32, ("B",)], part: ts.Mut[ts.f32, (1, "B")], x: ts.Ref[ts.f32, (-1, -1)],
+                         B: ts.Const[int], cut: int):
+    """c = x.sum(0) with rows below `cut` doubled: `part` is stored on both branches of an if."""
+    px = x.partition((1, B))
+    s, j = ts.block_id(0), ts.block_id(1)
+    if s < cut:
+        part.store(px.load((s, j)) * 2.0)
+    else:
+        part.store(px.load((s, j)))
+    if ts.last_arrival():
+        acc = ts.zeros((B,), ts.f32)
+        for m in part.members():
+            acc = acc + ts.reshape(part.load(m), (B,))
+        c.store(acc)
+
+
+@ts.kernel
+def split_rows_in_halves(c: ts.MutLast[ts.f32, ("B",)], part: ts.Mut[ts.f32, (1, "B")], x: ts.Ref[ts.f32, (-1, -1)],
+                         B: ts.Const[int]):
+    """c = 3 * x.sum(0): `part` is stored in a loop that surely runs (a static range)."""
+    px = x.partition((1, B))
+    for k in range(2):
+        part.store(px.load((ts.block_id(0), ts.block_id(1))) * (1.0 + k))
+    if ts.last_arrival():
+        acc = ts.zeros((B,), ts.f32)
+        for m in part.members():
+            acc = acc + ts.reshape(part.load(m), (B,))
+        c.store(acc * 1.5)
+
+
+@pytest.mark.parametrize("cut", [0, 2, 9])
+def test_members_stored_on_both_branches_of_an_if_are_read_by_the_last_block(backend, cut):
+    """Every path stores the block's whole tile (not only a top-level store, as before): the
+    written-output analysis says so, and the tiles are final when the ticket is taken."""
+    rng = np.random.default_rng(cut)
+    x = rand(rng, (5, 40), "f32")
+    c, _ = poisoned((40,), "f32")
+    part = ts.empty((5, 40), ts.f32)
+    pc, pp = c.partition((16,)), part.partition((1, 16))
+    split_rows_branching(pc, pp, ts.tensor(x), cut=cut).sync()
+    pc.unpartition(), pp.unpartition()
+    want = (x.astype(np.float64) * np.where(np.arange(5) < cut, 2.0, 1.0)[:, None]).sum(0)
+    np.testing.assert_allclose(c.numpy(), want, rtol=1e-5, atol=1e-5)
+    _counters_at_rest()
+
+
+def test_members_stored_in_a_static_loop_are_read_by_the_last_block(backend):
+    x = rand(np.random.default_rng(4), (3, 40), "f32")
+    c, _ = poisoned((40,), "f32")
+    part = ts.empty((3, 40), ts.f32)
+    pc, pp = c.partition((16,)), part.partition((1, 16))
+    split_rows_in_halves(pc, pp, ts.tensor(x)).sync()
+    pc.unpartition(), pp.unpartition()
+    np.testing.assert_allclose(c.numpy(), 3 * x.sum(0, dtype=np.float64), rtol=1e-5, atol=1e-5)
+    _counters_at_rest()
+
+
+def test_group_read_of_an_output_stored_in_a_dynamic_loop():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(c: ts.MutLast[ts.f32, (16,)], p: ts.Mut[ts.f32, (1, 16)], n: int):
+            for i in range(n):                  # may run zero times
+                p.store(ts.zeros((1, 16), ts.f32))
+            if ts.last_arrival():
+                acc = ts.zeros((1, 16), ts.f32)
+                for m in p.members():  # E:dynamic-loop
+                    acc = acc + p.load(m)
+                c.store(ts.reshape(acc, (16,)))
+    assert_diagnostic(ei.value, HERE, "E:dynamic-loop", "every block must first store its whole tile of `p`")
+
+
 def test_group_read_of_a_conditionally_stored_output():
     with pytest.raises(ts.KernelError) as ei:
         @ts.kernel

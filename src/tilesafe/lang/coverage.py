@@ -36,6 +36,13 @@ def definitely_written(fn: Function) -> set[str]:
     return {f[1] for f in facts if f[0] == WHOLE}
 
 
+def written_whole(block: Block) -> set[str]:
+    """Outputs every path through `block` writes whole. While the kernel is being built, for
+    the ops before `if ts.last_arrival():` (which holds no arrival `if` itself)."""
+    facts = _Flow(None, block).block(block, frozenset())
+    return {f[1] for f in facts if f[0] == WHOLE}
+
+
 def reads_outputs(fn: Function) -> set[str]:
     """Outputs the kernel loads back (`z.load()`, `z.load(idx)`) where the block may not have
     written the loaded elements first: they must be initialised before the launch."""
@@ -51,9 +58,10 @@ def loaded_outputs(fn: Function) -> set[str]:
 
 
 class _Flow:
-    def __init__(self, fn: Function):
-        self.fn = fn
-        self.defs = {r: op for op in walk(fn.body) for r in op.results}   # value -> the op defining it
+    def __init__(self, fn: Function | None, body: Block | None = None):
+        self.fn = fn                  # None for a body without the arrival `if` (written_whole)
+        body = fn.body if body is None else body
+        self.defs = {r: op for op in walk(body) for r in op.results}   # value -> the op defining it
         self.unwritten_reads: set[str] = set()
 
     def block(self, block: Block, facts: frozenset) -> frozenset:

@@ -8,9 +8,10 @@ last ticket runs the `if` body. There it reads every member's tiles
 The frontend checks what makes that race-free and fully initialised:
   * the `if` is the kernel's last statement, at the top level of its body, without `else`,
     and there is at most one;
-  * a `ts.Mut` output read in the body was stored unconditionally (its whole block tile, at
-    the top level) before the `if`, and no `ts.Mut` output is stored inside it, so every
-    member's tile is final when its ticket is taken;
+  * a `ts.Mut` output read in the body was stored whole on every path before the `if` (its
+    block tile at the top level, on both branches of an `if`, in a loop that surely runs, by
+    a sub-tile walk: the written-output analysis of coverage.py), and no `ts.Mut` output is
+    stored inside it, so every member's tile is final when its ticket is taken;
   * `ts.MutLast` outputs are stored only inside the body, and `members()` walks only there.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .. import dtypes as dt
 from ..errors import KernelError
 from .annotations import MUT, MUT_LAST, MUT_TILES
 from .builder import Builder
+from .coverage import written_whole
 from .ir import Block, Op, TileType, Value
 from .objects import MintedIndex, TensorArg
 
@@ -111,14 +113,15 @@ def misplaced(b: Builder, node, *args, **kwargs):
 
 
 def _check_final(b: Builder, node, z: TensorArg) -> None:
-    """`z`'s member tiles are final: a `ts.Mut` that every block stored whole, unconditionally,
+    """`z`'s member tiles are final: a `ts.Mut` that every block stored whole, on every path,
     before taking its ticket."""
     if z.kind != MUT:
         raise b.error(node, f"a group's member tiles are those of a ts.Mut output; `{z.name}` is {z.kind_name}")
-    if not any(op.opcode == "store" and op.attrs["mode"] == "block" and op.args[0] is z.value for op in b.root.ops):
+    if z.value.name not in written_whole(b.root):
         raise b.error(node, f"the group's last block reads `{z.name}`, so every block must first store its whole "
-                            f"tile of `{z.name}`, unconditionally",
-                      help=f"store it at the top level of the kernel, before `{WHERE}`: {z.name}.store(tile)")
+                            f"tile of `{z.name}`, on every path",
+                      help=f"store it before `{WHERE}` whatever the branches and loops do: {z.name}.store(tile) "
+                           "at the top level, or on both branches of an if")
 
 
 def member_load(b: Builder, node, z: TensorArg, idx: MintedIndex, padding):
