@@ -71,3 +71,19 @@ def test_a_batch_gives_each_prompt_its_tokens_alone(checkpoint, hf_greedy):
     assert [o.outputs[0].token_ids for o in together] == [o.outputs[0].token_ids for o in alone]
     for prompt, out in zip(PROMPTS, together):
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, GREEDY.max_tokens)[0]
+
+
+def test_bf16_checkpoint_runs_in_float32(checkpoint, hf_greedy, tmp_path):
+    """bf16 weights on disk, converted at load to the requested float32: the same tokens as
+    transformers running those bf16 weights in float32."""
+    import copy
+
+    import torch
+    _, hf = checkpoint()
+    bf16 = copy.deepcopy(hf).to(torch.bfloat16)      # the session's model stays float32
+    bf16.save_pretrained(tmp_path)
+    llm = LLM(str(tmp_path), device="cpu", dtype="float32", max_model_len=32, progress=False)
+    assert llm.model.w.embed.dtype == torch.float32
+    reference = type(hf)(hf.config)
+    reference.load_state_dict({k: v.float() for k, v in bf16.state_dict().items()})
+    check_against_transformers(llm, reference.eval(), hf_greedy, PROMPTS[:1])
