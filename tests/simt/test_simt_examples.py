@@ -61,3 +61,19 @@ def test_top_p_sampler():
     assert token.tolist() == top_p_oracle(probs, expo, 0.9)
     top_p_sample(token, probs, expo, 1e-6, STEPS=24).sync()         # tiny top_p: the most likely token
     assert token.tolist() == probs.argmax(1).int().tolist()
+
+
+def test_the_readme_simt_block_runs_and_prints_true(tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```$", readme, flags=re.S | re.M) if "simt.kernel" in b]
+    script = tmp_path / "readme_simt.py"
+    script.write_text(block)
+    env = dict(os.environ, PYTHONPATH=str(root / "src"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
