@@ -17,6 +17,12 @@ pytestmark = pytest.mark.gpu
 B, H, HKV, D, BS, NB, MB = 8, 32, 8, 128, 16, 256, 16     # 8 sequences of up to 256 positions
 
 
+@pytest.fixture(autouse=True)
+def _triton():
+    with ts.backend("triton"):
+        yield
+
+
 def oracle(q, kc, vc, tables, lens):
     """float64 attention of q (B, H, D) over each sequence's first lens[b] positions."""
     q, kc, vc = (t.double().cpu() for t in (q, kc, vc))

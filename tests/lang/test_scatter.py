@@ -72,6 +72,19 @@ def test_bad_entries_write_nothing(backend):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_random_indices_with_repeats_and_strays_match_the_oracle(backend, seed):
+    """Random sizes, tiles and grids; indices drawn from a range wider than the output, so
+    repeats, negatives and out-of-range entries mix with good ones."""
+    rng = np.random.default_rng(100 + seed)
+    n, t, d = (int(x) for x in rng.integers(1, 24, size=3))
+    tile = (int(2 ** rng.integers(1, 4)), int(2 ** rng.integers(2, 5)))   # few tiles: the interpreter is slow
+    rows = rng.integers(-2, n + 3, size=t).astype(np.int32)
+    src = rng.standard_normal((t, d)).astype(np.float32)
+    got = run(put_rows, rows, src, n, tile, grid=(int(rng.integers(1, 5)),))
+    np.testing.assert_array_equal(got, scattered(rows, 2.0 * src, n))
+
+
 def test_rank3_output_one_head_per_tile(backend):
     """A KV-cache-shaped output (slots, heads, dim): tile (R, 1, C), i64 rows."""
     rng = np.random.default_rng(3)
