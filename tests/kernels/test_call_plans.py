@@ -236,3 +236,19 @@ def test_decode_with_an_int_length_takes_the_full_path_each_time(backend, device
     q, k, v = _rand((4, 16), 1, device), _rand((2, 8, 16), 2, device), _rand((2, 8, 16), 3, device)
     for n in (3, 5, 3):
         torch.testing.assert_close(tk.decode_attention(q, k, v, n), _decode(q, k, v, n), rtol=2e-4, atol=2e-5)
+
+
+def test_a_view_at_another_alignment_is_another_launch_layout(backend, device, binds):
+    """A plan's launches reuse the launch cache's verdicts for their layout; 16-byte alignment
+    is part of that layout (the GPU code may assume it), so a view 4 bytes further is checked
+    and specialized in full, not launched on the aligned verdicts."""
+    w = _rand((32,), 1, device)
+    base = _rand((65,), 2, device)
+    assert base.data_ptr() % 16 == 0
+    for _ in range(3):                                            # record, redo, redo on the kept verdicts
+        torch.testing.assert_close(tk.rms_norm(base[0:64].view(2, 32), w), _rms(base[0:64].view(2, 32), w),
+                                   rtol=2e-4, atol=2e-5)
+    seen = binds[0]
+    shifted = base[1:65].view(2, 32)
+    torch.testing.assert_close(tk.rms_norm(shifted, w), _rms(shifted, w), rtol=2e-4, atol=2e-5)
+    assert binds[0] == seen + 1

@@ -32,7 +32,7 @@ from ..settings import current_backend, graph_var, launching_disabled_var
 from . import call_recording as R
 from . import scratch
 from .call_checks import check_aliasing
-from .launch import launch
+from .launch import schedule_with, start
 
 _LIMIT = 256        # plans per library function family; more distinct layouts start over
 
@@ -174,7 +174,8 @@ class CallPlan:
     __slots__ = ("roots", "steps", "returned", "scratch_elems")
 
     def __init__(self, rec: R.Recording, returned):
-        self.roots, self.steps, self.returned = rec.roots, rec.steps, returned
+        self.roots, self.returned = rec.roots, returned
+        self.steps = [_Launch(*step[1:]) if step[0] == R.LAUNCH else step for step in rec.steps]
         self.scratch_elems = rec.scratch_elems
 
     def call(self, tensors: list):
@@ -197,15 +198,24 @@ class CallPlan:
                 roots.append(scratch.views(recipe, (self.scratch_elems,))[0])
                 handed.append(None)
         for step in self.steps:
-            if step[0] == R.CHECK:
+            if type(step) is _Launch:
+                outputs = {n: (_tensor(v, roots), tile) for n, (v, tile) in step.outs.items()}
+                args = {n: _tensor(v, roots) if type(v) is R.View else v for n, v in step.values.items()}
+                start(step.kernel, outputs, step.grid, args, step)
+            else:
                 _, fn, inputs, outputs, in_place = step
                 check_aliasing(fn, _named(inputs, roots), _named(outputs, roots), in_place)
-            else:
-                _, kernel, outs, grid, cfg, pdl, values = step
-                outputs = {n: (_tensor(v, roots), tile) for n, (v, tile) in outs.items()}
-                args = {n: _tensor(v, roots) if type(v) is R.View else v for n, v in values.items()}
-                launch(kernel, outputs, grid, cfg=cfg, pdl=pdl, **args)
         return _result(self.returned, handed)
+
+
+class _Launch:
+    """One launch of a plan: the kernel, its outputs' views and tiles, its other arguments
+    (the schedule made once), and the launch cache's entry for the layout (launch.start)."""
+    __slots__ = ("kernel", "outs", "grid", "values", "entry")
+
+    def __init__(self, kernel, outs, grid, cfg, pdl, values):
+        self.kernel, self.outs, self.grid, self.entry = kernel, outs, grid, None
+        self.values = dict(values, schedule=schedule_with(cfg, pdl)) if cfg is not None or pdl else values
 
 
 def _named(named: dict, roots: list) -> dict:

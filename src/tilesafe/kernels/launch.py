@@ -24,9 +24,20 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, *, cfg: 
     `pdl` launches it with programmatic dependent launch (the kernels of a split computation)."""
     if (rec := ACTIVE.get()) is not None:     # a call plan launches it again (call_recording)
         rec.launched(kernel, outputs, grid, cfg, pdl, args)
-    parts = {}
     if cfg is not None or pdl:
-        args["schedule"] = _with_pdl(schedule_of(cfg or {}), pdl)
+        args["schedule"] = schedule_with(cfg, pdl)
+    start(kernel, outputs, grid, args)
+
+
+def schedule_with(cfg: dict | None, pdl: bool) -> Schedule | None:
+    """The schedule of a launch: its config's hints, and `pdl`."""
+    return _with_pdl(schedule_of(cfg or {}), pdl)
+
+
+def start(kernel, outputs: dict, grid, args: dict, step=None) -> None:
+    """Partition the outputs, launch, give the outputs back. `step` (a call plan's launch)
+    keeps the launch cache's entry for its layout: its next launches use it directly."""
+    parts = {}
     # The partitions live only inside this locked step (host_lock): no other thread sees the
     # outputs lent, so the lending needs no record (Partition._within_step). Bytes some other
     # partition holds are refused as `view.partition(tile)` would refuse them.
@@ -37,10 +48,15 @@ def launch(kernel, outputs: dict[str, tuple[Tensor, tuple]], grid=None, *, cfg: 
                 if view._state._lent:
                     view._check_not_lent_elsewhere(view._torch(), "partition this tensor")
                 parts[name] = Partition._within_step(view, tuple(tile))
-            if grid is None:
-                kernel(**parts, **args)
+            kwargs = {**parts, **args}
+            if step is not None and step.entry is not None:
+                kernel.launch_entry(step.entry, kwargs, grid)
+            elif grid is None:
+                kernel(**kwargs)
             else:
-                kernel.launch(**parts, grid=grid, **args)
+                kernel.launch(**kwargs, grid=grid)
+            if step is not None and step.entry is None:
+                step.entry = kernel.cached_entry(kwargs, grid)
         finally:
             for p in parts.values():
                 p._end_step()

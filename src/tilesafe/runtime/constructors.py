@@ -116,18 +116,21 @@ def from_torch(t) -> Tensor:
     if not isinstance(t, torch.Tensor):
         raise LaunchError(f"ts.from_torch takes a torch.Tensor, got {type(t).__name__}",
                           loc=caller_loc(), help="use ts.tensor(data) to copy other data")
-    if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+    if t.layout is not torch.strided or not (t.is_cuda or t.is_cpu):
         raise LaunchError(f"ts.from_torch takes a dense CPU or CUDA tensor, got layout {t.layout} on {t.device}",
                           loc=caller_loc(), help="convert it with .to_dense() / .to('cuda') first")
-    resolve_dtype(t.dtype)
+    try:
+        dt = dtypes.from_torch(t.dtype)         # one dict lookup (resolve_dtype words the refusal)
+    except ValueError:
+        dt = resolve_dtype(t.dtype)
     t = t.detach()                              # same storage, no autograd history
-    _check_extent(t)
+    _check_extent(t, dt.itemsize)
     state = StorageState.of(t)
     # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
     # made its bytes only if torch wrote since the hand-over (its version counter moved).
     if state.torch_wrote(t):
         state.mark_written(t)
-    return Tensor(t, state)
+    return Tensor(t, state, dt)
 
 
 # -- argument normalisation --------------------------------------------------------------
@@ -256,13 +259,18 @@ def _source_tensor(data) -> tuple[torch.Tensor, list]:
     return source, read_of(source, "ts.tensor()")   # a torch alias of tilesafe memory waits (S9)
 
 
-def _check_extent(t: torch.Tensor) -> None:
-    """The view lies inside its storage (S13); torch guarantees it, foreign memory may not."""
-    if t.numel() == 0:
+def _check_extent(t: torch.Tensor, item: int) -> None:
+    """The view lies inside its storage (S13); torch guarantees it, foreign memory may not.
+    A contiguous view (the common case) reaches `numel` elements past its offset."""
+    n = t.numel()
+    if n == 0:
         return
-    offset = t.storage_offset() * t.element_size()
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * t.element_size()
-    if offset < 0 or offset + last + t.element_size() > t.untyped_storage().nbytes():
+    offset = t.storage_offset() * item
+    if t.is_contiguous():
+        last = (n - 1) * item
+    else:
+        last = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * item
+    if offset < 0 or offset + last + item > t.untyped_storage().nbytes():
         raise LaunchError("the torch tensor reaches outside its storage", loc=caller_loc(),
                           help="pass a view that lies within its storage")
 

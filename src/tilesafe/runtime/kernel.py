@@ -96,6 +96,25 @@ class Kernel:
                 return future
             return self._call_slowly(args, kwargs)
 
+    def cached_entry(self, kwargs: dict, grid=None):
+        """The launch cache's verdicts for keyword arguments of a layout launched before (a
+        library call's plan keeps them for `launch_entry`), or None."""
+        return self._layouts.entry(kwargs, grid, current_backend())
+
+    def launch_entry(self, entry, kwargs: dict, grid=None):
+        """Launch keyword arguments with the facts of `entry`'s layout but for addresses: the
+        launch cache's per-call checks only, without building its key; at any doubt the
+        full path decides. The caller makes sure there is no capture, `tilesafe check` or
+        other backend (call_plans keys on them)."""
+        with LOCK:
+            try:
+                future = entry.launch(kwargs)
+            except TileSafeError as e:
+                raise _clean(e) from None
+            if future is MISS:
+                return self._launch_locked((), kwargs, grid, False)
+            return future
+
     def _call_slowly(self, args, kwargs):
         if self.unsafe:
             raise _clean(LaunchError(f"`{self.name}` is an unsafe kernel and cannot be launched by a plain call",

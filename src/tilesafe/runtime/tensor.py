@@ -35,10 +35,10 @@ class Tensor:
     """
     __slots__ = ("_t", "_state", "_dtype", "_lender", "_handed_at", "__weakref__")
 
-    def __init__(self, t: torch.Tensor, state: StorageState):
+    def __init__(self, t: torch.Tensor, state: StorageState, dtype: DType | None = None):
         self._t = t
         self._state = state
-        self._dtype: DType = dtypes.from_torch(t.dtype)
+        self._dtype: DType = dtype if dtype is not None else dtypes.from_torch(t.dtype)
         self._lender: weakref.ref[Partition] | None = None
         self._handed_at: Loc | None = None
 
