@@ -19,7 +19,7 @@ GOALS = {"random-gemm": ("vs_torch", 0.85, 0.97), "random-gemv": ("vs_torch", 0.
 def shape_of(params: dict):
     """The config-model shape a record's params describe."""
     kind = {"Gemm": cm.Gemm, "Attention": cm.Attention, "Decode": cm.Decode}[params["shape_kind"]]
-    return kind(**{k: params[k] for k in kind.__dataclass_fields__})
+    return kind(**{k: params[k] for k in kind._fields})
 
 
 def keys_of(shape) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from ..backends.triton import targets
 from ..errors import LaunchError, caller_loc
 from ..settings import current_backend
+from . import config_model, first_use
 from .machine_model import Attention, Decode, Gemm   # noqa: F401 - the shapes `lookup(shape=)` takes
 
 TUNED_DIR = Path(__file__).parent / "tuned"
@@ -167,7 +168,6 @@ def lookup(family: str, key, override: dict | None = None, dtype=None, shape=Non
 def _modelled(family, keys, shape, entries, target, defaults, gpu, run) -> dict:
     """A tuned entry made for `shape`, else the config model's choice (timed against the
     model's next best on first use, where asked: first_use.py)."""
-    from . import config_model, first_use
     tuned = config_model.refinement(keys, shape, entries)
     if tuned is not None:
         return tuned
@@ -176,7 +176,7 @@ def _modelled(family, keys, shape, entries, target, defaults, gpu, run) -> dict:
         return chosen
     machine = config_model.gpu_of(target)
     if run is None or not first_use.wanted():
-        return config_model.choose(shape, machine)
+        return config_model.choice(shape, machine)
     ranked = [dict(defaults, **c) for c in config_model.ranked(shape, first_use.CANDIDATES, machine)]
     return first_use.pick(family, keys[0], ranked, run, gpu)
 

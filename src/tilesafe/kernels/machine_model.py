@@ -5,19 +5,21 @@ the L2 and the shared memory come from the device (torch.cuda device properties)
 compiling ahead for a GPU that is not here, from its compile target; the HBM bandwidth and
 the tensor-core rate are not in the device properties, so they are the H200's (4.8 TB/s,
 ~790 TFLOP/s of dense bf16 reached by cuBLAS), the rate scaled by the SM count.
+
+The GPU and the shapes are named tuples, not dataclasses: a library call builds its shape
+and the lookup hashes it on every call that has no plan yet (~0.3 us against ~5 us).
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 H200_SMS = 132
 H200_FLOPS = 790e12                  # dense bf16 / f16 products per second, what cuBLAS reaches
 H200_BYTES_PER_S = 4.8e12            # HBM3e
 
 
-@dataclass(frozen=True, slots=True)
-class Gpu:
+class Gpu(NamedTuple):
     sms: int = H200_SMS
     l2_bytes: int = 60 * 1024 * 1024
     smem_per_sm: int = 228 * 1024            # shared memory of one SM (all its blocks together)
@@ -40,11 +42,23 @@ def gpu_of(target) -> Gpu:
     """The Gpu of compile target `target` (compiling ahead), else of the current CUDA device,
     else the H200's (the model's tested case)."""
     if target is not None:
-        return _scaled(target.units, H200.l2_bytes, target.shared_bytes + 1024, target.shared_bytes)
-    import torch
-    if not torch.cuda.is_available():
+        return _target_gpu(target)
+    if not _has_cuda():
         return H200
+    import torch
     return _device_gpu(torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _has_cuda() -> bool:
+    """Asked on every modelled lookup: the driver query runs once."""
+    import torch
+    return torch.cuda.is_available()
+
+
+@functools.lru_cache(maxsize=None)
+def _target_gpu(target) -> Gpu:
+    return _scaled(target.units, H200.l2_bytes, target.shared_bytes + 1024, target.shared_bytes)
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,8 +79,7 @@ def _scaled(sms: int, l2: int, smem_sm: int, smem_block: int) -> Gpu:
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 
 
-@dataclass(frozen=True, slots=True)
-class Gemm:
+class Gemm(NamedTuple):
     """c (m, n) = a (m, k) @ b (k, n): `matmul` for m > 16 rows, the `linear` path (weight
     streaming, a GEMV at m = 1) for m <= 16."""
     m: int
@@ -83,8 +96,7 @@ class Gemm:
         return (self.n, self.k) if self.family == "linear" else (self.m, self.n, self.k)
 
 
-@dataclass(frozen=True, slots=True)
-class Attention:
+class Attention(NamedTuple):
     """Prefill: q (batch, heads, sq, d), k and v (batch, kv_heads, sk, d)."""
     batch: int
     heads: int
@@ -100,8 +112,7 @@ class Attention:
         return (self.d, self.sq)
 
 
-@dataclass(frozen=True, slots=True)
-class Decode:
+class Decode(NamedTuple):
     """One query per head: q (heads, d) over caches (kv_heads, max_seq, d)."""
     heads: int
     kv_heads: int

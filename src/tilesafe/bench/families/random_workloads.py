@@ -38,7 +38,7 @@ def random_workloads(setup: Setup, n: int, seed: int, families=FAMILIES) -> list
 
 
 def _params(shape, i: int, seed: int) -> dict:
-    fields = {k: getattr(shape, k) for k in shape.__dataclass_fields__}
+    fields = shape._asdict()
     return dict(fields, seed=seed, draw=i, shape_kind=type(shape).__name__)
 
 
