@@ -246,3 +246,39 @@ def test_a_contract_for_capability_ten_launched_on_nine():
         simt_contract.check_capability(contract, (9, 0), "cuda:0", loc)
     assert "needs compute capability 10.0, but cuda:0 has 9.0" in ei.value.message
     simt_contract.check_capability(contract, (10, 0), "cuda:0", loc)    # enough: no error
+
+
+def test_a_warp_operation_in_a_conditional_expression_is_divergent():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            v = simt.warp_sum(1.0) if simt.lane() < 4 else 0.0  # E:ifexp-warp
+            for p in out.permits(simt.per_thread()):
+                out[p] = v
+    assert_diagnostic(ei.value, HERE, "E:ifexp-warp", "warp operation simt.warp_sum() under thread-dependent")
+
+
+def test_a_warp_operation_behind_and_is_divergent():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            v = simt.lane() < 4 and simt.ballot(True) > 0  # E:and-warp
+            for p in out.permits(simt.per_thread()):
+                out[p] = 1.0 if v else 0.0
+    assert_diagnostic(ei.value, HERE, "E:and-warp", "warp operation simt.ballot() under thread-dependent")
+
+
+@simt.kernel(contract=BLOCK)
+def strided(out: simt.Disjoint[ts.f32, ("N",)], N: int, K: simt.Const[int]):
+    for p in out.permits(simt.at(simt.global_id() * K)):
+        out[p] = 1.0
+
+
+def test_a_const_that_makes_a_custom_mapping_overlap_is_refused_at_launch():
+    out = torch.full((8,), float("nan"))
+    with pytest.raises(ts.LaunchError) as ei:
+        strided(out, K=0)  # E:const-overlap
+    assert_diagnostic(ei.value, HERE, "E:const-overlap", "which does not give each thread its own elements")
+    assert torch.isnan(out).all()
+    strided(out, K=2).sync()
+    assert out[0::2].tolist() == [1.0] * 4

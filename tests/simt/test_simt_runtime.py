@@ -135,3 +135,19 @@ def test_a_repeated_launch_takes_its_plan_and_still_checks_lending():
     p.unpartition()
     vector_add(out, x, y).sync()
     assert torch.all(out == 2)
+
+
+@simt.kernel(contract=C64)
+def first_half(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+    for p in out.permits(simt.per_thread()):
+        if p[0] >= N // 2:
+            break
+        out[p] = 1.0
+
+
+def test_a_walk_that_may_stop_early_marks_only_what_it_wrote():
+    out = ts.empty(10)
+    first_half(out).sync()
+    assert out[:5].numpy().tolist() == [1.0] * 5
+    with pytest.raises(ts.OwnershipError, match="has not been written"):
+        out.numpy()

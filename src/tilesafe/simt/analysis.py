@@ -367,7 +367,8 @@ class _Checker:
         walk = self.mapping(call.args[0], s, s.target.id, name, shared, rank)
         walk.unconditional = len(self.control) == 1 and any(
             isinstance(b, ast.Assign) and isinstance(b.targets[0], ast.Subscript)
-            and isinstance(b.targets[0].value, ast.Name) and b.targets[0].value.id == name for b in s.body)
+            and isinstance(b.targets[0].value, ast.Name) and b.targets[0].value.id == name for b in s.body) \
+            and not any(isinstance(n, (ast.Break, ast.Continue)) for b in s.body for n in ast.walk(b))
         self.dead.pop(s.target.id, None)     # a new walk mints new permits under a reused name
         self.check_rebind(s.target, s.target.id)
         self.walked.add(name)
@@ -483,13 +484,27 @@ class _Checker:
         return self.expr(e.operand)
 
     def e_BoolOp(self, e):
-        return max(self.expr(v) for v in e.values)
+        """`a and b`: `b` runs only where `a` allows, as if under `if a:`."""
+        level = self.expr(e.values[0])
+        for v in e.values[1:]:
+            self.control.append((level, e))
+            try:
+                level = max(level, self.expr(v))
+            finally:
+                self.control.pop()
+        return level
 
     def e_Compare(self, e):
         return max([self.expr(e.left)] + [self.expr(c) for c in e.comparators])
 
     def e_IfExp(self, e):
-        return max(self.expr(e.test), self.expr(e.body), self.expr(e.orelse))
+        """`a if t else b`: each branch runs only where `t` chooses it, as under `if t:`."""
+        level = self.expr(e.test)
+        self.control.append((level, e))
+        try:
+            return max(level, self.expr(e.body), self.expr(e.orelse))
+        finally:
+            self.control.pop()
 
     def e_Attribute(self, e):
         if isinstance(e.value, ast.Name) and self.scope.get(e.value.id) is math \

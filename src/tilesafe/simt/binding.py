@@ -120,7 +120,14 @@ def _grid(kernel, out: Bound, grid) -> tuple:
         if walk.shared:
             continue
         shape = out.tensors[walk.target].shape
-        g = M.grid_of(resolved(walk, out.consts), shape, block)
+        m = resolved(walk, out.consts)
+        if m.kind == M.AT and (m.size < 1 or m.offset < 0) or m.kind in M.WITH_SIZE and m.size < 0 \
+                or m.kind in (M.RUN, M.CHUNK) and m.size < 1:
+            raise LaunchError(f"the permits of `{walk.target}` in `{kernel.name}` come from simt.{m.kind} with "
+                              f"size {m.size}{f' and offset {m.offset}' if m.kind == M.AT else ''}, which does not "
+                              "give each thread its own elements",
+                              help="pass Const values that make the mapping injective (sizes >= 1, offsets >= 0)")
+        g = M.grid_of(m, shape, block)
         if g is None:
             free = True
             continue
