@@ -15,7 +15,6 @@ before it is known to be done without asking CUDA; anything else that would poll
 from __future__ import annotations
 
 import collections
-import threading
 
 from ..errors import OwnershipError, caller_loc
 from ..settings import graph_var
@@ -104,48 +103,45 @@ class Holding:
     To learn that, a sweep records the event of the newest completion of each stream (lazily,
     as any waiter would) and polls the completions that have one, newest first: so each sweep
     learns at least what the GPU had finished by the previous one. Nothing is released before
-    the GPU is done with it (S9). A sweep runs when the count reaches `limit`, or half as many again as a sweep
-    left held (the GPU running far behind): a few polls per `limit` launches. At most about
-    `limit` finished launches keep their memory until the next launch.
+    the GPU is done with it (S9). A sweep runs when the count reaches `limit`, or half as many
+    again as the last sweep left held (the GPU running far behind): one pass over what is held
+    and one event per stream each time. At most about `limit` finished launches keep their
+    memory until the next launch.
     """
 
     def __init__(self, limit: int = 32):
         self.limit = limit
         self._held: collections.deque = collections.deque()
         self._next = limit              # sweep when this many are held
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._held)
 
     def add(self, completion: "Completion") -> None:
-        with self._lock:
-            self._held.append(completion)
-            if len(self._held) >= self._next and graph_var.get() is None:   # never poll while capturing
-                self._sweep()
+        """Called by every launch and replay, under the runtime lock (host_lock), like the rest
+        of the pending-work bookkeeping: no lock of its own on the launch path."""
+        held = self._held
+        held.append(completion)
+        if len(held) >= self._next and graph_var.get() is None:   # never poll while capturing
+            self._sweep()
 
     def _sweep(self) -> None:
-        newest = {}
-        for c in self._held:
-            newest[_stream_key(c)] = c
-        for c in newest.values():
-            c.ready_event()             # recorded now (lazily, as any waiter's would be): polled next time
-        finished, kept = set(), collections.deque()
+        newest, finished, kept = {}, set(), []
         for c in reversed(self._held):  # newest first: a done one ends its stream's done prefix
-            key = _stream_key(c)
-            if key in finished or c._known_done() or (c.event is not None and c.done()):
+            key = (getattr(c.stream_obj, "device_index", None), c.stream)   # handles repeat across devices
+            if key in finished or c._done or (c.event is not None and c.event.query()):
                 finished.add(key)
-                c._finish()
+                c._done, c._keep = True, ()          # _finish, inlined: this runs for every launch
             else:
-                kept.appendleft(c)
-        self._held = kept
+                if key not in newest:
+                    newest[key] = c
+                kept.append(c)
+        for c in newest.values():
+            if c.event is None:
+                c.ready_event()         # recorded now (lazily, as any waiter's would be): polled next time
+        kept.reverse()
+        self._held = collections.deque(kept)
         self._next = max(self.limit, len(kept) * 3 // 2)
-
-
-def _stream_key(c: "Completion") -> tuple:
-    """Which stream a completion's launch ran on: raw handles repeat across devices (each
-    device's default stream is 0)."""
-    return getattr(c.stream_obj, "device_index", None), c.stream
 
 
 HOLDING = Holding()
