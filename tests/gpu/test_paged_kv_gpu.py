@@ -71,7 +71,7 @@ def test_a_captured_decode_step_replays_with_new_tables():
     v_new = ts.from_torch(torch.randn(B, HKV, D, device="cuda").bfloat16())
     tables, lens = ts.zeros((B, MB), ts.i32, "cuda"), ts.ones((B,), ts.i32, "cuda")
     slots, dropped = ts.zeros((B,), ts.i32, "cuda"), ts.zeros((B,), ts.i32, "cuda")
-    out, ws = ts.empty((B, H, D), ts.bf16, "cuda"), paged_decode_workspace(q, kc)
+    out, ws = ts.empty((B, H, D), ts.bf16, "cuda"), paged_decode_workspace(q, kc, max_len=MB * BS)
 
     def step():
         paged_kv_write(kc, vc, k_new, v_new, slots, check="device", dropped=dropped)

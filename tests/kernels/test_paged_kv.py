@@ -131,7 +131,7 @@ def test_paged_decode_reuses_a_workspace_and_ignores_table_entries_past_the_leng
     q = randn((2, 4, 8), "f32", 1, device)
     kc, vc = randn((8, 4, 2, 8), "f32", 2, device), randn((8, 4, 2, 8), "f32", 3, device)
     tables = torch.tensor([[3, 5, 99, -7], [0, 1, 2, 7]], dtype=torch.int64, device=device)   # junk past len
-    ws = paged_decode_workspace(q, kc)
+    ws = paged_decode_workspace(q, kc, max_len=4 * 4, splits=3)
     for lens in ([6, 16], [8, 3]):
         lt = torch.tensor(lens, dtype=torch.int32, device=device)
         got = paged_decode_attention(q, kc, vc, tables, lt, workspace=ws, scale=0.3)

@@ -177,16 +177,19 @@ def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
 
 
-def paged_decode_workspace(q, k_cache, splits=None):
-    """The scratch of `paged_decode_attention` for these shapes (allocate once, before a capture)."""
+def paged_decode_workspace(q, k_cache, max_len=None, splits=None):
+    """The scratch of `paged_decode_attention` for these shapes (allocate once, before a
+    capture). `max_len` (positions a sequence may have; default: the whole cache) sets how
+    many splits a sequence is cut into; `splits` sets it directly."""
     fn = "paged_decode_workspace"
     qt, kt = A.tensor(q, "q", fn, differentiable=False), A.tensor(k_cache, "k_cache", fn, differentiable=False)
     if qt.ndim != 3 or kt.ndim != 4:
         raise A.fail(fn, f"needs q (B, H, D) and k_cache (num_blocks, block_size, HKV, D); got {qt.shape} and "
                          f"{kt.shape}")
     b, h, d = qt.shape
-    hkv, max_len = kt.shape[2], kt.shape[0] * kt.shape[1]
-    s = splits or _splits(b * max(hkv, 1), max_len, _block_n(max_len))
+    hkv = kt.shape[2]
+    max_len = max_len or kt.shape[0] * kt.shape[1]
+    s = splits or _splits(b * max(hkv, 1), max_len, _block_n(kt.shape[0] * kt.shape[1]))
     rows = b * hkv * pow2(h // max(hkv, 1))
     dev = qt.device
     return PagedWorkspace(ts.empty((s, rows, d), ts.f32, dev), ts.empty((s, rows, 1), ts.f32, dev),
@@ -209,7 +212,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     block_tables (B, max_blocks) and seq_lens (B,) are integer tensors on q's device (read
     on the device only: a captured graph replays for every step). A table entry past a
     sequence's length is never read; a block id outside the cache reads zeros. With `out=`
-    (B, H, D) and `workspace=` (`paged_decode_workspace(q, k_cache)`) nothing is allocated.
+    (B, H, D) and `workspace=` (`paged_decode_workspace(q, k_cache, max_len)`) nothing is
+    allocated.
     """
     fn = "paged_decode_attention"
     torch_mode = A.is_torch(q)
@@ -224,7 +228,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     tables = _int_matrix(fn, block_tables, "block_tables", b, device)
     lens = _int_vector(fn, seq_lens, "seq_lens", b, device)
     o = A.output(out, (b, h, d), dtype, device, torch_mode, fn)
-    ws = workspace if workspace is not None else paged_decode_workspace(qt, kc)
+    ws = workspace if workspace is not None else paged_decode_workspace(qt, kc, max_len=tables.shape[1] * bs)
     group = h // hkv
     gs = pow2(group)
     if ws.acc.shape[1:] != (b * hkv * gs, d):
