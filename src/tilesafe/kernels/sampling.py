@@ -1,7 +1,7 @@
 """`sample`: one token per row of logits, on the device — greedy, temperature, top-k, top-p,
 a per-row seed — and the chosen token's log-probability.
 
-One block per row walks the vocabulary in tiles of BV, several times:
+One block per row walks the vocabulary in tiles of BV (8192), several times:
   1. the row's maximum, its first index (the greedy token), its smallest finite value and
      Z = sum exp(x - max) (online, rescaled as the maximum grows), for the log-probability of
      the raw logits (what vLLM reports);
@@ -30,7 +30,10 @@ from .launch import launch, pow2
 
 NEG_INF, POS_INF = -float("inf"), float("inf")
 MAX_PROBES = 64          # bisection passes per threshold at most (a row of near-equal values)
-BLOCK_V = 2048           # vocabulary tile: 75 tiles for Qwen3's 151936
+# Vocabulary tile: 19 tiles for Qwen3's 151936. One block walks a row many times and each
+# tile iteration waits about one L2 round trip, so few wide tiles beat many narrow ones
+# (2048 wide: 75 round trips a pass). 8192 over 16 warps: 101 registers, no spills (sm_90).
+BLOCK_V = 8192
 
 
 @ts.function
@@ -153,6 +156,11 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
     logprob.store(ts.full((1,), xv - m - ts.log(z), ts.f32))
 
 
+def warps(bv: int) -> int:
+    """16 elements of a tile per thread (4..16 warps)."""
+    return max(4, min(16, bv // 512))
+
+
 # --- public API -------------------------------------------------------------------------
 
 
@@ -189,6 +197,7 @@ def sample(logits, temperature, top_k, top_p, seed, step, out=None, logprobs_out
     check_aliasing(fn, {"logits": xt, **params}, {"out": o.passed, "logprobs_out": lo.passed})
     if b == 0:
         return o.returned, lo.returned
-    launch(sample_kernel, {"tok": (o.tensor, (1,)), "logprob": (lo.tensor, (1,))}, cfg={"num_warps": 8},
-           x=xt, BV=min(BLOCK_V, pow2(v)), **params)
+    bv = min(BLOCK_V, pow2(v))
+    launch(sample_kernel, {"tok": (o.tensor, (1,)), "logprob": (lo.tensor, (1,))}, cfg={"num_warps": warps(bv)},
+           x=xt, BV=bv, **params)
     return o.returned, lo.returned
