@@ -123,3 +123,19 @@ def test_top_p_sampler_over_a_vocabulary():
         w = got[r]
         assert w in set(large.tolist()), (r, w)
         assert p[w] / e[w] >= (p[small] / e[small]).max(), (r, w)
+
+
+SQUARES = simt.table(torch.arange(64, dtype=torch.float32).numpy() ** 2)
+
+
+@simt.kernel(contract=simt.Contract(block=(128,)))
+def square_lookup(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.i32, ("N",)], N: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = SQUARES[x[p]]
+
+
+def test_a_constant_table_in_constant_memory():
+    x = torch.randint(0, 64, (100_000,), dtype=torch.int32, device="cuda")
+    out = nan(100_000)
+    square_lookup(out, x).sync()
+    assert torch.equal(out, x.float() ** 2)

@@ -17,12 +17,22 @@ assert os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", "run with NUMBA_ENABLE_CUD
 from numba import cuda                                       # noqa: E402
 from numba.cuda import types as nt                           # noqa: E402
 
+import tilesafe as ts                                                         # noqa: E402
+from tilesafe import simt                                                     # noqa: E402
 from tilesafe.simt.examples import histogram, sgemm, transpose, vector_add   # noqa: E402
+
+CUBES = simt.table(np.arange(8, dtype=np.float32) ** 3)
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def cube_lookup(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.i32, ("N",)], N: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = CUBES[x[p]]
 
 
 def compiled(kernel, consts):
     name = f"simt_{kernel.name}"
-    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": np.float32}
+    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": np.float32, **kernel.table_globals()}
     exec(compile(kernel.source_for(consts), f"<{name}>", "exec"), namespace)
     return cuda.jit(namespace[name])
 
@@ -63,6 +73,11 @@ def main():
     c = np.full((12, 10), np.nan, np.float32)
     compiled(sgemm.sgemm, {})[(1, 1), (16, 16)](c, a, b, 12, 10, 21, err)
     check("sgemm", c, a @ b, rtol=1e-4, atol=1e-4)
+
+    idx = rng.integers(0, 8, 20).astype(np.int32)
+    cubes = np.full(20, np.nan, np.float32)
+    compiled(cube_lookup, {})[(1,), (32,)](cubes, idx, 20, err)
+    check("constant_table", cubes, idx.astype(np.float32) ** 3)
 
     bad = np.array([0, 9, 1], np.int32)                     # 9 is outside the 7 bins: the check flags it
     hist[:] = 0

@@ -66,6 +66,7 @@ class KernelInfo:
     checked: list = field(default_factory=list)      # (tensor name, node) of reads checked at run time
     atomics: list = field(default_factory=list)
     uses_warp_ops: bool = False
+    tables: dict = field(default_factory=dict)       # name -> constant.Table the kernel reads
 
 
 def analyse(src, params, contract, scope) -> KernelInfo:
@@ -161,6 +162,10 @@ class _Checker:
             if isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
                     and v.func.value.id in self.params and self.params[v.func.value.id].is_tensor:
                 return self.atomic(v)
+            if isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
+                    and self.table(v.func.value.id) is not None:
+                raise self.err(v, f"constant table `{v.func.value.id}` is read-only: it takes no atomics",
+                               help="accumulate in a simt.Atomic[dtype, shape] parameter")
             if isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
                     and v.func.value.id in self.info.shared and v.func.attr in _ATOMIC_OPS:
                 raise self.err(v, f"shared array `{v.func.value.id}` is not a global tensor: atomic "
@@ -274,6 +279,9 @@ class _Checker:
                                help=f"use {name}.add(i, value), {name}.max(...) or {name}.min(...)")
             if kind != DISJOINT:
                 raise self.err(target, f"cannot write `{name}`: it is not a tensor")
+        elif self.table(name) is not None:
+            raise self.err(target, f"cannot write `{name}`: it is a constant table (constant memory), read-only",
+                           help="write results through a simt.Disjoint output's permits")
         elif name not in self.info.shared:
             raise self.err(target, f"cannot write into `{name}`: only outputs and shared arrays are written by index")
         index = target.slice
@@ -353,6 +361,9 @@ class _Checker:
             rank, shared = len(p.shape), False
         elif name in self.info.shared:
             rank, shared = len(self.info.shared[name].shape), True
+        elif self.table(name) is not None:
+            raise self.err(call, f"`{name}` has no permits: it is a constant table (read-only)",
+                           help="permits are minted for simt.Disjoint outputs and shared arrays")
         else:
             raise self.err(call, f"`{name}` has no permits: only outputs and shared arrays do")
         if self.in_walk is not None:
@@ -467,6 +478,9 @@ class _Checker:
                            help=f"index it (`{name}[i]`); shared memory is not a global tensor")
         if name in self.levels:
             return self.levels[name]
+        if self.table(name) is not None:
+            raise self.err(e, f"constant table `{name}` cannot be used as a value",
+                           help=f"index it (`{name}[i]`); constant memory is not a global tensor")
         value = self.scope.get(name, getattr(builtins, name, None))
         if isinstance(value, (bool, int, float)):
             return UNIFORM
@@ -516,7 +530,7 @@ class _Checker:
         base = e.value
         if isinstance(base, ast.Attribute) and base.attr == "shape" and isinstance(base.value, ast.Name) \
                 and (base.value.id in self.params and self.params[base.value.id].is_tensor
-                     or base.value.id in self.info.shared):
+                     or base.value.id in self.info.shared or self.table(base.value.id) is not None):
             self.static_int(e.slice, "a shape axis")
             return UNIFORM
         if not isinstance(base, ast.Name):
@@ -547,6 +561,9 @@ class _Checker:
             rank = len(self.params[name].shape)
         elif name in self.info.shared:
             rank = len(self.info.shared[name].shape)
+        elif self.table(name) is not None:
+            rank = len(self.table(name).shape)
+            self.info.tables[name] = self.table(name)
         else:
             raise self.err(node, f"`{name}` is not a tensor or shared array")
         level = self.index_expr(index, rank)
@@ -571,7 +588,8 @@ class _Checker:
     def proven(self, name, index, rank) -> bool:
         """In bounds by construction: a permit's coordinates on axes whose extents match by name,
         or (shared arrays) indices whose static range fits the static shape."""
-        if name in self.info.shared and not (isinstance(index, ast.Name) and index.id in self.live):
+        if (name in self.info.shared or name in self.info.tables) and \
+                not (isinstance(index, ast.Name) and index.id in self.live):
             items = index.elts if isinstance(index, ast.Tuple) else [index]
             return all(self.fits_shared(name, axis, item) for axis, item in enumerate(items))
         if isinstance(index, ast.Name) and index.id in self.live:
@@ -587,7 +605,7 @@ class _Checker:
         return all(self.same_extent(name, axis, walk, walk_axis) for axis, (walk, walk_axis) in enumerate(coords))
 
     def fits_shared(self, name, axis, item) -> bool:
-        extent = self.info.shared[name].shape[axis]
+        extent = self.info.tables[name].shape[axis] if name in self.info.tables else self.info.shared[name].shape[axis]
         if isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name) and item.value.id in self.live:
             walk = self.live[item.value.id]
             return walk.target == name and isinstance(item.slice, ast.Constant) and item.slice.value == axis
@@ -599,7 +617,17 @@ class _Checker:
         theirs = self.extent_entry(walk.target, walk_axis)
         return mine is not None and mine == theirs
 
+    def table(self, name):
+        """The constant table `name` refers to, unless a parameter, local or shared array shadows it."""
+        from .constant import Table
+        if name in self.params or name in self.levels or name in self.info.shared or name in self.live:
+            return None
+        value = self.scope.get(name)
+        return value if isinstance(value, Table) else None
+
     def extent_entry(self, name, axis):
+        if name in self.info.tables:
+            return self.info.tables[name].shape[axis]
         if name in self.info.shared:
             entry = self.info.shared[name].shape[axis]
         else:

@@ -29,11 +29,12 @@ def scalar_type(py_type):
     return {int: nt.int64, float: nt.float32, bool: nt.boolean}[py_type]
 
 
-def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int):
-    """Compile the generated source for these argument types; returns the launchable kernel."""
+def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int, tables: dict):
+    """Compile the generated source for these argument types; returns the launchable kernel.
+    `tables`: the constant tables' arrays, by the global names the source uses."""
     from numba import cuda
     from numba.cuda import types as nt
-    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32}
+    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **tables}
     exec(compile(source, f"<simt kernel {name}>", "exec"), namespace)
     with cuda.gpus[device_index]:
         dispatcher = cuda.jit(argtypes)(namespace[name])    # compiles now, for these types only

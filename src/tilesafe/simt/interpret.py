@@ -56,7 +56,8 @@ class _Rewrite(ast.NodeTransformer):
                              ctx=ast.Load())
 
     def tensorish(self, name) -> bool:
-        return name in self.params and self.params[name].is_tensor or name in self.info.shared
+        return name in self.params and self.params[name].is_tensor or name in self.info.shared \
+            or name in self.info.tables
 
     def visit_Expr(self, node):
         v = node.value

@@ -17,9 +17,10 @@ from ..runtime.host_lock import LOCK
 from . import contract as C
 from .analysis import SUPPORTED_DTYPES, analyse, shared_bytes
 from .binding import bind
+from .constant import CONSTANT_LIMIT
 from .interpret import thread_function
 from .launch import RuntimeView, launch
-from .lower_numba import kernel_source
+from .lower_numba import kernel_source, table_global
 from .params import CONST, parse_params
 from .shared_phases import check_phases
 
@@ -40,6 +41,10 @@ class SimtKernel:
         C.check_definition(contract, 0, self.where, self.where)   # the block, before the body's rules use it
         self.info = analyse(src, self.params, contract, scope)
         check_phases(src, self.info, scope)
+        table_bytes = sum(t.array.nbytes for t in self.info.tables.values())
+        if table_bytes > CONSTANT_LIMIT:
+            raise KernelError(f"the kernel's constant tables hold {table_bytes} bytes, more than constant memory "
+                              f"({CONSTANT_LIMIT} bytes)", self.where, help="pass large data as a simt.Ref")
         first = next(iter(self.info.shared.values()), None)
         self.shared_where = src.loc(first.node) if first is not None else self.where
         C.check_definition(contract, shared_bytes(self.info, {}), self.where, self.shared_where)
@@ -94,9 +99,13 @@ class SimtKernel:
             from ..dtypes import i32
             types.append(gpu_launch.array_type(i32, 1, True))
             kernel = gpu_launch.compile_kernel(self.source_for(bound.consts), f"simt_{self.name}", tuple(types),
-                                               device_index)
+                                               device_index, self.table_globals())
             self._compiled[key] = kernel
         return kernel
+
+    def table_globals(self) -> dict:
+        """The constant tables' arrays, under the names the generated source reads them by."""
+        return {table_global(n): t.array for n, t in self.info.tables.items()}
 
     def error_flag(self, device_index: int):
         flag = self._flags.get(device_index)

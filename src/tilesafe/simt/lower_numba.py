@@ -7,6 +7,7 @@ The rewrite keeps the user's code and replaces what tilesafe owns:
   on a failed check records the kernel line in the error flag (`__err`, read by the host at
   the next sync) and reads element 0 instead, so the thread still reaches every barrier;
 - thread positions, barriers, warp operations and shared arrays become numba's `cuda.*`;
+- constant tables become `cuda.const.array_like` arrays (constant memory);
 - `simt.Const` parameters and captured module-level numbers become literals; float literals
   are f32 (`__f32(...)`), as Python scalars are in the tile language, not numba's f64.
 The result is plain source text (`kernel.numba_source(...)` shows it), compiled by numba-cuda.
@@ -129,8 +130,15 @@ def kernel_source(src, info, params, scope, contract, consts: dict, name: str) -
         a.annotation = None
     lowered.args.args = kept + [ast.arg("__err")]
     lowered.args.kwonlyargs, lowered.args.kw_defaults, lowered.args.defaults = [], [], []
+    tables = [ast.parse(f"{n} = cuda.const.array_like({table_global(n)})").body[0] for n in info.tables]
+    lowered.body[:0] = tables      # constant memory, filled from the module-level arrays at compile time
     ast.fix_missing_locations(lowered)
     return PRELUDE + "\n\n" + ast.unparse(lowered) + "\n"
+
+
+def table_global(name: str) -> str:
+    """The name under which a constant table's array is given to the compiled module."""
+    return f"__table_{name}"
 
 
 def _attr(*names):
@@ -332,7 +340,8 @@ class _Lower(ast.NodeTransformer):
         if isinstance(base, ast.Name) and base.id in self.coords:
             return ast.copy_location(_name(self.coords[base.id][node.slice.value]), node)
         if isinstance(base, ast.Name) and isinstance(node.ctx, ast.Load) and \
-                (base.id in self.params and self.params[base.id].is_tensor or base.id in self.info.shared):
+                (base.id in self.params and self.params[base.id].is_tensor or base.id in self.info.shared
+                 or base.id in self.info.tables):
             index = self.index(node.slice)
             if node_key(node) in self.info.proven:
                 node.slice = index
