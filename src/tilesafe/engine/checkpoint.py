@@ -68,9 +68,18 @@ def expected_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
 
 def load_weights(model_dir, cfg: Qwen3Config, dtype: torch.dtype, device: str, progress: bool = True) -> Weights:
     """Read, check, convert and pack every tensor of the checkpoint in `model_dir`."""
-    files = tensor_files(model_dir)
-    shapes = expected_shapes(cfg)
-    read = _Reader(files, shapes, dtype, device, progress)
+    return build_weights(_FileSource(tensor_files(model_dir), device), cfg, dtype, device, progress)
+
+
+def weights_from_tensors(named_tensors, cfg: Qwen3Config, dtype: torch.dtype, device: str,
+                         progress: bool = True) -> Weights:
+    """The same from (name, tensor) pairs made in memory (random weights built on the GPU):
+    each is taken when the packing needs it, so at most a few unpacked tensors wait at once."""
+    return build_weights(_StreamSource(iter(named_tensors)), cfg, dtype, device, progress)
+
+
+def build_weights(source, cfg: Qwen3Config, dtype, device, progress) -> Weights:
+    read = _Reader(source, expected_shapes(cfg), dtype, device, progress)
     layers = [_layer(read, f"model.layers.{n}.") for n in range(cfg.num_layers)]
     embed = read("model.embed_tokens.weight")
     lm_head = embed if cfg.tie_word_embeddings else read("lm_head.weight")
@@ -104,16 +113,14 @@ def tensor_files(model_dir) -> dict[str, Path]:
         return {name: single for name in f.keys()}
 
 
-class _Reader:
-    """Reads named tensors from their files (each opened once), checked and converted."""
+class _FileSource:
+    """Tensors read from their safetensors files (each opened once), straight onto `device`."""
 
-    def __init__(self, files, shapes, dtype, device, progress):
-        from tqdm.auto import tqdm
-        self.files, self.shapes, self.dtype, self.device = files, shapes, dtype, device
-        self.open: dict[Path, object] = {}
-        self.bar = tqdm(total=len(shapes), desc="Loading weights", unit="tensor", disable=None if progress else True)
+    def __init__(self, files: dict, device: str):
+        self.files, self.device, self.open = files, device, {}
 
-    def __call__(self, name: str) -> torch.Tensor:
+    def get(self, name: str):
+        """(tensor, the file's name) of `name`."""
         from safetensors import safe_open
         path = self.files.get(name)
         if path is None:
@@ -126,20 +133,47 @@ class _Reader:
         f = self.open[path]
         if name not in f.keys():
             raise checkpoint_error(f"tensor {name!r} is not in {path.name}, where the index says it is")
-        t = f.get_tensor(name)
+        return f.get_tensor(name), path.name
+
+
+class _StreamSource:
+    """Tensors taken from an iterator of (name, tensor), those asked for later kept meanwhile."""
+
+    def __init__(self, items):
+        self.items, self.waiting = items, {}
+
+    def get(self, name: str):
+        while name not in self.waiting:
+            got = next(self.items, None)
+            if got is None:
+                raise checkpoint_error(f"tensor {name!r} is missing from the given tensors")
+            self.waiting[got[0]] = got[1]
+        return self.waiting.pop(name), "the given tensors"
+
+
+class _Reader:
+    """Named tensors from a source, checked against the config's shapes and converted."""
+
+    def __init__(self, source, shapes, dtype, device, progress):
+        from tqdm.auto import tqdm
+        self.source, self.shapes, self.dtype, self.device = source, shapes, dtype, device
+        self.bar = tqdm(total=len(shapes), desc="Loading weights", unit="tensor", disable=None if progress else True)
+
+    def __call__(self, name: str) -> torch.Tensor:
+        t, where = self.source.get(name)
         want = self.shapes[name]
         if tuple(t.shape) != want:
-            raise checkpoint_error(f"tensor {name!r} in {path.name} has shape {tuple(t.shape)}, expected {want} "
+            raise checkpoint_error(f"tensor {name!r} in {where} has shape {tuple(t.shape)}, expected {want} "
                                    "from config.json")
         if t.dtype not in FLOAT_DTYPES:
-            raise checkpoint_error(f"tensor {name!r} in {path.name} has dtype {t.dtype}; expected bfloat16, "
+            raise checkpoint_error(f"tensor {name!r} in {where} has dtype {t.dtype}; expected bfloat16, "
                                    "float16 or float32")
         self.bar.update(1)
-        return t.to(self.dtype)
+        return t.to(device=self.device, dtype=self.dtype)
 
     def close(self) -> None:
         self.bar.close()
-        self.open.clear()
+        self.source = None
 
 
 def _layer(read: _Reader, p: str) -> LayerWeights:

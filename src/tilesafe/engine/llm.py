@@ -17,7 +17,7 @@ import torch
 
 import tilesafe as ts
 
-from .checkpoint import load_weights, weight_bytes
+from .checkpoint import load_weights, weight_bytes, weights_from_tensors
 from .config import Qwen3Config
 from .decode_step import DecodeSteps
 from .errors import checkpoint_error, request_error
@@ -35,8 +35,33 @@ class LLM:
     def __init__(self, model: str, device: str | None = None, dtype: str | torch.dtype | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
                  progress: bool = True):
-        self.model_dir = _model_dir(model)
-        self.config = cfg = Qwen3Config.from_dir(self.model_dir)
+        self.model_dir = model_dir = _model_dir(model)
+        cfg = Qwen3Config.from_dir(model_dir)
+        self._start(cfg, device, dtype, max_model_len, max_num_seqs, use_graph, _text_side(model_dir),
+                    lambda: load_weights(model_dir, cfg, self.dtype, self.device, progress))
+
+    @classmethod
+    def from_random(cls, size: str, seed: int = 0, device: str | None = None, dtype: str | torch.dtype | None = None,
+                    max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
+                    progress: bool = True) -> "LLM":
+        """A Qwen3 of a real shape (`0.6b` ... `32b`, or `tiny`) with random weights made
+        directly on the device (no checkpoint on disk: a 32B one would not fit), Qwen3's
+        tokenizer when its files are installed, and Qwen3's generation defaults."""
+        from .generation_config import GenerationConfig
+        from .random_checkpoint import GENERATION_CONFIG, qwen3_config, random_weights
+        raw = qwen3_config(size)
+        cfg = Qwen3Config.from_dict(raw, f"the {size} Qwen3 config")
+        llm = cls.__new__(cls)
+        llm.model_dir = None
+        llm._start(cfg, device, dtype, max_model_len, max_num_seqs, use_graph,
+                   (_qwen3_tokenizer(), GenerationConfig.from_dict(GENERATION_CONFIG)),
+                   lambda: weights_from_tensors(random_weights(raw, seed, llm.dtype, llm.device), cfg, llm.dtype,
+                                                llm.device, progress))
+        return llm
+
+    def _start(self, cfg, device, dtype, max_model_len, max_num_seqs, use_graph, text_side, weights) -> None:
+        """Check the settings and the memory, then allocate: weights, cache, sampler, steps."""
+        self.config = cfg
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = _dtype(dtype, cfg, self.device)
         self.max_model_len = _positive("max_model_len", max_model_len or min(cfg.max_position_embeddings, 4096))
@@ -46,16 +71,16 @@ class LLM:
         self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
         self.backend = _backend(self.device)
         self._check_memory()
-        self.tokenizer, self.generation_config = _text_side(self.model_dir)
+        self.tokenizer, self.generation_config = text_side
         self.eos_ids = frozenset(self.generation_config.eos_token_ids) | (
             {self.tokenizer.eos_token_id} if self.tokenizer and self.tokenizer.eos_token_id is not None else set())
         with self._on_device():
-            weights = load_weights(self.model_dir, cfg, self.dtype, self.device, progress)
+            w = weights()
             cache = KVCache.allocate(cfg, self.max_num_seqs, self.max_model_len, self.dtype, self.device)
             self.sampler = Sampler(self.max_num_seqs, self.device)
-        self.model = Qwen3Model(cfg, weights, cache, self.sampler)
-        graph = self.device.startswith("cuda") and self.backend == "triton" if use_graph is None else use_graph
-        self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph)
+            graph = self.device.startswith("cuda") and ts.current_backend() == "triton"
+        self.model = Qwen3Model(cfg, w, cache, self.sampler)
+        self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph if use_graph is None else use_graph)
 
     # -- public API ------------------------------------------------------------------------
 
@@ -231,3 +256,13 @@ def _text_side(model_dir: Path):
         from .tokenizer import Tokenizer
         tokenizer = Tokenizer.from_dir(model_dir)
     return tokenizer, GenerationConfig.from_dir(model_dir)
+
+
+def _qwen3_tokenizer():
+    """Qwen3's tokenizer from the installed data package, or None when it is not installed."""
+    from .qwen3_files import tokenizer_dir
+    from .tokenizer import Tokenizer
+    try:
+        return Tokenizer.from_dir(tokenizer_dir())
+    except ts.TileSafeError:
+        return None
