@@ -1,4 +1,6 @@
 """The backend registry: backends register by name, the runtime looks them up (issue 16 part 3)."""
+import importlib
+
 import numpy as np
 import pytest
 
@@ -47,6 +49,8 @@ def test_a_registered_backend_compiles_what_the_runtime_asks_for(monkeypatch):
 
     monkeypatch.setattr(registry, "_factories", dict(registry._factories))
     monkeypatch.setattr(registry, "_made", dict(registry._made))
+    monkeypatch.setattr(importlib.import_module("tilesafe.settings"), "_NAMES",
+                        dict(importlib.import_module("tilesafe.settings")._NAMES))
     registry.register_backend("counting", factory)
     z, x = ts.empty(8).partition((4,)), ts.tensor(np.arange(8, dtype=np.float32))
     code = double.compile(z, x, backend="counting")
@@ -55,6 +59,30 @@ def test_a_registered_backend_compiles_what_the_runtime_asks_for(monkeypatch):
     bound = binding.bind(double, (z, x), {}, None, False)
     out = execute(code, bound).sync()
     np.testing.assert_array_equal(out.unpartition().numpy(), np.arange(8, dtype=np.float32) * 2)
+
+
+def test_a_registered_backend_is_chosen_by_name_like_a_built_in_one(monkeypatch):
+    """`ts.backend(name)` and TILESAFE_BACKEND=name reach a backend registered under `name`
+    (they knew only the built-in names before)."""
+    settings = importlib.import_module("tilesafe.settings")   # (ts.settings is the Settings object)
+    compiled = []
+
+    class Counting(ReferenceBackend):
+        def compile(self, kernel, spec, masks, wide, bound, schedule=None):
+            compiled.append(kernel.name)
+            return super().compile(kernel, spec, masks, wide, bound, schedule)
+
+    monkeypatch.setattr(registry, "_factories", dict(registry._factories))
+    monkeypatch.setattr(registry, "_made", dict(registry._made))
+    monkeypatch.setattr(settings, "_NAMES", dict(settings._NAMES))
+    registry.register_backend("counting-by-name", lambda name: Counting())
+    x = ts.tensor(np.arange(8, dtype=np.float32))
+    with ts.backend("counting-by-name"):
+        out = double(ts.empty(8).partition((4,)), x).sync().unpartition()
+    np.testing.assert_array_equal(out.numpy(), np.arange(8, dtype=np.float32) * 2)
+    assert compiled == ["double"]
+    monkeypatch.setattr(settings, "SETTINGS", settings.Settings.from_env({"TILESAFE_BACKEND": "counting-by-name"}))
+    assert settings.current_backend() == "counting-by-name"
 
 
 def _line_of(marker: str) -> int:

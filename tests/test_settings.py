@@ -98,3 +98,18 @@ def test_a_bad_sanitize_setting_stops_the_launch_that_reads_it(monkeypatch):
         double(z.partition((32,)), x)
     assert "TILESAFE_SANITIZE='maybe' is not an on/off switch" in info.value.message
     assert info.value.loc.file == __file__
+
+
+def test_the_environment_backend_is_worked_out_once_per_value(monkeypatch):
+    """Every launch asks for the current backend: TILESAFE_BACKEND is checked once per
+    value, not at each launch (a bad value still raises at each launch that needs it)."""
+    monkeypatch.setattr(settings, "SETTINGS", env(TILESAFE_BACKEND="reference"))
+    settings._environment_backend.cache_clear()
+    for _ in range(3):
+        assert settings.current_backend() == "reference"
+    info = settings._environment_backend.cache_info()
+    assert (info.misses, info.hits) == (1, 2)
+    monkeypatch.setattr(settings, "SETTINGS", env(TILESAFE_BACKEND="bogus"))
+    for _ in range(2):
+        with pytest.raises(ts.LaunchError):
+            settings.current_backend()

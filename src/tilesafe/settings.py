@@ -13,7 +13,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-BACKENDS = ("reference", "triton", "triton-interpreter")
+BACKENDS = ("reference", "triton", "triton-interpreter")   # the built-in backends
+# Names `ts.backend(...)` and TILESAFE_BACKEND accept: the built-in ones and every backend
+# registered since (backends/registry.py adds them through `add_backend_name`).
+_NAMES: dict[str, None] = dict.fromkeys(BACKENDS)
 _SWITCH = {"": False, "0": False, "false": False, "no": False, "off": False,
            "1": True, "true": True, "yes": True, "on": True}
 
@@ -42,9 +45,9 @@ class Settings:
         """The backend TILESAFE_BACKEND names; None: Triton when CUDA is available, else the reference backend."""
         if not self.backend_text:
             return None
-        if self.backend_text not in BACKENDS:
+        if self.backend_text not in _NAMES:
             raise _bad_setting("TILESAFE_BACKEND", self.backend_text, "a backend",
-                               f"set it to one of {', '.join(BACKENDS)}, or unset it to choose by the machine")
+                               f"set it to one of {', '.join(_NAMES)}, or unset it to choose by the machine")
         return self.backend_text
 
     @property
@@ -79,9 +82,24 @@ launching_disabled_var: contextvars.ContextVar[bool] = contextvars.ContextVar("t
 graph_var: contextvars.ContextVar[object] = contextvars.ContextVar("tilesafe_graph", default=None)
 
 
+def add_backend_name(name: str) -> None:
+    """Let `ts.backend(name)` and TILESAFE_BACKEND=name choose a backend registered under `name`."""
+    _NAMES[name] = None
+
+
 def current_backend() -> str:
     """The backend a launch uses now: context override, then environment, then auto."""
-    chosen = backend_var.get() or SETTINGS.backend
+    chosen = backend_var.get()
+    if chosen is not None:
+        return chosen
+    return _environment_backend(SETTINGS)
+
+
+@functools.lru_cache(maxsize=8)
+def _environment_backend(s: Settings) -> str:
+    """The backend the environment chooses, worked out once per settings (every launch asks;
+    a bad value raises, and a raise is not cached: each launch that needs it reports it)."""
+    chosen = s.backend
     if chosen is not None:
         return chosen
     return "triton" if _cuda_available() else "reference"
@@ -99,9 +117,9 @@ def _cuda_available() -> bool:
 @contextlib.contextmanager
 def backend(name: str):
     """`with ts.backend("reference"):` runs the launches inside on that backend."""
-    if name not in BACKENDS:
+    if name not in _NAMES:
         from .errors import LaunchError
-        raise LaunchError(f"{name!r} is not a backend", help=f"use one of {', '.join(BACKENDS)}")
+        raise LaunchError(f"{name!r} is not a backend", help=f"use one of {', '.join(_NAMES)}")
     token = backend_var.set(name)
     try:
         yield

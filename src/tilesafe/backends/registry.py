@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import LaunchError
+from ..settings import add_backend_name
 from .protocol import Backend
 
 _factories: dict[str, Callable[[str], Backend]] = {}
@@ -17,6 +18,7 @@ def register_backend(name: str, factory: Callable[[str], Backend]) -> None:
     """Make `factory(name)` the backend called `name` (replacing one registered before)."""
     _factories[name] = factory
     _made.pop(name, None)
+    add_backend_name(name)          # `ts.backend(name)` and TILESAFE_BACKEND=name choose it
 
 
 def backend_names() -> tuple[str, ...]:

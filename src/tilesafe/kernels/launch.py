@@ -44,9 +44,7 @@ def start(kernel, outputs: dict, grid, args: dict, step=None) -> None:
     with LOCK:
         try:
             for name, (view, tile) in outputs.items():
-                view._check_usable("partition()")
-                if view._state._lent:
-                    view._check_not_lent_elsewhere(view._torch(), "partition this tensor")
+                view._check_lendable("partition()")
                 parts[name] = Partition._within_step(view, tuple(tile))
             kwargs = {**parts, **args}
             if step is not None and step.entry is not None:

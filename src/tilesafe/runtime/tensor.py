@@ -86,6 +86,13 @@ class Tensor:
                 help="call .unpartition() on that partition first; lent bytes are written only "
                      "through their partition")
 
+    def _check_lendable(self, what: str) -> None:
+        """S8 before lending this tensor to a partition: the handle is usable and no other
+        partition holds any of its bytes (no byte set is built while nothing is lent)."""
+        self._check_usable(what)
+        if self._state._lent:
+            self._check_not_lent_elsewhere(self._t, "partition this tensor")
+
     def _check_read(self, what: str) -> None:
         """S14 then S9: the bytes were written, and no pending launch still writes them."""
         refuse_in_capture(f"reading `{what}` on the host")
@@ -279,15 +286,13 @@ class Tensor:
     @serialized
     def partition(self, tile) -> Partition:
         """Lend this tensor to a partition into `tile`-shaped blocks (S8)."""
-        self._check_usable("partition()")
-        self._check_not_lent_elsewhere(self._t, "partition this tensor")
+        self._check_lendable("partition()")
         return Partition(self, tile, prefix=False, lent_at=caller_loc())
 
     @serialized
     def partition_prefix(self, tile) -> Partition:
         """Like `partition`, but a launch may cover only a leading part of the tile grid."""
-        self._check_usable("partition_prefix()")
-        self._check_not_lent_elsewhere(self._t, "partition this tensor")
+        self._check_lendable("partition_prefix()")
         return Partition(self, tile, prefix=True, lent_at=caller_loc())
 
 
