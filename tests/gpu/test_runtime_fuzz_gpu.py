@@ -11,8 +11,10 @@ The CPU machine's rules run unchanged through its hooks, which here:
 - make torch's own writes (`fill_`) on any of the streams, delayed too. Torch's work is not
   tilesafe's to order (docs/runtime.md, interop): the fuzzer orders it as a user must, the
   writing stream waiting for every stream first and every stream waiting for it after.
-GPU-only rules add CUDA graphs (an eager launch, its capture with `ts.graph()`, replays with a
-delay before each) and a check of every value.
+GPU-only rules add a launch into a new output in one step (also right after the first tensor:
+as separate steps, creating, partitioning and launching rarely line up, and every such step
+leaves a launch in flight for the next ones to race with), CUDA graphs (an eager launch, its
+capture with `ts.graph()`, replays with a delay before each) and a check of every value.
 
 The CPU machine checks every readable handle after each step. Here that would wait for all
 the work after every step and leave nothing pending for the next step to race with, so the
@@ -32,7 +34,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 import tilesafe as ts
 
@@ -151,6 +153,13 @@ class RuntimeFuzzGPU(cpu.RuntimeFuzz):
             g.replay()
             self.model.launch(p, x)
 
+    @initialize(n=st.integers(1, 12), data=st.data(), tile=st.sampled_from((1, 4)), on_stream=st.booleans())
+    def first_tensor(self, n, data, tile, on_stream):
+        """The CPU machine's first tensor, and a launch reading it already in flight, so that
+        launches, graphs and races can start at the first step."""
+        cpu.RuntimeFuzz.first_tensor(self, n)
+        self.launch_into_new_output(data, n, tile, on_stream)
+
     @precondition(lambda self: self.handles)
     @rule(data=st.data(), n=st.integers(1, 12), tile=st.sampled_from((1, 4)), on_stream=st.booleans())
     def launch_into_new_output(self, data, n, tile, on_stream):
@@ -189,4 +198,4 @@ class RuntimeFuzzGPU(cpu.RuntimeFuzz):
 
 
 TestRuntimeFuzzGPU = RuntimeFuzzGPU.TestCase
-TestRuntimeFuzzGPU.settings = fuzz_settings(40, stateful_step_count=30)
+TestRuntimeFuzzGPU.settings = fuzz_settings(50, stateful_step_count=30)
