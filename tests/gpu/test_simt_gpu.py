@@ -139,3 +139,16 @@ def test_a_constant_table_in_constant_memory():
     out = nan(100_000)
     square_lookup(out, x).sync()
     assert torch.equal(out, x.float() ** 2)
+
+
+def test_warp_operations_match_the_cpu_executor():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simt"))
+    from test_simt_warp_ops import oracle, run     # the kernel and its NumPy definitions
+
+    x = torch.randn(4096, device="cuda")
+    got, on_cpu, want = run(x), run(x.cpu()), oracle(x.cpu().numpy())
+    for g, c, w in zip(got, on_cpu, want):
+        torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(c), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), rtol=1e-5, atol=1e-5)
