@@ -199,10 +199,19 @@ def gpu_defaults(family: str, target, dtype=None) -> dict:
     return cfg
 
 
-@functools.lru_cache(maxsize=1)
 def _device_target():
     """The current GPU's compile target (None when unknown or no GPU: the H200's table)."""
-    return targets.device_target()
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    return _target_of(torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _target_of(index: int):
+    """Asked by every library call's config lookup: the driver query runs once per device
+    (a process may drive GPUs of two kinds)."""
+    return targets.device_target(index)
 
 
 def _positive_int(v) -> bool:

@@ -139,12 +139,13 @@ def compile_target() -> Target | None:
     return _compiling_for.get()
 
 
-def device_target() -> Target | None:
-    """The target of the current GPU when it is one we know (NVIDIA or ROCm torch), else None."""
+def device_target(index: int | None = None) -> Target | None:
+    """The target of GPU `index` (default: the current one) when it is one we know (NVIDIA or
+    ROCm torch), else None."""
     import torch
     if not torch.cuda.is_available():
         return None
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
     if getattr(torch.version, "hip", None):
         return TARGETS.get(str(getattr(props, "gcnArchName", "")).split(":")[0])
     return TARGETS.get(f"sm_{props.major}{props.minor}")
