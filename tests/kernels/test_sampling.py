@@ -210,5 +210,5 @@ def test_the_kernel_compiles_for_hopper_at_qwen3_size():
         sampling.sample_kernel, tok=ts.spec((b,), ts.i32, tile=(1,)), logprob=ts.spec((b,), ts.f32, tile=(1,)),
         x=ts.spec((b, v), ts.bf16), temperature=ts.spec((b,), ts.f32), top_k=ts.spec((b,), ts.i32),
         top_p=ts.spec((b,), ts.f32), seed=ts.spec((b,), ts.i64), step=ts.spec((b,), ts.i32),
-        BV=sampling.BLOCK_V, arch=90, schedule=ts.schedule(num_warps=sampling.warps(sampling.BLOCK_V)))
+        BV=sampling.BLOCK_V, NTP=32, arch=90, schedule=ts.schedule(num_warps=sampling.warps(sampling.BLOCK_V)))
     assert "tt.mulhiui" in compiled.asm["ttir"] and "mul.hi.u32" in compiled.asm["ptx"]   # Philox's rounds

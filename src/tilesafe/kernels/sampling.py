@@ -15,7 +15,9 @@ One block per row walks the vocabulary in tiles of BV (8192), several times:
      are all kept (vLLM's top-k keeps them too);
   3. the token: inverse CDF in vocabulary order over the kept weights exp((x - max) / T), at
      u * (kept mass), u = ts.rand(seed, step) — a Philox number that depends only on the
-     row's seed and step, so a request's tokens do not depend on the batch around it.
+     row's seed and step, so a request's tokens do not depend on the batch around it. One
+     pass sums the kept weight of each tile; only the tile where the running sum passes the
+     target is scanned element by element.
 
 temperature 0 is greedy (the first maximum; no random number is drawn); top_k 0 (or >= V)
 and top_p 1 switch those filters off. Nothing leaves the device, and with `out=` and
@@ -26,7 +28,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from .call_checks import check_aliasing
-from .launch import launch, pow2
+from .launch import cdiv, launch, pow2
 
 NEG_INF, POS_INF = -float("inf"), float("inf")
 MAX_PROBES = 64          # bisection passes per threshold at most (a row of near-equal values)
@@ -89,36 +91,36 @@ def _threshold(x, i, nt, BV, V, target, lo, f_lo, hi, m, inv_t, WEIGHTED):
 
 
 @ts.function
-def _pick(x, i, nt, BV, V, thr, m, inv_t, target):
-    """The first kept index (x >= thr) whose running weight exceeds target, and its logit;
-    the last kept index if rounding leaves the running sum short of target."""
-    cols = ts.arange(0, BV)                                                # (BV,)
-    run = ts.zeros((), ts.f32)
-    found = ts.zeros((), ts.i32)
-    tok, xv = ts.zeros((), ts.i32), ts.zeros((), ts.f32)
-    last, xlast = ts.zeros((), ts.i32), ts.zeros((), ts.f32)
+def _pick(x, i, nt, BV, V, NTP, thr, m, inv_t, target):
+    """The first kept index (x >= thr) whose running weight exceeds target, and its logit.
+    One pass sums each tile's kept weight (one reduction a tile); only the tile where the
+    running sum passes target is then scanned. If rounding leaves a sum short of target, the
+    last kept index of the last tile (or of the tile found) with weight is taken."""
+    tiles = ts.arange(0, NTP)                                              # (NTP,)
+    mass = ts.zeros((NTP,), ts.f32)                                        # (NTP,) kept weight per tile
     for t in range(nt):
         v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
-        w = ts.where(inb & (v >= thr), ts.exp((v - m) * inv_t), 0.0)       # (BV,) kept weights
-        hit = (w > 0.0) & (ts.cumsum(w, 0) + run > target)                 # (BV,)
-        j = ts.argmax(hit.astype(ts.i32), 0)                               # the first hit (0 if none)
-        take = (ts.max(hit.astype(ts.i32)) > 0) & (found == 0)
-        tok = ts.where(take, t * BV + j, tok)
-        xv = ts.where(take, ts.sum(ts.where(cols == j, v, 0.0)), xv)
-        found = ts.where(take, 1, found)
-        jl = ts.max(ts.where(w > 0.0, cols, -1))                           # the last kept index here
-        last = ts.where(jl >= 0, t * BV + jl, last)
-        xlast = ts.where(jl >= 0, ts.sum(ts.where(cols == jl, v, 0.0)), xlast)
-        run += ts.sum(w)
-    return ts.where(found == 1, tok, last), ts.where(found == 1, xv, xlast)
+        w = ts.where(inb & (v >= thr), ts.exp((v - m) * inv_t), 0.0)
+        mass = ts.where(tiles == t, ts.sum(w), mass)
+    through = ts.cumsum(mass, 0)                                           # (NTP,) weight up to each tile's end
+    c = ts.min(ts.where((mass > 0.0) & (through > target), tiles, NTP))
+    c = ts.where(c < NTP, c, ts.max(ts.where(mass > 0.0, tiles, 0)))
+    before = ts.sum(ts.where(tiles < c, mass, 0.0))
+    v, inb = _tile(x, i, c, BV, V)                                         # (BV,) the tile found
+    w = ts.where(inb & (v >= thr), ts.exp((v - m) * inv_t), 0.0)
+    cols = ts.arange(0, BV)
+    j = ts.min(ts.where((w > 0.0) & (ts.cumsum(w, 0) + before > target), cols, BV))
+    j = ts.where(j < BV, j, ts.max(ts.where(w > 0.0, cols, 0)))
+    return c * BV + j, ts.sum(ts.where(cols == j, v, 0.0))
 
 
 @ts.kernel
 def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: ts.Ref["T", ("B", "V")],
                   temperature: ts.Ref[ts.f32, ("B",)], top_k: ts.Ref[ts.i32, ("B",)],
                   top_p: ts.Ref[ts.f32, ("B",)], seed: ts.Ref[ts.i64, ("B",)], step: ts.Ref["TS", ("B",)],
-                  T: ts.Const[ts.DType], TS: ts.Const[ts.DType], BV: ts.Const[int], B: int, V: int):
-    """Block i: row i of x."""
+                  T: ts.Const[ts.DType], TS: ts.Const[ts.DType], BV: ts.Const[int], NTP: ts.Const[int], B: int,
+                  V: int):
+    """Block i: row i of x; NTP is the vocabulary's tile count rounded up to a power of two."""
     i = ts.block_id(0)
     nt = (V + BV - 1) // BV
     temp = ts.scalar(ts.load(temperature, (i,), shape=(1,)))
@@ -151,7 +153,7 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
         if p < 1.0:
             thr, kept = _threshold(x, i, nt, BV, V, p * kept, thr, kept, m, m, inv_t, True)
         u = ts.rand(ts.scalar(ts.load(seed, (i,), shape=(1,))), ts.scalar(ts.load(step, (i,), shape=(1,))))
-        chosen, xv = _pick(x, i, nt, BV, V, thr, m, inv_t, u * kept)
+        chosen, xv = _pick(x, i, nt, BV, V, NTP, thr, m, inv_t, u * kept)
     tok.store(ts.full((1,), chosen, ts.i32))
     logprob.store(ts.full((1,), xv - m - ts.log(z), ts.f32))
 
@@ -199,5 +201,5 @@ def sample(logits, temperature, top_k, top_p, seed, step, out=None, logprobs_out
         return o.returned, lo.returned
     bv = min(BLOCK_V, pow2(v))
     launch(sample_kernel, {"tok": (o.tensor, (1,)), "logprob": (lo.tensor, (1,))}, cfg={"num_warps": warps(bv)},
-           x=xt, BV=bv, **params)
+           x=xt, BV=bv, NTP=pow2(cdiv(v, bv)), **params)
     return o.returned, lo.returned
