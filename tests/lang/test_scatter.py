@@ -15,7 +15,7 @@ POISON = -777.0
 def put_rows(out: ts.MutTiles[ts.f32, ("R", "C")], rows: ts.Ref[ts.i32, ("T",)], src: ts.Ref[ts.f32, ("T", "D")],
              R: ts.Const[int], C: ts.Const[int], T: int, D: int):
     for j in out.scatter(rows):
-        out.store(ts.load(src, j, shape=(R, C)) * 2.0, j)
+        out.store(ts.load(src, j, shape=(R, C)) * 2.0, j)  # scatter-store
 
 
 @ts.kernel(sanitize=True)
@@ -236,3 +236,11 @@ def test_misuse_is_a_kernel_error_at_its_line(define, marker, fragment):
         define()
     assert_diagnostic(e.value, HERE, marker, fragment)
     assert not any(name in str(e.value) for name in INTERNAL_NAMES), str(e.value)
+
+
+def test_the_bounds_report_counts_the_scatter_as_masked():
+    """S11's report lists the scatter: its rows are always masked in the kernel (axis 0 comes
+    from the index tensor), whatever the launch facts."""
+    specs = (ts.spec((16, 8), ts.f32, tile=(4, 4)), ts.spec((8,), ts.i32), ts.spec((8, 8), ts.f32))
+    report = str(put_rows.checks(*specs))
+    assert f"line {marker_line(HERE, 'scatter-store')}: scatter out: kernel" in report, report

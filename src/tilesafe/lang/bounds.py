@@ -29,7 +29,7 @@ from .conditions import compile_condition, evaluate
 from .ir import Function, Op, TensorType, Value, walk
 
 STATIC, LAUNCH, KERNEL = "static", "launch", "kernel"
-ACCESS_OPS = ("load", "store", "gather", "valid")
+ACCESS_OPS = ("load", "store", "gather", "scatter", "valid")
 # Per-axis flags of `masks_for`: False (no mask), True (mask the elements), GUARD (mask them and
 # also check the tile index itself: its element offsets might wrap in 32 bits).
 GUARD = 2
@@ -50,7 +50,7 @@ class AxisCheck:
 class AccessCheck:
     op: Op
     tensor: str
-    kind: str               # "load" / "store" / "gather"
+    kind: str               # "load" / "store" / "gather" / "scatter"
     loc: Loc | None
     axes: tuple[AxisCheck, ...]
 
@@ -324,6 +324,8 @@ def _check(op: Op, ranges: _Ranges) -> AccessCheck:
     mode = op.attrs.get("mode", "tile")
     if op.opcode == "gather":
         shape, index = op.attrs["shape"], op.args[2:]
+    elif op.opcode == "scatter":                       # rows from an index tensor, then tile indices
+        shape, index = op.args[1].shape, op.args[3:]
     elif op.opcode == "store":
         shape = op.args[1].shape
         index = op.args[2:]
@@ -332,7 +334,7 @@ def _check(op: Op, ranges: _Ranges) -> AccessCheck:
     axes = []
     for a in range(ttype.rank):
         extent = ranges.extent(tensor, a)
-        if op.opcode == "gather" and a == op.attrs["axis"]:
+        if op.opcode == "gather" and a == op.attrs["axis"] or op.opcode == "scatter" and a == 0:
             axes.append(AxisCheck(a, KERNEL, None))   # positions are compared, never multiplied
             continue
         # the block modes' offsets are below the grid's cover of the tensor (the 64-bit decision bounds it)

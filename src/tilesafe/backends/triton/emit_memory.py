@@ -257,6 +257,7 @@ def emit_scatter(em: Emitter, op: Op) -> None:
     em.line(f"{keep} = {keep} & (tl.max({same}.to(tl.int32), axis=1) == 0)")
     em.leave()
     offs, parts = [], [_expand(keep, 0, rank)]
+    flags = _flags(em, op, rank)                               # axes 1..: the bounds plan's
     for a in range(rank):
         o = em.fresh(f"{tensor}_offs{a}")
         if a == 0:
@@ -265,9 +266,12 @@ def emit_scatter(em: Emitter, op: Op) -> None:
             origin = _scaled(_index(em, index[a]), shape[a])
             ar = f"tl.arange(0, {shape[a]})"
             em.line(f"{o} = {ar if origin == '0' else f'{origin} + {ar}'}")
-            m = em.fresh(f"{tensor}_in{a}")
-            em.line(f"{m} = {_axis_mask(em, tensor, a, o, False)}")
-            parts.append(_expand(m, a, rank))
+            if flags[a]:
+                if flags[a] == GUARD:
+                    parts.append(_tile_guard(em, tensor, a, index[a], shape[a]))
+                m = em.fresh(f"{tensor}_in{a}")
+                em.line(f"{m} = {_axis_mask(em, tensor, a, o, True)}")
+                parts.append(_expand(m, a, rank))
         offs.append(o)
     em.line(f"tl.store({_pointers(em, tensor, offs)}, {em.strong(value)}, mask={' & '.join(parts)})")
 
