@@ -1,4 +1,5 @@
-"""The `tilesafe` command: `tilesafe demo`, `tilesafe check FILE.py` and `tilesafe bench`.
+"""The `tilesafe` command: `tilesafe demo`, `tilesafe check FILE.py`, `tilesafe bench`, and the
+Qwen3 engine's `tilesafe generate` and `tilesafe chat` (cli_engine.py).
 
 `demo` runs the examples on the backend this machine has and shows what tilesafe refuses;
 `check` imports a file without launching anything and reports every kernel's errors;
@@ -17,6 +18,8 @@ examples:
   tilesafe check my_kernels.py  check every @ts.kernel in a file without running it
   tilesafe check --target gfx942 my_kernels.py   ... and compile its launches for an MI300X
   tilesafe bench --quick        benchmark the kernel library on the GPU (bench --help)
+  tilesafe generate Qwen/Qwen3-4B "Hello"          stream a completion (generate --help)
+  tilesafe chat --random-weights tiny --device cpu  chat with a random tiny Qwen3, no download
 """
 
 
@@ -38,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
                        "which need not be here: sm_90, sm_100, gfx942 (MI300X), gfx950 (MI355X)")
     # Parsed by tilesafe.bench's own parser (main hands it the rest of the command line).
     sub.add_parser("bench", add_help=False, help="benchmark the kernel library against PyTorch and raw Triton")
+    from . import cli_engine
+    cli_engine.add_parsers(sub)
     return p
 
 
@@ -63,6 +68,9 @@ def _run(argv: list[str]) -> int:
     if args.command == "check":
         from . import check_file
         return check_file.run(args.files, args.target)
+    if args.command in ("generate", "chat"):
+        from . import cli_engine
+        return cli_engine.run(args)
     parser().print_help()
     return 2
 
