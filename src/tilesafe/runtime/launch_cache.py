@@ -48,12 +48,15 @@ _PART, _TENSOR, _TORCH, _GIVEN, _KEYED = range(5)
 
 class LaunchCache:
     """Per kernel: call form -> how to read each position; layout key -> LayoutPlan."""
-    __slots__ = ("kernel", "forms", "plans", "inferred")
+    __slots__ = ("kernel", "forms", "plans", "inferred", "missed")
 
     def __init__(self, kernel):
         self.kernel = kernel
         self.forms: dict = {}
         self.plans: dict = {}
+        # (ids of the argument values, key) of the launch that just missed: the full path's
+        # `remember` in the same locked step takes the key from here instead of building it again.
+        self.missed: tuple | None = None
         # Scalars a Ref's shape also fixes: their value is part of the layout.
         self.inferred = {e for p in kernel.params if p.kind == REF for e in p.shape
                          if isinstance(e, str) and kernel.param(e).kind == SCALAR}
@@ -61,6 +64,7 @@ class LaunchCache:
     # -- the fast path ------------------------------------------------------------------
     def launch(self, args, kwargs, grid, backend):
         """The launch's future, or MISS (nothing was checked that the full path will not redo)."""
+        self.missed = None
         try:
             form = self._form(len(args), tuple(kwargs))
             if form is None:
@@ -71,6 +75,7 @@ class LaunchCache:
         except Exception:      # an unhashable or odd argument: the full path says what is wrong
             return MISS
         if plan is None:
+            self.missed = (tuple(map(id, values)), key)
             return MISS
         done = plan.launch(form, values)
         if done is MISS:
@@ -113,7 +118,12 @@ class LaunchCache:
             values = (*args, *kwargs.values())
             if any(v is AUTO for v in values):
                 return
-            key = (backend, grid, form.shape, *map(_key_part, form.keyed, values))
+            missed, self.missed = self.missed, None
+            if missed is not None and missed[0] == tuple(map(id, values)) and missed[1][:3] == (backend, grid,
+                                                                                                  form.shape):
+                key = missed[1]    # the same live objects (the caller holds them) missed a moment ago
+            else:
+                key = (backend, grid, form.shape, *map(_key_part, form.keyed, values))
             hash(key)
         except Exception:
             return

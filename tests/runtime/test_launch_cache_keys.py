@@ -1,0 +1,29 @@
+"""The layout cache builds a launch's key once: a launch of a new layout misses, the full path
+checks it and remembers its verdicts under the key the miss built (the same live objects)."""
+import torch
+
+import tilesafe as ts
+from tilesafe.runtime import launch_cache
+
+
+@ts.kernel
+def scale(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], s: float, B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * s)
+
+
+def test_a_new_layout_builds_its_key_once_and_the_next_launch_finds_it(backend, monkeypatch, binds):
+    parts = [0]
+    real = launch_cache._key_part
+
+    def counting(keyed, v):
+        parts[0] += 1
+        return real(keyed, v)
+    monkeypatch.setattr(launch_cache, "_key_part", counting)
+    x = torch.arange(8, dtype=torch.float32)
+    for n in range(2):
+        z = ts.empty(8)
+        scale(z.partition((4,)), ts.from_torch(x), 2.0).sync()
+        torch.testing.assert_close(z.to_torch(), x * 2)
+        if n == 0:
+            assert parts[0] == 3 and binds[0] == 1                # the miss built it; remember took it
+    assert parts[0] == 6 and binds[0] == 1                        # the second launch: found by its key
