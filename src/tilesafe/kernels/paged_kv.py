@@ -211,7 +211,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     q is (B, H, D); the caches are (num_blocks, block_size, HKV, D) with HKV dividing H;
     block_tables (B, max_blocks) and seq_lens (B,) are integer tensors on q's device (read
     on the device only: a captured graph replays for every step). A table entry past a
-    sequence's length is never read; a block id outside the cache reads zeros. With `out=`
+    sequence's length is never read; a block id outside the cache reads zeros. A sequence
+    of length 0 has no keys: its output is NaN (0 / 0), as for a padded batch slot. With `out=`
     (B, H, D) and `workspace=` (`paged_decode_workspace(q, k_cache, max_len)`) nothing is
     allocated.
     """
