@@ -19,54 +19,20 @@ from __future__ import annotations
 import ast
 import builtins
 import math
-import types
-from dataclasses import dataclass, field
 
 from .. import dtypes
 from ..dtypes import DType
-from . import mappings as M
 from . import stubs
+from .kernel_info import KernelInfo, SharedDecl, Walk, node_key, resolve_op
+from .mapping_syntax import walk_of
+from .params import ATOMIC, DISJOINT, KIND_NAMES, REF
+from .read_proofs import proven
 from .static_bounds import StaticBounds
-from .params import ATOMIC, CONST, DISJOINT, KIND_NAMES, REF
+from .static_values import static_int, static_value
 
 UNIFORM, WARP, VARYING = 0, 1, 2
 _BUILTINS = {"min", "max", "abs", "int", "float", "bool", "range", "len"}
 _ATOMIC_OPS = {"add", "max", "min"}
-_FOLD = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-         ast.FloorDiv: lambda a, b: a // b}
-
-
-@dataclass
-class Walk:
-    """One `for p in target.permits(mapping):` loop."""
-    node: ast.For
-    permit: str
-    target: str
-    shared: bool
-    kind: str
-    size: object = 1       # int, or the name of a Const parameter
-    offset: object = 0
-    rank: int = 1
-    unconditional: bool = False   # at the top level, writing its target unconditionally: covers it (S14)
-
-
-@dataclass
-class SharedDecl:
-    name: str
-    shape: tuple           # ints or Const names
-    dtype: DType
-    node: ast.AST
-
-
-@dataclass
-class KernelInfo:
-    walks: list = field(default_factory=list)
-    shared: dict = field(default_factory=dict)       # name -> SharedDecl
-    proven: set = field(default_factory=set)         # node_key()s of reads proven in bounds
-    checked: list = field(default_factory=list)      # (tensor name, node) of reads checked at run time
-    atomics: list = field(default_factory=list)
-    uses_warp_ops: bool = False
-    tables: dict = field(default_factory=dict)       # name -> constant.Table the kernel reads
 
 
 def analyse(src, params, contract, scope) -> KernelInfo:
@@ -80,24 +46,6 @@ def analyse(src, params, contract, scope) -> KernelInfo:
     checker = _Checker(src, params, contract, scope, levels, final=True)
     checker.run()
     return checker.info
-
-
-def node_key(node) -> tuple:
-    """A node's place in the source: the same for the node in a copy of the tree."""
-    return (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
-
-
-def resolve_op(node, scope) -> str | None:
-    """The simt operation a call's function names (`simt.barrier`, or a bare imported stub)."""
-    from .. import simt
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        if scope.get(node.value.id) is simt:
-            return node.attr
-    if isinstance(node, ast.Name):
-        obj = scope.get(node.id)
-        if getattr(obj, "__module__", "") in (stubs.__name__, M.__name__):
-            return obj.__name__
-    return None
 
 
 class _Checker:
@@ -258,8 +206,8 @@ class _Checker:
             raise self.err(call, "simt.shared(shape, dtype) takes a shape and a dtype")
         shape_node, dtype_node = call.args
         items = shape_node.elts if isinstance(shape_node, ast.Tuple) else [shape_node]
-        shape = tuple(self.static_int(e, "a shared array's shape") for e in items)
-        dtype = self.static_value(dtype_node)
+        shape = tuple(static_int(self, e, "a shared array's shape") for e in items)
+        dtype = static_value(self, dtype_node)
         if not isinstance(dtype, DType):
             raise self.err(dtype_node, "simt.shared's dtype must be a tilesafe dtype such as ts.f32")
         self.info.shared[name] = SharedDecl(name, shape, dtype, s)
@@ -375,7 +323,7 @@ class _Checker:
             raise self.err(s.target, "a permit is a single name: `for p in out.permits(...)`")
         if len(call.args) != 1 or call.keywords:
             raise self.err(call, f"{name}.permits(mapping) takes one mapping, e.g. simt.per_thread()")
-        walk = self.mapping(call.args[0], s, s.target.id, name, shared, rank)
+        walk = walk_of(self, call.args[0], s, s.target.id, name, shared, rank)
         walk.unconditional = len(self.control) == 1 and any(
             isinstance(b, ast.Assign) and isinstance(b.targets[0], ast.Subscript)
             and isinstance(b.targets[0].value, ast.Name) and b.targets[0].value.id == name for b in s.body) \
@@ -392,62 +340,6 @@ class _Checker:
             self.in_walk = None
             del self.live[walk.permit]
             self.dead[walk.permit] = walk
-
-    def mapping(self, node, loop, permit, target, shared, rank) -> Walk:
-        op = resolve_op(node.func, self.scope) if isinstance(node, ast.Call) else None
-        if op not in stubs.MAPPINGS:
-            raise self.err(node, "permits come from a mapping: simt.per_thread(), run(k), chunk(k), grid_stride(), "
-                                 "per_warp(k), per_block(k) or at(...)")
-        walk = Walk(loop, permit, target, shared, op, rank=rank)
-        threads = self.contract.threads
-        if op == M.AT:
-            walk.size, walk.offset = self.injective(node)
-        elif op in M.WITH_SIZE:
-            if len(node.args) > 1 or node.keywords or op in (M.RUN, M.CHUNK) and not node.args:
-                raise self.err(node, f"simt.{op}() takes one size argument")
-            walk.size = self.static_int(node.args[0], f"simt.{op}'s size") if node.args else 0
-        elif node.args or node.keywords:
-            raise self.err(node, f"simt.{op}() takes no arguments")
-        if shared and op not in (M.THREAD, M.RUN, M.CHUNK, M.WARP):
-            raise self.err(node, f"shared array `{target}` takes per_thread, run, chunk or per_warp permits "
-                                 f"(within the block), not simt.{op}()")
-        if op == M.THREAD and rank != len(self.contract.block):
-            raise self.err(node, f"simt.per_thread() over rank-{rank} `{target}` needs a rank-{rank} block; the "
-                                 f"contract's block is {self.contract.block}",
-                           help="make the block's rank match (output axis -1 <-> block axis x)")
-        if op in (M.WARP, M.BLOCK) and walk.size == 0 and rank != 2 or op in (M.RUN, M.CHUNK, M.GRID_STRIDE, M.AT) \
-                and rank != 1 or op in (M.WARP, M.BLOCK) and walk.size != 0 and rank != 1:
-            raise self.err(node, f"simt.{op}({'k' if op in M.WITH_SIZE else ''}) does not fit rank-{rank} `{target}`",
-                           help="run/chunk/grid_stride/at and sized slabs take rank-1 targets; "
-                                "per_warp()/per_block() give a row of a rank-2 target")
-        if op == M.WARP and threads % 32:
-            raise self.err(node, f"per-warp permits need a block size that is a multiple of 32; the contract's is "
-                                 f"{threads}")
-        return walk
-
-    def injective(self, call):
-        """`simt.at(simt.global_id() * k + c)`: (k, c); anything else may hand two threads one element."""
-        if len(call.args) != 1 or call.keywords:
-            raise self.err(call, "simt.at(index) takes one index expression")
-        e = call.args[0]
-        k, c = 1, 0
-        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and not self.is_global_id(e.right):
-            c, e = self.static_int(e.right, "simt.at's offset"), e.left
-        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
-            if self.is_global_id(e.left):
-                k, e = self.static_int(e.right, "simt.at's stride"), e.left
-            elif self.is_global_id(e.right):
-                k, e = self.static_int(e.left, "simt.at's stride"), e.right
-        if not self.is_global_id(e) or isinstance(k, int) and k < 1 or isinstance(c, int) and c < 0:
-            shown = ast.unparse(call.args[0])
-            raise self.err(call.args[0], f"permits from `{shown}` overlap: two threads may hold permits to the "
-                                         "same element",
-                           help="simt.at takes `simt.global_id() * k + c` (k >= 1, c >= 0 compile-time ints); "
-                                "give each thread its own element")
-        return k, c
-
-    def is_global_id(self, node):
-        return isinstance(node, ast.Call) and resolve_op(node.func, self.scope) == "global_id" and not node.args
 
     # -- expressions: each returns its level --------------------------------------------------------
     def expr(self, e) -> int:
@@ -531,7 +423,7 @@ class _Checker:
         if isinstance(base, ast.Attribute) and base.attr == "shape" and isinstance(base.value, ast.Name) \
                 and (base.value.id in self.params and self.params[base.value.id].is_tensor
                      or base.value.id in self.info.shared or self.table(base.value.id) is not None):
-            self.static_int(e.slice, "a shape axis")
+            static_int(self, e.slice, "a shape axis")
             return UNIFORM
         if not isinstance(base, ast.Name):
             raise self.err(e, f"`{ast.unparse(e)}`: index tensors, shared arrays and permits by name")
@@ -540,7 +432,7 @@ class _Checker:
             if name in self.dead:
                 raise self.err(base, f"permit `{name}` is used after its loop ended",
                                help="permits are valid only inside their own loop")
-            axis = self.static_int(e.slice, "a permit coordinate")
+            axis = static_int(self, e.slice, "a permit coordinate")
             if not isinstance(axis, int) or not 0 <= axis < self.live[name].rank:
                 raise self.err(e, f"permit `{name}` has {self.live[name].rank} coordinate(s)")
             return VARYING
@@ -569,7 +461,7 @@ class _Checker:
         level = self.index_expr(index, rank)
         if default is not None:
             return max(level, self.expr(default))
-        if self.proven(name, index, rank):
+        if proven(self, name, index, rank):
             self.info.proven.add(node_key(node))
         else:
             self.info.checked.append((name, node))
@@ -585,38 +477,6 @@ class _Checker:
             raise self.err(index, f"index has {len(items)} coordinate(s), the tensor has rank {rank}")
         return max(self.expr(i) for i in items)
 
-    def proven(self, name, index, rank) -> bool:
-        """In bounds by construction: a permit's coordinates on axes whose extents match by name,
-        or (shared arrays) indices whose static range fits the static shape."""
-        if (name in self.info.shared or name in self.info.tables) and \
-                not (isinstance(index, ast.Name) and index.id in self.live):
-            items = index.elts if isinstance(index, ast.Tuple) else [index]
-            return all(self.fits_shared(name, axis, item) for axis, item in enumerate(items))
-        if isinstance(index, ast.Name) and index.id in self.live:
-            coords = [(self.live[index.id], axis) for axis in range(rank)]
-        else:
-            items = index.elts if isinstance(index, ast.Tuple) else [index]
-            coords = []
-            for item in items:
-                if not (isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name)
-                        and item.value.id in self.live and isinstance(item.slice, ast.Constant)):
-                    return False
-                coords.append((self.live[item.value.id], item.slice.value))
-        return all(self.same_extent(name, axis, walk, walk_axis) for axis, (walk, walk_axis) in enumerate(coords))
-
-    def fits_shared(self, name, axis, item) -> bool:
-        extent = self.info.tables[name].shape[axis] if name in self.info.tables else self.info.shared[name].shape[axis]
-        if isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name) and item.value.id in self.live:
-            walk = self.live[item.value.id]
-            return walk.target == name and isinstance(item.slice, ast.Constant) and item.slice.value == axis
-        span = self.bounds.range_of(item)
-        return isinstance(extent, int) and span is not None and span[0] >= 0 and span[1] < extent
-
-    def same_extent(self, name, axis, walk, walk_axis) -> bool:
-        mine = self.extent_entry(name, axis)
-        theirs = self.extent_entry(walk.target, walk_axis)
-        return mine is not None and mine == theirs
-
     def table(self, name):
         """The constant table `name` refers to, unless a parameter, local or shared array shadows it."""
         from .constant import Table
@@ -624,15 +484,6 @@ class _Checker:
             return None
         value = self.scope.get(name)
         return value if isinstance(value, Table) else None
-
-    def extent_entry(self, name, axis):
-        if name in self.info.tables:
-            return self.info.tables[name].shape[axis]
-        if name in self.info.shared:
-            entry = self.info.shared[name].shape[axis]
-        else:
-            entry = self.params[name].shape[axis]
-        return None if entry == -1 else entry
 
     def e_Call(self, e):
         op = resolve_op(e.func, self.scope)
@@ -662,7 +513,7 @@ class _Checker:
             raise self.err(e, f"simt has no device operation `{op}`")
         args = [self.expr(a) for a in e.args]
         if op in ("thread_id", "block_id", "block_dim", "grid_dim"):
-            if len(e.args) > 1 or e.args and self.static_int(e.args[0], "an axis") not in (0, 1, 2):
+            if len(e.args) > 1 or e.args and static_int(self, e.args[0], "an axis") not in (0, 1, 2):
                 raise self.err(e, f"simt.{op}(axis) takes a constant axis 0, 1 or 2")
         if op in stubs.WARP_OPS:
             self.warp_op(e, op)
@@ -685,42 +536,6 @@ class _Checker:
             raise self.err(e, f"warp operation simt.{op}() under thread-dependent control flow (line "
                               f"{self.src.loc(node).line}): every lane of the warp must reach it together",
                            help="compute the value under the branch, then call the warp operation outside it")
-
-    # -- constants ----------------------------------------------------------------------------------
-    def static_value(self, node):
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id in self.params and self.params[node.id].kind == CONST:
-                return node.id
-            if node.id in self.scope and not isinstance(self.scope[node.id], types.ModuleType):
-                return self.scope[node.id]
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            module = self.scope.get(node.value.id)
-            if isinstance(module, types.ModuleType):
-                value = getattr(module, node.attr, None)
-                if value is not None and not callable(value) or isinstance(value, DType):
-                    return value
-        if isinstance(node, ast.BinOp) and type(node.op) in _FOLD:
-            a, b = self.static_value(node.left), self.static_value(node.right)
-            if type(a) is int and type(b) is int and not (isinstance(node.op, ast.FloorDiv) and b == 0):
-                return _FOLD[type(node.op)](a, b)
-            return None
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            v = self.static_value(node.operand)
-            return -v if isinstance(v, int) else None
-        return None
-
-    def static_int(self, node, what):
-        """An int known at compile time: a literal, a module-level int, or a Const parameter's name."""
-        v = self.static_value(node)
-        if isinstance(v, bool) or not isinstance(v, (int, str)):
-            raise self.err(node, f"{what} must be a compile-time int (a literal, a module-level int or a "
-                                 "simt.Const[int] parameter)")
-        if isinstance(v, str) and self.params[v].dtype is not int:
-            raise self.err(node, f"{what}: `{v}` is not a simt.Const[int]")
-        return v
-
 
 def shared_bytes(info: KernelInfo, consts: dict) -> int:
     total = 0

@@ -12,7 +12,7 @@ import ast
 import copy
 
 from . import stubs
-from .analysis import node_key, resolve_op
+from .kernel_info import node_key, resolve_op
 
 
 def thread_function(src, info, params, scope):

@@ -224,7 +224,8 @@ class SimtFuture:
         if line:
             self._err.zero_()
             raise SanitizerError(f"a bounds check in `{self._kernel.name}` failed on the GPU: the kernel read "
-                                 "outside a tensor there, so its results are not valid", Loc(self._kernel.src.file, line),
+                                 "outside a tensor there, so its results are not valid",
+                                 Loc(self._kernel.src.file, line),
                                  help="use x.get(i, default) where an index may fall outside") from None
 
     def __await__(self):

@@ -20,7 +20,7 @@ import math
 
 from . import mappings as M
 from . import stubs
-from .analysis import node_key, resolve_op
+from .kernel_info import node_key, resolve_op
 from .params import CONST
 
 FULL_MASK = 0xFFFFFFFF

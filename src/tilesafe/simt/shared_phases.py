@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from .analysis import resolve_op
+from .kernel_info import resolve_op
 
 
 def check_phases(src, info, scope) -> None:
@@ -30,7 +30,8 @@ class _Phases:
         return state
 
     def stmt(self, s, state):
-        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and resolve_op(s.value.func, self.scope) == "barrier":
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) \
+                and resolve_op(s.value.func, self.scope) == "barrier":
             return {}
         if isinstance(s, ast.If):
             self.reads(s.test, state)

@@ -1,0 +1,53 @@
+"""Which reads need no run-time check (as S11 for tile kernels).
+
+`x[p]` or `x[p[0], p[1]]` is in bounds when `p` is a live permit of a walk over a target whose
+extents on those axes have the same names (or the same ints) as `x`'s: the launch binds equal
+names to equal extents, and the walk's guard keeps `p` inside its target. Shared arrays and
+constant tables have static shapes, so an index whose static range fits (static_bounds.py), or
+a permit of a walk over that same array, needs no check either.
+"""
+from __future__ import annotations
+
+import ast
+
+
+def proven(ck, name, index, rank) -> bool:
+    """In bounds by construction: a permit's coordinates on axes whose extents match by name,
+    or (shared arrays) indices whose static range fits the static shape."""
+    if (name in ck.info.shared or name in ck.info.tables) and \
+            not (isinstance(index, ast.Name) and index.id in ck.live):
+        items = index.elts if isinstance(index, ast.Tuple) else [index]
+        return all(_fits_static(ck, name, axis, item) for axis, item in enumerate(items))
+    if isinstance(index, ast.Name) and index.id in ck.live:
+        coords = [(ck.live[index.id], axis) for axis in range(rank)]
+    else:
+        items = index.elts if isinstance(index, ast.Tuple) else [index]
+        coords = []
+        for item in items:
+            if not (isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name)
+                    and item.value.id in ck.live and isinstance(item.slice, ast.Constant)):
+                return False
+            coords.append((ck.live[item.value.id], item.slice.value))
+    return all(_same_extent(ck, name, axis, walk, walk_axis) for axis, (walk, walk_axis) in enumerate(coords))
+
+def _fits_static(ck, name, axis, item) -> bool:
+    extent = ck.info.tables[name].shape[axis] if name in ck.info.tables else ck.info.shared[name].shape[axis]
+    if isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name) and item.value.id in ck.live:
+        walk = ck.live[item.value.id]
+        return walk.target == name and isinstance(item.slice, ast.Constant) and item.slice.value == axis
+    span = ck.bounds.range_of(item)
+    return isinstance(extent, int) and span is not None and span[0] >= 0 and span[1] < extent
+
+def _same_extent(ck, name, axis, walk, walk_axis) -> bool:
+    mine = _extent_entry(ck, name, axis)
+    theirs = _extent_entry(ck, walk.target, walk_axis)
+    return mine is not None and mine == theirs
+
+def _extent_entry(ck, name, axis):
+    if name in ck.info.tables:
+        return ck.info.tables[name].shape[axis]
+    if name in ck.info.shared:
+        entry = ck.info.shared[name].shape[axis]
+    else:
+        entry = ck.params[name].shape[axis]
+    return None if entry == -1 else entry
