@@ -80,7 +80,7 @@ def test_summary_gives_geomean_worst_eager_and_the_limit_of_each_miss():
 
 def test_model_record_names_the_config_and_its_limit():
     params = {"shape_kind": "Gemm", "m": 777, "n": 3072, "k": 1536, "dtype": "bf16"}
-    rec = random_report.model_record(params, "cpu", on_gpu=False)
+    rec = random_report.model_record(params, on_gpu=False)
     assert rec["config"] == cm.choose(cm.Gemm(777, 3072, 1536)) and rec["source"] == "model"
     assert rec["limit"] in ("compute", "wave quantisation", "occupancy", "bandwidth", "l2")
 
@@ -100,3 +100,27 @@ def test_random_shapes_run_end_to_end_on_a_cpu_backend(tmp_path, capsys):
 def test_random_shapes_refuses_other_families(capsys):
     assert main(["--random-shapes", "2", "softmax", "--dry-run"]) == 2
     assert "draws gemm, gemv, flash, decode; not softmax" in capsys.readouterr().err
+
+
+def test_random_workloads_are_timed_in_graphs_with_the_eager_time_beside(monkeypatch):
+    import tilesafe as ts
+    from fakes import FakeTimer
+    from tilesafe.bench.families.random_workloads import random_workloads
+    from tilesafe.bench.progress import Progress
+    from tilesafe.bench.runner import Options, run_all
+    from tilesafe.bench.timing import Policy
+    from tilesafe.bench.workload import Setup
+    policy = Policy(min_working_set=1, l2_bytes=1, probe=2, min_samples=3, max_samples=3, graph_below_us=1e9)
+    timer = FakeTimer(us=40.0)
+    with ts.backend("reference"):
+        w = random_workloads(Setup(device="cpu", size="tiny", sms=3), 1, 5, ("gemm",))
+        rec, = run_all(w, timer, Options(policy, eager_too=True), Progress(0, enabled=False))
+    for impl in rec["impls"].values():
+        assert impl["mode"] == "graph" and impl["eager"] == {"median_us": 40.0, "min_us": 40.0, "mode": "eager"}
+    kinds = [c[0] for c in timer.calls]
+    last_graph = len(kinds) - 1 - kinds[::-1].index("graph")
+    assert kinds[last_graph + 1:] and set(kinds[last_graph + 1:]) == {"eager"}   # the eager samples come after
+    rec["ratios"] = {"vs_torch": 1.0}
+    rec["model"] = random_report.model_record(rec["params"], on_gpu=False)
+    row = random_report.summarize([rec])["random-gemm"]
+    assert row["eager_geomean_vs_torch"] == 1.0 and row["predicted_over_measured_geomean"] > 0

@@ -32,14 +32,14 @@ def keys_of(shape) -> tuple[str, ...]:
     return (configs.shape_class(dt, *shape.class_sizes()),)
 
 
-def model_record(params: dict, gpu_slug: str, on_gpu: bool) -> dict:
+def model_record(params: dict, on_gpu: bool) -> dict:
     """The config the library chose for a record's shape and the model's view of it: the
     model's own choice, the first-use autotune's (if it ran), the predicted time and limit."""
     shape = shape_of(params)
     gpu = cm.gpu_of(None)
     chosen = configs.lookup(shape.family, keys_of(shape), dtype=getattr(ts, shape.dtype),
                             shape=shape) if on_gpu else cm.choose(shape, gpu)
-    tuned = first_use.remembered(gpu_slug, shape.family, keys_of(shape)[0])
+    tuned = first_use.remembered(configs.gpu_name(), shape.family, keys_of(shape)[0]) if on_gpu else None
     used = tuned or chosen
     why = cm.explain(shape, used, gpu)
     out = {"family": shape.family, "config": used, "source": "first-use autotune" if tuned else "model",

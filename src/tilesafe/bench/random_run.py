@@ -62,7 +62,7 @@ def _run(args, families, backend: str) -> int:
             print(f"{w.family:<14} {w.name}")
         return 0
     policy = Policy(l2_bytes=getattr(props, "L2_cache_size", 0) or Policy().l2_bytes,
-                    graph_below_us=float("inf"), sample_ms=SAMPLE_MS)
+                    graph_below_us=1e9, sample_ms=SAMPLE_MS)
     info, versions, git = machine.info(), machine.versions(), machine.git(args.commit)
     tune = cuda and args.first_use_tune
     settings = {"kernels": [f"random-{f}" for f in families], "size": setup.size, "dry_run": args.dry_run,
@@ -76,7 +76,7 @@ def _run(args, families, backend: str) -> int:
     def save(results, complete=False):
         for rec in results:
             if "model" not in rec and "params" in rec:
-                rec["model"] = random_report.model_record(rec["params"], info["gpu_slug"], cuda)
+                rec["model"] = random_report.model_record(rec["params"], cuda)
         doc = report.document(results, info, versions, git, dict(settings, complete=complete),
                               time.monotonic() - start, settings["kernels"])
         doc["random_summary"] = random_report.summarize(doc["results"])
