@@ -93,3 +93,16 @@ def test_a_captured_decode_step_replays_with_new_tables():
         assert torch.equal(kt.reshape(-1, HKV, D)[last.long().cuda()], k_new.to_torch(copy=True))
         want = oracle(q.to_torch(copy=True), kt, vt, t, n)
         torch.testing.assert_close(out.to_torch(copy=True).double().cpu(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_the_host_check_is_refused_inside_a_capture():
+    """check='host' reads the slot mapping on the host, which a capture cannot: a LaunchError
+    that points at check='device'."""
+    kc, vc = (torch.randn(4, BS, HKV, D, device="cuda").bfloat16() for _ in range(2))
+    k, v = (torch.randn(4, HKV, D, device="cuda").bfloat16() for _ in range(2))
+    slots = torch.arange(4, dtype=torch.int32, device="cuda")
+    paged_kv_write(kc, vc, k, v, slots)                            # eager: compiles
+    with pytest.raises(ts.LaunchError, match="which a CUDA graph capture cannot do") as e:
+        with ts.graph():
+            paged_kv_write(kc, vc, k, v, slots)
+    assert "scatter_check" in e.value.help
