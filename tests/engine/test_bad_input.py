@@ -158,5 +158,5 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(llm):
                          [SamplingParams(temperature=0.8, max_tokens=5, seed=1), seeded])[1].outputs[0].token_ids
     assert alone == again and len(alone) == 5 and all(0 <= t < 96 for t in alone)
     greedy = SamplingParams(temperature=0, max_tokens=5)
-    assert llm.generate({"prompt_token_ids": [3, 17]}, greedy)[0].outputs[0].token_ids == \
-        llm.generate([{"prompt_token_ids": [3, 17]}, {"prompt_token_ids": [4]}], [greedy, seeded])[0].outputs[0].token_ids
+    beside = llm.generate([{"prompt_token_ids": [3, 17]}, {"prompt_token_ids": [4]}], [greedy, seeded])
+    assert llm.generate({"prompt_token_ids": [3, 17]}, greedy)[0].outputs[0].token_ids == beside[0].outputs[0].token_ids

@@ -49,3 +49,10 @@ def test_stop_string_cuts_the_text_and_the_stream(llm):
     assert out.text == full.text[:full.text.find(stop)]
     assert stop not in out.text
     assert "".join(d.text for d in llm.stream("w3 w17 w5", params)) == out.text
+
+
+def test_stream_takes_one_prompt_as_ids_too(llm):
+    params = SamplingParams(temperature=0, max_tokens=4)
+    by_ids = list(llm.stream([3, 17, 5], params))
+    by_text = list(llm.stream("w3 w17 w5", params))
+    assert sum((d.token_ids for d in by_ids), []) == sum((d.token_ids for d in by_text), [])

@@ -99,8 +99,12 @@ class LLM:
         """Yield the text of one prompt as it is generated: objects with `.text` (the new
         text), `.token_ids` (the new tokens) and `.finished`; joined, the texts are the
         final output's text."""
-        seqs = self._sequences(prompt if not isinstance(prompt, list) or _is_ids(prompt) else prompt[:1],
-                               sampling_params)
+        if isinstance(prompt, list) and _is_ids(prompt):
+            prompt = {"prompt_token_ids": prompt}
+        if not isinstance(prompt, (str, dict)):
+            raise request_error("LLM.stream: takes one prompt (a str, {'prompt': str} or {'prompt_token_ids': [...]})",
+                                help="call generate() for several prompts")
+        seqs = self._sequences(prompt, sampling_params)
         seq = seqs[0]
         sent = 0
         for _ in self._run(seqs):
@@ -134,8 +138,8 @@ class LLM:
             p = (p or SamplingParams()).resolved(defaults)
             if p.stop and self.tokenizer is None:
                 raise request_error("generate: stop strings need the model's tokenizer (tokenizer.json)")
-            seqs.append(Sequence(i, item.text, item.ids, p, self.max_model_len, self.eos_ids, self._detokenizer(item, p),
-                                 seed=self.sampler.seed_for(p)))
+            seqs.append(Sequence(i, item.text, item.ids, p, self.max_model_len, self.eos_ids,
+                                 self._detokenizer(item, p), seed=self.sampler.seed_for(p)))
         return seqs
 
     def _run(self, seqs: list[Sequence]):

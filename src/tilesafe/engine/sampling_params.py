@@ -50,10 +50,6 @@ class SamplingParams:
                 values[name] = defaults.get(name, fallback)
         return dataclasses.replace(self, **values)
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
-
 
 def _check_number(name: str, value, ok, limit: str) -> None:
     if value is None:
