@@ -6,11 +6,11 @@
 The config model (`config_model.py`) ranks its candidates by a rough model; where that is
 not enough, the first call of a shape bucket (the family's most specific shape class: for
 a GEMM, the weight's N x K with M bucketed) times the model's best few (<= 4) distinct
-candidates once each on the GPU, keeps the fastest, and saves it per GPU in the user cache
+candidates on the GPU (`queued_timer`), keeps the fastest, and saves it per GPU in the user cache
 (`TILESAFE_CACHE_DIR/library/<gpu>.json`), which later processes read instead of timing.
 
 Opt-in, not the default, as `@ts.autotune`'s tuning is opt-in (`tile=ts.auto`): timing
-synchronises the device and runs the call a dozen times, which a program that did not ask
+synchronises the device and runs the call about thirty times, which a program that did not ask
 must never see in its first step's latency (a server's first request, a captured graph's
 warm-up). Shapes with a tuned entry made for them, a `config=` override, CPU backends, a
 graph capture and a compile-ahead never tune. The timing calls are not recorded into the
@@ -23,6 +23,7 @@ import contextvars
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from ..backends.triton import targets
@@ -55,7 +56,7 @@ def pick(family: str, key: str, candidates: list[dict], run, gpu: str, timer=Non
     """The fastest of `candidates` (whole configs) for `run(config)`, from this process's
     memory, else the user cache, else timed now (then saved); the first candidate when none
     runs (the model's choice, which the call then runs and reports on its own). `timer`:
-    (config, run) -> ms, CUDA events by default (`ts.autotune`'s)."""
+    (config, run) -> ms, `queued_timer` by default."""
     mem = (gpu, family, key)
     if mem in _memory:
         return _memory[mem]
@@ -81,12 +82,37 @@ def pick(family: str, key: str, candidates: list[dict], run, gpu: str, timer=Non
 
 
 def _time(run, cand: dict, timer) -> float | None:
-    """Median milliseconds of `run(cand)` (after one warm-up that compiles); None if it fails."""
-    from ..runtime.autotune import cuda_timer
+    """Milliseconds of `run(cand)` (after one warm-up that compiles); None if it fails."""
     try:
-        return (timer or cuda_timer(warmup=1, reps=3))(cand, lambda: run(cand))
+        return (timer or queued_timer)(cand, lambda: run(cand))
     except Exception:                  # noqa: BLE001 - a candidate that fails is dropped
         return None
+
+
+REPS = 5
+CYCLES_PER_US = 2000                   # about the H100/H200 boost clock, as torch.cuda._sleep counts
+
+
+def queued_timer(config, run) -> float:
+    """GPU milliseconds of one `run()`: REPS calls queued behind a GPU sleep long enough for
+    the host to enqueue them all, between two events, so the time is the kernels' and not the
+    host's (a call's ~20 us of host work would hide the difference between two configs of a
+    10 us product, and count a split-K's second launch twice)."""
+    import torch
+    run()                                                # compiles, and shows the config launches
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    once_us = (time.perf_counter() - t0) * 1e6           # host and GPU: more than the host's share
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(min(2 * REPS * once_us + 200.0, 500_000.0) * CYCLES_PER_US))
+    start.record()
+    for _ in range(REPS):
+        run()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / REPS
 
 
 def _same(cand: dict, stored: dict) -> bool:
