@@ -54,7 +54,8 @@ def test_tensor_core_tiles_are_powers_of_two_of_at_least_16():
     assert not cm.valid(cm.Gemm(100, 256, 256), dict(cm.choose(cm.Gemm(100, 256, 256)), num_stages=20))
 
 
-@pytest.mark.parametrize("m, n, k", [(40, 48, 70), (3, 100, 96), (1, 90, 130), (40, 48, 600), (3, 100, 1200), (1, 90, 1100)])
+@pytest.mark.parametrize("m, n, k", [(40, 48, 70), (3, 100, 96), (1, 90, 130), (40, 48, 600), (3, 100, 1200),
+                                     (1, 90, 1100)])
 def test_model_configs_compute_the_product(backend, device, m, n, k):
     a, w = randn((m, k), "f32", 1, device), randn((n, k), "f32", 2, device)
     ranked = cm.candidates(cm.Gemm(m, n, k, "f32"))

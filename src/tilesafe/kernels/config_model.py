@@ -99,8 +99,8 @@ def refinement(keys, shape, entries: dict) -> dict | None:
     """The tuned entry (of one family's `entries`) made for this very shape, if any: the first
     of `keys` (most specific first) that is in the table and exact for `shape` — a weight's
     own class (its N x K exact, M bucketed as the tuner meant), or a bucketed class whose
-    sizes are the shape's own (sizes up to 16 all count as 16, the bucket floor). A bucket that merely contains the shape is not used: the
-    model sizes that shape instead."""
+    sizes are the shape's own (sizes up to 16 all count as 16, the bucket floor). A bucket
+    that merely contains the shape is not used: the model sizes that shape instead."""
     for key in keys:
         if key in entries and _exact(key, shape):
             return entries[key]
