@@ -140,6 +140,23 @@ def test_top_k_and_top_p_stay_in_the_allowed_set(backend, device):
         assert 0.5 * np.abs(seen - w / w.sum()).sum() < 0.3, (temp, k, p)
 
 
+def test_top_k_when_the_largest_values_share_a_lane(backend, device, monkeypatch):
+    """Tiles of 16: the top 3 of row 0 sit in one lane (indices 5, 21, 37), so the k-th largest
+    lane maximum is below the k-th largest value and the search continues over the row; in
+    row 1 they sit in three lanes and the lanes' maxima give the threshold at once."""
+    monkeypatch.setattr(sampling, "BLOCK_V", 16)
+    x = logits(np.random.default_rng(7), 2, 64, scale=0.5)
+    x[0, [5, 21, 37]] = [6.0, 5.5, 5.0]
+    x[1, [2, 19, 40]] = [6.0, 5.5, 5.0]
+    params = (np.full(2, 1.0, np.float32), np.full(2, 3, np.int32), np.ones(2, np.float32),
+              np.array([3, 4], np.int64), np.zeros(2, np.int32))
+    for step in range(3):
+        params = params[:4] + (np.full(2, step, np.int32),)
+        tok, lp = run(x, params, device)
+        assert tok[0].item() in (5, 21, 37) and tok[1].item() in (2, 19, 40)
+        assert compare(x, params, tok.cpu().numpy(), lp.cpu().numpy()) == 0
+
+
 def test_masked_logits_are_never_chosen(backend, device):
     x = logits(np.random.default_rng(5), 8, 64)
     x[:, ::2] = -np.inf                                               # a grammar mask, say
