@@ -1,0 +1,188 @@
+"""`tilesafe generate` and `tilesafe chat` against transformers: a tiny random Qwen3 (written by
+transformers, vocabulary 320) with a byte-level tokenizer and Qwen3's chat template; the
+streamed text must be transformers' greedy tokens, decoded by transformers' tokenizer."""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tilesafe import cli
+from tilesafe.engine.qwen3_files import tokenizer_dir
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]       # ids 256, 257, 258
+EOS = 258
+FLAGS = ["--device", "cpu", "--temperature", "0", "--max-tokens", "6", "--max-model-len", "256"]
+
+
+def byte_level_tokenizer():
+    """256 byte tokens and Qwen3's three chat markers: every text encodes, a vocabulary of 259."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli-model")
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.5,
+                                   max_position_embeddings=256, rope_theta=10000.0, eos_token_id=EOS)
+    model = transformers.Qwen3ForCausalLM(cfg).float().eval()
+    model.save_pretrained(folder)
+    byte_level_tokenizer().save(str(folder / "tokenizer.json"))
+    qwen = json.loads((tokenizer_dir() / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": qwen["chat_template"],
+         "tokenizer_class": "PreTrainedTokenizerFast"}))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [EOS, 256]}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def oracle(model_dir):
+    """(prompt ids -> the greedy reply's text), all by transformers."""
+    model = transformers.Qwen3ForCausalLM.from_pretrained(model_dir).float().eval()
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+
+    def reply(ids, n=6):
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=[EOS, 256],
+                                 pad_token_id=256)
+        return tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
+    return tok, reply
+
+
+def run_cli(capsys, *args, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_streams_transformers_greedy_text_then_the_speed(capsys, model_dir, oracle):
+    tok, reply = oracle
+    code, out, err = run_cli(capsys, "generate", str(model_dir), "Hello, tiles", *FLAGS)
+    assert code == 0, err
+    expected = reply(tok.encode("Hello, tiles"))
+    assert len(expected) >= 3                          # real text, not an immediate EOS
+    assert out == expected + "\n"
+    assert err.splitlines()[-1].startswith("[6 tokens in ") and "tokens/s]" in err
+
+
+def test_generate_with_the_chat_template(capsys, model_dir, oracle):
+    tok, reply = oracle
+    code, out, _ = run_cli(capsys, "generate", str(model_dir), "Hi", "--chat", "--no-thinking", *FLAGS)
+    ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
+                                  enable_thinking=False)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    assert code == 0 and out == reply(ids) + "\n"
+
+
+def test_chat_keeps_the_conversation_and_reset_forgets_it(capsys, monkeypatch, model_dir, oracle):
+    tok, reply = oracle
+
+    def template(messages):
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    first = reply(template([{"role": "user", "content": "Hello"}]))
+    second = reply(template([{"role": "user", "content": "Hello"}, {"role": "assistant", "content": first},
+                             {"role": "user", "content": "More"}]))
+    assert first and second and first != second
+    code, out, err = run_cli(capsys, "chat", str(model_dir), *FLAGS, stdin="Hello\nMore\n/reset\nHello\n",
+                             monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert out == f"{first}\n{second}\n{first}\n"
+    assert len([ln for ln in err.splitlines() if ln.startswith("[6 tokens in ")]) == 3
+
+
+def test_chat_reports_a_refused_turn_and_goes_on(capsys, monkeypatch, model_dir, oracle):
+    tok, reply = oracle
+    long_line = "x" * 300                              # 300 byte tokens: past max_model_len 256
+    code, out, err = run_cli(capsys, "chat", str(model_dir), *FLAGS, stdin=f"{long_line}\nHello\n/exit\nnever\n",
+                             monkeypatch=monkeypatch)
+    ids = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    assert code == 0 and out == reply(ids) + "\n"      # the refused turn left no trace in the conversation
+    assert "error: generate: prompt 0 has " in err and "max_model_len is 256" in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_model_argument_is_explained(capsys):
+    code, out, err = run_cli(capsys, "generate", "only a prompt", "--device", "cpu")
+    assert code == 2 and out == ""
+    assert err.startswith("error: generate: expected MODEL and PROMPT, got 1 argument\n")
+    assert 'help: tilesafe generate MODEL "prompt" (MODEL may be left out with --random-weights SIZE)' in err
+
+
+def test_a_missing_model_folder_is_named(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "generate", str(tmp_path / "nothing"), "Hi", "--device", "cpu")
+    assert code == 2 and f"error: checkpoint folder {tmp_path / 'nothing'} does not exist" in err
+
+
+def test_random_weights_are_written_once_under_the_cache(capsys, monkeypatch, tmp_path):
+    """--random-weights without MODEL writes a real-tokenizer checkpoint under the cache and
+    reuses it (the LLM itself is replaced: the real vocabulary is slow on the CPU interpreter)."""
+    from tilesafe import cli_engine
+    from tilesafe.engine import random_checkpoint
+    seen, written = [], []
+    monkeypatch.setattr(cli_engine, "_random_folder", lambda args: tmp_path / f"{args.random_weights}-w")
+    monkeypatch.setattr(random_checkpoint, "write_checkpoint",
+                        lambda folder, *a, **k: written.append(folder) or _marker(folder, *a))
+
+    class FakeLLM:
+        def __init__(self, model, **kwargs):
+            seen.append((model, kwargs["device"]))
+
+        def stream(self, prompt, params):
+            yield type("Delta", (), {"text": f"<{prompt}>", "token_ids": [1]})()
+    monkeypatch.setattr("tilesafe.engine.LLM", FakeLLM)
+    for _ in range(2):
+        code, out, _ = run_cli(capsys, "generate", "--random-weights", "tiny", "Hi", "--device", "cpu")
+        assert code == 0 and out == "<Hi>\n"
+    folder = str(tmp_path / "tiny-w")
+    assert written == [folder] and seen == [(folder, "cpu"), (folder, "cpu")]
+
+
+def _marker(folder, size, seed, dtype, **_):
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / "random_weights.json").write_text(json.dumps({"size": size, "seed": seed, "dtype": dtype}))
+
+
+def test_ctrl_c_stops_generate_cleanly(model_dir):
+    """A real SIGINT while tokens stream: '[interrupted]', status 130, no traceback."""
+    env = dict(os.environ, TILESAFE_BACKEND="reference", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
+    args = [sys.executable, "-m", "tilesafe", "generate", str(model_dir), "Hello", "--device", "cpu",
+            "--temperature", "0", "--ignore-eos", "--max-tokens", "200", "--max-model-len", "256"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        os.set_blocking(proc.stdout.fileno(), False)
+        deadline, seen = time.monotonic() + 240, ""
+        while not seen and time.monotonic() < deadline and proc.poll() is None:
+            seen = proc.stdout.read(1) or ""
+            time.sleep(0.05)
+        assert seen, "no token was streamed"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.rstrip().endswith("[interrupted]") and "Traceback" not in err
