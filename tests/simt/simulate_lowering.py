@@ -5,10 +5,16 @@ so the simulator is chosen per process (test_simt_lowering.py starts it). Each e
 generated source is compiled by `cuda.jit` and launched on NumPy arrays with the grid the
 tilesafe launch would use; results are compared with NumPy written here. Prints one
 `ok <name>` line per example.
+
+The simulator has no warp operations; `_with_warp_operations` gives it shuffles and ballots
+built on its block barrier (each lane posts its value, the block synchronises, each lane reads
+its source lane's). That is right for kernels whose warp operations every thread of the block
+reaches together, as in the examples run here.
 """
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -20,6 +26,43 @@ from numba.cuda import types as nt                           # noqa: E402
 import tilesafe as ts                                                         # noqa: E402
 from tilesafe import simt                                                     # noqa: E402
 from tilesafe.simt.examples import histogram, sgemm, transpose, vector_add   # noqa: E402
+
+from tilesafe.simt.examples import block_sum, softmax_rows, top_p              # noqa: E402
+
+
+def _with_warp_operations():
+    from numba.cuda.simulator import kernelapi
+    posted = {}
+
+    def exchange(module, value):
+        """Every lane's value of this thread's warp, after a block-wide barrier."""
+        th = threading.current_thread()
+        bd = module.blockDim
+        tid = th.threadIdx.x + bd.x * (th.threadIdx.y + bd.y * th.threadIdx.z)
+        slots = posted.setdefault((th.blockIdx.x, th.blockIdx.y, th.blockIdx.z), {})
+        slots[tid] = value
+        th.syncthreads()
+        base = tid - tid % 32
+        lanes = [slots[base + i] for i in range(32) if base + i in slots]
+        th.syncthreads()
+        return tid % 32, lanes
+
+    def shfl_xor(module, mask, value, m):
+        lane, lanes = exchange(module, value)
+        return lanes[lane ^ m] if (lane ^ m) < len(lanes) else value
+
+    def shfl_down(module, mask, value, d):
+        lane, lanes = exchange(module, value)
+        return lanes[lane + d] if lane + d < len(lanes) else value
+
+    def ballot(module, mask, predicate):
+        _, lanes = exchange(module, bool(predicate))
+        return sum(1 << i for i, p in enumerate(lanes) if p)
+
+    kernelapi.FakeCUDAModule.shfl_xor_sync = shfl_xor
+    kernelapi.FakeCUDAModule.shfl_down_sync = shfl_down
+    kernelapi.FakeCUDAModule.ballot_sync = ballot
+
 
 CUBES = simt.table(np.arange(8, dtype=np.float32) ** 3)
 
@@ -43,6 +86,7 @@ def check(name, got, want, **tol):
 
 
 def main():
+    _with_warp_operations()
     rng = np.random.default_rng(0)
     err = np.zeros(1, np.int32)
 
@@ -78,6 +122,29 @@ def main():
     cubes = np.full(20, np.nan, np.float32)
     compiled(cube_lookup, {})[(1,), (32,)](cubes, idx, 20, err)
     check("constant_table", cubes, idx.astype(np.float32) ** 3)
+
+    x = rng.standard_normal(300, dtype=np.float32)
+    sums = np.full(2, np.nan, np.float32)
+    compiled(block_sum.block_sum, {"K": 256})[(2,), (256,)](sums, x, 2, 300, err)
+    check("block_sum", sums, [x[:256].sum(), x[256:].sum()], rtol=1e-5, atol=1e-4)
+
+    rows = rng.standard_normal((3, 40), dtype=np.float32) * 3
+    soft = np.full((3, 40), np.nan, np.float32)
+    compiled(softmax_rows.softmax_rows, {})[(1,), (128,)](soft, rows, 3, 40, err)
+    e = np.exp(rows - rows.max(1, keepdims=True))
+    check("softmax_rows", soft, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+    if "--all" in sys.argv:
+        probs = np.exp(rows) / np.exp(rows).sum(1, keepdims=True)
+        expo = rng.exponential(size=(3, 40)).astype(np.float32)
+        token = np.full(3, -1, np.int32)
+        compiled(top_p.top_p_sample, {"STEPS": 24})[(3,), (256,)](token, probs, expo, np.float32(0.9), 3, 40, err)
+        want = []
+        for p, ex in zip(probs, expo):
+            order = np.argsort(-p)
+            kept = order[:int((np.cumsum(p[order]) < 0.9).sum()) + 1]
+            want.append(kept[np.argmax(p[kept] / ex[kept])])
+        check("top_p", token, want)
 
     bad = np.array([0, 9, 1], np.int32)                     # 9 is outside the 7 bins: the check flags it
     hist[:] = 0

@@ -24,7 +24,7 @@ def test_the_examples_run_under_the_numba_simulator():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["ok", "vector_add", "ok", "histogram", "ok", "sgemm", "ok", "constant_table",
-                                   "ok", "histogram_flag"], done.stdout
+                                   "ok", "block_sum", "ok", "softmax_rows", "ok", "histogram_flag"], done.stdout
 
 
 def body(kernel, *args, **kwargs) -> str:
