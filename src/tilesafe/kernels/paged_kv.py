@@ -126,8 +126,9 @@ def report_dropped(flags, name: str = "slot_mapping") -> None:
     values = A.tensor(flags, "flags", "report_dropped").numpy() if not isinstance(flags, np.ndarray) else flags
     bad = np.flatnonzero(values)
     if bad.size:
-        raise A.fail("report_dropped", f"entry {int(bad[0])} of `{name}` (and {bad.size - 1} more) was out of range "
-                                       "or named a slot another entry named, so its row was not written",
+        more = f" (and {bad.size - 1} more)" if bad.size > 1 else ""
+        raise A.fail("report_dropped", f"entry {int(bad[0])} of `{name}`{more} was out of range or named a slot "
+                                       "another entry named, so its row was not written",
                      help="give each token its own slot inside the cache (a negative slot writes nothing)")
 
 
