@@ -9,8 +9,10 @@ One block per row walks the vocabulary in tiles of BV (8192), several times:
      found by bisection on the value, each probe one pass that counts (top-k) or weighs (top-p)
      the values >= the probe and snaps it up to the least row value above it, so the result
      is an exact row value and the loop ends once no row value is left between the bounds
-     (10-20 passes on a 151936-token Qwen3 row; top-k usually needs one: its search starts
-     in registers, over the lanes' maxima of pass 1). This replaces a sort: a tile-level sort of
+     (10-20 passes on a 151936-token Qwen3 row). Top-k usually needs one pass: its search
+     runs in registers over pass 1's lane maxima, and when exactly k values reach the result
+     the kept values are those lane maxima, so top-p after it runs in registers too. This
+     replaces a sort: a tile-level sort of
      150k values would need a multi-pass merge across tiles, and a threshold does the job
      of both filters in a few reductions, as several GPU samplers do. Ties at the threshold
      are all kept (vLLM's top-k keeps them too);
@@ -92,17 +94,17 @@ def _threshold(x, i, nt, BV, V, target, lo, f_lo, hi, m, inv_t, WEIGHTED):
 
 
 @ts.function
-def _kth_largest(vals, target, lo, hi):
-    """_threshold over a tile in registers: the largest v in [lo, hi] with at least target
-    elements of vals >= v (lo when there is none)."""
-    f_hi = ts.sum(ts.where(vals >= hi, 1.0, 0.0))
+def _largest_reaching(vals, weights, target, lo, hi):
+    """_threshold over a tile in registers: the largest v in [lo, hi] whose elements of vals
+    >= v weigh at least target (weights: a tile like vals, or 1.0 to count); lo when none."""
+    f_hi = ts.sum(ts.where(vals >= hi, weights, 0.0))
     lo = ts.where(f_hi >= target, hi, lo)
     mid = lo * 0.5 + hi * 0.5
     go = (f_hi < target) & (mid > lo) & (mid < hi)
     n = 0
     while go:
         ge = vals >= mid
-        ok = ts.sum(ts.where(ge, 1.0, 0.0)) >= target
+        ok = ts.sum(ts.where(ge, weights, 0.0)) >= target
         lo = ts.where(ok, ts.min(ts.where(ge, vals, POS_INF)), lo)
         hi = ts.where(ok, hi, mid)
         below = ts.max(ts.where(vals < mid, vals, NEG_INF))
@@ -168,20 +170,29 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
     chosen, xv = at, m                                                     # greedy
     if temp > 0.0:
         inv_t = 1.0 / temp
-        thr = low
+        thr, kept, lanes = low, ts.zeros((), ts.f32), ts.zeros((), ts.i32)
         if (k > 0) & (k < V):
             # The k-th largest of the lanes' maxima (found in registers) has at least k row
             # values above it, so it bounds the k-th largest value from below; and it is that
             # value when exactly k row values reach it (the top k in k different lanes, as
             # usual for a small k). Otherwise the bisection over the row starts from it.
             kf = k.astype(ts.f32)
-            thr = _kth_largest(best, kf, low, m)
+            thr = _largest_reaching(best, 1.0, kf, low, m)
             count, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, False)
+            lanes = ts.where(count == kf, 1, 0)
             if count > kf:
                 thr, _ = _threshold(x, i, nt, BV, V, kf, thr, count, m, m, inv_t, False)
-        kept, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)           # the mass top-p takes its share of
-        if p < 1.0:
-            thr, kept = _threshold(x, i, nt, BV, V, p * kept, thr, kept, m, m, inv_t, True)
+        if lanes == 1:
+            # Exactly the lanes' maxima >= thr are kept, one a lane: top-p needs no pass.
+            w = ts.where(best >= thr, ts.exp((best - m) * inv_t), 0.0)      # (BV,) kept lanes' weights
+            kept = ts.sum(w)
+            if p < 1.0:
+                thr = _largest_reaching(best, w, p * kept, thr, m)
+                kept = ts.sum(ts.where(best >= thr, w, 0.0))
+        else:
+            kept, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)     # the mass top-p takes its share of
+            if p < 1.0:
+                thr, kept = _threshold(x, i, nt, BV, V, p * kept, thr, kept, m, m, inv_t, True)
         u = ts.rand(ts.scalar(ts.load(seed, (i,), shape=(1,))), ts.scalar(ts.load(step, (i,), shape=(1,))))
         chosen, xv = _pick(x, i, nt, BV, V, NTP, thr, m, inv_t, u * kept)
     tok.store(ts.full((1,), chosen, ts.i32))
