@@ -23,6 +23,7 @@ def compile_ahead(kernel, *args, target="sm_90", arch: int | None = None, descri
     the target lacks is a LaunchError when forced (`targets.check_schedule`)."""
     target = ahead.resolve_target(target, arch, schedule)
     bound = binding.bind(kernel, args, kwargs, grid, kernel.unsafe)
+    kernel._check_preconditions(bound)   # refused as a launch would refuse it
     spec = kernel.specializer.spec(bound)
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
     if kernel.deny_kernel_checks:   # refused as a launch would refuse it, whatever the target

@@ -247,8 +247,7 @@ class Kernel:
             if backend not in (None, "triton"):
                 raise LaunchError(f"target={target!r} compiles through Triton, not the {backend} backend",
                                   help="drop backend= (a target is always compiled by Triton)")
-            self._spec(args, dict(kwargs))   # S6 and the preconditions, as a launch checks them
-            kwargs, _ = take_schedule(kwargs, None)
+            kwargs, _ = take_schedule(kwargs, None)   # compile_ahead binds (S6) and checks the preconditions
             return compile_ahead(self, *args, target=target, descriptors=None, schedule=sched, **kwargs)
         except TileSafeError as e:
             raise _clean(e) from None
