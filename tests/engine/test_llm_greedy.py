@@ -63,10 +63,16 @@ def test_hub_release_config_spelling(checkpoint, hf_greedy, tmp_path):
 
 def test_a_batch_gives_each_prompt_its_tokens_alone(checkpoint, hf_greedy):
     """Several prompts of different lengths in one call: each gets exactly the tokens it gets
-    alone and transformers' tokens; more prompts than max_num_seqs run in waves."""
+    alone and transformers' tokens; more prompts than max_num_seqs run in waves, each wave's
+    prompts packed into one ragged prefill."""
     folder, hf = checkpoint()
     llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=3, progress=False)
+    waves = []
+    real = llm.model.prefill
+    llm.model.prefill = lambda a, starts: (waves.append(starts), real(a, starts))
     together = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], GREEDY)
+    assert waves == [[0, 5, 6, 15], [0, 2]]              # two waves, each one ragged prefill
+    llm.model.prefill = real
     alone = [llm.generate({"prompt_token_ids": p}, GREEDY)[0] for p in PROMPTS]
     assert [o.outputs[0].token_ids for o in together] == [o.outputs[0].token_ids for o in alone]
     for prompt, out in zip(PROMPTS, together):

@@ -20,7 +20,8 @@ def greedy(folder, prompt, n):
     a = Activations.allocate(cfg, len(prompt), 1, torch.float32, "cpu")
     a.ids.copy_(torch.tensor(prompt))
     a.positions.copy_(torch.arange(len(prompt)))
-    model.prefill(a, 0)
+    a.last.fill_(len(prompt) - 1)
+    model.prefill(a, [0, len(prompt)])
     tokens, logprobs = [a.tokens.item()], [a.chosen.item()]
     b = Activations.allocate(cfg, 1, 1, torch.float32, "cpu")
     ws = SimpleNamespace(attention=tk.decode_workspace(b.qr[0], cache.k[0][0]))

@@ -46,7 +46,8 @@ def test_first_step_logits_close_and_greedy_agreement(bf16_model):
     a.ids.copy_(torch.tensor(prompt, dtype=torch.int32))
     a.positions.copy_(torch.arange(len(prompt), dtype=torch.int32))
     with torch.inference_mode():
-        llm.model.prefill(a, 0)
+        a.last.fill_(len(prompt) - 1)
+        llm.model.prefill(a, [0, len(prompt)])
         want = hf(torch.tensor([prompt], device="cuda")).logits[0, -1].float()          # (V,)
     got = a.logits[0].float()
     err = (got - want).abs().max().item()

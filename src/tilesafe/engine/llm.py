@@ -3,9 +3,9 @@
     llm = LLM("Qwen/Qwen3-0.6B", device="cuda", dtype="bfloat16", max_model_len=4096)
     outs = llm.generate(["Hello", {"prompt_token_ids": [...]}], SamplingParams(max_tokens=64))
 
-A call runs its prompts in waves of at most `max_num_seqs`: each prompt is prefilled on
-its own (into its cache slot), then the wave decodes together, one token per sequence per
-step, until every sequence has stopped. Every prompt and parameter is checked before any
+A call runs its prompts in waves of at most `max_num_seqs`: the wave's prompts are
+prefilled together (packed one after another, each into its cache slot), then the wave
+decodes together, one token per sequence per step, until every sequence has stopped. Every prompt and parameter is checked before any
 device work, and a refused call leaves the LLM as it was.
 """
 from __future__ import annotations
@@ -151,13 +151,8 @@ class LLM:
     def _wave(self, wave: list[Sequence]):
         self.sampler.set_rows([s.params for s in wave], [s.seed for s in wave])
         self.sampler.set_steps([0] * len(wave))
-        for slot, s in enumerate(wave):                      # prefill, one prompt at a time
-            a = Activations.allocate(self.config, len(s.prompt_ids), 1, self.dtype, self.device)
-            a.ids.copy_(torch.tensor(s.prompt_ids, dtype=torch.int32))
-            a.positions.copy_(torch.arange(len(s.prompt_ids), dtype=torch.int32))
-            self.model.prefill(a, slot)
-            s.append(a.tokens.item(), a.chosen.item())
-            yield
+        self._prefill(wave)
+        yield
         while not all(s.finished for s in wave):
             # A finished sequence keeps its row (the step's shape stays fixed for its graph);
             # it recomputes position 0 of its own slot, which nothing reads any more.
@@ -169,6 +164,18 @@ class LLM:
                 if not s.finished:
                     s.append(t, lp)
             yield
+
+    def _prefill(self, wave: list[Sequence]) -> None:
+        """The wave's prompts packed into one ragged prefill; each gets its first token."""
+        lengths = [len(s.prompt_ids) for s in wave]
+        starts = [sum(lengths[:i]) for i in range(len(wave) + 1)]
+        a = Activations.allocate(self.config, starts[-1], len(wave), self.dtype, self.device)
+        a.ids.copy_(torch.tensor([t for s in wave for t in s.prompt_ids], dtype=torch.int32))
+        a.positions.copy_(torch.cat([torch.arange(n, dtype=torch.int32) for n in lengths]))
+        a.last.copy_(torch.tensor(starts[1:], dtype=torch.int32) - 1)
+        self.model.prefill(a, starts)
+        for s, t, lp in zip(wave, a.tokens.tolist(), a.chosen.tolist()):
+            s.append(t, lp)
 
     # -- set-up --------------------------------------------------------------------------
 

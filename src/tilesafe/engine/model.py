@@ -1,8 +1,9 @@
 """The Qwen3 forward pass, every operation a `tilesafe.kernels` call.
 
 One function runs the decoder over M rows of tokens with preallocated activations
-(`Activations`), so the same code serves a prompt's prefill (M = prompt length, flash
-attention over the prompt) and a batched decode step (M = batch, one new token per
+(`Activations`), so the same code serves a ragged prefill (the prompts of a wave packed one
+after another, M = their total length: every projection, norm and MLP runs once over all
+rows, attention per prompt) and a batched decode step (M = batch, one new token per
 sequence, attention over each sequence's cache). Every call passes `out=`: nothing is
 allocated inside a step, which is what lets a decode step be captured in `ts.graph()`.
 
@@ -45,7 +46,11 @@ class Activations:
     attn: torch.Tensor         # (M, H, D)
     gu: torch.Tensor           # (M, 2 I) gate then up
     act: torch.Tensor          # (M, I) silu(gate) * up
-    logits: torch.Tensor       # (R, V) R = rows whose next token is wanted
+    last: torch.Tensor         # (R,) i32 the row of each sequence's last token (prefill)
+    h_last: torch.Tensor       # (R, E) those rows of h, residual and the final norm
+    res_last: torch.Tensor     # (R, E)
+    x_last: torch.Tensor       # (R, E)
+    logits: torch.Tensor       # (R, V) R = sequences, whose next token is wanted
     tokens: torch.Tensor       # (R,) i32 next tokens
     chosen: torch.Tensor       # (R,) f32 log-probability of each chosen token
 
@@ -59,7 +64,8 @@ class Activations:
         return cls(ids=buf(m, dt=torch.int32), positions=buf(m, dt=torch.int32), lens=buf(m, dt=torch.int32),
                    residual=buf(m, e), x=buf(m, e), h=buf(m, e), qkv=buf(m, (h + 2 * kv) * d), qn=buf(m, h, d),
                    kn=buf(m, kv, d), qr=buf(m, h, d), kr=buf(m, kv, d), attn=buf(m, h, d), gu=buf(m, 2 * i),
-                   act=buf(m, i), logits=buf(r, v), tokens=buf(r, dt=torch.int32),
+                   act=buf(m, i), last=buf(r, dt=torch.int32), h_last=buf(r, e), res_last=buf(r, e),
+                   x_last=buf(r, e), logits=buf(r, v), tokens=buf(r, dt=torch.int32),
                    chosen=buf(r, dt=torch.float32))
 
 
@@ -69,19 +75,20 @@ class Qwen3Model:
     def __init__(self, cfg: Qwen3Config, weights: Weights, cache: KVCache, sampler: Sampler):
         self.cfg, self.w, self.cache, self.sampler = cfg, weights, cache, sampler
 
-    def prefill(self, a: Activations, slot: int) -> None:
-        """Run a whole prompt (a.ids at positions 0..M-1) into cache slot `slot`; the next
-        token's logits, sampled token (with the sampler's row `slot`) and its log-probability
-        land in a.logits / a.tokens / a.chosen."""
+    def prefill(self, a: Activations, starts: list[int]) -> None:
+        """Run prompts packed in a.ids — prompt i at rows starts[i] .. starts[i+1]-1, positions
+        0.. — into cache slots 0, 1, ...; a.last holds each prompt's last row. Each prompt's
+        next token (sampled with its slot's sampler row) lands in a.tokens / a.chosen."""
         def attend(n: int, v: torch.Tensor) -> None:
-            k_cache, v_cache = self.cache.k[n][slot], self.cache.v[n][slot]     # (HKV, L, D)
-            start = a.positions[:1]                                             # (1,) = 0, on the device
-            tk.kv_append(k_cache, a.kr, start)
-            tk.kv_append(v_cache, v, start)
-            tk.flash_attention(a.qr.transpose(0, 1), a.kr.transpose(0, 1), v.transpose(0, 1), causal=True,
-                               out=a.attn.transpose(0, 1))                      # (H, M, D) views
-        m = a.ids.shape[0]
-        self._forward(a, attend, slice(m - 1, m), slice(slot, slot + 1))
+            for i in range(len(starts) - 1):
+                s, e = starts[i], starts[i + 1]
+                k_cache, v_cache = self.cache.k[n][i], self.cache.v[n][i]       # (HKV, L, D)
+                start = a.positions[s:s + 1]                                    # (1,) = 0, on the device
+                tk.kv_append(k_cache, a.kr[s:e], start)
+                tk.kv_append(v_cache, v[s:e], start)
+                tk.flash_attention(a.qr[s:e].transpose(0, 1), a.kr[s:e].transpose(0, 1), v[s:e].transpose(0, 1),
+                                   causal=True, out=a.attn[s:e].transpose(0, 1))   # (H, T_i, D) views
+        self._forward(a, attend, gather_last=True)
 
     def decode(self, a: Activations, workspace) -> None:
         """One token per sequence: row i is the sequence in cache slot i, its new token
@@ -94,9 +101,9 @@ class Qwen3Model:
                 tk.kv_append(v_cache, v[i:i + 1], at)
                 tk.decode_attention(a.qr[i], k_cache, v_cache, a.lens[i:i + 1], out=a.attn[i],
                                     workspace=workspace.attention)
-        self._forward(a, attend, slice(None), slice(0, a.ids.shape[0]))
+        self._forward(a, attend, gather_last=False)
 
-    def _forward(self, a: Activations, attend, rows: slice, sampler_rows: slice) -> None:
+    def _forward(self, a: Activations, attend, gather_last: bool) -> None:
         cfg, w = self.cfg, self.w
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
@@ -120,9 +127,12 @@ class Qwen3Model:
             tk.linear(a.x, layer.gate_up, out=a.gu)                                 # (M, 2 I)
             tk.silu_mul(a.gu[:, :inter], a.gu[:, inter:], out=a.act)                # (M, I)
             tk.linear(a.act, layer.down, out=a.h)                                   # (M, E)
-        x, res = a.x[rows], a.residual[rows]                                        # (R, E) rows wanted
-        tk.rms_norm(a.h[rows], w.norm, eps, residual=res, out=x, residual_out=res)
+        if gather_last:     # the rows whose next token is wanted: each prompt's last
+            tk.embedding(a.last, a.h, out=a.h_last)                                 # (R, E) row gather
+            tk.embedding(a.last, a.residual, out=a.res_last)
+            h, res, x = a.h_last, a.res_last, a.x_last
+        else:
+            h, res, x = a.h, a.residual, a.x
+        tk.rms_norm(h, w.norm, eps, residual=res, out=x, residual_out=res)
         tk.linear(x, w.lm_head, out=a.logits)                                       # (R, V)
-        sp, r = self.sampler, sampler_rows                                          # per-sequence parameters
-        tk.sample(a.logits, sp.temperature[r], sp.top_k[r], sp.top_p[r], sp.seed[r], sp.step[r], out=a.tokens,
-                  logprobs_out=a.chosen)                                            # (R,) tokens, log-probs
+        self.sampler(a.logits, a.tokens, a.chosen)                                  # (R,) rows 0..R-1
