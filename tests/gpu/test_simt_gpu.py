@@ -152,3 +152,22 @@ def test_warp_operations_match_the_cpu_executor():
     for g, c, w in zip(got, on_cpu, want):
         torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(c), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), rtol=1e-5, atol=1e-5)
+
+
+@simt.kernel(contract=simt.Contract(block=(256,)), unsafe=True)
+def scatter(out: simt.Disjoint[ts.f32, ("N",)], idx: simt.Ref[ts.i32, ("M",)], M: int, N: int):
+    i = simt.global_id()
+    if i < M:
+        out[idx[i]] = i * 1.0
+
+
+def test_an_unsafe_scatter_and_its_bounds_check():
+    n = 100_000
+    perm = torch.randperm(n, device="cuda").int()
+    out = torch.zeros(n, device="cuda")                  # unsafe writes on the GPU are not tracked for S14
+    scatter.unsafe_launch(out, perm, grid=(-(-n // 256),)).sync()
+    want = torch.empty(n, device="cuda")
+    want[perm.long()] = torch.arange(n, device="cuda", dtype=torch.float32)
+    assert torch.equal(out, want)
+    with pytest.raises(ts.SanitizerError, match="a bounds check in `scatter` failed on the GPU"):
+        scatter.unsafe_launch(out, torch.tensor([n + 5], dtype=torch.int32, device="cuda"), grid=(1,)).sync()

@@ -35,22 +35,24 @@ _BUILTINS = {"min", "max", "abs", "int", "float", "bool", "range", "len"}
 _ATOMIC_OPS = {"add", "max", "min"}
 
 
-def analyse(src, params, contract, scope) -> KernelInfo:
-    """Check the kernel's body; raises KernelError at the first broken rule."""
+def analyse(src, params, contract, scope, unsafe=False) -> KernelInfo:
+    """Check the kernel's body; raises KernelError at the first broken rule. `unsafe`: outputs
+    may also be written at computed indices and take atomics (checked at run time instead)."""
     levels: dict = {}
     while True:                                   # levels only grow: iterate to a fixed point
         before = dict(levels)
-        _Checker(src, params, contract, scope, levels, final=False).run()
+        _Checker(src, params, contract, scope, levels, final=False, unsafe=unsafe).run()
         if levels == before:
             break
-    checker = _Checker(src, params, contract, scope, levels, final=True)
+    checker = _Checker(src, params, contract, scope, levels, final=True, unsafe=unsafe)
     checker.run()
     return checker.info
 
 
 class _Checker:
-    def __init__(self, src, params, contract, scope, levels, final):
+    def __init__(self, src, params, contract, scope, levels, final, unsafe):
         self.src, self.contract, self.scope, self.levels, self.final = src, contract, scope, levels, final
+        self.unsafe = unsafe
         self.params = {p.name: p for p in params}
         self.info = KernelInfo()
         self.live: dict = {}       # permit name -> Walk
@@ -138,7 +140,9 @@ class _Checker:
     def atomic(self, call):
         name = call.func.value.id
         p = self.params[name]
-        if p.kind != ATOMIC:
+        if p.kind == DISJOINT and self.unsafe:
+            self.info.raw_atomic_targets.add(name)      # a raw atomic: an unsafe kernel's own responsibility
+        elif p.kind != ATOMIC:
             what = "a read-only input (simt.Ref)" if p.kind == REF else f"a {KIND_NAMES.get(p.kind, 'scalar')}"
             raise self.err(call, f"cannot use atomics on `{name}`: it is {what}",
                            help="atomic accumulation targets are parameters annotated simt.Atomic[dtype, shape]")
@@ -233,7 +237,14 @@ class _Checker:
         elif name not in self.info.shared:
             raise self.err(target, f"cannot write into `{name}`: only outputs and shared arrays are written by index")
         index = target.slice
-        if not (isinstance(index, ast.Name) and (index.id in self.live or index.id in self.dead)):
+        is_permit = isinstance(index, ast.Name) and (index.id in self.live or index.id in self.dead)
+        if not is_permit and self.unsafe and name in self.params:
+            self.index_expr(index, len(self.params[name].shape))
+            self.info.raw_stores.add(node_key(target))   # checked at run time, its writes recorded
+            self.info.raw_store_targets.add(name)
+            self.expr(value)
+            return
+        if not is_permit:
             raise self.err(target, f"cannot write `{name}` through a computed index: outputs are written only "
                                    "through a permit",
                            help=f"write inside `for p in {name}.permits(simt.per_thread()):` as `{name}[p] = ...`")

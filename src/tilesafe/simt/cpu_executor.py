@@ -112,19 +112,36 @@ class Thread:
             permit.live = False
 
     def write(self, target, permit, value, loc):
+        if self.run.unsafe and not isinstance(permit, Permit) and target.kind == "disjoint":
+            return self._raw_write(target, permit, value, loc)
         if not isinstance(permit, Permit) or permit.owner is not target or permit.thread != self.global_flat \
                 or not permit.live:
-            raise SanitizerError(f"write to `{target.name}` without a live permit of this thread", loc)
+            raise SanitizerError(f"write to `{target.name}` without a live permit of this thread", loc,
+                                 help="write only through the permits of this thread's walk")
         c = permit.coords
         other = target.writer[c]
         if other != -1 and other != self.global_flat:
             raise SanitizerError(f"race: element {c} of `{target.name}` is written by threads {other} and "
-                                 f"{self.global_flat}", loc)
+                                 f"{self.global_flat}", loc, help="give each element one writer")
         target.writer[c] = self.global_flat
         target.array[c] = value
         if target.kind == "shared":
             target.written[c] = True
             target.phase[c] = self.block.phase
+
+    def _raw_write(self, target, index, value, loc):
+        """An unsafe kernel's write at a computed index: in bounds, and no element written by two threads."""
+        c, inside = self._coords(target, index, loc)
+        if not inside:
+            raise SanitizerError(f"out-of-bounds write to `{target.name}` at {c} (shape {target.array.shape})", loc,
+                                 help="guard the index, or write through permits (which are always in bounds)")
+        other = target.writer[c]
+        if other != -1 and other != self.global_flat:
+            raise SanitizerError(f"race: element {c} of `{target.name}` is written by threads {other} and "
+                                 f"{self.global_flat}", loc,
+                                 help="give each element one writer (permits do), or accumulate with out.add(i, v)")
+        target.writer[c] = self.global_flat
+        target.array[c] = value
 
     def _coords(self, x, index, loc):
         coords = index.coords if isinstance(index, Permit) else index if isinstance(index, tuple) else (index,)
@@ -144,10 +161,12 @@ class Thread:
 
     def _check_shared_read(self, x, coords, loc):
         if not x.written[coords]:
-            raise SanitizerError(f"read of shared memory nobody wrote: `{x.name}` at {coords}", loc)
+            raise SanitizerError(f"read of shared memory nobody wrote: `{x.name}` at {coords}", loc,
+                                 help="read only elements some thread's permit wrote before the barrier")
         writer = x.writer[coords]
         if writer != self.global_flat and x.phase[coords] == self.block.phase:
-            raise SanitizerError(f"race: `{x.name}` at {coords} is read in the phase thread {writer} writes it", loc)
+            raise SanitizerError(f"race: `{x.name}` at {coords} is read in the phase thread {writer} writes it", loc,
+                                 help="put simt.barrier() between the write and the read")
 
     def get(self, x, index, default):
         coords, inside = self._coords(x, index, None)
@@ -161,7 +180,7 @@ class Thread:
         coords, inside = self._coords(h, index, loc)
         if not inside:
             raise SanitizerError(f"out-of-bounds atomic {op} on `{h.name}` at {coords} (shape {h.array.shape})",
-                                 loc)
+                                 loc, help="guard the index before the atomic")
         old = h.array[coords]
         h.array[coords] = old + value if op == "add" else max(old, value) if op == "max" else min(old, value)
 
@@ -196,7 +215,8 @@ def _advance(gen, value, loc_of_error):
     except TileSafeError:
         raise
     except Exception as e:    # a Python error in the kernel's own code, at its line
-        raise SanitizerError(f"the kernel raised {type(e).__name__}: {e}", _user_loc(e)) from None
+        raise SanitizerError(f"the kernel raised {type(e).__name__}: {e}", _user_loc(e),
+                             help="the kernel's own Python code failed at this line") from None
 
 
 def _user_loc(e):
@@ -225,7 +245,8 @@ def _schedule(gens, block, run):
         if len(at_barrier) == len(live) and len(live) == n:
             locs = {(state[i][1].line, state[i][1].col) for i in live}
             if len(locs) > 1:
-                raise SanitizerError("threads of one block wait at different barriers", state[live[0]][1])
+                raise SanitizerError("threads of one block wait at different barriers", state[live[0]][1],
+                                     help="every thread must reach the same barriers in the same order")
             block.phase += 1
             runnable = live
             continue
@@ -234,7 +255,8 @@ def _schedule(gens, block, run):
         why = f"thread {finished[0]} finished without reaching it" if finished else \
             "other threads of the block wait elsewhere"
         raise SanitizerError(f"a {'barrier' if waiting[0] == 'barrier' else 'warp operation'} is never reached by "
-                             f"every thread it waits for: {why}", waiting[2] if waiting[0] == "warp" else waiting[1])
+                             f"every thread it waits for: {why}", waiting[2] if waiting[0] == "warp" else waiting[1],
+                             help="keep barriers and warp operations out of thread-dependent control flow")
 
 
 def _resolve_warps(state, send, n):
@@ -246,7 +268,8 @@ def _resolve_warps(state, send, n):
             continue
         ops = {(e[1], e[2].line, e[2].col) for e in events}
         if len(ops) > 1:
-            raise SanitizerError("lanes of one warp are at different warp operations", events[0][2])
+            raise SanitizerError("lanes of one warp are at different warp operations", events[0][2],
+                                 help="keep warp operations out of thread-dependent control flow")
         op = events[0][1]
         values = [e[3] for e in events]
         extra = [e[4] if len(e) > 4 else None for e in events]

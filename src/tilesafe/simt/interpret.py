@@ -75,7 +75,7 @@ class _Rewrite(ast.NodeTransformer):
         target = node.targets[0]
         if isinstance(target, ast.Subscript):
             value = self.visit(node.value)
-            call = _call("__t", "write", [ast.Name(target.value.id, ast.Load()), target.slice, value,
+            call = _call("__t", "write", [ast.Name(target.value.id, ast.Load()), self.visit(target.slice), value,
                                           self.loc(target)])
             return ast.copy_location(ast.Expr(call), node)
         value = node.value

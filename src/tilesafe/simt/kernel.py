@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 
-from ..errors import KernelError, TileSafeError, caller_loc
+from ..errors import KernelError, LaunchError, TileSafeError, caller_loc
 from ..lang.source import KernelSource
 from ..runtime.host_lock import LOCK
 from . import contract as C
@@ -21,13 +21,13 @@ from .constant import CONSTANT_LIMIT
 from .interpret import thread_function
 from .launch import RuntimeView, launch
 from .lower_numba import kernel_source, table_global
-from .params import CONST, parse_params
+from .params import ATOMIC, CONST, REF, parse_params
 from .shared_phases import check_phases
 
 
 class SimtKernel:
-    def __init__(self, fn, contract):
-        self.fn, self.name, self.contract = fn, fn.__name__, contract
+    def __init__(self, fn, contract, unsafe=False):
+        self.fn, self.name, self.contract, self.unsafe = fn, fn.__name__, contract, unsafe
         self.src = src = KernelSource.of(fn)
         self.where = src.loc(src.tree.decorator_list[0] if src.tree.decorator_list else src.tree)
         scope = src.globals_and_closure()
@@ -39,7 +39,7 @@ class SimtKernel:
                                 help="use f16, f32, f64 or an integer dtype")
         self.signature = inspect.signature(fn)
         C.check_definition(contract, 0, self.where, self.where)   # the block, before the body's rules use it
-        self.info = analyse(src, self.params, contract, scope)
+        self.info = analyse(src, self.params, contract, scope, unsafe)
         check_phases(src, self.info, scope)
         table_bytes = sum(t.array.nbytes for t in self.info.tables.values())
         if table_bytes > CONSTANT_LIMIT:
@@ -52,6 +52,8 @@ class SimtKernel:
         self.block3 = tuple(contract.block) + (1,) * (3 - len(contract.block))
         self.has_checks = bool(self.info.checked or self.info.atomics)
         self.runtime_view = RuntimeView(self.params)
+        # what a launch reads, so must have been written (S14): inputs and atomically updated targets
+        self.read_names = {p.name for p in self.params if p.kind in (REF, ATOMIC)} | self.info.raw_atomic_targets
         self._compiled: dict = {}
         self.plans: dict = {}           # layout -> LaunchPlan (launch_plans.py)
         self._flags: dict = {}
@@ -65,6 +67,19 @@ class SimtKernel:
 
     def launch(self, *args, grid=None, **kwargs):
         """Launch; `grid=` may be given, and must then equal the grid the outputs' permits need."""
+        if self.unsafe:
+            raise _clean(LaunchError(f"`{self.name}` is an unsafe SIMT kernel and cannot be launched by a plain call",
+                                     help=f"use {self.name}.unsafe_launch(*args, grid=...) to take responsibility"))
+        return self._launch(args, kwargs, grid)
+
+    def unsafe_launch(self, *args, grid=None, **kwargs):
+        """Launch an unsafe kernel (writes at computed indices, raw atomics); the CPU executor checks them."""
+        if not self.unsafe:
+            raise _clean(LaunchError(f"`{self.name}` is a safe SIMT kernel; call it directly",
+                                     help=f"{self.name}(*args)"))
+        return self._launch(args, kwargs, grid)
+
+    def _launch(self, args, kwargs, grid):
         try:
             with LOCK:
                 return launch(self, args, kwargs, grid)
@@ -127,11 +142,14 @@ def _clean(e: TileSafeError) -> TileSafeError:
     return e.with_traceback(None)
 
 
-def kernel(fn=None, *, contract=None):
-    """Define a SIMT kernel: `@simt.kernel(contract=simt.Contract(block=(256,)))`."""
+def kernel(fn=None, *, contract=None, unsafe=False):
+    """Define a SIMT kernel: `@simt.kernel(contract=simt.Contract(block=(256,)))`.
+
+    `unsafe=True` lets outputs be written at computed indices and take atomics; such a kernel is
+    launched only by `k.unsafe_launch(...)`, and the CPU executor checks its accesses and races."""
     def make(f):
         try:
-            return SimtKernel(f, contract if contract is not None else C.Contract())
+            return SimtKernel(f, contract if contract is not None else C.Contract(), unsafe)
         except KernelError as e:
             raise _clean(e) from None
     return make(fn) if fn is not None else make

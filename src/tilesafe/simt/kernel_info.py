@@ -45,6 +45,9 @@ class KernelInfo:
     atomics: list = field(default_factory=list)
     uses_warp_ops: bool = False
     tables: dict = field(default_factory=dict)       # name -> constant.Table the kernel reads
+    raw_stores: set = field(default_factory=set)     # node_key()s of unsafe writes at computed indices
+    raw_store_targets: set = field(default_factory=set)    # the outputs those writes go to
+    raw_atomic_targets: set = field(default_factory=set)   # outputs an unsafe kernel updates atomically
 
 
 def node_key(node) -> tuple:

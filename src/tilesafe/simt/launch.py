@@ -100,7 +100,7 @@ def _check_memory(kernel, bound) -> None:
                                  help=f"an output's bytes must not be reachable through another argument; pass "
                                       f"a separate tensor for `{p.name}`")
     for p in kernel.params:
-        if p.kind in (REF, ATOMIC):
+        if p.name in kernel.read_names:
             t = bound.tensors[p.name].tensor
             if not t._state.is_written(t._torch()):
                 raise OwnershipError(f"argument `{p.name}` of `{kernel.name}` is read, but it came from ts.empty "
@@ -109,7 +109,13 @@ def _check_memory(kernel, bound) -> None:
 
 
 def _mark_written(kernel, bound, writers=None) -> None:
-    """S14: outputs whose walk covers them are initialised; elsewhere the executor's record says."""
+    """S14: outputs whose walk covers them are initialised; elsewhere the executor's record says
+    (what an unsafe kernel wrote at computed indices counts on the CPU only, where it is known)."""
+    if writers is not None:
+        import torch
+        for name in kernel.info.raw_store_targets:
+            t = bound.tensors[name].tensor
+            t._state.mark_elements_written(t._torch(), torch.from_numpy(writers[name] >= 0))
     for walk in kernel.info.walks:
         if walk.shared:
             continue
@@ -131,6 +137,7 @@ class _Run:
     block: tuple
     threads: int
     consts: dict
+    unsafe: bool = False
 
     def mapping(self, walk):
         return resolved(walk, self.consts)
@@ -149,7 +156,7 @@ def _run_on_cpu(kernel, bound) -> None:
             v = bound.scalars[p.name]
             args.append(np.float32(v) if p.dtype is float else v)
     block = tuple(kernel.contract.block) + (1,) * (3 - len(kernel.contract.block))
-    run = _Run(bound.grid, block, kernel.contract.threads, bound.consts)
+    run = _Run(bound.grid, block, kernel.contract.threads, bound.consts, kernel.unsafe)
     cpu_executor.run_kernel(kernel.thread_fn, run, args)
     _mark_written(kernel, bound, {n: v.writer for n, v in views.items() if v.writer is not None})
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import OwnershipError
 from ..runtime.binding import ArgFacts, Bound, is_torch_tensor
 from ..runtime.tensor import Tensor
-from .params import ATOMIC, REF, WRITTEN
+from .params import WRITTEN
 
 MAX_PLANS = 64
 
@@ -73,7 +73,7 @@ class LaunchPlan:
                 a = from_torch(a)
                 out.borrowed.append(a)
             t = a._torch()
-            if kind in (REF, ATOMIC) and not a._state.is_written(t):
+            if name in kernel.read_names and not a._state.is_written(t):
                 raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty "
                                      "and has not been written", help="write it first, or create it with ts.zeros")
             out.tensors[name] = ArgFacts(_Held(a), tuple(t.shape), t.stride(), dtype, None)

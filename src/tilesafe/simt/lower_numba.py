@@ -1,6 +1,7 @@
 """The GPU back half: a SIMT kernel rewritten into a `numba.cuda.jit` kernel's source.
 
 The rewrite keeps the user's code and replaces what tilesafe owns:
+- an unsafe kernel's write at a computed index goes through `__st`, checked like `__ld`;
 - a permits walk becomes the index computation of its mapping plus the guard that drops the
   permits outside the target (the ragged last block holds none); `p[k]` becomes a coordinate;
 - `x[i]` reads proven in bounds (analysis.py) stay plain; the others go through `__ld`, which
@@ -49,6 +50,30 @@ def __ld3(a, i, j, k, err, line):
     if not ok:
         cuda.atomic.max(err, 0, line)
     return a[i if ok else 0, j if ok else 0, k if ok else 0]
+
+
+@cuda.jit(device=True)
+def __st1(a, i, v, err, line):
+    if i >= 0 and i < a.shape[0]:
+        a[i] = v
+    else:
+        cuda.atomic.max(err, 0, line)
+
+
+@cuda.jit(device=True)
+def __st2(a, i, j, v, err, line):
+    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
+        a[i, j] = v
+    else:
+        cuda.atomic.max(err, 0, line)
+
+
+@cuda.jit(device=True)
+def __st3(a, i, j, k, v, err, line):
+    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
+        a[i, j, k] = v
+    else:
+        cuda.atomic.max(err, 0, line)
 
 
 @cuda.jit(device=True)
@@ -244,6 +269,12 @@ class _Lower(ast.NodeTransformer):
             shape = ast.Tuple([_int(self.value(e)) for e in decl.shape], ast.Load())
             node.value = _call(_attr("cuda", "shared", "array"), shape, _attr("__types", decl.dtype.np.name))
             return node
+        if isinstance(target, ast.Subscript) and node_key(target) in self.info.raw_stores:   # unsafe: checked
+            index = self.visit(target.slice)
+            items = index.elts if isinstance(index, ast.Tuple) else [index]
+            call = _call(_name(f"__st{len(items)}"), target.value, *items, self.visit(value), _name("__err"),
+                         self.line(target))
+            return ast.copy_location(ast.Expr(call), node)
         if isinstance(target, ast.Subscript):
             node.value = self.visit(value)
             target.slice = self.index(target.slice)
