@@ -154,13 +154,15 @@ class LLM:
         self._prefill(wave)
         yield
         while not all(s.finished for s in wave):
-            # A finished sequence keeps its row (the step's shape stays fixed for its graph);
-            # it recomputes position 0 of its own slot, which nothing reads any more.
-            ids = [0 if s.finished else s.tokens[-1] for s in wave]
-            positions = [0 if s.finished else s.position for s in wave]
-            self.sampler.set_steps([len(s.tokens) for s in wave])          # the Philox step of each row
+            # Rows past the last unfinished sequence are dropped (a smaller batch, its own
+            # graph); a finished sequence before it keeps its row and recomputes position 0
+            # of its own slot, which nothing reads any more.
+            rows = wave[:1 + max(i for i, s in enumerate(wave) if not s.finished)]
+            ids = [0 if s.finished else s.tokens[-1] for s in rows]
+            positions = [0 if s.finished else s.position for s in rows]
+            self.sampler.set_steps([len(s.tokens) for s in rows])          # the Philox step of each row
             tokens, logprobs = self.decode_steps.run(ids, positions)
-            for s, t, lp in zip(wave, tokens, logprobs):
+            for s, t, lp in zip(rows, tokens, logprobs):
                 if not s.finished:
                     s.append(t, lp)
             yield
