@@ -85,6 +85,15 @@ def test_random_indices_with_repeats_and_strays_match_the_oracle(backend, seed):
     np.testing.assert_array_equal(got, scattered(rows, 2.0 * src, n))
 
 
+def test_repeats_far_apart_in_a_long_index_are_dropped(backend):
+    """More entries than the store compares at once: repeats in different chunks still drop."""
+    rng = np.random.default_rng(11)
+    rows = rng.permutation(400)[:300].astype(np.int32)
+    rows[250], rows[260] = rows[3], rows[140]                # repeats across chunk boundaries
+    src = rng.standard_normal((300, 3)).astype(np.float32)
+    np.testing.assert_array_equal(run(put_rows, rows, src, 400, (16, 4), grid=(3,)), scattered(rows, 2.0 * src, 400))
+
+
 def test_rank3_output_one_head_per_tile(backend):
     """A KV-cache-shaped output (slots, heads, dim): tile (R, 1, C), i64 rows."""
     rng = np.random.default_rng(3)

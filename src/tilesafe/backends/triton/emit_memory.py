@@ -237,7 +237,7 @@ def emit_gather(em: Emitter, op: Op) -> None:
 
 def emit_scatter(em: Emitter, op: Op) -> None:
     """Row i of the tile to row rows[start + i], masked to the entries that are in range and
-    unique (lang/scatter.py): every other entry of `rows` is compared, R at a time, so no two
+    unique (lang/scatter.py): every other entry of `rows` is compared, K at a time, so no two
     blocks ever write one row and no row outside the output is touched."""
     z, value, rows, index = op.args[0], op.args[1], op.args[2], op.args[3:]
     tensor, itensor = em.tensor_name(z), em.tensor_name(rows)
@@ -248,9 +248,10 @@ def emit_scatter(em: Emitter, op: Op) -> None:
     em.line(f"{pos} = tl.load({ix.ptr} + {src} * {ix.strides[0]}, mask={src} < {n}, other=-1).to(tl.int64)")
     em.line(f"{keep} = ({src} < {n}) & ({pos} >= 0) & ({pos} < {em.tensors[tensor].extents[0]})")
     c, other = em.fresh("scatter_chunk"), em.fresh("scatter_other")
-    em.line(f"for {c} in range(0, {n}, {r}):")
+    k = min(max(r, 64), 128)                  # entries compared per step: (R, K) at once
+    em.line(f"for {c} in range(0, {n}, {k}):")
     em.enter()
-    em.line(f"{other} = {c} + tl.arange(0, {r})")
+    em.line(f"{other} = {c} + tl.arange(0, {k})")
     same = em.fresh("scatter_same")
     em.line(f"{same} = (({pos}[:, None] == tl.load({ix.ptr} + {other} * {ix.strides[0]}, mask={other} < {n}, "
             f"other=-1).to(tl.int64)[None, :]) & ({other}[None, :] != {src}[:, None]) & ({other}[None, :] < {n}))")
