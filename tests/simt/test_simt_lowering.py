@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_the_examples_run_under_the_numba_simulator():
+    pytest.importorskip("numba_cuda", reason="numba-cuda (the `simt` extra) is not installed")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT / "src"))
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("simulate_lowering.py"))], env=env,
                           capture_output=True, text=True, timeout=300)
