@@ -88,3 +88,10 @@ def test_a_registered_backend_is_chosen_by_name_like_a_built_in_one(monkeypatch)
 def _line_of(marker: str) -> int:
     with open(__file__) as f:
         return next(i for i, line in enumerate(f, 1) if marker in line and "_line_of" not in line)
+
+
+def test_the_triton_backends_are_kept_by_the_registry_alone():
+    """TritonBackend.get answers from the registry (it kept a second cache of its own)."""
+    from tilesafe.backends.triton.backend import TritonBackend
+    assert TritonBackend.get("triton-interpreter") is registry.backend_named("triton-interpreter")
+    assert not hasattr(TritonBackend, "_shared")

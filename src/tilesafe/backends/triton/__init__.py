@@ -4,7 +4,7 @@ from ..registry import register_backend
 
 def _make(name: str):
     from .backend import TritonBackend
-    return TritonBackend.get(name)
+    return TritonBackend.make(name)
 
 
 register_backend("triton", _make)

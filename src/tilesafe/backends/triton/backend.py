@@ -14,6 +14,7 @@ from ...lang.annotations import MUT_TILES
 from ...lang.coverage import loaded_outputs
 from ...lang.ir import walk
 from ...settings import SETTINGS
+from ..registry import backend_named
 from . import adapter, codegen, targets, tma
 from .compile_errors import compile_error
 
@@ -24,9 +25,9 @@ _INTERPRETER_DTYPES = ("bf16", "f8e4m3fn", "f8e5m2")
 
 
 class TritonBackend:
-    """One per backend name. `descriptors` decides TMA tensor descriptors for every kernel:
-    None (the default) leaves it to each launch (`use_descriptors`), True/False force it."""
-    _shared: dict = {}
+    """One per backend name, kept by the registry. `descriptors` decides TMA tensor descriptors
+    for every kernel: None (the default) leaves it to each launch (`use_descriptors`),
+    True/False force it."""
 
     def __init__(self, name: str, descriptors: bool | None = None):
         import os
@@ -38,16 +39,16 @@ class TritonBackend:
         self._loaded: dict[str, object] = {}   # source text -> launchable function
 
     @classmethod
+    def make(cls, name: str) -> "TritonBackend":
+        """A new backend (the registry's factory: it makes one per name)."""
+        _require_usable(name)
+        return cls(name)
+
+    @classmethod
     def get(cls, name: str) -> "TritonBackend":
-        if name not in NAMES:
-            raise LaunchError(f"{name!r} is not a Triton backend", help=f"use one of {', '.join(NAMES)}")
-        _require_triton()
-        if name == "triton":
-            _require_cuda()
-        backend = cls._shared.get(name)
-        if backend is None:
-            backend = cls._shared[name] = cls(name)
-        return backend
+        """The backend called `name`, as the registry holds it."""
+        _require_usable(name)
+        return backend_named(name)
 
     def compile(self, kernel, spec, masks, wide, bound, schedule=None) -> "TritonCompiled":
         if self.interpret:
@@ -244,6 +245,14 @@ def launch_values(gen, bound, tensors, grid=(), counters=None) -> list:
             v = bound.scalars[slot.param]
             values.append(float(v) if slot.dtype.is_float else bool(v) if slot.dtype.is_bool else int(v))
     return values
+
+
+def _require_usable(name: str) -> None:
+    if name not in NAMES:
+        raise LaunchError(f"{name!r} is not a Triton backend", help=f"use one of {', '.join(NAMES)}")
+    _require_triton()
+    if name == "triton":
+        _require_cuda()
 
 
 def _require_triton() -> None:
