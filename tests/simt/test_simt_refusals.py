@@ -282,3 +282,78 @@ def test_a_const_that_makes_a_custom_mapping_overlap_is_refused_at_launch():
     assert torch.isnan(out).all()
     strided(out, K=2).sync()
     assert out[0::2].tolist() == [1.0] * 4
+
+
+def test_a_permit_stored_into_memory():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            for p in out.permits(simt.per_thread()):
+                out[p] = p  # E:stored
+    assert_diagnostic(ei.value, HERE, "E:stored", "permit `p` can only index its target")
+
+
+def test_a_permit_passed_to_a_call():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            for p in out.permits(simt.per_thread()):
+                out[p] = abs(p)  # E:passed
+    assert_diagnostic(ei.value, HERE, "E:passed", "permit `p` can only index its target")
+
+
+def test_a_barrier_inside_a_permits_walk():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            for p in out.permits(simt.per_thread()):
+                simt.barrier()  # E:barrier-in-walk
+                out[p] = 1.0
+    assert_diagnostic(ei.value, HERE, "E:barrier-in-walk", "simt.barrier() inside a permits walk")
+
+
+def test_a_barrier_in_a_loop_with_thread_dependent_bounds():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            for i in range(simt.thread_id()):
+                simt.barrier()  # E:varying-loop
+            for p in out.permits(simt.per_thread()):
+                out[p] = 1.0
+    assert_diagnostic(ei.value, HERE, "E:varying-loop", "simt.barrier() under thread-dependent control flow")
+
+
+def test_shared_memory_written_by_two_walks_in_one_phase():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            s = simt.shared((128,), ts.f32)
+            for p in s.permits(simt.per_thread()):
+                s[p] = 1.0
+            for q in s.permits(simt.run(2)):
+                s[q] = 2.0  # E:two-walks
+            for p in out.permits(simt.per_thread()):
+                out[p] = 1.0
+    assert_diagnostic(ei.value, HERE, "E:two-walks", "shared array `s` is written by two walks in one phase")
+
+
+def test_an_output_walked_twice():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            for p in out.permits(simt.per_thread()):
+                out[p] = 1.0
+            for q in out.permits(simt.grid_stride()):  # E:walked-twice
+                out[q] = 2.0
+    assert_diagnostic(ei.value, HERE, "E:walked-twice", "`out` is walked twice")
+
+
+def test_a_return_in_a_kernel():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            if simt.thread_id() > 5:
+                return  # E:return
+            for p in out.permits(simt.per_thread()):
+                out[p] = 1.0
+    assert_diagnostic(ei.value, HERE, "E:return", "SIMT kernels do not return")
