@@ -10,9 +10,11 @@ Per size, through the public `LLM.generate` (host included):
 - the fraction of the nominal HBM roofline, counted as Grout counts it: every parameter plus
   the KV bytes read per token, over 4.8 TB/s, against the replayed step's time;
 - prefill time at 512 and 2048 prompt tokens (a max_tokens=1 call);
+- beside it, a plain-PyTorch decode step on the same weight tensors (cuBLAS, SDPA, a static
+  cache, the whole step in one CUDA graph: `torch_qwen3.py`), timed the same way;
 - summed decode tokens/s at batch 8;
 - peak GPU memory against weights + cache.
-Not yet here: the plain-PyTorch CUDA-graph baseline and transformers' generate.
+Not yet here: transformers' generate and the PyTorch prefill baseline.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ import torch
 
 from tilesafe.engine import LLM, SamplingParams
 from tilesafe.engine.checkpoint import weight_bytes
+
+from torch_qwen3 import TorchQwen3Step      # beside this file
 
 HBM_BYTES_PER_S = 4.8e12
 
@@ -98,7 +102,13 @@ def bench_size(size: str, args) -> dict:
     step = replayed_step(llm, 128 + args.tokens // 2)
     out["replayed_step_s"] = step
     out["roofline_128"] = roofline(llm, 128 + args.tokens // 2, step)
-    print(f"[{size}] decode@128: {out['decode_128']}\n  step {step}, {out['roofline_128']}", flush=True)
+    out["replayed_step_tokens_per_s"] = 1 / step if step else None
+    context = 128 + args.tokens // 2
+    baseline = TorchQwen3Step(llm, 128 + args.tokens + 8).step_seconds(context)
+    out["torch_graph_step_s"] = baseline
+    out["speedup_vs_torch_graph"] = baseline / step if step else None
+    print(f"[{size}] decode@128: {out['decode_128']}\n  step {step} (torch graph {baseline}), {out['roofline_128']}",
+          flush=True)
     if long:
         out["decode_4096"] = decode_run(llm, long, args.tokens)
         step = replayed_step(llm, long + args.tokens // 2)

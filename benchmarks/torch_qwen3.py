@@ -1,0 +1,84 @@
+"""A plain-PyTorch Qwen3 decode step — the baseline `benchmarks/engine.py` compares with.
+
+It shares the engine's packed weight tensors (no second copy of the model), keeps its own
+static KV cache of `max_len` rows, and runs cuBLAS GEMVs (F.linear), torch's RMSNorm and
+SDPA over the whole cache with a mask of the positions written so far; the whole step is
+captured in one CUDA graph and replayed. `step_seconds` times one replay with CUDA events.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class TorchQwen3Step:
+    def __init__(self, llm, max_len: int):
+        cfg, dev, dt = llm.config, llm.device, llm.dtype
+        self.cfg, self.w, self.max_len = cfg, llm.model.w, max_len
+        shape = (1, cfg.num_kv_heads, max_len, cfg.head_dim)
+        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        half = cfg.head_dim // 2
+        self.inv_freq = cfg.rope_theta ** (-torch.arange(half, device=dev, dtype=torch.float32) * 2 / cfg.head_dim)
+        self.ids = torch.zeros(1, dtype=torch.long, device=dev)          # static inputs of the graph
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
+        self.token = torch.zeros(1, dtype=torch.long, device=dev)
+        self.graph = None
+
+    def _rope(self, x, cos, sin):                                        # x (1, heads, 1, D)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+    def _step(self) -> None:
+        cfg, w = self.cfg, self.w
+        e, d, h, kv, inter = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size
+        eps = cfg.rms_norm_eps
+        angle = self.pos.float()[:, None] * self.inv_freq                  # (1, D/2)
+        cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)     # (1, D)
+        mask = (torch.arange(self.max_len, device=self.pos.device) <= self.pos).view(1, 1, 1, -1)   # (1, 1, 1, L)
+        res = F.embedding(self.ids, w.embed)                                # (1, E)
+        for n, layer in enumerate(w.layers):
+            x = F.rms_norm(res, (e,), layer.input_norm, eps)
+            qkv = F.linear(x, layer.qkv)                                    # (1, (H + 2 KV) D)
+            q = F.rms_norm(qkv[:, :h * d].view(1, h, 1, d), (d,), layer.q_norm, eps)
+            k = F.rms_norm(qkv[:, h * d:(h + kv) * d].view(1, kv, 1, d), (d,), layer.k_norm, eps)
+            v = qkv[:, (h + kv) * d:].view(1, kv, 1, d)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            self.k[n].index_copy_(2, self.pos, k)                           # cache row `pos`
+            self.v[n].index_copy_(2, self.pos, v)
+            a = F.scaled_dot_product_attention(q, self.k[n], self.v[n], attn_mask=mask, enable_gqa=True)
+            res = res + F.linear(a.reshape(1, h * d), layer.o)
+            x = F.rms_norm(res, (e,), layer.post_norm, eps)
+            gu = F.linear(x, layer.gate_up)                                 # (1, 2 I)
+            res = res + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down)
+        logits = F.linear(F.rms_norm(res, (e,), w.norm, eps), w.lm_head)    # (1, V)
+        self.token.copy_(logits.argmax(-1))
+
+    def capture(self) -> None:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s), torch.inference_mode():
+            for _ in range(3):                                              # warm-up off the default stream
+                self._step()
+        torch.cuda.current_stream().wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.inference_mode():
+            self._step()
+
+    def step_seconds(self, context: int, reps: int = 50) -> float:
+        """One replayed step at position `context - 1` (attention masks the rows after it;
+        SDPA still reads the whole static cache, as a fixed-shape graph must)."""
+        if self.graph is None:
+            self.capture()
+        self.pos.fill_(context - 1)
+        for _ in range(3):
+            self.graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(reps):
+            self.graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3 / reps
