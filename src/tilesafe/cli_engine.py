@@ -5,8 +5,9 @@
     tilesafe generate --random-weights tiny "prompt"     no download: a random Qwen3 of that shape
 
 MODEL is a checkpoint folder or a Hugging Face hub id. With --random-weights, MODEL is
-optional: the random checkpoint is written once under the tilesafe cache and reused; given,
-it is the folder to write (or reuse). Ctrl-C stops a reply cleanly: `generate` exits with
+optional: without it the random weights are made directly on the device (`LLM.from_random`,
+no disk: a 32B checkpoint would not fit); given, it is the folder to write the random
+checkpoint to once (config.json, safetensors, Qwen3's tokenizer) and load from, reused after. Ctrl-C stops a reply cleanly: `generate` exits with
 status 130, `chat` goes back to the prompt (Ctrl-C or Ctrl-D there ends the conversation).
 """
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 SIZES = ("0.6b", "1.7b", "4b", "8b", "14b", "32b", "tiny")   # random_checkpoint.SIZES, without importing torch
 INTERRUPTED = 130
@@ -56,41 +56,39 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, rest = _model_and_rest(args)
+    model, rest = _model_and_rest(args)     # model None: random weights made on the device
     llm = _load(model, args)
     if args.command == "generate":
         return _generate(llm, rest[0], args)
     return _chat(llm, args)
 
 
-def _model_and_rest(args) -> tuple[str, list[str]]:
-    """Split the positionals into MODEL and the rest, MODEL defaulting under --random-weights."""
+def _model_and_rest(args) -> tuple[str | None, list[str]]:
+    """Split the positionals into MODEL and the rest; MODEL may be left out under --random-weights."""
     from .engine.text_errors import input_error
     wanted = 1 if args.command == "generate" else 0
     given = list(args.args)
     if len(given) == wanted + 1:
         return given[0], given[1:]
     if len(given) == wanted and args.random_weights:
-        return str(_random_folder(args)), given
+        return None, given
     usage = 'tilesafe generate MODEL "prompt"' if wanted else "tilesafe chat MODEL"
     raise input_error(f"{args.command}: expected {'MODEL and PROMPT' if wanted else 'MODEL'}, got "
                       f"{len(given)} argument{'s' * (len(given) != 1)}",
                       f"{usage} (MODEL may be left out with --random-weights SIZE)")
 
 
-def _random_folder(args) -> Path:
-    from .settings import SETTINGS
-    return SETTINGS.cache_dir / "random-qwen3" / f"{args.random_weights}-seed{args.weights_seed}"
-
-
-def _load(model: str, args):
+def _load(model: str | None, args):
     from .engine import LLM
+    settings = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len, max_num_seqs=1)
+    if args.random_weights and model is None:
+        return LLM.from_random(args.random_weights, seed=args.weights_seed, **settings)
     if args.random_weights:
         from .engine.random_checkpoint import is_random_checkpoint, write_checkpoint
         if not is_random_checkpoint(model, args.random_weights, args.weights_seed, "bfloat16"):
             print(f"writing a random Qwen3-{args.random_weights} to {model}", file=sys.stderr)
             write_checkpoint(model, args.random_weights, args.weights_seed, "bfloat16", progress=True)
-    return LLM(model, device=args.device, dtype=args.dtype, max_model_len=args.max_model_len, max_num_seqs=1)
+    return LLM(model, **settings)
 
 
 def _params(args):
@@ -134,7 +132,7 @@ def _speed(tokens: int, start: float, first: float | None, end: float | None) ->
         return "[0 tokens]"
     line = f"[{tokens} tokens in {end - start:.2f} s: first token after {first - start:.2f} s"
     if tokens > 1 and end > first:
-        line += f", then {(tokens - 1) / (end - first):.1f} tokens/s"
+        line += f", then {(tokens - 1) / (end - first):.3g} tokens/s"
     return line + "]"
 
 

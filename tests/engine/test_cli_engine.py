@@ -136,13 +136,12 @@ def test_a_missing_model_folder_is_named(capsys, tmp_path):
     assert code == 2 and f"error: checkpoint folder {tmp_path / 'nothing'} does not exist" in err
 
 
-def test_random_weights_are_written_once_under_the_cache(capsys, monkeypatch, tmp_path):
-    """--random-weights without MODEL writes a real-tokenizer checkpoint under the cache and
-    reuses it (the LLM itself is replaced: the real vocabulary is slow on the CPU interpreter)."""
-    from tilesafe import cli_engine
+def test_random_weights_are_made_on_the_device_or_written_once(capsys, monkeypatch, tmp_path):
+    """--random-weights without MODEL builds the model on the device (no disk); with MODEL it
+    writes the checkpoint there once and reuses it. (The LLM itself is replaced: the real
+    vocabulary is slow on the CPU interpreter; test_random_checkpoint checks the files.)"""
     from tilesafe.engine import random_checkpoint
     seen, written = [], []
-    monkeypatch.setattr(cli_engine, "_random_folder", lambda args: tmp_path / f"{args.random_weights}-w")
     monkeypatch.setattr(random_checkpoint, "write_checkpoint",
                         lambda folder, *a, **k: written.append(folder) or _marker(folder, *a))
 
@@ -150,14 +149,19 @@ def test_random_weights_are_written_once_under_the_cache(capsys, monkeypatch, tm
         def __init__(self, model, **kwargs):
             seen.append((model, kwargs["device"]))
 
+        @classmethod
+        def from_random(cls, size, seed, **kwargs):
+            return cls(f"random {size} seed {seed}", **kwargs)
+
         def stream(self, prompt, params):
             yield type("Delta", (), {"text": f"<{prompt}>", "token_ids": [1]})()
     monkeypatch.setattr("tilesafe.engine.LLM", FakeLLM)
-    for _ in range(2):
-        code, out, _ = run_cli(capsys, "generate", "--random-weights", "tiny", "Hi", "--device", "cpu")
-        assert code == 0 and out == "<Hi>\n"
     folder = str(tmp_path / "tiny-w")
-    assert written == [folder] and seen == [(folder, "cpu"), (folder, "cpu")]
+    for args in (["--weights-seed", "3"], [folder], [folder]):
+        code, out, _ = run_cli(capsys, "generate", "--random-weights", "tiny", *args, "Hi", "--device", "cpu")
+        assert code == 0 and out == "<Hi>\n"
+    assert written == [folder]
+    assert seen == [("random tiny seed 3", "cpu"), (folder, "cpu"), (folder, "cpu")]
 
 
 def _marker(folder, size, seed, dtype, **_):
