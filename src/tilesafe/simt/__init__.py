@@ -21,5 +21,6 @@ from .stubs import (ballot, barrier, block_dim, block_id, global_id, grid_dim, l
                     thread_id, warp_id, warp_max, warp_sum)
 
 __all__ = ["Table", "table", "Contract", "SimtKernel", "kernel", "at", "chunk", "grid_stride", "per_block",
-           "per_thread", "per_warp", "run", "Atomic", "Const", "Disjoint", "Ref", "ballot", "barrier", "block_dim", "block_id", "global_id",
-           "grid_dim", "lane", "shared", "shfl_down", "shfl_xor", "thread_id", "warp_id", "warp_max", "warp_sum"]
+           "per_thread", "per_warp", "run", "Atomic", "Const", "Disjoint", "Ref", "ballot", "barrier", "block_dim",
+           "block_id", "global_id", "grid_dim", "lane", "shared", "shfl_down", "shfl_xor", "thread_id", "warp_id",
+           "warp_max", "warp_sum"]

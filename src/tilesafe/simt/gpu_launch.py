@@ -63,7 +63,11 @@ def scalar_arg(value, py_type):
     return bool(value)
 
 
-def launch(kernel, grid: tuple, block: tuple, stream_handle: int, args: list) -> None:
-    from cuda.core import LaunchConfig, launch as core_launch
-    config = LaunchConfig(grid=grid, block=block)
-    core_launch(_stream(stream_handle), config, kernel, *args)
+def config(grid: tuple, block: tuple):
+    from cuda.core import LaunchConfig
+    return LaunchConfig(grid=grid, block=block)
+
+
+def launch(kernel, launch_config, stream_handle: int, args: list) -> None:
+    from cuda.core import launch as core_launch
+    core_launch(_stream(stream_handle), launch_config, kernel, *args)

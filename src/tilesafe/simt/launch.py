@@ -182,23 +182,36 @@ def _run_on_gpu(kernel, bound, device, outputs, plan):
                                   f"{kernel.src.loc(node).line}", help="launch with a non-empty tensor")
         plan.compiled = kernel.gpu_compiled(bound, index)
         plan.err = kernel.error_flag(index)
-    compiled, err = plan.compiled, plan.err
-    runtime_view = kernel.runtime_view
-    with torch.cuda.device(index):
-        stream = torch.cuda.current_stream()
-        ordering.order_before(runtime_view, bound, stream)
-        if 0 not in bound.grid:
-            args: list = []
-            for p in kernel.params:
-                if p.is_tensor:
-                    gpu_launch.array_args(bound.tensors[p.name].tensor._torch(), args)
-                elif p.kind == SCALAR:
-                    args.append(gpu_launch.scalar_arg(bound.scalars[p.name], p.dtype))
-            gpu_launch.array_args(err, args)
-            gpu_launch.launch(compiled, bound.grid, kernel.block3, stream.cuda_stream, args)
-        _mark_written(kernel, bound)
-        future = ordering.record_after(runtime_view, bound, stream, outputs)
-    return SimtFuture(future, kernel, err if kernel.has_checks else None)
+        plan.args = _kernel_args(kernel, bound, plan.err)     # a function of the layout: made once
+        if 0 not in bound.grid:      # an empty output launches nothing (and CUDA takes no empty grid)
+            plan.config = gpu_launch.config(bound.grid, kernel.block3)
+    if index == torch.cuda.current_device():
+        future = _start(kernel, bound, outputs, plan, torch.cuda.current_stream(index))
+    else:
+        with torch.cuda.device(index):
+            future = _start(kernel, bound, outputs, plan, torch.cuda.current_stream(index))
+    return SimtFuture(future, kernel, plan.err if kernel.has_checks else None)
+
+
+def _kernel_args(kernel, bound, err) -> list:
+    """The kernel's parameters in numba's ABI: each tensor's fields, each scalar, the error flag."""
+    args: list = []
+    for p in kernel.params:
+        if p.is_tensor:
+            gpu_launch.array_args(bound.tensors[p.name].tensor._torch(), args)
+        elif p.kind == SCALAR:
+            args.append(gpu_launch.scalar_arg(bound.scalars[p.name], p.dtype))
+    gpu_launch.array_args(err, args)
+    return args
+
+
+def _start(kernel, bound, outputs, plan, stream):
+    """On `stream`: wait for conflicting work elsewhere (S10), launch, mark (S14), record (S9/S10)."""
+    ordering.order_before(kernel.runtime_view, bound, stream)
+    if 0 not in bound.grid:
+        gpu_launch.launch(plan.compiled, plan.config, stream.cuda_stream, plan.args)
+    _mark_written(kernel, bound)
+    return ordering.record_after(kernel.runtime_view, bound, stream, outputs)
 
 
 class SimtFuture:

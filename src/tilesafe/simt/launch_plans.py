@@ -49,7 +49,7 @@ def _part(a):
 
 class LaunchPlan:
     """What a launch with this layout already proved, and where each argument comes from."""
-    __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err")
+    __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err", "args", "config")
 
     def __init__(self, kernel, bound, args, kwargs):
         names = [p.name for p in kernel.params]
@@ -58,8 +58,10 @@ class LaunchPlan:
         self.slots = [(p.name, p.kind, p.dtype, where[p.name]) for p in kernel.params if p.is_tensor]
         self.grid, self.consts, self.scalars = bound.grid, dict(bound.consts), dict(bound.scalars)
         self.outputs = tuple(where[p.name] for p in kernel.params if p.kind in WRITTEN)
-        self.compiled = None
-        self.err = None
+        self.compiled = None     # on a GPU: the compiled kernel, its error flag, its arguments in
+        self.err = None          # numba's ABI (pointers, shapes and strides are in the key, so they
+        self.args = None         # hold for every launch of the plan) and its launch configuration
+        self.config = None
 
     def rebind(self, kernel, args, kwargs) -> Bound:
         """The bound arguments of this launch, with the per-launch checks done (S8, S13, S14)."""
