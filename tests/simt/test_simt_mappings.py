@@ -109,3 +109,10 @@ def test_a_ragged_last_block_reaches_the_barrier():
     rotate_in_block(out, x).sync()
     want = np.concatenate([np.roll(np.arange(64), -1), np.roll(np.r_[np.arange(64, 100), -np.ones(28)], -1)[:36]])
     np.testing.assert_array_equal(out.numpy(), want.astype(np.float32))
+
+
+def test_a_grid_stride_launch_with_no_blocks_writes_nothing():
+    out = ts.empty(10)
+    by_grid_stride.launch(out, grid=(0,)).sync()
+    with pytest.raises(ts.OwnershipError, match="has not been written"):
+        out.numpy()

@@ -111,6 +111,8 @@ def _check_memory(kernel, bound) -> None:
 def _mark_written(kernel, bound, writers=None) -> None:
     """S14: outputs whose walk covers them are initialised; elsewhere the executor's record says
     (what an unsafe kernel wrote at computed indices counts on the CPU only, where it is known)."""
+    if 0 in bound.grid:
+        return      # no thread ran (a grid-stride walk launched with grid=0): nothing was written
     if writers is not None:
         import torch
         for name in kernel.info.raw_store_targets:
