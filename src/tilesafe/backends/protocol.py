@@ -27,6 +27,12 @@ class Launch(Protocol):
         """`(start, args)` for repeating this very launch with `start(raw_stream, args)`, or None
         where the backend has no such fast path (the launch fast path, runtime/prepared_launch)."""
 
+    def relauncher(self):
+        """`(start, values)` for launches of this launch's layout with other memory (the same
+        extents, strides, scalars, grid and alignment class, so the same compiled code):
+        `start(raw_stream, values(bound, tensors))` starts one; None where the backend has
+        no such path (runtime/prepared_launch.LayoutLauncher). Asked of asynchronous launches only."""
+
 
 class Compiled(Protocol):
     """A specialization compiled for one backend (cached by the runtime per code key)."""

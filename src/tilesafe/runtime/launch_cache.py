@@ -35,6 +35,7 @@ from .binding import ArgFacts, Bound
 from .constructors import from_torch
 from .execute import execute
 from .launch_plan import LaunchPlan
+from .prepared_launch import prepare_layout
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
@@ -216,6 +217,17 @@ class LayoutPlan:
 
     def launch(self, form, values):
         """(future, bound, compiled code) of a launch with these argument values, or MISS."""
+        checked = self.checked(form, values)
+        if checked is MISS:
+            return MISS
+        bound, compiled = checked
+        future = execute(compiled, bound)
+        self.kernel.last_launch = Launched(bound, compiled)
+        return future, bound, compiled
+
+    def checked(self, form, values):
+        """(bound, compiled code) of a launch with these argument values after the per-call
+        checks, or MISS."""
         tensors, held, borrowed, scalars = {}, {}, [], dict(self.scalars)
         facts = self.facts
         for name, role, v in zip(self.names, self.roles, values):
@@ -259,9 +271,7 @@ class LayoutPlan:
                     compiled = self.kernel.specializer.compiled(bound, self.backend, self.schedule)
         except TileSafeError:
             return MISS
-        future = execute(compiled, bound)
-        self.kernel.last_launch = Launched(bound, compiled)
-        return future, bound, compiled
+        return bound, compiled
 
     def _disjoint(self, held) -> bool:
         """S7 between arguments: no output's address span meets another argument's. (An
@@ -291,18 +301,31 @@ class Entry:
     """A layout plan and the call form it was found for, kept by a caller whose later
     launches have the same facts but for addresses: each launch checks the one address fact
     in the key (16-byte alignment), then the layout plan's per-call checks."""
-    __slots__ = ("form", "plan", "aligns")
+    __slots__ = ("form", "plan", "aligns", "launcher")
 
     def __init__(self, form, plan, aligns):
         self.form, self.plan, self.aligns = form, plan, aligns
+        self.launcher = None      # prepared_launch.LayoutLauncher on a GPU (False: none), made on first use
 
     def launch(self, kwargs: dict):
         """The launch's future, or MISS (then the caller takes the full path)."""
         values = tuple(kwargs.values())
         if _aligns(values) != self.aligns:
             return MISS
-        done = self.plan.launch(self.form, values)
-        return MISS if done is MISS else done[0]
+        plan = self.plan
+        checked = plan.checked(self.form, values)
+        if checked is MISS:
+            return MISS
+        bound, compiled = checked
+        plan.kernel.last_launch = Launched(bound, compiled)
+        if compiled is not plan.compiled:        # a scalar outside the proven range: its own code
+            return execute(compiled, bound)
+        if self.launcher is None:
+            self.launcher = prepare_layout(compiled, bound) or False
+            return execute(compiled, bound)
+        if self.launcher is False:
+            return execute(compiled, bound)
+        return self.launcher(bound)
 
 
 def _aligns(values) -> tuple:

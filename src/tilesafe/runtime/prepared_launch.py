@@ -1,4 +1,5 @@
-"""A prepared GPU launch: the fast path for repeating a launch with the same arguments.
+"""Prepared GPU launches: repeating a launch with the same arguments (PreparedLaunch), and
+launching new memory in a layout launched before (LayoutLauncher, for library call plans).
 
 Same argument objects mean the same pointers, extents, strides and grid, so everything
 Triton's dispatcher would recompute (argument binding, specialization key, cache lookup)
@@ -14,7 +15,7 @@ from ..settings import graph_var
 from . import arrivals
 from .execute import execute
 from .future import Completion, Future
-from .ordering import accesses
+from .ordering import accesses, writes
 from .safety import mark_written
 
 
@@ -66,3 +67,56 @@ class PreparedLaunch:
         for state, byteset, write in self.accesses:
             state.record(byteset, write, done)
         return Future(tuple(o() for o in self.outputs), done)
+
+
+def prepare_layout(compiled, bound) -> "LayoutLauncher | None":
+    """A launcher for launches of `bound`'s layout with other memory (a library call plan's
+    later calls), or None where the backend has none (the CPU backends, S16's counters)."""
+    call = compiled.launch(bound)
+    if call.synchronous:
+        return None
+    found = call.relauncher()
+    if found is None:
+        return None
+    return LayoutLauncher(compiled, bound, *found, call.device)
+
+
+class LayoutLauncher:
+    """What Triton's dispatcher would redo for each launch of one layout (binding, the
+    specialization key, the cache lookup) is done once; each launch computes its arguments
+    (pointers) and does what safety needs: ordering after conflicting work on other streams
+    (S10), initialisation marks (S14), registering the launch as pending (S9). The caller
+    (launch_cache.Entry) has made the launch cache's per-call checks. Holds no tensor."""
+
+    def __init__(self, compiled, bound, start, values, device):
+        import torch
+        self.compiled, self.start, self.values = compiled, start, values
+        kernel = compiled.kernel
+        self.writes = tuple((name, writes(kernel, name)) for name in bound.tensors)
+        self.outputs = kernel.outputs
+        self.device = device
+        self.device_index = device.index if device.index is not None else torch.cuda.current_device()
+        self._streams: dict = {}
+
+    def __call__(self, bound) -> Future:
+        if graph_var.get() is not None:
+            return execute(self.compiled, bound)           # capture registers with the graph
+        import torch
+        facts = bound.tensors
+        held = [(facts[name].tensor, write) for name, write in self.writes]
+        views = {name: t._torch() for (name, _), (t, _) in zip(self.writes, held)}
+        args = self.values(bound, views)
+        sets = [t._byte_set() for t, _ in held]
+        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+        for (t, write), byteset in zip(held, sets):
+            if t._state._pending:
+                t._state.order_device(byteset, write, stream)
+        self.start(stream, args)
+        mark_written(bound, self.compiled.written)
+        stream_obj = self._streams.get(stream)
+        if stream_obj is None:    # the current stream's torch object, looked up once per stream
+            stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
+        done = Completion(None, stream, tuple(views.values()), stream_obj)   # event made lazily
+        for (t, write), byteset in zip(held, sets):
+            t._state.record(byteset, write, done)
+        return Future(tuple(facts[n].obj for n in self.outputs), done)

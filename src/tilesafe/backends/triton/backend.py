@@ -200,6 +200,20 @@ class TritonLaunch:
             raise failed from None
         return adapter.direct_launcher(kernel, grid3), args
 
+    def relauncher(self):
+        """`(start, values)`: Triton's launcher of this launch's compiled kernel, which every
+        launch of the same layout uses (Triton specializes on the extents, strides, scalars and
+        16-byte alignment this layout fixes), and `values(bound, tensors)`, the arguments of
+        such a launch: its own pointers and TMA descriptors. None for a launch that takes
+        S16's counters (made per launch) or that the direct path cannot start."""
+        if self.tickets:
+            return None
+        direct = self.direct(None)
+        if direct is None:
+            return None
+        gen, grid = self.gen, self.grid
+        return direct[0], lambda bound, tensors: tuple(launch_values(gen, bound, tensors, grid, None))
+
 
 MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
 
