@@ -151,3 +151,19 @@ def test_a_walk_that_may_stop_early_marks_only_what_it_wrote():
     assert out[:5].numpy().tolist() == [1.0] * 5
     with pytest.raises(ts.OwnershipError, match="has not been written"):
         out.numpy()
+
+
+@simt.kernel(contract=C64)
+def fill(out: simt.Disjoint[ts.f32, ("N",)], N: int, value: float = 2.5, K: simt.Const[int] = 1):
+    for p in out.permits(simt.chunk(K)):
+        out[p] = value
+
+
+def test_parameters_take_their_defaults():
+    out = torch.empty(100)
+    fill(out).sync()
+    assert torch.all(out == 2.5)
+    fill(out, value=1.0, K=3).sync()
+    assert torch.all(out == 1.0)
+    with pytest.raises(ts.LaunchError, match="is missing the argument `alpha`"):
+        saxpy(out, torch.ones(100))                  # no default, no extent: it must be passed

@@ -9,6 +9,8 @@ exactly"), except for a grid-stride walk, which takes any grid. Nothing here tou
 """
 from __future__ import annotations
 
+import inspect
+
 from ..errors import LaunchError
 from ..runtime.binding import ArgFacts, Bound, facts_of, is_torch_tensor
 from ..runtime.partition import Partition
@@ -98,8 +100,11 @@ def _scalar(kernel, p, given, values) -> None:
             raise LaunchError(f"`{p.name}` is {v}, but the extents give {values[p.name]}")
     elif p.name in values:
         v = values[p.name]
+    elif kernel.signature.parameters[p.name].default is not inspect.Parameter.empty:
+        v = kernel.signature.parameters[p.name].default
     else:
-        raise LaunchError(f"`{kernel.name}` is missing the argument `{p.name}`")
+        raise LaunchError(f"`{kernel.name}` is missing the argument `{p.name}`",
+                          help=f"pass {p.name}=... (or give the parameter a default)")
     ok = isinstance(v, bool) if p.dtype is bool else isinstance(v, int) and not isinstance(v, bool) \
         if p.dtype is int else isinstance(v, (int, float)) and not isinstance(v, bool)
     if not ok:

@@ -17,7 +17,7 @@ WARPS = BLOCK // 32
 
 @simt.kernel(contract=simt.Contract(block=(BLOCK,)))
 def top_p_sample(token: simt.Disjoint[ts.i32, ("R",)], probs: simt.Ref[ts.f32, ("R", "V")],
-                 expo: simt.Ref[ts.f32, ("R", "V")], top_p: float, R: int, V: int, STEPS: simt.Const[int]):
+                 expo: simt.Ref[ts.f32, ("R", "V")], top_p: float, R: int, V: int, STEPS: simt.Const[int] = 30):
     mass_part = simt.shared((WARPS,), ts.f32)
     key_part = simt.shared((WARPS,), ts.f32)
     index_part = simt.shared((WARPS,), ts.i32)
