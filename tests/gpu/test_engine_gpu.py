@@ -125,3 +125,16 @@ def test_weights_and_cache_that_do_not_fit_are_refused_before_allocating(tmp_pat
         LLM(str(tmp_path), device="cuda", max_model_len=1 << 22, max_num_seqs=4096, progress=False)
     assert "need" in e.value.message and "free" in e.value.message
     assert torch.cuda.mem_get_info()[0] >= free_before - (64 << 20)
+
+
+def test_random_real_shape_model_built_on_the_device():
+    """LLM.from_random: the 0.6B shape with weights made on the GPU generates greedily, the
+    same tokens twice, with a graph-replayed decode."""
+    llm = LLM.from_random("0.6b", device="cuda", max_model_len=256, max_num_seqs=2, progress=False)
+    assert llm.model.w.embed.is_cuda and llm.model.w.embed.dtype == torch.bfloat16
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    first = llm.generate({"prompt_token_ids": PROMPTS[0]}, params)[0].outputs[0]
+    again = llm.generate({"prompt_token_ids": PROMPTS[0]}, params)[0].outputs[0]
+    assert first.token_ids == again.token_ids and len(first.token_ids) == 16
+    assert all(0 <= t < 151936 for t in first.token_ids) and first.finish_reason == "length"
+    assert llm.decode_steps.steps[1].graph is not None
