@@ -57,10 +57,15 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, rest = _model_and_rest(args)     # model None: random weights made on the device
-    llm = _load(model, args)
-    if args.command == "generate":
-        return _generate(llm, rest[0], args)
-    return _chat(llm, args)
+    try:
+        llm = _load(model, args)
+        if args.command == "generate":
+            _generate(llm, rest[0], args)
+            return 0
+        return _chat(llm, args)
+    except KeyboardInterrupt:               # while loading or streaming: no traceback
+        print("\n[interrupted]", file=sys.stderr)
+        return INTERRUPTED
 
 
 def _model_and_rest(args) -> tuple[str | None, list[str]]:
@@ -97,18 +102,13 @@ def _params(args):
                           max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
 
 
-def _generate(llm, prompt: str, args) -> int:
+def _generate(llm, prompt: str, args) -> None:
     params = _params(args)
     if args.chat:
         ids = llm.get_tokenizer().apply_chat_template([{"role": "user", "content": prompt}],
                                                       enable_thinking=False if args.no_thinking else None)
         prompt = {"prompt_token_ids": ids}
-    try:
-        _stream(llm, prompt, params)
-    except KeyboardInterrupt:
-        print("\n[interrupted]", file=sys.stderr)
-        return INTERRUPTED
-    return 0
+    _stream(llm, prompt, params)
 
 
 def _stream(llm, prompt, params) -> str:

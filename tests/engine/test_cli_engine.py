@@ -4,6 +4,7 @@ streamed text must be transformers' greedy tokens, decoded by transformers' toke
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -190,3 +191,16 @@ def test_ctrl_c_stops_generate_cleanly(model_dir):
             proc.kill()
     assert proc.returncode == 130, err
     assert err.rstrip().endswith("[interrupted]") and "Traceback" not in err
+
+
+@pytest.mark.gpu
+def test_generate_with_random_weights_on_the_gpu(capsys):
+    """A 0.6B-shaped random Qwen3 built on the GPU, sampled with a seed: 16 tokens and the speed."""
+    code, out, err = run_cli(capsys, "generate", "--random-weights", "0.6b", "Hello", "--device", "cuda",
+                             "--max-tokens", "16", "--ignore-eos", "--seed", "0")
+    assert code == 0, err
+    assert re.search(r"^\[16 tokens in [0-9.]+ s: first token after [0-9.]+ s, then [0-9.e+]+ tokens/s\]$", err,
+                     flags=re.M), err
+    again = run_cli(capsys, "generate", "--random-weights", "0.6b", "Hello", "--device", "cuda",
+                    "--max-tokens", "16", "--ignore-eos", "--seed", "0")
+    assert again[1] == out                             # the seed reproduces the text

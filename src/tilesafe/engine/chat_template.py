@@ -83,11 +83,20 @@ class ChatTemplate:
 def render_chat(template, messages, *, add_generation_prompt: bool = True, enable_thinking: bool | None = None,
                 tools=None, **extra) -> str:
     """Render `messages` with `template`: a ChatTemplate, or a model folder holding one."""
-    if not isinstance(template, ChatTemplate):
-        from .tokenizer import Tokenizer
-        template = Tokenizer.from_dir(template).chat_template
+    if not isinstance(template, ChatTemplate):     # a folder: its template, without loading the vocabulary
+        folder = Path(template)
+        config = read_json(folder / "tokenizer_config.json", "tokenizer settings")
+        special = {name: token_text(config.get(name)) for name in ("bos_token", "eos_token", "pad_token")}
+        template = ChatTemplate.from_dir(folder, config, {k: v for k, v in special.items() if v is not None})
     return template.render(messages, add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking,
                            tools=tools, **extra)
+
+
+def token_text(entry) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or {"content": ...}."""
+    if isinstance(entry, dict):
+        return entry.get("content")
+    return entry if isinstance(entry, str) else None
 
 
 def _check_messages(messages) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .chat_template import ChatTemplate
+from .chat_template import ChatTemplate, token_text
 from .text_errors import input_error, file_error, read_json
 
 
@@ -22,9 +22,9 @@ class Tokenizer:
         self.config = config                # tokenizer_config.json ({} when the folder has none)
         self.folder = folder
         self._template: ChatTemplate | None = None
-        self.eos_token = _token_text(config.get("eos_token"))
-        self.bos_token = _token_text(config.get("bos_token"))
-        self.pad_token = _token_text(config.get("pad_token"))
+        self.eos_token = token_text(config.get("eos_token"))
+        self.bos_token = token_text(config.get("bos_token"))
+        self.pad_token = token_text(config.get("pad_token"))
         self.eos_token_id = self.token_to_id(self.eos_token)
         self.bos_token_id = self.token_to_id(self.bos_token)
         self.pad_token_id = self.token_to_id(self.pad_token)
@@ -100,9 +100,3 @@ class Tokenizer:
                                          enable_thinking=enable_thinking, tools=tools, **extra)
         return self.encode(text) if tokenize else text
 
-
-def _token_text(entry) -> str | None:
-    """A special token as tokenizer_config.json writes it: a string, or {"content": ...}."""
-    if isinstance(entry, dict):
-        return entry.get("content")
-    return entry if isinstance(entry, str) else None
