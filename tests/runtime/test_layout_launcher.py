@@ -1,0 +1,48 @@
+"""prepared_launch.LayoutLauncher (a library call plan's launches on the GPU) on the CPU, with
+stand-ins for the current CUDA stream: each launch starts the compiled kernel on the current
+stream with the arguments of its own memory, marks what it wrote (S14) and registers its
+reads and writes as pending (S9/S10), holding no tensor between launches."""
+import numpy as np
+import torch
+
+import tilesafe as ts
+from tilesafe.runtime import binding
+from tilesafe.runtime.prepared_launch import LayoutLauncher
+
+
+@ts.kernel
+def double(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * 2.0)
+
+
+class Stream:
+    """A stand-in torch stream: nothing ever polls it here (the completions are finished by hand)."""
+    device_index = None
+
+
+def test_each_launch_starts_on_the_current_stream_marks_and_registers(monkeypatch):
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    started = []
+    launcher, made = None, []
+    for seed in range(2):                                        # new memory each launch, one layout
+        x = ts.tensor(np.arange(8, dtype=np.float32) + seed)
+        z = ts.empty(8)
+        p = z.partition((4,))
+        bound = binding.bind(double, (p, x), {}, None, False)
+        if launcher is None:
+            compiled = double.specializer.compiled(bound, "reference")
+            launcher = LayoutLauncher(compiled, bound, lambda stream, args: started.append((stream, args)),
+                                      lambda bound, views: tuple(v.data_ptr() for v in views.values()),
+                                      torch.device("cuda", 0))
+        future = launcher(bound)
+        assert started[-1] == (7, (z._torch().data_ptr(), x._torch().data_ptr()))   # this launch's memory
+        assert future.results() is p                              # the output, as a launch returns it
+        assert z._state.is_written(z._torch())                    # S14: the launch wrote all of z
+        writes = [(a.is_write, a.future.stream) for a in z._state._pending]
+        reads = [(a.is_write, a.future.stream) for a in x._state._pending]
+        assert writes[-1] == (True, 7) and reads[-1] == (False, 7)   # pending on the launch's stream
+        made.append(z._state._pending[-1].future)
+        p.unpartition()
+    for done in made:                                             # the stand-in work is over
+        done._finish()
