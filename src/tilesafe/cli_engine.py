@@ -7,8 +7,9 @@
 MODEL is a checkpoint folder or a Hugging Face hub id. With --random-weights, MODEL is
 optional: without it the random weights are made directly on the device (`LLM.from_random`,
 no disk: a 32B checkpoint would not fit); given, it is the folder to write the random
-checkpoint to once (config.json, safetensors, Qwen3's tokenizer) and load from, reused after. Ctrl-C stops a reply cleanly: `generate` exits with
-status 130, `chat` goes back to the prompt (Ctrl-C or Ctrl-D there ends the conversation).
+checkpoint to once (config.json, safetensors, Qwen3's tokenizer) and load from, reused after.
+Ctrl-C stops cleanly: `generate` exits with status 130, `chat` ends the reply and goes back
+to the prompt (Ctrl-C or Ctrl-D there ends the conversation).
 """
 from __future__ import annotations
 
