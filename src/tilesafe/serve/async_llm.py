@@ -1,0 +1,90 @@
+"""`AsyncLLM`: the serving engine's asyncio API.
+
+    engine = AsyncLLM(LLM(...), kv_blocks=None)
+    async for out in engine.generate("Hello", SamplingParams(max_tokens=32), request_id="r1"):
+        print(out.text, end="")          # StreamOutput: text / token_ids / logprobs deltas, finish_reason
+    engine.abort("r1")                   # frees the request's slot and KV blocks before the next step
+    engine.shutdown()
+
+Every request is checked and tokenized by the offline engine's own rules (`RequestError`
+before anything runs, raised from `generate` at its first iteration); the engine thread
+(`EngineThread`) runs the batch. Leaving the `async for` early — a `break`, a cancelled task,
+a client that disconnected — aborts the request.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from ..engine.errors import request_error
+from ..engine.sampling_params import SamplingParams
+from .engine_core import EngineCore
+from .engine_thread import EngineThread
+from .outputs import StreamOutput
+from .request import Request
+
+
+class AsyncLLM:
+    def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None):
+        self.llm = llm
+        self.core = EngineCore(llm, kv_blocks, block_size, metrics)
+        self.thread = EngineThread(self.core)
+        self._ids = itertools.count()
+        self._live: set[str] = set()
+
+    @property
+    def tokenizer(self):
+        return self.llm.tokenizer
+
+    def check(self, prompt, params: SamplingParams | None):
+        """The engine's Sequence for one prompt (str, {"prompt": str} or {"prompt_token_ids":
+        [...]}), or its RequestError."""
+        return self.llm._sequences(prompt, params)[0]
+
+    async def generate(self, prompt, params: SamplingParams | None = None, request_id: str | None = None):
+        """Yield `StreamOutput`s of one request until (and including) the finished one."""
+        seq = self.check(prompt, params)
+        request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
+        if request_id in self._live:
+            raise request_error(f"AsyncLLM.generate: request id {request_id!r} is already in flight",
+                                help="give each concurrent request its own id")
+        if not self.thread.alive:
+            raise request_error("AsyncLLM.generate: the engine is shut down")
+        loop = asyncio.get_running_loop()
+        outs: asyncio.Queue = asyncio.Queue()
+
+        def sink(out) -> None:          # on the engine thread
+            loop.call_soon_threadsafe(outs.put_nowait, out)
+
+        self._live.add(request_id)
+        finished = False
+        try:
+            self.thread.add(Request(request_id, seq, sink))
+            while not finished:
+                out = await outs.get()
+                if isinstance(out, BaseException):
+                    finished = True
+                    raise out
+                assert isinstance(out, StreamOutput)
+                finished = out.finished
+                yield out
+        finally:
+            self._live.discard(request_id)
+            if not finished:
+                self.thread.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        self.thread.abort(request_id)
+
+    def stats(self) -> dict:
+        """Running and waiting requests and KV blocks, read between steps."""
+        def read(core: EngineCore) -> dict:
+            st = core.scheduler.blocks.stats()
+            return dict(running=len(core.scheduler.running), waiting=len(core.scheduler.waiting),
+                        kv_blocks_used=st.used, kv_blocks_total=st.total, preemptions=core.preemptions,
+                        steps=core.steps)
+        return self.thread.call(read)
+
+    def shutdown(self) -> None:
+        """Cancel the requests in flight (they end with finish_reason 'abort') and stop the thread."""
+        self.thread.stop()

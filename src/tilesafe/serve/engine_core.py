@@ -1,0 +1,116 @@
+"""`EngineCore`: continuous batching over the offline engine's model, one step at a time.
+
+    core = EngineCore(llm, kv_blocks=None, block_size=16, metrics=None)
+    core.add(request); core.abort(request_id)
+    while core.has_work():
+        core.step()                  # outputs go to each request's sink
+
+A step first admits waiting requests that fit (FIFO) and prefills them — each gets its first
+token — then decodes one token for every request that was already running, preempting the
+latest ones when KV blocks run short. New requests therefore join between decode steps and
+never stall the running ones for more than one prefill. Finished and aborted requests free
+their slot and blocks at once. `EngineCore` is not thread-safe: `EngineThread` owns it and
+calls it from one thread (which then does all the device work).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..engine.errors import request_error
+from .model_runner import ModelRunner
+from .request import Request
+from .scheduler import Scheduler
+
+
+class EngineCore:
+    def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None):
+        self.llm = llm
+        need = -(-llm.max_model_len // block_size)          # one sequence of max_model_len must fit
+        if kv_blocks is None:
+            kv_blocks = llm.max_num_seqs * need
+        if not isinstance(kv_blocks, int) or kv_blocks < need:
+            raise request_error(f"serve: kv_blocks {kv_blocks!r} of {block_size} tokens hold fewer than "
+                                f"max_model_len {llm.max_model_len} tokens", help=f"give at least {need} blocks")
+        self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size)
+        self.runner = ModelRunner(llm)
+        self.metrics = metrics
+        self._order = 0
+        self.steps = 0
+        self.preemptions = 0
+
+    def add(self, req: Request) -> None:
+        if req.request_id in self.scheduler:
+            raise request_error(f"request id {req.request_id!r} is already running")
+        self._order += 1
+        req.order = self._order
+        self.scheduler.add(req)
+        if self.metrics:
+            self.metrics.request_added(len(req.seq.prompt_ids))
+        self._gauges()
+
+    def abort(self, request_id: str, notify: bool = False) -> None:
+        """Drop a request (a client gone, a cancel): its capacity is free after this call."""
+        req = self.scheduler.get(request_id)
+        if req is not None:
+            self.scheduler.finish(req)
+            if notify:
+                req.sink(req.aborted_output())
+            self._gauges()
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> None:
+        s = self.scheduler
+        decoding = list(s.running)
+        admitted = s.admit()
+        with self.llm._on_device(), torch.inference_mode():
+            if admitted:
+                self.runner.prefill(admitted)
+                self._emit(admitted)
+            decoding = [r for r in decoding if r.slot is not None and not r.seq.finished]
+            preempted = s.reserve_decode(decoding)
+            self.preemptions += len(preempted)
+            decoding = [r for r in decoding if r.slot is not None]
+            if decoding:
+                self.runner.decode(decoding)
+                self._emit(decoding)
+        self.steps += 1
+        self._gauges()
+
+    def fail_all(self, error: BaseException) -> None:
+        """An exception inside a step: every request gets it; the engine starts empty again."""
+        s = self.scheduler
+        for req in list(s.running) + list(s.waiting):
+            s.finish(req)
+            req.sink(error)
+        self._gauges()
+
+    def abort_all(self) -> None:
+        s = self.scheduler
+        for req in list(s.running) + list(s.waiting):
+            self.abort(req.request_id, notify=True)
+
+    def _emit(self, reqs: list[Request]) -> None:
+        now = time.monotonic()
+        for r in reqs:
+            new = len(r.seq.tokens) - r.sent
+            if self.metrics and new:
+                if r.first_token_at is None:
+                    self.metrics.first_token(now - r.arrival)
+                else:
+                    self.metrics.inter_token(now - r.last_token_at)
+                self.metrics.generated(new)
+            r.first_token_at = r.first_token_at or now
+            r.last_token_at = now
+            out = r.take_output()
+            if out.finished:
+                self.scheduler.finish(r)
+            r.sink(out)
+
+    def _gauges(self) -> None:
+        if self.metrics:
+            st = self.scheduler.blocks.stats()
+            self.metrics.state(len(self.scheduler.running), len(self.scheduler.waiting), st.used, st.total)

@@ -1,0 +1,92 @@
+"""`EngineThread`: the engine's step loop on one background thread.
+
+Every device operation of serving — prefill, decode, graph capture — happens on this
+thread; other threads (the asyncio server) only post commands (add a request, abort one,
+stop) to its queue. The loop applies every posted command between steps, so an abort frees
+the request's capacity before the next step, then runs a step while there is work and sleeps
+on the queue when there is none. An exception in a step goes to every request in flight
+(each caller sees it) and the loop keeps serving.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+
+from .engine_core import EngineCore
+from .request import Request
+
+log = logging.getLogger("tilesafe.serve")
+
+
+class EngineThread:
+    def __init__(self, core: EngineCore):
+        self.core = core
+        self._inbox: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="tilesafe-engine", daemon=True)
+        self._stopped = threading.Event()
+        self._thread.start()
+
+    def add(self, req: Request) -> None:
+        self._inbox.put(("add", req))
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+
+    def call(self, fn):
+        """Run fn(core) on the engine thread between steps; returns its result (blocking)."""
+        done = queue.Queue(maxsize=1)
+        self._inbox.put(("call", (fn, done)))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Cancel what is in flight (each request gets a final output, finish_reason 'abort')
+        and end the loop."""
+        if self._thread.is_alive():
+            self._inbox.put(("stop", None))
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _loop(self) -> None:
+        core = self.core
+        while True:
+            try:
+                cmd, arg = self._inbox.get(block=not core.has_work())
+            except queue.Empty:
+                cmd = None
+            while cmd is not None:
+                if cmd == "stop":
+                    core.abort_all()
+                    return
+                self._apply(cmd, arg)
+                try:
+                    cmd, arg = self._inbox.get_nowait()
+                except queue.Empty:
+                    cmd = None
+            if core.has_work():
+                try:
+                    core.step()
+                except Exception as e:   # a kernel or device failure: every request in flight hears of it
+                    log.exception("engine step failed")
+                    core.fail_all(e)
+
+    def _apply(self, cmd: str, arg) -> None:
+        if cmd == "add":
+            try:
+                self.core.add(arg)
+            except Exception as e:
+                arg.sink(e)
+        elif cmd == "abort":
+            self.core.abort(arg)
+        elif cmd == "call":
+            fn, done = arg
+            try:
+                done.put((True, fn(self.core)))
+            except Exception as e:
+                done.put((False, e))
