@@ -50,6 +50,22 @@ def test_chat_ids_equal_transformers(ours, reference, name, thinking):
                                         enable_thinking=thinking) == expected
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city, e.g. Zürich",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def test_tools_and_tool_calls_equal_transformers(ours, reference):
+    messages = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in 東京?"},
+                {"role": "assistant", "content": "",
+                 "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                                                                  "arguments": {"city": "東京"}}}]},
+                {"role": "tool", "content": "晴れ, 21°C"}]
+    expected = reference_ids(reference, messages, tools=TOOLS, add_generation_prompt=True)
+    assert ours.apply_chat_template(messages, tools=TOOLS) == expected
+    assert "Zürich" in ours.apply_chat_template(messages, tools=TOOLS, tokenize=False)   # tojson keeps non-ASCII
+
+
 def test_enable_thinking_false_asks_for_an_empty_think_block(ours):
     text = render_chat(tokenizer_dir(), CONVERSATIONS["one user turn"], enable_thinking=False)
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
