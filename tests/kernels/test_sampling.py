@@ -157,6 +157,15 @@ def test_top_k_when_the_largest_values_share_a_lane(backend, device, monkeypatch
         assert compare(x, params, tok.cpu().numpy(), lp.cpu().numpy()) == 0
 
 
+def test_rows_of_few_distinct_values(backend, device, monkeypatch):
+    """Logits from 6 values: every threshold falls on a tie, which stays whole."""
+    monkeypatch.setattr(sampling, "BLOCK_V", 32)
+    x = np.random.default_rng(8).integers(0, 6, (8, 100)).astype(np.float32) * 0.75
+    params = rows(8, seed0=5)
+    tok, lp = run(x, params, device)
+    assert compare(x, params, tok.cpu().numpy(), lp.cpu().numpy()) <= 1
+
+
 def test_masked_logits_are_never_chosen(backend, device):
     x = logits(np.random.default_rng(5), 8, 64)
     x[:, ::2] = -np.inf                                               # a grammar mask, say
