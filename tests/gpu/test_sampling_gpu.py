@@ -89,14 +89,20 @@ def test_a_captured_sampler_replays_like_eager_calls():
         assert torch.equal(tok, eager[step][0]) and torch.equal(lp, eager[step][1]), step
 
 
-@pytest.mark.parametrize("mode", ["greedy", "qwen3-defaults"])
+MODES = {"greedy": (0.0, 0, 1.0), "qwen3-defaults": (0.6, 20, 0.95), "top-p-only": (1.0, 0, 0.9)}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("rows", [1, 8])
 def test_time_of_one_call(mode, rows):
+    """Greedy reads the row once; Qwen3's defaults three times (top-k's count, then top-p in
+    registers); top-p alone bisects over the row (10-20 passes)."""
     x = _logits()[:rows].contiguous()
     temps, ks, ps, seeds, steps = (t[:rows].contiguous() for t in _params("cuda"))
-    temps.fill_(0.0 if mode == "greedy" else 0.6)
-    ks.fill_(0 if mode == "greedy" else 20)
-    ps.fill_(1.0 if mode == "greedy" else 0.95)
+    temp, k, p = MODES[mode]
+    temps.fill_(temp)
+    ks.fill_(k)
+    ps.fill_(p)
     tok, lp = torch.empty(rows, dtype=torch.int32, device="cuda"), torch.empty(rows, device="cuda")
     for _ in range(3):
         tk.sample(x, temps, ks, ps, seeds, steps, out=tok, logprobs_out=lp)
