@@ -62,6 +62,17 @@ def test_transformers_loads_the_checkpoint_and_its_tokenizer(tiny):
     assert transformers.GenerationConfig.from_pretrained(tiny).eos_token_id == [151645, 151643]
 
 
+def test_writing_again_replaces_the_weights_of_a_sharded_checkpoint(tmp_path):
+    write_checkpoint(tmp_path, "tiny", seed=1, dtype="float32", shard_bytes=16 << 20)
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    write_checkpoint(tmp_path, "tiny", seed=2, dtype="bfloat16")           # one file this time
+    assert sorted(p.name for p in tmp_path.glob("model*")) == ["model.safetensors"]
+    model, info = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    expected = dict(random_weights(qwen3_config("tiny"), seed=2, dtype="bfloat16"))["model.norm.weight"]
+    assert torch.equal(model.state_dict()["model.norm.weight"].to(torch.bfloat16), expected)
+
+
 def test_a_seed_reproduces_its_weights_and_another_differs():
     config = qwen3_config("tiny")
     a, b, c = (dict(random_weights(config, seed=s, dtype="float32")) for s in (0, 0, 1))

@@ -99,6 +99,11 @@ def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, dtyp
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = qwen3_config(size) | {"torch_dtype": dtype}
+    # A folder written before (another size, or cut short) loses its weights first: a stale
+    # index or shard beside the new ones would be loaded with them. The marker goes last.
+    for stale in ("random_weights.json", "model.safetensors.index.json", "model.safetensors", "model-*.safetensors"):
+        for path in folder.glob(stale):
+            path.unlink()
     copy_tokenizer(folder)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (folder / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
