@@ -18,6 +18,9 @@ def llm(checkpoint, tmp_path_factory):
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tok.decoder = tokenizers.decoders.WordPiece()          # words joined by spaces
     tok.save(str(dst / "tokenizer.json"))
+    # A chat template of this toy vocabulary: w1 opens a turn, w2 names the assistant.
+    (dst / "chat_template.jinja").write_text("{% for m in messages %}w1 {{ m['content'] }} {% endfor %}"
+                                             "{% if add_generation_prompt %}w2 {% endif %}")
     return LLM(str(dst), device="cpu", max_model_len=32, progress=False)
 
 
@@ -56,3 +59,13 @@ def test_stream_takes_one_prompt_as_ids_too(llm):
     by_ids = list(llm.stream([3, 17, 5], params))
     by_text = list(llm.stream("w3 w17 w5", params))
     assert sum((d.token_ids for d in by_ids), []) == sum((d.token_ids for d in by_text), [])
+
+
+def test_chat_renders_the_template_with_a_generation_prompt(llm):
+    params = SamplingParams(temperature=0, max_tokens=4)
+    messages = [{"role": "user", "content": "w3 w17"}]
+    out = llm.chat(messages, params)[0]
+    assert out.prompt_token_ids == [1, 3, 17, 2]
+    assert out.outputs[0].token_ids == llm.generate({"prompt_token_ids": [1, 3, 17, 2]}, params)[0].outputs[0].token_ids
+    two = llm.chat([messages, [{"role": "user", "content": "w5"}]], params)
+    assert [o.prompt_token_ids for o in two] == [[1, 3, 17, 2], [1, 5, 2]]
