@@ -1,0 +1,72 @@
+"""The generated source of every example (and of the test kernels that use tables, warp
+operations and unsafe writes) types and lowers to LLVM IR with numba-cuda's own CUDA target,
+for the argument types a GPU launch passes. Only NVVM's PTX step, which needs the CUDA toolkit,
+is left to the GPU machine. numba-cuda asks the current device for its compute capability when
+it compiles a device function; with no GPU here it is told 9.0 (the H200's)."""
+import math
+import types
+
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe.simt import gpu_launch
+from tilesafe.simt.binding import bind
+from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, top_p, transpose, vector_add
+from tilesafe.simt.params import CONST
+
+numba_cuda = pytest.importorskip("numba_cuda", reason="numba-cuda (the `simt` extra) is not installed")
+
+
+@pytest.fixture(scope="module")
+def lower():
+    from numba import cuda
+    from numba.cuda import dispatcher
+    from numba.cuda import types as nt
+    from numba.cuda.compiler import compile_cuda
+    real = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+
+    def compile_for(kernel, *args, grid=None, **kwargs):
+        bound = bind(kernel, args, kwargs, grid)
+        argtypes = []
+        for p in kernel.params:
+            if p.is_tensor:
+                f = bound.tensors[p.name]
+                argtypes.append(gpu_launch.array_type(f.dtype, len(f.shape), f.tensor._torch().is_contiguous()))
+            elif p.kind != CONST:
+                argtypes.append(gpu_launch.scalar_type(p.dtype))
+        argtypes.append(gpu_launch.array_type(ts.i32, 1, True))          # the error flag
+        name = f"simt_{kernel.name}"
+        namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **kernel.table_globals()}
+        exec(compile(kernel.source_for(bound.consts), f"<{name}>", "exec"), namespace)
+        return compile_cuda(namespace[name], nt.void, tuple(argtypes), cc=(9, 0))
+    yield compile_for
+    dispatcher.get_current_device = real
+
+
+def z(*shape, dtype=torch.float32):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+def test_the_examples_type_and_lower(lower):
+    i32 = torch.int32
+    lower(vector_add.vector_add, z(8), z(8), z(8))
+    lower(vector_add.vector_add_chunked, z(8), z(8), z(8), K=4)
+    lower(histogram.histogram, z(4, dtype=i32), z(8, dtype=i32), grid=(1,))
+    lower(block_sum.block_sum, z(2), z(600), K=256)
+    lower(softmax_rows.softmax_rows, z(3, 5), z(3, 5))
+    lower(transpose.transpose, z(5, 3), z(3, 5))
+    lower(sgemm.sgemm, z(3, 4), z(3, 5), z(5, 4))
+    lower(top_p.top_p_sample, z(2, dtype=i32), z(2, 9), z(2, 9), 0.9)
+    lower(vector_add.vector_add, z(8, 2)[:, 0], z(8), z(8))          # a strided output: layout 'A'
+
+
+def test_tables_warp_operations_and_unsafe_writes_type_and_lower(lower):
+    from test_simt_constant import lookup
+    from test_simt_unsafe import count_into, scatter
+    from test_simt_warp_ops import warp_ops
+    lower(lookup, z(4), z(4, dtype=torch.int32))
+    lower(warp_ops, z(64), z(64), z(64), z(64), z(64, dtype=torch.int64), z(64))
+    lower(scatter, z(4), z(2, dtype=torch.int32), grid=(1,))
+    lower(count_into, z(4, dtype=torch.int32), z(2, dtype=torch.int32), grid=(1,))
