@@ -37,11 +37,11 @@ def test_a_failed_device_check_is_reported_at_sync_and_then_cleared():
     hist = torch.zeros(4, dtype=torch.int32, device="cuda")
     bad = torch.tensor([0, 1, 9, 2], dtype=torch.int32, device="cuda")
     with pytest.raises(ts.SanitizerError) as ei:
-        histogram.launch(hist, bad, grid=(1,)).sync()
+        histogram.launch(hist, bad, blocks=1).sync()
     assert ei.value.loc.line == histogram.histogram.src.loc(histogram.histogram.info.atomics[0]).line
     assert hist.tolist() == [1, 1, 1, 0]                 # the bad index was dropped, never written
     hist.zero_()
-    histogram.launch(hist, bad[:2], grid=(1,)).sync()    # the flag was cleared: a good launch passes
+    histogram.launch(hist, bad[:2], blocks=1).sync()    # the flag was cleared: a good launch passes
     assert hist.tolist() == [1, 1, 0, 0]
 
 
@@ -59,7 +59,7 @@ def test_softmax_rows(shape):
     x = torch.randn(*shape, device="cuda") * 3
     out = nan(*shape)
     softmax_rows.softmax_rows(out, x).sync()
-    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape", [(33, 70), (4096, 2048)])
