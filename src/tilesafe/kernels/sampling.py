@@ -3,24 +3,29 @@ a per-row seed — and the chosen token's log-probability.
 
 One block per row walks the vocabulary in tiles of BV (8192), several times:
   1. the row's maximum, its first index (the greedy token), its smallest finite value and
-     Z = sum exp(x - max) (online, rescaled as the maximum grows), for the log-probability of
-     the raw logits (what vLLM reports);
-  2. top-k and top-p as thresholds on the logit: the kept set is {x >= thr}. The threshold is
+     Z = sum exp(x - max) at temperature 1 (for the log-probability of the raw logits, what
+     vLLM reports) and at T (the row's weight), online, rescaled as the maximum grows;
+  2. top-k and top-p as thresholds on the logit: the kept set is {x >= thr}. A threshold is
      found by bisection on the value, each probe one pass that counts (top-k) or weighs (top-p)
      the values >= the probe and snaps it up to the least row value above it, so the result
-     is an exact row value and the loop ends once no row value is left between the bounds
-     (10-20 passes on a 151936-token Qwen3 row). Top-k usually needs one pass: its search
-     runs in registers over pass 1's lane maxima, and when exactly k values reach the result
-     the kept values are those lane maxima, so top-p after it runs in registers too. This
-     replaces a sort: a tile-level sort of
-     150k values would need a multi-pass merge across tiles, and a threshold does the job
-     of both filters in a few reductions, as several GPU samplers do. Ties at the threshold
-     are all kept (vLLM's top-k keeps them too);
+     is an exact row value and the loop ends once no row value is left between the bounds.
+     Each search starts in registers, over pass 1's lane maxima (lane j holds the largest of
+     x[j], x[j + BV], ...): the k-th largest lane maximum has k values above it, so it bounds
+     the top-k threshold from below, and it is the threshold when exactly k values reach it
+     (the top k in k lanes, as usual for a small k) — the kept values are then those lane
+     maxima, and top-p after top-k runs on them without a pass; for top-p alone the lanes give
+     a lower bound the row search starts from. This replaces a sort: a sort of 150k values
+     needs a multi-pass merge across tiles, and a threshold does the job of both filters in a
+     few reductions, as several GPU samplers do. Ties at the threshold are all kept (vLLM's
+     top-k keeps them too);
   3. the token: inverse CDF in vocabulary order over the kept weights exp((x - max) / T), at
      u * (kept mass), u = ts.rand(seed, step) — a Philox number that depends only on the
      row's seed and step, so a request's tokens do not depend on the batch around it. One
      pass sums the kept weight of each tile; only the tile where the running sum passes the
      target is scanned element by element.
+
+Passes over a row: greedy 1, temperature alone 2, Qwen3's defaults (top-k 20, top-p 0.95)
+usually 3, top-p alone 4 plus its bisection probes.
 
 temperature 0 is greedy (the first maximum; no random number is drawn); top_k 0 (or >= V)
 and top_p 1 switch those filters off. Nothing leaves the device, and with `out=` and
@@ -37,7 +42,7 @@ NEG_INF, POS_INF = -float("inf"), float("inf")
 MAX_PROBES = 64          # bisection passes per threshold at most (a row of near-equal values)
 # Vocabulary tile: 19 tiles for Qwen3's 151936. One block walks a row many times and each
 # tile iteration waits about one L2 round trip, so few wide tiles beat many narrow ones
-# (2048 wide: 75 round trips a pass). 8192 over 16 warps: 101 registers, no spills (sm_90).
+# (2048 wide: 75 round trips a pass). 8192 over 16 warps: 128 registers (the cap for 512 threads), no spills (ptxas, sm_90a).
 BLOCK_V = 8192
 
 
@@ -150,9 +155,11 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
     temp = ts.scalar(ts.load(temperature, (i,), shape=(1,)))
     k = ts.scalar(ts.load(top_k, (i,), shape=(1,)))
     p = ts.scalar(ts.load(top_p, (i,), shape=(1,)))
+    inv_t = 1.0 / ts.where(temp > 0.0, temp, 1.0)
     best = ts.full((BV,), NEG_INF, ts.f32)                                # (BV,) lane-wise, as in _above
     at = ts.zeros((BV,), ts.i32)                                           # (BV,) first index of each lane's best
     z = ts.zeros((BV,), ts.f32)                                            # (BV,) sum exp(x - best), rescaled
+    zt = ts.zeros((BV,), ts.f32)                                           # (BV,) the same at temperature T
     low = ts.full((BV,), POS_INF, ts.f32)                                  # (BV,) least finite value
     cols = ts.arange(0, BV)
     for t in range(nt):                                                    # pass 1: max, argmax, min, Z
@@ -160,16 +167,17 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
         grown = ts.maximum(best, v)
         safe = ts.where(grown > NEG_INF, grown, 0.0)                       # no inf - inf while all is -inf
         z = z * ts.exp(best - safe) + ts.exp(v - safe)
+        zt = zt * ts.exp((best - safe) * inv_t) + ts.exp((v - safe) * inv_t)
         at = ts.where(v > best, t * BV + cols, at)                         # strict: ties keep the first
         best = grown
         low = ts.minimum(low, ts.where(inb & (v > NEG_INF), v, POS_INF))
     m = ts.max(best)
     at = ts.min(ts.where(best == m, at, V))                                # the first index of the maximum
     z = ts.sum(z * ts.exp(best - ts.where(m > NEG_INF, m, 0.0)))
+    zt = ts.sum(zt * ts.exp((best - ts.where(m > NEG_INF, m, 0.0)) * inv_t))   # the whole row's weight
     low = ts.min(low)
     chosen, xv = at, m                                                     # greedy
     if temp > 0.0:
-        inv_t = 1.0 / temp
         thr, kept, lanes = low, ts.zeros((), ts.f32), ts.zeros((), ts.i32)
         if (k > 0) & (k < V):
             # The k-th largest of the lanes' maxima (found in registers) has at least k row
@@ -190,9 +198,16 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
                 thr = _largest_reaching(best, w, p * kept, thr, m)
                 kept = ts.sum(ts.where(best >= thr, w, 0.0))
         else:
-            kept, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)     # the mass top-p takes its share of
+            kept = zt                                                      # the mass top-p takes its share of
+            if thr > low:                                                  # (top-k moved the threshold)
+                kept, _, _ = _above(x, i, nt, BV, V, thr, m, inv_t, True)
             if p < 1.0:
-                thr, kept = _threshold(x, i, nt, BV, V, p * kept, thr, kept, m, m, inv_t, True)
+                # The lanes' maxima >= v weigh at most the row's values >= v, so where they
+                # reach p * kept the row does too: the search over the row starts there.
+                w = ts.where(best >= thr, ts.exp((best - m) * inv_t), 0.0)  # (BV,)
+                lo = _largest_reaching(best, w, p * kept, thr, m)
+                f_lo, _, _ = _above(x, i, nt, BV, V, lo, m, inv_t, True)
+                thr, kept = _threshold(x, i, nt, BV, V, p * kept, lo, f_lo, m, m, inv_t, True)
         u = ts.rand(ts.scalar(ts.load(seed, (i,), shape=(1,))), ts.scalar(ts.load(step, (i,), shape=(1,))))
         chosen, xv = _pick(x, i, nt, BV, V, NTP, thr, m, inv_t, u * kept)
     tok.store(ts.full((1,), chosen, ts.i32))
