@@ -42,7 +42,8 @@ NEG_INF, POS_INF = -float("inf"), float("inf")
 MAX_PROBES = 64          # bisection passes per threshold at most (a row of near-equal values)
 # Vocabulary tile: 19 tiles for Qwen3's 151936. One block walks a row many times and each
 # tile iteration waits about one L2 round trip, so few wide tiles beat many narrow ones
-# (2048 wide: 75 round trips a pass). 8192 over 16 warps: 128 registers (the cap for 512 threads), no spills (ptxas, sm_90a).
+# (2048 wide: 75 round trips a pass). 8192 over 16 warps: 128 registers (the cap for 512
+# threads), no spills (ptxas -v, sm_90a).
 BLOCK_V = 8192
 
 
