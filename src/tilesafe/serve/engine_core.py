@@ -39,6 +39,7 @@ class EngineCore:
         self._order = 0
         self.steps = 0
         self.preemptions = 0
+        self._gauges()
 
     def add(self, req: Request) -> None:
         if req.request_id in self.scheduler:

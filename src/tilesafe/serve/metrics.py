@@ -1,0 +1,61 @@
+"""The server's Prometheus metrics (`/metrics`), in a registry of its own so several servers
+can live in one process (tests).
+
+The engine thread reports into it (`EngineCore(metrics=...)`): tokens as they are admitted
+and generated, time to first token and inter-token latency per token, and after every step
+the running and waiting requests and the KV blocks in use. prometheus-client's metrics are
+thread-safe, so the server thread reads them at any time.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+                    2.5, 5.0, 10.0, 20.0, 60.0)
+
+
+class ServerMetrics:
+    def __init__(self, model_name: str):
+        self.registry = r = CollectorRegistry()
+        labels = ["model_name"]
+        self.prompt_tokens = Counter("tilesafe_prompt_tokens", "Prompt tokens of admitted requests", labels,
+                                     registry=r).labels(model_name)
+        self.generation_tokens = Counter("tilesafe_generation_tokens", "Generated tokens", labels,
+                                         registry=r).labels(model_name)
+        self.requests = Counter("tilesafe_requests", "Requests added to the engine", labels,
+                                registry=r).labels(model_name)
+        self.ttft = Histogram("tilesafe_time_to_first_token_seconds", "Time from arrival to the first token",
+                              labels, buckets=_LATENCY_BUCKETS, registry=r).labels(model_name)
+        self.itl = Histogram("tilesafe_inter_token_latency_seconds", "Time between a request's tokens", labels,
+                             buckets=_LATENCY_BUCKETS, registry=r).labels(model_name)
+        self.running = Gauge("tilesafe_num_requests_running", "Requests in the running batch", labels,
+                             registry=r).labels(model_name)
+        self.waiting = Gauge("tilesafe_num_requests_waiting", "Requests waiting for admission", labels,
+                             registry=r).labels(model_name)
+        self.kv_used = Gauge("tilesafe_kv_blocks_in_use", "KV cache blocks held by running requests", labels,
+                             registry=r).labels(model_name)
+        self.kv_total = Gauge("tilesafe_kv_blocks_total", "KV cache blocks", labels, registry=r).labels(model_name)
+
+    # -- called by the engine thread -----------------------------------------------------
+    def request_added(self, prompt_tokens: int) -> None:
+        self.requests.inc()
+        self.prompt_tokens.inc(prompt_tokens)
+
+    def first_token(self, seconds: float) -> None:
+        self.ttft.observe(seconds)
+
+    def inter_token(self, seconds: float) -> None:
+        self.itl.observe(seconds)
+
+    def generated(self, n: int) -> None:
+        self.generation_tokens.inc(n)
+
+    def state(self, running: int, waiting: int, kv_used: int, kv_total: int) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.kv_used.set(kv_used)
+        self.kv_total.set(kv_total)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)
