@@ -101,7 +101,7 @@ class LaunchCache:
             plan = self.plans.get((backend, grid, form.shape, *map(_key_part, form.keyed, values)))
         except Exception:
             return None
-        return None if plan is None else Entry(form, plan, _aligns(values))
+        return None if plan is None else Entry(form, plan, _aligns(values), values)
 
     def _form(self, npos: int, names: tuple):
         shape = (npos, names)
@@ -225,9 +225,10 @@ class LayoutPlan:
         self.kernel.last_launch = Launched(bound, compiled)
         return future, bound, compiled
 
-    def checked(self, form, values):
+    def checked(self, form, values, scalars_seen: bool = False):
         """(bound, compiled code) of a launch with these argument values after the per-call
-        checks, or MISS."""
+        checks, or MISS. `scalars_seen`: the runtime scalars are those of a launch this plan
+        accepted with its own code (Entry), so their preconditions and bounds conditions hold."""
         tensors, held, borrowed, scalars = {}, {}, [], dict(self.scalars)
         facts = self.facts
         for name, role, v in zip(self.names, self.roles, values):
@@ -263,9 +264,9 @@ class LayoutPlan:
         bound = Bound(tensors, dict(self.consts), scalars, self.grid, borrowed)
         compiled = self.compiled
         try:
-            if self.recheck_pre:
+            if self.recheck_pre and not scalars_seen:
                 self.kernel._check_preconditions(bound)
-            if self.scalar_checks:
+            if self.scalar_checks and not scalars_seen:
                 f = LaunchFacts(bound)
                 if any(bounds.masks_for([c], f) != want for c, want in self.scalar_checks):
                     compiled = self.kernel.specializer.compiled(bound, self.backend, self.schedule)
@@ -301,11 +302,14 @@ class Entry:
     """A layout plan and the call form it was found for, kept by a caller whose later
     launches have the same facts but for addresses: each launch checks the one address fact
     in the key (16-byte alignment), then the layout plan's per-call checks."""
-    __slots__ = ("form", "plan", "aligns", "launcher")
+    __slots__ = ("form", "plan", "aligns", "launcher", "scalars")
 
-    def __init__(self, form, plan, aligns):
+    def __init__(self, form, plan, aligns, values):
         self.form, self.plan, self.aligns = form, plan, aligns
         self.launcher = None      # prepared_launch.LayoutLauncher on a GPU (False: none), made on first use
+        # The runtime scalars of the launch the entry was found for, when the plan's own code
+        # ran it (then their preconditions and bounds conditions held), else None.
+        self.scalars = _scalars(form, values) if _own_code(plan, form, values) else None
 
     def launch(self, kwargs: dict):
         """The launch's future, or MISS (then the caller takes the full path)."""
@@ -313,7 +317,8 @@ class Entry:
         if _aligns(values) != self.aligns:
             return MISS
         plan = self.plan
-        checked = plan.checked(self.form, values)
+        seen = self.scalars is not None and _scalars(self.form, values) == self.scalars
+        checked = plan.checked(self.form, values, seen)
         if checked is MISS:
             return MISS
         bound, compiled = checked
@@ -326,6 +331,21 @@ class Entry:
         if self.launcher is False:
             return execute(compiled, bound)
         return self.launcher(bound)
+
+
+def _scalars(form, values) -> tuple:
+    """The runtime scalars among a launch's values, with their types (1 and 1.0 are apart)."""
+    return tuple((type(v), v) for role, v in zip(form.roles, values) if role == _GIVEN)
+
+
+def _own_code(plan, form, values) -> bool:
+    """Whether these values' runtime scalars select the plan's own code (their preconditions
+    hold and their bounds conditions pick its masks)."""
+    try:
+        checked = plan.checked(form, values)
+    except Exception:
+        return False
+    return checked is not MISS and checked[1] is plan.compiled
 
 
 def _aligns(values) -> tuple:
