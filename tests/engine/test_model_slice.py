@@ -1,10 +1,7 @@
 """The forward pass alone (prefill + greedy decode, one sequence) against transformers on CPU."""
-from types import SimpleNamespace
-
 import pytest
 import torch
 
-import tilesafe.kernels as tk
 from tilesafe.engine.checkpoint import load_weights
 from tilesafe.engine.config import Qwen3Config
 from tilesafe.engine.kv_cache import KVCache
@@ -24,11 +21,12 @@ def greedy(folder, prompt, n):
     model.prefill(a, [0, len(prompt)])
     tokens, logprobs = [a.tokens.item()], [a.chosen.item()]
     b = Activations.allocate(cfg, 1, 1, torch.float32, "cpu")
-    ws = SimpleNamespace(attention=tk.decode_workspace(b.qr[0], cache.k[0][0]))
+    ws = model.decode_workspace(b)
     for pos in range(len(prompt), len(prompt) + n - 1):
         b.ids.fill_(tokens[-1])
         b.positions.fill_(pos)
         b.lens.fill_(pos + 1)
+        b.slots.fill_(pos)                                   # slot 0: cache row = position
         model.decode(b, ws)
         tokens.append(b.tokens.item())
         logprobs.append(b.chosen.item())

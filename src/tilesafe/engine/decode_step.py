@@ -1,7 +1,7 @@
 """Batched decode steps, each batch size captured once in `ts.graph()` and replayed.
 
-A step's inputs — the new token, position and cache length of each sequence — are copied
-into the step's device buffers; everything else is fixed (weights, cache slots, buffers),
+A step's inputs — the new token, position, cache length and cache row of each sequence —
+are copied into the step's device buffer in one copy; everything else is fixed (weights, cache slots, buffers),
 so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
 of split GEMMs and long softmax rows) and the second captures the same calls. Replays then
 cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
@@ -13,20 +13,14 @@ from dataclasses import dataclass
 import torch
 
 import tilesafe as ts
-import tilesafe.kernels as tk
 
-from .model import Activations, Qwen3Model
-
-
-@dataclass(slots=True)
-class StepWorkspace:
-    attention: tk.DecodeWorkspace
+from .model import Activations, DecodeWorkspace, Qwen3Model
 
 
 @dataclass(slots=True)
 class _Step:
     a: Activations
-    ws: StepWorkspace
+    ws: DecodeWorkspace
     graph: object = None      # the ts.Graph once captured
     eager_runs: int = 0
 
@@ -41,9 +35,9 @@ class DecodeSteps:
     def run(self, ids: list[int], positions: list[int]) -> tuple[list[int], list[float]]:
         step = self._step(len(ids))
         a = step.a
-        a.ids.copy_(torch.tensor(ids, dtype=torch.int32))                      # (B,) host -> device
-        a.positions.copy_(torch.tensor(positions, dtype=torch.int32))
-        a.lens.copy_(torch.tensor(positions, dtype=torch.int32) + 1)
+        L = self.model.cache.max_model_len
+        rows = [ids, positions, [p + 1 for p in positions], [i * L + p for i, p in enumerate(positions)]]
+        a.inputs.copy_(torch.tensor(rows, dtype=torch.int32))                 # (4, B) host -> device, one copy
         if step.graph is not None:
             step.graph.replay()
         else:
@@ -58,7 +52,7 @@ class DecodeSteps:
         if step is None:
             cfg = self.model.cfg
             a = Activations.allocate(cfg, batch, batch, self.dtype, self.device)
-            ws = StepWorkspace(tk.decode_workspace(a.qr[0], self.model.cache.k[0][0]))
+            ws = self.model.decode_workspace(a)
             step = self.steps[batch] = _Step(a, ws)
         return step
 

@@ -11,7 +11,7 @@ Per layer (E hidden, H/HKV heads of D, I intermediate):
     x = rms_norm(h + residual)                 residual += h  (one fused kernel)
     qkv = x @ Wqkv.T                           (M, (H + 2 HKV) D), one GEMM
     q, k = rope(rms_norm(q)), rope(rms_norm(k)) per head
-    cache[pos] = k, v;  a = attention(q, cache)
+    cache[slot] = k, v;  a = attention(q, cache)    one write, one attention for all rows
     h = a @ Wo.T;  x = rms_norm(h + residual)
     h = (silu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T   gate/up as one GEMM
 """
@@ -32,9 +32,12 @@ from .sampler import Sampler
 @dataclass(slots=True)
 class Activations:
     """Every intermediate of a forward over M rows (tokens), preallocated."""
+    inputs: torch.Tensor       # (4, M) i32: ids, positions, lens, slots below are its rows (one copy a step)
     ids: torch.Tensor          # (M,) i32 token ids
     positions: torch.Tensor    # (M,) i32 position of each row
     lens: torch.Tensor         # (M,) i32 cache length after this step (decode: positions + 1)
+    slots: torch.Tensor        # (M,) i32 cache row of each row's key and value: slot * max_model_len + position
+    tables: torch.Tensor       # (R, 1) i32 block table of decode row i: its own slot, [i]
     residual: torch.Tensor     # (M, E) the residual stream
     x: torch.Tensor            # (M, E) normed input of a block
     h: torch.Tensor            # (M, E) output of a block
@@ -61,12 +64,19 @@ class Activations:
 
         def buf(*shape, dt=dtype):
             return torch.empty(shape, dtype=dt, device=device)
-        return cls(ids=buf(m, dt=torch.int32), positions=buf(m, dt=torch.int32), lens=buf(m, dt=torch.int32),
+        inputs = buf(4, m, dt=torch.int32)
+        tables = torch.arange(r, dtype=torch.int32).view(r, 1).to(device)     # host -> device copy
+        return cls(inputs=inputs, ids=inputs[0], positions=inputs[1], lens=inputs[2], slots=inputs[3], tables=tables,
                    residual=buf(m, e), x=buf(m, e), h=buf(m, e), qkv=buf(m, (h + 2 * kv) * d), qn=buf(m, h, d),
                    kn=buf(m, kv, d), qr=buf(m, h, d), kr=buf(m, kv, d), attn=buf(m, h, d), gu=buf(m, 2 * i),
                    act=buf(m, i), last=buf(r, dt=torch.int32), h_last=buf(r, e), res_last=buf(r, e),
                    x_last=buf(r, e), logits=buf(r, v), tokens=buf(r, dt=torch.int32),
                    chosen=buf(r, dt=torch.float32))
+
+
+@dataclass(slots=True)
+class DecodeWorkspace:
+    attention: object     # tk.paged_decode_workspace(...): per-split partials of the batch's attention
 
 
 class Qwen3Model:
@@ -79,28 +89,34 @@ class Qwen3Model:
         """Run prompts packed in a.ids — prompt i at rows starts[i] .. starts[i+1]-1, positions
         0.. — into cache slots 0, 1, ...; a.last holds each prompt's last row. Each prompt's
         next token (sampled with its slot's sampler row) lands in a.tokens / a.chosen."""
+        L = self.cache.max_model_len
+        a.slots.copy_(torch.cat([i * L + torch.arange(e - s, dtype=torch.int32)             # host -> device
+                                 for i, (s, e) in enumerate(zip(starts, starts[1:]))]))
+
         def attend(n: int, v: torch.Tensor) -> None:
+            # Every prompt's keys and values in one launch (slot i's rows i * L + position).
+            tk.paged_kv_write(self.cache.k[n], self.cache.v[n], a.kr, v, a.slots, check="device")
             for i in range(len(starts) - 1):
                 s, e = starts[i], starts[i + 1]
-                k_cache, v_cache = self.cache.k[n][i], self.cache.v[n][i]       # (HKV, L, D)
-                start = a.positions[s:s + 1]                                    # (1,) = 0, on the device
-                tk.kv_append(k_cache, a.kr[s:e], start)
-                tk.kv_append(v_cache, v[s:e], start)
                 tk.flash_attention(a.qr[s:e].transpose(0, 1), a.kr[s:e].transpose(0, 1), v[s:e].transpose(0, 1),
                                    causal=True, out=a.attn[s:e].transpose(0, 1))   # (H, T_i, D) views
         self._forward(a, attend, gather_last=True)
 
+    def decode_workspace(self, a: Activations):
+        """The attention scratch of `decode` for a's batch (allocate once, before a capture)."""
+        return DecodeWorkspace(tk.paged_decode_workspace(a.qr, self.cache.k[0], max_len=self.cache.max_model_len))
+
     def decode(self, a: Activations, workspace) -> None:
         """One token per sequence: row i is the sequence in cache slot i, its new token
-        a.ids[i] at a.positions[i]; the cache then holds a.lens[i] = positions[i] + 1 rows."""
+        a.ids[i] at a.positions[i], written at cache row a.slots[i] (= i * max_model_len +
+        positions[i]); the cache then holds a.lens[i] = positions[i] + 1 rows of it. One
+        write and one attention launch per layer serve the whole batch (`workspace` from
+        `decode_workspace(a)`)."""
         def attend(n: int, v: torch.Tensor) -> None:
-            for i in range(a.ids.shape[0]):
-                k_cache, v_cache = self.cache.k[n][i], self.cache.v[n][i]       # (HKV, L, D)
-                at = a.positions[i:i + 1]                                       # (1,) on the device
-                tk.kv_append(k_cache, a.kr[i:i + 1], at)
-                tk.kv_append(v_cache, v[i:i + 1], at)
-                tk.decode_attention(a.qr[i], k_cache, v_cache, a.lens[i:i + 1], out=a.attn[i],
-                                    workspace=workspace.attention)
+            k_cache, v_cache = self.cache.k[n], self.cache.v[n]                  # (S, L, HKV, D)
+            tk.paged_kv_write(k_cache, v_cache, a.kr, v, a.slots, check="device")
+            tk.paged_decode_attention(a.qr, k_cache, v_cache, a.tables, a.lens, out=a.attn,
+                                      workspace=workspace.attention)
         self._forward(a, attend, gather_last=False)
 
     def _forward(self, a: Activations, attend, gather_last: bool) -> None:

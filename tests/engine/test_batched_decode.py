@@ -1,0 +1,61 @@
+"""A batched decode step launches the same kernels whatever its batch: the cache write and the
+attention serve every sequence at once (positions, lengths and cache rows in device tensors),
+and each sequence still gets the tokens it gets alone (float32, against a step of batch 1)."""
+import torch
+
+import tilesafe.kernels.call_plans as call_plans
+import tilesafe.kernels.launch as kernel_launch
+from tilesafe.engine import LLM
+
+
+def launched_kernels(monkeypatch):
+    """The names of the kernels every library call launches from now on (full path or plan)."""
+    seen = []
+    for module in (kernel_launch, call_plans):
+        real = module.start
+
+        def start(kernel, *args, _real=real, **kwargs):
+            seen.append(kernel.name if hasattr(kernel, "name") else kernel.__name__)
+            return _real(kernel, *args, **kwargs)
+        monkeypatch.setattr(module, "start", start)
+    return seen
+
+
+def test_launches_per_step_do_not_grow_with_the_batch(checkpoint, monkeypatch):
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=4, progress=False)
+    layers = llm.config.num_layers
+    seen = launched_kernels(monkeypatch)
+    with torch.inference_mode():
+        llm.decode_steps.run([5], [0])
+        one = list(seen)
+        seen.clear()
+        llm.decode_steps.run([5, 6, 7, 8], [0, 3, 1, 9])
+        four = list(seen)
+    assert one == four                                     # the same launches, not one set per sequence
+    assert sum("write" in k for k in four) == layers       # one cache write (keys and values) per layer
+    assert sum("decode" in k and "combine" not in k for k in four) == layers   # one attention per layer
+
+
+def test_each_row_of_a_batch_gets_its_tokens_alone(checkpoint):
+    """Rows at different positions of their own slots: a batch of 3 against each row alone in
+    a step of batch 1 (same cache contents, float32)."""
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=3, progress=False)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for k, v in zip(llm.model.cache.k, llm.model.cache.v):     # (S, L, HKV, D) distinct slot contents
+            k.copy_(torch.randn_like(k))
+            v.copy_(torch.randn_like(v))
+        saved = [(k.clone(), v.clone()) for k, v in zip(llm.model.cache.k, llm.model.cache.v)]
+        ids, positions = [3, 40, 11], [4, 9, 0]
+        tokens, logprobs = llm.decode_steps.run(ids, positions)
+        for i in range(3):
+            for (k, v), (k0, v0) in zip(zip(llm.model.cache.k, llm.model.cache.v), saved):
+                k.copy_(k0)
+                v.copy_(v0)
+                k[0].copy_(k0[i])                                  # row i's slot as slot 0 of a batch of 1
+                v[0].copy_(v0[i])
+            t, lp = llm.decode_steps.run([ids[i]], [positions[i]])
+            assert t == [tokens[i]]
+            assert abs(lp[0] - logprobs[i]) < 1e-4
