@@ -236,3 +236,23 @@ def test_first_use_tuning_inside_a_call_times_candidates_and_returns_the_right_r
     assert list(json.loads((tmp_path / "library" / "test-gpu.json").read_text())) == \
         ["attention" if call == "flash" else "matmul"]
     first_use.forget()
+
+
+def test_the_model_ranks_the_tuners_measured_candidates_well():
+    """A ratchet on the fit (benchmarks/config_model_fit.py): over the H200 tuner's timed
+    candidates of the training shapes, the model's first pick is within a few percent of the
+    measured best (geomean), and the best of its first four kinds closer still."""
+    import importlib.util
+    import math
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "config_model_fit", Path(__file__).resolve().parents[2] / "benchmarks" / "config_model_fit.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    rows: dict = {}
+    for family, shape, timed in fit.classes():
+        rows.setdefault(family, []).append(fit.picks(shape, timed))
+    geo = {f: [math.exp(sum(math.log(r[i]) for r in rs) / len(rs)) for i in (0, 1)] for f, rs in rows.items()}
+    assert len(rows["matmul"]) >= 25 and len(rows["linear"]) >= 15
+    assert geo["matmul"][0] >= 0.96 and geo["matmul"][1] >= 0.97, geo
+    assert geo["linear"][0] >= 0.90 and geo["linear"][1] >= 0.94, geo

@@ -17,8 +17,9 @@ rate, reached only when enough blocks keep enough loads in flight on every SM (L
 law: ~1 us of HBM latency at each SM's share of the bandwidth), and split over K when the
 output columns alone give too few blocks.
 
-The numbers (tile efficiencies, fill times, in-flight bytes) are rough; the model ranks
-candidates, and the first-use autotune (`first_use.py`) or the tuned table correct it.
+The numbers (tile efficiencies, fill times, in-flight bytes) are fitted to the H200 tuner's
+timed candidates of the training shapes (below); the model ranks candidates, and the
+first-use autotune (`first_use.py`) or the tuned table correct it.
 """
 from __future__ import annotations
 
@@ -31,12 +32,28 @@ from .machine_model import Gpu, Gemm, element_bytes
 TILES = ((128, 256, 64, 8), (256, 128, 64, 8), (128, 128, 64, 4), (128, 128, 64, 8), (128, 64, 64, 4),
          (64, 128, 64, 4), (64, 64, 64, 4), (64, 128, 128, 4), (128, 64, 128, 4), (64, 64, 128, 4))
 SPLITS = (2, 3, 4, 6, 8)
-FILL_US = 0.6                  # a tile's pipeline fill and drain (one tile per block)
-PERSISTENT_FILL_US = 0.35      # ... when a block keeps going with its next tile
-OVERLAP = 1.15                 # two blocks on one SM hide some of each other's latency
-INFLIGHT_PER_SM = 29_000       # bytes in flight that keep one SM's share of HBM busy (~1 us)
-SM_STREAM_BYTES_PER_S = 110e9  # what one SM alone can pull from HBM
+# Fitted to the H200 tuner's measured candidates (the training set: benchmarks/results/h200/
+# tune-candidates*.json, 30 GEMM classes of m > 16, ~2000 timed configs) by ranking each
+# class's candidates: the measured best over the time of the model's first pick went from
+# 0.908 to 0.969 (geomean), over the best of its first four kinds from 0.933 to 0.976.
+FILL_US = 2.3                  # a tile's pipeline fill and drain (one tile per block)
+PERSISTENT_FILL_US = 0.0       # ... when a block keeps going with its next tile: overlapped
+OVERLAP = 1.0                  # two blocks on one SM share its tensor cores: no faster together
+MMA_SCALE, MMA_EXPONENT = 1.05, 0.34  # tile efficiency: MMA_SCALE * (its product per byte, relative) ** MMA_EXPONENT
+EPILOGUE_BYTES_PER_S = 88e9    # one SM writing its output tile
+LOAD_LATENCY_US = 1.3          # a K step's loads from HBM / L2, which the pipeline's other stages cover
+SPLIT_LAUNCH_US = 6.0          # the second kernel of a split-K or tail split, and its wait
+REREAD = 1.15                  # HBM bytes of the operands, over their size, when they overflow L2 ungrouped
+INFLIGHT_PER_SM = 31_000       # bytes in flight that keep one SM's share of HBM busy (~1 us)
+SM_STREAM_BYTES_PER_S = 210e9  # what one SM alone can pull from HBM
+# The weight-streaming constants are fitted likewise (18 classes of m = 1 and 16): the
+# measured best over the model's first pick went from 0.890 to 0.914, its worst from 0.71
+# to 0.83 (`benchmarks/config_model_fit.py` prints these scores).
 STREAM_EFFICIENCY = 0.92       # of the HBM rate, a long read reaches
+STREAM_REGS = 70               # registers per thread of a GEMV block beside its (BK, BN) partial products
+STREAM_SPLIT_US = 0.3          # the sum kernel of a split GEMV, and its wait
+STREAM_ROUND_US = 0.5          # a round of GEMV blocks' start and drain
+STREAM_ITER_US = 0.1           # one K tile of a GEMV block: its loop step, beside the bytes
 SMEM_RESERVE = 16 * 1024       # shared memory Triton may take beside the pipeline (barriers, a layout change)
 
 
@@ -93,34 +110,38 @@ def matmul_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
     tail = _tail(c, s, (bm, bn), kt, gpu) if splits == 1 else None
     if tail is not None:                                 # whole waves, then the rest split over K
         whole, rest, tail_splits = tail
-        compute = _rounds_us(whole, kt, (bm, bn, bk), occ, persistent, es, gpu)
-        compute += _rounds_us(rest * tail_splits, cdiv(kt, tail_splits), (bm, bn, bk), occ, False, es, gpu)
+        compute = _rounds_us(whole, kt, (bm, bn, bk), occ, persistent, es, gpu, c["num_stages"])
+        compute += _rounds_us(rest * tail_splits, cdiv(kt, tail_splits), (bm, bn, bk), occ, False, es, gpu,
+                              c["num_stages"])
         partial_bytes, launches = 2 * rest * tail_splits * bm * bn * 4, 3
     else:
         per = cdiv(kt, splits)
-        compute = _rounds_us(tiles * cdiv(kt, per), per, (bm, bn, bk), occ, persistent, es, gpu)
+        compute = _rounds_us(tiles * cdiv(kt, per), per, (bm, bn, bk), occ, persistent, es, gpu, c["num_stages"])
         partial_bytes = 2 * splits * s.m * s.n * 4 if splits > 1 else 0
         launches = 2 if splits > 1 else 1
     operands = (s.m * s.k + s.k * s.n) * es
-    reread = 1.0 if operands <= gpu.l2_bytes // 2 or persistent else 1.3
+    reread = 1.0 if operands <= gpu.l2_bytes // 2 or persistent else REREAD
     hbm = (operands * reread + s.m * s.n * es + partial_bytes) / gpu.hbm_bytes_per_s * 1e6
     l2 = tiles * (bm + bn) * kt * bk * es / gpu.l2_bytes_per_s * 1e6
     limits = {"compute": compute, "bandwidth": hbm, "l2": l2}
     limit = max(limits, key=limits.get)
     if limit == "compute":
         limit = _compute_limit(tiles * splits, occ, persistent, (bm, bn, bk, c["num_stages"]), es, gpu)
-    return limits[max(limits, key=limits.get)] + launches * gpu.launch_us, limit
+    return limits[max(limits, key=limits.get)] + gpu.launch_us + (launches - 1) * SPLIT_LAUNCH_US, limit
 
 
-def _rounds_us(blocks: int, k_steps: int, tiles, occ: int, persistent: bool, es: int, gpu: Gpu) -> float:
+def _rounds_us(blocks: int, k_steps: int, tiles, occ: int, persistent: bool, es: int, gpu: Gpu,
+               stages: int) -> float:
     """Time of `blocks` output tiles of `k_steps` K tiles each, `occ` blocks per SM (one
-    per SM when persistent: the grid is the SM count)."""
+    per SM when persistent: the grid is the SM count). A K step waits for its loads unless
+    the pipeline holds enough steps in flight to cover their latency (`LOAD_LATENCY_US`)."""
     if blocks == 0:
         return 0.0
     bm, bn, bk = tiles
-    tile = 2.0 * bm * bn * bk * k_steps / (gpu.flops_per_sm * mma_efficiency(bm, bn)) * 1e6
-    tile += (PERSISTENT_FILL_US if persistent else FILL_US) + bm * bn * es / SM_STREAM_BYTES_PER_S * 1e6
     occ = 1 if persistent else occ
+    step = 2.0 * bm * bn * bk / (gpu.flops_per_sm * mma_efficiency(bm, bn)) * 1e6
+    tile = k_steps * max(step, LOAD_LATENCY_US / max(1, stages * occ - 1))
+    tile += (PERSISTENT_FILL_US if persistent else FILL_US) + bm * bn * es / EPILOGUE_BYTES_PER_S * 1e6
     per_round = tile * occ / (OVERLAP if occ > 1 else 1.0)
     return cdiv(blocks, gpu.sms * occ) * per_round
 
@@ -141,7 +162,7 @@ def mma_efficiency(bm: int, bn: int) -> float:
     cuBLAS reaches over a whole product, so a full wave of the best tile is a little above
     1): the product per byte read from shared memory, bm * bn / (bm + bn), against the
     128 x 256 tile's."""
-    return 1.05 * min(1.0, (bm * bn / (bm + bn)) / (128 * 256 / 384)) ** 0.5
+    return MMA_SCALE * min(1.0, (bm * bn / (bm + bn)) / (128 * 256 / 384)) ** MMA_EXPONENT
 
 
 def blocks_per_sm(bm: int, bn: int, bk: int, stages: int, warps: int, es: int, gpu: Gpu) -> int:
@@ -252,7 +273,7 @@ def linear_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
     bn, bk, splits = linear_tiles(c, s)
     blocks = cdiv(s.n, bn) * splits
     rows = 1 if s.m == 1 else 16
-    regs = (bk * bn // (c["num_warps"] * 32) + 48) if s.m == 1 else (rows * bn // (c["num_warps"] * 32) + 64)
+    regs = (bk * bn // (c["num_warps"] * 32) + STREAM_REGS) if s.m == 1 else (rows * bn // (c["num_warps"] * 32) + 64)
     occ = max(1, min(gpu.regs_per_sm // (regs * c["num_warps"] * 32),
                      gpu.smem_per_sm // max(1, c["num_stages"] * (rows + bn) * bk * es), 16))
     active = min(blocks, gpu.sms * occ)
@@ -264,7 +285,8 @@ def linear_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
     weight = s.n * s.k * es
     partials = 2 * splits * s.m * s.n * 4 if splits > 1 else 0
     us = (weight + s.m * (s.k + s.n) * es + partials) / (rate * quant) * 1e6
-    us += gpu.launch_us * (2 if splits > 1 else 1)
+    us += gpu.launch_us + (STREAM_SPLIT_US if splits > 1 else 0.0) + rounds * STREAM_ROUND_US
+    us += rounds * cdiv(cdiv(s.k, bk), splits) * STREAM_ITER_US      # each block's chain of K tiles
     limit = "bandwidth" if rate >= 0.8 * gpu.hbm_bytes_per_s * STREAM_EFFICIENCY and quant > 0.85 else \
         ("wave quantisation" if quant <= 0.85 else "occupancy")
     return us, limit
