@@ -115,3 +115,22 @@ def test_a_view_at_another_alignment_runs_its_own_specialization():
         for _ in range(3):
             x = base[1:2049].view(2, 1024)                        # 2 bytes further: not 16-byte aligned
             torch.testing.assert_close(tk.rms_norm(x, w).float(), _rms(x, w).float(), rtol=3e-2, atol=3e-2)
+
+
+@ts.kernel
+def _scale_add(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], y: ts.Ref[ts.f32, ("N",)], s: float,
+               B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * s + ts.load_tile_like(y, z))
+
+
+def test_a_user_kernel_with_new_tensors_every_launch_computes_each_result():
+    """From the third launch of a layout with the same scalars the launch cache starts the
+    kernel through its LayoutLauncher: each launch still writes its own memory."""
+    with ts.backend("triton"):
+        for i in range(8):
+            x, y = _r(4096, seed=i, dtype=torch.float32), _r(4096, seed=i + 50, dtype=torch.float32)
+            z = torch.full((4096,), float("nan"), device="cuda")
+            p = ts.from_torch(z).partition((1024,))
+            _scale_add(p, ts.from_torch(x), ts.from_torch(y), 0.5)
+            p.unpartition()
+            torch.testing.assert_close(z, x * 0.5 + y)

@@ -46,3 +46,41 @@ def test_each_launch_starts_on_the_current_stream_marks_and_registers(monkeypatc
         p.unpartition()
     for done in made:                                             # the stand-in work is over
         done._finish()
+
+
+@ts.kernel
+def scale(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], k: int, B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * k)
+
+
+def test_a_layout_gets_a_launcher_per_set_of_scalars_on_their_third_launch(monkeypatch):
+    """Launches of a seen layout with new memory go through a LayoutLauncher from the third with
+    the same runtime scalars (Triton specializes on an int's value: one launcher per set of
+    values); a scalar that changes every launch never makes one."""
+    from tilesafe.runtime import launch_cache
+    from tilesafe.runtime.execute import execute
+    made, used = [], []
+
+    def prepare(compiled, bound):
+        made.append(dict(bound.scalars))
+
+        def launcher(b):
+            used.append(dict(b.scalars))
+            return execute(compiled, b)
+        return launcher
+    monkeypatch.setattr(launch_cache, "prepare_layout", prepare)
+    x = torch.arange(8, dtype=torch.float32)
+
+    def launch(k):
+        z = torch.zeros(8)
+        with ts.backend("reference"):
+            p = ts.from_torch(z).partition((4,))
+            scale(p, ts.from_torch(x), k).sync()
+            p.unpartition()
+        torch.testing.assert_close(z, x * k)
+    for k in (5, 6, 7, 8):                                        # a new value every launch
+        launch(k)
+    assert made == [] and used == []
+    for _ in range(5):                                            # one value: seen once, prepared, then launchers
+        launch(3)
+    assert made == [{"N": 8, "k": 3}] and used == [{"N": 8, "k": 3}] * 3

@@ -42,6 +42,7 @@ from .tensor import Tensor
 
 MISS = object()          # "take the full path"
 _LIMIT = 256             # layouts remembered per kernel; a kernel launched with more starts over
+_LAUNCHERS = 16          # sets of runtime scalars a layout keeps GPU launchers for
 
 # Roles of an argument slot (what the fast path does with the value of that position).
 _PART, _TENSOR, _TORCH, _GIVEN, _KEYED = range(5)
@@ -181,7 +182,8 @@ def _key_part(keyed, v):
 class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
-                 "given", "outputs", "spans", "apart", "reads", "recheck_pre", "scalar_checks", "roles", "names")
+                 "given", "outputs", "spans", "apart", "reads", "recheck_pre", "scalar_checks", "roles", "names",
+                 "launchers")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -205,6 +207,7 @@ class LayoutPlan:
         # their distance: the full path found their bytes disjoint, and so are the bytes of
         # any later pair of this layout at the same distance (the same byte sets, moved).
         self.apart = _apart(bound, self.outputs, self.spans)
+        self.launchers: dict = {}   # runtime scalars -> True (seen once), a LayoutLauncher, or False (none)
         spec = kernel.specializer.spec(bound)
         self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in spec.reads)
         self.given = tuple(n for n, r in zip(form.names, form.roles) if r == _GIVEN)
@@ -221,9 +224,27 @@ class LayoutPlan:
         if checked is MISS:
             return MISS
         bound, compiled = checked
-        future = execute(compiled, bound)
+        return self.run(bound, compiled, _scalars(form, values)), bound, compiled
+
+    def run(self, bound, compiled, scalars: tuple):
+        """Start a checked launch. One whose runtime scalars (`scalars`) this layout already
+        ran twice on its own code starts through a LayoutLauncher on a GPU (Triton's compiled
+        kernel, directly: Triton specializes on an int's value, so a launcher serves one set
+        of values); a scalar that changes every launch (a decode position) never gets one."""
         self.kernel.last_launch = Launched(bound, compiled)
-        return future, bound, compiled
+        if compiled is not self.compiled:
+            return execute(compiled, bound)
+        launchers = self.launchers
+        got = launchers.get(scalars)
+        if got is None:
+            if len(launchers) >= _LAUNCHERS:
+                launchers.clear()
+            launchers[scalars] = True          # seen once
+        elif got is True:
+            launchers[scalars] = prepare_layout(compiled, bound) or False
+        elif got is not False:
+            return got(bound)
+        return execute(compiled, bound)
 
     def checked(self, form, values, scalars_seen: bool = False):
         """(bound, compiled code) of a launch with these argument values after the per-call
@@ -302,11 +323,10 @@ class Entry:
     """A layout plan and the call form it was found for, kept by a caller whose later
     launches have the same facts but for addresses: each launch checks the one address fact
     in the key (16-byte alignment), then the layout plan's per-call checks."""
-    __slots__ = ("form", "plan", "aligns", "launcher", "scalars")
+    __slots__ = ("form", "plan", "aligns", "scalars")
 
     def __init__(self, form, plan, aligns, values):
         self.form, self.plan, self.aligns = form, plan, aligns
-        self.launcher = None      # prepared_launch.LayoutLauncher on a GPU (False: none), made on first use
         # The runtime scalars of the launch the entry was found for, when the plan's own code
         # ran it (then their preconditions and bounds conditions held), else None.
         self.scalars = _scalars(form, values) if _own_code(plan, form, values) else None
@@ -316,21 +336,11 @@ class Entry:
         values = tuple(kwargs.values())
         if _aligns(values) != self.aligns:
             return MISS
-        plan = self.plan
-        seen = self.scalars is not None and _scalars(self.form, values) == self.scalars
-        checked = plan.checked(self.form, values, seen)
+        scalars = _scalars(self.form, values)
+        checked = self.plan.checked(self.form, values, scalars == self.scalars)
         if checked is MISS:
             return MISS
-        bound, compiled = checked
-        plan.kernel.last_launch = Launched(bound, compiled)
-        if compiled is not plan.compiled:        # a scalar outside the proven range: its own code
-            return execute(compiled, bound)
-        if self.launcher is None:
-            self.launcher = prepare_layout(compiled, bound) or False
-            return execute(compiled, bound)
-        if self.launcher is False:
-            return execute(compiled, bound)
-        return self.launcher(bound)
+        return self.plan.run(*checked, scalars)
 
 
 def _scalars(form, values) -> tuple:
