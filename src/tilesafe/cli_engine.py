@@ -45,6 +45,8 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")
     s.add_argument("--seed", type=int, help="sampling seed (reproducible output)")
     s.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
+    s.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop before this text (repeat for several)")
     s.add_argument("--no-thinking", action="store_true", help="chat template: enable_thinking=False (Qwen3)")
     m = p.add_argument_group("model")
     m.add_argument("--random-weights", choices=SIZES, metavar="SIZE",
@@ -100,7 +102,7 @@ def _load(model: str | None, args):
 def _params(args):
     from .engine import SamplingParams
     return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                          max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
+                          max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos, stop=args.stop)
 
 
 def _generate(llm, prompt: str, args) -> None:

@@ -87,6 +87,18 @@ def test_generate_streams_transformers_greedy_text_then_the_speed(capsys, model_
     assert err.splitlines()[-1].startswith("[6 tokens in ") and "tokens/s]" in err
 
 
+def test_generate_stops_before_a_stop_string(capsys, model_dir, oracle):
+    tok, reply = oracle
+    expected = reply(tok.encode("abc"))
+    # The first character not seen before it (and not a replacement character) stops the text there.
+    at = next(i for i in range(1, len(expected)) if expected[i] not in expected[:i] + "\ufffd")
+    stop = expected[at]
+    code, out, err = run_cli(capsys, "generate", str(model_dir), "abc", *FLAGS, "--stop", stop,
+                             "--stop", "never seen")
+    assert code == 0, err
+    assert out == expected[:at] + "\n"
+
+
 def test_generate_with_the_chat_template(capsys, model_dir, oracle):
     tok, reply = oracle
     code, out, _ = run_cli(capsys, "generate", str(model_dir), "Hi", "--chat", "--no-thinking", *FLAGS)
