@@ -66,6 +66,25 @@ class TorchQwen3Step:
         with torch.cuda.graph(self.graph), torch.inference_mode():
             self._step()
 
+    def greedy(self, prompt: list[int], n: int) -> list[int]:
+        """Greedy tokens after `prompt`, one replayed step per token (the prompt's too): the
+        correctness check of `benchmarks/engine.py` compares them with the engine's."""
+        on_gpu = self.pos.is_cuda                     # on the CPU (a check of this file) each step runs eagerly
+        if on_gpu and self.graph is None:
+            self.capture()
+        out = []
+        for p, t in enumerate(prompt + [0] * (n - 1)):
+            self.ids.fill_(t if p < len(prompt) else out[-1])
+            self.pos.fill_(p)
+            if on_gpu:
+                self.graph.replay()
+            else:
+                with torch.inference_mode():
+                    self._step()
+            if p >= len(prompt) - 1:
+                out.append(int(self.token.item()))
+        return out
+
     def step_seconds(self, context: int, reps: int = 50) -> float:
         """One replayed step at position `context - 1` (attention masks the rows after it;
         SDPA still reads the whole static cache, as a fixed-shape graph must)."""
