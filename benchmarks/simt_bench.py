@@ -159,10 +159,14 @@ def workloads(quick: bool):
             hist.zero_()
             histogram.launch(hist, x, blocks)
 
+        def safe_shared():
+            hist.zero_()
+            histogram.launch256(hist, x)
+
         def raw():
             hist.zero_()
             RAW["histogram"][blocks, 256](dh, dx)
-        return dict(bytes=4 * n, out=hist, want=lambda: want, safe=safe, raw=raw,
+        return dict(bytes=4 * n, out=hist, want=lambda: want, safe=safe, safe_shared_bins=safe_shared, raw=raw,
                     torch=lambda: torch.bincount(x, minlength=256))
 
     def w_block_sum():
@@ -231,7 +235,7 @@ def run_workload(name, setup) -> dict:
     w = setup()
     rec = {"name": name, "bytes": w.get("bytes"), "flops": w.get("flops"), "impls": {}}
     tol = w.get("tol", 1e-5)
-    for impl in ("safe", "safe_chunk4", "raw"):          # correctness first, every implementation
+    for impl in ("safe", "safe_chunk4", "safe_shared_bins", "raw"):     # correctness first, every implementation
         if impl not in w:
             continue
         w["out"].fill_(float("nan")) if w["out"].dtype.is_floating_point else w["out"].zero_()
@@ -243,7 +247,7 @@ def run_workload(name, setup) -> dict:
         else:
             ok = torch.allclose(w["out"].float(), want.float(), rtol=tol, atol=tol)
         rec.setdefault("correct", {})[impl] = bool(ok)
-    for impl in ("safe", "safe_chunk4", "raw", "torch", "copy"):
+    for impl in ("safe", "safe_chunk4", "safe_shared_bins", "raw", "torch", "copy"):
         if impl in w:
             ms = gpu_ms(w[impl])
             entry = {"ms": ms}

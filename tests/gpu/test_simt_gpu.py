@@ -33,6 +33,13 @@ def test_histogram_matches_bincount():
     assert torch.equal(hist, torch.bincount(x, minlength=256).int())
 
 
+def test_histogram_through_shared_memory_bins():
+    x = torch.randint(0, 256, (1 << 22,), device="cuda", dtype=torch.int32)
+    hist = torch.zeros(256, dtype=torch.int32, device="cuda")
+    histogram.launch256(hist, x).sync()
+    assert torch.equal(hist, torch.bincount(x, minlength=256).int())
+
+
 def test_a_failed_device_check_is_reported_at_sync_and_then_cleared():
     hist = torch.zeros(4, dtype=torch.int32, device="cuda")
     bad = torch.tensor([0, 1, 9, 2], dtype=torch.int32, device="cuda")

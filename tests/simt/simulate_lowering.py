@@ -106,6 +106,11 @@ def main():
     compiled(histogram.histogram, {})[(1,), (256,)](hist, v, 7, 500, err)
     check("histogram", hist, np.bincount(v, minlength=7))
 
+    w = rng.integers(0, 256, 700).astype(np.int32)
+    bins = np.zeros(256, np.int32)
+    compiled(histogram.histogram256, {})[(1,), (256,)](bins, w, 700, err)
+    check("histogram256", bins, np.bincount(w, minlength=256))
+
     if "--all" in sys.argv:     # 1024 threads a block: slow under the simulator, so not in CI
         a = rng.standard_normal((20, 33), dtype=np.float32)
         t = np.full((33, 20), np.nan, np.float32)

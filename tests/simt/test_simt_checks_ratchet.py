@@ -7,6 +7,7 @@ RATCHET = {
     vector_add.vector_add: (2, []),
     vector_add.vector_add_chunked: (2, []),
     histogram.histogram: (0, ["x"]),
+    histogram.histogram256: (1, ["x"]),
     block_sum.block_sum: (0, []),
     softmax_rows.softmax_rows: (1, []),
     transpose.transpose: (1, []),

@@ -77,3 +77,10 @@ def test_the_readme_simt_block_runs_and_prints_true(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(root / "src"))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+
+
+def test_histogram_through_shared_memory_bins():
+    x = torch.randint(0, 256, (3000,), dtype=torch.int32, generator=torch.Generator().manual_seed(8))
+    hist = torch.zeros(256, dtype=torch.int32)
+    histogram.launch256(hist, x, blocks=2).sync()
+    assert torch.equal(hist, torch.bincount(x, minlength=256).int())

@@ -24,7 +24,8 @@ def test_the_examples_run_under_the_numba_simulator():
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("simulate_lowering.py"))], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.split() == ["ok", "vector_add", "ok", "histogram", "ok", "sgemm", "ok", "constant_table",
+    assert done.stdout.split() == ["ok", "vector_add", "ok", "histogram", "ok", "histogram256", "ok", "sgemm",
+                                   "ok", "constant_table",
                                    "ok", "block_sum", "ok", "softmax_rows", "ok", "histogram_flag"], done.stdout
 
 

@@ -54,6 +54,7 @@ def test_the_examples_type_and_lower(lower):
     lower(vector_add.vector_add, z(8), z(8), z(8))
     lower(vector_add.vector_add_chunked, z(8), z(8), z(8), K=4)
     lower(histogram.histogram, z(4, dtype=i32), z(8, dtype=i32), grid=(1,))
+    lower(histogram.histogram256, z(256, dtype=i32), z(8, dtype=i32), grid=(1,))
     lower(block_sum.block_sum, z(2), z(600), K=256)
     lower(softmax_rows.softmax_rows, z(3, 5), z(3, 5))
     lower(transpose.transpose, z(5, 3), z(3, 5))

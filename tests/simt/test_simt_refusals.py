@@ -193,15 +193,47 @@ def test_a_mapping_whose_rank_does_not_fit_the_block():
     assert_diagnostic(ei.value, HERE, "E:rank", "simt.per_thread() over rank-2 `out` needs a rank-2 block")
 
 
-def test_shared_memory_used_as_a_global_tensor():
+def test_shared_memory_walked_like_a_global_output():
     with pytest.raises(ts.KernelError) as ei:
         @simt.kernel(contract=BLOCK)
         def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
             s = simt.shared((64,), ts.f32)
-            s.add(0, 1.0)  # E:shared-as-global
+            for p in s.permits(simt.grid_stride()):  # E:shared-as-global
+                s[p] = 1.0
             for p in out.permits(simt.per_thread()):
                 out[p] = 1.0
-    assert_diagnostic(ei.value, HERE, "E:shared-as-global", "shared array `s` is not a global tensor")
+    assert_diagnostic(ei.value, HERE, "E:shared-as-global",
+                      "shared array `s` takes per_thread, run, chunk or per_warp permits (within the block)")
+
+
+def test_shared_atomics_in_the_phase_of_the_initial_writes():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            s = simt.shared((64,), ts.f32)
+            for p in s.permits(simt.per_thread()):
+                s[p] = 0.0
+            s.add(simt.lane(), 1.0)  # E:atomic-early
+            simt.barrier()
+            for p in out.permits(simt.per_thread()):
+                out[p] = s[simt.thread_id()]
+    assert_diagnostic(ei.value, HERE, "E:atomic-early", "atomic update of shared array `s` in the phase it is written")
+
+
+def test_reading_shared_memory_in_the_phase_of_its_atomics():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=BLOCK)
+        def k(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+            s = simt.shared((64,), ts.f32)
+            for p in s.permits(simt.per_thread()):
+                s[p] = 0.0
+            simt.barrier()
+            s.add(simt.lane(), 1.0)
+            v = s[simt.thread_id()]  # E:read-in-atomic-phase
+            for p in out.permits(simt.per_thread()):
+                out[p] = v
+    assert_diagnostic(ei.value, HERE, "E:read-in-atomic-phase",
+                      "read of shared array `s` before a barrier: it is updated")
 
 
 def test_shared_memory_used_as_a_value():

@@ -118,10 +118,7 @@ class _Checker:
                                help="accumulate in a simt.Atomic[dtype, shape] parameter")
             if isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
                     and v.func.value.id in self.info.shared and v.func.attr in _ATOMIC_OPS:
-                raise self.err(v, f"shared array `{v.func.value.id}` is not a global tensor: atomic "
-                                  f"{v.func.attr} needs a simt.Atomic parameter",
-                               help="shared memory is written through its permits between barriers; accumulate "
-                                    "global results in a simt.Atomic[dtype, shape] parameter")
+                return self.shared_atomic(v)
         self.expr(v)
 
     def barrier(self, call):
@@ -152,6 +149,19 @@ class _Checker:
             raise self.err(call, f"{name}.{call.func.attr}(index, value) takes two arguments")
         if len(p.shape) != 1:
             raise self.err(call, f"atomics on `{name}` need a rank-1 target (it has rank {len(p.shape)})")
+        self.index_expr(call.args[0])
+        self.expr(call.args[1])
+        self.info.atomics.append(call)
+
+    def shared_atomic(self, call):
+        """`s.add(i, v)` on a rank-1 shared array: atomics commute, so any thread may update any
+        element; shared_phases.py keeps them in a phase of their own, between barriers."""
+        name = call.func.value.id
+        if len(call.args) != 2 or call.keywords:
+            raise self.err(call, f"{name}.{call.func.attr}(index, value) takes two arguments")
+        if len(self.info.shared[name].shape) != 1:
+            raise self.err(call, f"atomics on shared array `{name}` need rank 1 (it has rank "
+                                 f"{len(self.info.shared[name].shape)})")
         self.index_expr(call.args[0])
         self.expr(call.args[1])
         self.info.atomics.append(call)

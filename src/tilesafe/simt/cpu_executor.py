@@ -181,6 +181,14 @@ class Thread:
         if not inside:
             raise SanitizerError(f"out-of-bounds atomic {op} on `{h.name}` at {coords} (shape {h.array.shape})",
                                  loc, help="guard the index before the atomic")
+        if h.kind == "shared":
+            if not h.written[coords]:
+                raise SanitizerError(f"atomic {op} on shared memory nobody wrote: `{h.name}` at {coords}", loc,
+                                     help="initialise the shared array through its permits, then simt.barrier()")
+            if h.phase[coords] == self.block.phase and h.writer[coords] != self.global_flat:
+                raise SanitizerError(f"race: `{h.name}` at {coords} is updated in the phase thread "
+                                     f"{h.writer[coords]} writes it", loc,
+                                     help="put simt.barrier() between the write and the atomic update")
         old = h.array[coords]
         h.array[coords] = old + value if op == "add" else max(old, value) if op == "max" else min(old, value)
 

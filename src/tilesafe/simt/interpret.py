@@ -65,7 +65,8 @@ class _Rewrite(ast.NodeTransformer):
             return ast.copy_location(ast.Expr(ast.Yield(ast.Tuple([ast.Constant("barrier"), self.loc(v)],
                                                                    ast.Load()))), node)
         if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
-                and v.func.value.id in self.params and v.func.attr in ("add", "max", "min"):
+                and (v.func.value.id in self.params or v.func.value.id in self.info.shared) \
+                and v.func.attr in ("add", "max", "min"):
             args = [self.visit(a) for a in v.args]
             call = _call("__t", "atomic", [v.func.value, ast.Constant(v.func.attr), *args, self.loc(v)])
             return ast.copy_location(ast.Expr(call), node)

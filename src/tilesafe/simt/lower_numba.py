@@ -254,8 +254,8 @@ class _Lower(ast.NodeTransformer):
             if op == "barrier":
                 return ast.copy_location(ast.Expr(_call(_attr("cuda", "syncthreads"))), node)
             f = v.func
-            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in self.params \
-                    and f.attr in ("add", "max", "min"):
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr in ("add", "max", "min") \
+                    and (f.value.id in self.params or f.value.id in self.info.shared):
                 args = [self.visit(a) for a in v.args]
                 return ast.copy_location(ast.Expr(_call(_name(f"__atomic_{f.attr}"), f.value, *args,
                                                         _name("__err"), self.line(v))), node)

@@ -4,7 +4,9 @@ Within a phase each thread writes only its own permits of a shared array; after 
 every thread may read it. Refused, at the offending access:
 - a read of a shared array written earlier in the same phase (not yet separated by a barrier);
 - a write after reads of the same array in the same phase (another thread may still read);
-- two walks writing one array in the same phase (their permits may overlap across threads).
+- two walks writing one array in the same phase (their permits may overlap across threads);
+- atomic updates (`s.add(i, v)`) in a phase that also writes or reads the array: atomics
+  commute with each other, so they get a phase of their own.
 A loop is followed twice, so a write at the bottom of an iteration meets the reads at the top
 of the next; both branches of an `if` start from the same state and are merged.
 """
@@ -33,6 +35,12 @@ class _Phases:
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) \
                 and resolve_op(s.value.func, self.scope) == "barrier":
             return {}
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute) \
+                and isinstance(s.value.func.value, ast.Name) and s.value.func.value.id in self.shared:
+            for a in s.value.args:
+                self.reads(a, state)
+            self.atomic(s.value, s.value.func.value.id, state)
+            return state
         if isinstance(s, ast.If):
             self.reads(s.test, state)
             return _merge(self.block(s.body, _copy(state)), self.block(s.orelse, _copy(state)))
@@ -56,7 +64,11 @@ class _Phases:
 
     def write(self, target, state):
         name = target.value.id
-        entry = state.setdefault(name, {"w": None, "r": None})
+        entry = state.setdefault(name, _entry())
+        if entry["a"] is not None:
+            raise self.src.error(target, f"write to shared array `{name}` in the phase it is updated atomically "
+                                         f"(line {self.src.loc(entry['a']).line}): the update may come first",
+                                 help="put simt.barrier() between the writes and the atomic updates")
         if entry["r"] is not None:
             raise self.src.error(target, f"write to shared array `{name}` after reads of it in the same phase "
                                          f"(line {self.src.loc(entry['r']).line}): another thread may still read it",
@@ -68,6 +80,16 @@ class _Phases:
                                  help="put simt.barrier() between the two walks")
         entry["w"] = walk
 
+    def atomic(self, call, name, state):
+        entry = state.setdefault(name, _entry())
+        if entry["w"] is not None or entry["r"] is not None:
+            what, node = ("written", entry["w"]) if entry["w"] is not None else ("read", entry["r"])
+            where = f" (line {self.src.loc(node).line})" if isinstance(node, ast.AST) else ""
+            raise self.src.error(call, f"atomic update of shared array `{name}` in the phase it is {what}{where}: "
+                                       "other threads may not be done with it",
+                                 help="put simt.barrier() before the atomic updates")
+        entry["a"] = entry["a"] or call
+
     def walk_of(self, target):
         return target.slice.id   # the permit's name stands for its walk
 
@@ -75,7 +97,11 @@ class _Phases:
         for sub in ast.walk(node):
             name = _read_name(sub)
             if name in self.shared:
-                entry = state.setdefault(name, {"w": None, "r": None})
+                entry = state.setdefault(name, _entry())
+                if entry["a"] is not None:
+                    raise self.src.error(sub, f"read of shared array `{name}` before a barrier: it is updated "
+                                              "atomically in this phase",
+                                         help="call simt.barrier() after the atomic updates and before this read")
                 if entry["w"] is not None:
                     raise self.src.error(sub, f"read of shared array `{name}` before a barrier: it was written in "
                                               "this phase, and other threads may not have written their part yet",
@@ -93,6 +119,10 @@ def _read_name(node):
     return None
 
 
+def _entry():
+    return {"w": None, "r": None, "a": None}
+
+
 def _copy(state):
     return {name: dict(entry) for name, entry in state.items()}
 
@@ -100,6 +130,6 @@ def _copy(state):
 def _merge(a, b):
     out = {}
     for name in set(a) | set(b):
-        x, y = a.get(name, {"w": None, "r": None}), b.get(name, {"w": None, "r": None})
-        out[name] = {"w": x["w"] or y["w"], "r": x["r"] or y["r"]}
+        x, y = a.get(name, _entry()), b.get(name, _entry())
+        out[name] = {k: x[k] or y[k] for k in ("w", "r", "a")}
     return out
