@@ -23,11 +23,15 @@ INTERRUPTED = 130
 
 def add_parsers(sub) -> None:
     gen = sub.add_parser("generate", help="generate text with a Qwen3 checkpoint (streamed)",
+                         usage="tilesafe generate [options] MODEL PROMPT\n"
+                               "       tilesafe generate [options] --random-weights SIZE [MODEL] PROMPT",
                          description="Stream the completion of PROMPT, then print tokens/s on stderr.")
     gen.add_argument("args", nargs="+", metavar="[MODEL] PROMPT",
                      help="a checkpoint folder or hub id, then the prompt (MODEL optional with --random-weights)")
     gen.add_argument("--chat", action="store_true", help="wrap PROMPT in the chat template as a user turn")
     chat = sub.add_parser("chat", help="chat with a Qwen3 checkpoint",
+                          usage="tilesafe chat [options] MODEL\n"
+                                "       tilesafe chat [options] --random-weights SIZE [MODEL]",
                           description="A conversation through the model's chat template: type a message, read "
                                       "the reply. /reset forgets the conversation, /exit (or Ctrl-D) ends it.")
     chat.add_argument("args", nargs="*", metavar="MODEL", help="a checkpoint folder or hub id "
