@@ -56,6 +56,34 @@ def _tile(x, i, t, BV, V):
 
 
 @ts.function
+def _lanes(x, i, nt, BV, V, inv_t, WITH_T):
+    """Pass 1, lane-wise (lane j sees x[j], x[j + BV], ...): each lane's maximum, the first
+    index of it, sum exp(x - max) and (WITH_T) sum exp((x - max) * inv_t) kept online, and its
+    least finite value. One exp per element and sum: exp(-|x - max|) is the new term, or the
+    factor that rescales the sum when x is a new maximum (the exp unit is the limit here)."""
+    best = ts.full((BV,), NEG_INF, ts.f32)
+    at = ts.zeros((BV,), ts.i32)
+    z, zt = ts.zeros((BV,), ts.f32), ts.zeros((BV,), ts.f32)
+    low = ts.full((BV,), POS_INF, ts.f32)
+    cols = ts.arange(0, BV)
+    for t in range(nt):
+        v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
+        up = v > best                                                      # strict: ties keep the first
+        finite = v > NEG_INF                                               # (-inf: a padding or masked value)
+        gap = ts.where(finite, v, 0.0) - ts.where(best > NEG_INF, best, 0.0)   # no inf - inf; z is 0 while best is -inf
+        d = ts.where(finite, -ts.abs(gap), NEG_INF)                        # (BV,) <= 0
+        e = ts.exp(d)
+        z = ts.where(up, z * e + 1.0, z + e)
+        if WITH_T:
+            et = ts.exp(d * inv_t)
+            zt = ts.where(up, zt * et + 1.0, zt + et)
+        at = ts.where(up, t * BV + cols, at)
+        best = ts.maximum(best, v)
+        low = ts.minimum(low, ts.where(inb & finite, v, POS_INF))
+    return best, at, z, zt, low
+
+
+@ts.function
 def _above(x, i, nt, BV, V, probe, m, inv_t, WEIGHTED):
     """Over row i: F(probe) — how many values are >= probe (or, WEIGHTED, their weights
     exp((x - m) * inv_t)) — the least value >= probe and the greatest value < probe."""
@@ -157,21 +185,11 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
     k = ts.scalar(ts.load(top_k, (i,), shape=(1,)))
     p = ts.scalar(ts.load(top_p, (i,), shape=(1,)))
     inv_t = 1.0 / ts.where(temp > 0.0, temp, 1.0)
-    best = ts.full((BV,), NEG_INF, ts.f32)                                # (BV,) lane-wise, as in _above
-    at = ts.zeros((BV,), ts.i32)                                           # (BV,) first index of each lane's best
-    z = ts.zeros((BV,), ts.f32)                                            # (BV,) sum exp(x - best), rescaled
-    zt = ts.zeros((BV,), ts.f32)                                           # (BV,) the same at temperature T
-    low = ts.full((BV,), POS_INF, ts.f32)                                  # (BV,) least finite value
-    cols = ts.arange(0, BV)
-    for t in range(nt):                                                    # pass 1: max, argmax, min, Z
-        v, inb = _tile(x, i, t, BV, V)                                     # (BV,)
-        grown = ts.maximum(best, v)
-        safe = ts.where(grown > NEG_INF, grown, 0.0)                       # no inf - inf while all is -inf
-        z = z * ts.exp(best - safe) + ts.exp(v - safe)
-        zt = zt * ts.exp((best - safe) * inv_t) + ts.exp((v - safe) * inv_t)
-        at = ts.where(v > best, t * BV + cols, at)                         # strict: ties keep the first
-        best = grown
-        low = ts.minimum(low, ts.where(inb & (v > NEG_INF), v, POS_INF))
+    best, at, z, zt, low = _lanes(x, i, 0, BV, V, inv_t, False)           # (BV,) each, before any tile
+    if temp > 0.0:                                                         # pass 1
+        best, at, z, zt, low = _lanes(x, i, nt, BV, V, inv_t, True)
+    else:                                                                  # greedy: no sum at T
+        best, at, z, zt, low = _lanes(x, i, nt, BV, V, inv_t, False)
     m = ts.max(best)
     at = ts.min(ts.where(best == m, at, V))                                # the first index of the maximum
     z = ts.sum(z * ts.exp(best - ts.where(m > NEG_INF, m, 0.0)))
