@@ -10,7 +10,7 @@ allocated inside a step, which is what lets a decode step be captured in `ts.gra
 Per layer (E hidden, H/HKV heads of D, I intermediate):
     x = rms_norm(h + residual)                 residual += h  (one fused kernel)
     qkv = x @ Wqkv.T                           (M, (H + 2 HKV) D), one GEMM
-    q, k = rope(rms_norm(q)), rope(rms_norm(k)) per head
+    q, k = rope(rms_norm(q)), rope(rms_norm(k)) per head     (norm_rope: one launch each)
     cache[slot] = k, v;  a = attention(q, cache)    one write, one attention for all rows
     h = a @ Wo.T;  x = rms_norm(h + residual)
     h = (silu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T   gate/up as one GEMM
@@ -42,9 +42,7 @@ class Activations:
     x: torch.Tensor            # (M, E) normed input of a block
     h: torch.Tensor            # (M, E) output of a block
     qkv: torch.Tensor          # (M, (H + 2 HKV) D)
-    qn: torch.Tensor           # (M, H, D) q after its norm
-    kn: torch.Tensor           # (M, HKV, D)
-    qr: torch.Tensor           # (M, H, D) q after RoPE
+    qr: torch.Tensor           # (M, H, D) q after its per-head norm and RoPE
     kr: torch.Tensor           # (M, HKV, D)
     attn: torch.Tensor         # (M, H, D)
     gu: torch.Tensor           # (M, 2 I) gate then up
@@ -67,8 +65,8 @@ class Activations:
         inputs = buf(4, m, dt=torch.int32)
         tables = torch.arange(r, dtype=torch.int32).view(r, 1).to(device)     # host -> device copy
         return cls(inputs=inputs, ids=inputs[0], positions=inputs[1], lens=inputs[2], slots=inputs[3], tables=tables,
-                   residual=buf(m, e), x=buf(m, e), h=buf(m, e), qkv=buf(m, (h + 2 * kv) * d), qn=buf(m, h, d),
-                   kn=buf(m, kv, d), qr=buf(m, h, d), kr=buf(m, kv, d), attn=buf(m, h, d), gu=buf(m, 2 * i),
+                   residual=buf(m, e), x=buf(m, e), h=buf(m, e), qkv=buf(m, (h + 2 * kv) * d),
+                   qr=buf(m, h, d), kr=buf(m, kv, d), attn=buf(m, h, d), gu=buf(m, 2 * i),
                    act=buf(m, i), last=buf(r, dt=torch.int32), h_last=buf(r, e), res_last=buf(r, e),
                    x_last=buf(r, e), logits=buf(r, v), tokens=buf(r, dt=torch.int32),
                    chosen=buf(r, dt=torch.float32))
@@ -133,10 +131,8 @@ class Qwen3Model:
             q = a.qkv[:, :hd].view(m, cfg.num_heads, cfg.head_dim)                  # (M, H, D) views
             k = a.qkv[:, hd:hd + kvd].view(m, cfg.num_kv_heads, cfg.head_dim)       # (M, HKV, D)
             v = a.qkv[:, hd + kvd:].view(m, cfg.num_kv_heads, cfg.head_dim)         # (M, HKV, D)
-            tk.rms_norm(q, layer.q_norm, eps, out=a.qn)
-            tk.rms_norm(k, layer.k_norm, eps, out=a.kn)
-            tk.rope(a.qn, a.positions, cfg.rope_theta, out=a.qr)
-            tk.rope(a.kn, a.positions, cfg.rope_theta, out=a.kr)
+            tk.norm_rope(q, layer.q_norm, a.positions, eps, cfg.rope_theta, out=a.qr)   # per-head norm + RoPE
+            tk.norm_rope(k, layer.k_norm, a.positions, eps, cfg.rope_theta, out=a.kr)   # one launch each
             attend(n, v)                                                            # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, out=a.h)                         # (M, E)
             tk.rms_norm(a.h, layer.post_norm, eps, residual=a.residual, out=a.x, residual_out=a.residual)
