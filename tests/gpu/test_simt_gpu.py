@@ -161,6 +161,28 @@ def test_warp_operations_match_the_cpu_executor():
         torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), rtol=1e-5, atol=1e-5)
 
 
+def test_shuffles_outside_the_warp_and_a_lane_31_ballot_match_the_cpu_executor():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simt"))
+    from test_simt_warp_ops import shifted, vote
+
+    x = torch.arange(32, dtype=torch.float32) + 100
+    for d, mask in ((0, 31), (1, 32), (31, -1), (32, -32), (1000, 1 << 40)):
+        outs = {}
+        for dev in ("cuda", "cpu"):
+            down, xor = nan(32).to(dev), nan(32).to(dev)
+            shifted(down, xor, x.to(dev), d, mask).sync()
+            outs[dev] = (down.cpu(), xor.cpu())
+        assert torch.equal(outs["cuda"][0], outs["cpu"][0]), ("shfl_down", d)
+        assert torch.equal(outs["cuda"][1], outs["cpu"][1]), ("shfl_xor", mask)
+    x = torch.full((32,), -1.0, device="cuda")
+    x[31] = 1.0
+    votes = torch.full((32,), -7, dtype=torch.int64, device="cuda")
+    vote(votes, x).sync()
+    assert votes.tolist() == [1 << 31] * 32          # unsigned: lane 31's bit, not a sign
+
+
 @simt.kernel(contract=simt.Contract(block=(256,)), unsafe=True)
 def scatter(out: simt.Disjoint[ts.f32, ("N",)], idx: simt.Ref[ts.i32, ("M",)], M: int, N: int):
     i = simt.global_id()

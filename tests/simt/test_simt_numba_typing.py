@@ -71,3 +71,12 @@ def test_tables_warp_operations_and_unsafe_writes_type_and_lower(lower):
     lower(warp_ops, z(64), z(64), z(64), z(64), z(64, dtype=torch.int64), z(64))
     lower(scatter, z(4), z(2, dtype=torch.int32), grid=(1,))
     lower(count_into, z(4, dtype=torch.int32), z(2, dtype=torch.int32), grid=(1,))
+
+
+def test_a_ballot_is_typed_unsigned_so_lane_31_is_not_a_sign_bit(lower):
+    # numba-cuda types ballot_sync as i32: stored into an i64 output it was sign-extended (off by
+    # 2**32 wherever lane 31 voted, as the H200 found); CUDA's __ballot_sync is unsigned
+    from test_simt_warp_ops import vote
+    compiled = lower(vote, z(32, dtype=torch.int64), z(32))
+    from numba.cuda import types as nt
+    assert compiled.type_annotation.typemap["b"] == nt.uint32

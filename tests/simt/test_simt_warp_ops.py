@@ -1,6 +1,7 @@
 """Warp operations on the CPU executor, against their definitions written here with NumPy; the
 same kernel runs on the GPU in tests/gpu/test_simt_gpu.py against this executor."""
 import numpy as np
+import pytest
 import torch
 
 import tilesafe as ts
@@ -54,3 +55,61 @@ def test_warp_operations_follow_their_definitions():
     want = oracle(x.numpy())
     for name, g, w in zip(("shfl_down", "shfl_xor", "warp_sum", "warp_max", "ballot"), got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def shifted(down: simt.Disjoint[ts.f32, ("N",)], xor: simt.Disjoint[ts.f32, ("N",)],
+            x: simt.Ref[ts.f32, ("N",)], D: int, MASK: int, N: int):
+    v = x[simt.global_id()]
+    d = simt.shfl_down(v, D)  # E:shfl-down
+    s = simt.shfl_xor(v, MASK)
+    for p in down.permits(simt.per_thread()):
+        down[p] = d
+    for p in xor.permits(simt.per_thread()):
+        xor[p] = s
+
+
+def shift(x, d, mask):
+    down, xor = torch.full((32,), float("nan")), torch.full((32,), float("nan"))
+    shifted(down, xor, x, d, mask).sync()
+    return down, xor
+
+
+def test_a_source_lane_outside_the_warp_gives_the_callers_own_value():
+    # CUDA: shfl_down's lowest `delta` lanes keep their value (no wrap-around); shfl_xor's lane mask is
+    # an unsigned word, so a mask >= 32, or a negative one (high bits set), names no lane of the warp.
+    x = torch.arange(32, dtype=torch.float32) + 100
+    for d in (0, 1, 31, 32, 1000):
+        down, _ = shift(x, d, 0)
+        want = torch.where(torch.arange(32) + d < 32, x.roll(-d % 32), x)
+        assert torch.equal(down, want), d
+    for mask in (32, 33, -1, -32, 1 << 40):      # 1 << 40 is 0 in 32 bits: the caller's lane too
+        _, xor = shift(x, 0, mask)
+        assert torch.equal(xor, x), mask
+    _, xor = shift(x, 0, 31)
+    assert torch.equal(xor, x.flip(0))
+
+
+def test_shfl_down_by_a_negative_delta_is_refused():
+    from simt_helpers import assert_diagnostic
+    for d in (-1, 1 << 31):         # -1 would wrap, in the GPU's 32-bit add, to the lane below the caller's
+        with pytest.raises(ts.SanitizerError) as ei:
+            shift(torch.zeros(32), d, 0)
+        assert_diagnostic(ei.value, __file__, "E:shfl-down", f"shfl_down by delta {d}, outside 0 <= delta < 2**31")
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def vote(votes: simt.Disjoint[ts.i64, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: int):
+    b = simt.ballot(x[simt.global_id()] > 0.0)
+    for p in votes.permits(simt.per_thread()):
+        votes[p] = b
+
+
+def test_a_ballot_is_an_unsigned_32_bit_mask():
+    # CUDA's __ballot_sync returns an unsigned int: lane 31's vote is bit 31, never a sign
+    for lanes, want in (([31], 1 << 31), (range(32), (1 << 32) - 1), ([0, 31], (1 << 31) + 1), ([], 0)):
+        x = torch.full((32,), -1.0)
+        x[list(lanes)] = 1.0
+        votes = torch.full((32,), -7, dtype=torch.int64)
+        vote(votes, x).sync()
+        assert votes.tolist() == [want] * 32, lanes

@@ -282,18 +282,27 @@ def _resolve_warps(state, send, n):
         values = [e[3] for e in events]
         extra = [e[4] if len(e) > 4 else None for e in events]
         for lane, i in enumerate(lanes):
-            send[i] = _warp_result(op, values, extra[lane], lane)
+            send[i] = _warp_result(op, values, extra[lane], lane, events[lane][2])
             ready.append(i)
     return ready
 
 
-def _warp_result(op, values, arg, lane):
+def _warp_result(op, values, arg, lane, loc):
+    # CUDA's __shfl_down_sync / __shfl_xor_sync: a source lane outside the warp gives the caller its
+    # own value (the lowest `delta` lanes keep theirs; a lane mask >= 32 changes nothing). Both are
+    # 32-bit words on the GPU (numba-cuda truncates them): a negative mask has its high bits set and
+    # names no lane; a negative delta wraps in the hardware's 32-bit add to a lane below the caller's,
+    # which CUDA does not define, so the sanitizer refuses it.
     width = len(values)
     if op == "shfl_down":
-        src = lane + int(arg)
+        delta = int(arg)
+        if not 0 <= delta < 1 << 31:
+            raise SanitizerError(f"shfl_down by delta {delta}, outside 0 <= delta < 2**31", loc,
+                                 help="shfl_down reads the lane `delta` above the caller's; shift by a delta >= 0")
+        src = lane + delta
         return values[src] if src < width else values[lane]
     if op == "shfl_xor":
-        src = lane ^ int(arg)
+        src = lane ^ (int(arg) & 0xFFFFFFFF)
         return values[src] if src < width else values[lane]
     if op == "warp_sum":
         total = values[0]

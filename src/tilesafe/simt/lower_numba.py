@@ -413,8 +413,8 @@ class _Lower(ast.NodeTransformer):
             return _bin(self.flat_thread(), ast.FloorDiv(), _int(32))
         if op in ("shfl_down", "shfl_xor"):
             return _call(_attr("cuda", f"{op}_sync"), _int(FULL_MASK), *args)
-        if op == "ballot":
-            return _call(_attr("cuda", "ballot_sync"), _int(FULL_MASK), *args)
+        if op == "ballot":     # numba-cuda types the vote as i32; CUDA's __ballot_sync is unsigned (u32)
+            return _call(_attr("__types", "uint32"), _call(_attr("cuda", "ballot_sync"), _int(FULL_MASK), *args))
         if op in ("warp_sum", "warp_max"):
             return _call(_name(f"__{op}"), *args)
         raise AssertionError(op if op in stubs.DEVICE else f"unexpected {op}")
