@@ -2,9 +2,12 @@
 same tokens as the reference interpreter on the CPU (the same Philox numbers, the same
 thresholds), greedy equal to torch.argmax, logprobs equal to torch.log_softmax, tokens inside
 the top-k / top-p sets torch computes, a captured `ts.graph()` replay equal to eager calls,
-and the time of one call (printed; run with `pytest -m gpu -s`)."""
+and the time of one call (printed; run with `pytest -m gpu -s`). `ts.rand` itself gives the
+oracle's bits on the GPU (tests/philox_oracle.py)."""
+import numpy as np
 import pytest
 import torch
+from philox_oracle import uniform
 
 import tilesafe as ts
 import tilesafe.kernels as tk
@@ -14,6 +17,18 @@ from tilesafe.engine.sampling_params import SamplingParams
 pytestmark = pytest.mark.gpu
 V = 151936
 B = 8
+
+
+@ts.kernel
+def noise(z: ts.Mut[ts.f32, ("BN",)], seed: int, BN: ts.Const[int]):
+    z.store(ts.rand(seed, ts.block_id(0) * BN + ts.arange(0, BN) - 100))   # (BN,) offsets from -100
+
+
+@pytest.mark.parametrize("seed", [0, -3, 2**40 + 5])
+def test_rand_gives_the_oracles_bits_on_the_gpu(seed):
+    z = noise(ts.empty(1000, device="cuda").partition((256,)), seed).sync().unpartition()
+    want = np.array([uniform(seed, i - 100) for i in range(1000)], np.float32)
+    np.testing.assert_array_equal(z.numpy().view(np.uint32), want.view(np.uint32))
 
 
 def _params(device):
