@@ -33,8 +33,10 @@ def test_launches_per_step_do_not_grow_with_the_batch(checkpoint, monkeypatch):
         llm.decode_steps.run([5, 6, 7, 8], [0, 3, 1, 9])
         four = list(seen)
     assert one == four                                     # the same launches, not one set per sequence
-    assert sum("write" in k for k in four) == layers       # one cache write (keys and values) per layer
-    assert sum("decode" in k and "combine" not in k for k in four) == layers   # one attention per layer
+    # Per layer: q/k norms + RoPE + the K/V cache write in one kernel, one attention (+ its combine).
+    assert sum(k == "norm_rope_kv_kernel" for k in four) == layers
+    assert sum(k == "paged_decode_kernel" for k in four) == layers
+    assert not [k for k in four if k in ("rope_kernel", "paged_kv_write_kernel", "kv_append_kernel")]
 
 
 def test_each_row_of_a_batch_gets_its_tokens_alone(checkpoint):

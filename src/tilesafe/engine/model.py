@@ -10,8 +10,10 @@ allocated inside a step, which is what lets a decode step be captured in `ts.gra
 Per layer (E hidden, H/HKV heads of D, I intermediate):
     x = rms_norm(h + residual)                 residual += h  (one fused kernel)
     qkv = x @ Wqkv.T                           (M, (H + 2 HKV) D), one GEMM
-    q, k = rope(rms_norm(q)), rope(rms_norm(k)) per head     (norm_rope: one launch each)
+    q, k = rope(rms_norm(q)), rope(rms_norm(k)) per head
     cache[slot] = k, v;  a = attention(q, cache)    one write, one attention for all rows
+    (decode: the norms, RoPE and cache write are one kernel, `norm_rope_kv_write`; prefill:
+    `norm_rope` for q and for k, then `paged_kv_write`, since flash attention reads k too)
     h = a @ Wo.T;  x = rms_norm(h + residual)
     h = (silu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T   gate/up as one GEMM
 """
@@ -91,7 +93,10 @@ class Qwen3Model:
         a.slots.copy_(torch.cat([i * L + torch.arange(e - s, dtype=torch.int32)             # host -> device
                                  for i, (s, e) in enumerate(zip(starts, starts[1:]))]))
 
-        def attend(n: int, v: torch.Tensor) -> None:
+        def attend(n: int, layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+            eps, theta = self.cfg.rms_norm_eps, self.cfg.rope_theta
+            tk.norm_rope(q, layer.q_norm, a.positions, eps, theta, out=a.qr)   # per-head norm + RoPE
+            tk.norm_rope(k, layer.k_norm, a.positions, eps, theta, out=a.kr)
             # Every prompt's keys and values in one launch (slot i's rows i * L + position).
             tk.paged_kv_write(self.cache.k[n], self.cache.v[n], a.kr, v, a.slots, check="device")
             for i in range(len(starts) - 1):
@@ -110,9 +115,11 @@ class Qwen3Model:
         positions[i]); the cache then holds a.lens[i] = positions[i] + 1 rows of it. One
         write and one attention launch per layer serve the whole batch (`workspace` from
         `decode_workspace(a)`)."""
-        def attend(n: int, v: torch.Tensor) -> None:
+        def attend(n: int, layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             k_cache, v_cache = self.cache.k[n], self.cache.v[n]                  # (S, L, HKV, D)
-            tk.paged_kv_write(k_cache, v_cache, a.kr, v, a.slots, check="device")
+            # q's and k's norms and RoPE, k and v into their cache rows: one launch.
+            tk.norm_rope_kv_write(q, k, v, layer.q_norm, layer.k_norm, a.positions, a.slots, k_cache, v_cache,
+                                  self.cfg.rms_norm_eps, self.cfg.rope_theta, q_out=a.qr)
             tk.paged_decode_attention(a.qr, k_cache, v_cache, a.tables, a.lens, out=a.attn,
                                       workspace=workspace.attention)
         self._forward(a, attend, gather_last=False)
@@ -131,9 +138,7 @@ class Qwen3Model:
             q = a.qkv[:, :hd].view(m, cfg.num_heads, cfg.head_dim)                  # (M, H, D) views
             k = a.qkv[:, hd:hd + kvd].view(m, cfg.num_kv_heads, cfg.head_dim)       # (M, HKV, D)
             v = a.qkv[:, hd + kvd:].view(m, cfg.num_kv_heads, cfg.head_dim)         # (M, HKV, D)
-            tk.norm_rope(q, layer.q_norm, a.positions, eps, cfg.rope_theta, out=a.qr)   # per-head norm + RoPE
-            tk.norm_rope(k, layer.k_norm, a.positions, eps, cfg.rope_theta, out=a.kr)   # one launch each
-            attend(n, v)                                                            # a.attn (M, H, D)
+            attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, out=a.h)                         # (M, E)
             tk.rms_norm(a.h, layer.post_norm, eps, residual=a.residual, out=a.x, residual_out=a.residual)
             tk.linear(a.x, layer.gate_up, out=a.gu)                                 # (M, 2 I)

@@ -6,6 +6,7 @@ from .matmul import bmm, linear, matmul
 from .attention import DecodeWorkspace, decode_attention, decode_workspace, flash_attention
 from .rope import ArgmaxWorkspace, argmax, argmax_workspace, embedding, rope
 from .norm_rope import norm_rope
+from .norm_rope_kv import norm_rope_kv_write
 from .sampling import sample
 from .kv_append import kv_append
 from .paged_kv import paged_decode_attention, paged_decode_workspace, paged_kv_write, report_dropped, scatter_check

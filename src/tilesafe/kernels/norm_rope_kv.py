@@ -1,0 +1,123 @@
+"""`norm_rope_kv_write`: a decode step's q/k per-head RMSNorm + RoPE and the K/V cache write
+in one kernel (Qwen3's attention prologue).
+
+Separately this is `norm_rope(q)`, `norm_rope(k)` and `paged_kv_write(k, v)`: three launches
+per layer, and k goes through memory once more. Here one persistent kernel walks five
+outputs, each with its own walk (S1): q's two halves (`tiles()`), and the key cache's two
+halves and the value cache (`scatter(slots)`, S17: each row lands at its slot, rows whose
+slot is out of range or repeated write nothing). Every output is a `ts.MutTiles` — the
+language does not mix `ts.Mut` and `ts.MutTiles` outputs in a kernel — so q is walked too.
+A head's rotation needs both of its halves, so each half's walk loads both and normalises
+them (the sum of squares spans the row); the arithmetic is `norm_rope`'s, so the keys and
+queries equal `norm_rope`'s up to the order of the sum.
+"""
+import math
+
+import tilesafe as ts
+
+from . import arguments as A
+from . import configs
+from .call_checks import check_aliasing
+from .launch import launch, pow2, workers
+from .paged_kv import _int_vector
+
+
+@ts.function
+def norm_rotate(x1, x2, w1, w2, pos, at, eps, log2_theta, T, BT, BH, HP, HALF, FIRST):
+    """Tile `at` (tokens, heads, half) of x's heads normalised with (w1, w2), rounded to T,
+    rotated at their positions: the first half when FIRST, else the second; (BT, BH, HP) in T."""
+    a = ts.load(x1, at, shape=(BT, BH, HP)).astype(ts.f32)                # (BT, BH, HP), zeros past HALF
+    b = ts.load(x2, at, shape=(BT, BH, HP)).astype(ts.f32)
+    wa = ts.reshape(ts.load(w1, (0,), shape=(HP,)).astype(ts.f32), (1, 1, HP))
+    wb = ts.reshape(ts.load(w2, (0,), shape=(HP,)).astype(ts.f32), (1, 1, HP))
+    r = ts.rsqrt((ts.sum(a * a, axis=2, keepdims=True) + ts.sum(b * b, axis=2, keepdims=True)) / (2 * HALF) + eps)
+    a = (a * r * wa).astype(T).astype(ts.f32)                              # rounded as rms_norm's output
+    b = (b * r * wb).astype(T).astype(ts.f32)
+    p = ts.load(pos, (at[0],), shape=(BT,)).astype(ts.f32)                 # (BT,) positions
+    inv_freq = ts.exp2(-(ts.arange(0, HP).astype(ts.f32) * 2.0 / (2 * HALF)) * log2_theta)   # (HP,)
+    angle = ts.reshape(p, (BT, 1, 1)) * ts.reshape(inv_freq, (1, 1, HP))  # (BT, 1, HP)
+    if FIRST:
+        r = a * ts.cos(angle) - b * ts.sin(angle)
+    else:
+        r = b * ts.cos(angle) + a * ts.sin(angle)
+    return r.astype(T)
+
+
+@ts.kernel
+def norm_rope_kv_kernel(q1: ts.MutTiles["T", ("BT", "BH", "HP")], q2: ts.MutTiles["T", ("BT", "BH", "HP")],
+                        kc1: ts.MutTiles["T", ("BT", "BK", "HP")], kc2: ts.MutTiles["T", ("BT", "BK", "HP")],
+                        vc: ts.MutTiles["T", ("BT", "C")],
+                        xq1: ts.Ref["T", ("NT", "NH", "HALF")], xq2: ts.Ref["T", ("NT", "NH", "HALF")],
+                        xk1: ts.Ref["T", ("NT", "NK", "HALF")], xk2: ts.Ref["T", ("NT", "NK", "HALF")],
+                        xv: ts.Ref["T", ("NT", "W")], wq1: ts.Ref["TW", ("HALF",)], wq2: ts.Ref["TW", ("HALF",)],
+                        wk1: ts.Ref["TW", ("HALF",)], wk2: ts.Ref["TW", ("HALF",)], pos: ts.Ref["TP", ("NT",)],
+                        slots: ts.Ref["TS", ("NT",)], eps: float, log2_theta: float, T: ts.Const[ts.DType],
+                        TW: ts.Const[ts.DType], TP: ts.Const[ts.DType], TS: ts.Const[ts.DType], BT: ts.Const[int],
+                        BH: ts.Const[int], BK: ts.Const[int], HP: ts.Const[int], C: ts.Const[int], NT: int,
+                        NH: int, NK: int, HALF: int, W: int):
+    for i in q1.tiles():                                   # (token tile, head tile, 0) of q
+        q1.store(norm_rotate(xq1, xq2, wq1, wq2, pos, i, eps, log2_theta, T, BT, BH, HP, HALF, True), i)
+    for i in q2.tiles():
+        q2.store(norm_rotate(xq1, xq2, wq1, wq2, pos, i, eps, log2_theta, T, BT, BH, HP, HALF, False), i)
+    for j in kc1.scatter(slots):                           # (token tile, head tile, 0) of k, rows to their slots
+        kc1.store(norm_rotate(xk1, xk2, wk1, wk2, pos, j, eps, log2_theta, T, BT, BK, HP, HALF, True), j)
+    for j in kc2.scatter(slots):
+        kc2.store(norm_rotate(xk1, xk2, wk1, wk2, pos, j, eps, log2_theta, T, BT, BK, HP, HALF, False), j)
+    for j in vc.scatter(slots):                            # (token tile, column tile) of v
+        vc.store(ts.load(xv, j, shape=(BT, C)), j)
+
+
+def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v_cache, eps=1e-6, theta=1e6,
+                       q_out=None):
+    """q_out = norm_rope(q, q_weight, positions); the caches' rows `slots` get norm_rope(k,
+    k_weight, positions) and v — one launch.
+
+    q (T, H, D), k and v (T, HKV, D) (views of a packed qkv row are fine); the caches are
+    paged, (num_blocks, block_size, HKV, D) as `paged_kv_write`'s, and `slots` (T,) names
+    each token's cache row: an entry out of range or repeated writes nothing (S17), a negative
+    one is a padded token. Nothing is read on the host, so it can be captured in `ts.graph()`.
+    Returns q_out (allocated when not given)."""
+    fn = "norm_rope_kv_write"
+    torch_mode = A.is_torch(q)
+    (qt, kt, vt, kc, vc), dtype, device = A.float_operands(fn, q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
+    wq, wk, pt = (A.tensor(x, name, fn) for x, name in ((q_weight, "q_weight"), (k_weight, "k_weight"),
+                                                        (positions, "positions")))
+    A.dtype_in(wq, A.FLOATS, "q_weight", fn)
+    A.dtype_in(wk, A.FLOATS, "k_weight", fn)
+    A.dtype_in(pt, A.INTS, "positions", fn)
+    if qt.ndim != 3 or kt.ndim != 3 or vt.shape != kt.shape or kt.shape[0] != qt.shape[0] \
+            or kt.shape[2] != qt.shape[2] or qt.shape[2] % 2 or kc.ndim != 4 or vc.shape != kc.shape \
+            or kc.shape[2:] != kt.shape[1:]:
+        raise A.fail(fn, f"needs q (T, H, D), k and v (T, HKV, D) with an even D and caches (num_blocks, block_size, "
+                         f"HKV, D); got q {qt.shape}, k {kt.shape}, v {vt.shape}, k_cache {kc.shape}, "
+                         f"v_cache {vc.shape}", help="pass one decode step's heads and the paged caches")
+    t, h, d = qt.shape
+    hkv = kt.shape[1]
+    if wq.shape != (d,) or wk.shape != (d,) or pt.shape != (t,):
+        raise A.fail(fn, f"needs q_weight and k_weight ({d},) and positions ({t},); got {wq.shape}, {wk.shape} and "
+                         f"{pt.shape}", help="one norm weight per head_dim element, one position per token")
+    st = _int_vector(fn, slots, "slots", t, device)
+    A.same_device(fn, q=qt, q_weight=wq, k_weight=wk, positions=pt)
+    if not theta > 1:
+        raise A.fail(fn, f"theta must be > 1, got {theta!r}", help="Qwen3 uses rope_theta 1e6")
+    o = A.output(q_out, qt.shape, dtype, device, torch_mode, fn)
+    nb, bs = kc.shape[:2]
+    kr, vr = kc.reshape(nb * bs, hkv, d), vc.reshape(nb * bs, hkv * d)      # rows of the caches
+    check_aliasing(fn, {"q": qt, "k": kt, "v": vt, "q_weight": wq, "k_weight": wk, "positions": pt, "slots": st},
+                   {"q_out": o.passed, "k_cache": kc, "v_cache": vc})
+    if t == 0:
+        return o.returned
+    half = d // 2
+    cfg = configs.lookup("rope", configs.shape_class(dtype, d), None, dtype)
+    bt, hp = min(cfg["block_t"], pow2(t)), pow2(half)
+    bh, bk = min(cfg["block_h"], pow2(h)), min(cfg["block_h"], pow2(hkv))
+    c = min(pow2(hkv * d), 1024)
+    y = o.tensor
+    tiles = -(-t // bt) * (-(-h // bh)) * 2
+    launch(norm_rope_kv_kernel, {"q1": (y[:, :, :half], (bt, bh, hp)), "q2": (y[:, :, half:], (bt, bh, hp)),
+                                 "kc1": (kr[:, :, :half], (bt, bk, hp)), "kc2": (kr[:, :, half:], (bt, bk, hp)),
+                                 "vc": (vr, (bt, c))}, (max(1, min(tiles, workers(device))),), cfg=cfg,
+           xq1=qt[:, :, :half], xq2=qt[:, :, half:], xk1=kt[:, :, :half], xk2=kt[:, :, half:],
+           xv=vt.reshape(t, hkv * d), wq1=wq[:half], wq2=wq[half:], wk1=wk[:half], wk2=wk[half:], pos=pt, slots=st,
+           eps=float(eps), log2_theta=math.log2(theta))
+    return o.returned
