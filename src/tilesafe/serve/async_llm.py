@@ -8,8 +8,10 @@
 
 Every request is checked and tokenized by the offline engine's own rules (`RequestError`
 before anything runs, raised from `generate` at its first iteration); the engine thread
-(`EngineThread`) runs the batch. Leaving the `async for` early — a `break`, a cancelled task,
-a client that disconnected — aborts the request.
+(`EngineThread`) runs the batch. Closing the generator early — `aclose()`, leaving
+`async with contextlib.aclosing(engine.generate(...))`, a cancelled task, a client that
+disconnected — aborts the request. (A bare `break` closes it only when Python finalizes it:
+at garbage collection or the end of the event loop, whose closing also aborts it.)
 """
 from __future__ import annotations
 

@@ -6,9 +6,9 @@
         core.step()                  # outputs go to each request's sink
 
 A step first admits waiting requests that fit (FIFO) and prefills them — each gets its first
-token — then decodes one token for every request that was already running, preempting the
-latest ones when KV blocks run short. New requests therefore join between decode steps and
-never stall the running ones for more than one prefill. Finished and aborted requests free
+token — then decodes one token for every running request, preempting the latest ones when
+KV blocks run short. New requests therefore join between decode steps and never stall the
+running ones for more than one prefill. Finished and aborted requests free
 their slot and blocks at once. `EngineCore` is not thread-safe: `EngineThread` owns it and
 calls it from one thread (which then does all the device work).
 """
@@ -57,7 +57,7 @@ class EngineCore:
         if req is not None:
             self.scheduler.finish(req)
             if notify:
-                req.sink(req.aborted_output())
+                _send(req, req.aborted_output())
             self._gauges()
 
     def has_work(self) -> bool:
@@ -65,13 +65,14 @@ class EngineCore:
 
     def step(self) -> None:
         s = self.scheduler
-        decoding = list(s.running)
         admitted = s.admit()
         with self.llm._on_device(), torch.inference_mode():
             if admitted:
                 self.runner.prefill(admitted)
                 self._emit(admitted)
-            decoding = [r for r in decoding if r.slot is not None and not r.seq.finished]
+            # Every running sequence decodes, those just prefilled too: a row the step leaves
+            # idle writes position 0 of its slot, which must then be a free one.
+            decoding = [r for r in s.running if not r.seq.finished]
             preempted = s.reserve_decode(decoding)
             self.preemptions += len(preempted)
             decoding = [r for r in decoding if r.slot is not None]
@@ -86,7 +87,7 @@ class EngineCore:
         s = self.scheduler
         for req in list(s.running) + list(s.waiting):
             s.finish(req)
-            req.sink(error)
+            _send(req, error)
         self._gauges()
 
     def abort_all(self) -> None:
@@ -107,11 +108,20 @@ class EngineCore:
             r.first_token_at = r.first_token_at or now
             r.last_token_at = now
             out = r.take_output()
-            if out.finished:
+            if not _send(r, out) or out.finished:     # a receiver that is gone aborts its request
                 self.scheduler.finish(r)
-            r.sink(out)
 
     def _gauges(self) -> None:
         if self.metrics:
             st = self.scheduler.blocks.stats()
             self.metrics.state(len(self.scheduler.running), len(self.scheduler.waiting), st.used, st.total)
+
+
+def _send(req: Request, out) -> bool:
+    """Hand an output to the request's receiver; False when the receiver is gone (its event
+    loop closed): the engine must keep serving the others."""
+    try:
+        req.sink(out)
+        return True
+    except Exception:
+        return False

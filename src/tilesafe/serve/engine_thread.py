@@ -33,11 +33,13 @@ class EngineThread:
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
-    def call(self, fn):
+    def call(self, fn, timeout: float = 60.0):
         """Run fn(core) on the engine thread between steps; returns its result (blocking)."""
+        if not self.alive:
+            raise RuntimeError("the engine thread is not running")
         done = queue.Queue(maxsize=1)
         self._inbox.put(("call", (fn, done)))
-        ok, value = done.get()
+        ok, value = done.get(timeout=timeout)
         if not ok:
             raise value
         return value
@@ -81,7 +83,10 @@ class EngineThread:
             try:
                 self.core.add(arg)
             except Exception as e:
-                arg.sink(e)
+                try:
+                    arg.sink(e)
+                except Exception:     # its receiver is gone too
+                    pass
         elif cmd == "abort":
             self.core.abort(arg)
         elif cmd == "call":
