@@ -16,17 +16,21 @@ from .gemm_model import INFLIGHT_PER_SM, OVERLAP, SM_STREAM_BYTES_PER_S, STREAM_
 from .launch import cdiv, pow2
 from .machine_model import Attention, Decode, Gpu, element_bytes
 
-# (BM, BN, warps, stages, efficiency): the fraction of an SM's tensor-core rate the block's
-# two products and its online softmax reach together (the exp2 of every score costs too).
-FLASH_TILES = ((64, 64, 4, 3, 0.55), (128, 64, 8, 3, 0.60), (128, 128, 8, 2, 0.62), (64, 32, 4, 3, 0.40),
-               (128, 32, 4, 3, 0.45), (64, 128, 4, 2, 0.50))
+# (BM, BN, warps, stages, efficiency at head_dim 128, at head_dim <= 64): the fraction of the
+# GPU's tensor-core rate the block's two products and its online softmax reach together (the
+# exp2 of every score costs too). At head_dim 128 they are the H200's, measured by the tuner
+# (32 heads, 16384 keys: tune-candidates-gemv-prefetch-flash-softmax.json); at 64 the state
+# is half the registers, so the larger tiles are guessed to do better (the autotune checks).
+FLASH_TILES = ((64, 64, 4, 3, 0.66, 0.66), (128, 64, 8, 3, 0.67, 0.70), (128, 64, 4, 3, 0.62, 0.66),
+               (128, 128, 8, 2, 0.51, 0.62), (64, 32, 4, 3, 0.45, 0.50), (128, 32, 4, 3, 0.58, 0.60),
+               (64, 128, 4, 3, 0.60, 0.64))
 BLOCK_FILL_US = 1.0            # loading the query tile, and writing the output tile
 MAX_REGS = 168                 # fp32 accumulator + scores per thread past which Triton spills
 
 
 def flash_candidates(s: Attention, gpu: Gpu) -> list[dict]:
     out = [{"block_m": bm, "block_n": bn, "flat": True, "num_warps": w, "num_stages": st}
-           for bm, bn, w, st, _ in FLASH_TILES]
+           for bm, bn, w, st, *_ in FLASH_TILES]
     return [c for c in out if valid_flash(c, s, gpu)]
 
 
@@ -48,8 +52,8 @@ def flash_us(s: Attention, c: dict, gpu: Gpu) -> tuple[float, str]:
     key_tiles = cdiv(s.sk, bn)
     if s.causal:   # query tile i sees ~(i + 1) * bm keys: the mean over the tiles, longest first
         key_tiles = min(key_tiles, cdiv((s.sq + bm) // 2 + max(0, s.sk - s.sq), bn))
-    eff = next((e for m, n, w, st, e in FLASH_TILES if (m, n, w) == (c["block_m"], c["block_n"], c["num_warps"])),
-               0.45)
+    eff = next(((e128 if s.d > 64 else e64) for m, n, w, st, e128, e64 in FLASH_TILES
+                if (m, n, w, st) == (c["block_m"], c["block_n"], c["num_warps"], c["num_stages"])), 0.45)
     per_block = key_tiles * 4.0 * bm * bn * dp / (gpu.flops_per_sm * eff) * 1e6 + BLOCK_FILL_US
     occ = max(1, min(gpu.smem_per_sm // _smem(bm, bn, dp, c["num_stages"], es),
                      gpu.regs_per_sm // (((bm * dp + bm * bn) // (c["num_warps"] * 32) + 40) * c["num_warps"] * 32)))
