@@ -20,6 +20,7 @@ examples:
   tilesafe bench --quick        benchmark the kernel library on the GPU (bench --help)
   tilesafe generate Qwen/Qwen3-4B "Hello"          stream a completion (generate --help)
   tilesafe chat --random-weights tiny --device cpu  chat with a random tiny Qwen3, no download
+  tilesafe serve Qwen/Qwen3-4B --port 8000         an OpenAI-compatible server (serve --help)
 """
 
 
@@ -43,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", add_help=False, help="benchmark the kernel library against PyTorch and raw Triton")
     from . import cli_engine
     cli_engine.add_parsers(sub)
+    from . import cli_serve
+    cli_serve.add_parser(sub)
     return p
 
 
@@ -71,6 +74,9 @@ def _run(argv: list[str]) -> int:
     if args.command in ("generate", "chat"):
         from . import cli_engine
         return cli_engine.run(args)
+    if args.command == "serve":
+        from . import cli_serve
+        return cli_serve.run(args)
     parser().print_help()
     return 2
 

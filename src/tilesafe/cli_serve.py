@@ -1,0 +1,75 @@
+"""`tilesafe serve`: the OpenAI-compatible server over the Qwen3 engine.
+
+    tilesafe serve MODEL --host 127.0.0.1 --port 8000
+    tilesafe serve --random-weights 0.6b            no download: random weights made on the device
+
+MODEL is a checkpoint folder or a Hugging Face hub id (optional with --random-weights, as for
+`tilesafe generate`). Requests are served with continuous batching (up to --max-num-seqs at
+once, KV capacity --kv-blocks of --block-size tokens); Ctrl-C shuts down gracefully: running
+requests end with finish_reason "abort" after a few seconds' grace.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cli_engine import SIZES
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching)",
+                       description="Serve /v1/completions, /v1/chat/completions, /v1/models, /health and "
+                                   "/metrics for one Qwen3 model.")
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a checkpoint folder or hub id (optional with --random-weights)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--served-model-name", metavar="NAME", help="the model id clients send (default: MODEL's "
+                   "folder name, or qwen3-SIZE-random)")
+    p.add_argument("--random-weights", choices=SIZES, metavar="SIZE",
+                   help=f"a random Qwen3 of a real shape: {', '.join(SIZES)}")
+    p.add_argument("--weights-seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when there is one)")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="default: the checkpoint's on a GPU, float32 on the CPU")
+    p.add_argument("--max-model-len", type=int, help="prompt + generated tokens per request at most")
+    p.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
+    p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: max-num-seqs full-length "
+                   "sequences); fewer makes the scheduler preempt")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .engine.text_errors import input_error
+    if args.model is None and not args.random_weights:
+        raise input_error("serve: expected MODEL", "tilesafe serve MODEL (MODEL may be left out with "
+                                                   "--random-weights SIZE)")
+    try:
+        import uvicorn
+        from .serve import AsyncLLM, ServerMetrics, build_app
+    except ImportError as e:
+        raise input_error(f"serve: {e.name} is not installed",
+                          "pip install 'tilesafe[serve]' (fastapi, uvicorn, prometheus-client)") from None
+    llm = _load(args)
+    name = args.served_model_name or (f"qwen3-{args.random_weights}-random" if args.model is None
+                                      else args.model.rstrip("/").split("/")[-1])
+    metrics = ServerMetrics(name)
+    engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, block_size=args.block_size, metrics=metrics)
+    print(f"serving {name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    uvicorn.run(build_app(engine, name, metrics), host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+def _load(args):
+    from .engine import LLM
+    settings = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
+                    max_num_seqs=args.max_num_seqs)
+    if args.random_weights and args.model is None:
+        return LLM.from_random(args.random_weights, seed=args.weights_seed, **settings)
+    if args.random_weights:
+        from .engine.random_checkpoint import is_random_checkpoint, write_checkpoint
+        if not is_random_checkpoint(args.model, args.random_weights, args.weights_seed, "bfloat16"):
+            print(f"writing a random Qwen3-{args.random_weights} to {args.model}", file=sys.stderr)
+            write_checkpoint(args.model, args.random_weights, args.weights_seed, "bfloat16", progress=True)
+    return LLM(args.model, **settings)
