@@ -7,12 +7,13 @@ efficiency its tile shape reaches, `blocks per SM` at a time. Short sequences wi
 heads give few blocks: smaller query tiles then fill the SMs, at some cost per product.
 
 Decode attention streams the KV cache once: (KV heads x splits) blocks each read one chunk,
-then a second kernel combines the splits. Its time is the cache's bytes at the rate the
-blocks in flight reach, plus a fixed cost per split and the combination.
+then a second kernel combines the splits. Its time is the cache's bytes at the HBM rate or,
+when longer, each block's chain of dependent key tiles (too few splits: long chains; too
+many, or tiles too large for two blocks per SM: more than one round), plus the combination.
 """
 from __future__ import annotations
 
-from .gemm_model import INFLIGHT_PER_SM, OVERLAP, SM_STREAM_BYTES_PER_S, STREAM_EFFICIENCY
+from .gemm_model import OVERLAP, STREAM_EFFICIENCY
 from .launch import cdiv, pow2
 from .machine_model import Attention, Decode, Gpu, element_bytes
 
@@ -25,6 +26,9 @@ FLASH_TILES = ((64, 64, 4, 3, 0.66, 0.66), (128, 64, 8, 3, 0.67, 0.70), (128, 64
                (128, 128, 8, 2, 0.51, 0.62), (64, 32, 4, 3, 0.45, 0.50), (128, 32, 4, 3, 0.58, 0.60),
                (64, 128, 4, 3, 0.60, 0.64))
 BLOCK_FILL_US = 1.0            # loading the query tile, and writing the output tile
+DECODE_TILE_US = 1.2           # one decode block's key tile: its dependent loads and math ...
+DECODE_TILE_US_PER_BYTE = 7.4e-5   # ... and its K and V bytes (64 keys x 128 dims: 2.4 us)
+DECODE_FIXED_US = 7.0          # the two launches and the combination of the splits
 MAX_REGS = 168                 # fp32 accumulator + scores per thread past which Triton spills
 
 
@@ -90,7 +94,7 @@ def flash_flops(s: Attention) -> float:
 def decode_candidates(s: Decode, gpu: Gpu) -> list[dict]:
     out = [{"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms, "flat": True, "one_kernel": False,
             "num_warps": 4, "num_stages": 3}
-           for bn in (32, 64, 128) for per_sm in (1, 2, 4)]
+           for bn in (32, 64, 128) for per_sm in (1, 2)]      # 4 per SM measured slower (tuner)
     return [c for c in out if valid_decode(c, s, gpu)]
 
 
@@ -114,18 +118,21 @@ def decode_splits(c: dict, s: Decode) -> tuple[int, int]:
 
 
 def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
-    """(predicted microseconds, limit) of `decode_attention` over a full cache."""
+    """(predicted microseconds, limit) of `decode_attention` over a full cache: the longer of
+    the cache's bytes at the HBM rate and each block's chain of key tiles (a tile's loads,
+    scores, softmax and product depend on each other: ~1.2 us plus its bytes, fitted to the
+    tuner's decode candidates), in rounds of the blocks one SM holds, plus the launches and
+    the combination of the splits."""
     es = element_bytes(s.dtype)
     bn, splits = decode_splits(c, s)
     blocks = s.kv_heads * splits
-    per = cdiv(s.max_seq, splits)
-    inflight = min(blocks, 4 * gpu.sms) * c["num_stages"] * 2 * bn * s.d * es
-    rate = gpu.hbm_bytes_per_s * STREAM_EFFICIENCY * min(1.0, inflight / (gpu.sms * INFLIGHT_PER_SM))
-    rate = min(rate, min(blocks, gpu.sms) * SM_STREAM_BYTES_PER_S)
+    dp = max(16, pow2(s.d))
+    rows = max(16, pow2(s.heads // max(1, s.kv_heads)))
+    occ = max(1, min(gpu.smem_per_sm // ((rows * dp + c["num_stages"] * 2 * bn * dp) * es), 8))
+    rounds = cdiv(blocks, gpu.sms * occ)
+    chain = rounds * cdiv(cdiv(s.max_seq, splits), bn) * (DECODE_TILE_US + DECODE_TILE_US_PER_BYTE * bn * s.d * es)
     cache = 2 * s.kv_heads * s.max_seq * s.d * es
-    rows = pow2(s.heads // max(1, s.kv_heads))
-    partials = 2 * splits * s.kv_heads * rows * (s.d + 2) * 4
-    us = (cache + partials) / rate * 1e6
-    us = max(us, cdiv(per, bn) * 0.08 + BLOCK_FILL_US)      # one block's chain of key tiles (~80 ns each)
-    limit = "bandwidth" if rate >= 0.8 * gpu.hbm_bytes_per_s * STREAM_EFFICIENCY else "occupancy"
-    return us + 2 * gpu.launch_us, limit
+    partials = 2 * splits * s.kv_heads * pow2(s.heads // max(1, s.kv_heads)) * (s.d + 2) * 4
+    stream = (cache + partials) / (gpu.hbm_bytes_per_s * STREAM_EFFICIENCY) * 1e6
+    limit = "bandwidth" if stream >= chain else ("wave quantisation" if rounds > 1 else "occupancy")
+    return max(stream, chain) + DECODE_FIXED_US, limit
