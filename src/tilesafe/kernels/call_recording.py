@@ -95,20 +95,20 @@ class Recording:
             self.spoiled = True
             return None
         device, storage, ptr = tv.device, tv.untyped_storage().data_ptr(), tv.data_ptr()
+        shared = False
         for i, (rdev, rstorage, rptr, rdtype, rshape, rstrides) in enumerate(self.places):
             if rstorage == storage and rdev == device:
+                shared = True
                 if rdtype != tv.dtype or (ptr - rptr) % tv.element_size():
-                    break
+                    continue       # another root over these bytes may have the view's dtype
                 if ptr == rptr and rshape == tv.shape and rstrides == tv.stride():
                     return View(i, 0, None, None)
                 offset = (ptr - rptr) // tv.element_size()
                 if self.roots[i][0] == SCRATCH:
                     self._grow_scratch(offset, tv)
                 return View(i, offset, tuple(tv.shape), tuple(tv.stride()))
-        else:
-            i = self._scratch_root(tv, device, storage)
-            if i is not None:
-                return self.view(t)
+        if not shared and self._scratch_root(tv, device, storage) is not None:
+            return self.view(t)
         self.spoiled = True
         return None
 
