@@ -270,15 +270,18 @@ def host_costs() -> dict:
     import torch
     from numba import cuda
 
+    import tilesafe as ts
     from host_timing import host_us_side_by_side     # benchmarks/ is the script's directory
     from tilesafe.simt.examples.vector_add import vector_add
     n = 4096
     x, y, out = torch.randn(n, device="cuda"), torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
     dx, dy, do = cuda.as_cuda_array(x), cuda.as_cuda_array(y), cuda.as_cuda_array(out)
+    tx, ty, tout = ts.from_torch(x), ts.from_torch(y), ts.from_torch(torch.empty(n, device="cuda"))
     raw = RAW["vector_add"]
     fns = {
         "safe_simt_torch_tensors": lambda: vector_add.vector_add(out, x, y),
         "safe_simt_fresh_output": lambda: vector_add.vector_add(torch.empty_like(x), x, y),
+        "safe_simt_ts_tensors": lambda: vector_add.vector_add(tout, tx, ty),
         "numba_device_arrays_once": lambda: raw[16, 256](do, dx, dy),
         "numba_as_cuda_array_per_call": lambda: raw[16, 256](cuda.as_cuda_array(out), cuda.as_cuda_array(x),
                                                              cuda.as_cuda_array(y)),
@@ -293,12 +296,16 @@ def main(argv) -> int:
     ap.add_argument("--out", default="benchmarks/results/h200")
     ap.add_argument("--quick", action="store_true", help="smaller workloads")
     ap.add_argument("--plot", help="render the PNG of an existing JSON and stop")
+    ap.add_argument("--host-only", action="store_true", help="print the host µs per eager launch and stop")
     args = ap.parse_args(argv)
     if args.plot:
         print(plot(Path(args.plot)))
         return 0
     import torch
     _raw_kernels()
+    if args.host_only:
+        print(json.dumps(host_costs(), indent=1))
+        return 0
     doc = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
            "torch": torch.__version__, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "results": [], "host_us": {}}

@@ -52,6 +52,42 @@ def test_a_failed_device_check_is_reported_at_sync_and_then_cleared():
     assert hist.tolist() == [1, 1, 0, 0]
 
 
+def test_repeated_launches_with_fresh_torch_tensors_take_the_lean_path():
+    n = (1 << 20) + 77
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    for _ in range(4):                # the caching allocator hands the same block back: the plan is hit
+        out = nan(n)
+        assert vector_add.vector_add(out, x, y).sync() is out
+        torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+        del out
+    assert any(p.repeat is not None for p in vector_add.vector_add.plans.values())
+
+
+def test_the_lean_path_reports_a_failed_device_check_every_time():
+    hist = torch.zeros(4, dtype=torch.int32, device="cuda")
+    bad = torch.tensor([0, 1, 9, 2], dtype=torch.int32, device="cuda")
+    for _ in range(3):                # the second and third launches take the lean path
+        with pytest.raises(ts.SanitizerError, match="a bounds check in `histogram` failed on the GPU"):
+            histogram.launch(hist, bad, blocks=1).sync()
+
+
+def test_the_lean_path_orders_a_launch_on_another_stream_after_the_writer():
+    n = 1 << 24
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    mid, out = nan(n), nan(n)
+    side = torch.cuda.Stream()
+    for _ in range(3):                # from the second round on, both launches take the lean path
+        mid.fill_(float("nan"))
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        vector_add.vector_add(mid, x, y)                  # on the default stream, not waited for
+        with torch.cuda.stream(side):
+            vector_add.vector_add(out, mid, y)            # reads mid: must wait for the first launch (S10)
+        side.synchronize()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, x + y + y)
+
+
 def test_block_sum():
     x = torch.randn(1000 * 1024 + 5, device="cuda")
     blocks = -(-x.numel() // 1024)

@@ -11,45 +11,57 @@ caching allocator placed at the same addresses hit the plan.
 """
 from __future__ import annotations
 
+import torch
+
 from ..errors import OwnershipError
-from ..runtime.binding import ArgFacts, Bound, is_torch_tensor
+from ..runtime.binding import ArgFacts, Bound
 from ..runtime.tensor import Tensor
 from .params import WRITTEN
 
 MAX_PLANS = 64
 
 
-def layout_key(args, kwargs, grid):
-    """The layout of a launch's arguments, or None when an argument has none we can key on."""
+def layout(args, kwargs, grid):
+    """(key, seen): the layout of a launch's arguments, or (None, None) when an argument has none we
+    can key on. `seen` lists, for the positional and then the (sorted) keyword arguments, each
+    tensor's (argument, torch view, storage), or None for a scalar: the repeated GPU launch reads
+    them from here instead of asking torch again. A tensor's key holds its storage's address and
+    size too, so its byte set (aliasing.byte_set) is a function of the key and a plan can keep it."""
     key = [grid, len(args)]
+    seen = []
     for a in args:
-        part = _part(a)
+        part = _part(a, seen)
         if part is None:
-            return None
+            return None, None
         key.append(part)
-    for name in sorted(kwargs):
-        part = _part(kwargs[name])
-        if part is None:
-            return None
-        key.append((name, part))
-    return tuple(key)
+    if kwargs:
+        for name in sorted(kwargs):
+            part = _part(kwargs[name], seen)
+            if part is None:
+                return None, None
+            key.append((name, part))
+    return tuple(key), seen
 
 
-def _part(a):
+def _part(a, seen):
     if isinstance(a, Tensor):
         t = a._torch()
-    elif is_torch_tensor(a):
+    elif isinstance(a, torch.Tensor):
         t = a
     elif type(a) in (int, float, bool):
+        seen.append(None)
         return (type(a), a)
     else:
         return None
-    return (type(a), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)
+    st = t.untyped_storage()
+    seen.append((a, t, st))
+    return (type(a), t.data_ptr(), st.data_ptr(), st.nbytes(), t.shape, t.stride(), t.dtype, t.device)
 
 
 class LaunchPlan:
     """What a launch with this layout already proved, and where each argument comes from."""
-    __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err", "args", "config")
+    __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err", "args", "config", "seen_at",
+                 "repeat")
 
     def __init__(self, kernel, bound, args, kwargs):
         names = [p.name for p in kernel.params]
@@ -58,6 +70,9 @@ class LaunchPlan:
         self.slots = [(p.name, p.kind, p.dtype, where[p.name]) for p in kernel.params if p.is_tensor]
         self.grid, self.consts, self.scalars = bound.grid, dict(bound.consts), dict(bound.scalars)
         self.outputs = tuple(where[p.name] for p in kernel.params if p.kind in WRITTEN)
+        kw = sorted(kwargs)       # where each tensor sits in layout()'s `seen`
+        self.seen_at = {name: at if how == "pos" else len(args) + kw.index(at) for name, _, _, (how, at) in self.slots}
+        self.repeat = None       # on a GPU, after the first launch: the lean repeated launch (gpu_repeat.py)
         self.compiled = None     # on a GPU: the compiled kernel, its error flag, its arguments in
         self.err = None          # numba's ABI (pointers, shapes and strides are in the key, so they
         self.args = None         # hold for every launch of the plan) and its launch configuration

@@ -1,0 +1,96 @@
+"""The lean repeated GPU launch (gpu_repeat.py), run on this CPU: CPU tensors take the GPU branch
+with the compile, the stream and the final `cuda.core` launch stubbed, so what runs is the host
+path only. The first launch of a layout binds and checks everything and prepares the lean path;
+later launches take it and must still check what can change (S8, S13, S14) and leave the same
+bookkeeping. tests/gpu/test_simt_gpu.py runs the same path on the GPU."""
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe.simt import gpu_launch
+from tilesafe.simt import launch as simt_launch
+from tilesafe.simt.examples.histogram import histogram
+from tilesafe.simt.examples.vector_add import vector_add
+
+
+@pytest.fixture
+def device(monkeypatch):
+    """The device stubbed out; returns the list of launches the GPU would have run."""
+    launched = []
+    stream = types.SimpleNamespace(cuda_stream=7, device_index=0)
+    monkeypatch.setattr(simt_launch, "_is_gpu", lambda device: device is not None)
+    monkeypatch.setattr(simt_launch, "_capability", lambda index: (9, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    monkeypatch.setattr(gpu_launch, "config", lambda grid, block: (grid, block))
+    monkeypatch.setattr(gpu_launch, "launch", lambda kernel, config, handle, args: launched.append((config, args)))
+    for k in (vector_add, histogram):
+        monkeypatch.setattr(k, "gpu_compiled", lambda bound, index: "compiled", raising=False)
+        monkeypatch.setattr(k, "error_flag", lambda index: torch.zeros(1, dtype=torch.int32), raising=False)
+        monkeypatch.setattr(k, "plans", {})
+    bound = []
+    real_bind = simt_launch.bind
+    monkeypatch.setattr(simt_launch, "bind", lambda *a: bound.append(a) or real_bind(*a))
+    return types.SimpleNamespace(launched=launched, bound=bound)
+
+
+def test_a_repeated_launch_takes_the_lean_path_with_fresh_torch_tensors(device):
+    buf = np.zeros(100, dtype=np.float32)
+    x, y = torch.ones(100), torch.ones(100)
+    outs = [torch.from_numpy(buf) for _ in range(3)]    # fresh tensors and storages at one address
+    futures = [vector_add(out, x, y) for out in outs]
+    assert len(device.bound) == 1                       # bound and checked once
+    assert len(device.launched) == 3
+    assert all(args is device.launched[0][1] for _, args in device.launched)   # marshalled once
+    assert device.launched[0][0] == ((1, 1, 1), (256, 1, 1))
+    for out, f in zip(outs, futures):
+        assert f.results() is out                       # each launch returns the output it was given
+    plan = next(iter(vector_add.plans.values()))
+    assert plan.repeat is not None
+
+
+def test_a_launch_with_another_layout_is_bound_again(device):
+    x, y = torch.ones(100), torch.ones(100)
+    vector_add(torch.empty(100), x, y)
+    vector_add(torch.empty(100), x, y[:50].repeat(2))   # another address: another plan
+    vector_add(torch.empty(100, 2)[:, 0], x, y)          # another stride (and address)
+    assert len(device.bound) == 3
+
+
+def test_the_lean_path_still_refuses_a_lent_tensor(device):
+    x, y, out = ts.ones(64), torch.ones(64), torch.empty(64)
+    vector_add(out, x, y)
+    vector_add(out, x, y)
+    p = x.partition((16,))                              # the same layout, but x is lent now (S8)
+    with pytest.raises(ts.OwnershipError, match="cannot use `x`: this tensor is lent to a partition"):
+        vector_add(out, x, y)
+    p.unpartition()
+    vector_add(out, x, y)
+    assert len(device.bound) == 1 and len(device.launched) == 3
+
+
+def test_the_lean_path_marks_outputs_written_and_records_the_launch(device):
+    x, y = torch.ones(64), torch.ones(64)
+    out = ts.empty(64)
+    vector_add(out, x, y)                               # the first launch: S14 marks `out` written
+    assert out._state.init_mask is None
+    out._state.init_mask = torch.zeros(out._state.nbytes, dtype=torch.bool)   # as if freshly allocated
+    f = vector_add(out, x, y)
+    assert len(device.bound) == 1
+    assert out._state.init_mask is None                 # marked again by the lean path: every element is covered
+    assert any(p.future is f._future.completion and p.is_write for p in out._state._pending)   # S9/S10
+    x_state = ts.from_torch(x)._state
+    assert any(p.future is f._future.completion and not p.is_write for p in x_state._pending)
+
+
+def test_the_lean_path_refuses_reading_what_was_not_written(device):
+    hist = torch.zeros(4, dtype=torch.int32)
+    data = ts.from_torch(torch.tensor([0, 1, 2, 3], dtype=torch.int32))
+    histogram.launch(hist, data, grid=(1,))
+    data._state.init_mask = torch.zeros(data._state.nbytes, dtype=torch.bool)   # as if freshly allocated
+    with pytest.raises(ts.OwnershipError, match="argument `x` of `histogram` is read, but it came from ts.empty"):
+        histogram.launch(hist, data, grid=(1,))
+    assert len(device.bound) == 1 and len(device.launched) == 1
