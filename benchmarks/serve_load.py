@@ -1,0 +1,191 @@
+"""Load generator for the OpenAI-compatible server: many concurrent streaming clients,
+throughput and latency percentiles, JSON out.
+
+    # against a running server (tilesafe serve ..., or any OpenAI-compatible one)
+    PYTHONPATH=src python benchmarks/serve_load.py --url http://127.0.0.1:8000 --model NAME --concurrency 1,8,32
+    # self-contained: random weights of a real Qwen3 shape, the server on a thread of this process
+    PYTHONPATH=src python benchmarks/serve_load.py --random-weights 4b --concurrency 1,8,32,128 \
+        --max-num-seqs 128 --out benchmarks/results/h200/serve_4b.json
+
+Each request is a `/v1/completions` stream (token-id prompts: no tokenizer needed; greedy,
+`ignore_eos`, so every request generates exactly its output length) with its prompt and
+output lengths drawn uniformly from --prompt-len and --output-len (LO:HI, or one number).
+At each concurrency level, C clients each send requests back to back until --requests have
+been sent (default 4 C, at least 8), after a warm-up round (compiles, captures the decode
+graphs). Measured per request on the client: time to first token (TTFT: send to the first
+chunk with text), inter-token latency (ITL: between chunks, per token), end to end; per
+level: output tokens/s and requests/s over the level's wall time, p50/p90/p99.
+
+With --random-weights and --offline, the same requests also run through the offline engine
+(`LLM.generate` of the whole set, waves of --max-num-seqs) before the server starts, and
+the server's throughput is reported as a fraction of it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", help="a running server (default: start one in-process, needs --random-weights)")
+    p.add_argument("--model", help="model id to send (default: the server's first /v1/models entry)")
+    p.add_argument("--random-weights", metavar="SIZE", help="in-process server: a random Qwen3 of this shape")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--max-num-seqs", type=int, default=32)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--kv-blocks", type=int)
+    p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
+    p.add_argument("--requests", type=int, help="requests per level (default 4 x concurrency, at least 8)")
+    p.add_argument("--prompt-len", default="128:512", help="LO:HI or N tokens (uniform)")
+    p.add_argument("--output-len", default="128:256", help="LO:HI or N tokens (uniform)")
+    p.add_argument("--vocab", type=int, default=1000, help="prompt token ids are drawn below this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--offline", action="store_true", help="also run each level's requests through LLM.generate")
+    p.add_argument("--out", help="write the results as JSON here")
+    args = p.parse_args(argv)
+
+    server = llm = None
+    if args.url is None:
+        if not args.random_weights:
+            p.error("give --url of a running server, or --random-weights SIZE for an in-process one")
+        llm, server, args.url, args.model = _start(args)
+    try:
+        import httpx
+        model = args.model or httpx.get(args.url + "/v1/models").json()["data"][0]["id"]
+        rng = random.Random(args.seed)
+        levels = []
+        for c in [int(x) for x in args.concurrency.split(",")]:
+            n = args.requests or max(8, 4 * c)
+            reqs = [(_ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len)) for _ in range(n)]
+            warm = [(ids, min(out, 16)) for ids, out in reqs[:c]]
+            asyncio.run(_level(args.url, model, warm, c))
+            t0 = time.perf_counter()
+            results = asyncio.run(_level(args.url, model, reqs, c))
+            level = _summary(c, results, time.perf_counter() - t0)
+            if args.offline and server is not None:
+                level["offline_output_tokens_per_s"] = _offline(server, llm, reqs)
+                level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
+            levels.append(level)
+            print(json.dumps(level), flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+    report = {"url": args.url, "model": model, "random_weights": args.random_weights, "max_num_seqs": args.max_num_seqs,
+              "prompt_len": args.prompt_len, "output_len": args.output_len, "levels": levels}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _start(args):
+    from tilesafe.engine import LLM
+    from tilesafe.serve import AsyncLLM, BackgroundServer, ServerMetrics, build_app
+    t = time.perf_counter()
+    llm = LLM.from_random(args.random_weights, device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
+                          max_num_seqs=args.max_num_seqs, progress=False)
+    name = f"qwen3-{args.random_weights}-random"
+    metrics = ServerMetrics(name)
+    engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, metrics=metrics)
+    server = BackgroundServer(build_app(engine, name, metrics))
+    server.engine = engine
+    print(f"in-process server for {name} at {server.url} ({time.perf_counter() - t:.1f} s to load)", file=sys.stderr)
+    return llm, server, server.url, name
+
+
+def _offline(server, llm, reqs) -> float:
+    """Output tokens/s of the same requests through LLM.generate, run while the engine thread
+    is parked inside a call (the two must not use the model at once)."""
+    from tilesafe.engine import SamplingParams
+
+    def run(core):
+        prompts = [{"prompt_token_ids": ids} for ids, _ in reqs]
+        params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
+        if llm.device.startswith("cuda"):
+            import torch
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        outs = llm.generate(prompts, params)
+        return sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t)
+    return server.engine.thread.call(run, timeout=3600)
+
+
+async def _level(url: str, model: str, reqs, concurrency: int):
+    import httpx
+    queue = list(reversed(reqs))
+    results = []
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(3600.0), limits=limits) as client:
+        async def worker():
+            while queue:
+                ids, out = queue.pop()
+                results.append(await _one(client, model, ids, out))
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
+    return results
+
+
+async def _one(client, model: str, ids, max_tokens: int) -> dict:
+    body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    sent = time.perf_counter()
+    first = last = None
+    itl, tokens = [], 0
+    async with client.stream("POST", "/v1/completions", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            now = time.perf_counter()
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            if not chunk["choices"] or not chunk["choices"][0]["text"]:
+                continue
+            if first is None:
+                first = now
+            else:
+                itl.append(now - last)
+            last = now
+    return {"ttft": (first or time.perf_counter()) - sent, "itl": itl, "e2e": time.perf_counter() - sent,
+            "tokens": tokens, "prompt": len(ids)}
+
+
+def _summary(c: int, results, wall: float) -> dict:
+    tokens = sum(r["tokens"] for r in results)
+    itl = [x for r in results for x in r["itl"]]
+    return {"concurrency": c, "requests": len(results), "wall_s": wall, "output_tokens": tokens,
+            "output_tokens_per_s": tokens / wall, "requests_per_s": len(results) / wall,
+            "prompt_tokens": sum(r["prompt"] for r in results),
+            "ttft_s": _pct([r["ttft"] for r in results]), "itl_s": _pct(itl), "e2e_s": _pct([r["e2e"] for r in results])}
+
+
+def _pct(xs) -> dict:
+    if not xs:
+        return {}
+    xs = sorted(xs)
+
+    def q(f):
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "mean": statistics.fmean(xs)}
+
+
+def _draw(rng: random.Random, spec: str) -> int:
+    lo, _, hi = spec.partition(":")
+    return rng.randint(int(lo), int(hi or lo))
+
+
+def _ids(rng: random.Random, n: int, vocab: int) -> list[int]:
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
