@@ -88,6 +88,32 @@ def test_the_lean_path_orders_a_launch_on_another_stream_after_the_writer():
         torch.testing.assert_close(out, x + y + y)
 
 
+def test_a_simt_launch_captured_in_a_graph_replays():
+    n = (1 << 20) + 77
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    mid, out = nan(n), nan(n)
+    vector_add.vector_add(mid, x, y)                      # the warm-ups: compile, error flag, plan
+    vector_add.vector_add(out, mid, y).sync()
+    with ts.graph() as g:
+        vector_add.vector_add(mid, x, y)
+        vector_add.vector_add(out, mid, y)
+    for _ in range(2):
+        x.copy_(torch.randn(n, device="cuda"))
+        mid.fill_(float("nan"))
+        out.fill_(float("nan"))
+        g.replay().sync()
+        torch.testing.assert_close(out, x + y + y)
+
+
+def test_a_simt_kernel_with_run_time_checks_is_refused_in_a_graph():
+    hist = torch.zeros(256, dtype=torch.int32, device="cuda")
+    x = torch.randint(0, 256, (4096,), device="cuda", dtype=torch.int32)
+    histogram.launch(hist, x, blocks=1).sync()
+    with pytest.raises(ts.LaunchError, match="`histogram` has run-time checks"):
+        with ts.graph():
+            histogram.launch(hist, x, blocks=1)
+
+
 def test_block_sum():
     x = torch.randn(1000 * 1024 + 5, device="cuda")
     blocks = -(-x.numel() // 1024)

@@ -50,7 +50,8 @@ class SimtKernel:
         C.check_definition(contract, shared_bytes(self.info, {}), self.where, self.shared_where)
         self.thread_fn = thread_function(src, self.info, self.params, scope)
         self.block3 = tuple(contract.block) + (1,) * (3 - len(contract.block))
-        self.has_checks = bool(self.info.checked or self.info.atomics)
+        # a GPU launch reads the error flag at sync when some access is checked: a read, an atomic, an unsafe write
+        self.has_checks = bool(self.info.checked or self.info.atomics or self.info.raw_stores)
         self.runtime_view = RuntimeView(self.params)
         # what a launch reads, so must have been written (S14): inputs and atomically updated targets
         self.read_names = {p.name for p in self.params if p.kind in (REF, ATOMIC)} | self.info.raw_atomic_targets

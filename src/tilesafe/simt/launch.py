@@ -8,7 +8,7 @@ itself (S7); everything read was written (S14). Then on a GPU the current stream
 conflicting work on other streams (S10), the kernel starts on it, and the launch is recorded
 as pending (S9/S10) by the runtime's own ordering module; on the CPU the executor runs it to
 completion. The outputs a launch covers count as written (S14). A launch inside `ts.graph()`
-is refused: SIMT kernels are not captured yet.
+is recorded into the graph (graph_capture.py).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from . import mappings as M
 from .analysis import shared_bytes
 from .binding import bind, resolved
 from .gpu_repeat import GpuRepeat
+from .graph_capture import launch_in_capture
 from .launch_plans import MAX_PLANS, LaunchPlan, layout
 from .params import ATOMIC, CONST, DISJOINT, REF, SCALAR, WRITTEN
 from .simt_future import SimtFuture
@@ -54,11 +55,11 @@ def launch(kernel, args, kwargs, grid):
     if launching_disabled_var.get():
         raise LaunchError(f"launching `{kernel.name}` is disabled here (tilesafe check imports files without "
                           "running kernels)")
-    if graph_var.get() is not None:
-        raise OwnershipError(f"SIMT kernel `{kernel.name}` cannot be captured in ts.graph() yet",
-                             help="launch it outside the capture")
     key, seen = layout(args, kwargs, grid)
     plan = kernel.plans.get(key) if key is not None else None
+    capture = graph_var.get()
+    if capture is not None:
+        return launch_in_capture(kernel, plan, args, kwargs, capture)
     if plan is not None and plan.repeat is not None:     # a GPU layout launched before: the lean path
         return plan.repeat(seen)
     if plan is not None:

@@ -78,8 +78,9 @@ class LaunchPlan:
         self.args = None         # hold for every launch of the plan) and its launch configuration
         self.config = None
 
-    def rebind(self, kernel, args, kwargs) -> Bound:
-        """The bound arguments of this launch, with the per-launch checks done (S8, S13, S14)."""
+    def rebind(self, kernel, args, kwargs, is_written=None) -> Bound:
+        """The bound arguments of this launch, with the per-launch checks done (S8, S13, S14).
+        `is_written(state, view)`: S14's test (inside ts.graph(), the capture's own)."""
         from ..runtime.constructors import from_torch
         out = Bound(consts=self.consts, scalars=self.scalars, grid=self.grid)
         for name, kind, dtype, (how, at) in self.slots:
@@ -90,7 +91,8 @@ class LaunchPlan:
                 a = from_torch(a)
                 out.borrowed.append(a)
             t = a._torch()
-            if name in kernel.read_names and not a._state.is_written(t):
+            if name in kernel.read_names and not (a._state.is_written(t) if is_written is None
+                                                  else is_written(a._state, t)):
                 raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty "
                                      "and has not been written", help="write it first, or create it with ts.zeros")
             out.tensors[name] = ArgFacts(_Held(a), tuple(t.shape), t.stride(), dtype, None)
