@@ -167,3 +167,10 @@ def test_parameters_take_their_defaults():
     assert torch.all(out == 1.0)
     with pytest.raises(ts.LaunchError, match="is missing the argument `alpha`"):
         saxpy(out, torch.ones(100))                  # no default, no extent: it must be passed
+
+
+def test_a_sparse_or_meta_torch_tensor_is_refused_as_a_launch_error():
+    # the layout key asked a sparse tensor for its data pointer: torch's RuntimeError escaped
+    for bad in (torch.ones(8).to_sparse(), torch.ones(8, device="meta")):
+        with pytest.raises(ts.LaunchError, match="ts.from_torch takes a dense CPU or CUDA tensor"):
+            vector_add(bad, torch.ones(8), torch.ones(8))

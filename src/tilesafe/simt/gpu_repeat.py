@@ -5,8 +5,8 @@ binding, the grid, the aliasing verdict (S7), the compiled kernel, its arguments
 and each tensor's byte set are fixed for it. What is left per launch, done here on the torch
 views and storage objects the layout key already fetched, without wrapping torch tensors in
 tilesafe tensors:
-- S8/S13: a tilesafe tensor must not be lent or handed over; a torch tensor's bytes handed
-  over from tilesafe count as written once torch wrote them (as `ts.from_torch` does);
+- S8/S13: a tilesafe tensor must not be lent or handed over; a torch tensor's bytes count as
+  written when torch made or wrote them (as `ts.from_torch` decides);
 - S14: what the kernel reads was written; the outputs its permits cover become written;
 - S9/S10: the current stream waits for conflicting work on other streams, and the launch is
   recorded as pending on its tensors' storage states.
@@ -55,7 +55,7 @@ class GpuRepeat:
                 state = a._state
             else:                    # a torch tensor, borrowed as ts.from_torch would (S13)
                 state = getattr(storage, _ATTR, None) or StorageState.of(t)
-                if state.handed is not None and state.torch_wrote(t):
+                if state.init_mask is not None and state.torch_wrote(t):
                     state.mark_written(t)
             if read and state.init_mask is not None and not state.is_written(t):
                 raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty "

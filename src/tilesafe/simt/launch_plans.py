@@ -53,6 +53,8 @@ def _part(a, seen):
         return (type(a), a)
     else:
         return None
+    if t.layout is not torch.strided or t.is_meta:
+        return None              # no storage to key on: binding refuses it with its own error
     st = t.untyped_storage()
     seen.append((a, t, st))
     return (type(a), t.data_ptr(), st.data_ptr(), st.nbytes(), t.shape, t.stride(), t.dtype, t.device)
