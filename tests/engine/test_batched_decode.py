@@ -40,8 +40,8 @@ def test_launches_per_step_do_not_grow_with_the_batch(checkpoint, monkeypatch):
 
 
 def test_each_row_of_a_batch_gets_its_tokens_alone(checkpoint):
-    """Rows at different positions of their own slots: a batch of 3 against each row alone in
-    a step of batch 1 (same cache contents, float32)."""
+    """Rows at different positions of their own slots, in any order: a batch of 3 against
+    each row alone in a step of batch 1 reading the same slot (float32)."""
     folder, _ = checkpoint()
     llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=3, progress=False)
     torch.manual_seed(0)
@@ -49,15 +49,12 @@ def test_each_row_of_a_batch_gets_its_tokens_alone(checkpoint):
         for k, v in zip(llm.model.cache.k, llm.model.cache.v):     # (S, L, HKV, D) distinct slot contents
             k.copy_(torch.randn_like(k))
             v.copy_(torch.randn_like(v))
-        saved = [(k.clone(), v.clone()) for k, v in zip(llm.model.cache.k, llm.model.cache.v)]
-        ids, positions = [3, 40, 11], [4, 9, 0]
-        tokens, logprobs = llm.decode_steps.run(ids, positions)
+        ids, positions, slots = [3, 40, 11], [4, 9, 0], [2, 0, 1]
+        tokens, logprobs = llm.decode_steps.run(ids, positions, slots)
         for i in range(3):
-            for (k, v), (k0, v0) in zip(zip(llm.model.cache.k, llm.model.cache.v), saved):
-                k.copy_(k0)
-                v.copy_(v0)
-                k[0].copy_(k0[i])                                  # row i's slot as slot 0 of a batch of 1
-                v[0].copy_(v0[i])
-            t, lp = llm.decode_steps.run([ids[i]], [positions[i]])
+            t, lp = llm.decode_steps.run([ids[i]], [positions[i]], [slots[i]])
             assert t == [tokens[i]]
             assert abs(lp[0] - logprobs[i]) < 1e-4
+        # Reading another slot gives another answer: the row really reads slots[i].
+        others = [llm.decode_steps.run([ids[0]], [positions[0]], [s])[1][0] for s in (0, 1)]
+        assert all(abs(lp - logprobs[0]) > 1e-6 for lp in others)

@@ -97,7 +97,8 @@ def test_bf16_checkpoint_runs_in_float32(checkpoint, hf_greedy, tmp_path):
 
 def test_sequences_that_stop_early_leave_the_others_unchanged(checkpoint, hf_greedy):
     """Per-sequence lengths in one batch: short requests finish (first and last rows), the
-    decode batch shrinks past the last running row, and the long one still gets its tokens."""
+    decode batch keeps only the running sequence (row 0, reading its own cache slot 1), and
+    the long one still gets its tokens."""
     folder, hf = checkpoint()
     llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=3, progress=False)
     short = SamplingParams(temperature=0, max_tokens=2)
@@ -107,4 +108,4 @@ def test_sequences_that_stop_early_leave_the_others_unchanged(checkpoint, hf_gre
     for prompt, out in zip(PROMPTS, outs):
         n = len(out.outputs[0].token_ids)
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, n)[0]
-    assert sorted(llm.decode_steps.steps) == [2, 3]          # batch 3, then rows 0..1 only
+    assert sorted(llm.decode_steps.steps) == [1, 3]          # batch 3, then the one running sequence

@@ -1,7 +1,7 @@
 """Batched decode steps, each batch size captured once in `ts.graph()` and replayed.
 
-A step's inputs — the new token, position, cache length and cache row of each sequence —
-are copied into the step's device buffer in one copy; everything else is fixed (weights, cache slots, buffers),
+A step's inputs — the new token, position, cache length, cache row and cache slot of each
+sequence — are copied into the step's device buffer in one copy; everything else is fixed (weights, cache slots, buffers),
 so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
 of split GEMMs and long softmax rows) and the second captures the same calls. Replays then
 cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
@@ -26,18 +26,24 @@ class _Step:
 
 
 class DecodeSteps:
-    """`run(ids, positions)` -> (next tokens, their log-probabilities), row i in cache slot i."""
+    """`run(ids, positions, slots)` -> (next tokens, their log-probabilities); row i in cache
+    slot slots[i] (default i), sampled with the sampler's row i."""
 
     def __init__(self, model: Qwen3Model, dtype: torch.dtype, device: str, use_graph: bool):
         self.model, self.dtype, self.device, self.use_graph = model, dtype, device, use_graph
         self.steps: dict[int, _Step] = {}
 
-    def run(self, ids: list[int], positions: list[int]) -> tuple[list[int], list[float]]:
+    def run(self, ids: list[int], positions: list[int],
+            slots: list[int] | None = None) -> tuple[list[int], list[float]]:
+        """Row i: token ids[i] at positions[i] of the sequence in cache slot slots[i] (default
+        i), sampled with the sampler's row i. Any distinct slots: a batch holds only the
+        sequences still running, wherever their slots are."""
         step = self._step(len(ids))
         a = step.a
         L = self.model.cache.max_model_len
-        rows = [ids, positions, [p + 1 for p in positions], [i * L + p for i, p in enumerate(positions)]]
-        a.inputs.copy_(torch.tensor(rows, dtype=torch.int32))                 # (4, B) host -> device, one copy
+        slots = list(range(len(ids))) if slots is None else slots
+        rows = [ids, positions, [p + 1 for p in positions], [s * L + p for s, p in zip(slots, positions)], slots]
+        a.inputs.copy_(torch.tensor(rows, dtype=torch.int32))                 # (5, B) host -> device, one copy
         if step.graph is not None:
             step.graph.replay()
         else:

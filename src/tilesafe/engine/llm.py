@@ -153,18 +153,20 @@ class LLM:
         self.sampler.set_steps([0] * len(wave))
         self._prefill(wave)
         yield
+        sampled = list(range(len(wave)))            # the wave's sequence of each sampler row
         while not all(s.finished for s in wave):
-            # Rows past the last unfinished sequence are dropped (a smaller batch, its own
-            # graph); a finished sequence before it keeps its row and recomputes position 0
-            # of its own slot, which nothing reads any more.
-            rows = wave[:1 + max(i for i, s in enumerate(wave) if not s.finished)]
-            ids = [0 if s.finished else s.tokens[-1] for s in rows]
-            positions = [0 if s.finished else s.position for s in rows]
+            # Only running sequences take a row (a finished one costs nothing; each batch size
+            # is its own graph); row i reads and writes the cache slot of its sequence.
+            running = [i for i, s in enumerate(wave) if not s.finished]
+            rows = [wave[i] for i in running]
+            if running != sampled[:len(running)]:   # the batch shrank: sampler rows follow it
+                self.sampler.set_rows([s.params for s in rows], [s.seed for s in rows])
+                sampled = running
             self.sampler.set_steps([len(s.tokens) for s in rows])          # the Philox step of each row
-            tokens, logprobs = self.decode_steps.run(ids, positions)
+            tokens, logprobs = self.decode_steps.run([s.tokens[-1] for s in rows], [s.position for s in rows],
+                                                     running)
             for s, t, lp in zip(rows, tokens, logprobs):
-                if not s.finished:
-                    s.append(t, lp)
+                s.append(t, lp)
             yield
 
     def _prefill(self, wave: list[Sequence]) -> None:

@@ -34,12 +34,12 @@ from .sampler import Sampler
 @dataclass(slots=True)
 class Activations:
     """Every intermediate of a forward over M rows (tokens), preallocated."""
-    inputs: torch.Tensor       # (4, M) i32: ids, positions, lens, slots below are its rows (one copy a step)
+    inputs: torch.Tensor       # (5, M) i32: ids, positions, lens, slots, tables below are its rows (one copy)
     ids: torch.Tensor          # (M,) i32 token ids
     positions: torch.Tensor    # (M,) i32 position of each row
     lens: torch.Tensor         # (M,) i32 cache length after this step (decode: positions + 1)
     slots: torch.Tensor        # (M,) i32 cache row of each row's key and value: slot * max_model_len + position
-    tables: torch.Tensor       # (R, 1) i32 block table of decode row i: its own slot, [i]
+    tables: torch.Tensor       # (M, 1) i32 block table of decode row i: [its cache slot] (initially [i])
     residual: torch.Tensor     # (M, E) the residual stream
     x: torch.Tensor            # (M, E) normed input of a block
     h: torch.Tensor            # (M, E) output of a block
@@ -64,9 +64,10 @@ class Activations:
 
         def buf(*shape, dt=dtype):
             return torch.empty(shape, dtype=dt, device=device)
-        inputs = buf(4, m, dt=torch.int32)
-        tables = torch.arange(r, dtype=torch.int32).view(r, 1).to(device)     # host -> device copy
-        return cls(inputs=inputs, ids=inputs[0], positions=inputs[1], lens=inputs[2], slots=inputs[3], tables=tables,
+        inputs = buf(5, m, dt=torch.int32)
+        inputs[4].copy_(torch.arange(m, dtype=torch.int32))                   # host -> device: row i in slot i
+        return cls(inputs=inputs, ids=inputs[0], positions=inputs[1], lens=inputs[2], slots=inputs[3],
+                   tables=inputs[4].view(m, 1),
                    residual=buf(m, e), x=buf(m, e), h=buf(m, e), qkv=buf(m, (h + 2 * kv) * d),
                    qr=buf(m, h, d), kr=buf(m, kv, d), attn=buf(m, h, d), gu=buf(m, 2 * i),
                    act=buf(m, i), last=buf(r, dt=torch.int32), h_last=buf(r, e), res_last=buf(r, e),
@@ -120,9 +121,10 @@ class Qwen3Model:
                                                          splits=CPU_DECODE_SPLITS if self.on_cpu else None))
 
     def decode(self, a: Activations, workspace) -> None:
-        """One token per sequence: row i is the sequence in cache slot i, its new token
-        a.ids[i] at a.positions[i], written at cache row a.slots[i] (= i * max_model_len +
-        positions[i]); the cache then holds a.lens[i] = positions[i] + 1 rows of it. One
+        """One token per sequence: row i is the sequence in cache slot a.tables[i, 0], its new
+        token a.ids[i] at a.positions[i], written at cache row a.slots[i] (= slot *
+        max_model_len + positions[i]); the cache then holds a.lens[i] = positions[i] + 1 rows
+        of it. One
         write and one attention launch per layer serve the whole batch (`workspace` from
         `decode_workspace(a)`)."""
         def attend(n: int, layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
