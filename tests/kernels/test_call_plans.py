@@ -253,3 +253,12 @@ def test_a_view_at_another_alignment_is_another_launch_layout(backend, device, b
     shifted = base[1:65].view(2, 32)
     torch.testing.assert_close(tk.rms_norm(shifted, w), _rms(shifted, w), rtol=2e-4, atol=2e-5)
     assert binds[0] == seen + 1
+
+
+def test_a_dtype_argument_is_part_of_the_layout_not_a_reason_for_the_full_path(backend, device, lookups):
+    a, b = _rand((20, 16), 1, device), _rand((16, 24), 2, device)
+    for dtype in (ts.f32, ts.f16, ts.f32, ts.f16):                 # each out_dtype: its own plan
+        got = tk.matmul(a, b, out_dtype=dtype)
+        assert got.dtype == dtype.torch
+        torch.testing.assert_close(got.float(), a @ b, rtol=2e-3, atol=2e-3)
+    assert lookups[0] == 2                                        # the second call of each: its plan

@@ -130,9 +130,8 @@ def call_key(name: str, args: tuple, kwargs: dict):
                 return None, None
             parts.append(lay)
             tensors.append(v)
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):    # a workspace of tensors
-            fields = [getattr(v, f.name) for f in dataclasses.fields(v)]
-            lays = tuple(layout_of(f) if type(f) is Tensor else None for f in fields)
+        elif (fields := _workspace(v)) is not None:                       # a workspace of tensors
+            lays = tuple(map(layout_of, fields))
             if None in lays:
                 return None, None
             parts.append((type(v), lays))
@@ -149,6 +148,15 @@ def call_key(name: str, args: tuple, kwargs: dict):
     parts += (current_backend(), targets.compile_target(), torch.is_grad_enabled(),
               torch.get_float32_matmul_precision())
     return tuple(parts), tensors
+
+
+def _workspace(v) -> list | None:
+    """The tensors of a workspace argument (a dataclass of tilesafe tensors), else None (a
+    dtype is a dataclass too: it is a value)."""
+    if not dataclasses.is_dataclass(v) or isinstance(v, type):
+        return None
+    fields = [getattr(v, f.name) for f in dataclasses.fields(v)]
+    return fields if fields and all(type(f) is Tensor for f in fields) else None
 
 
 def _sharing(tensors: list) -> tuple:
