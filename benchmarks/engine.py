@@ -84,9 +84,10 @@ def replayed_step(llm: LLM, context: int, reps: int = 50) -> float | None:
     step = llm.decode_steps.steps.get(1)
     if step is None or step.graph is None:
         return None
-    step.a.positions.fill_(context - 1)
-    step.a.lens.fill_(context)
-    step.a.slots.fill_(context - 1)              # slot 0: cache row = position
+    with torch.inference_mode():                 # the step's buffers are inference tensors
+        step.a.positions.fill_(context - 1)
+        step.a.lens.fill_(context)
+        step.a.slots.fill_(context - 1)          # slot 0: cache row = position
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(3):
         step.graph.replay()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One batched H200 call for the benchmarks (run from the repo root on the GPU machine): the engine,
+# the held-out random shapes, the SIMT examples, the paged KV kernels and a cProfile of eager
+# library calls. Everything lands in one archive, $OUT/bench.tgz (a call returns at most 8 files).
+# Usage: bash benchmarks/gpu_bench_session.sh "$OUT"
+set -uo pipefail
+out=${1:?out dir}
+if ls .whl/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1 TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
+r=$out/r; mkdir -p "$r"
+step() {   # step NAME TIMEOUT_S COMMAND...: its output in $r/NAME.log, its last lines printed
+    local name=$1 t=$2; shift 2
+    local t0=$SECONDS
+    timeout "$t" "$@" > "$r/$name.log" 2>&1; echo "== $name rc=$? $((SECONDS - t0)) s"; tail -n "${TAIL:-12}" "$r/$name.log"
+}
+TAIL=25 step engine 210 python3 benchmarks/engine.py --quick --sizes 0.6b,4b --out "$r/engine.json"
+step random_shapes 200 python3 -m tilesafe.bench --random-shapes 12 --seed 1 --out "$r" --budget-s 150 --no-progress
+step simt 80 python3 benchmarks/simt_bench.py --quick --out "$r"
+step paged_kv 50 python3 benchmarks/paged_kv.py "$r/paged_kv.json"
+TAIL=4 step profile 40 bash -c "cd benchmarks && python3 profile_gpu_calls.py $r/profile.txt --calls 200"
+tar czf "$out/bench.tgz" -C "$out" r && rm -rf "$r"
