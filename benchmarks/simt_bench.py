@@ -142,7 +142,7 @@ def workloads(quick: bool):
         dx, dy, do = arr(x), arr(y), arr(out)
         grid = (n + 255) // 256
         return dict(bytes=3 * 4 * n, out=out, want=lambda: x + y,
-                    safe=lambda: vector_add.vector_add(out, x, y),
+                    safe=lambda: vector_add(out, x, y),
                     safe_chunk4=lambda: vector_add.vector_add_chunked(out, x, y, K=4),
                     raw=lambda: RAW["vector_add"][grid, 256](do, dx, dy),
                     torch=lambda: torch.add(x, y, out=out))
@@ -279,9 +279,9 @@ def host_costs() -> dict:
     tx, ty, tout = ts.from_torch(x), ts.from_torch(y), ts.from_torch(torch.empty(n, device="cuda"))
     raw = RAW["vector_add"]
     fns = {
-        "safe_simt_torch_tensors": lambda: vector_add.vector_add(out, x, y),
-        "safe_simt_fresh_output": lambda: vector_add.vector_add(torch.empty_like(x), x, y),
-        "safe_simt_ts_tensors": lambda: vector_add.vector_add(tout, tx, ty),
+        "safe_simt_torch_tensors": lambda: vector_add(out, x, y),
+        "safe_simt_fresh_output": lambda: vector_add(torch.empty_like(x), x, y),
+        "safe_simt_ts_tensors": lambda: vector_add(tout, tx, ty),
         "numba_device_arrays_once": lambda: raw[16, 256](do, dx, dy),
         "numba_as_cuda_array_per_call": lambda: raw[16, 256](cuda.as_cuda_array(out), cuda.as_cuda_array(x),
                                                              cuda.as_cuda_array(y)),
