@@ -1,0 +1,69 @@
+"""The engine's fused kernels — q/k norm + RoPE, and with the paged K/V write (decode) —
+compile for Hopper (sm_90) at Qwen3-4B's shapes on any machine, as
+`test_kernels_hopper_compile.py` checks the other library kernels (launches replaced by
+`compile_ahead` on specs of the same views: no GPU needed). The paged attention's GPU tests
+are in tests/gpu/test_paged_kv_gpu.py."""
+import os
+import sys
+
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from tilesafe.kernels import call_plans, configs
+from tilesafe.kernels.launch import _with_pdl, schedule_of
+from tilesafe.runtime.compile_ahead import compile_ahead
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                                reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+
+H200_SHARED = 232448
+MODULES = ["norm_rope", "norm_rope_kv"]
+BF = torch.bfloat16
+H, HKV, D, SLOTS, L = 32, 8, 128, 32, 4096          # Qwen3-4B heads; a cache of 32 slots of 4096
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    out = []
+
+    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
+        specs = {n: ts.spec(v.shape, v.dtype, v.strides, tile=tile) for n, (v, tile) in outputs.items()}
+        specs.update({n: ts.spec(a.shape, a.dtype, a.strides) if isinstance(a, ts.Tensor) else a
+                      for n, a in args.items()})
+        out.append((kernel.name, compile_ahead(kernel, **specs, arch=90, descriptors=None,
+                                               schedule=_with_pdl(schedule_of(cfg or {}), pdl))))
+
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
+    for name in MODULES:
+        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", compile_instead)
+    return out
+
+
+def e(*shape, dtype=BF):
+    return torch.empty(shape, dtype=dtype)
+
+
+def decode_prologue(batch):
+    qkv = e(batch, H + 2 * HKV, D)
+    ints = torch.zeros(batch, dtype=torch.int32)
+    tk.norm_rope_kv_write(qkv[:, :H], qkv[:, H:H + HKV], qkv[:, H + HKV:], e(D), e(D), ints, ints,
+                          e(SLOTS, L, HKV, D), e(SLOTS, L, HKV, D), q_out=e(batch, H, D))
+
+
+CALLS = {
+    "norm_rope_prefill": lambda: tk.norm_rope(e(2048, H + 2 * HKV, D)[:, :H], e(D),
+                                              torch.zeros(2048, dtype=torch.int32)),
+    "decode_prologue_b1": lambda: decode_prologue(1),
+    "decode_prologue_b32": lambda: decode_prologue(32),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_engine_kernel_compiles_for_hopper(compiled, call):
+    CALLS[call]()
+    assert compiled, "no kernel was launched"
+    for name, k in compiled:
+        assert k.metadata.shared <= H200_SHARED, (name, k.metadata.shared)
