@@ -171,6 +171,7 @@ BAD = [
     ({"model": NAME, "prompt": "w1", "logprobs": 5}, 400, "logprobs"),
     ({"model": NAME, "prompt": "w1", "stream": "yes"}, 400, "stream"),
     ({"model": NAME, "prompt": "w1", "echo": True}, 400, "echo"),
+    ({"model": NAME, "prompt": "w1", "ignore_eos": "yes"}, 400, "ignore_eos"),
 ]
 BAD_CHAT = [
     ({"model": NAME}, 400, "messages"),
@@ -188,7 +189,7 @@ def test_bad_request_fuzz_leaves_the_server_serving(server, client, offline):
     want = offline("w9 w10", temperature=0, max_tokens=3).outputs[0].text
     cases = [("/v1/completions", *b) for b in BAD] + [("/v1/chat/completions", *b) for b in BAD_CHAT]
     with httpx.Client(base_url=server.url, timeout=30) as h:
-        for round_ in range(8):                    # 8 x 33 bad requests, a good one after each round
+        for round_ in range(8):                    # 8 x 34 bad requests, a good one after each round
             for path, body, status, param in cases:
                 kw = {"content": body} if isinstance(body, bytes) else {"json": body}
                 r = h.post(path, **kw)

@@ -22,6 +22,7 @@ import uuid
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ..engine.errors import RequestError
 from ..errors import TileSafeError
 from .async_llm import AsyncLLM
 from .protocol import ApiError, ParsedRequest, parse_chat, parse_completion
@@ -82,7 +83,7 @@ async def _serve(engine: AsyncLLM, model_name: str, request: Request, parse, cha
         outputs = engine.generate(prompt, p.params, request_id)
         try:
             first = await outputs.__anext__()      # the engine's checks run here: errors are still HTTP errors
-        except TileSafeError as e:
+        except RequestError as e:
             raise ApiError(400, e.message, "messages" if chat else "prompt") from None
     except ApiError as e:
         return JSONResponse(e.body(), e.status)

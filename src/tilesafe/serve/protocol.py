@@ -118,7 +118,7 @@ def _parsed(body: dict, prompt, max_tokens, logprobs: bool) -> ParsedRequest:
         max_tokens=max_tokens,
         seed=_int(body, "seed", None, None, "an integer"),
         stop=stop or [],
-        ignore_eos=bool(_field(body, "ignore_eos", False)),
+        ignore_eos=_bool(body, "ignore_eos"),
         logprobs=1 if logprobs else None)
     return ParsedRequest(model, prompt, params, bool(stream), bool((options or {}).get("include_usage")),
                          logprobs)
@@ -136,6 +136,13 @@ def _field(body: dict, name: str, default=_MISSING, required: bool = False):
             raise ApiError(400, f"'{name}' is a required field", name)
         return default
     return body[name]
+
+
+def _bool(body: dict, name: str) -> bool:
+    v = _field(body, name, None)
+    if v is not None and not isinstance(v, bool):
+        raise ApiError(400, f"'{name}' must be a boolean, got {_shown(v)}", name)
+    return bool(v)
 
 
 def _is_int(v) -> bool:
