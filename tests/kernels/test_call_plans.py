@@ -262,3 +262,30 @@ def test_a_dtype_argument_is_part_of_the_layout_not_a_reason_for_the_full_path(b
         assert got.dtype == dtype.torch
         torch.testing.assert_close(got.float(), a @ b, rtol=2e-3, atol=2e-3)
     assert lookups[0] == 2                                        # the second call of each: its plan
+
+
+def test_the_timed_runs_of_first_use_tuning_are_no_part_of_a_plan(monkeypatch, tmp_path):
+    """A call that tunes on first use runs itself with each candidate config before its own
+    launch: the plan of its layout, made by a later call, launches once, as the call does."""
+    from test_config_model import _on_gpu
+    from tilesafe.kernels import call_plans, first_use
+    from tilesafe.settings import Settings
+    _on_gpu(monkeypatch)
+    monkeypatch.setattr(configs, "gpu_name", lambda: "plan-test-gpu")
+    monkeypatch.setattr(first_use, "SETTINGS", Settings.from_env({"TILESAFE_CACHE_DIR": str(tmp_path)}))
+    monkeypatch.setattr(first_use, "wanted", lambda: True)
+    monkeypatch.setattr(first_use, "_time", lambda run, cand, timer: (run(cand), 1.0)[1])
+    first_use.forget()
+    launched = []
+    real = call_plans.start
+    monkeypatch.setattr(call_plans, "start", lambda kernel, *a, **k: (launched.append(kernel.name),
+                                                                      real(kernel, *a, **k))[1])
+    try:
+        with ts.backend("reference"):
+            for seed in range(4):                                 # tunes; records; then its plan twice
+                x, w = _rand((12, 40), seed, "cpu"), _rand((24, 40), seed + 1, "cpu")
+                out = torch.full((12, 24), float("nan"))
+                torch.testing.assert_close(tk.linear(x, w, out=out), F.linear(x, w), rtol=1e-4, atol=1e-5)
+        assert launched == ["skinny_kernel", "skinny_kernel"]     # the plan's calls: one launch each
+    finally:
+        first_use.forget()

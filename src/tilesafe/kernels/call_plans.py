@@ -28,9 +28,9 @@ import torch
 from ..backends.triton import targets
 from ..runtime.constructors import empty, from_torch
 from ..runtime.tensor import Tensor
-from ..settings import current_backend, graph_var, launching_disabled_var
+from ..settings import graph_var, launching_disabled_var
 from . import call_recording as R
-from . import scratch
+from . import configs, scratch
 from .call_checks import check_aliasing
 from .launch import schedule_with, start
 
@@ -145,7 +145,7 @@ def call_key(name: str, args: tuple, kwargs: dict):
     parts.append(_sharing(tensors))
     # The decisions also depend on the backend and target (configs, workers), on autograd
     # (refusals) and on torch's fp32 matmul precision (tf32 by default or not).
-    parts += (current_backend(), targets.compile_target(), torch.is_grad_enabled(),
+    parts += (configs.current_backend(), targets.compile_target(), torch.is_grad_enabled(),
               torch.get_float32_matmul_precision())
     return tuple(parts), tensors
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from ..backends.triton import targets
 from ..errors import LaunchError, caller_loc
 from ..settings import current_backend
-from . import config_model, first_use
+from . import call_recording, config_model, first_use
 from .machine_model import Attention, Decode, Gemm   # noqa: F401 - the shapes `lookup(shape=)` takes
 
 TUNED_DIR = Path(__file__).parent / "tuned"
@@ -178,6 +178,8 @@ def _modelled(family, keys, shape, entries, target, defaults, gpu, run) -> dict:
     if run is None or not first_use.wanted():
         return config_model.choice(shape, machine)
     ranked = [dict(defaults, **c) for c in config_model.ranked(shape, first_use.CANDIDATES, machine)]
+    if (rec := call_recording.ACTIVE.get()) is not None:
+        rec.spoiled = True    # the timed runs are no part of the call a plan would redo (call_plans)
     return first_use.pick(family, keys[0], ranked, run, gpu)
 
 
