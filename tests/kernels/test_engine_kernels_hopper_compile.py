@@ -16,7 +16,7 @@ from tilesafe.kernels.launch import _with_pdl, schedule_of
 from tilesafe.runtime.compile_ahead import compile_ahead
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
-                                reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+                                reason="TRITON_INTERPRET=1 interprets Triton's own library: it cannot compile")
 
 H200_SHARED = 232448
 MODULES = ["norm_rope", "norm_rope_kv"]

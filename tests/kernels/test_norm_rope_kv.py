@@ -50,7 +50,8 @@ def test_a_negative_slot_writes_nothing(backend, device):
 def test_norm_rope_kv_write_bad_input(backend, device):
     qkv = randn((2, 4, 16), "f32", 7, device)
     kc, vc = torch.zeros(2, 4, 1, 16, device=device), torch.zeros(2, 4, 1, 16, device=device)
-    w, pos, slots = torch.ones(16, device=device), torch.tensor([0, 1], device=device), torch.tensor([0, 1], device=device)
+    w, pos = torch.ones(16, device=device), torch.tensor([0, 1], device=device)
+    slots = torch.tensor([0, 1], device=device)
     with pytest.raises(ts.LaunchError) as e:
         tk.norm_rope_kv_write(qkv[:, :2], qkv[:, 2:4], qkv[:, 2:4], w, w, pos, slots, kc, vc)  # heads
     assert_at_call(e.value, __file__, "heads", "caches (num_blocks, block_size, HKV, D)", "k (2, 2, 16)")

@@ -1,8 +1,8 @@
 """Batched decode steps, each batch size captured once in `ts.graph()` and replayed.
 
 A step's inputs — the new token, position, cache length, cache row and cache slot of each
-sequence — are copied into the step's device buffer in one copy; everything else is fixed (weights, cache slots, buffers),
-so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
+sequence — are copied into the step's device buffer in one copy; everything else is fixed
+(weights, cache, buffers), so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
 of split GEMMs and long softmax rows) and the second captures the same calls. Replays then
 cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
 """
