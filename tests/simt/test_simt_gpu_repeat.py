@@ -108,3 +108,15 @@ def test_the_lean_path_refuses_reading_what_was_not_written(device):
     with pytest.raises(ts.OwnershipError, match="argument `x` of `histogram` is read, but it came from ts.empty"):
         histogram.launch(hist, data, grid=(1,))
     assert len(device.bound) == 1 and len(device.launched) == 1
+
+
+def test_the_lean_path_finds_tensors_passed_by_keyword(device):
+    x, y, out = ts.ones(64), torch.ones(64), torch.empty(64)
+    for _ in range(2):
+        assert vector_add(out, y=y, x=x).results() is out
+        assert vector_add(x=x, out=out, y=y).results() is out
+    p = x.partition((16,))                              # the keyword tensor is checked on the lean path too
+    with pytest.raises(ts.OwnershipError, match="cannot use `x`"):
+        vector_add(out, y=y, x=x)
+    p.unpartition()
+    assert len(device.bound) == 2 and len(device.launched) == 4
