@@ -11,7 +11,9 @@ Per size, in this order:
   tokens after the first over the decode time (the whole call minus a prefill-only call of
   the same prompt), for 256 tokens after a prompt of 128 (and of 4096 with --long); Grout's
   request metric (all tokens over the whole call);
-- the replayed decode step: one `ts.graph()` replay, timed on the device (CUDA events);
+- the replayed decode step: one `ts.graph()` replay, timed on the device (CUDA events), and
+  its per-kernel profile (launches and device time per kernel name, their sum against the
+  step's time: the rest is gaps between kernels);
 - the fraction of the nominal HBM roofline, counted as Grout counts it: every parameter plus
   the KV bytes read per token, over 4.8 TB/s, against the replayed step's time;
 - beside it, a plain-PyTorch decode step on the same weight tensors (cuBLAS, SDPA, a static
@@ -100,6 +102,31 @@ def replayed_step(llm: LLM, context: int, reps: int = 50) -> float | None:
     return start.elapsed_time(end) / 1e3 / reps
 
 
+def step_profile(llm: LLM, replays: int = 5) -> dict | None:
+    """Per kernel of one replayed batch-1 step: launches and device microseconds (CUPTI traces
+    the kernels of a graph replay), and the step's kernel time against its wall time (the
+    rest is gaps between kernels)."""
+    step = llm.decode_steps.steps.get(1)
+    if step is None or step.graph is None:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            step.graph.replay()
+        torch.cuda.synchronize()
+    kernels: dict[str, list] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in ev.name.lower():
+            k = kernels.setdefault(ev.name, [0, 0.0])
+            k[0] += 1
+            k[1] += ev.device_time / replays if hasattr(ev, "device_time") else ev.cuda_time / replays
+    per = {name: {"launches": n // replays, "us": round(us, 2)} for name, (n, us) in
+           sorted(kernels.items(), key=lambda kv: -kv[1][1])}
+    return {"kernels": per, "launches": sum(v["launches"] for v in per.values()),
+            "kernel_us": round(sum(v["us"] for v in per.values()), 1)}
+
+
 def roofline(llm: LLM, context: int, step_s: float | None) -> dict:
     cfg = llm.config
     params = weight_bytes(cfg, 2)
@@ -149,8 +176,14 @@ def bench_size(size: str, args) -> dict:
     out["torch_graph_tokens_per_s"] = 1 / torch_step
     out["speedup_vs_torch_graph"] = torch_step / step if step else None
     del baseline                                  # its cache; the weights are the engine's
+    try:
+        out["step_profile"] = step_profile(llm)
+    except Exception as e:                        # a profiler that cannot trace must not cost the run
+        out["step_profile"] = {"error": repr(e)}
+    prof = out["step_profile"] or {}
     phase.done("batch 1 after 128", {k: out[k] for k in ("decode_128", "replayed_step_s", "torch_graph_step_s")}
-               | {"fraction_of_roofline": out["roofline_128"]["fraction_of_roofline"]})
+               | {"fraction_of_roofline": out["roofline_128"]["fraction_of_roofline"],
+                  "launches": prof.get("launches"), "kernel_us": prof.get("kernel_us")})
     if long:
         out["decode_4096"] = decode_run(llm, long, args.tokens, reps=args.reps)
         step = replayed_step(llm, long + args.tokens // 2)
