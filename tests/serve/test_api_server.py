@@ -72,7 +72,15 @@ def test_models_health_and_metrics(server, client):
 
 def test_completion_equals_offline(server, client, offline):
     want = offline("w3 w17 w5", temperature=0, max_tokens=6, logprobs=1).outputs[0]
+    prompt_before = metric(server, "tilesafe_prompt_tokens_total")
+    generated_before = metric(server, "tilesafe_generation_tokens_total")
+    ttft_before = metric(server, "tilesafe_time_to_first_token_seconds_count")
+    itl_before = metric(server, "tilesafe_inter_token_latency_seconds_count")
     got = client.completions.create(model=NAME, prompt="w3 w17 w5", max_tokens=6, temperature=0, logprobs=1)
+    assert metric(server, "tilesafe_prompt_tokens_total") - prompt_before == 3
+    assert metric(server, "tilesafe_generation_tokens_total") - generated_before == 6
+    assert metric(server, "tilesafe_time_to_first_token_seconds_count") - ttft_before == 1
+    assert metric(server, "tilesafe_inter_token_latency_seconds_count") - itl_before == 5
     c = got.choices[0]
     assert c.text == want.text and c.finish_reason == "length"
     assert c.logprobs.token_logprobs == pytest.approx([d[t].logprob for d, t in zip(want.logprobs, want.token_ids)])

@@ -57,6 +57,9 @@ class EngineThread:
 
     def _loop(self) -> None:
         core = self.core
+        if core.llm.device.startswith("cuda"):      # the current device is per thread: the model's
+            import torch
+            torch.cuda.set_device(torch.device(core.llm.device))
         while True:
             try:
                 cmd, arg = self._inbox.get(block=not core.has_work())
