@@ -119,7 +119,9 @@ def _offline(server, llm, reqs, c: int) -> float:
         for i in range(0, len(prompts), c):
             outs = llm.generate(prompts[i:i + c], params[i:i + c])
             tokens += sum(len(o.outputs[0].token_ids) for o in outs)
-        return tokens / (time.perf_counter() - t)
+        speed = tokens / (time.perf_counter() - t)
+        core.runner._rows = None          # generate() rewrote the sampler's rows
+        return speed
     return server.engine.thread.call(run, timeout=3600)
 
 

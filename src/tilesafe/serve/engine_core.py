@@ -70,8 +70,7 @@ class EngineCore:
             if admitted:
                 self.runner.prefill(admitted)
                 self._emit(admitted)
-            # Every running sequence decodes, those just prefilled too: a row the step leaves
-            # idle writes position 0 of its slot, which must then be a free one.
+            # Every running sequence decodes, those just prefilled too (their second token).
             decoding = [r for r in s.running if not r.seq.finished]
             preempted = s.reserve_decode(decoding)
             self.preemptions += len(preempted)

@@ -1,13 +1,13 @@
 """Runs the engine's Qwen3 model for the scheduler: prefills of newly admitted requests
 into their cache slots, and batched decode steps over the running ones.
 
-The model stores sequence i of a step in cache slot i and samples it with the sampler's row
-i. A request keeps the slot the scheduler gave it for as long as it runs, so a decode step's
-row i is slot i: rows of free slots below the highest running one idle (token 0 at position
-0 of their own, unused slot, which a later prefill overwrites), and the batch ends at the
-highest running slot (`DecodeSteps` builds, and on a GPU captures, one step per batch size).
-A prefill runs the prompts of consecutive slots packed together through a view of the model
-whose cache starts at the first of those slots and whose sampler reads from that row.
+A request keeps the cache slot the scheduler gave it for as long as it runs. A decode step's
+rows are the running requests in slot order, each reading and writing its own slot
+(`DecodeSteps.run(ids, positions, slots)`: no idle rows; one step per batch size, captured
+on a GPU), sampled with the sampler's row of the same index — so the sampler's rows are
+rewritten whenever the batch's requests change. A prefill runs the prompts of consecutive
+slots packed together through a view of the model whose cache starts at the first of those
+slots and whose sampler reads from that row (the sampler's rows are then indexed by slot).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ class ModelRunner:
         self._params: list[SamplingParams] = [idle] * n      # each slot's sampling row
         self._seeds: list[int] = [0] * n
         self._steps: list[int] = [0] * n                     # each slot's Philox step: tokens generated
+        self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
 
     def prefill(self, reqs: list[Request]) -> None:
         """Compute each request's KV (prompt, then tokens generated before a preemption) into
@@ -36,20 +37,22 @@ class ModelRunner:
             self._steps[r.slot] = len(r.seq.tokens)
         self.llm.sampler.set_rows(self._params, self._seeds)
         self.llm.sampler.set_steps(self._steps)
+        self._rows = None                                    # rows by slot now, not by batch row
         for run in _consecutive(sorted(reqs, key=lambda r: r.slot)):
             self._prefill_run(run)
 
     def decode(self, reqs: list[Request]) -> None:
-        """One token for each request (each feeds back its last token)."""
-        batch = 1 + max(r.slot for r in reqs)
-        ids, positions = [0] * batch, [0] * batch
-        for r in reqs:
-            ids[r.slot], positions[r.slot] = r.seq.tokens[-1], r.seq.position
-            self._steps[r.slot] = len(r.seq.tokens)
-        self.llm.sampler.set_steps(self._steps[:batch])
-        tokens, logprobs = self.llm.decode_steps.run(ids, positions)
-        for r in reqs:
-            r.seq.append(tokens[r.slot], logprobs[r.slot])
+        """One token for each request (each feeds back its last token), row i the i-th by slot."""
+        reqs = sorted(reqs, key=lambda r: r.slot)
+        sampler = self.llm.sampler
+        if self._rows != tuple(reqs):
+            sampler.set_rows([r.seq.params for r in reqs], [r.seq.seed for r in reqs])
+            self._rows = tuple(reqs)
+        sampler.set_steps([len(r.seq.tokens) for r in reqs])              # each row's Philox step
+        tokens, logprobs = self.llm.decode_steps.run([r.seq.tokens[-1] for r in reqs],
+                                                     [r.seq.position for r in reqs], [r.slot for r in reqs])
+        for r, t, lp in zip(reqs, tokens, logprobs):
+            r.seq.append(t, lp)
 
     def _prefill_run(self, run: list[Request]) -> None:
         llm, first = self.llm, run[0].slot
