@@ -155,3 +155,28 @@ def test_a_receiver_whose_event_loop_closed_does_not_stop_the_engine(llm, alone)
         assert engine.thread.alive and (st["running"], st["kv_blocks_used"]) == (0, 0)
     finally:
         engine.shutdown()
+
+
+def test_a_decode_batch_is_exactly_the_running_requests(llm, alone, monkeypatch):
+    """Short requests in slots 0 and 1 finish; the long one in slot 2 then decodes alone, a
+    batch of 1 at its own slot (not rows up to its slot)."""
+    batches = []
+    run = llm.decode_steps.run
+
+    def record(ids, positions, slots=None):
+        batches.append(list(slots))
+        return run(ids, positions, slots)
+    monkeypatch.setattr(llm.decode_steps, "run", record)
+    engine = AsyncLLM(llm)
+    try:
+        params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (2, 2, 6)]
+        prompts = ["w1 w2", "w3", "w4 w5 w6"]
+
+        async def all_():
+            return await asyncio.gather(*[collect(engine, p, sp, f"b{i}") for i, (p, sp) in
+                                          enumerate(zip(prompts, params))])
+        got = asyncio.run(all_())
+    finally:
+        engine.shutdown()
+    assert [g[1] for g in got] == [alone(p, sp).token_ids for p, sp in zip(prompts, params)]
+    assert batches[0] == [0, 1, 2] and batches[-1] == [2]
