@@ -84,3 +84,25 @@ def test_a_layout_gets_a_launcher_per_set_of_scalars_on_their_third_launch(monke
     for _ in range(5):                                            # one value: seen once, prepared, then launchers
         launch(3)
     assert made == [{"N": 8, "k": 3}] and used == [{"N": 8, "k": 3}] * 3
+
+
+def test_a_gpu_launch_builds_each_byte_set_once(monkeypatch):
+    """execute's GPU path orders the launch and then records it with the same byte sets
+    (ordering.byte_sets), instead of building each tensor's twice."""
+    from tilesafe.runtime import ordering
+    from tilesafe.runtime.tensor import Tensor
+    x, z = ts.tensor(np.arange(8, dtype=np.float32)), ts.empty(8)
+    p = z.partition((4,))
+    bound = binding.bind(double, (p, x), {}, None, False)
+    built = []
+    real = Tensor._byte_set
+    monkeypatch.setattr(Tensor, "_byte_set", lambda self: (built.append(self), real(self))[1])
+    sets = ordering.byte_sets(double, bound)
+    stream = Stream()
+    stream.cuda_stream = 7
+    ordering.order_before(double, bound, stream, (), sets)
+    future = ordering.record_after(double, bound, stream, (p,), (), sets)
+    assert len(built) == 2                                        # z and x, once each
+    assert [a.byteset for a in z._state._pending][-1] == sets[0]
+    future.completion._finish()                                   # the stand-in work is over
+    p.unpartition()

@@ -38,8 +38,10 @@ def _on_gpu(compiled, bound, call, counters, outputs) -> Future:
         stream = torch.cuda.current_stream()
         capture = graph_var.get()
         extra = () if counters is None else (counters,)   # written by every launch that takes them
+        sets = None
         if capture is None:
-            ordering.order_before(kernel, bound, stream, extra)
+            sets = ordering.byte_sets(kernel, bound, extra)    # once, for the ordering and the record
+            ordering.order_before(kernel, bound, stream, extra, sets)
         call.start(None if counters is None else counters._torch())
         mark_written(bound, compiled.written)
         if capture is not None:
@@ -48,7 +50,7 @@ def _on_gpu(compiled, bound, call, counters, outputs) -> Future:
             for t in extra:
                 capture.record(t, True)
             return Future(outputs)
-        return ordering.record_after(kernel, bound, stream, outputs, extra)
+        return ordering.record_after(kernel, bound, stream, outputs, extra, sets)
 
 
 def _mark_pointer_writes(bound, flags_by_name) -> None:

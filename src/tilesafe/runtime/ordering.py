@@ -22,18 +22,26 @@ def accesses(kernel, bound, extra=()):
     return [(f.tensor, writes(kernel, name)) for name, f in bound.tensors.items()] + [(t, True) for t in extra]
 
 
-def order_before(kernel, bound, stream, extra=()) -> None:
+def byte_sets(kernel, bound, extra=()) -> list:
+    """The byte sets of a launch's accesses, in `accesses` order: made once per launch for
+    both `order_before` and `record_after`."""
+    return [t._byte_set() for t, _ in accesses(kernel, bound, extra)]
+
+
+def order_before(kernel, bound, stream, extra=(), sets=None) -> None:
     """Make `stream` wait for pending conflicting accesses issued on other streams."""
-    for t, write in accesses(kernel, bound, extra):
-        t._state.order_device(t._byte_set(), write, stream.cuda_stream)
+    acc = accesses(kernel, bound, extra)
+    for (t, write), byteset in zip(acc, sets if sets is not None else [t._byte_set() for t, _ in acc]):
+        if t._state._pending:             # nothing pending: nothing to wait for
+            t._state.order_device(byteset, write, stream.cuda_stream)
 
 
-def record_after(kernel, bound, stream, outputs, extra=()) -> Future:
+def record_after(kernel, bound, stream, outputs, extra=(), sets=None) -> Future:
     """Register the launch's accesses as pending; its event is recorded only when needed."""
     acc = accesses(kernel, bound, extra)
     done = Completion(None, stream.cuda_stream, tuple(t._torch() for t, _ in acc), stream)
-    for t, write in acc:
-        t._state.record(t._byte_set(), write, done)
+    for (t, write), byteset in zip(acc, sets if sets is not None else [t._byte_set() for t, _ in acc]):
+        t._state.record(byteset, write, done)
     return Future(outputs, done)
 
 
