@@ -24,7 +24,7 @@ PLACES = {"errors.py": "base", "dtypes.py": "base", "settings.py": "base",
           "lang": "lang", "backends": "backends", "runtime": "runtime", "kernels": "kernels", "simt": "simt",
           "engine": "engine", "serve": "serve", "bench": "bench",
           # The command line and what only it runs: the demos, the example programs it shows.
-          "cli.py": "cli", "cli_engine.py": "cli", "__main__.py": "cli", "check_file.py": "cli",
+          "cli.py": "cli", "cli_engine.py": "cli", "cli_serve.py": "cli", "__main__.py": "cli", "check_file.py": "cli",
           "check_target.py": "cli", "demo.py": "cli",
           "examples": "cli",
           # Imports nothing of tilesafe; both command lines (cli's and bench's) use it.
