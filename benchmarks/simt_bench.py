@@ -142,7 +142,7 @@ def workloads(quick: bool):
         dx, dy, do = arr(x), arr(y), arr(out)
         grid = (n + 255) // 256
         return dict(bytes=3 * 4 * n, out=out, want=lambda: x + y,
-                    safe=lambda: vector_add(out, x, y),
+                    safe=lambda: vector_add.vector_add(out, x, y),
                     safe_chunk4=lambda: vector_add.vector_add_chunked(out, x, y, K=4),
                     raw=lambda: RAW["vector_add"][grid, 256](do, dx, dy),
                     torch=lambda: torch.add(x, y, out=out))
