@@ -49,10 +49,12 @@ def _with_warp_operations():
 
     def shfl_xor(module, mask, value, m):
         lane, lanes = exchange(module, value)
+        m &= 31                          # PTX shfl.sync reads the low five bits of its lane operand
         return lanes[lane ^ m] if (lane ^ m) < len(lanes) else value
 
     def shfl_down(module, mask, value, d):
         lane, lanes = exchange(module, value)
+        d &= 31
         return lanes[lane + d] if lane + d < len(lanes) else value
 
     def ballot(module, mask, predicate):

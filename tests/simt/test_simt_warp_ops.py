@@ -75,24 +75,26 @@ def shift(x, d, mask):
     return down, xor
 
 
-def test_a_source_lane_outside_the_warp_gives_the_callers_own_value():
-    # CUDA: shfl_down's lowest `delta` lanes keep their value (no wrap-around); shfl_xor's lane mask is
-    # an unsigned word, so a mask >= 32, or a negative one (high bits set), names no lane of the warp.
+def test_shuffles_read_the_low_five_bits_of_their_lane_operand():
+    # PTX shfl.sync takes b[4:0]: shfl_down by d reads lane + (d & 31) (the top lanes keep their own
+    # value, no wrap-around); shfl_xor by m reads lane ^ (m & 31). The H200 reverses the warp for
+    # m = -1, as for 31 (tests/gpu/test_simt_gpu.py compares the two on the GPU).
     x = torch.arange(32, dtype=torch.float32) + 100
-    for d in (0, 1, 31, 32, 1000):
+    lanes = torch.arange(32)
+    for d in (0, 1, 31, 32, 33, 1000):
         down, _ = shift(x, d, 0)
-        want = torch.where(torch.arange(32) + d < 32, x.roll(-d % 32), x)
+        want = torch.where(lanes + (d & 31) < 32, x[(lanes + (d & 31)) % 32], x)
         assert torch.equal(down, want), d
-    for mask in (32, 33, -1, -32, 1 << 40):      # 1 << 40 is 0 in 32 bits: the caller's lane too
+    for mask in (31, 32, 33, -1, -32, 1 << 40):      # 1 << 40: its low five bits are 0, the caller's lane
         _, xor = shift(x, 0, mask)
-        assert torch.equal(xor, x), mask
+        assert torch.equal(xor, x[lanes ^ (mask & 31)]), mask
     _, xor = shift(x, 0, 31)
     assert torch.equal(xor, x.flip(0))
 
 
 def test_shfl_down_by_a_negative_delta_is_refused():
     from simt_helpers import assert_diagnostic
-    for d in (-1, 1 << 31):         # -1 would wrap, in the GPU's 32-bit add, to the lane below the caller's
+    for d in (-1, 1 << 31):         # the GPU would shift by the low five bits: never what a program means
         with pytest.raises(ts.SanitizerError) as ei:
             shift(torch.zeros(32), d, 0)
         assert_diagnostic(ei.value, __file__, "E:shfl-down", f"shfl_down by delta {d}, outside 0 <= delta < 2**31")

@@ -288,21 +288,21 @@ def _resolve_warps(state, send, n):
 
 
 def _warp_result(op, values, arg, lane, loc):
-    # CUDA's __shfl_down_sync / __shfl_xor_sync: a source lane outside the warp gives the caller its
-    # own value (the lowest `delta` lanes keep theirs; a lane mask >= 32 changes nothing). Both are
-    # 32-bit words on the GPU (numba-cuda truncates them): a negative mask has its high bits set and
-    # names no lane; a negative delta wraps in the hardware's 32-bit add to a lane below the caller's,
-    # which CUDA does not define, so the sanitizer refuses it.
+    # PTX shfl.sync (what numba-cuda's shfl_down_sync / shfl_xor_sync lower to) reads only the low five
+    # bits of its lane operand: shfl_down by d reads lane `lane + (d & 31)`, shfl_xor by m reads lane
+    # `lane ^ (m & 31)`, and a source past lane 31 gives the caller its own value. (Seen on the H200:
+    # a mask of -1 reverses the warp, as 31 does.) A negative delta is refused: it reads as a shift by
+    # its low bits on the GPU, which is never what a program means.
     width = len(values)
     if op == "shfl_down":
         delta = int(arg)
         if not 0 <= delta < 1 << 31:
             raise SanitizerError(f"shfl_down by delta {delta}, outside 0 <= delta < 2**31", loc,
                                  help="shfl_down reads the lane `delta` above the caller's; shift by a delta >= 0")
-        src = lane + delta
+        src = lane + (delta & 31)
         return values[src] if src < width else values[lane]
     if op == "shfl_xor":
-        src = lane ^ (int(arg) & 0xFFFFFFFF)
+        src = lane ^ (int(arg) & 31)
         return values[src] if src < width else values[lane]
     if op == "warp_sum":
         total = values[0]
