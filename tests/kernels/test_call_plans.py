@@ -29,7 +29,7 @@ def _rms(x, w, eps=1e-6):
 
 def _rope(x, pos, theta=1e6):
     d = x.shape[-1]
-    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
     ang = pos.double()[:, None] * inv                                     # (T, D/2)
     cos, sin = torch.cos(ang)[:, None].float(), torch.sin(ang)[:, None].float()
     x1, x2 = x[..., :d // 2], x[..., d // 2:]

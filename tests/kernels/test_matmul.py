@@ -204,7 +204,8 @@ def test_split_k_is_chosen_when_tiles_are_too_few_to_fill_the_workers(backend, d
     real = mm.launch
     monkeypatch.setattr(mm, "launch", lambda kernel, outputs, **kw: (launched.append((kernel.name, outputs, kw)),
                                                                        real(kernel, outputs, **kw))[1])
-    got = tk.matmul(a, b, config={"split_k": None, "min_blocks": 8})             # 2 tiles, 8 K tiles: 2 splits
+    # Tiles given, so every backend has 2 output tiles and 8 K tiles: 2 splits.
+    got = tk.matmul(a, b, config={"split_k": None, "min_blocks": 8, "block_m": 32, "block_n": 32, "block_k": 32})
     assert [name for name, _, _ in launched] == ["split_k_kernel", "split_sum_kernel"]
     part = launched[0][1]["part"][0]
     assert part.shape == (2, 64, 32) and launched[0][2]["PER"] == 4

@@ -142,7 +142,11 @@ def lookup(family: str, key, override: dict | None = None, dtype=None, shape=Non
         gpu = target.gpu if target is not None else gpu_name()
         entries = tuned_table(gpu).get(family, {})
         keys = key if isinstance(key, tuple) else (key,)
-        if shape is not None and not (device is not None and device.amd):
+        if override and POSITIVE_KEYS & set(override):
+            # Tiles chosen by the caller: the family's defaults around them, not a tuned or modelled
+            # config whose pipeline depth was sized for other tiles (it can overflow shared memory).
+            tuned = {}
+        elif shape is not None and not (device is not None and device.amd):
             tuned = _modelled(family, keys, shape, entries, target, cfg, gpu, run if override is None else None)
         else:
             tuned = next((entries[k] for k in keys if k in entries), {})
