@@ -180,3 +180,25 @@ def test_a_decode_batch_is_exactly_the_running_requests(llm, alone, monkeypatch)
         engine.shutdown()
     assert [g[1] for g in got] == [alone(p, sp).token_ids for p, sp in zip(prompts, params)]
     assert batches[0] == [0, 1, 2] and batches[-1] == [2]
+
+
+def test_an_engine_thread_that_dies_fails_its_requests_instead_of_hanging(llm, monkeypatch):
+    """The H200 run hung here: the thread's start (torch.cuda.set_device("cuda") without an
+    index) raised, and every request waited for a loop that was gone."""
+    from tilesafe.serve import engine_thread
+
+    def broken(self):
+        raise ValueError("no device for this thread")
+    monkeypatch.setattr(engine_thread.EngineThread, "_serve", broken)
+    engine = AsyncLLM(llm)
+    engine.thread._thread.join(5)
+
+    async def run():
+        async for _ in engine.generate("w1 w2", SamplingParams(temperature=0, max_tokens=3), "z"):
+            pass
+    with pytest.raises((ValueError, ts.TileSafeError), match="no device for this thread|shut down"):
+        asyncio.run(asyncio.wait_for(run(), 10))
+    req = Request("late", None, lambda out: seen.append(out))
+    seen: list = []
+    engine.thread.add(req)                     # posted after the loop died: answered at once
+    assert len(seen) == 1 and isinstance(seen[0], ValueError)

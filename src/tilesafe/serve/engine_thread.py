@@ -25,10 +25,13 @@ class EngineThread:
         self._inbox: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="tilesafe-engine", daemon=True)
         self._stopped = threading.Event()
+        self._died: BaseException | None = None
         self._thread.start()
 
     def add(self, req: Request) -> None:
         self._inbox.put(("add", req))
+        if self._died is not None:          # nobody would ever answer: the caller hears why at once
+            self._drain(self._died)
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
@@ -56,10 +59,33 @@ class EngineThread:
         return self._thread.is_alive()
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as e:          # the loop itself broke: fail what waits rather than hang it
+            log.exception("engine thread stopped")
+            self._died = e
+            self.core.fail_all(e)
+            self._drain(e)
+
+    def _drain(self, error: BaseException) -> None:
+        """Answer every posted command with `error` (the loop is gone)."""
+        while True:
+            try:
+                cmd, arg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if cmd == "add":
+                arg.sink(error)
+            elif cmd == "call":
+                arg[1].put((False, error))
+
+    def _serve(self) -> None:
         core = self.core
         if core.llm.device.startswith("cuda"):      # the current device is per thread: the model's
             import torch
-            torch.cuda.set_device(torch.device(core.llm.device))
+            device = torch.device(core.llm.device)
+            if device.index is not None:             # plain "cuda" is the current device already
+                torch.cuda.set_device(device)
         while True:
             try:
                 cmd, arg = self._inbox.get(block=not core.has_work())
