@@ -110,7 +110,7 @@ def test_bad_sampling_params(kwargs, fragment):
     ({"prompt_token_ids": [1, 96]}, "token id 96, outside the vocabulary [0, 96)"),
     ({"prompt_token_ids": [1, -1]}, "token id -1"),
     ({"prompt_token_ids": list(range(16))}, "prompt 1 has 16 tokens, but max_model_len is 16"),
-    ("some text", "no tokenizer.json"),
+    ("some text", "no tokenizer.json in its folder"),
 ])
 def test_bad_prompts_refused_and_llm_still_works(llm, prompt, fragment):
     ok = {"prompt_token_ids": [3, 4]}

