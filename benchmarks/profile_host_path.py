@@ -61,9 +61,9 @@ def cases() -> dict:
     }
 
 
-def us_per_call(fn, calls: int, repeats: int = 7) -> float:
+def us_per_call(fn, calls: int, repeats: int = 7, warmup: int = 20) -> float:
     """The fastest of `repeats` rounds: on a shared machine other work only ever adds time."""
-    for _ in range(20):
+    for _ in range(warmup):
         fn()
     samples = []
     for _ in range(repeats):

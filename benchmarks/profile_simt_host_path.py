@@ -14,7 +14,6 @@ the argument marshalling into numba's ABI, S9/S10's ordering bookkeeping and the
 import argparse
 import cProfile
 import pstats
-import time
 import types
 
 import numpy as np
@@ -24,6 +23,8 @@ import tilesafe as ts
 from tilesafe.simt import gpu_launch
 from tilesafe.simt import launch as simt_launch
 from tilesafe.simt.examples import histogram, vector_add
+
+from profile_host_path import us_per_call   # benchmarks/ is the script's directory
 
 
 class _Event:
@@ -79,19 +80,6 @@ def cases() -> dict:
     }
 
 
-def us_per_call(fn, calls: int, repeats: int = 7) -> float:
-    """The fastest of `repeats` rounds: on a shared machine other work only ever adds time."""
-    for _ in range(50):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return min(samples)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=2000)
@@ -102,7 +90,7 @@ def main() -> None:
     if a.profile:
         name = next(k for k in all_cases if a.profile in k)
         fn = all_cases[name]
-        us_per_call(fn, 100, 1)
+        us_per_call(fn, 100, 1, warmup=50)
         pr = cProfile.Profile()
         pr.enable()
         for _ in range(a.calls):
@@ -111,7 +99,7 @@ def main() -> None:
         pstats.Stats(pr).sort_stats("tottime").print_stats(25)
         return
     for name, fn in all_cases.items():
-        print(f"{us_per_call(fn, a.calls):8.1f} µs  {name}")
+        print(f"{us_per_call(fn, a.calls, warmup=50):8.1f} µs  {name}")
     plans = len(vector_add.vector_add.plans)
     print(f"({plans} vector_add launch plans cached: a fresh output at a reused address hits the plan)")
 
