@@ -48,3 +48,18 @@ def _hf_greedy(model, prompt, n):
     tokens = out.sequences[0, len(prompt):].tolist()
     logprobs = [torch.log_softmax(s[0].float(), -1)[t].item() for s, t in zip(out.scores, tokens)]
     return tokens, logprobs
+
+
+@pytest.fixture(scope="session")
+def ours():
+    """Qwen3's real tokenizer through tilesafe.engine (the text tests' subject)."""
+    from tilesafe.engine.qwen3_files import tokenizer_dir
+    from tilesafe.engine.tokenizer import Tokenizer
+    return Tokenizer.from_dir(tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """The same files through transformers' AutoTokenizer: the text tests' oracle."""
+    from tilesafe.engine.qwen3_files import tokenizer_dir
+    return transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir()))

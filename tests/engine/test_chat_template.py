@@ -24,16 +24,6 @@ CONVERSATIONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def ours():
-    return Tokenizer.from_dir(tokenizer_dir())
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir()))
-
-
 def reference_ids(reference, messages, **kwargs) -> list[int]:
     ids = reference.apply_chat_template(messages, tokenize=True, **kwargs)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)

@@ -5,23 +5,11 @@ import random
 import pytest
 
 from tilesafe.engine.detokenize import IncrementalDetokenizer
-from tilesafe.engine.qwen3_files import tokenizer_dir
-from tilesafe.engine.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 
 # Each of these has a character whose UTF-8 bytes Qwen3's BPE splits over several tokens.
 SPLIT = ["🦀🧬🫠", "a🫠b", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "👩‍👩‍👧‍👦 family", "ℵ₀ ≈ 𝔠? 🫎🪿"]
-
-
-@pytest.fixture(scope="module")
-def ours():
-    return Tokenizer.from_dir(tokenizer_dir())
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir()))
 
 
 def stream(tokenizer, ids, prompt=(), **kwargs):

@@ -24,16 +24,6 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ours():
-    return Tokenizer.from_dir(tokenizer_dir())
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir()))
-
-
 @pytest.mark.parametrize("text", TEXTS)
 def test_encode_and_decode_equal_transformers(ours, reference, text):
     ids = ours.encode(text)
