@@ -52,14 +52,18 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop before this text (repeat for several)")
     s.add_argument("--no-thinking", action="store_true", help="chat template: enable_thinking=False (Qwen3)")
-    m = p.add_argument_group("model")
-    m.add_argument("--random-weights", choices=SIZES, metavar="SIZE",
+    model_flags(p.add_argument_group("model"), max_len_help="prompt + generated tokens at most")
+
+
+def model_flags(p, *, max_len_help: str) -> None:
+    """The model options `generate`, `chat` and `serve` share (p: a parser or an argument group)."""
+    p.add_argument("--random-weights", choices=SIZES, metavar="SIZE",
                    help=f"a random Qwen3 of a real shape: {', '.join(SIZES)}")
-    m.add_argument("--weights-seed", type=int, default=0, help="seed of the random weights (default 0)")
-    m.add_argument("--device", help="cpu or cuda[:N] (default: cuda when there is one)")
-    m.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+    p.add_argument("--weights-seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when there is one)")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
                    help="weights and activations (default: float32 on cpu, the checkpoint's on cuda)")
-    m.add_argument("--max-model-len", type=int, help="prompt + generated tokens at most")
+    p.add_argument("--max-model-len", type=int, help=max_len_help)
 
 
 def run(args: argparse.Namespace) -> int:

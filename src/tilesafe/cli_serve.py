@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_engine import SIZES
+from .cli_engine import model_flags
 
 
 def add_parser(sub) -> None:
@@ -26,13 +26,7 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--served-model-name", metavar="NAME", help="the model id clients send (default: MODEL's "
                    "folder name, or qwen3-SIZE-random)")
-    p.add_argument("--random-weights", choices=SIZES, metavar="SIZE",
-                   help=f"a random Qwen3 of a real shape: {', '.join(SIZES)}")
-    p.add_argument("--weights-seed", type=int, default=0, help="seed of the random weights (default 0)")
-    p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when there is one)")
-    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="default: the checkpoint's on a GPU, float32 on the CPU")
-    p.add_argument("--max-model-len", type=int, help="prompt + generated tokens per request at most")
+    model_flags(p, max_len_help="prompt + generated tokens per request at most")
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
     p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: max-num-seqs full-length "
                    "sequences); fewer makes the scheduler preempt")

@@ -419,12 +419,11 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
                          f"k_cache {kt.shape}, v_cache {vt.shape}")
     h, d = qt.shape
     hkv, max_seq, _ = kt.shape
-    if hkv == 0 or h % hkv:
-        raise A.fail(fn, f"the {hkv} KV heads must divide the {h} query heads")
+    group = kv_group(fn, h, hkv)
     lens = _lengths(fn, seq_len, max_seq, device)
     o = A.output(out, (h, d), dtype, device, torch_mode, fn)
     ws = workspace if workspace is not None else decode_workspace(qt, kt, config)
-    group, gs = h // hkv, _stored_rows(h // hkv)
+    gs = _stored_rows(group)
     if ws.acc.shape[1:] != (hkv * gs, d):
         raise A.fail(fn, "the workspace was made for other shapes", help="make it with decode_workspace(q, k_cache)")
     # The whole call, before its first launch (the partials, then their combination into `out`).
@@ -463,6 +462,13 @@ def _heads_view(fn, o4):
     if zb > 1 and st[0] != h * st[1]:
         raise A.fail(fn, f"`out` with strides {st} cannot be viewed as (B * H, S, D)", help="pass a contiguous out")
     return layout.strided(o4, (zb * h, sq, d), st[1:])
+
+
+def kv_group(fn: str, h: int, hkv: int) -> int:
+    """Query heads per KV head (grouped-query attention); refused unless the KV heads divide the query heads."""
+    if hkv == 0 or h % hkv:
+        raise A.fail(fn, f"the {hkv} KV heads must divide the {h} query heads")
+    return h // hkv
 
 
 def _group_rows(group: int) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 import tilesafe as ts
 
 from . import arguments as A
-from .attention import LOG2E, NEG_INF, decode_combine_kernel, online_step, store_partials
+from .attention import LOG2E, NEG_INF, decode_combine_kernel, kv_group, online_step, store_partials
 from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
 
@@ -225,13 +225,11 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
                          f"{qt.shape}, k_cache {kc.shape}, v_cache {vc.shape}")
     b, h, d = qt.shape
     nb, bs, hkv, _ = kc.shape
-    if hkv == 0 or h % hkv:
-        raise A.fail(fn, f"the {hkv} KV heads must divide the {h} query heads")
+    group = kv_group(fn, h, hkv)
     tables = _int_matrix(fn, block_tables, "block_tables", b, device)
     lens = _int_vector(fn, seq_lens, "seq_lens", b, device)
     o = A.output(out, (b, h, d), dtype, device, torch_mode, fn)
     ws = workspace if workspace is not None else paged_decode_workspace(qt, kc, max_len=tables.shape[1] * bs)
-    group = h // hkv
     gs = pow2(group)
     if ws.acc.shape[1:] != (b * hkv * gs, d):
         raise A.fail(fn, "the workspace was made for other shapes",
