@@ -75,12 +75,16 @@ def is_torch_tensor(arg) -> bool:
     return type(arg).__module__.startswith("torch") and hasattr(arg, "data_ptr")
 
 
-def bind(kernel, args, kwargs, grid, unsafe_launch: bool) -> Bound:
+def given_arguments(kernel, args, kwargs) -> dict:
+    """The launch's arguments by parameter name (omitted ones absent); a call Python would refuse is refused."""
     try:
-        ba = kernel.signature.bind_partial(*args, **kwargs)
+        return dict(kernel.signature.bind_partial(*args, **kwargs).arguments)
     except TypeError as e:
         raise LaunchError(f"bad arguments to `{kernel.name}`: {e}") from None
-    given = dict(ba.arguments)
+
+
+def bind(kernel, args, kwargs, grid, unsafe_launch: bool) -> Bound:
+    given = given_arguments(kernel, args, kwargs)
     out = Bound()
     for p in kernel.params:
         if p.is_tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 
 from ..errors import LaunchError
-from ..runtime.binding import ArgFacts, Bound, facts_of, is_torch_tensor
+from ..runtime.binding import ArgFacts, Bound, facts_of, given_arguments, is_torch_tensor
 from ..runtime.partition import Partition
 from . import mappings as M
 from .params import CONST, DISJOINT, KIND_NAMES, SCALAR
@@ -21,10 +21,7 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 
 def bind(kernel, args, kwargs, grid) -> Bound:
-    try:
-        given = dict(kernel.signature.bind_partial(*args, **kwargs).arguments)
-    except TypeError as e:
-        raise LaunchError(f"bad arguments to `{kernel.name}`: {e}") from None
+    given = given_arguments(kernel, args, kwargs)
     out = Bound()
     values: dict = {}
     for p in kernel.params:
