@@ -114,3 +114,13 @@ def _positions(code) -> list:
         _POSITIONS.clear()
     _POSITIONS[id(code)] = (weakref.ref(code), positions)
     return positions
+
+
+def at_callers_line(e: "TileSafeError") -> "TileSafeError":
+    """An error ready to raise at the user's call: an unlocated one points at the caller's line,
+    and tilesafe's own frames are dropped (kernel launches, SIMT launches and autotune use it)."""
+    if e.loc is None:
+        loc = caller_loc()
+        if loc is not None:
+            e = type(e)(e.message, loc, e.help)
+    return e.with_traceback(None)

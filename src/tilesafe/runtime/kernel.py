@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 
-from ..errors import KernelError, LaunchError, TileSafeError, caller_loc
+from ..errors import KernelError, LaunchError, TileSafeError, at_callers_line
 from ..lang.annotations import OUTPUTS
 from ..lang.definition_checks import check_definition
 from ..lang.signature import parse_params
@@ -275,13 +275,7 @@ def _target_notes(kernel, bound, report, target, sched):
     return dataclasses.replace(report, notes=targets.notes(t, sched, multiplies))
 
 
-def _clean(e: TileSafeError) -> TileSafeError:
-    """Drop tilesafe's own frames, and point an unlocated error at the user's call."""
-    if e.loc is None:
-        loc = caller_loc()
-        if loc is not None:
-            e = type(e)(e.message, loc, e.help)
-    return e.with_traceback(None)
+_clean = at_callers_line     # errors.py: located at the user's line, our frames dropped
 
 
 def kernel(fn=None, *, unsafe: bool = False, preconditions=(), deny_kernel_checks: bool = False, sanitize=None,

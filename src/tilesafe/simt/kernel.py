@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 
-from ..errors import KernelError, LaunchError, TileSafeError, caller_loc
+from ..errors import KernelError, LaunchError, TileSafeError, at_callers_line
 from ..lang.source import KernelSource
 from ..runtime.host_lock import LOCK
 from . import contract as C
@@ -142,13 +142,7 @@ class SimtKernel:
         return f"<simt kernel {self.name} block={self.contract.block}>"
 
 
-def _clean(e: TileSafeError) -> TileSafeError:
-    """Point an unlocated error at the user's call, and drop tilesafe's frames."""
-    if e.loc is None:
-        loc = caller_loc()
-        if loc is not None:
-            e = type(e)(e.message, loc, e.help)
-    return e.with_traceback(None)
+_clean = at_callers_line     # errors.py: located at the user's line, our frames dropped
 
 
 def kernel(fn=None, *, contract=None, unsafe=False):
