@@ -258,7 +258,9 @@ def linear_tiles(c: dict, s: Gemm) -> tuple[int, int, int]:
 
 
 def auto_splits(c: dict, tiles: int, k_tiles: int) -> int:
-    """`matmul._splits`: the config's split_k, or (None) enough for `min_blocks` blocks."""
+    """How many ways to split K: the config's `split_k`, or (None) enough splits for
+    `min_blocks` blocks when the output has fewer tiles, each split keeping >= 4 K tiles.
+    matmul launches by it and the model predicts by it."""
     want = c.get("split_k")
     if want is None:
         floor = c.get("min_blocks", 0)

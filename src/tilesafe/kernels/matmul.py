@@ -16,6 +16,7 @@ from . import configs, layout, scratch
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import GELU, SILU, unary_op
+from .gemm_model import auto_splits as _splits   # how many ways to split K (the model predicts the same)
 from .launch import cdiv, launch, pow2, workers
 
 ACTIVATIONS = {None: -1, "silu": SILU, "gelu": GELU}
@@ -372,17 +373,6 @@ def linear_keys(dtype, m: int, n: int, k: int) -> tuple[str, ...]:
     (tensor-core tiles); each is this exact (N, K) weight, then (N, K) bucketed."""
     exact, key = configs.weight_class(dtype, (), (n, k)), configs.shape_class(dtype, n, k)
     return (f"{exact}/gemv", f"{key}/gemv", exact, key) if m == 1 else (exact, key)
-
-
-def _splits(cfg: dict, tiles: int, k_tiles: int) -> int:
-    """How many ways to split K: the config's `split_k`, or (None) enough splits for
-    `min_blocks` blocks when the output has fewer tiles, each split keeping >= 4 K tiles."""
-    want = cfg.get("split_k")
-    if want is None:
-        floor = cfg.get("min_blocks", 0)
-        want = cdiv(floor, tiles) if tiles < floor else 1
-        want = min(want, max(1, k_tiles // 4))
-    return max(1, min(int(want), k_tiles))
 
 
 def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
