@@ -66,6 +66,8 @@ class EngineCore:
     def step(self) -> None:
         s = self.scheduler
         admitted = s.admit()
+        if admitted:        # the gauges show the admitted requests' blocks before their first token goes out
+            self._gauges()
         with self.llm._on_device(), torch.inference_mode():
             if admitted:
                 self.runner.prefill(admitted)
