@@ -198,12 +198,17 @@ def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out
 
 
 @planned
-def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None):
-    """`activation(x @ w.T + bias)` with w of shape (N, K), as torch's F.linear.
+def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None, residual=None):
+    """`activation(x @ w.T + bias)` with w of shape (N, K), as torch's F.linear; with
+    `residual`, that (rounded to x's dtype) plus `residual` — `out=residual` adds in place.
 
     For M <= 16 rows (decode), each block owns a slab of N outputs and streams the weight
-    once, looping over K tiles with an fp32 accumulator.
+    once, looping over K tiles with an fp32 accumulator; the residual is added to each
+    output tile before it is stored (`linear_fusions.py`).
     """
+    if residual is not None:
+        from .linear_fusions import linear_residual   # it builds on this module
+        return linear_residual(x, w, bias, activation, residual, precision, out, config)
     fn = "linear"
     xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
     if xt.ndim < 1 or wt.ndim != 2:
@@ -274,19 +279,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
                              shape=configs.Gemm(m, n, k, dtype.name),
                              run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
                                                  names))
-        # One row: FMAs, any column tile (a narrow one gives more blocks without split-K).
-        # 2..16 rows: tensor-core tiles of >= 16; block_m = 64 pads the rows so that Hopper
-        # can use its warpgroup MMA, which needs 64 (the padding rows are masked, never read).
-        bm = 1 if m == 1 else max(SKINNY_M, pow2(cfg["block_m"]))
-        bn = min(cfg["block_n"], max(16, pow2(n)))
-        if m > 1:
-            bn = max(bn, 16)
-        while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
-            bn //= 2
-        bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
-        # Automatic split-K (split_k None, from min_blocks) only for one row; for 2..16 rows
-        # a config's split_k asks for it (the H200 table: 4 for the 2560-wide projections).
-        splits = _splits(cfg, cdiv(n, bn), cdiv(k, bk)) if m == 1 or cfg.get("split_k") else 1
+        bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
         if splits > 1:
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
         else:
@@ -315,6 +308,24 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     else:
         _tiles(cv, (bm, bn, bk), persistent, cfg, common)
     return o.returned
+
+
+def skinny_tiles(cfg: dict, m: int, n: int, k: int) -> tuple[int, int, int, int]:
+    """(block_m, block_n, block_k, K splits) of an M <= 16 product with config `cfg`."""
+    # One row: FMAs, any column tile (a narrow one gives more blocks without split-K).
+    # 2..16 rows: tensor-core tiles of >= 16; block_m = 64 pads the rows so that Hopper
+    # can use its warpgroup MMA, which needs 64 (the padding rows are masked, never read).
+    bm = 1 if m == 1 else max(SKINNY_M, pow2(cfg["block_m"]))
+    bn = min(cfg["block_n"], max(16, pow2(n)))
+    if m > 1:
+        bn = max(bn, 16)
+    while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
+        bn //= 2
+    bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
+    # Automatic split-K (split_k None, from min_blocks) only for one row; for 2..16 rows
+    # a config's split_k asks for it (the H200 table: 4 for the 2560-wide projections).
+    splits = _splits(cfg, cdiv(n, bn), cdiv(k, bk)) if m == 1 or cfg.get("split_k") else 1
+    return bm, bn, bk, splits
 
 
 def _parts(axis, kept, cv, common):

@@ -1,0 +1,283 @@
+"""`linear` with its input computed on the fly and the residual added on the way out: the
+decode step's projections without the small kernels between them.
+
+    rms_norm_linear(x, g, w)          == linear(rms_norm(x, g), w)
+    silu_mul_linear(gate_up, w)       == linear(silu_mul(gate_up[..., :I], gate_up[..., I:]), w)
+    linear(x, w, residual=r)          == linear(x, w) + r          (out=r updates r in place)
+
+For M <= 16 rows each is one weight-streaming GEMV (`matmul.skinny_kernel`'s loop, or its
+split-K form) whose input tile is made from x as it is loaded — the prologue — and whose
+output tile gets the residual before it is stored — the epilogue:
+  NORM      each block first walks its rows of x for the sum of squares: every block
+            recomputes it from L2 (x is a few KB, the block's slab of W is far larger), which
+            costs less than a kernel boundary at decode sizes;
+  SILU_MUL  silu(gate) * up from the two halves of the packed gate/up projection.
+The prologue's tile is rounded to x's dtype, as the separate kernel would store it, and the
+epilogue rounds the product before adding the residual, as `linear` then `residual_add`
+would: at M <= 16 the fused call computes what the unfused sequence computes. Larger M
+runs the unfused sequence (the prologue would be recomputed by every tile of a GEMM).
+"""
+import tilesafe as ts
+
+from . import arguments as A
+from . import configs, layout, scratch
+from .call_checks import check_aliasing
+from .call_plans import planned
+from .elementwise import residual_add, silu_mul
+from .launch import cdiv, launch, pow2
+from .matmul import (ACTIVATIONS, SKINNY_M, _bias, _tf32, epilogue, linear, linear_keys, mac,
+                     skinny_tiles)
+from .norms import rms_norm
+
+PLAIN, NORM, SILU_MUL = 0, 1, 2                 # prologues
+NO_RES, RES_REF, RES_OWN = 0, 1, 2              # residual: none, another tensor, the output itself
+
+
+@ts.function
+def row_scale(pa, eps, K, BM, BK, PRO):
+    """(BM, 1) f32: 1 / rms of each row of x (NORM), else ones."""
+    r = ts.full((BM, 1), 1.0, ts.f32)
+    if PRO == NORM:
+        ss = ts.zeros((BM, BK), ts.f32)                          # (BM, BK) sums of squares
+        for k in range(ts.num_tiles(pa, 1)):
+            t = pa.load((0, k)).astype(ts.f32)
+            ss = ss + t * t
+        r = ts.rsqrt(ts.sum(ss, axis=1, keepdims=True) / K + eps)
+    return r
+
+
+@ts.function
+def input_tile(pa, pu, g, k, r, T, BK, PRO):
+    """K tile k of the GEMV's input rows (BM, BK) in T, after the prologue."""
+    t = pa.load((0, k))                                          # (BM, BK)
+    if PRO == NORM:
+        gk = ts.reshape(ts.load(g, (k,), shape=(BK,)).astype(ts.f32), (1, BK))
+        t = (t.astype(ts.f32) * r * gk).astype(T)                # as rms_norm_kernel rounds it
+    elif PRO == SILU_MUL:
+        gate = t.astype(ts.f32)
+        t = (gate * ts.sigmoid(gate) * pu.load((0, k)).astype(ts.f32)).astype(T)   # as silu_mul rounds it
+    return t
+
+
+@ts.function
+def fma_tile(xt, w, BK):
+    """(BK, BN) f32 products of one input row tile (1, BK) and a weight tile (BK, BN)."""
+    return ts.reshape(xt.astype(ts.f32), (BK, 1)) * w.astype(ts.f32)
+
+
+@ts.function
+def plus(y, r, T):
+    """y + r rounded to T (both in T): the residual add of the unfused sequence."""
+    return (y.astype(ts.f32) + r.astype(ts.f32)).astype(T)
+
+
+@ts.kernel
+def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], up: ts.Ref["T", ("M", "K")],
+                        g: ts.Ref["TG", (-1,)], b: ts.Ref["T", ("K", "N")], bias: ts.Ref["TB", (-1,)],
+                        res: ts.Ref["T", (-1, -1)], T: ts.Const[ts.DType], TG: ts.Const[ts.DType],
+                        TB: ts.Const[ts.DType], PRO: ts.Const[int], RES: ts.Const[int], HAS_BIAS: ts.Const[bool],
+                        ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool], PREFETCH: ts.Const[bool],
+                        BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int,
+                        eps: float):
+    """`skinny_kernel` with a prologue on x's tiles and a residual on the output tile."""
+    pa, pu = a.partition((BM, BK)), up.partition((BM, BK))       # all rows of x (and up): (BM, BK)
+    pb = b.partition((BK, BN))                                   # (BK, BN)
+    j = ts.block_id(1)
+    r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1)
+    if DOT:                                                      # 2..16 rows: tensor cores
+        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
+        for k in range(ts.num_tiles(pa, 1)):
+            acc = mac(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), acc, TF32)
+    elif PREFETCH:                                               # one row, K tile k + 1 loaded before k's FMAs
+        part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
+        last = ts.num_tiles(pa, 1) - 1
+        xn, wn = input_tile(pa, pu, g, 0, r, T, BK, PRO), pb.load((0, j))
+        for k in range(ts.num_tiles(pa, 1)):
+            xk, wk = xn, wn
+            nxt = ts.minimum(k + 1, last)
+            xn, wn = input_tile(pa, pu, g, nxt, r, T, BK, PRO), pb.load((nxt, j))
+            part = part + fma_tile(xk, wk, BK)
+        acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
+    else:                                                        # one row: FMAs
+        part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
+        for k in range(ts.num_tiles(pa, 1)):
+            part = part + fma_tile(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), BK)
+        acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
+    y = epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(T)      # (BM, BN) what linear stores
+    if RES == RES_REF:
+        y = plus(y, ts.load(res, (0, j), shape=(BM, BN)), T)
+    elif RES == RES_OWN:                                         # out=residual: the block's own tile
+        y = plus(y, c.load(), T)
+    c.store(y)
+
+
+@ts.kernel
+def fused_split_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")],
+                       up: ts.Ref["T", ("M", "K")], g: ts.Ref["TG", (-1,)], b: ts.Ref["T", ("K", "N")],
+                       T: ts.Const[ts.DType], TG: ts.Const[ts.DType], PRO: ts.Const[int], TF32: ts.Const[bool],
+                       DOT: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], PER: int,
+                       M: int, N: int, K: int, eps: float):
+    """`split_k_kernel` with the prologue: split s sums K tiles [s * PER, (s + 1) * PER)."""
+    pa, pu = a.partition((BM, BK)), up.partition((BM, BK))       # (BM, BK)
+    pb = b.partition((BK, BN))                                   # (BK, BN)
+    s, j = ts.block_id(0), ts.block_id(2)
+    r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1) over the whole row
+    lo = s * PER
+    hi = min(lo + PER, ts.num_tiles(pa, 1))
+    if DOT:
+        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
+        for k in range(lo, hi):
+            acc = mac(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), acc, TF32)
+    else:
+        prod = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
+        for k in range(lo, hi):
+            prod = prod + fma_tile(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), BK)
+        acc = ts.reshape(ts.sum(prod, axis=0), (1, BN))          # (1, BN)
+    part.store(ts.reshape(acc, (1, BM, BN)))
+
+
+@ts.kernel
+def fused_sum_kernel(c: ts.Mut["T", ("BM", "BN")], part: ts.Ref[ts.f32, ("S", "M", "N")],
+                     bias: ts.Ref["TB", (-1,)], res: ts.Ref["T", (-1, -1)], T: ts.Const[ts.DType],
+                     TB: ts.Const[ts.DType], HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], RES: ts.Const[int],
+                     BM: ts.Const[int], BN: ts.Const[int], S: int, M: int, N: int):
+    """c = epilogue(sum over s of part[s]) (+ residual), as `fused_skinny_kernel` ends."""
+    pp = part.partition((1, BM, BN))                             # (1, BM, BN)
+    i, j = ts.block_id(0), ts.block_id(1)
+    acc = ts.zeros((BM, BN), ts.f32)                             # (BM, BN)
+    for s in range(ts.num_tiles(pp, 0)):
+        acc = acc + ts.reshape(pp.load((s, i, j)), (BM, BN))
+    y = epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(T)
+    if RES == RES_REF:
+        y = plus(y, ts.load(res, (i, j), shape=(BM, BN)), T)
+    elif RES == RES_OWN:
+        y = plus(y, c.load(), T)
+    c.store(y)
+
+
+# --- public API -------------------------------------------------------------------------
+
+
+@planned
+def rms_norm_linear(x, norm_weight, w, eps=1e-6, out=None, config=None):
+    """`linear(rms_norm(x, norm_weight, eps), w)`: x (..., K), norm_weight (K,), w (N, K).
+
+    For M <= 16 rows one kernel: each block normalises x's rows itself (statistics in
+    fp32, the normed row rounded to x's dtype as `rms_norm` stores it) while it streams its
+    slab of w. Larger M runs `rms_norm` then `linear` (allocating the normed rows)."""
+    fn = "rms_norm_linear"
+    xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
+    gt = A.tensor(norm_weight, "norm_weight", fn)
+    A.dtype_in(gt, A.FLOATS, "norm_weight", fn)
+    _, dtype, device = A.float_operands(fn, x=xt, w=wt)
+    A.same_device(fn, x=xt, norm_weight=gt)
+    k = _check_weight(fn, xt, wt, "x")
+    if gt.shape != (k,):
+        raise A.fail(fn, f"`norm_weight` must have shape ({k},) for x of shape {xt.shape}, got {gt.shape}",
+                     help="pass the RMSNorm weight of the rows being normalised")
+    if _rows(xt) > SKINNY_M:
+        return linear(rms_norm(x, norm_weight, eps), w, out=out, config=config)
+    return _fused(fn, A.is_torch(x), xt, None, gt, wt, None, None, None, float(eps), out, config,
+                  inputs={"x": xt, "norm_weight": gt, "w": wt})
+
+
+@planned
+def silu_mul_linear(gate_up, w, residual=None, out=None, config=None):
+    """`linear(silu(gate) * up, w)` (+ `residual`) for the packed projection
+    gate_up (..., 2 I) = [gate | up] (vLLM's SiluAndMul layout) and w (N, I).
+
+    For M <= 16 rows one kernel computes silu(gate) * up tile by tile as it streams w (the
+    product rounded to gate_up's dtype, as `silu_mul` stores it). `out=residual` adds in
+    place. Larger M runs `silu_mul`, then `linear` (allocating the product)."""
+    fn = "silu_mul_linear"
+    gt, wt = A.tensor(gate_up, "gate_up", fn), A.tensor(w, "w", fn)
+    A.float_operands(fn, gate_up=gt, w=wt)
+    if gt.ndim < 1 or gt.shape[-1] % 2:
+        raise A.fail(fn, f"`gate_up` must be (..., 2 I) with gate and up side by side, got shape {gt.shape}",
+                     help="pass the output of the packed gate/up projection")
+    half = gt.shape[-1] // 2
+    if wt.ndim != 2 or wt.shape[1] != half:
+        raise A.fail(fn, f"`w` must be (N, {half}) for gate_up of shape {gt.shape} (I = {half}), got {wt.shape}")
+    if _rows(gt) > SKINNY_M:
+        act = silu_mul(gate_up[..., :half], gate_up[..., half:])
+        return linear(act, w, residual=residual, out=out, config=config)
+    return _fused(fn, A.is_torch(gate_up), gt[..., :half], gt[..., half:], None, wt, None, None, residual, 0.0,
+                  out, config, inputs={"gate_up": gt, "w": wt})
+
+
+def linear_residual(x, w, bias, activation, residual, precision, out, config):
+    """`linear(..., residual=)`: `matmul.linear` hands its residual calls here."""
+    fn = "linear"
+    xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
+    A.float_operands(fn, x=xt, w=wt)
+    _check_weight(fn, xt, wt, "x")
+    if _rows(xt) > SKINNY_M:
+        y = linear(x, w, bias=bias, activation=activation, precision=precision, config=config)
+        return residual_add(y, residual, out=y if out is None else out)
+    return _fused(fn, A.is_torch(x), xt, None, None, wt, bias, activation, residual, 0.0, out, config,
+                  inputs={"x": xt, "w": wt}, precision=precision)
+
+
+# --- dispatch -----------------------------------------------------------------------------
+
+
+def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out, config, inputs, precision=None):
+    """One fused GEMV (or its split-K pair) of rows xt (..., K) by wt (N, K), M <= 16."""
+    dtype, device = xt.dtype, xt.device
+    k, n = xt.shape[-1], wt.shape[0]
+    if activation not in ACTIVATIONS:
+        raise A.fail(fn, f"activation must be None, \"silu\" or \"gelu\", got {activation!r}")
+    o = A.output(out, xt.shape[:-1] + (n,), dtype, device, torch_mode, fn)
+    rt = None
+    if residual is not None:
+        rt = A.tensor(residual, "residual", fn)
+        A.same_dtype(fn, out=o.tensor, residual=rt)
+        A.same_device(fn, out=o.tensor, residual=rt)
+        if rt.shape != o.tensor.shape:
+            raise A.fail(fn, f"`residual` has shape {rt.shape}, but the product is {o.tensor.shape}",
+                         help="the residual is added elementwise: pass one of the output's shape")
+    own = rt is not None and o.given and layout.same_view(o.tensor, rt)   # out=residual: in place
+    views = layout.matrices([xt] + ([upt] if upt is not None else []) + [o.tensor]
+                            + ([rt] if rt is not None and not own else []))
+    if views is None:
+        raise A.fail(fn, f"the leading axes of shape {xt.shape} do not merge into one", help="pass a contiguous tensor")
+    av, uv, cv = views[0], views[1] if upt is not None else views[0], views[1 + (upt is not None)]
+    resv = views[-1] if rt is not None and not own else av
+    m = av.shape[0]
+    bias_t = _bias(fn, bias, n, device, av)
+    check_aliasing(fn, dict(inputs, bias=bias_t if bias is not None else None,
+                            residual=rt), {"out": o.passed}, {"out": ("residual",)})
+    if m == 0 or n == 0:
+        return o.returned
+    cfg = configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype, shape=configs.Gemm(m, n, k, dtype.name))
+    bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
+    pro = NORM if gt is not None else SILU_MUL if upt is not None else PLAIN
+    res = RES_OWN if own else RES_REF if rt is not None else NO_RES
+    common = dict(a=av, up=uv, g=gt if gt is not None else av[0], b=wt.T, PRO=pro,
+                  TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps)
+    ending = dict(bias=bias_t, res=resv, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation], RES=res)
+    if splits > 1:
+        per = cdiv(cdiv(k, bk), splits)                          # K tiles per split
+        part, = scratch.views(device, (cdiv(cdiv(k, bk), per), m, n))
+        launch(fused_split_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, BK=bk, PER=per, pdl=True, **common)
+        sm = min(pow2(m), 16)
+        sn = max(16, min(pow2(n), 2048 // sm))
+        launch(fused_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, pdl=True, **ending)
+    else:
+        launch(fused_skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk,
+               PREFETCH=bool(cfg.get("prefetch")) and m == 1, **common, **ending)
+    return o.returned
+
+
+def _check_weight(fn, xt, wt, name) -> int:
+    """K, after checking x (..., K) against w (N, K)."""
+    if xt.ndim < 1 or wt.ndim != 2 or xt.shape[-1] != wt.shape[1]:
+        raise A.fail(fn, f"needs {name} of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}")
+    return wt.shape[1]
+
+
+def _rows(t) -> int:
+    m = 1
+    for s in t.shape[:-1]:
+        m *= s
+    return m
