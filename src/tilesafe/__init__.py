@@ -28,6 +28,6 @@ from .runtime.schedule import Schedule, schedule
 from .runtime.scatter_index import check_scatter_index
 from .runtime.spec import spec
 from .runtime.tensor import Tensor
-from .settings import SETTINGS as settings, backend, current_backend, strict_sync
+from .settings import SETTINGS as settings, backend, current_backend, pdl, strict_sync
 
 from .lang import memory as _memory  # noqa: F401  (registers the memory ops)

@@ -32,13 +32,15 @@ class Settings:
     cache_dir: Path
     dump_text: str        # TILESAFE_DUMP as set
     sanitize_text: str    # TILESAFE_SANITIZE as set
+    pdl_text: str = ""    # TILESAFE_PDL as set
 
     @staticmethod
     def from_env(env=os.environ) -> "Settings":
         cache = env.get("TILESAFE_CACHE_DIR") or os.path.join(
             env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tilesafe")
         return Settings(backend_text=env.get("TILESAFE_BACKEND", "").strip(), cache_dir=Path(cache),
-                        dump_text=env.get("TILESAFE_DUMP", ""), sanitize_text=env.get("TILESAFE_SANITIZE", ""))
+                        dump_text=env.get("TILESAFE_DUMP", ""), sanitize_text=env.get("TILESAFE_SANITIZE", ""),
+                        pdl_text=env.get("TILESAFE_PDL", ""))
 
     @property
     def backend(self) -> str | None:
@@ -60,6 +62,12 @@ class Settings:
         """TILESAFE_SANITIZE: run the reference sanitizer for safe kernels too."""
         return _switch("TILESAFE_SANITIZE", self.sanitize_text)
 
+    @property
+    def pdl(self) -> bool:
+        """TILESAFE_PDL: launches on a Hopper (or newer) GPU use programmatic dependent launch
+        (see `pdl`), eagerly and in captured graphs."""
+        return _switch("TILESAFE_PDL", self.pdl_text)
+
 
 def _switch(name: str, text: str) -> bool:
     value = _SWITCH.get(text.strip().lower())
@@ -80,6 +88,8 @@ backend_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("tilesa
 strict_var: contextvars.ContextVar[bool] = contextvars.ContextVar("tilesafe_strict", default=False)
 launching_disabled_var: contextvars.ContextVar[bool] = contextvars.ContextVar("tilesafe_no_launch", default=False)
 graph_var: contextvars.ContextVar[object] = contextvars.ContextVar("tilesafe_graph", default=None)
+# An override of TILESAFE_PDL (`with ts.pdl(...)`, `ts.graph(pdl=...)`); None: the environment decides.
+pdl_var: contextvars.ContextVar[bool | None] = contextvars.ContextVar("tilesafe_pdl", default=None)
 
 
 def add_backend_name(name: str) -> None:
@@ -135,3 +145,35 @@ def strict_sync(enabled: bool = True):
         yield
     finally:
         strict_var.reset(token)
+
+
+def pdl_launches() -> bool:
+    """Whether a launch now uses programmatic dependent launch: the context's override, else TILESAFE_PDL."""
+    chosen = pdl_var.get()
+    return SETTINGS.pdl if chosen is None else chosen
+
+
+@contextlib.contextmanager
+def pdl(enabled: bool = True):
+    """`with ts.pdl():` the launches inside use programmatic dependent launch on a Hopper or
+    newer GPU (ignored elsewhere, and by the CPU backends): each kernel may start while the
+    one before it on the stream finishes, and waits for it (`griddepcontrol.wait`) before
+    its first memory access. Results and ordering are those of plain launches. Run a body
+    once under `ts.pdl()` before capturing it with `ts.graph(pdl=True)`, so that its PDL
+    code is compiled outside the capture. A choice that differs from TILESAFE_PDL makes
+    each launch inside take the full launch path (its plan is not cached)."""
+    if not isinstance(enabled, bool):
+        from .errors import LaunchError, caller_loc
+        raise LaunchError(f"ts.pdl({enabled!r}): the switch must be True or False", caller_loc(),
+                          help="with ts.pdl(): ...   or   with ts.pdl(False): ...")
+    token = pdl_var.set(override_of_pdl(enabled))
+    try:
+        yield
+    finally:
+        pdl_var.reset(token)
+
+
+def override_of_pdl(enabled: bool) -> bool | None:
+    """What `pdl_var` holds for a choice: None where it is the environment's own, so launches
+    keep the fast paths (whose cached plans were made under the environment's choice)."""
+    return None if enabled == SETTINGS.pdl else enabled

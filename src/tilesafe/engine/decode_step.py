@@ -5,9 +5,12 @@ sequence — are copied into the step's device buffer in one copy; everything el
 (weights, cache, buffers), so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
 of split GEMMs and long softmax rows) and the second captures the same calls. Replays then
 cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
+With `pdl` (default: TILESAFE_PDL) the graph's kernels use programmatic dependent launch; the
+eager step before the capture runs under `ts.pdl()` so that their PDL code is compiled then.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +32,9 @@ class DecodeSteps:
     """`run(ids, positions, slots)` -> (next tokens, their log-probabilities); row i in cache
     slot slots[i] (default i), sampled with the sampler's row i."""
 
-    def __init__(self, model: Qwen3Model, dtype: torch.dtype, device: str, use_graph: bool):
+    def __init__(self, model: Qwen3Model, dtype: torch.dtype, device: str, use_graph: bool, pdl: bool | None = None):
         self.model, self.dtype, self.device, self.use_graph = model, dtype, device, use_graph
+        self.pdl = ts.settings.pdl if pdl is None else pdl   # captured steps use programmatic dependent launch
         self.steps: dict[int, _Step] = {}
 
     def run(self, ids: list[int], positions: list[int],
@@ -47,7 +51,9 @@ class DecodeSteps:
         if step.graph is not None:
             step.graph.replay()
         else:
-            self.model.decode(a, step.ws)
+            capture_next = self.use_graph and step.eager_runs == 0
+            with ts.pdl(self.pdl) if capture_next else contextlib.nullcontext():
+                self.model.decode(a, step.ws)
             step.eager_runs += 1
             if self.use_graph and step.eager_runs == 1:
                 self._capture(step)
@@ -65,6 +71,6 @@ class DecodeSteps:
     def _capture(self, step: _Step) -> None:
         """Capture the step just run eagerly (its kernels are compiled, its scratch exists);
         the capture records the launches without running them."""
-        with ts.graph() as g:
+        with ts.graph(pdl=self.pdl) as g:
             self.model.decode(step.a, step.ws)
         step.graph = g

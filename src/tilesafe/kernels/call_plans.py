@@ -28,7 +28,7 @@ import torch
 from ..backends.triton import targets
 from ..runtime.constructors import empty, from_torch
 from ..runtime.tensor import Tensor
-from ..settings import graph_var, launching_disabled_var
+from ..settings import graph_var, launching_disabled_var, pdl_var
 from . import call_recording as R
 from . import configs, scratch
 from .call_checks import check_aliasing
@@ -93,8 +93,8 @@ def planned(fn):
                 return fn(*args, **kwargs)
             finally:
                 R.ACTIVE.reset(token)
-        if graph_var.get() is not None or launching_disabled_var.get():
-            return fn(*args, **kwargs)     # inside a capture (S12 checks every launch) or `tilesafe check`
+        if graph_var.get() is not None or launching_disabled_var.get() or pdl_var.get() is not None:
+            return fn(*args, **kwargs)     # a capture (S12 checks every launch), `tilesafe check`, a PDL override
         key, tensors = call_key(name, args, kwargs)
         if key is None:
             return fn(*args, **kwargs)

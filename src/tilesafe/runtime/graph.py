@@ -22,7 +22,7 @@ import contextlib
 import copy
 
 from ..errors import LaunchError, OwnershipError, caller_loc
-from ..settings import graph_var
+from ..settings import SETTINGS, graph_var, override_of_pdl, pdl_var
 from .future import Completion, Future, device_synchronized
 from .host_lock import LOCK, serialized
 
@@ -52,6 +52,7 @@ class Graph:
         self._graph = None             # the torch.cuda.CUDAGraph
         self._stream: int | None = None   # raw handle of the capturing stream
         self._device: int | None = None   # index of the GPU being captured
+        self.pdl = False               # its launches use programmatic dependent launch (set by capturing)
 
     # -- what the launches inside the capture tell the graph -------------------------------
 
@@ -157,19 +158,25 @@ class Graph:
         return Completion(event, stream.cuda_stream, tuple(self._keep), stream)
 
 
-def graph() -> contextlib.AbstractContextManager:
-    """Capture the launches inside into a CUDA graph: `with ts.graph() as g: ...; g.replay()`."""
+def graph(pdl: bool | None = None) -> contextlib.AbstractContextManager:
+    """Capture the launches inside into a CUDA graph: `with ts.graph() as g: ...; g.replay()`.
+    `pdl=True` captures them with programmatic dependent launch (as under `ts.pdl()`; None:
+    TILESAFE_PDL decides): each kernel's launch overlaps the end of the one before it."""
     import torch
     if not torch.cuda.is_available():
         raise LaunchError("ts.graph() needs a CUDA GPU", loc=caller_loc(), help="run eagerly on this machine")
-    return capturing(Graph())
+    return capturing(Graph(), pdl)
 
 
-def capturing(g: Graph) -> contextlib.AbstractContextManager:
-    """Make launches record into `g` for the body of the `with` block."""
+def capturing(g: Graph, pdl: bool | None = None) -> contextlib.AbstractContextManager:
+    """Make launches record into `g` for the body of the `with` block (`pdl`: as `graph`'s)."""
     if graph_var.get() is not None:
         raise LaunchError("ts.graph() captures cannot be nested", loc=caller_loc(),
                           help="end the outer capture first; replay several graphs one after the other")
+    if pdl is not None and not isinstance(pdl, bool):
+        raise LaunchError(f"ts.graph(pdl={pdl!r}): pdl must be True, False or None (TILESAFE_PDL decides)",
+                          loc=caller_loc(), help="with ts.graph(pdl=True) as g: ...")
+    g.pdl = SETTINGS.pdl if pdl is None else pdl    # what its launches use (a bad TILESAFE_PDL raises here)
     return _capture(g)
 
 
@@ -180,6 +187,7 @@ def _capture(g: Graph):
     global _captures_running
     with LOCK:
         token = graph_var.set(g)
+        pdl_token = pdl_var.set(override_of_pdl(g.pdl))
         _captures_running += 1
         try:
             with g._capture_on_device():
@@ -187,6 +195,7 @@ def _capture(g: Graph):
             g._complete = True
         finally:
             graph_var.reset(token)
+            pdl_var.reset(pdl_token)
             _captures_running -= 1
             if not _captures_running:
                 _RELEASE_AFTER_CAPTURE.clear()    # the capture has ended: free what was dropped in it

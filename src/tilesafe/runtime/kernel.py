@@ -26,7 +26,7 @@ from ..lang.annotations import OUTPUTS
 from ..lang.definition_checks import check_definition
 from ..lang.signature import parse_params
 from ..lang.source import KernelSource
-from ..settings import current_backend, graph_var, launching_disabled_var
+from ..settings import current_backend, graph_var, launching_disabled_var, pdl_launches, pdl_var
 from . import binding, safety
 from .autotune_config import AUTO
 from .execute import execute
@@ -34,7 +34,7 @@ from .host_lock import LOCK
 from .launch_cache import MISS, LaunchCache, Launched
 from .launch_plan import LaunchPlan
 from .preconditions import Precondition, written_at
-from .schedule import take as take_schedule
+from .schedule import take as take_schedule, with_pdl
 from .specialize import Specializer
 
 
@@ -79,13 +79,15 @@ class Kernel:
         """Launch on the current backend and stream; returns a Future at once."""
         with LOCK:   # one thread's launch at a time checks and records (host_lock)
             plan = self._last_plan   # the fast path: the same arguments as the last launch
-            if plan is not None and not self.unsafe and graph_var.get() is None \
+            # Fast paths only under the environment's PDL choice: their plans were made under it.
+            plain = graph_var.get() is None and pdl_var.get() is None
+            if plan is not None and not self.unsafe and plain \
                     and plan.matches(args, kwargs, None, current_backend()) and not launching_disabled_var.get():
                 try:
                     return plan.launch()
                 except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
                     raise _clean(e) from None
-            if not self.unsafe and graph_var.get() is None and not launching_disabled_var.get():
+            if not self.unsafe and plain and not launching_disabled_var.get():
                 try:
                     backend = current_backend()   # a bad setting is raised here as the full path raises it
                     future = self._layouts.launch(args, kwargs, None, backend)
@@ -151,6 +153,8 @@ class Kernel:
             backend = current_backend()   # a bad TILESAFE_BACKEND: the user's error, located, no frames of ours
             if capture is not None:   # S12: only what the graph can replay may be captured
                 capture.admit(self.name, backend)
+            elif pdl_var.get() is not None:
+                pass                   # a PDL choice other than the environment's: checked in full, not cached
             elif plan is not None and plan.matches(args, kwargs, grid, backend):
                 return plan.launch()   # inside a capture every launch is checked in full (admit_arguments)
             elif not unsafe and (future := self._layouts.launch(args, kwargs, grid, backend)) is not MISS:
@@ -167,6 +171,8 @@ class Kernel:
                               help="put @ts.autotune(configs=[ts.Config(...)], key=[...]) above @ts.kernel, "
                                    "or pass the output partitioned yourself, e.g. z.partition((128,))")
         plain_kwargs, sched = take_schedule(kwargs, self.schedule)
+        if pdl_launches():     # part of the specialization key; the CPU backends ignore it
+            sched = with_pdl(sched)
         bound = binding.bind(self, args, plain_kwargs, grid, unsafe)
         if capture is not None:
             capture.admit_arguments(self.name, bound)
@@ -177,7 +183,7 @@ class Kernel:
         self.last_launch = Launched(bound, compiled)
         # Torch arguments are wrapped per launch: no identity to reuse. A plan made inside
         # a capture is not kept: its S14 check counted writes that happen only at replay.
-        if capture is None and not unsafe:
+        if capture is None and not unsafe and pdl_var.get() is None:
             self._layouts.remember(args, kwargs, grid, backend, bound, compiled, sched)
             if not bound.borrowed:
                 self._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)

@@ -7,7 +7,7 @@ reference backend ignores it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import LaunchError
 
@@ -79,6 +79,16 @@ def schedule(num_warps: int | None = None, num_stages: int | None = None, maxnre
                                      or not 0 <= waves_per_eu <= 8):
         raise LaunchError(f"waves_per_eu={waves_per_eu!r} must be an int from 0 (the compiler's choice) to 8")
     return Schedule(num_warps, num_stages, maxnreg, tma, tuple(sorted(set(axes))), pdl, waves_per_eu)
+
+
+def with_pdl(s: Schedule | None) -> Schedule:
+    """`s` with programmatic dependent launch on (`ts.pdl()`, `ts.graph(pdl=True)`, TILESAFE_PDL)."""
+    if s is None:
+        return _PDL
+    return s if s.pdl else replace(s, pdl=True)
+
+
+_PDL = Schedule(pdl=True)
 
 
 def take(kwargs: dict, default: Schedule | None) -> tuple[dict, Schedule | None]:
