@@ -79,6 +79,15 @@ def overlaps(a: ByteSet, b: ByteSet) -> bool:
     return _runs_overlap(_Runs.of(a), _Runs.of(b))
 
 
+def dense_span(a: ByteSet) -> tuple[int, int] | None:
+    """[start, end) addresses when the view's bytes are one contiguous range, else None
+    (also for an empty view): such sets merge exactly into one range."""
+    if a.numel == 0:
+        return None
+    runs = _Runs.of(a)
+    return None if runs.dims else (runs.origin, runs.origin + runs.width)
+
+
 def self_overlaps(a: ByteSet) -> bool:
     """True when two elements of one view share a byte (stride 0, or overlapping strides)."""
     if a.numel == 0:

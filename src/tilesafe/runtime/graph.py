@@ -5,8 +5,11 @@ would be frozen into the graph or break the capture); library calls take `out=`.
 inside is recorded, not run: so it must be one the graph can replay — on the Triton GPU
 backend and on the capture's stream — or it is refused (another stream would run it once
 now and never again). The graph keeps every buffer a captured launch uses alive, and each
-`g.replay()` registers those accesses as pending, so host reads and later launches are
-ordered after it (S9/S10).
+`g.replay()` is ordered after conflicting work of other streams and leaves those accesses
+pending, so host reads and later launches are ordered after it (S9/S10). Both cost O(1) host
+time per replay, whatever the number of tensors (graph_registry): the accesses stand in the
+registries once per stream, and the ordering is skipped when no registry gained pending
+work since the graph's last replay on the same stream (it was ordered after all of it).
 
 Initialisation (S14) follows what really ran: a captured launch writes nothing until the
 graph replays, so its outputs are marked written by the first replay, not at capture; a
@@ -22,9 +25,11 @@ import contextlib
 import copy
 
 from ..errors import LaunchError, OwnershipError, caller_loc
-from ..settings import SETTINGS, graph_var, override_of_pdl, pdl_var
+from ..settings import graph_var, override_of_pdl, pdl_launches, pdl_var
 from .future import Completion, Future, device_synchronized
+from .graph_registry import Standing, merged_accesses
 from .host_lock import LOCK, serialized
+from .storage_state import registry_changed, registry_version
 
 
 # Graphs dropped while another capture runs (`with ts.graph() as g:` again rebinds `g` inside
@@ -39,11 +44,18 @@ class Graph:
     backend = "triton"   # the backend whose launches a capture records
 
     def __del__(self):
-        if _captures_running and self._graph is not None:
+        for standing in getattr(self, "_standing", {}).values():
+            standing.live = False     # the registries drop its entries once its replays are done
+        if _captures_running and getattr(self, "_graph", None) is not None:
             _RELEASE_AFTER_CAPTURE.append((self._graph, self._keep))
 
     def __init__(self):
-        self._accesses: list = []      # (tensor, is_write), each registered by every replay
+        self._accesses: list = []      # (tensor, is_write), as captured
+        self._merged: list = []        # (StorageState, ByteSet, is_write): _accesses merged per storage
+        self._held: tuple = ()         # the captured buffers, held by each replay's Completion
+        self._standing: dict = {}      # raw stream handle -> Standing: accesses registered on it
+        self._ordered = None           # (stream handle, registry_version()) after the last replay
+        self._streams: dict = {}       # raw stream handle -> its torch stream
         self._keep: list = []          # the captured buffers, alive as long as the graph
         self._seen: set = set()
         self._written: list = []       # (StorageState, view): written once the graph has run (S14)
@@ -117,12 +129,39 @@ class Graph:
             raise LaunchError("this graph cannot be replayed: its capture did not complete", loc=caller_loc(),
                               help="fix the error raised inside the `with ts.graph()` block and capture again")
         done = self._replay_on_device()
-        for state, view in self._written:    # the first replay writes what the capture recorded
-            state.mark_written(view)
-        self._written, self._shadows = [], {}
-        for t, is_write in self._accesses:
-            t._state.record(t._byte_set(), is_write, done)
+        if self._written:                    # the first replay writes what the capture recorded
+            for state, view in self._written:
+                state.mark_written(view)
+            self._written, self._shadows = [], {}
+        self._stand(done)
         return Future((), done)
+
+    def _seal(self) -> None:
+        """The capture completed: merge its accesses per storage, once."""
+        self._merged = merged_accesses(self._accesses)
+        self._held = tuple(self._keep)
+        self._complete = True
+
+    def _stand(self, done: Completion) -> None:
+        """Leave the replay's accesses pending: registered once per stream, then O(1)."""
+        standing = self._standing.get(done.stream)
+        if standing is None:
+            standing = self._standing[done.stream] = Standing(done.stream, done)
+            for state, byteset, is_write in self._merged:
+                state.stand(byteset, is_write, standing)
+        standing.latest = done
+        registry_changed()                   # other graphs' replays must order after this one
+        self._ordered = (done.stream, registry_version())
+
+    def _order_before(self, stream: int) -> None:
+        """S10: make `stream` wait for conflicting pending work of other streams. Skipped when
+        no registry gained pending work since this graph's last replay on `stream`: that
+        replay was ordered after everything pending then, and this one follows it."""
+        if self._ordered == (stream, registry_version()):
+            return
+        for state, byteset, is_write in self._merged:
+            if state._pending:
+                state.order_device(byteset, is_write, stream)
 
     # -- the device: a CUDA graph (a test may stand in another) -----------------------------
 
@@ -148,20 +187,30 @@ class Graph:
         return f"cuda:{self._device}"
 
     def _replay_on_device(self) -> Completion:
+        stream, stream_obj = self._current_stream()
+        self._order_before(stream)
+        return self._launch(stream, stream_obj)
+
+    def _current_stream(self) -> tuple:
+        """(raw handle, torch stream) of the stream a replay runs on: the current stream of
+        the captured device (torch replays there)."""
         import torch
-        stream = torch.cuda.current_stream()
-        for t, is_write in self._accesses:
-            t._state.order_device(t._byte_set(), is_write, stream.cuda_stream)
+        handle = torch._C._cuda_getCurrentRawStream(self._device)
+        stream_obj = self._streams.get(handle)
+        if stream_obj is None:               # looked up once per stream
+            stream_obj = self._streams[handle] = torch.cuda.current_stream(self._device)
+        return handle, stream_obj
+
+    def _launch(self, stream: int, stream_obj) -> Completion:
+        """Replay the CUDA graph; its event is recorded only when something waits (as a launch's)."""
         self._graph.replay()
-        event = torch.cuda.Event()
-        event.record(stream)
-        return Completion(event, stream.cuda_stream, tuple(self._keep), stream)
+        return Completion(None, stream, self._held, stream_obj)
 
 
 def graph(pdl: bool | None = None) -> contextlib.AbstractContextManager:
     """Capture the launches inside into a CUDA graph: `with ts.graph() as g: ...; g.replay()`.
-    `pdl=True` captures them with programmatic dependent launch (as under `ts.pdl()`; None:
-    TILESAFE_PDL decides): each kernel's launch overlaps the end of the one before it."""
+    `pdl=True` captures them with programmatic dependent launch (None: as the launches around
+    it, `ts.pdl()` or TILESAFE_PDL): each kernel's launch overlaps the end of the one before it."""
     import torch
     if not torch.cuda.is_available():
         raise LaunchError("ts.graph() needs a CUDA GPU", loc=caller_loc(), help="run eagerly on this machine")
@@ -176,7 +225,7 @@ def capturing(g: Graph, pdl: bool | None = None) -> contextlib.AbstractContextMa
     if pdl is not None and not isinstance(pdl, bool):
         raise LaunchError(f"ts.graph(pdl={pdl!r}): pdl must be True, False or None (TILESAFE_PDL decides)",
                           loc=caller_loc(), help="with ts.graph(pdl=True) as g: ...")
-    g.pdl = SETTINGS.pdl if pdl is None else pdl    # what its launches use (a bad TILESAFE_PDL raises here)
+    g.pdl = pdl_launches() if pdl is None else pdl    # what its launches use (a bad TILESAFE_PDL raises here)
     return _capture(g)
 
 
@@ -192,7 +241,7 @@ def _capture(g: Graph):
         try:
             with g._capture_on_device():
                 yield g
-            g._complete = True
+            g._seal()
         finally:
             graph_var.reset(token)
             pdl_var.reset(pdl_token)

@@ -43,6 +43,24 @@ class PendingAccess:
     byteset: ByteSet
     is_write: bool
     future: Future
+    standing: bool = False    # a graph's access, registered once for all its replays (`stand`)
+
+
+# Bumped whenever any registry gains pending work (a record, a graph replay, a merge): a graph
+# whose stream saw no change since its last replay was already ordered after everything pending.
+_changes = 0
+
+
+def registry_version() -> int:
+    """A number that changes whenever some storage gains pending work."""
+    return _changes
+
+
+def registry_changed() -> None:
+    """New pending work that no registry entry shows by itself (a graph's standing access now
+    stands for a newer replay)."""
+    global _changes
+    _changes += 1
 
 
 class StorageState:
@@ -117,6 +135,7 @@ class StorageState:
                     mask[p.base - lo:p.base - lo + p.nbytes] = p.init_mask
             self.init_mask = None if bool(mask.all()) else mask
         self.device, self.base, self.nbytes = device, lo, hi - lo
+        registry_changed()                    # pending work joins other bytes' registry
         for o in others:
             self._pending.extend(o._pending)
             self._lent.extend(o._lent)
@@ -236,19 +255,30 @@ class StorageState:
         """Register a launch's access to `byteset`, pending until `future.done()`.
 
         A later access of the same bytes, kind and stream supersedes an earlier one (the
-        stream runs them in order), so repeated launches keep the registry small.
+        stream runs them in order), so repeated launches keep the registry small. A graph's
+        standing access is never superseded: its next replay comes after this launch.
         """
+        global _changes
+        _changes += 1
         stream = getattr(future, "stream", None)
         with self._lock:
             pending = self._pending
             for i, p in enumerate(pending):
                 if p.is_write == is_write and getattr(p.future, "stream", None) == stream and \
-                        (p.byteset is byteset or p.byteset == byteset):
+                        (p.byteset is byteset or p.byteset == byteset) and not p.standing:
                     pending[i] = PendingAccess(byteset, is_write, future)
                     return
             if len(pending) >= 32:
-                pending[:] = [p for p in pending if not p.future.done()]
+                pending[:] = [p for p in pending if _kept(p)]
             pending.append(PendingAccess(byteset, is_write, future))
+
+    def stand(self, byteset: ByteSet, is_write: bool, future: Future) -> None:
+        """Register a graph's access once for all its replays on one stream: `future` (the
+        graph's `Standing`) answers for its latest replay there, and the entry stays while
+        the graph lives (`future.live`), so a replay costs no registry work."""
+        registry_changed()
+        with self._lock:
+            self._pending.append(PendingAccess(byteset, is_write, future, True))
 
     def order_device(self, byteset: ByteSet, write: bool, stream: int) -> None:
         """S10: make the current stream (raw handle `stream`) wait for conflicting pending
@@ -265,9 +295,10 @@ class StorageState:
         """Unfinished futures an access to `byteset` must be ordered after: writers for a
         read; readers and writers for a write."""
         with self._lock:
-            self._pending = [p for p in self._pending if not p.future.done()]
+            self._pending = [p for p in self._pending if _kept(p)]
             return [p.future for p in self._pending
-                    if (write or p.is_write) and overlaps(p.byteset, byteset)]
+                    if (write or p.is_write) and overlaps(p.byteset, byteset)
+                    and not (p.standing and p.future.done())]
 
     def wait_for_host(self, byteset: ByteSet, write: bool, what: str) -> None:
         """Block the host until the conflicting pending accesses finished (S9).
@@ -284,6 +315,11 @@ class StorageState:
         for future in conflicts:
             future.wait()
         self.pending_conflicts(byteset, write)   # prune what just finished
+
+
+def _kept(p: PendingAccess) -> bool:
+    """Pruning keeps unfinished accesses, and a live graph's standing ones (finished or not)."""
+    return (p.standing and p.future.live) or not p.future.done()
 
 
 def _join(storage, fresh: StorageState | None) -> StorageState:
