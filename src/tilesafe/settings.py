@@ -153,8 +153,7 @@ def pdl_launches() -> bool:
     return SETTINGS.pdl if chosen is None else chosen
 
 
-@contextlib.contextmanager
-def pdl(enabled: bool = True):
+def pdl(enabled: bool = True) -> contextlib.AbstractContextManager:
     """`with ts.pdl():` the launches inside use programmatic dependent launch on a Hopper or
     newer GPU (ignored elsewhere, and by the CPU backends): each kernel may start while the
     one before it on the stream finishes, and waits for it (`griddepcontrol.wait`) before
@@ -166,6 +165,11 @@ def pdl(enabled: bool = True):
         from .errors import LaunchError, caller_loc
         raise LaunchError(f"ts.pdl({enabled!r}): the switch must be True or False", caller_loc(),
                           help="with ts.pdl(): ...   or   with ts.pdl(False): ...")
+    return _pdl(enabled)
+
+
+@contextlib.contextmanager
+def _pdl(enabled: bool):
     token = pdl_var.set(override_of_pdl(enabled))
     try:
         yield
