@@ -268,7 +268,8 @@ def test_the_timed_runs_of_first_use_tuning_are_no_part_of_a_plan(monkeypatch, t
     """A call that tunes on first use runs itself with each candidate config before its own
     launch: the plan of its layout, made by a later call, launches once, as the call does."""
     from test_config_model import _on_gpu
-    from tilesafe.kernels import call_plans, first_use
+    from tilesafe.kernels import call_hits, call_plans, first_use
+    from tilesafe.runtime.planned_launch import PlannedLaunch
     from tilesafe.settings import Settings
     _on_gpu(monkeypatch)
     monkeypatch.setattr(configs, "gpu_name", lambda: "plan-test-gpu")
@@ -277,9 +278,13 @@ def test_the_timed_runs_of_first_use_tuning_are_no_part_of_a_plan(monkeypatch, t
     monkeypatch.setattr(first_use, "_time", lambda run, cand, timer: (run(cand), 1.0)[1])
     first_use.forget()
     launched = []
-    real = call_plans.start
+    real, real_hit, real_fast = call_plans.start, call_hits.start, PlannedLaunch.run
     monkeypatch.setattr(call_plans, "start", lambda kernel, *a, **k: (launched.append(kernel.name),
                                                                       real(kernel, *a, **k))[1])
+    monkeypatch.setattr(call_hits, "start", lambda kernel, *a, **k: (launched.append(kernel.name),
+                                                                     real_hit(kernel, *a, **k))[1])
+    monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: (launched.append(self.kernel.name),
+                                                                   real_fast(self, roots))[1])
     try:
         with ts.backend("reference"):
             for seed in range(4):                                 # tunes; records; then its plan twice

@@ -32,6 +32,7 @@ from ..settings import graph_var, launching_disabled_var, pdl_var
 from . import call_recording as R
 from . import configs, scratch
 from .call_checks import check_aliasing
+from .call_hits import CallHit
 from .launch import schedule_with, start
 
 _LIMIT = 256        # plans per library function family; more distinct layouts start over
@@ -179,14 +180,24 @@ def _sharing(tensors: list) -> tuple:
 
 class CallPlan:
     """A recorded call: its roots, steps and result, redone for the tensors of a new call."""
-    __slots__ = ("roots", "steps", "returned", "scratch_elems")
+    __slots__ = ("roots", "steps", "returned", "scratch_elems", "hit")
 
     def __init__(self, rec: R.Recording, returned):
         self.roots, self.returned = rec.roots, returned
         self.steps = [_Launch(*step[1:]) if step[0] == R.LAUNCH else step for step in rec.steps]
         self.scratch_elems = rec.scratch_elems
+        self.hit = None             # the fast form (call_hits.py), made after the first redo; False: none
 
     def call(self, tensors: list):
+        hit = self.hit
+        if hit:
+            return hit(tensors)
+        result = self.redo(tensors)
+        if hit is None:             # the steps now hold their launch cache entries
+            self.hit = CallHit.of(self, tensors, _sharing(tensors)) or False
+        return result
+
+    def redo(self, tensors: list):
         roots, handed = [], []
         for t in tensors:                  # S13: torch tensors are borrowed afresh by every call
             roots.append(t if type(t) is Tensor else from_torch(t))

@@ -14,7 +14,7 @@ from ..backends.triton import targets
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing
-from .call_plans import PlanCache, layout_of
+from .call_plans import PlanCache, layout_of, planned
 from .launch import launch, pow2
 
 # Compile-time op codes (module-level ints are constants inside kernels).
@@ -205,6 +205,19 @@ def _unary(fn: str, op: int, x, out, config):
 
 
 def _elementwise(fn, extra, x, y, out, config, broadcast=True, scalar=False, names=XY):
+    if not scalar and config is None:      # tensors only: a call plan's fast form (call_hits.py)
+        return _tensor_operands(fn, extra["OP"], x, y, out, broadcast, names)
+    return _elementwise_full(fn, extra, x, y, out, config, broadcast, scalar, names)
+
+
+@planned
+def _tensor_operands(fn, op, x, y, out, broadcast, names):
+    """An elementwise call on tensors. Planned by layout (call_plans.py); a scalar operand's
+    value is a runtime scalar of its kernel, so those calls keep the layout plans below."""
+    return _elementwise_full(fn, dict(OP=op), x, y, out, None, broadcast, False, names)
+
+
+def _elementwise_full(fn, extra, x, y, out, config, broadcast=True, scalar=False, names=XY):
     torch_mode = A.is_torch(x)
     key = _plan_key(fn, extra, x, y, out, config, broadcast, torch_mode)
     plan = _PLANS.get(key)

@@ -214,6 +214,26 @@ class TritonLaunch:
         gen, grid = self.gen, self.grid
         return direct[0], lambda bound, tensors: tuple(launch_values(gen, bound, tensors, grid, None))
 
+    def layout_slots(self):
+        """`(start, values, pointers, descriptors)` for launching this layout with other
+        memory from a prebuilt argument tuple (runtime/planned_launch.py): `values` is this
+        launch's arguments, `pointers` the positions that take a tensor's address (position,
+        parameter), `descriptors` those that take a TMA descriptor of it (position, parameter,
+        box, by columns). Every other argument (extents, strides, scalars, grid) is a fact of
+        the layout. None where `relauncher` has none."""
+        if self.tickets:
+            return None
+        direct = self.direct(None)
+        if direct is None:
+            return None
+        pointers, descriptors = [], []
+        for i, slot in enumerate(self.gen.args):
+            if slot.what == "ptr":
+                pointers.append((i, slot.param))
+            elif slot.what == "desc":
+                descriptors.append((i, slot.param, slot.box, slot.param in self.gen.column_major))
+        return direct[0], direct[1], tuple(pointers), tuple(descriptors)
+
 
 MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
 

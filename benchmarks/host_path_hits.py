@@ -1,0 +1,102 @@
+"""A library call plan's fast form (kernels/call_hits.py) against the plan's full redo, on any
+machine, with the device work stubbed out (profile_host_path.stub_device_work).
+
+For each call: host µs per call (the fastest of several rounds of process time, fresh torch
+views every call as host_overhead.py makes them) and Python function calls per call (counted
+by a profile hook over a few calls), once with call plans' fast form and once without it
+(`CallHit.of` returning None: every hit redoes the plan, the path before the fast form).
+Also a user kernel launched with new tilesafe tensors from torch every call.
+
+    cd benchmarks && PYTHONPATH=../src python host_path_hits.py                # reference backend
+    cd benchmarks && PYTHONPATH=../src python host_path_hits.py --backend triton-interpreter
+"""
+import argparse
+import sys
+import time
+
+import torch
+
+import tilesafe as ts
+from host_overhead import Fresh, cases, sizes
+from profile_host_path import add3, stub_device_work
+from tilesafe.kernels import call_hits
+
+CASES = ("linear M=1", "add", "rms_norm", "rope", "embedding", "argmax", "decode_attention")
+
+
+def us_and_calls(fn, tensors: dict, calls: int, repeats: int) -> tuple[float, float]:
+    fresh = Fresh(tensors, 30 + calls * repeats + 20)
+    for _ in range(30):
+        fn(fresh.next())
+    best = float("inf")
+    for _ in range(repeats):
+        views = [fresh.next() for _ in range(calls)]
+        t0 = time.process_time()
+        for v in views:
+            fn(v)
+        best = min(best, (time.process_time() - t0) / calls * 1e6)
+    counted = [0]
+
+    def hook(frame, event, arg):
+        if event in ("call", "c_call"):
+            counted[0] += 1
+    views = [fresh.next() for _ in range(20)]
+    sys.setprofile(hook)
+    for v in views:
+        fn(v)
+    sys.setprofile(None)
+    return best, counted[0] / 20
+
+
+def user_kernel_case() -> tuple:
+    x, y, z = torch.rand(4096), torch.rand(4096), torch.empty(4096)
+
+    def call(t):
+        p = ts.from_torch(t["z"]).partition((1024,))
+        add3(p, ts.from_torch(t["x"]), ts.from_torch(t["y"]))
+        p.unpartition()
+    return call, dict(x=x, y=y, z=z)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="reference")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=7)
+    a = ap.parse_args()
+    stub_device_work()
+    fast_form = call_hits.CallHit.of
+    rows = []
+    with ts.backend(a.backend), torch.no_grad():
+        for c in cases(sizes(True), "cpu", torch.float32):
+            if c.name not in CASES:
+                continue
+            for form, fn in (("eager", c.library), ("out=", c.library_out)):
+                measured = []
+                for on in (False, True):
+                    call_hits.CallHit.of = fast_form if on else (lambda *args: None)
+                    forget_plans()        # new plans, made with the fast form on or off
+                    measured.append(us_and_calls(fn, c.tensors, a.calls, a.repeats))
+                rows.append((f"{c.name} ({form})", *measured))
+        call_hits.CallHit.of = fast_form
+        fn, tensors = user_kernel_case()
+        us, n = us_and_calls(fn, tensors, a.calls, a.repeats)
+        rows.append(("user kernel, fresh tensors", (us, n), (us, n)))
+    print(f"{'call':32s} {'before us':>10s} {'calls':>7s} {'after us':>10s} {'calls':>7s}")
+    for name, (b_us, b_n), (f_us, f_n) in rows:
+        print(f"{name:32s} {b_us:10.1f} {b_n:7.0f} {f_us:10.1f} {f_n:7.0f}", flush=True)
+
+
+def forget_plans() -> None:
+    """Clear every library function's plans."""
+    from tilesafe.kernels import call_plans
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("tilesafe.kernels"):
+            for v in list(vars(mod).values()):
+                p = v if isinstance(v, call_plans.PlanCache) else getattr(v, "plans", None)
+                if isinstance(p, call_plans.PlanCache):
+                    p.plans.clear()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""A call plan's hit from torch memory: the library call at the cost of its launches.
+
+A plan (call_plans.py) redoes a recorded call with new tensors; done with tilesafe objects
+(`from_torch` per argument, views, partitions, the launch cache's per-call checks) that costs
+hundreds of Python calls per launch. What those objects check on a hit depends on the call's
+layout, which the plan key fixes, and on a few facts of each storage, which are checked here
+once per call:
+  * S13: a torch argument is borrowed as `from_torch` borrows it — its memory's storage state
+    (made by `from_torch` when there is none, or when it tracks initialisation: then S13's
+    "torch wrote these bytes" mark applies) and its extent inside its storage;
+  * S7: arguments the key places in different storages are in different memory (distinct
+    storage states). Arguments in one storage sit at the distances of the recorded call (the
+    key), so every view of the call meets every other exactly as in the recorded call, whose
+    whole-call checks (call_checks.check_aliasing) and launches accepted them: those verdicts
+    hold again, and the whole-call checks are not redone;
+then each launch checks lending, initialisation and alignment and starts
+(runtime/planned_launch.py). A launch that cannot start that way — and every launch of a call
+whose roots failed the S7 condition — takes the plan's full step (call_plans.CallPlan's), which
+checks everything and refuses as a fresh call would.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..runtime.constructors import empty, from_torch
+from ..runtime.host_lock import LOCK
+from ..runtime.planned_launch import PlannedLaunch
+from ..runtime.storage_state import StorageState, _ATTR
+from ..runtime.tensor import Tensor
+from . import call_recording as R
+from . import scratch
+from .call_checks import check_aliasing
+from .launch import start
+
+
+class CallHit:
+    """The fast form of one CallPlan (see the module's docstring)."""
+    __slots__ = ("plan", "launches", "groups", "extents")
+
+    def __init__(self, plan, launches: list, groups: int, extents: list):
+        self.plan, self.launches, self.groups, self.extents = plan, launches, groups, extents
+
+    @staticmethod
+    def of(plan, tensors: list, sharing: tuple) -> "CallHit | None":
+        """The fast form of `plan`, made after a call of it with `tensors` (its steps then
+        hold the launch cache's entries); None when no launch of it can start fast."""
+        launches = []
+        for step in plan.steps:
+            launches.append(_planned(step) if type(step) is not tuple else None)
+        if not any(launches):
+            return None
+        allocated = sum(1 for kind, _ in plan.roots[len(tensors):])
+        groups = sum(1 for s in sharing if s == -1) + allocated
+        extents = [_extent(t._t if type(t) is Tensor else t) for t in tensors]
+        return CallHit(plan, launches, groups, extents)
+
+    def __call__(self, tensors: list):
+        plan = self.plan
+        with LOCK:
+            roots, made, handed = [], [], []
+            for t, extent in zip(tensors, self.extents):
+                handed.append(t)
+                if type(t) is Tensor:
+                    roots.append((t._t, t._state))
+                    made.append(t)
+                    continue
+                tv = t.detach() if t.requires_grad else t
+                storage = tv.untyped_storage()
+                state = getattr(storage, _ATTR, None)
+                if state is None or state.init_mask is not None or \
+                        tv.storage_offset() * tv.element_size() + extent > storage.nbytes():
+                    m = from_torch(t)       # S13 as a fresh call borrows it (and refuses what it refuses)
+                    roots.append((m._t, m._state))
+                    made.append(m)
+                else:
+                    roots.append((tv, state))
+                    made.append(None)
+            for kind, recipe in plan.roots[len(tensors):]:
+                if kind == R.EMPTY:
+                    shape, dtype, device, torch_mode = recipe
+                    if torch_mode:
+                        t = torch.empty(shape, dtype=dtype.torch, device=device)
+                        roots.append((t, StorageState.of(t)))     # torch's new bytes: all written
+                        made.append(None)
+                        handed.append(t)
+                        continue
+                    t = empty(shape, dtype, device)
+                else:
+                    t = scratch.views(recipe, (plan.scratch_elems,))[0]
+                roots.append((t._t, t._state))
+                made.append(t)
+                handed.append(t if kind == R.EMPTY else None)
+            # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.
+            apart = len({id(state.__dict__) for _, state in roots}) == self.groups
+            for step, launch in zip(plan.steps, self.launches):
+                if type(step) is tuple:
+                    if not apart:
+                        _, fn, inputs, outputs, in_place = step
+                        check_aliasing(fn, _named(inputs, roots, made), _named(outputs, roots, made), in_place)
+                elif not (apart and launch is not None and launch.run(roots)):
+                    outputs = {n: (_tensor(v, roots, made), tile) for n, (v, tile) in step.outs.items()}
+                    args = {n: _tensor(v, roots, made) if type(v) is R.View else v for n, v in step.values.items()}
+                    start(step.kernel, outputs, step.grid, args, step)
+            return _result(plan.returned, handed)
+
+
+def _planned(step) -> PlannedLaunch | None:
+    """The fast launch of one step, when its launch cache entry was found for the very runtime
+    scalars the step passes (so their preconditions and bounds conditions hold)."""
+    entry = step.entry
+    if entry is None or entry.scalars is None:
+        return None
+    plan = entry.plan
+    views = {n: v for n, (v, _) in step.outs.items()}
+    views.update((n, v) for n, v in step.values.items() if type(v) is R.View)
+    given = {n: v for n, v in step.values.items() if type(v) is not R.View and n in plan.given}
+    if tuple((type(given[n]), given[n]) for n in plan.given if n in given) != entry.scalars or \
+            len(given) != len(plan.given):
+        return None
+    access = []
+    for name, f in plan.facts.items():
+        v = views.get(name)
+        if v is None:
+            return None
+        if v.shape is not None and (tuple(v.shape) != tuple(f[0]) or tuple(v.strides) != tuple(f[1])):
+            return None
+        access.append((name, v.root, None if v.shape is None else v.offset))
+    if len(access) != len(views):
+        return None
+    return PlannedLaunch(step.kernel, entry, access, given)
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from a view's first element to one past its last (0 when it has none)."""
+    if t.numel() == 0:
+        return 0
+    item = t.element_size()
+    return item + item * sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def _made(i: int, roots: list, made: list) -> Tensor:
+    """Root `i` as a tilesafe tensor (made on the first full step that needs it)."""
+    t = made[i]
+    if t is None:
+        tv, state = roots[i]
+        t = made[i] = from_torch(tv)
+    return t
+
+
+def _tensor(v: R.View, roots: list, made: list) -> Tensor:
+    root = _made(v.root, roots, made)
+    if v.shape is None:
+        return root
+    base = root._t
+    return Tensor(base.as_strided(v.shape, v.strides, base.storage_offset() + v.offset), root._state)
+
+
+def _named(named: dict, roots: list, made: list) -> dict:
+    return {n: (None if v is None else _tensor(v, roots, made)) for n, v in named.items()}
+
+
+def _result(returned, handed: list):
+    if isinstance(returned, tuple):
+        return tuple(_result(r, handed) for r in returned)
+    return handed[returned]
+
+

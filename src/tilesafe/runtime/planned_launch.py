@@ -1,0 +1,201 @@
+"""One launch of a library call's plan, started straight from the call's torch memory.
+
+A library call plan (kernels/call_plans.py) knows each launch of a call by layout: which of
+the call's root tensors each kernel argument views, at which element offset, and the
+launch cache's entry for that layout (runtime/launch_cache.Entry: the verdicts of binding,
+specialization, bounds masks and S7 between the arguments). The caller has checked what
+makes those verdicts hold for its roots: the same layout, and roots in different storages
+in different memory (distinct storage states), so every pair of views meets as in the
+accepted launch or not at all. So a launch here builds no tilesafe tensor, partition or
+bound on a GPU: it checks what the layout cannot fix, per storage state —
+  * S8: no live partition holds any byte of the memory (else the full step decides);
+  * S14: the bytes it reads were written (states with an `init_mask` only; none: all were);
+  * alignment: each address has the 16-byte class the compiled kernel was specialised for;
+then orders after conflicting work of other streams (S10), starts Triton's compiled kernel
+with a prebuilt argument tuple (the layout's extents, strides, scalars and grid; the call's
+addresses), marks what it wrote (S14, masked states only) and registers its accesses as
+pending (S9). Byte sets are made only when an address moved since the last launch of the
+slot. On the CPU backends the launch is the run itself: a bound is built from views and
+`execute` runs it. At the first doubt `run` returns False before anything happened, and the
+caller takes the step's full path.
+"""
+from __future__ import annotations
+
+import weakref
+
+from .aliasing import ByteSet, _DEVICE_NAMES
+from .binding import ArgFacts, Bound
+from .execute import execute
+from .future import Completion
+from .launch_cache import Launched
+from .ordering import writes
+from .tensor import Tensor
+
+_UNKNOWN, _CPU, _GPU, _NONE = range(4)
+
+
+class PlannedLaunch:
+    """A launch of one layout from roots: `access` per tensor parameter (in the kernel's
+    order): (parameter, root index, element offset from the root's first element or None
+    for the root itself)."""
+    __slots__ = ("kernel", "entry", "plan", "compiled", "access", "scalars", "mode", "start", "values", "pointers",
+                 "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
+                 "items", "byte_strides", "writes")
+
+    def __init__(self, kernel, entry, access, scalars: dict):
+        plan = entry.plan
+        self.kernel, self.entry, self.plan, self.compiled = kernel, entry, plan, plan.compiled
+        self.access = tuple(access)
+        self.scalars = {**plan.scalars, **scalars}
+        self.facts = tuple(plan.facts[name] for name, _, _ in self.access)
+        self.items = tuple(f[2].itemsize for f in self.facts)
+        self.byte_strides = tuple(tuple(s * item for s in f[1]) for f, item in zip(self.facts, self.items))
+        names = [name for name, _, _ in self.access]
+        self.writes = tuple(writes(kernel, name) for name in names)
+        self.reads = tuple(names.index(n) for n in plan.reads)
+        self.written = tuple(names.index(n) for n in self.compiled.written)
+        # The 16-byte class of each argument's address that the entry's layout was compiled for.
+        by_name = dict(zip(entry.form.names, entry.aligns))
+        self.aligns = tuple(by_name.get(name) for name in names)
+        self.mode = _UNKNOWN if None not in self.aligns else _NONE
+        self.sets = [None] * len(self.access)
+        self.streams: dict = {}
+
+    # -- per launch -------------------------------------------------------------------------
+    def run(self, roots: list) -> bool:
+        """Launch with these roots ((torch tensor, storage state) per root); False: nothing
+        was done, the caller takes the full step."""
+        mode = self.mode
+        if mode == _NONE:
+            return False
+        ptrs = []
+        aligns = self.aligns
+        for k, (_, r, off) in enumerate(self.access):
+            tv, state = roots[r]
+            if state._lent and _lent(state):
+                return False
+            p = tv.data_ptr() if off is None else tv.data_ptr() + off * self.items[k]
+            if p & 15 != aligns[k]:
+                return False
+            ptrs.append(p)
+        for k in self.reads:                  # S14 (a masked state only: none means all written)
+            tv, state = roots[self.access[k][1]]
+            if state.init_mask is not None and not state.is_written(self._view(k, roots)):
+                return False
+        if mode == _GPU:
+            self._on_gpu(roots, ptrs)
+            return True
+        bound = self._bound(roots)
+        if mode == _UNKNOWN:
+            mode = self.mode = self._prepare(bound)
+            if mode == _NONE:
+                return False
+            if mode == _GPU:
+                self._on_gpu(roots, ptrs)
+                return True
+        execute(self.compiled, bound)
+        self.kernel.last_launch = Launched(bound, self.compiled)
+        return True
+
+    def _on_gpu(self, roots, ptrs) -> None:
+        import torch
+        values = list(self.values)
+        for i, k in self.pointers:
+            values[i] = ptrs[k]
+        for i, k, box, by_columns in self.descriptors:
+            from ..backends.triton import tma
+            values[i] = tma.host_descriptor(self._view(k, roots), box, by_columns)
+        held, sets = [], []
+        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+        for k, (_, r, off) in enumerate(self.access):
+            tv, state = roots[r]
+            byteset = self._byte_set(k, tv, ptrs[k])
+            if state._pending:
+                state.order_device(byteset, self.writes[k], stream)
+            held.append(tv)
+            sets.append(byteset)
+        self.start(stream, tuple(values))
+        for k in self.written:                # S14 (masked states only)
+            tv, state = roots[self.access[k][1]]
+            if state.init_mask is not None:
+                self._mark(k, roots)
+        stream_obj = self.streams.get(stream)
+        if stream_obj is None:    # the current stream's torch object, looked up once per stream
+            stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
+        done = Completion(None, stream, tuple(held), stream_obj)   # event made lazily
+        for k, (_, r, _) in enumerate(self.access):
+            roots[r][1].record(sets[k], self.writes[k], done)
+        launched = Launched.__new__(Launched)
+        launched.consts, launched.scalars, launched.grid, launched.compiled = \
+            self.plan.consts, self.scalars, self.plan.grid, self.compiled
+        self.kernel.last_launch = launched
+
+    def _byte_set(self, k: int, tv, ptr: int) -> ByteSet:
+        """The bytes argument `k` reaches; the last one again while its memory did not move."""
+        storage = tv.untyped_storage()
+        sptr, nbytes = storage.data_ptr(), storage.nbytes()
+        found = self.sets[k]
+        if found is not None and found[1] == sptr and found[3] == ptr - sptr and found[2] == nbytes:
+            return found
+        device = tv.device
+        name = _DEVICE_NAMES.get(device)
+        if name is None:
+            name = _DEVICE_NAMES[device] = str(device)
+        f = self.facts[k]
+        found = self.sets[k] = ByteSet(name, sptr, nbytes, ptr - sptr, tuple(f[0]), self.byte_strides[k],
+                                       self.items[k])
+        return found
+
+    # -- views, when something needs one ---------------------------------------------------
+    def _view(self, k: int, roots):
+        _, r, off = self.access[k]
+        tv = roots[r][0]
+        if off is None:
+            return tv
+        shape, strides = self.facts[k][0], self.facts[k][1]
+        return tv.as_strided(shape, strides, tv.storage_offset() + off)
+
+    def _mark(self, k: int, roots) -> None:
+        """What the launch wrote is initialised (safety.mark_written, for one argument)."""
+        grid = self.plan.grid
+        if grid is not None and 0 in grid:
+            return
+        view = self._view(k, roots)
+        f = self.facts[k]
+        if f[4] and grid:
+            view = view[tuple(slice(0, g * t) for g, t in zip(grid, f[3]))]
+        roots[self.access[k][1]][1].mark_written(view)
+
+    def _bound(self, roots) -> Bound:
+        tensors, held = {}, []
+        for k, (name, r, off) in enumerate(self.access):
+            tv, state = roots[r]
+            shape, strides, dtype, tile, prefix, _ = self.facts[k]
+            t = Tensor(self._view(k, roots) if off is not None else tv, state, dtype)
+            held.append(t)
+            tensors[name] = ArgFacts(weakref.ref(t), shape, strides, dtype, tile, prefix)
+        return Bound(tensors, dict(self.plan.consts), dict(self.scalars), self.plan.grid, held)
+
+    def _prepare(self, bound) -> int:
+        """Which way this layout launches: the CPU backends run `execute`; a GPU launch gets
+        Triton's compiled kernel and its argument tuple (none: the full step, e.g. S16's counters)."""
+        call = self.compiled.launch(bound)
+        if call.synchronous:
+            return _CPU
+        found = getattr(call, "layout_slots", lambda: None)()
+        if found is None:
+            return _NONE
+        self.start, values, pointers, descriptors = found
+        names = [name for name, _, _ in self.access]
+        self.values = values
+        self.pointers = tuple((i, names.index(p)) for i, p in pointers)
+        self.descriptors = tuple((i, names.index(p), box, cols) for i, p, box, cols in descriptors)
+        device = call.device
+        import torch
+        self.device_index = device.index if device.index is not None else torch.cuda.current_device()
+        return _GPU
+
+
+def _lent(state) -> bool:
+    """Some live partition holds bytes of this memory (S8)."""
+    return any((p := ref()) is not None and p._live for _, ref in state._lent)
