@@ -35,7 +35,7 @@ def test_launches_per_step_do_not_grow_with_the_batch(checkpoint, monkeypatch):
     assert one == four                                     # the same launches, not one set per sequence
     # Per layer: q/k norms + RoPE + the K/V cache write in one kernel, one attention (+ its combine).
     assert sum(k == "norm_rope_kv_kernel" for k in four) == layers
-    assert sum(k == "paged_decode_kernel" for k in four) == layers
+    assert sum(k.startswith("paged_decode_") for k in four) == layers     # one launch: the splits combine in it
     assert not [k for k in four if k in ("rope_kernel", "paged_kv_write_kernel", "kv_append_kernel")]
 
 

@@ -160,20 +160,98 @@ def test_bad_arguments_are_refused_before_any_work(backend, device):
                        torch.zeros(3, dtype=torch.int32, device=device), dropped=torch.zeros(3, dtype=torch.int32))
 
 
+@pytest.mark.parametrize("heads,kv_heads,dim,splits,config", [         # GQA 1, 4 and 8; head_dim 64 and 128
+    (2, 2, 64, 1, None), (8, 2, 128, 1, None), (8, 1, 64, 4, None), (2, 2, 128, 4, {"one_kernel": False}),
+    (8, 2, 64, 4, {"min_keys": 128})])
+def test_paged_decode_forms_at_short_and_long_lengths(backend, device, heads, kv_heads, dim, splits, config):
+    """One split (each block writes its heads' output), splits combined by the last block of
+    each (sequence, KV head) or by a second kernel, and splits of at least 128 keys: ragged
+    lengths from one key (only the first split has keys) to more than one 64-key tile per split."""
+    nb, bs, b = 8, 32, 3
+    q = randn((b, heads, dim), "f32", 1, device)
+    kc, vc = randn((nb, bs, kv_heads, dim), "f32", 2, device), randn((nb, bs, kv_heads, dim), "f32", 3, device)
+    tables = torch.tensor([[7, 2, 5, 0, 1, 3, 4, 6], [1, 0, 0, 0, 0, 0, 0, 0], [6, 4, 2, 0, 0, 0, 0, 0]],
+                          dtype=torch.int32, device=device)
+    lens = torch.tensor([250, 1, 77], dtype=torch.int32, device=device)
+    ws = paged_decode_workspace(q, kc, splits=splits)
+    assert ws.splits == splits and (ws.acc is None) == (splits == 1)
+    out = poisoned((b, heads, dim), "f32", device)
+    paged_decode_attention(q, kc, vc, tables, lens, out=out, workspace=ws, config=config)
+    assert_close(out, paged_ref(q, kc, vc, tables.cpu(), lens.cpu()), "f32", rtol=1e-4, atol=1e-5)
+
+
+def launched(monkeypatch):
+    import tilesafe.kernels.launch as kernel_launch
+    seen = []
+    real = kernel_launch.start
+
+    def start(kernel, *args, **kwargs):
+        seen.append(kernel.name)
+        return real(kernel, *args, **kwargs)
+    monkeypatch.setattr(kernel_launch, "start", start)
+    return seen
+
+
+@pytest.mark.parametrize("splits,want", [(1, ["paged_decode_single_kernel"]), (3, ["paged_decode_last_kernel"])])
+def test_paged_decode_is_one_launch(backend, device, monkeypatch, splits, want):
+    """No second kernel combines the splits (it cost a launch per layer in the engine's step);
+    with one split there is no scratch at all."""
+    q = randn((2, 4, 8), "f32", 1, device)
+    kc, vc = randn((4, 8, 2, 8), "f32", 2, device), randn((4, 8, 2, 8), "f32", 3, device)
+    tables = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=device)
+    lens = torch.tensor([16, 5], dtype=torch.int32, device=device)
+    ws = paged_decode_workspace(q, kc, splits=splits)
+    seen = launched(monkeypatch)
+    got = paged_decode_attention(q, kc, vc, tables, lens, workspace=ws)
+    assert seen == want
+    assert_close(got, paged_ref(q, kc, vc, tables.cpu(), lens.cpu()), "f32", rtol=1e-4, atol=1e-5)
+
+
+def test_paged_split_counts_follow_the_rows_the_length_and_the_sms():
+    from tilesafe.kernels.attention_model import PAGED_MIN_KEYS, paged_splits
+    assert paged_splits(8, 4352, 64, 132) == 33                      # batch 1, 8 KV heads: 264 blocks
+    assert paged_splits(8, 160, 64, 132) == 2                        # a short cache: splits of >= 128 keys
+    assert paged_splits(256, 4352, 64, 132) == 1                     # batch 32 x 8 KV heads (nearly) fill the GPU
+    assert paged_splits(64, 4352, 64, 132) == 4
+    assert paged_splits(8, 100, 64, 132) == 1 and PAGED_MIN_KEYS == 128
+
+
+def test_paged_decode_bad_config_and_splits(backend, device):
+    q = randn((2, 4, 8), "f32", 1, device)
+    kc = randn((4, 4, 2, 8), "f32", 2, device)
+    tables = torch.zeros((2, 2), dtype=torch.int32, device=device)
+    lens = torch.ones(2, dtype=torch.int32, device=device)
+    with pytest.raises(ts.LaunchError) as e:
+        paged_decode_attention(q, kc, kc.clone(), tables, lens, config={"block_m": 16})  # key
+    assert e.value.message.endswith("config key 'block_m' is not used by the paged decode")
+    assert e.value.loc.line == line_of("key")
+    with pytest.raises(ts.LaunchError, match=r"config min_keys=0 is not a positive int"):
+        paged_decode_attention(q, kc, kc.clone(), tables, lens, config={"min_keys": 0})
+    with pytest.raises(ts.LaunchError) as e:
+        paged_decode_workspace(q, kc, splits=0)  # splits
+    assert e.value.message.endswith("splits must be a positive int or None, got 0")
+    assert e.value.loc.line == line_of("splits")
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                     reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
 def test_kernels_compile_for_hopper_at_a_qwen3_layout():
     """bf16, 32 sequences, 32 query and 8 KV heads of 128, blocks of 16: each kernel compiles
-    for sm_90 on this machine; the decode's q k^T and p v run on tensor cores."""
-    from tilesafe.kernels.paged_kv import paged_decode_kernel, paged_kv_write_kernel, scatter_check_kernel
+    for sm_90 on this machine; the decode's q k^T and p v run on tensor cores, and the
+    one-launch form takes its tickets with a GPU-scope atomic."""
+    from tilesafe.kernels.paged_kv import (paged_decode_kernel, paged_decode_last_kernel, paged_decode_single_kernel,
+                                           paged_kv_write_kernel, scatter_check_kernel)
     S, f32 = ts.spec, ts.f32
     b, hkv, g, d, slots = 32, 8, 4, 128, 4096 * 16
     part = S((4, b * hkv * g, d), f32, tile=(1, g, d)), S((4, b * hkv * g, 1), f32, tile=(1, g, 1))
-    ptx = paged_decode_kernel.compile(part[0], part[1], part[1], S((b * hkv, g, d), ts.bf16),
-                                      S((slots, hkv, d), ts.bf16), S((slots, hkv, d), ts.bf16), S((b, 64), ts.i32),
-                                      S((b,), ts.i32), qk_scale=0.1, block_size=16, NEG_SCALE=False, GP=16, BN=64,
-                                      target="sm_90").asm["ptx"]
-    assert "mma" in ptx
+    ins = (S((b * hkv, g, d), ts.bf16), S((slots, hkv, d), ts.bf16), S((slots, hkv, d), ts.bf16), S((b, 64), ts.i32),
+           S((b,), ts.i32))
+    kw = dict(qk_scale=0.1, block_size=16, NEG_SCALE=False, GP=16, BN=64, target="sm_90")
+    heads = S((b * hkv, g, d), ts.bf16, tile=(1, g, d))
+    assert "mma" in paged_decode_kernel.compile(*part, part[1], *ins, MINK=128, **kw).asm["ptx"]
+    ptx = paged_decode_last_kernel.compile(heads, *part, part[1], *ins, MINK=128, **kw).asm["ptx"]
+    assert "mma" in ptx and "atom.global.gpu.acq_rel" in ptx
+    assert "mma" in paged_decode_single_kernel.compile(heads, *ins, **kw).asm["ptx"]
     rows = S((slots, hkv * d), ts.bf16, tile=(8, 1024))
     assert paged_kv_write_kernel.compile(rows, rows, S((b,), ts.i64), S((b, hkv * d), ts.bf16),
                                          S((b, hkv * d), ts.bf16), target="sm_90").asm["ptx"]

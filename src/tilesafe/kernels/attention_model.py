@@ -136,3 +136,19 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
     stream = (cache + partials) / (gpu.hbm_bytes_per_s * STREAM_EFFICIENCY) * 1e6
     limit = "bandwidth" if stream >= chain else ("wave quantisation" if rounds > 1 else "occupancy")
     return max(stream, chain) + DECODE_FIXED_US, limit
+
+
+# --- paged decode (the engine's) -----------------------------------------------------------
+PAGED_BLOCKS_PER_SM = 2        # (split, sequence x KV head) blocks per SM a paged decode aims for
+# Keys a split takes at least, read on the device from the sequence's length: fewer, and the
+# split's partials and their combination cost more than its keys (a 64-key tile's chain of
+# dependent loads is ~1-2 us; storing, taking the ticket and re-reading a split's partials ~1 us).
+PAGED_MIN_KEYS = 128
+
+
+def paged_splits(rows: int, max_len: int, block_n: int, sms: int) -> int:
+    """Splits per (sequence, KV head) of `rows` for sequences of up to `max_len` positions:
+    as many as fit `sms` SMs twice over, none shorter than PAGED_MIN_KEYS at max_len; one
+    when the rows alone (nearly) fill the GPU (no partials then, no combination)."""
+    most = cdiv(max_len, max(block_n, cdiv(PAGED_MIN_KEYS, block_n) * block_n))
+    return max(1, min(most, PAGED_BLOCKS_PER_SM * sms // max(rows, 1)))   # only splits that add a whole block

@@ -28,12 +28,12 @@ import numpy as np
 import tilesafe as ts
 
 from . import arguments as A
-from .attention import LOG2E, NEG_INF, decode_combine_kernel, kv_group, online_step, store_partials
+from . import attention_model as am
+from . import configs
+from .attention import (LOG2E, NEG_INF, decode_combine_kernel, first_rows, kv_group, online_step,
+                        store_partials)
 from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
-
-TARGET_BLOCKS = 256      # (split, sequence x KV head) blocks a decode step aims for
-
 
 # --- the write --------------------------------------------------------------------------------
 @ts.kernel
@@ -134,15 +134,16 @@ def report_dropped(flags, name: str = "slot_mapping") -> None:
 
 # --- the decode attention ---------------------------------------------------------------------
 @ts.function
-def paged_keys(lens, b, MAXS, BN):
-    """This block's keys of sequence b: split `block_id(0)` of its first lens[b] (at most
-    MAXS) positions, whole BN-key tiles per split; returns (stop, first tile, last tile)."""
-    splits = ts.num_blocks(0)
+def paged_keys(lens, b, MAXS, BN, MINK, split, splits):
+    """Split `split` of `splits` of sequence b's first lens[b] (at most MAXS) positions: whole
+    BN-key tiles, at least MINK keys per split, so a short sequence fills only its first
+    splits (the others find no keys). Returns (stop, first tile, last tile, used): the split's
+    keys end at `stop`, it reads tiles [first, last), and `used` splits of b have keys."""
     length = max(min(ts.scalar(ts.load(lens, (b,), shape=(1,))).astype(ts.i32), MAXS), 0)
-    per = ((length + splits - 1) // splits + BN - 1) // BN * BN  # keys per split, a multiple of BN
-    start = ts.block_id(0) * per
+    per = max(((length + splits - 1) // splits + BN - 1) // BN * BN, MINK)   # keys per split
+    start = split * per
     stop = min(length, start + per)                              # this split's keys: [start, stop)
-    return stop, max(start // BN, 0), (stop + BN - 1) // BN
+    return stop, max(start // BN, 0), (stop + BN - 1) // BN, (length + per - 1) // per
 
 
 @ts.function
@@ -151,17 +152,13 @@ def gather_rows(cache, slot, kvh, BN, DP):
     return ts.reshape(ts.gather(cache, slot, axis=0, shape=(BN, 1, DP), index=(0, kvh, 0)), (BN, DP))
 
 
-@ts.kernel
-def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
-                        l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("BH", "G", "D")],
-                        k: ts.Ref["T", ("NS", "HKV", "D")], v: ts.Ref["T", ("NS", "HKV", "D")],
-                        tables: ts.Ref["TB", ("B", "MB")], lens: ts.Ref["TL", ("B",)], qk_scale: float,
-                        block_size: int, T: ts.Const[ts.DType], TB: ts.Const[ts.DType], TL: ts.Const[ts.DType],
-                        NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
-                        DP: ts.Const[int], BH: int, G: int, D: int, NS: int, HKV: int, B: int, MB: int):
-    bh = ts.block_id(1)                                          # grid: (split, sequence * HKV + KV head)
+@ts.function
+def paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB, HKV, bh, split,
+                 splits):
+    """Row bh = (sequence, KV head)'s unnormalised (acc, m, l) over split `split` of `splits`
+    of its keys, gathered through its block table, and how many splits have keys."""
     b, kvh = bh // HKV, bh % HKV
-    stop, first, last = paged_keys(lens, b, MB * block_size, BN)
+    stop, first, last, used = paged_keys(lens, b, MB * block_size, BN, MINK, split, splits)
     qt = ts.reshape(ts.load(q, (bh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP) the group's queries
     m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1) running max (log2 units)
     l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1) running sum
@@ -175,22 +172,97 @@ def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f
         kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP)
         vt = gather_rows(v, slot, kvh, BN, DP)                   # (BN, DP), zeros past the keys
         m, l, acc = online_step(qt, kt, vt, m, l, acc, ts.expand_dims(keep, 0), qk_scale, True, NEG_SCALE)
+    return acc, m, l, used
+
+
+@ts.function
+def combine_used(acc_o, m_o, l_o, used, GS, DP):
+    """In the group's last block (S16): its first `used` splits' partials combined and
+    normalised, (GS, DP); the splits past them found no keys and are not read."""
+    top = ts.full((GS, 1), NEG_INF, ts.f32)                      # (GS, 1) running max
+    l = ts.zeros((GS, 1), ts.f32)                                # (GS, 1)
+    acc = ts.zeros((GS, DP), ts.f32)                             # (GS, DP)
+    for s in m_o.members():
+        if s[0] < used:
+            ms = ts.reshape(m_o.load(s), (GS, 1))
+            new = ts.maximum(top, ms)
+            keep = ts.where(top == NEG_INF, 0.0, ts.exp2(top - new))   # a split without keys weighs 0
+            w = ts.where(ms == NEG_INF, 0.0, ts.exp2(ms - new))
+            l = l * keep + ts.reshape(l_o.load(s), (GS, 1)) * w
+            acc = acc * keep + ts.reshape(acc_o.load(s), (GS, DP)) * w
+            top = new
+    return acc / l
+
+
+@ts.kernel
+def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                        l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("BH", "G", "D")],
+                        k: ts.Ref["T", ("NS", "HKV", "D")], v: ts.Ref["T", ("NS", "HKV", "D")],
+                        tables: ts.Ref["TB", ("B", "MB")], lens: ts.Ref["TL", ("B",)], qk_scale: float,
+                        block_size: int, T: ts.Const[ts.DType], TB: ts.Const[ts.DType], TL: ts.Const[ts.DType],
+                        NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
+                        DP: ts.Const[int], MINK: ts.Const[int], BH: int, G: int, D: int, NS: int, HKV: int, B: int,
+                        MB: int):
+    """Grid (split, sequence * HKV + KV head): each block's partials; `decode_combine_kernel`
+    combines them (the two-kernel form, `one_kernel=False`)."""
+    acc, m, l, _ = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB, HKV,
+                                ts.block_id(1), ts.block_id(0), ts.num_blocks(0))
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+
+
+@ts.kernel
+def paged_decode_last_kernel(o: ts.MutLast["T", (1, "GS", "DP")], acc_o: ts.Mut[ts.f32, (1, "GS", "DP")],
+                             m_o: ts.Mut[ts.f32, (1, "GS", 1)], l_o: ts.Mut[ts.f32, (1, "GS", 1)],
+                             q: ts.Ref["T", ("BH", "G", "D")], k: ts.Ref["T", ("NS", "HKV", "D")],
+                             v: ts.Ref["T", ("NS", "HKV", "D")], tables: ts.Ref["TB", ("B", "MB")],
+                             lens: ts.Ref["TL", ("B",)], qk_scale: float, block_size: int, T: ts.Const[ts.DType],
+                             TB: ts.Const[ts.DType], TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
+                             GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int],
+                             MINK: ts.Const[int], BH: int, G: int, D: int, NS: int, HKV: int, B: int, MB: int):
+    """`paged_decode_kernel` whose last block per (sequence, KV head) combines the splits
+    that found keys into `o` (viewed as (B * HKV, G, D)): one launch."""
+    acc, m, l, used = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB,
+                                   HKV, ts.block_id(1), ts.block_id(0), ts.num_blocks(0))
+    store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
+    if ts.last_arrival():
+        o.store(ts.reshape(combine_used(acc_o, m_o, l_o, used, GS, DP).astype(T), (1, GS, DP)))
+
+
+@ts.kernel
+def paged_decode_single_kernel(o: ts.Mut["T", (1, "GS", "DP")], q: ts.Ref["T", ("BH", "G", "D")],
+                               k: ts.Ref["T", ("NS", "HKV", "D")], v: ts.Ref["T", ("NS", "HKV", "D")],
+                               tables: ts.Ref["TB", ("B", "MB")], lens: ts.Ref["TL", ("B",)], qk_scale: float,
+                               block_size: int, T: ts.Const[ts.DType], TB: ts.Const[ts.DType],
+                               TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool], GP: ts.Const[int],
+                               GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], BH: int, G: int, D: int,
+                               NS: int, HKV: int, B: int, MB: int):
+    """One block per (sequence, KV head) over all its keys, normalised into `o` (viewed as
+    (B * HKV, G, D)): no partials, no combination — the form when one split fills the GPU."""
+    acc, m, l, _ = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, BN, MB, HKV,
+                                ts.block_id(0), 0, 1)
+    o.store(ts.reshape((first_rows(acc, GP, GS, DP) / first_rows(l, GP, GS, 1)).astype(T), (1, GS, DP)))
 
 
 def paged_decode_workspace(q, k_cache, max_len=None, splits=None):
     """The scratch of `paged_decode_attention` for these shapes (allocate once, before a
     capture). `max_len` (positions a sequence may have; default: the whole cache) sets how
-    many splits a sequence is cut into; `splits` sets it directly."""
+    many splits a sequence is cut into (`attention_model.paged_splits`: enough (split,
+    sequence x KV head) blocks to fill the GPU); `splits` sets it directly. With one split
+    there is no scratch: each block writes its heads' final output."""
     fn = "paged_decode_workspace"
     qt, kt = A.tensor(q, "q", fn, differentiable=False), A.tensor(k_cache, "k_cache", fn, differentiable=False)
     if qt.ndim != 3 or kt.ndim != 4:
         raise A.fail(fn, f"needs q (B, H, D) and k_cache (num_blocks, block_size, HKV, D); got {qt.shape} and "
                          f"{kt.shape}")
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
+        raise A.fail(fn, f"splits must be a positive int or None, got {splits!r}")
     b, h, d = qt.shape
     hkv = kt.shape[2]
     max_len = max_len or kt.shape[0] * kt.shape[1]
-    s = splits or _splits(b * max(hkv, 1), max_len, _block_n(kt.shape[0] * kt.shape[1]))
+    s = splits or am.paged_splits(b * max(hkv, 1), max_len, _block_n(kt.shape[0] * kt.shape[1]),
+                                  workers(qt.device))
+    if s == 1:
+        return PagedWorkspace(None, None, None)
     rows = b * hkv * pow2(h // max(hkv, 1))
     dev = qt.device
     return PagedWorkspace(ts.empty((s, rows, d), ts.f32, dev), ts.empty((s, rows, 1), ts.f32, dev),
@@ -198,14 +270,23 @@ def paged_decode_workspace(q, k_cache, max_len=None, splits=None):
 
 
 class PagedWorkspace:
-    """Per-split partials of `paged_decode_attention`: acc (S, B*HKV*GS, D), m and l (S, B*HKV*GS, 1)."""
+    """Per-split partials of `paged_decode_attention`: acc (S, B*HKV*GS, D), m and l (S, B*HKV*GS, 1);
+    all None for one split (nothing to combine)."""
     __slots__ = ("acc", "m", "l")
 
     def __init__(self, acc, m, l):
         self.acc, self.m, self.l = acc, m, l
 
+    @property
+    def splits(self) -> int:
+        return 1 if self.acc is None else self.acc.shape[0]
 
-def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None, out=None, workspace=None):
+
+PAGED_CONFIG_KEYS = ("one_kernel", "min_keys", "num_warps", "num_stages")
+
+
+def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None, out=None, workspace=None,
+                           config=None):
     """Attention of one query per head for each of B sequences over its first seq_lens[b]
     positions, read through its block table.
 
@@ -216,6 +297,12 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     of length 0 has no keys: its output is NaN (0 / 0), as for a padded batch slot. With `out=`
     (B, H, D) and `workspace=` (`paged_decode_workspace(q, k_cache, max_len)`) nothing is
     allocated.
+
+    One launch: with one split (the workspace's), a block per (sequence, KV head) writes its
+    heads' output; with more, each split takes at least `min_keys` keys (so a short sequence
+    uses few of them, read on the device each step) and the last block of each (sequence,
+    KV head) combines its splits (`ts.last_arrival`, S16). `config` may set `min_keys`,
+    `one_kernel` (False: a second kernel combines) and the schedule hints.
     """
     fn = "paged_decode_attention"
     torch_mode = A.is_torch(q)
@@ -228,36 +315,59 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     group = kv_group(fn, h, hkv)
     tables = _int_matrix(fn, block_tables, "block_tables", b, device)
     lens = _int_vector(fn, seq_lens, "seq_lens", b, device)
+    cfg = _paged_config(fn, config)
     o = A.output(out, (b, h, d), dtype, device, torch_mode, fn)
     ws = workspace if workspace is not None else paged_decode_workspace(qt, kc, max_len=tables.shape[1] * bs)
     gs = pow2(group)
-    if ws.acc.shape[1:] != (b * hkv * gs, d):
+    if ws.acc is not None and ws.acc.shape[1:] != (b * hkv * gs, d):
         raise A.fail(fn, "the workspace was made for other shapes",
                      help="make it with paged_decode_workspace(q, k_cache)")
+    scratch = {} if ws.acc is None else {"workspace.acc": ws.acc, "workspace.m": ws.m, "workspace.l": ws.l}
     check_aliasing(fn, {"q": qt, "k_cache": kc, "v_cache": vc, "block_tables": tables, "seq_lens": lens},
-                   {"out": o.passed, "workspace.acc": ws.acc, "workspace.m": ws.m, "workspace.l": ws.l})
+                   {"out": o.passed, **scratch})
     if b == 0:
         return o.returned
     dp = max(16, pow2(d))
+    bn = _block_n(nb * bs)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    args = dict(q=qt.reshape(b * hkv, group, d), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables, lens=lens,
+                qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GP=max(16, pow2(group)), BN=bn)
+    heads = (o.tensor.reshape(b * hkv, group, d), (1, gs, dp))          # each (sequence, KV head)'s G heads
+    if ws.acc is None:
+        launch(paged_decode_single_kernel, {"o": heads}, cfg=cfg, pdl=True, **args)
+        return o.returned
     tiles = (1, gs, dp), (1, gs, 1)
-    launch(paged_decode_kernel, {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])},
-           cfg={}, pdl=True, q=qt.reshape(b * hkv, group, d), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables,
-           lens=lens, qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GP=max(16, pow2(group)),
-           BN=_block_n(nb * bs))
+    parts = {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])}
+    mink = max(bn, cdiv(cfg["min_keys"], bn) * bn)
+    if cfg["one_kernel"]:
+        launch(paged_decode_last_kernel, {"o": heads, **parts}, cfg=cfg, pdl=True, MINK=mink, **args)
+        return o.returned
+    launch(paged_decode_kernel, parts, cfg=cfg, pdl=True, MINK=mink, **args)
     launch(decode_combine_kernel, {"o": (o.tensor.reshape(b * h, d), (1, dp))}, cfg=None, acc=ws.acc, m=ws.m,
            l=ws.l, G=group, GS=gs, SP=pow2(ws.acc.shape[0]), pdl=True)
     return o.returned
 
 
+def _paged_config(fn, config) -> dict:
+    """The decode's switches: `config` over the defaults (the split's least keys from the
+    model, `attention_model.PAGED_MIN_KEYS`)."""
+    cpu = configs.current_backend() in configs.CPU_BACKENDS     # one tile: CPU tests cover several splits
+    cfg = {"one_kernel": True, "min_keys": 1 if cpu else am.PAGED_MIN_KEYS}
+    for key, value in (config or {}).items():
+        if key not in PAGED_CONFIG_KEYS:
+            raise A.fail(fn, f"config key {key!r} is not used by the paged decode",
+                         help=f"known keys: {', '.join(PAGED_CONFIG_KEYS)}")
+        if key == "one_kernel" and not isinstance(value, bool) or \
+                key != "one_kernel" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise A.fail(fn, f"config {key}={value!r} is not " +
+                         ("True or False" if key == "one_kernel" else "a positive int"))
+        cfg[key] = value
+    return cfg
+
+
 # --- shapes and arguments ---------------------------------------------------------------------
 def _block_n(max_len: int) -> int:
     return max(16, min(64, pow2(max_len)))
-
-
-def _splits(rows: int, max_len: int, bn: int) -> int:
-    """Enough (split, sequence x KV head) blocks to fill a GPU, each split at least one tile."""
-    return max(1, min(cdiv(max_len, bn), cdiv(TARGET_BLOCKS, max(rows, 1))))
 
 
 def _rows(fn, t, name: str, w: int):
