@@ -18,6 +18,7 @@ from .lang.stubs import (abs, argmax, argmin, astype, atomic_add, atomic_cas, at
                          store_ptr, sum, tanh, transpose, valid, where)
 from .runtime.autotune import Autotuned, autotune
 from .runtime.autotune_config import AUTO as auto, Config
+from .runtime import distributed
 from .runtime.constructors import arange, empty, from_torch, full, ones, rand, randn, tensor, zeros
 from .runtime.future import Future
 from .runtime.graph import Graph, graph

@@ -21,12 +21,22 @@ def execute(compiled, bound) -> Future:
     counters = arrivals.counters(call.device, call.tickets) if call.tickets else None
     outputs = tuple(bound.tensors[n].obj for n in compiled.kernel.outputs)
     if call.synchronous:    # finished when start returns: nothing to order or keep pending
+        _wait_for_pending(compiled.kernel, bound)
         call.start(None if counters is None else counters._torch())
         mark_written(bound, compiled.written)
         if call.pointer_writes:
             _mark_pointer_writes(bound, call.pointer_writes)
         return Future(outputs)
     return _on_gpu(compiled, bound, call, counters, outputs)
+
+
+def _wait_for_pending(kernel, bound) -> None:
+    """S9 on the CPU: a launch there runs now, so it first waits for conflicting work still
+    pending (a collective on gloo's thread: `ts.distributed` with async_op=True)."""
+    for name, f in bound.tensors.items():
+        t = f.tensor
+        if t is not None and t._state._pending:
+            t._state.wait_for_host(t._byte_set(), ordering.writes(kernel, name), f"`{kernel.name}`")
 
 
 def _on_gpu(compiled, bound, call, counters, outputs) -> Future:
