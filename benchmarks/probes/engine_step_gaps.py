@@ -33,12 +33,13 @@ def probe(size: str) -> dict:
     llm.generate([{"prompt_token_ids": [1, 2, 3, 4] * 8}], __import__("tilesafe.engine", fromlist=["SamplingParams"]).SamplingParams(
         max_tokens=4, temperature=0.0))
     step = llm.decode_steps.steps.get(1)
-    out = {"size": size, "graph": step is not None and step.graph is not None}
+    graphs = getattr(step, "graphs", None)     # per greedy/sampling step where the engine has both
+    g = graphs.get(True) if graphs is not None else getattr(step, "graph", None)
+    out = {"size": size, "graph": g is not None}
     if not out["graph"]:
         return out
     with torch.inference_mode():
         step.a.positions.fill_(159); step.a.lens.fill_(160); step.a.slots.fill_(159)
-    g = step.graph
     for _ in range(5):
         g.replay()
     torch.cuda.synchronize()
