@@ -46,7 +46,7 @@ def stub_device_work(kernels) -> None:
     torch.cuda.current_device = lambda: 0
     torch.cuda.current_stream = lambda device=None: stream
     torch.cuda.Event = _Event
-    gpu_launch.config = lambda grid, block: (grid, block)
+    gpu_launch.config = lambda grid, block, shared=0: (grid, block)
     gpu_launch.launch = lambda kernel, config, stream, args: None
     for k in kernels:
         flag = torch.zeros(1, dtype=torch.int32)

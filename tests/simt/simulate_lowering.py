@@ -27,7 +27,7 @@ import tilesafe as ts                                                         # 
 from tilesafe import simt                                                     # noqa: E402
 from tilesafe.simt.examples import histogram, sgemm, transpose, vector_add   # noqa: E402
 
-from tilesafe.simt.examples import block_sum, softmax_rows, top_p              # noqa: E402
+from tilesafe.simt.examples import block_sum, row_rotate, softmax_rows, top_p  # noqa: E402
 
 
 def _with_warp_operations():
@@ -152,6 +152,21 @@ def main():
             kept = order[:int((np.cumsum(p[order]) < 0.9).sum()) + 1]
             want.append(kept[np.argmax(p[kept] / ex[kept])])
         check("top_p", token, want)
+
+    rows = rng.standard_normal((3, 100), dtype=np.float32)     # dynamic shared memory: 100 f32 a block
+    rotated = np.full((3, 100), np.nan, np.float32)
+    compiled(row_rotate.rotate_rows, {})[(3,), (64,), 0, 400](rotated, rows, 3, 100, err)
+    check("row_rotate_dynamic", rotated, np.roll(rows, -1, axis=1))
+
+    rows = rng.standard_normal((2, 257), dtype=np.float32)     # sanitized: element 256 is never staged
+    rotated = np.full((2, 257), np.nan, np.float32)
+    pool = -(-257 * 4 // 16) * 16 + 257                       # the row, then its shadow bytes
+    compiled(row_rotate.rotate_rows_checked, {})[(2,), (64,), 0, pool](rotated, rows, 2, 257, err)
+    k = row_rotate.rotate_rows_checked
+    line = next(k.src.loc(node).line for name, node in k.info.checked if name == "row")
+    assert err[0] == (1 << 24) + line, (err, line)
+    err[0] = 0
+    check("shared_sanitizer_flag", rotated[:, :255], np.roll(rows, -1, axis=1)[:, :255])
 
     bad = np.array([0, 9, 1], np.int32)                     # 9 is outside the 7 bins: the check flags it
     hist[:] = 0

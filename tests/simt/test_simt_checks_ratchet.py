@@ -1,6 +1,6 @@
 """A ratchet on the examples' run-time checks: each example's count of reads proven in bounds
 and its list of checked accesses may only improve (more proven, fewer checked)."""
-from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, top_p, transpose, vector_add
+from tilesafe.simt.examples import block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose, vector_add
 
 # kernel -> (proven reads, checked reads by tensor)
 RATCHET = {
@@ -13,6 +13,7 @@ RATCHET = {
     transpose.transpose: (1, []),
     sgemm.sgemm: (2, []),
     top_p.top_p_sample: (0, []),
+    row_rotate.rotate_rows: (0, ["row", "x"]),
 }
 
 

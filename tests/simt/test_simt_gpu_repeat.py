@@ -39,7 +39,7 @@ def device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
     monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
-    monkeypatch.setattr(gpu_launch, "config", lambda grid, block: (grid, block))
+    monkeypatch.setattr(gpu_launch, "config", lambda grid, block, shared=0: (grid, block))
     monkeypatch.setattr(gpu_launch, "launch", lambda kernel, config, handle, args: launched.append((config, args)))
     for k in (vector_add, histogram):
         monkeypatch.setattr(k, "gpu_compiled", lambda bound, index: "compiled", raising=False)

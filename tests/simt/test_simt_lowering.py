@@ -26,7 +26,8 @@ def test_the_examples_run_under_the_numba_simulator():
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["ok", "vector_add", "ok", "histogram", "ok", "histogram256", "ok", "sgemm",
                                    "ok", "constant_table",
-                                   "ok", "block_sum", "ok", "softmax_rows", "ok", "histogram_flag"], done.stdout
+                                   "ok", "block_sum", "ok", "softmax_rows", "ok", "row_rotate_dynamic",
+                                   "ok", "shared_sanitizer_flag", "ok", "histogram_flag"], done.stdout
 
 
 def body(kernel, *args, **kwargs) -> str:

@@ -12,7 +12,7 @@ import torch
 import tilesafe as ts
 from tilesafe.simt import gpu_launch
 from tilesafe.simt.binding import bind
-from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, top_p, transpose, vector_add
+from tilesafe.simt.examples import block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose, vector_add
 from tilesafe.simt.params import CONST
 
 numba_cuda = pytest.importorskip("numba_cuda", reason="numba-cuda (the `simt` extra) is not installed")
@@ -80,3 +80,11 @@ def test_a_ballot_is_typed_unsigned_so_lane_31_is_not_a_sign_bit(lower):
     compiled = lower(vote, z(32, dtype=torch.int64), z(32))
     from numba.cuda import types as nt
     assert compiled.type_annotation.typemap["b"] == nt.uint32
+
+
+def test_dynamic_shared_memory_and_the_shared_sanitizer_type_and_lower(lower):
+    lower(row_rotate.rotate_rows, z(3, 100), z(3, 100))
+    lower(row_rotate.rotate_rows_checked, z(3, 100), z(3, 100))       # shadow bits, checked reads
+    from test_simt_dynamic_shared import checked_tile, shared_atomics_checked
+    lower(checked_tile, z(4, 4), z(4, 4))                             # rank-2 static shadow
+    lower(shared_atomics_checked, z(64, dtype=torch.int32), z(64, dtype=torch.int32))

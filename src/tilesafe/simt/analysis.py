@@ -25,7 +25,7 @@ from ..dtypes import DType
 from . import stubs
 from .kernel_info import KernelInfo, SharedDecl, Walk, node_key, resolve_op
 from .mapping_syntax import walk_of
-from .params import ATOMIC, DISJOINT, KIND_NAMES, REF
+from .params import ATOMIC, DISJOINT, KIND_NAMES, REF, SCALAR
 from .read_proofs import proven
 from .static_bounds import StaticBounds
 from .static_values import static_int, static_value
@@ -220,11 +220,29 @@ class _Checker:
             raise self.err(call, "simt.shared(shape, dtype) takes a shape and a dtype")
         shape_node, dtype_node = call.args
         items = shape_node.elts if isinstance(shape_node, ast.Tuple) else [shape_node]
-        shape = tuple(static_int(self, e, "a shared array's shape") for e in items)
         dtype = static_value(self, dtype_node)
         if not isinstance(dtype, DType):
             raise self.err(dtype_node, "simt.shared's dtype must be a tilesafe dtype such as ts.f32")
+        runtime = [e for e in items if isinstance(e, ast.Name) and e.id in self.params
+                   and self.params[e.id].kind == SCALAR and self.params[e.id].dtype is int]
+        if runtime:
+            return self.declare_dynamic(s, name, items, runtime[0], dtype)
+        shape = tuple(static_int(self, e, "a shared array's shape") for e in items)
         self.info.shared[name] = SharedDecl(name, shape, dtype, s)
+
+    def declare_dynamic(self, s, name, items, size, dtype):
+        """`simt.shared((n,), dtype)` with `n: int` a launch-time value: CUDA's dynamic shared memory,
+        one array per kernel, rank 1 (numba gives every dynamic array the same base address)."""
+        if len(items) != 1:
+            raise self.err(size, f"dynamic shared array `{name}` (sized by the launch-time `{size.id}`) must have "
+                                 "rank 1", help="index a rank-1 array as s[i * width + j], or size it with "
+                                                "simt.Const[int] values")
+        other = next((d for d in self.info.shared.values() if d.dynamic and d.name != name), None)
+        if other is not None:
+            raise self.err(s, f"a kernel has one dynamic shared array; `{other.name}` (line "
+                              f"{self.src.loc(other.node).line}) is one already",
+                           help="put both in one array, or size one with simt.Const[int] values")
+        self.info.shared[name] = SharedDecl(name, (size.id,), dtype, s, dynamic=True)
 
     def store(self, s, target, value):
         base = target.value
@@ -559,8 +577,11 @@ class _Checker:
                            help="compute the value under the branch, then call the warp operation outside it")
 
 def shared_bytes(info: KernelInfo, consts: dict) -> int:
+    """Bytes of static shared memory (`consts`: the Const values; at definition, {})."""
     total = 0
     for decl in info.shared.values():
+        if decl.dynamic:
+            continue
         n = 1
         for entry in decl.shape:
             n *= consts.get(entry, 0) if isinstance(entry, str) else entry
@@ -569,3 +590,13 @@ def shared_bytes(info: KernelInfo, consts: dict) -> int:
 
 
 SUPPORTED_DTYPES = (dtypes.f16, dtypes.f32, dtypes.f64, dtypes.i8, dtypes.i16, dtypes.i32, dtypes.i64, dtypes.u8)
+
+
+def dynamic_shared_bytes(info: KernelInfo, scalars: dict) -> int:
+    """Bytes of dynamic shared memory a launch with these `int` scalars asks for (0: none)."""
+    return sum(scalars[d.shape[0]] * d.dtype.itemsize for d in info.shared.values() if d.dynamic)
+
+
+def dynamic_shared(info: KernelInfo):
+    """The kernel's dynamic shared array's declaration, or None."""
+    return next((d for d in info.shared.values() if d.dynamic), None)

@@ -1,10 +1,11 @@
 """numba-cuda as a compiler, and a lean launch path of our own (pinned to numba-cuda 0.30).
 
 numba's dispatcher costs 31-132 us of host time per call (it types and wraps every argument);
-here a specialization is compiled once, its CUfunction kept, and each launch passes torch
-tensors' pointers, shapes and strides straight to `cuda.core.launch` in numba's array ABI
-(meminfo, parent, nitems, itemsize, data, shape..., strides in bytes...). This is the one
-module that touches numba-cuda's internals.
+here a specialization is compiled once, its CUkernel kept, and a layout's torch tensors'
+pointers, shapes and strides are marshalled once, in numba's array ABI (meminfo, parent, nitems,
+itemsize, data, shape..., strides in bytes...), into a C parameter array (`Params`); each launch
+is then one `cuLaunchKernel` call with that array's address (cuda.core's `launch` converted every
+argument on every call). This is the one module that touches numba-cuda's internals.
 """
 from __future__ import annotations
 
@@ -39,14 +40,14 @@ def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int, t
     with cuda.gpus[device_index]:
         dispatcher = cuda.jit(argtypes)(namespace[name])    # compiles now, for these types only
         overload = dispatcher.compile(argtypes)            # the specialized kernel (numba's _Kernel)
-        return overload._codelibrary.get_cufunc().kernel   # what numba's own launch passes to cuda.core
+        return Compiled(overload._codelibrary.get_cufunc().kernel)   # numba's cuda.core Kernel (a CUkernel)
 
 
 def _stream(handle: int):
     s = _STREAMS.get(handle)
     if s is None:
-        from cuda.core import Stream
-        s = _STREAMS[handle] = Stream.from_handle(handle)
+        from cuda.bindings import driver
+        s = _STREAMS[handle] = driver.CUstream(handle)
     return s
 
 
@@ -60,14 +61,68 @@ def scalar_arg(value, py_type):
         return ctypes.c_int64(value)
     if py_type is float:
         return ctypes.c_float(value)
-    return bool(value)
+    return ctypes.c_uint8(bool(value))
 
 
-def config(grid: tuple, block: tuple):
-    from cuda.core import LaunchConfig
-    return LaunchConfig(grid=grid, block=block)
+class Params:
+    """A launch's kernel parameters, marshalled once: C values and the `void**` array pointing at
+    them, as cuLaunchKernel takes them (the driver copies the values at each launch, so a plan
+    reuses one Params for every launch of its layout). Python ints are 64-bit, as numba's array
+    ABI fields (pointers, sizes, shapes, strides) are."""
+    __slots__ = ("values", "array", "address")
+
+    def __init__(self, args: list):
+        self.values = [a if isinstance(a, ctypes._SimpleCData) else ctypes.c_int64(a) for a in args]
+        self.array = (ctypes.c_void_p * max(1, len(self.values)))(*[ctypes.addressof(v) for v in self.values])
+        self.address = ctypes.addressof(self.array)
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
-def launch(kernel, launch_config, stream_handle: int, args: list) -> None:
-    from cuda.core import launch as core_launch
-    core_launch(_stream(stream_handle), launch_config, kernel, *args)
+class Compiled:
+    """A compiled specialization: the CUkernel (for its attributes) and the handle cuLaunchKernel takes."""
+    __slots__ = ("kernel", "function", "dynamic_shared")
+
+    def __init__(self, kernel):
+        from cuda.bindings import driver
+        self.kernel = kernel
+        self.function = driver.CUfunction(int(kernel.handle))   # a CUkernel launches as a CUfunction
+        self.dynamic_shared = 0      # the dynamic shared memory this kernel was allowed above 48 KiB
+
+
+def allow_dynamic_shared(compiled: Compiled, nbytes: int, device_index: int) -> None:
+    """Opt the kernel in to `nbytes` of dynamic shared memory (CUDA needs it above 48 KiB a block)."""
+    if nbytes <= compiled.dynamic_shared:
+        return
+    from cuda.bindings import driver
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    _check(driver.cuKernelSetAttribute(attr, nbytes, compiled.kernel.handle, device_index)[0], "allow",
+           f"{nbytes} bytes of dynamic shared memory")
+    compiled.dynamic_shared = nbytes
+
+
+def config(grid: tuple, block: tuple, shared: int = 0) -> tuple:
+    """cuLaunchKernel's launch dimensions and dynamic shared memory (bytes), in its argument order."""
+    return (*grid, *block, shared)
+
+
+def launch(compiled: Compiled, launch_config: tuple, stream_handle: int, params) -> None:
+    """Start the kernel on the stream: one driver call with the prebuilt parameter array."""
+    from cuda.bindings import driver
+    if not isinstance(params, Params):
+        params = Params(params)
+    gx, gy, gz, bx, by, bz, shared = launch_config
+    err = driver.cuLaunchKernel(compiled.function, gx, gy, gz, bx, by, bz, shared, _stream(stream_handle),
+                                params.address, None)[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _check(err, "launch", f"a grid of {(gx, gy, gz)} blocks of {(bx, by, bz)} threads with {shared} bytes of "
+                              "dynamic shared memory")
+
+
+def _check(err, what: str, detail: str) -> None:
+    from cuda.bindings import driver
+    if err != driver.CUresult.CUDA_SUCCESS:
+        from ..errors import LaunchError
+        raise LaunchError(f"the CUDA driver could not {what} the SIMT kernel ({detail}): {err.name}",
+                          help="this is a tilesafe bug if the launch passed its checks; please report it")

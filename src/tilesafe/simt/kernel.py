@@ -26,8 +26,11 @@ from .shared_phases import check_phases
 
 
 class SimtKernel:
-    def __init__(self, fn, contract, unsafe=False):
+    def __init__(self, fn, contract, unsafe=False, sanitize=False):
         self.fn, self.name, self.contract, self.unsafe = fn, fn.__name__, contract, unsafe
+        if not isinstance(sanitize, bool):
+            raise KernelError(f"sanitize= takes True or False, got {sanitize!r}", None)
+        self.sanitize = sanitize     # on the GPU: shadow bits report reads of shared memory nobody wrote
         self.src = src = KernelSource.of(fn)
         self.where = src.loc(src.tree.decorator_list[0] if src.tree.decorator_list else src.tree)
         scope = src.globals_and_closure()
@@ -51,7 +54,8 @@ class SimtKernel:
         self.thread_fn = thread_function(src, self.info, self.params, scope)
         self.block3 = tuple(contract.block) + (1,) * (3 - len(contract.block))
         # a GPU launch reads the error flag at sync when some access is checked: a read, an atomic, an unsafe write
-        self.has_checks = bool(self.info.checked or self.info.atomics or self.info.raw_stores)
+        self.has_checks = bool(self.info.checked or self.info.atomics or self.info.raw_stores) \
+            or (sanitize and bool(self.info.shared))
         self.runtime_view = RuntimeView(self.params)
         # what a launch reads, so must have been written (S14): inputs and atomically updated targets
         self.read_names = {p.name for p in self.params if p.kind in (REF, ATOMIC)} | self.info.raw_atomic_targets
@@ -105,7 +109,7 @@ class SimtKernel:
 
     def source_for(self, consts: dict) -> str:
         return kernel_source(self.src, self.info, self.params, self.scope, self.contract, consts,
-                             f"simt_{self.name}")
+                             f"simt_{self.name}", self.sanitize and bool(self.info.shared))
 
     def gpu_compiled(self, bound, device_index: int):
         from . import gpu_launch
@@ -145,14 +149,16 @@ class SimtKernel:
 _clean = at_callers_line     # errors.py: located at the user's line, our frames dropped
 
 
-def kernel(fn=None, *, contract=None, unsafe=False):
+def kernel(fn=None, *, contract=None, unsafe=False, sanitize=False):
     """Define a SIMT kernel: `@simt.kernel(contract=simt.Contract(block=(256,)))`.
 
     `unsafe=True` lets outputs be written at computed indices and take atomics; such a kernel is
-    launched only by `k.unsafe_launch(...)`, and the CPU executor checks its accesses and races."""
+    launched only by `k.unsafe_launch(...)`, and the CPU executor checks its accesses and races.
+    `sanitize=True`: on the GPU, a read of a shared element nobody wrote is reported at the next
+    `sync()` (shadow bits in shared memory; the CPU executor always checks this)."""
     def make(f):
         try:
-            return SimtKernel(f, contract if contract is not None else C.Contract(), unsafe)
+            return SimtKernel(f, contract if contract is not None else C.Contract(), unsafe, sanitize)
         except KernelError as e:
             raise _clean(e) from None
     return make(fn) if fn is not None else make

@@ -31,9 +31,10 @@ class Walk:
 @dataclass
 class SharedDecl:
     name: str
-    shape: tuple           # ints or Const names
+    shape: tuple           # ints or Const names; a dynamic array's one entry names an `int` parameter
     dtype: DType
     node: ast.AST
+    dynamic: bool = False  # sized at launch from an `int` parameter: CUDA's dynamic shared memory
 
 
 @dataclass

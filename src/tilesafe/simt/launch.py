@@ -24,7 +24,8 @@ from ..settings import graph_var, launching_disabled_var
 from . import contract as C
 from . import cpu_executor, gpu_launch
 from . import mappings as M
-from .analysis import shared_bytes
+from . import shared_shadow
+from .analysis import dynamic_shared, dynamic_shared_bytes, shared_bytes
 from .binding import bind, resolved
 from .gpu_repeat import GpuRepeat
 from .graph_capture import launch_in_capture
@@ -34,6 +35,7 @@ from .simt_future import SimtFuture
 
 _RUNTIME_KINDS = {DISJOINT: "mut", ATOMIC: "ptr", REF: "ref"}   # what runtime/ordering.py reads
 _CAPABILITY: dict = {}
+_SHARED_LIMIT: dict = {}
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,10 @@ def launch(kernel, args, kwargs, grid):
     else:
         bound = bind(kernel, args, kwargs, grid)
         _check_shared(kernel, bound.consts)
+        dynamic = _check_dynamic_shared(kernel, bound, C.DEVICE_SHARED_LIMIT, "a block")
         _check_memory(kernel, bound)
         plan = LaunchPlan(kernel, bound, args, kwargs)
+        plan.dynamic_shared = dynamic
         if key is None:
             plan.seen_at = None      # never looked up again: no lean path to prepare
         else:
@@ -95,6 +99,33 @@ def _check_shared(kernel, consts) -> None:
                                kernel.shared_where)
         except KernelError as e:
             raise KernelError(e.message + f" (with {consts})", e.loc, e.help) from None
+
+
+def _check_dynamic_shared(kernel, bound, limit: int, where: str) -> int:
+    """The bytes of dynamic shared memory this launch gives each block (0 without a dynamic array):
+    at least one element, and with the static arrays within the contract and `limit` (LaunchError)."""
+    decl = dynamic_shared(kernel.info)
+    if decl is None:
+        return 0
+    size = bound.scalars[decl.shape[0]]
+    line = kernel.src.loc(decl.node).line
+    what = f"dynamic shared array `{decl.name}` (line {line}) of `{kernel.name}`"
+    if size < 1:
+        raise LaunchError(f"{what} is sized by `{decl.shape[0]}` = {size}; it needs at least one element",
+                          help=f"pass {decl.shape[0]} >= 1")
+    dynamic = dynamic_shared_bytes(kernel.info, bound.scalars)
+    static = shared_bytes(kernel.info, bound.consts)
+    total = dynamic + static
+    shown = f"{size} x {decl.dtype.name} = {dynamic} bytes" + (f", plus {static} bytes of static shared memory"
+                                                               if static else "")
+    cap = kernel.contract.shared_memory
+    if cap is not None and total > cap:
+        raise LaunchError(f"{what} needs {shown}: more than the contract's shared_memory={cap}",
+                          help=f"launch with a smaller `{decl.shape[0]}`, or raise shared_memory= in the contract")
+    if total > limit:
+        raise LaunchError(f"{what} needs {shown}: more than {where} can have ({limit} bytes)",
+                          help=f"launch with a smaller `{decl.shape[0]}`")
+    return dynamic
 
 
 def _check_memory(kernel, bound) -> None:
@@ -190,15 +221,18 @@ def _run_on_gpu(kernel, bound, device, outputs, plan):
     index = device.index if device.index is not None else torch.cuda.current_device()
     if plan.compiled is None:      # the checks and the compile a layout needs once
         C.check_capability(kernel.contract, _capability(index), f"cuda:{index}", None)
+        pool = _gpu_shared(kernel, bound, index)
         for name, node in kernel.info.checked:
             if name in bound.tensors and bound.tensors[name].tensor._torch().numel() == 0:
                 raise LaunchError(f"`{name}` is empty, but `{kernel.name}` reads it at line "
                                   f"{kernel.src.loc(node).line}", help="launch with a non-empty tensor")
         plan.compiled = kernel.gpu_compiled(bound, index)
+        if pool and pool + _static_gpu_bytes(kernel, bound) > C.STATIC_SHARED_LIMIT:    # above 48 KiB: opt in
+            gpu_launch.allow_dynamic_shared(plan.compiled, pool, index)
         plan.err = kernel.error_flag(index)
-        plan.args = _kernel_args(kernel, bound, plan.err)     # a function of the layout: made once
+        plan.args = gpu_launch.Params(_kernel_args(kernel, bound, plan.err))   # a function of the layout: once
         if 0 not in bound.grid:      # an empty output launches nothing (and CUDA takes no empty grid)
-            plan.config = gpu_launch.config(bound.grid, kernel.block3)
+            plan.config = gpu_launch.config(bound.grid, kernel.block3, pool)
     if index == torch.cuda.current_device():
         future = _start(kernel, bound, outputs, plan, torch.cuda.current_stream(index))
     else:
@@ -207,6 +241,40 @@ def _run_on_gpu(kernel, bound, device, outputs, plan):
     if plan.seen_at is not None and plan.repeat is None:     # a keyed layout: later launches take the lean path
         plan.repeat = GpuRepeat(kernel, plan, bound, index)
     return SimtFuture(future, kernel, plan.err if kernel.has_checks else None)
+
+
+def _static_gpu_bytes(kernel, bound) -> int:
+    static = shared_bytes(kernel.info, bound.consts)
+    return static + (shared_shadow.static_shadow_bytes(kernel.info, bound.consts) if kernel.sanitize else 0)
+
+
+def _gpu_shared(kernel, bound, index: int) -> int:
+    """The dynamic shared memory (bytes) a GPU launch passes: the array, and with `sanitize=True` its
+    shadow bits; checked against this device's per-block limit (LaunchError)."""
+    decl = dynamic_shared(kernel.info)
+    if decl is None and not (kernel.sanitize and kernel.info.shared):
+        return 0
+    limit = _shared_limit(index)
+    _check_dynamic_shared(kernel, bound, limit, f"a block on cuda:{index}")
+    pool = 0 if decl is None else shared_shadow.pool_bytes(decl, bound.scalars[decl.shape[0]]) \
+        if kernel.sanitize else dynamic_shared_bytes(kernel.info, bound.scalars)
+    static = _static_gpu_bytes(kernel, bound)
+    if kernel.sanitize and (static > C.STATIC_SHARED_LIMIT or static + pool > limit):
+        raise LaunchError(f"`{kernel.name}` with sanitize=True needs {static + pool} bytes of shared memory (its "
+                          f"arrays and a shadow byte per element), more than a block on cuda:{index} can have",
+                          help="sanitize a launch with smaller shared arrays, or test the kernel on the CPU")
+    return pool
+
+
+def _shared_limit(index: int) -> int:
+    """The most shared memory a block may opt in to on this device."""
+    limit = _SHARED_LIMIT.get(index)
+    if limit is None:
+        import torch
+        props = torch.cuda.get_device_properties(index)
+        limit = _SHARED_LIMIT[index] = int(getattr(props, "shared_memory_per_block_optin", 0)
+                                           or C.STATIC_SHARED_LIMIT)
+    return limit
 
 
 def _kernel_args(kernel, bound, err) -> list:

@@ -63,7 +63,7 @@ def _part(a, seen):
 class LaunchPlan:
     """What a launch with this layout already proved, and where each argument comes from."""
     __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err", "args", "config", "seen_at",
-                 "repeat")
+                 "repeat", "dynamic_shared")
 
     def __init__(self, kernel, bound, args, kwargs):
         names = [p.name for p in kernel.params]
@@ -79,6 +79,7 @@ class LaunchPlan:
         self.err = None          # numba's ABI (pointers, shapes and strides are in the key, so they
         self.args = None         # hold for every launch of the plan) and its launch configuration
         self.config = None
+        self.dynamic_shared = 0  # bytes of dynamic shared memory per block (scalars are in the key)
 
     def rebind(self, kernel, args, kwargs, is_written=None) -> Bound:
         """The bound arguments of this launch, with the per-launch checks done (S8, S13, S14).

@@ -20,6 +20,7 @@ import copy
 import math
 
 from . import mappings as M
+from . import shared_shadow as shadow
 from . import stubs
 from .kernel_info import node_key, resolve_op
 from .params import CONST
@@ -122,6 +123,63 @@ def __atomic_min(h, i, v, err, line):
 
 
 @cuda.jit(device=True)
+def __lds1(a, w, i, err, line):
+    ok = i >= 0 and i < a.shape[0]
+    if not ok:
+        cuda.atomic.max(err, 0, line)
+    elif w[i] == 0:
+        cuda.atomic.max(err, 0, line + 16777216)
+    return a[i if ok else 0]
+
+
+@cuda.jit(device=True)
+def __lds2(a, w, i, j, err, line):
+    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]
+    if not ok:
+        cuda.atomic.max(err, 0, line)
+    elif w[i, j] == 0:
+        cuda.atomic.max(err, 0, line + 16777216)
+    return a[i if ok else 0, j if ok else 0]
+
+
+@cuda.jit(device=True)
+def __lds3(a, w, i, j, k, err, line):
+    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]
+    if not ok:
+        cuda.atomic.max(err, 0, line)
+    elif w[i, j, k] == 0:
+        cuda.atomic.max(err, 0, line + 16777216)
+    return a[i if ok else 0, j if ok else 0, k if ok else 0]
+
+
+@cuda.jit(device=True)
+def __gets1(a, w, i, d, err, line):
+    if i >= 0 and i < a.shape[0]:
+        if w[i] == 0:
+            cuda.atomic.max(err, 0, line + 16777216)
+        return a[i]
+    return d
+
+
+@cuda.jit(device=True)
+def __gets2(a, w, i, j, d, err, line):
+    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
+        if w[i, j] == 0:
+            cuda.atomic.max(err, 0, line + 16777216)
+        return a[i, j]
+    return d
+
+
+@cuda.jit(device=True)
+def __gets3(a, w, i, j, k, d, err, line):
+    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
+        if w[i, j, k] == 0:
+            cuda.atomic.max(err, 0, line + 16777216)
+        return a[i, j, k]
+    return d
+
+
+@cuda.jit(device=True)
 def __warp_sum(v):
     v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 16)
     v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 8)
@@ -142,11 +200,15 @@ def __warp_max(v):
 '''
 
 
-def kernel_source(src, info, params, scope, contract, consts: dict, name: str) -> str:
-    """The numba-cuda source of one specialization (`consts`: the Const parameters' values)."""
+UNINITIALISED = 1 << 24    # added to the line in the error flag: a shared read of an element nobody wrote
+
+
+def kernel_source(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False) -> str:
+    """The numba-cuda source of one specialization (`consts`: the Const parameters' values).
+    `sanitize`: shared arrays get shadow "written" bits, checked on every read (shared_shadow.py)."""
     tree = copy.deepcopy(src.tree)
     tree.decorator_list = []
-    lowered = _Lower(src, info, {p.name: p for p in params}, scope, contract, consts).visit(tree)
+    lowered = _Lower(src, info, {p.name: p for p in params}, scope, contract, consts, sanitize).visit(tree)
     lowered.name = name
     lowered.decorator_list = []
     lowered.returns = None
@@ -190,9 +252,9 @@ def _name(n, ctx=None):
 
 
 class _Lower(ast.NodeTransformer):
-    def __init__(self, src, info, params, scope, contract, consts):
+    def __init__(self, src, info, params, scope, contract, consts, sanitize=False):
         self.src, self.info, self.params, self.scope = src, info, params, scope
-        self.contract, self.consts = contract, consts
+        self.contract, self.consts, self.sanitize = contract, consts, sanitize
         self.block = tuple(contract.block) + (1,) * (3 - len(contract.block))
         self.threads = contract.threads
         self.walks = {node_key(w.node): w for w in info.walks}
@@ -257,8 +319,12 @@ class _Lower(ast.NodeTransformer):
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr in ("add", "max", "min") \
                     and (f.value.id in self.params or f.value.id in self.info.shared):
                 args = [self.visit(a) for a in v.args]
-                return ast.copy_location(ast.Expr(_call(_name(f"__atomic_{f.attr}"), f.value, *args,
-                                                        _name("__err"), self.line(v))), node)
+                call = ast.Expr(_call(_name(f"__atomic_{f.attr}"), f.value, *args, _name("__err"), self.line(v)))
+                if self.sanitize and f.value.id in self.info.shared:     # the element must have been written
+                    check = _call(_name("__lds1"), f.value, _name(shadow.name_of(f.value.id)), copy.deepcopy(args[0]),
+                                  _name("__err"), self.line(v))
+                    return [ast.copy_location(ast.Expr(check), node), ast.copy_location(call, node)]
+                return ast.copy_location(call, node)
         return self.generic_visit(node)
 
     def visit_Assign(self, node):
@@ -266,8 +332,17 @@ class _Lower(ast.NodeTransformer):
         value = node.value
         if isinstance(value, ast.Call) and resolve_op(value.func, self.scope) == "shared":
             decl = self.info.shared[target.id]
-            shape = ast.Tuple([_int(self.value(e)) for e in decl.shape], ast.Load())
-            node.value = _call(_attr("cuda", "shared", "array"), shape, _attr("__types", decl.dtype.np.name))
+            if decl.dynamic:     # the launch's dynamic shared memory, cut to the array's length
+                node.value = ast.Subscript(_call(_attr("cuda", "shared", "array"), _int(0),
+                                                 _attr("__types", decl.dtype.np.name)),
+                                           ast.Slice(None, _name(decl.shape[0]), None), ast.Load())
+                shape = [_name(decl.shape[0])]
+            else:
+                shape = [_int(self.value(e)) for e in decl.shape]
+                node.value = _call(_attr("cuda", "shared", "array"), ast.Tuple(shape, ast.Load()),
+                                   _attr("__types", decl.dtype.np.name))
+            if self.sanitize:
+                return [node] + shadow.declare(decl, shape, self.flat_thread(), self.threads)
             return node
         if isinstance(target, ast.Subscript) and node_key(target) in self.info.raw_stores:   # unsafe: checked
             index = self.visit(target.slice)
@@ -278,6 +353,8 @@ class _Lower(ast.NodeTransformer):
         if isinstance(target, ast.Subscript):
             node.value = self.visit(value)
             target.slice = self.index(target.slice)
+            if self.sanitize and isinstance(target.value, ast.Name) and target.value.id in self.info.shared:
+                return [node, shadow.mark(target)]       # the element is written: its shadow bit says so
             return node
         return self.generic_visit(node)
 
@@ -289,14 +366,18 @@ class _Lower(ast.NodeTransformer):
         names = [f"{walk.permit}__{k}" for k in range(rank)]
         self.coords[walk.permit] = names
         try:
-            body = [self.visit(s) for s in node.body]
+            body = []
+            for s in node.body:
+                lowered = self.visit(s)
+                body += lowered if isinstance(lowered, list) else [lowered]
         finally:
             del self.coords[walk.permit]
         return self.lower_walk(walk, names, body)
 
     def extent(self, walk, axis):
         if walk.shared:
-            return _int(self.value(self.info.shared[walk.target].shape[axis]))
+            decl = self.info.shared[walk.target]
+            return _name(decl.shape[0]) if decl.dynamic else _int(self.value(decl.shape[axis]))
         return ast.Subscript(_attr(walk.target, "shape"), _int(axis), ast.Load())
 
     def lower_walk(self, walk, names, body):
@@ -374,10 +455,13 @@ class _Lower(ast.NodeTransformer):
                 (base.id in self.params and self.params[base.id].is_tensor or base.id in self.info.shared
                  or base.id in self.info.tables):
             index = self.index(node.slice)
+            items = index.elts if isinstance(index, ast.Tuple) else [index]
+            if self.sanitize and base.id in self.info.shared:     # in bounds and written, or flagged
+                return ast.copy_location(_call(_name(f"__lds{len(items)}"), base, _name(shadow.name_of(base.id)),
+                                               *items, _name("__err"), self.line(node)), node)
             if node_key(node) in self.info.proven:
                 node.slice = index
                 return node
-            items = index.elts if isinstance(index, ast.Tuple) else [index]
             return ast.copy_location(_call(_name(f"__ld{len(items)}"), base, *items, _name("__err"),
                                            self.line(node)), node)
         return self.generic_visit(node)
@@ -391,6 +475,10 @@ class _Lower(ast.NodeTransformer):
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "get":
             index = self.index(node.args[0])
             items = index.elts if isinstance(index, ast.Tuple) else [index]
+            if self.sanitize and f.value.id in self.info.shared:
+                return ast.copy_location(_call(_name(f"__gets{len(items)}"), f.value,
+                                               _name(shadow.name_of(f.value.id)), *items, args[1], _name("__err"),
+                                               self.line(node)), node)
             return ast.copy_location(_call(_name(f"__get{len(items)}"), f.value, *items, args[1]), node)
         node.args = args
         return node

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..errors import Loc, SanitizerError
+from .lower_numba import UNINITIALISED
 
 
 class SimtFuture:
@@ -30,7 +31,13 @@ class SimtFuture:
     def _check(self) -> None:
         if self._err is None:
             return
-        line = int(self._err.item())
+        code, line = divmod(int(self._err.item()), UNINITIALISED)
+        if code:
+            self._err.zero_()
+            raise SanitizerError(f"a read of shared memory nobody wrote in `{self._kernel.name}` on the GPU (the "
+                                 "sanitizer's shadow bits): its results are not valid",
+                                 Loc(self._kernel.src.file, line),
+                                 help="read only elements some thread's permit wrote before the barrier") from None
         if line:
             self._err.zero_()
             raise SanitizerError(f"a bounds check in `{self._kernel.name}` failed on the GPU: the kernel read "
