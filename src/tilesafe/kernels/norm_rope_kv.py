@@ -10,15 +10,21 @@ language does not mix `ts.Mut` and `ts.MutTiles` outputs in a kernel — so q is
 A head's rotation needs both of its halves, so each half's walk loads both and normalises
 them (the sum of squares spans the row); the arithmetic is `norm_rope`'s, so the keys and
 queries equal `norm_rope`'s up to the order of the sum.
+
+A block's walks run one after another, each a dependent load, its math and a store, so the
+kernel's time at decode sizes is its number of walks times a memory latency, whatever the
+work (Qwen3-4B at batch 1: 5.9 us for 40 heads of 128). When half a head is a power of two
+(head_dim 64, 128, ...) `norm_rope_kv_rows_kernel` walks whole heads instead, seen as (2,
+half) tiles, so q and k take one walk each: three walks.
 """
 import math
 
 import tilesafe as ts
 
 from . import arguments as A
-from . import configs
+from . import configs, layout
 from .call_checks import check_aliasing
-from .launch import launch, pow2, workers
+from .launch import cdiv, launch, pow2, workers
 from .paged_kv import _int_vector
 
 
@@ -63,6 +69,46 @@ def norm_rope_kv_kernel(q1: ts.MutTiles["T", ("BT", "BH", "HP")], q2: ts.MutTile
         kc1.store(norm_rotate(xk1, xk2, wk1, wk2, pos, j, eps, log2_theta, T, BT, BK, HP, HALF, True), j)
     for j in kc2.scatter(slots):
         kc2.store(norm_rotate(xk1, xk2, wk1, wk2, pos, j, eps, log2_theta, T, BT, BK, HP, HALF, False), j)
+    for j in vc.scatter(slots):                            # (token tile, column tile) of v
+        vc.store(ts.load(xv, j, shape=(BT, C)), j)
+
+
+@ts.function
+def norm_rotate_rows(x, w, pos, at, eps, log2_theta, T, BT, BH, HP):
+    """Tile `at` (tokens, heads) of x's heads, seen as (tokens, heads, 2, HALF): normalised
+    with w (2, HALF), rounded to T, rotated at their positions; (BT, BH, 2 * HP) in T."""
+    xt = ts.load(x, (at[0], at[1], 0, 0), shape=(BT, BH, 2, HP)).astype(ts.f32)   # (BT, BH, 2, HP) both halves
+    wt = ts.reshape(ts.load(w, (0, 0), shape=(2, HP)).astype(ts.f32), (1, 1, 2, HP))
+    ss = ts.sum(ts.sum(xt * xt, axis=3, keepdims=True), axis=2, keepdims=True)    # (BT, BH, 1, 1)
+    xt = (xt * ts.rsqrt(ss / (2 * HP) + eps) * wt).astype(T).astype(ts.f32)      # rounded as rms_norm's output
+    half = ts.reshape(ts.arange(0, 2), (1, 1, 2, 1))                               # which half
+    a = ts.sum(ts.where(half == 0, xt, 0.0), axis=2, keepdims=True)                # (BT, BH, 1, HP): picks, adds 0s
+    b = ts.sum(ts.where(half == 1, xt, 0.0), axis=2, keepdims=True)
+    p = ts.load(pos, (at[0],), shape=(BT,)).astype(ts.f32)                         # (BT,) positions
+    inv_freq = ts.exp2(-(ts.arange(0, HP).astype(ts.f32) * 2.0 / (2 * HP)) * log2_theta)   # (HP,)
+    angle = ts.reshape(p, (BT, 1, 1, 1)) * ts.reshape(inv_freq, (1, 1, 1, HP))    # (BT, 1, 1, HP)
+    c, s = ts.cos(angle), ts.sin(angle)
+    r = ts.where(half == 0, a * c - b * s, b * c + a * s)                          # (BT, BH, 2, HP)
+    return ts.reshape(r.astype(T), (BT, BH, 2 * HP))                               # the halves side by side
+
+
+@ts.kernel
+def norm_rope_kv_rows_kernel(qo: ts.MutTiles["T", ("BT", "BH", "DP")], kc: ts.MutTiles["T", ("BT", "BK", "DP")],
+                             vc: ts.MutTiles["T", ("BT", "C")], xq: ts.Ref["T", ("NT", "NH", 2, "HALF")],
+                             xk: ts.Ref["T", ("NT", "NK", 2, "HALF")], xv: ts.Ref["T", ("NT", "W")],
+                             wq: ts.Ref["TW", (2, "HALF")], wk: ts.Ref["TW", (2, "HALF")],
+                             pos: ts.Ref["TP", ("NT",)], slots: ts.Ref["TS", ("NT",)], eps: float,
+                             log2_theta: float, T: ts.Const[ts.DType], TW: ts.Const[ts.DType],
+                             TP: ts.Const[ts.DType], TS: ts.Const[ts.DType], BT: ts.Const[int], BH: ts.Const[int],
+                             BK: ts.Const[int], HP: ts.Const[int], DP: ts.Const[int], C: ts.Const[int], NT: int,
+                             NH: int, NK: int, HALF: int, W: int):
+    """`norm_rope_kv_kernel` for a power-of-two half (HP == HALF): each tile holds whole heads,
+    so three walks instead of five — each walk is a load, its math and a store in a row, and a
+    block's walks run one after another, so their count is the kernel's latency."""
+    for i in qo.tiles():                                   # (token tile, head tile, 0) of q
+        qo.store(norm_rotate_rows(xq, wq, pos, i, eps, log2_theta, T, BT, BH, HP), i)
+    for j in kc.scatter(slots):                            # (token tile, head tile, 0) of k, rows to their slots
+        kc.store(norm_rotate_rows(xk, wk, pos, j, eps, log2_theta, T, BT, BK, HP), j)
     for j in vc.scatter(slots):                            # (token tile, column tile) of v
         vc.store(ts.load(xv, j, shape=(BT, C)), j)
 
@@ -113,6 +159,13 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
     bh, bk = min(cfg["block_h"], pow2(h)), min(cfg["block_h"], pow2(hkv))
     c = min(pow2(hkv * d), 1024)
     y = o.tensor
+    if hp == half:                                         # whole heads per tile: three walks
+        tiles = cdiv(t, bt) * max(cdiv(h, bh), cdiv(hkv, bk), cdiv(hkv * d, c))
+        launch(norm_rope_kv_rows_kernel, {"qo": (y, (bt, bh, d)), "kc": (kr, (bt, bk, d)), "vc": (vr, (bt, c))},
+               (max(1, min(tiles, workers(device))),), cfg=cfg, xq=layout.split_axis(qt, 2, 2),
+               xk=layout.split_axis(kt, 2, 2), xv=vt.reshape(t, hkv * d), wq=wq.reshape(2, half),
+               wk=wk.reshape(2, half), pos=pt, slots=st, HP=hp, eps=float(eps), log2_theta=math.log2(theta))
+        return o.returned
     tiles = -(-t // bt) * (-(-h // bh)) * 2
     launch(norm_rope_kv_kernel, {"q1": (y[:, :, :half], (bt, bh, hp)), "q2": (y[:, :, half:], (bt, bh, hp)),
                                  "kc1": (kr[:, :, :half], (bt, bk, hp)), "kc2": (kr[:, :, half:], (bt, bk, hp)),
