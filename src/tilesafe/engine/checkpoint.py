@@ -2,7 +2,8 @@
 
 Each tensor is read with `safetensors.safe_open(..., device=device)` straight onto the
 device (a sharded checkpoint through its `model.safetensors.index.json`), checked against
-the shape the config implies and converted to the requested dtype. The projections that
+the shape the config implies and converted to the requested dtype (a tensor-parallel rank
+reads only its slice of each tensor: `get_slice`, `parallel.Shards.cuts`). The projections that
 read the same input are packed into one matrix at load — q/k/v into `qkv`, gate/up into
 `gate_up` — so a layer runs one GEMM for each instead of three and two.
 """
@@ -66,20 +67,24 @@ def expected_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load_weights(model_dir, cfg: Qwen3Config, dtype: torch.dtype, device: str, progress: bool = True) -> Weights:
-    """Read, check, convert and pack every tensor of the checkpoint in `model_dir`."""
-    return build_weights(_FileSource(tensor_files(model_dir), device), cfg, dtype, device, progress)
+def load_weights(model_dir, cfg: Qwen3Config, dtype: torch.dtype, device: str, progress: bool = True,
+                 shards=None) -> Weights:
+    """Read, check, convert and pack every tensor of the checkpoint in `model_dir` (with
+    `shards`, a `parallel.Shards`: only that rank's slices)."""
+    return build_weights(_FileSource(tensor_files(model_dir), device), cfg, dtype, device, progress, shards)
 
 
 def weights_from_tensors(named_tensors, cfg: Qwen3Config, dtype: torch.dtype, device: str,
-                         progress: bool = True) -> Weights:
+                         progress: bool = True, shards=None) -> Weights:
     """The same from (name, tensor) pairs made in memory (random weights built on the GPU):
     each is taken when the packing needs it, so at most a few unpacked tensors wait at once."""
-    return build_weights(_StreamSource(iter(named_tensors)), cfg, dtype, device, progress)
+    return build_weights(_StreamSource(iter(named_tensors)), cfg, dtype, device, progress, shards)
 
 
-def build_weights(source, cfg: Qwen3Config, dtype, device, progress) -> Weights:
-    read = _Reader(source, expected_shapes(cfg), dtype, device, progress)
+def build_weights(source, cfg: Qwen3Config, dtype, device, progress, shards=None) -> Weights:
+    local = cfg if shards is None else shards.local_config(cfg)
+    read = _Reader(source, expected_shapes(cfg), dtype, device, progress,
+                   {} if shards is None else shards.cuts(cfg), expected_shapes(local))
     layers = [_layer(read, f"model.layers.{n}.") for n in range(cfg.num_layers)]
     embed = read("model.embed_tokens.weight")
     lm_head = embed if cfg.tie_word_embeddings else read("lm_head.weight")
@@ -119,8 +124,9 @@ class _FileSource:
     def __init__(self, files: dict, device: str):
         self.files, self.device, self.open = files, device, {}
 
-    def get(self, name: str):
-        """(tensor, the file's name) of `name`."""
+    def get(self, name: str, cut=None):
+        """(tensor, its full shape, the file's name) of `name`; with `cut` (axis, lo, hi) only
+        that slice is read."""
         from safetensors import safe_open
         path = self.files.get(name)
         if path is None:
@@ -133,7 +139,15 @@ class _FileSource:
         f = self.open[path]
         if name not in f.keys():
             raise checkpoint_error(f"tensor {name!r} is not in {path.name}, where the index says it is")
-        return f.get_tensor(name), path.name
+        if cut is None:
+            t = f.get_tensor(name)
+            return t, tuple(t.shape), path.name
+        part = f.get_slice(name)
+        shape = tuple(part.get_shape())
+        if len(shape) != 2 or cut[2] > shape[cut[0]]:
+            return None, shape, path.name         # the shape check refuses it
+        axis, lo, hi = cut
+        return (part[lo:hi] if axis == 0 else part[:, lo:hi]), shape, path.name
 
 
 class _StreamSource:
@@ -142,28 +156,35 @@ class _StreamSource:
     def __init__(self, items):
         self.items, self.waiting = items, {}
 
-    def get(self, name: str):
+    def get(self, name: str, cut=None):
         while name not in self.waiting:
             got = next(self.items, None)
             if got is None:
                 raise checkpoint_error(f"tensor {name!r} is missing from the given tensors")
             self.waiting[got[0]] = got[1]
-        return self.waiting.pop(name), "the given tensors"
+        t = self.waiting.pop(name)
+        shape = tuple(t.shape)
+        if cut is not None and t.dim() == 2 and cut[2] <= shape[cut[0]]:
+            axis, lo, hi = cut
+            t = (t[lo:hi] if axis == 0 else t[:, lo:hi]).clone()    # the slice alone: the whole is dropped
+        return t, shape, "the given tensors"
 
 
 class _Reader:
     """Named tensors from a source, checked against the config's shapes and converted."""
 
-    def __init__(self, source, shapes, dtype, device, progress):
+    def __init__(self, source, shapes, dtype, device, progress, cuts=None, local_shapes=None):
         from tqdm.auto import tqdm
         self.source, self.shapes, self.dtype, self.device = source, shapes, dtype, device
+        self.cuts = cuts or {}                      # name -> (axis, lo, hi): a tensor-parallel rank's slice
+        self.local_shapes = local_shapes or shapes  # the shapes this rank holds
         self.bar = tqdm(total=len(shapes), desc="Loading weights", unit="tensor", disable=None if progress else True)
 
     def __call__(self, name: str) -> torch.Tensor:
-        t, where = self.source.get(name)
+        t, shape, where = self.source.get(name, self.cuts.get(name))
         want = self.shapes[name]
-        if tuple(t.shape) != want:
-            raise checkpoint_error(f"tensor {name!r} in {where} has shape {tuple(t.shape)}, expected {want} "
+        if shape != want:
+            raise checkpoint_error(f"tensor {name!r} in {where} has shape {shape}, expected {want} "
                                    "from config.json")
         if t.dtype not in FLOAT_DTYPES:
             raise checkpoint_error(f"tensor {name!r} in {where} has dtype {t.dtype}; expected bfloat16, "
@@ -188,7 +209,7 @@ def _layer(read: _Reader, p: str) -> LayerWeights:
 def _packed(read: _Reader, names: list[str]) -> torch.Tensor:
     """The named (rows, E) matrices stacked by rows into one buffer, filled one part at a time
     so no second full copy exists."""
-    parts_shapes = [read.shapes[n] for n in names]
+    parts_shapes = [read.local_shapes[n] for n in names]
     rows = sum(s[0] for s in parts_shapes)
     out = torch.empty((rows, parts_shapes[0][1]), dtype=read.dtype, device=read.device)
     r = 0

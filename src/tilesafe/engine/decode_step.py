@@ -46,7 +46,9 @@ class DecodeSteps:
         a = step.a
         L = self.model.cache.max_model_len
         slots = list(range(len(ids))) if slots is None else slots
-        rows = [ids, positions, [p + 1 for p in positions], [s * L + p for s, p in zip(slots, positions)], slots]
+        shift = self.model.vocab_start              # a tensor-parallel rank's first vocabulary row
+        local_ids = [i - shift for i in ids] if shift else ids
+        rows = [local_ids, positions, [p + 1 for p in positions], [s * L + p for s, p in zip(slots, positions)], slots]
         a.inputs.copy_(torch.tensor(rows, dtype=torch.int32))                 # (5, B) host -> device, one copy
         if step.graph is not None:
             step.graph.replay()

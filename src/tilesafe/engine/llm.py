@@ -23,6 +23,7 @@ from .decode_step import DecodeSteps
 from .errors import checkpoint_error, request_error
 from .kv_cache import KVCache, cache_bytes
 from .model import Activations, Qwen3Model
+from .parallel import Shards, TensorParallel, check_splits, tp_error
 from .prompts import Prompt, normalize_prompts
 from .sampler import Sampler
 from .sampling_params import SamplingParams
@@ -34,16 +35,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class LLM:
     def __init__(self, model: str, device: str | None = None, dtype: str | torch.dtype | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
-                 progress: bool = True):
+                 progress: bool = True, tensor_parallel_size: int = 1, tp_timeout: float = 600.0):
         self.model_dir = model_dir = _model_dir(model)
         cfg = Qwen3Config.from_dir(model_dir)
         self._start(cfg, device, dtype, max_model_len, max_num_seqs, use_graph, _text_side(model_dir),
-                    lambda: load_weights(model_dir, cfg, self.dtype, self.device, progress))
+                    lambda shards: load_weights(model_dir, cfg, self.dtype, self.device, progress, shards),
+                    _Parallel(tensor_parallel_size, tp_timeout, {"model": str(model_dir)}))
 
     @classmethod
     def from_random(cls, size: str, seed: int = 0, device: str | None = None, dtype: str | torch.dtype | None = None,
                     max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
-                    progress: bool = True) -> "LLM":
+                    progress: bool = True, tensor_parallel_size: int = 1, tp_timeout: float = 600.0) -> "LLM":
         """A Qwen3 of a real shape (`0.6b` ... `32b`, or `tiny`) with random weights made
         directly on the device (no checkpoint on disk: a 32B one would not fit), Qwen3's
         tokenizer when its files are installed, and Qwen3's generation defaults."""
@@ -55,13 +57,48 @@ class LLM:
         llm.model_dir = None
         llm._start(cfg, device, dtype, max_model_len, max_num_seqs, use_graph,
                    (_qwen3_tokenizer(), GenerationConfig.from_dict(GENERATION_CONFIG)),
-                   lambda: weights_from_tensors(random_weights(raw, seed, llm.dtype, llm.device), cfg, llm.dtype,
-                                                llm.device, progress))
+                   lambda shards: weights_from_tensors(random_weights(raw, seed, llm.dtype, llm.device), cfg,
+                                                       llm.dtype, llm.device, progress, shards),
+                   _Parallel(tensor_parallel_size, tp_timeout, {"random": size, "seed": seed}))
         return llm
 
-    def _start(self, cfg, device, dtype, max_model_len, max_num_seqs, use_graph, text_side, weights) -> None:
-        """Check the settings and the memory, then allocate: weights, cache, sampler, steps."""
+    @classmethod
+    def _rank(cls, spec: dict, group) -> "LLM":
+        """Rank group.rank (> 0) of a tensor-parallel LLM, as rank 0 described it in `spec`
+        (tp_worker): the same settings, this rank's shards, no tokenizer or sampler."""
+        from .generation_config import GenerationConfig
+        llm = cls.__new__(cls)
+        with ts.backend(spec["backend"]):
+            if "random" in spec:
+                from .random_checkpoint import qwen3_config, random_weights
+                raw = qwen3_config(spec["random"])
+                cfg = Qwen3Config.from_dict(raw, f"the {spec['random']} Qwen3 config")
+                llm.model_dir = None
+
+                def weights(shards):
+                    return weights_from_tensors(random_weights(raw, spec["seed"], llm.dtype, llm.device), cfg,
+                                                llm.dtype, llm.device, False, shards)
+            else:
+                llm.model_dir = Path(spec["model"])
+                cfg = Qwen3Config.from_dir(llm.model_dir)
+
+                def weights(shards):
+                    return load_weights(llm.model_dir, cfg, llm.dtype, llm.device, False, shards)
+            llm._start(cfg, spec["device"], spec["dtype"], spec["max_model_len"], spec["max_num_seqs"],
+                       spec["use_graph"], (None, GenerationConfig()), weights, _Parallel(group.world, 0, spec, group))
+        return llm
+
+    def _start(self, cfg, device, dtype, max_model_len, max_num_seqs, use_graph, text_side, weights,
+               parallel=None) -> None:
+        """Check the settings and the memory, then allocate: weights, cache, sampler, steps
+        (with tensor parallelism, this rank's share of them, once the other ranks started)."""
+        from . import tp_group
         self.config = cfg
+        self._tp = None
+        world, env = (1, None) if parallel is None else (parallel.group.world, None) if parallel.group else \
+            tp_group.world_of(parallel.size)
+        if world > 1:
+            check_splits(cfg, world)          # before any process starts
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = _dtype(dtype, cfg, self.device)
         self.max_model_len = _positive("max_model_len", max_model_len or min(cfg.max_position_embeddings, 4096))
@@ -70,17 +107,70 @@ class LLM:
                                 f"max_position_embeddings {cfg.max_position_embeddings}")
         self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
         self.backend = _backend(self.device)
-        self._check_memory()
+        shards = None
+        if world > 1:
+            self._tp = parallel.group or tp_group.start(world, env, self.device,
+                                                        parallel.worker_spec(self, use_graph), parallel.timeout)
+            self.device = self._tp.device
+            shards = Shards.of(cfg, self._tp.rank, world)
+        local = cfg if shards is None else shards.local_config(cfg)
         self.tokenizer, self.generation_config = text_side
         self.eos_ids = frozenset(self.generation_config.eos_token_ids) | (
             {self.tokenizer.eos_token_id} if self.tokenizer and self.tokenizer.eos_token_id is not None else set())
-        with self._on_device():
-            w = weights()
-            cache = KVCache.allocate(cfg, self.max_num_seqs, self.max_model_len, self.dtype, self.device)
-            self.sampler = Sampler(self.max_num_seqs, self.device)
-            graph = self.device.startswith("cuda") and ts.current_backend() == "triton"
-        self.model = Qwen3Model(cfg, w, cache, self.sampler)
+        try:
+            self._check_memory(local)
+            with self._on_device():
+                w = weights(shards)
+                cache = KVCache.allocate(local, self.max_num_seqs, self.max_model_len, self.dtype, self.device)
+                first = self._tp is None or self._tp.rank == 0
+                self.sampler = Sampler(self.max_num_seqs, self.device) if first else None
+                graph = self.device.startswith("cuda") and ts.current_backend() == "triton"
+        except BaseException as e:
+            if self._tp is not None:          # the other ranks learn it at the start-up exchange
+                self._tp.exchange(f"{type(e).__name__}: {e}")
+                self._tp.close(kill=True)
+            raise
+        tp = None if shards is None else TensorParallel(shards)
+        self.model = Qwen3Model(local, w, cache, self.sampler, tp)
         self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph if use_graph is None else use_graph)
+        if self._tp is not None:
+            self._started(parallel)
+
+    def _started(self, parallel) -> None:
+        """Every rank has its weights (or says why not): refuse on any failure; a torchrun
+        rank > 0 then serves rank 0 and ends the process when rank 0 closes."""
+        statuses = self._tp.exchange(None)
+        failed = [(r, s) for r, s in enumerate(statuses) if s is not None]
+        if failed:
+            self._tp.close(kill=True)
+            raise tp_error("tensor parallelism: " + "; ".join(f"rank {r} failed to start: {s}" for r, s in failed),
+                           help="fix the cause (the same settings load on one GPU?) and make a new LLM")
+        if self._tp.rank == 0:
+            import weakref
+            weakref.finalize(self, self._tp.close)       # the workers exit with the LLM (or at exit)
+        elif self._tp.torchrun:
+            from .tp_worker import serve
+            raise SystemExit(serve(self))
+
+    def close(self) -> None:
+        """End a tensor-parallel LLM's other ranks and its process group (nothing otherwise)."""
+        if self._tp is not None:
+            self._tp.close()
+
+    def weight_bytes_per_rank(self) -> list[int]:
+        """The bytes of weights each rank holds (one entry without tensor parallelism)."""
+        if self._tp is None:
+            return [self._weight_bytes()]
+        self._tp.send("weight_bytes")
+        return self._tp.exchange(self._weight_bytes())
+
+    def _weight_bytes(self) -> int:
+        w = self.model.w
+        tensors = {id(t): t for t in (w.embed, w.norm, w.lm_head,
+                                      *(x for layer in w.layers for x in (layer.qkv, layer.o, layer.q_norm, layer.k_norm,
+                                                                          layer.gate_up, layer.down, layer.input_norm,
+                                                                          layer.post_norm)))}
+        return sum(t.numel() * t.element_size() for t in tensors.values())
 
     # -- public API ------------------------------------------------------------------------
 
@@ -163,23 +253,47 @@ class LLM:
                 self.sampler.set_rows([s.params for s in rows], [s.seed for s in rows])
                 sampled = running
             self.sampler.set_steps([len(s.tokens) for s in rows])          # the Philox step of each row
-            tokens, logprobs = self.decode_steps.run([s.tokens[-1] for s in rows], [s.position for s in rows],
-                                                     running)
+            tokens, logprobs = self._decode([s.tokens[-1] for s in rows], [s.position for s in rows], running)
             for s, t, lp in zip(rows, tokens, logprobs):
                 s.append(t, lp)
             yield
 
     def _prefill(self, wave: list[Sequence]) -> None:
         """The wave's prompts packed into one ragged prefill; each gets its first token."""
-        lengths = [len(s.prompt_ids) for s in wave]
-        starts = [sum(lengths[:i]) for i in range(len(wave) + 1)]
-        a = Activations.allocate(self.config, starts[-1], len(wave), self.dtype, self.device)
-        a.ids.copy_(torch.tensor([t for s in wave for t in s.prompt_ids], dtype=torch.int32))
+        tokens, logprobs = self._prefill_ids([s.prompt_ids for s in wave])
+        for s, t, lp in zip(wave, tokens, logprobs):
+            s.append(t, lp)
+
+    def _prefill_ids(self, prompts: list[list[int]]) -> tuple[list[int], list[float]]:
+        """Prefill these prompts into cache slots 0..; (first tokens, their log-probabilities).
+        Tensor-parallel rank 0 first sends the call to the other ranks, which run it too."""
+        if self._tp is not None and self._tp.rank == 0:
+            self._tp.send("prefill", prompts)
+        lengths = [len(p) for p in prompts]
+        starts = [sum(lengths[:i]) for i in range(len(prompts) + 1)]
+        a = Activations.allocate(self.model.cfg, starts[-1], len(prompts), self.dtype, self.device)
+        shift = self.model.vocab_start                  # a tensor-parallel rank's first vocabulary row
+        a.ids.copy_(torch.tensor([t - shift for p in prompts for t in p], dtype=torch.int32))
         a.positions.copy_(torch.cat([torch.arange(n, dtype=torch.int32) for n in lengths]))
         a.last.copy_(torch.tensor(starts[1:], dtype=torch.int32) - 1)
-        self.model.prefill(a, starts)
-        for s, t, lp in zip(wave, a.tokens.tolist(), a.chosen.tolist()):
-            s.append(t, lp)
+        self._guarded(self.model.prefill, a, starts)
+        return a.tokens.tolist(), a.chosen.tolist()
+
+    def _decode(self, ids: list[int], positions: list[int], slots: list[int]):
+        """One decode step (`DecodeSteps.run`), sent to the other tensor-parallel ranks first."""
+        if self._tp is not None:
+            self._tp.send("decode", ids, positions, slots)
+        return self._guarded(self.decode_steps.run, ids, positions, slots)
+
+    def _guarded(self, step, *args):
+        """Run a model call; with tensor parallelism a failed collective (a rank gone) is a
+        TensorParallelError naming the rank, and the LLM is closed."""
+        if self._tp is None:
+            return step(*args)
+        try:
+            return step(*args)
+        except ts.distributed.DistributedError as e:
+            raise self._tp.failure(e) from None
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -192,19 +306,35 @@ class LLM:
     def _on_device(self):
         return ts.backend(self.backend) if self.backend else contextlib.nullcontext()
 
-    def _check_memory(self) -> None:
-        """Refuse, before allocating, weights + cache that do not fit the GPU's free memory."""
+    def _check_memory(self, cfg: Qwen3Config) -> None:
+        """Refuse, before allocating, weights + cache (of this rank's share `cfg`) that do not
+        fit the GPU's free memory."""
         if not self.device.startswith("cuda"):
             return
         size = torch.empty((), dtype=self.dtype).element_size()
-        weights = weight_bytes(self.config, size)
-        cache = cache_bytes(self.config, self.max_num_seqs, self.max_model_len, size)
+        weights = weight_bytes(cfg, size)
+        cache = cache_bytes(cfg, self.max_num_seqs, self.max_model_len, size)
         free, _ = torch.cuda.mem_get_info(torch.device(self.device))
         if weights + cache > free:
             gib = 2 ** 30
             raise request_error(f"LLM: the weights ({weights / gib:.2f} GiB) and KV cache ({cache / gib:.2f} GiB) "
                                 f"need {(weights + cache) / gib:.2f} GiB, but {self.device} has {free / gib:.2f} GiB "
                                 "free", help="lower max_model_len or max_num_seqs, or use a smaller model")
+
+
+class _Parallel:
+    """How an LLM is split: the size asked for, the collectives' timeout, what a worker needs
+    to build the same model (`spec`), and, on a worker, its group."""
+
+    def __init__(self, size: int, timeout: float, spec: dict, group=None):
+        self.size, self.timeout, self.spec, self.group = size, timeout, spec, group
+
+    def worker_spec(self, llm: "LLM", use_graph: bool | None) -> dict:
+        """Everything rank 0 resolved, so every rank builds the same model."""
+        dtype = next(name for name, d in DTYPES.items() if d == llm.dtype)
+        return {**self.spec, "device": llm.device, "dtype": dtype, "max_model_len": llm.max_model_len,
+                "max_num_seqs": llm.max_num_seqs, "use_graph": use_graph,
+                "backend": llm.backend or ts.current_backend()}
 
 
 class _Delta:

@@ -91,8 +91,11 @@ CPU_DECODE_SPLITS = 2
 class Qwen3Model:
     """The decoder over packed weights and a KV cache."""
 
-    def __init__(self, cfg: Qwen3Config, weights: Weights, cache: KVCache, sampler: Sampler):
-        self.cfg, self.w, self.cache, self.sampler = cfg, weights, cache, sampler
+    def __init__(self, cfg: Qwen3Config, weights: Weights, cache: KVCache, sampler: Sampler | None, tp=None):
+        # With tensor parallelism (`tp`, a parallel.TensorParallel) cfg, weights and cache are
+        # this rank's share, a.ids are shifted by `vocab_start`, and only rank 0 has a sampler.
+        self.cfg, self.w, self.cache, self.sampler, self.tp = cfg, weights, cache, sampler, tp
+        self.vocab_start = 0 if tp is None else tp.vocab_start
         self.on_cpu = weights.embed.device.type == "cpu"
 
     def prefill(self, a: Activations, starts: list[int]) -> None:
@@ -141,6 +144,8 @@ class Qwen3Model:
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
         tk.embedding(a.ids, w.embed, out=a.residual)                                # (M, E)
+        if self.tp:                                     # each rank gathered its vocabulary rows
+            self.tp.all_reduce(a.residual)
         for n, layer in enumerate(w.layers):
             if n == 0:
                 tk.rms_norm(a.residual, layer.input_norm, eps, out=a.x)
@@ -152,10 +157,14 @@ class Qwen3Model:
             v = a.qkv[:, hd + kvd:].view(m, cfg.num_kv_heads, cfg.head_dim)         # (M, HKV, D)
             attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, out=a.h)                         # (M, E)
+            if self.tp:                                 # row-parallel: partial sums
+                self.tp.all_reduce(a.h)
             tk.rms_norm(a.h, layer.post_norm, eps, residual=a.residual, out=a.x, residual_out=a.residual)
             tk.linear(a.x, layer.gate_up, out=a.gu)                                 # (M, 2 I)
             tk.silu_mul(a.gu[:, :inter], a.gu[:, inter:], out=a.act)                # (M, I)
             tk.linear(a.act, layer.down, out=a.h)                                   # (M, E)
+            if self.tp:
+                self.tp.all_reduce(a.h)
         if gather_last:     # the rows whose next token is wanted: each prompt's last
             tk.embedding(a.last, a.h, out=a.h_last)                                 # (R, E) row gather
             tk.embedding(a.last, a.residual, out=a.res_last)
@@ -164,4 +173,6 @@ class Qwen3Model:
             h, res, x = a.h, a.residual, a.x
         tk.rms_norm(h, w.norm, eps, residual=res, out=x, residual_out=res)
         tk.linear(x, w.lm_head, out=a.logits, config=CPU_LM_HEAD if self.on_cpu else None)   # (R, V)
-        self.sampler(a.logits, a.tokens, a.chosen)                                  # (R,) rows 0..R-1
+        logits = a.logits if self.tp is None else self.tp.gather_logits(a.logits)   # (R, V) on rank 0
+        if self.sampler is not None:
+            self.sampler(logits, a.tokens, a.chosen)                                # (R,) rows 0..R-1

@@ -1,0 +1,185 @@
+"""The ranks of a tensor-parallel LLM: starting them, the process group, the command channel.
+
+Two ways to get N ranks:
+- `LLM(..., tensor_parallel_size=N)` in a plain process: this process is rank 0 (the driver)
+  and starts ranks 1..N-1 itself (torch.multiprocessing, spawn), each a `tp_worker`;
+- under `torchrun --nproc-per-node N` (its RANK / WORLD_SIZE / MASTER_ADDR variables are
+  set): every process runs the script; rank 0's `LLM(...)` returns the LLM, the other
+  ranks' `LLM(...)` serve rank 0 until it closes, then exit the process.
+
+Rank 0 decides everything (prompts, stops, sampling) and sends each model call (a prefill's
+prompts, a decode step's ids and positions) to the other ranks over a gloo group kept for
+commands; every rank then runs the same call on its share of the weights, the collectives
+inside it over the default group (NCCL on GPUs, gloo on CPUs). The default group has a
+timeout (`tp_timeout`), so a rank that stops answering fails a collective instead of hanging
+it; the command group waits without one (a driver may sit idle between requests).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field
+
+from .parallel import tp_error
+
+IDLE = datetime.timedelta(days=7)      # the command group: workers wait for the driver's next request
+
+
+@dataclass
+class RankGroup:
+    rank: int
+    world: int
+    device: str                  # this rank's device: "cpu" or "cuda:<local rank>"
+    ctrl: object                 # the gloo group commands travel on
+    processes: list = field(default_factory=list)   # the workers this driver spawned
+    torchrun: bool = False
+    closed: bool = False
+
+    # -- commands (rank 0 sends, the others receive) ----------------------------------------
+
+    def send(self, *command) -> None:
+        import torch.distributed as dist
+        self._usable()
+        try:
+            dist.broadcast_object_list([command], src=0, group=self.ctrl)
+        except (RuntimeError, ValueError) as e:
+            raise self.failure(e) from None
+
+    def recv(self) -> tuple:
+        import torch.distributed as dist
+        box = [None]
+        dist.broadcast_object_list(box, src=0, group=self.ctrl)
+        return box[0]
+
+    def exchange(self, value) -> list:
+        """Every rank's `value`, in rank order (on every rank)."""
+        import torch.distributed as dist
+        out = [None] * self.world
+        try:
+            dist.all_gather_object(out, value, group=self.ctrl)
+        except (RuntimeError, ValueError) as e:
+            raise self.failure(e) from None
+        return out
+
+    # -- failures and the end ---------------------------------------------------------------
+
+    def failure(self, e: Exception):
+        """The error for a failed collective or command: which ranks exited, if known. The
+        group is unusable afterwards."""
+        gone = self.exited()
+        self.close(kill=True)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        who = "; ".join(f"rank {r} exited with code {c}" for r, c in gone) or f"a rank failed ({first})"
+        return tp_error(f"tensor parallelism: {who}; the LLM cannot continue",
+                        help="see the failed rank's error above; make a new LLM")
+
+    def exited(self) -> list[tuple[int, int]]:
+        return [(r, p.exitcode) for r, p in enumerate(self.processes, start=1) if p.exitcode is not None]
+
+    def _usable(self) -> None:
+        if self.closed:
+            raise tp_error("this tensor-parallel LLM was closed, or one of its ranks failed",
+                           help="make a new LLM")
+
+    def close(self, kill: bool = False) -> None:
+        """Rank 0: tell the other ranks to exit, wait for them, end the process groups."""
+        import torch.distributed as dist
+        if self.closed:
+            return
+        self.closed = True
+        if self.rank == 0 and not kill:
+            try:
+                dist.broadcast_object_list([("exit",)], src=0, group=self.ctrl)
+            except (RuntimeError, ValueError):
+                kill = True
+        for p in self.processes:
+            p.join(timeout=None if not kill else 5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if dist.is_initialized() and not kill:
+            dist.destroy_process_group()
+        elif dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:    # a group whose peers are gone: nothing left to end cleanly
+                pass
+
+
+def world_of(tensor_parallel_size: int) -> tuple[int, dict | None]:
+    """(world size, torchrun's environment or None). Under torchrun the world is its
+    WORLD_SIZE, which tensor_parallel_size must equal when it asks for more than one rank."""
+    if not isinstance(tensor_parallel_size, int) or isinstance(tensor_parallel_size, bool) or tensor_parallel_size < 1:
+        raise tp_error(f"tensor_parallel_size must be a positive int, got {tensor_parallel_size!r}")
+    env = torchrun_env()
+    if env is None or tensor_parallel_size == 1:
+        return tensor_parallel_size, None
+    if env["world"] != tensor_parallel_size:
+        raise tp_error(f"tensor_parallel_size {tensor_parallel_size} does not match torchrun's WORLD_SIZE "
+                       f"{env['world']}", help="start torchrun with --nproc-per-node equal to tensor_parallel_size")
+    return tensor_parallel_size, env
+
+
+def torchrun_env() -> dict | None:
+    """torchrun's variables (the one place they are read), or None outside torchrun."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return None
+    try:
+        return {"world": int(os.environ["WORLD_SIZE"]), "rank": int(os.environ["RANK"]),
+                "local_rank": int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))}
+    except ValueError:
+        raise tp_error("torchrun's RANK / WORLD_SIZE / LOCAL_RANK are not integers") from None
+
+
+def start(world: int, env: dict | None, device: str, spec: dict, timeout: float) -> RankGroup:
+    """Rank 0 of a new group (its workers spawned), or this torchrun process's rank."""
+    if env is not None:
+        return join(env["rank"], world, _device(device, env["local_rank"]), "env://", timeout, torchrun=True)
+    import torch.multiprocessing as mp
+    from . import tp_worker
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    ctx = mp.get_context("spawn")
+    processes = [ctx.Process(target=tp_worker.main, args=(r, world, _device(device, r), init, spec, timeout),
+                             daemon=True, name=f"tilesafe-tp-rank{r}") for r in range(1, world)]
+    for p in processes:
+        p.start()
+    try:
+        group = join(0, world, _device(device, 0), init, timeout)
+    except BaseException:
+        for p in processes:
+            p.kill()
+        raise
+    group.processes = processes
+    return group
+
+
+def join(rank: int, world: int, device: str, init: str, timeout: float, torchrun: bool = False) -> RankGroup:
+    """Join (or, on rank 0, open) the default process group and the command group."""
+    import torch
+    import torch.distributed as dist
+    if dist.is_initialized():
+        raise tp_error("a torch.distributed process group is already initialised in this process",
+                       help="one tensor-parallel LLM per process: close() the other one first")
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(torch.device(device))
+    try:
+        dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout))
+        ctrl = dist.new_group(backend="gloo", timeout=IDLE)
+    except (RuntimeError, ValueError) as e:      # a rendezvous that timed out, a port in use
+        raise tp_error(f"tensor parallelism: rank {rank} of {world} could not join the process group: "
+                       f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+                       help="every rank must start within tp_timeout; check that no rank failed to start") from None
+    return RankGroup(rank, world, device, ctrl, torchrun=torchrun)
+
+
+def _device(device: str, local_rank: int) -> str:
+    return "cpu" if device == "cpu" else f"cuda:{local_rank}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

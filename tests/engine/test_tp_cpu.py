@@ -1,0 +1,135 @@
+"""Tensor parallelism on the CPU: two gloo ranks (this process and one it spawns) on a tiny
+random Qwen3 give exactly the tokens of one rank and of transformers (float32), each rank
+holding only its share of the weights; a model that does not split, or a world size that
+does not match torchrun's, is refused before any process starts.
+
+One two-rank LLM serves the whole module (spawning a rank costs seconds)."""
+import sys
+
+import pytest
+import torch
+
+from tilesafe.engine import LLM, SamplingParams
+from tilesafe.engine.checkpoint import load_weights
+from tilesafe.engine.config import Qwen3Config
+from tilesafe.engine.parallel import Shards, TensorParallelError
+
+PROMPTS = [{"prompt_token_ids": [3, 17, 42, 5]}, {"prompt_token_ids": [60, 1, 88]}]
+SHARDED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens", "lm_head")
+
+
+def here() -> int:
+    return sys._getframe(1).f_lineno
+
+
+@pytest.fixture(scope="module")
+def tiny(checkpoint):
+    return checkpoint()          # GQA: 4 heads, 2 KV heads, vocabulary 96, intermediate 96, untied
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny):
+    folder, _ = tiny
+    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=2, progress=False,
+              tensor_parallel_size=2, tp_timeout=120)
+    yield llm
+    llm.close()
+
+
+@pytest.fixture(scope="module")
+def one_rank(tiny):
+    folder, _ = tiny
+    return LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=2, progress=False)
+
+
+def tokens(outs):
+    return [o.outputs[0].token_ids for o in outs]
+
+
+def test_two_ranks_give_the_greedy_tokens_of_one_and_of_transformers(tiny, two_ranks, one_rank, hf_greedy):
+    _, model = tiny
+    params = SamplingParams(temperature=0, max_tokens=6, logprobs=1)
+    got = two_ranks.generate(PROMPTS, params)
+    assert tokens(got) == tokens(one_rank.generate(PROMPTS, params))
+    for prompt, out in zip(PROMPTS, got):
+        want, logprobs = hf_greedy(model, prompt["prompt_token_ids"], 6)
+        assert out.outputs[0].token_ids == want
+        for step, lp in zip(out.outputs[0].logprobs, logprobs):
+            assert abs(next(iter(step.values())).logprob - lp) < 1e-3
+
+
+def test_two_ranks_sample_the_seeded_tokens_of_one(two_ranks, one_rank):
+    params = [SamplingParams(temperature=0.9, top_k=20, top_p=0.9, max_tokens=8, seed=s) for s in (1, 2)]
+    assert tokens(two_ranks.generate(PROMPTS, params)) == tokens(one_rank.generate(PROMPTS, params))
+
+
+def test_a_stream_left_early_does_not_stall_the_ranks(two_ranks, one_rank):
+    params = SamplingParams(temperature=0, max_tokens=6)
+    stream = two_ranks.stream(PROMPTS[0], params)
+    next(stream)
+    stream.close()                                   # rank 0 stops sending: the other rank just waits
+    assert tokens(two_ranks.generate(PROMPTS[1:], params)) == tokens(one_rank.generate(PROMPTS[1:], params))
+
+
+def test_each_rank_holds_its_share_of_the_weight_bytes(tiny, two_ranks):
+    _, model = tiny
+    share = 0
+    for name, t in model.state_dict().items():
+        share += t.numel() * 4 // (2 if any(s in name for s in SHARDED) else 1)
+    assert two_ranks.weight_bytes_per_rank() == [share, share]
+    assert share < sum(t.numel() * 4 for t in model.state_dict().values()) * 0.52
+
+
+def test_a_rank_reads_only_its_slices_kv_heads_replicated(checkpoint):
+    """MQA over 2 ranks: the one KV head is on both; q, o, gate/up, down and the vocabulary split."""
+    folder, model = checkpoint("mqa", num_key_value_heads=1)
+    cfg = Qwen3Config.from_dir(folder)
+    sd = model.state_dict()
+    d, heads, inter, vocab = cfg.head_dim, cfg.num_heads, cfg.intermediate_size, cfg.vocab_size
+    for rank in range(2):
+        shards = Shards.of(cfg, rank, 2)
+        w = load_weights(folder, cfg, torch.float32, "cpu", progress=False, shards=shards)
+        p = "model.layers.1."
+        q = sd[p + "self_attn.q_proj.weight"][rank * heads // 2 * d:(rank + 1) * heads // 2 * d]
+        qkv = torch.cat([q, sd[p + "self_attn.k_proj.weight"], sd[p + "self_attn.v_proj.weight"]])
+        assert torch.equal(w.layers[1].qkv, qkv)
+        cols = slice(rank * heads // 2 * d, (rank + 1) * heads // 2 * d)
+        assert torch.equal(w.layers[1].o, sd[p + "self_attn.o_proj.weight"][:, cols])
+        rows = slice(rank * inter // 2, (rank + 1) * inter // 2)
+        gate_up = torch.cat([sd[p + "mlp.gate_proj.weight"][rows], sd[p + "mlp.up_proj.weight"][rows]])
+        assert torch.equal(w.layers[1].gate_up, gate_up)
+        assert torch.equal(w.layers[1].down, sd[p + "mlp.down_proj.weight"][:, rows])
+        v = slice(rank * vocab // 2, (rank + 1) * vocab // 2)
+        assert torch.equal(w.embed, sd["model.embed_tokens.weight"][v])
+        assert torch.equal(w.lm_head, sd["lm_head.weight"][v])
+        assert torch.equal(w.layers[1].q_norm, sd[p + "self_attn.q_norm.weight"])
+
+
+def test_a_model_that_does_not_split_is_refused_before_any_process_starts(tiny):
+    folder, _ = tiny
+    line = here() + 2
+    with pytest.raises(TensorParallelError) as info:
+        LLM(str(folder), device="cpu", max_model_len=32, progress=False, tensor_parallel_size=3)
+    assert info.value.message == "tensor_parallel_size 3 does not divide the model's num_attention_heads 4"
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+
+
+def test_kv_heads_that_neither_divide_nor_multiply_are_refused(checkpoint):
+    cfg = Qwen3Config.from_dir(checkpoint()[0])
+    odd = Qwen3Config(**{**{f: getattr(cfg, f) for f in cfg.__slots__}, "num_heads": 12, "num_kv_heads": 3,
+                         "intermediate_size": 96, "vocab_size": 96})
+    with pytest.raises(TensorParallelError, match="tensor_parallel_size 2 and the model's 3 KV heads"):
+        Shards.of(odd, 0, 2)
+
+
+def test_a_world_size_other_than_torchruns_is_refused(tiny, monkeypatch):
+    folder, _ = tiny
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    line = here() + 2
+    with pytest.raises(TensorParallelError) as info:
+        LLM(str(folder), device="cpu", max_model_len=32, progress=False, tensor_parallel_size=2)
+    assert info.value.message == "tensor_parallel_size 2 does not match torchrun's WORLD_SIZE 3"
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+    with pytest.raises(TensorParallelError, match="tensor_parallel_size must be a positive int, got 0"):
+        LLM(str(folder), device="cpu", max_model_len=32, progress=False, tensor_parallel_size=0)
