@@ -27,6 +27,8 @@ from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
 from .paged_kv import _int_vector
 
+WHOLE_HEADS = True     # False: always the five-walk kernel (benchmarks/probes/decode_attention_sizes.py's "before")
+
 
 @ts.function
 def norm_rotate(x1, x2, w1, w2, pos, at, eps, log2_theta, T, BT, BH, HP, HALF, FIRST):
@@ -159,7 +161,7 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
     bh, bk = min(cfg["block_h"], pow2(h)), min(cfg["block_h"], pow2(hkv))
     c = min(pow2(hkv * d), 1024)
     y = o.tensor
-    if hp == half:                                         # whole heads per tile: three walks
+    if hp == half and WHOLE_HEADS:                         # whole heads per tile: three walks
         tiles = cdiv(t, bt) * max(cdiv(h, bh), cdiv(hkv, bk), cdiv(hkv * d, c))
         launch(norm_rope_kv_rows_kernel, {"qo": (y, (bt, bh, d)), "kc": (kr, (bt, bk, d)), "vc": (vr, (bt, c))},
                (max(1, min(tiles, workers(device))),), cfg=cfg, xq=layout.split_axis(qt, 2, 2),
