@@ -9,6 +9,11 @@ Also a user kernel launched with new tilesafe tensors from torch every call.
 
     cd benchmarks && PYTHONPATH=../src python host_path_hits.py                # reference backend
     cd benchmarks && PYTHONPATH=../src python host_path_hits.py --backend triton-interpreter
+    cd benchmarks && PYTHONPATH=../src python host_path_hits.py --gpu-stand-in   # the GPU form's host work
+
+`--gpu-stand-in` times the fast form's GPU launches on the CPU: the current CUDA stream and
+Triton's launcher are stand-ins (a launch starts nothing), so what is timed is the host work
+of a GPU hit — borrowing, checks, the argument tuple, ordering and pending registration.
 """
 import argparse
 import sys
@@ -63,8 +68,11 @@ def main() -> None:
     ap.add_argument("--backend", default="reference")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--gpu-stand-in", action="store_true", help="time the GPU form with stand-ins for CUDA")
     a = ap.parse_args()
     stub_device_work()
+    if a.gpu_stand_in:
+        gpu_stand_in()
     fast_form = call_hits.CallHit.of
     rows = []
     with ts.backend(a.backend), torch.no_grad():
@@ -85,6 +93,26 @@ def main() -> None:
     print(f"{'call':32s} {'before us':>10s} {'calls':>7s} {'after us':>10s} {'calls':>7s}")
     for name, (b_us, b_n), (f_us, f_n) in rows:
         print(f"{name:32s} {b_us:10.1f} {b_n:7.0f} {f_us:10.1f} {f_n:7.0f}", flush=True)
+
+
+def gpu_stand_in() -> None:
+    """Fast-form launches take their GPU form with stand-ins for the CUDA stream and Triton."""
+    from tilesafe.runtime import future, planned_launch
+
+    class Stream:
+        device_index = None
+
+    def prepare(self, bound):
+        self.start = lambda stream, args: None
+        self.values = (0,) * len(self.access)
+        self.pointers = tuple((k, k) for k in range(len(self.access)))
+        self.descriptors, self.device_index = (), 0
+        return planned_launch._GPU
+    torch._C._cuda_getCurrentRawStream = lambda index: 7
+    torch.cuda.current_stream = lambda device=None: Stream()
+    future.HOLDING.add = lambda completion: None      # nothing polls stand-in work
+    future.Completion._known_done = lambda self: True  # and it is done at once
+    planned_launch.PlannedLaunch._prepare = prepare
 
 
 def forget_plans() -> None:

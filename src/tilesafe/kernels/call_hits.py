@@ -35,63 +35,71 @@ from .launch import start
 
 class CallHit:
     """The fast form of one CallPlan (see the module's docstring)."""
-    __slots__ = ("plan", "launches", "groups", "extents")
+    __slots__ = ("plan", "launches", "groups", "extents", "internal")
 
     def __init__(self, plan, launches: list, groups: int, extents: list):
         self.plan, self.launches, self.groups, self.extents = plan, launches, groups, extents
+        # Allocated roots the call does not return: workspaces of its own launches.
+        self.internal = frozenset(i for i, (kind, _) in enumerate(plan.roots)
+                                  if kind == R.EMPTY and i not in _returned(plan.returned))
 
     @staticmethod
-    def of(plan, tensors: list, sharing: tuple) -> "CallHit | None":
+    def of(plan, tensors: list, places: list) -> "CallHit | None":
         """The fast form of `plan`, made after a call of it with `tensors` (its steps then
         hold the launch cache's entries); None when no launch of it can start fast."""
-        launches = []
-        for step in plan.steps:
-            launches.append(_planned(step) if type(step) is not tuple else None)
+        launches = [_planned(step) if type(step) is not tuple else None for step in plan.steps]
         if not any(launches):
             return None
-        allocated = sum(1 for kind, _ in plan.roots[len(tensors):])
-        groups = sum(1 for s in sharing if s == -1) + allocated
-        extents = [_extent(t._t if type(t) is Tensor else t) for t in tensors]
+        allocated = len(plan.roots) - len(tensors)
+        groups = len({storage for _, _, storage, _ in places}) + allocated   # the key's storages
+        extents = [_extent(tv) for tv, _, _, _ in places]
         return CallHit(plan, launches, groups, extents)
 
-    def __call__(self, tensors: list):
+    def __call__(self, tensors: list, places: list):
+        """The call with these tensors; `places`: call_plans.places_of(tensors)."""
         plan = self.plan
         with LOCK:
-            roots, made, handed = [], [], []
-            for t, extent in zip(tensors, self.extents):
-                handed.append(t)
+            # Per root: (torch view, storage state, first element's address, storage's address and bytes).
+            roots, made, handed = [], [], list(tensors)
+            for t, (tv, storage, sptr, ptr), extent in zip(tensors, places, self.extents):
                 if type(t) is Tensor:
-                    roots.append((t._t, t._state))
+                    roots.append((tv, t._state, ptr, sptr, storage.nbytes()))
                     made.append(t)
                     continue
-                tv = t.detach() if t.requires_grad else t
-                storage = tv.untyped_storage()
                 state = getattr(storage, _ATTR, None)
-                if state is None or state.init_mask is not None or \
-                        tv.storage_offset() * tv.element_size() + extent > storage.nbytes():
+                nbytes = storage.nbytes()
+                if state is None or state.init_mask is not None or ptr - sptr + extent > nbytes or t.requires_grad:
                     m = from_torch(t)       # S13 as a fresh call borrows it (and refuses what it refuses)
-                    roots.append((m._t, m._state))
+                    roots.append((m._t, m._state, ptr, sptr, nbytes))
                     made.append(m)
                 else:
-                    roots.append((tv, state))
+                    roots.append((tv, state, ptr, sptr, nbytes))
                     made.append(None)
-            for kind, recipe in plan.roots[len(tensors):]:
+            for i, (kind, recipe) in enumerate(plan.roots[len(tensors):], len(tensors)):
                 if kind == R.EMPTY:
                     shape, dtype, device, torch_mode = recipe
-                    if torch_mode:
-                        t = torch.empty(shape, dtype=dtype.torch, device=device)
-                        roots.append((t, StorageState.of(t)))     # torch's new bytes: all written
+                    if torch_mode or i in self.internal:
+                        # Torch's new bytes: all written (from_torch's state without its checks).
+                        # A workspace only this call's launches see counts as written too: what
+                        # they read of it, the recorded call's launches had written (S14 by layout).
+                        t = _allocate(shape, dtype, device)
+                        storage = t.untyped_storage()
+                        nbytes = storage.nbytes()
+                        state = StorageState.attach(t, StorageState(nbytes))
+                        roots.append((t, state, t.data_ptr(), storage.data_ptr(), nbytes))
                         made.append(None)
-                        handed.append(t)
+                        handed.append(t if torch_mode else None)
                         continue
                     t = empty(shape, dtype, device)
                 else:
                     t = scratch.views(recipe, (plan.scratch_elems,))[0]
-                roots.append((t._t, t._state))
+                tv = t._t
+                storage = tv.untyped_storage()
+                roots.append((tv, t._state, tv.data_ptr(), storage.data_ptr(), storage.nbytes()))
                 made.append(t)
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.
-            apart = len({id(state.__dict__) for _, state in roots}) == self.groups
+            apart = len({id(root[1].__dict__) for root in roots}) == self.groups
             for step, launch in zip(plan.steps, self.launches):
                 if type(step) is tuple:
                     if not apart:
@@ -130,6 +138,20 @@ def _planned(step) -> PlannedLaunch | None:
     return PlannedLaunch(step.kernel, entry, access, given)
 
 
+def _returned(returned) -> set:
+    """The root indices a call hands back."""
+    if isinstance(returned, tuple):
+        return set().union(*map(_returned, returned))
+    return {returned}
+
+
+def _allocate(shape, dtype, device) -> torch.Tensor:
+    try:
+        return torch.empty(shape, dtype=dtype.torch, device=device)
+    except RuntimeError:
+        return empty(shape, dtype, device)._t    # refuses with ts.empty's error (too large)
+
+
 def _extent(t: torch.Tensor) -> int:
     """Bytes from a view's first element to one past its last (0 when it has none)."""
     if t.numel() == 0:
@@ -142,8 +164,7 @@ def _made(i: int, roots: list, made: list) -> Tensor:
     """Root `i` as a tilesafe tensor (made on the first full step that needs it)."""
     t = made[i]
     if t is None:
-        tv, state = roots[i]
-        t = made[i] = from_torch(tv)
+        t = made[i] = from_torch(roots[i][0])
     return t
 
 

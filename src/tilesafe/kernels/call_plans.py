@@ -96,12 +96,14 @@ def planned(fn):
                 R.ACTIVE.reset(token)
         if graph_var.get() is not None or launching_disabled_var.get() or pdl_var.get() is not None:
             return fn(*args, **kwargs)     # a capture (S12 checks every launch), `tilesafe check`, a PDL override
-        key, tensors = call_key(name, args, kwargs)
+        found = call_key(name, args, kwargs)
+        key = found[0]
         if key is None:
             return fn(*args, **kwargs)
+        tensors, places = found[1], found[2]
         plan = plans.get(key)
         if plan is not None:
-            return plan.call(tensors)
+            return plan.call(tensors, places)
         rec = R.Recording(tensors)
         token = R.ACTIVE.set(rec)
         try:
@@ -117,38 +119,48 @@ def planned(fn):
 
 
 def call_key(name: str, args: tuple, kwargs: dict):
-    """(key, the call's tensors in key order); key None when the call must take the full path."""
+    """(key, the call's tensors in key order, their places: see `places_of`); key None when
+    the call must take the full path."""
     tensors: list = []
     parts = [name, len(args), tuple(kwargs)]
     for v in (*args, *kwargs.values()):
-        if v is None:
+        if type(v) is torch.Tensor:        # the common case: layout_of's, inline
+            if v.layout is not _STRIDED:
+                return None, None, None
+            parts.append((torch.Tensor, v.dtype, v.shape, v.stride(), v.get_device(), v.requires_grad))
+            tensors.append(v)
+        elif v is None:
             parts.append(_NONE)
         elif type(v) in _VALUES:
             parts.append((type(v), v))
         elif type(v) is Tensor or isinstance(v, torch.Tensor):
             lay = layout_of(v)
             if lay is None:
-                return None, None
+                return None, None, None
             parts.append(lay)
             tensors.append(v)
         elif (fields := _workspace(v)) is not None:                       # a workspace of tensors
             lays = tuple(map(layout_of, fields))
             if None in lays:
-                return None, None
+                return None, None, None
             parts.append((type(v), lays))
             tensors.extend(fields)
         else:
             try:
                 hash(v)
             except TypeError:
-                return None, None          # a config dict: its call takes the full path
+                return None, None, None    # a config dict: its call takes the full path
             parts.append((type(v), v))     # a dtype, an activation name
-    parts.append(_sharing(tensors))
+    places = places_of(tensors)
+    parts.append(_shared(places))
     # The decisions also depend on the backend and target (configs, workers), on autograd
     # (refusals) and on torch's fp32 matmul precision (tf32 by default or not).
     parts += (configs.current_backend(), targets.compile_target(), torch.is_grad_enabled(),
               torch.get_float32_matmul_precision())
-    return tuple(parts), tensors
+    return tuple(parts), tensors, places
+
+
+_STRIDED = torch.strided
 
 
 def _workspace(v) -> list | None:
@@ -163,18 +175,29 @@ def _workspace(v) -> list | None:
 def _sharing(tensors: list) -> tuple:
     """Which tensors share a storage with an earlier one, and at what distance: the views a
     call makes of one of them are then views of the other too (call_recording)."""
+    return _shared(places_of(tensors))
+
+
+def places_of(tensors: list) -> list:
+    """Per tensor: (its torch view, its storage, the storage's address, its first element's
+    address), read once per call for the key and the plan's fast form (call_hits)."""
     places = []
-    out = []
     for t in tensors:
         tv = t._t if type(t) is Tensor else t
-        place = (tv.untyped_storage().data_ptr(), tv.data_ptr())
-        for j, (storage, ptr) in enumerate(places):
-            if storage == place[0]:
-                out.append((j, place[1] - ptr))
+        storage = tv.untyped_storage()
+        places.append((tv, storage, storage.data_ptr(), tv.data_ptr()))
+    return places
+
+
+def _shared(places: list) -> tuple:
+    out = []
+    for i, (_, _, storage, ptr) in enumerate(places):
+        for j in range(i):
+            if places[j][2] == storage:
+                out.append((j, ptr - places[j][3]))
                 break
         else:
             out.append(-1)
-        places.append(place)
     return tuple(out)
 
 
@@ -188,13 +211,13 @@ class CallPlan:
         self.scratch_elems = rec.scratch_elems
         self.hit = None             # the fast form (call_hits.py), made after the first redo; False: none
 
-    def call(self, tensors: list):
+    def call(self, tensors: list, places: list):
         hit = self.hit
         if hit:
-            return hit(tensors)
+            return hit(tensors, places)
         result = self.redo(tensors)
         if hit is None:             # the steps now hold their launch cache entries
-            self.hit = CallHit.of(self, tensors, _sharing(tensors)) or False
+            self.hit = CallHit.of(self, tensors, places) or False
         return result
 
     def redo(self, tensors: list):

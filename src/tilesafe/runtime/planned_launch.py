@@ -40,7 +40,7 @@ class PlannedLaunch:
     for the root itself)."""
     __slots__ = ("kernel", "entry", "plan", "compiled", "access", "scalars", "mode", "start", "values", "pointers",
                  "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
-                 "items", "byte_strides", "writes")
+                 "items", "byte_strides", "writes", "offsets", "shapes")
 
     def __init__(self, kernel, entry, access, scalars: dict):
         plan = entry.plan
@@ -49,6 +49,8 @@ class PlannedLaunch:
         self.scalars = {**plan.scalars, **scalars}
         self.facts = tuple(plan.facts[name] for name, _, _ in self.access)
         self.items = tuple(f[2].itemsize for f in self.facts)
+        self.offsets = tuple(0 if off is None else off * item for (_, _, off), item in zip(self.access, self.items))
+        self.shapes = tuple(tuple(f[0]) for f in self.facts)
         self.byte_strides = tuple(tuple(s * item for s in f[1]) for f, item in zip(self.facts, self.items))
         names = [name for name, _, _ in self.access]
         self.writes = tuple(writes(kernel, name) for name in names)
@@ -63,23 +65,27 @@ class PlannedLaunch:
 
     # -- per launch -------------------------------------------------------------------------
     def run(self, roots: list) -> bool:
-        """Launch with these roots ((torch tensor, storage state) per root); False: nothing
-        was done, the caller takes the full step."""
+        """Launch with these roots ((torch view, storage state, first element's address,
+        storage's address, storage's bytes) per root); False: nothing was done, the caller
+        takes the full step."""
         mode = self.mode
         if mode == _NONE:
             return False
         ptrs = []
-        aligns = self.aligns
-        for k, (_, r, off) in enumerate(self.access):
-            tv, state = roots[r]
+        aligns, offsets = self.aligns, self.offsets
+        k = 0
+        for _, r, _ in self.access:
+            root = roots[r]
+            state = root[1]
             if state._lent and _lent(state):
                 return False
-            p = tv.data_ptr() if off is None else tv.data_ptr() + off * self.items[k]
+            p = root[2] + offsets[k]
             if p & 15 != aligns[k]:
                 return False
             ptrs.append(p)
+            k += 1
         for k in self.reads:                  # S14 (a masked state only: none means all written)
-            tv, state = roots[self.access[k][1]]
+            state = roots[self.access[k][1]][1]
             if state.init_mask is not None and not state.is_written(self._view(k, roots)):
                 return False
         if mode == _GPU:
@@ -105,46 +111,43 @@ class PlannedLaunch:
         for i, k, box, by_columns in self.descriptors:
             from ..backends.triton import tma
             values[i] = tma.host_descriptor(self._view(k, roots), box, by_columns)
-        held, sets = [], []
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        for k, (_, r, off) in enumerate(self.access):
-            tv, state = roots[r]
-            byteset = self._byte_set(k, tv, ptrs[k])
+        sets, held, states = self.sets, [], []
+        writes = self.writes
+        k = 0
+        for _, r, _ in self.access:
+            tv, state, _, sptr, nbytes = roots[r]
+            byteset = sets[k]
+            offset = ptrs[k] - sptr
+            if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
+                byteset = sets[k] = self._byte_set(k, tv, sptr, nbytes, offset)
             if state._pending:
-                state.order_device(byteset, self.writes[k], stream)
+                state.order_device(byteset, writes[k], stream)
             held.append(tv)
-            sets.append(byteset)
+            states.append(state)
+            k += 1
         self.start(stream, tuple(values))
         for k in self.written:                # S14 (masked states only)
-            tv, state = roots[self.access[k][1]]
-            if state.init_mask is not None:
+            if states[k].init_mask is not None:
                 self._mark(k, roots)
         stream_obj = self.streams.get(stream)
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
         done = Completion(None, stream, tuple(held), stream_obj)   # event made lazily
-        for k, (_, r, _) in enumerate(self.access):
-            roots[r][1].record(sets[k], self.writes[k], done)
+        for k, state in enumerate(states):
+            state.record(sets[k], writes[k], done)
         launched = Launched.__new__(Launched)
         launched.consts, launched.scalars, launched.grid, launched.compiled = \
             self.plan.consts, self.scalars, self.plan.grid, self.compiled
         self.kernel.last_launch = launched
 
-    def _byte_set(self, k: int, tv, ptr: int) -> ByteSet:
-        """The bytes argument `k` reaches; the last one again while its memory did not move."""
-        storage = tv.untyped_storage()
-        sptr, nbytes = storage.data_ptr(), storage.nbytes()
-        found = self.sets[k]
-        if found is not None and found[1] == sptr and found[3] == ptr - sptr and found[2] == nbytes:
-            return found
+    def _byte_set(self, k: int, tv, sptr: int, nbytes: int, offset: int) -> ByteSet:
+        """The bytes argument `k` reaches (made again only when its memory moved)."""
         device = tv.device
         name = _DEVICE_NAMES.get(device)
         if name is None:
             name = _DEVICE_NAMES[device] = str(device)
-        f = self.facts[k]
-        found = self.sets[k] = ByteSet(name, sptr, nbytes, ptr - sptr, tuple(f[0]), self.byte_strides[k],
-                                       self.items[k])
-        return found
+        return ByteSet(name, sptr, nbytes, offset, self.shapes[k], self.byte_strides[k], self.items[k])
 
     # -- views, when something needs one ---------------------------------------------------
     def _view(self, k: int, roots):
@@ -169,7 +172,7 @@ class PlannedLaunch:
     def _bound(self, roots) -> Bound:
         tensors, held = {}, []
         for k, (name, r, off) in enumerate(self.access):
-            tv, state = roots[r]
+            tv, state = roots[r][0], roots[r][1]
             shape, strides, dtype, tile, prefix, _ = self.facts[k]
             t = Tensor(self._view(k, roots) if off is not None else tv, state, dtype)
             held.append(t)
