@@ -99,7 +99,8 @@ def linear_argmax(x, w, norm_weight=None, eps=1e-6, out=None, logprobs_out=None,
     wt = A.tensor(w, "w", fn, differentiable=False)
     _, dtype, device = A.float_operands(fn, x=xt, w=wt)
     if xt.ndim < 1 or wt.ndim != 2 or xt.shape[-1] != wt.shape[1]:
-        raise A.fail(fn, f"needs x of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}")
+        raise A.fail(fn, f"needs x of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}",
+                     help="w is the LM head's weight, (vocabulary, hidden)")
     (n, k), inputs = wt.shape, {"x": xt, "w": wt}
     if not 0 < n < EXACT_INDEX:
         raise A.fail(fn, f"w has {n} rows (the vocabulary); this function takes 1 to {EXACT_INDEX - 1}",

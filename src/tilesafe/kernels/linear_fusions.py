@@ -197,7 +197,8 @@ def silu_mul_linear(gate_up, w, residual=None, out=None, config=None):
                      help="pass the output of the packed gate/up projection")
     half = gt.shape[-1] // 2
     if wt.ndim != 2 or wt.shape[1] != half:
-        raise A.fail(fn, f"`w` must be (N, {half}) for gate_up of shape {gt.shape} (I = {half}), got {wt.shape}")
+        raise A.fail(fn, f"`w` must be (N, {half}) for gate_up of shape {gt.shape} (I = {half}), got {wt.shape}",
+                     help="pass the down projection's weight, (hidden, intermediate)")
     if _rows(gt) > SKINNY_M:
         act = silu_mul(gate_up[..., :half], gate_up[..., half:])
         return linear(act, w, residual=residual, out=out, config=config)
@@ -226,7 +227,8 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     dtype, device = xt.dtype, xt.device
     k, n = xt.shape[-1], wt.shape[0]
     if activation not in ACTIVATIONS:
-        raise A.fail(fn, f"activation must be None, \"silu\" or \"gelu\", got {activation!r}")
+        raise A.fail(fn, f"activation must be None, \"silu\" or \"gelu\", got {activation!r}",
+                     help="apply other activations with their own call")
     o = A.output(out, xt.shape[:-1] + (n,), dtype, device, torch_mode, fn)
     rt = None
     if residual is not None:
@@ -272,7 +274,8 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
 def _check_weight(fn, xt, wt, name) -> int:
     """K, after checking x (..., K) against w (N, K)."""
     if xt.ndim < 1 or wt.ndim != 2 or xt.shape[-1] != wt.shape[1]:
-        raise A.fail(fn, f"needs {name} of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}")
+        raise A.fail(fn, f"needs {name} of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}",
+                     help="w is stored (out_features, in_features), as torch's nn.Linear.weight")
     return wt.shape[1]
 
 
