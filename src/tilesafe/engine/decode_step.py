@@ -11,7 +11,7 @@ eager step before the capture runs under `ts.pdl()` so that their PDL code is co
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,8 +24,8 @@ from .model import Activations, DecodeWorkspace, Qwen3Model
 class _Step:
     a: Activations
     ws: DecodeWorkspace
-    graph: object = None      # the ts.Graph once captured
-    eager_runs: int = 0
+    graphs: dict = field(default_factory=dict)       # greedy -> the ts.Graph once captured
+    eager_runs: dict = field(default_factory=dict)   # greedy -> eager steps run so far
 
 
 class DecodeSteps:
@@ -50,15 +50,20 @@ class DecodeSteps:
         local_ids = [i - shift for i in ids] if shift else ids
         rows = [local_ids, positions, [p + 1 for p in positions], [s * L + p for s, p in zip(slots, positions)], slots]
         a.inputs.copy_(torch.tensor(rows, dtype=torch.int32))                 # (5, B) host -> device, one copy
-        if step.graph is not None:
-            step.graph.replay()
+        # An all-greedy batch takes its tokens from the LM head (linear_argmax), any other the
+        # sampler: two different steps, each captured once.
+        greedy = self.model.sampler is not None and self.model.sampler.all_greedy(len(ids))
+        graph = step.graphs.get(greedy)
+        if graph is not None:
+            graph.replay()
         else:
-            capture_next = self.use_graph and step.eager_runs == 0
+            runs = step.eager_runs.get(greedy, 0)
+            capture_next = self.use_graph and runs == 0
             with ts.pdl(self.pdl) if capture_next else contextlib.nullcontext():
-                self.model.decode(a, step.ws)
-            step.eager_runs += 1
-            if self.use_graph and step.eager_runs == 1:
-                self._capture(step)
+                self.model.decode(a, step.ws, greedy)
+            step.eager_runs[greedy] = runs + 1
+            if capture_next:
+                self._capture(step, greedy)
         return a.tokens.tolist(), a.chosen.tolist()          # device -> host copies only
 
     def _step(self, batch: int) -> _Step:
@@ -70,9 +75,9 @@ class DecodeSteps:
             step = self.steps[batch] = _Step(a, ws)
         return step
 
-    def _capture(self, step: _Step) -> None:
+    def _capture(self, step: _Step, greedy: bool) -> None:
         """Capture the step just run eagerly (its kernels are compiled, its scratch exists);
         the capture records the launches without running them."""
         with ts.graph(pdl=self.pdl) as g:
-            self.model.decode(step.a, step.ws)
-        step.graph = g
+            self.model.decode(step.a, step.ws, greedy)
+        step.graphs[greedy] = g

@@ -86,6 +86,10 @@ class DecodeWorkspace:
 # (the GPU's split count would be mostly empty blocks), make the CPU demo ~10x faster.
 CPU_LM_HEAD = {"block_n": 1024, "block_k": 64}
 CPU_DECODE_SPLITS = 2
+# Decode batches up to this many rows run the fused layer (`_forward_fused`): the fused
+# GEMVs are the weight-streaming path of `linear`, which serves M <= 16.
+FUSED_ROWS = 16
+
 
 
 class Qwen3Model:
@@ -123,13 +127,14 @@ class Qwen3Model:
         return DecodeWorkspace(tk.paged_decode_workspace(a.qr, self.cache.k[0], max_len=self.cache.max_model_len,
                                                          splits=CPU_DECODE_SPLITS if self.on_cpu else None))
 
-    def decode(self, a: Activations, workspace) -> None:
+    def decode(self, a: Activations, workspace, greedy: bool = False) -> None:
         """One token per sequence: row i is the sequence in cache slot a.tables[i, 0], its new
         token a.ids[i] at a.positions[i], written at cache row a.slots[i] (= slot *
         max_model_len + positions[i]); the cache then holds a.lens[i] = positions[i] + 1 rows
         of it. One
         write and one attention launch per layer serve the whole batch (`workspace` from
-        `decode_workspace(a)`)."""
+        `decode_workspace(a)`). `greedy` (every row's sampling is greedy) takes each token
+        straight from the LM head (`linear_argmax`): no logits are written."""
         def attend(n: int, layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             k_cache, v_cache = self.cache.k[n], self.cache.v[n]                  # (S, L, HKV, D)
             # q's and k's norms and RoPE, k and v into their cache rows: one launch.
@@ -137,7 +142,38 @@ class Qwen3Model:
                                   self.cfg.rms_norm_eps, self.cfg.rope_theta, q_out=a.qr)
             tk.paged_decode_attention(a.qr, k_cache, v_cache, a.tables, a.lens, out=a.attn,
                                       workspace=workspace.attention)
-        self._forward(a, attend, gather_last=False)
+        if a.ids.shape[0] <= FUSED_ROWS:
+            self._forward_fused(a, attend, greedy)
+        else:
+            self._forward(a, attend, gather_last=False)
+
+    def _forward_fused(self, a: Activations, attend, greedy: bool) -> None:
+        """`_forward` for a few rows (decode), in four GEMV launches a layer: each norm is the
+        prologue of the projection after it, SiLU-mul the prologue of the down projection,
+        and the residual add the epilogue of the o and down projections (a.residual += h,
+        in place), so no norm, add or SiLU-mul kernel runs between them. It computes what
+        `_forward` computes: every fused step rounds where the separate kernel stores."""
+        cfg, w = self.cfg, self.w
+        eps, m = cfg.rms_norm_eps, a.ids.shape[0]
+        hd, kvd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        tk.embedding(a.ids, w.embed, out=a.residual)                                # (M, E)
+        for n, layer in enumerate(w.layers):
+            tk.rms_norm_linear(a.residual, layer.input_norm, layer.qkv, eps, out=a.qkv)   # (M, (H + 2 HKV) D)
+            q = a.qkv[:, :hd].view(m, cfg.num_heads, cfg.head_dim)                  # (M, H, D) views
+            k = a.qkv[:, hd:hd + kvd].view(m, cfg.num_kv_heads, cfg.head_dim)       # (M, HKV, D)
+            v = a.qkv[:, hd + kvd:].view(m, cfg.num_kv_heads, cfg.head_dim)         # (M, HKV, D)
+            attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
+            tk.linear(a.attn.view(m, hd), layer.o, residual=a.residual, out=a.residual)   # residual += o(attn)
+            tk.rms_norm_linear(a.residual, layer.post_norm, layer.gate_up, eps, out=a.gu)  # (M, 2 I)
+            tk.silu_mul_linear(a.gu, layer.down, residual=a.residual, out=a.residual)     # residual += mlp
+        head = CPU_LM_HEAD if self.on_cpu else None
+        if greedy:   # the token and its log-probability straight from the LM head: no logits
+            tk.linear_argmax(a.residual, w.lm_head, norm_weight=w.norm, eps=eps, out=a.tokens,
+                             logprobs_out=a.chosen, config=head)
+        else:
+            tk.rms_norm(a.residual, w.norm, eps, out=a.x)
+            tk.linear(a.x, w.lm_head, out=a.logits, config=head)                    # (M, V)
+            self.sampler(a.logits, a.tokens, a.chosen)                              # (M,)
 
     def _forward(self, a: Activations, attend, gather_last: bool) -> None:
         cfg, w = self.cfg, self.w

@@ -40,6 +40,7 @@ class Sampler:
         self.top_p = rows(torch.float32, 1.0)              # (S,) 1: off
         self.seed = rows(torch.int64, 0)                   # (S,)
         self.step = rows(torch.int32, 0)                   # (S,) tokens the row's sequence has generated
+        self.greedy = [False] * max_num_seqs               # host copy: which rows sample greedily
         self.rng = rng or random.Random()
 
     @property
@@ -54,11 +55,16 @@ class Sampler:
         """Rows 0.. take these (resolved) parameters and seeds."""
         n = self._rows(len(params))
         greedy = [p.temperature < GREEDY_BELOW or p.top_k == 1 for p in params]
+        self.greedy[:n] = greedy
         self.temperature[:n].copy_(torch.tensor([0.0 if g else p.temperature for p, g in zip(params, greedy)],
                                                 dtype=torch.float32))
         self.top_k[:n].copy_(torch.tensor([max(p.top_k, 0) for p in params], dtype=torch.int32))
         self.top_p[:n].copy_(torch.tensor([p.top_p for p in params], dtype=torch.float32))
         self.seed[:n].copy_(torch.tensor([_signed64(s) for s in seeds], dtype=torch.int64))
+
+    def all_greedy(self, n: int) -> bool:
+        """Whether rows 0 .. n-1 all sample greedily (their token is the argmax of the logits)."""
+        return all(self.greedy[:self._rows(n)])
 
     def set_steps(self, steps: list[int]) -> None:
         """Row i draws the random number of its sequence's token number steps[i]."""
