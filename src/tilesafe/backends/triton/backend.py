@@ -217,7 +217,7 @@ class TritonLaunch:
     def layout_slots(self):
         """`(start, values, pointers, descriptors)` for launching this layout with other
         memory from a prebuilt argument tuple (runtime/planned_launch.py): `values` is this
-        launch's arguments, `pointers` the positions that take a tensor's address (position,
+        launch's arguments without its memory (None there), `pointers` the positions that take a tensor's address (position,
         parameter), `descriptors` those that take a TMA descriptor of it (position, parameter,
         box, by columns). Every other argument (extents, strides, scalars, grid) is a fact of
         the layout. None where `relauncher` has none."""
@@ -226,13 +226,16 @@ class TritonLaunch:
         direct = self.direct(None)
         if direct is None:
             return None
-        pointers, descriptors = [], []
+        pointers, descriptors, values = [], [], list(direct[1])
         for i, slot in enumerate(self.gen.args):
             if slot.what == "ptr":
                 pointers.append((i, slot.param))
             elif slot.what == "desc":
                 descriptors.append((i, slot.param, slot.box, slot.param in self.gen.column_major))
-        return direct[0], direct[1], tuple(pointers), tuple(descriptors)
+            else:
+                continue
+            values[i] = None        # this launch's memory: the caller's plan must not keep it alive
+        return direct[0], tuple(values), tuple(pointers), tuple(descriptors)
 
 
 MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2

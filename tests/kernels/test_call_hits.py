@@ -1,0 +1,206 @@
+"""Call plans' fast form (kernels/call_hits.py, runtime/planned_launch.py): from the third call
+of a layout a library call borrows known memory without `from_torch`, checks S7 once per call
+and starts each launch from the roots; every refusal a fresh call makes is still made —
+class, message, the user's line, nothing written — when only the memory's facts change
+between calls of one layout: two storages over the same bytes, bytes lent through another
+handle, unwritten memory, another alignment class. On a GPU a launch takes the call's
+addresses in a prebuilt argument tuple and registers each access as pending (CPU stand-ins)."""
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from call_helpers import assert_unchanged, marker_line, snapshot
+from tilesafe.kernels import call_hits
+from tilesafe.runtime import planned_launch
+from tilesafe.runtime.planned_launch import PlannedLaunch
+from tilesafe.runtime.storage_state import StorageState
+
+HERE = __file__
+
+
+def _rand(shape, seed, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g) * 2 - 1).to(device)
+
+
+def _rms(x, w, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _at_call(e, marker: str) -> None:
+    text = str(e)
+    assert e.loc is not None and e.loc.file == HERE and e.loc.line == marker_line(HERE, marker), text
+    assert text.startswith("error: ") and "= help: " in text, text
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """[borrows by from_torch on a hit, launches the fast form started]."""
+    count = [0, 0]
+    real_borrow, real_run = call_hits.from_torch, PlannedLaunch.run
+
+    def borrow(t):
+        count[0] += 1
+        return real_borrow(t)
+
+    def run(self, roots):
+        done = real_run(self, roots)
+        count[1] += done
+        return done
+    monkeypatch.setattr(call_hits, "from_torch", borrow)
+    monkeypatch.setattr(PlannedLaunch, "run", run)
+    return count
+
+
+def test_a_hit_borrows_known_memory_and_launches_from_its_roots(backend, device, counted):
+    from tilesafe.bench.observe import Observer
+    w, x, o = _rand((32,), 1, device), torch.empty(2, 32, device=device), torch.empty(2, 32, device=device)
+    for seed in range(5):                                         # record, redo, then the fast form
+        x.copy_(_rand((2, 32), seed, device))
+        got = tk.rms_norm(x.view(2, 32), w.view(32), out=o.view(2, 32))   # new objects, same memory
+        torch.testing.assert_close(got, _rms(x, w), rtol=2e-4, atol=2e-5)
+        if seed == 2:
+            counted[:] = [0, 0]
+    assert counted == [0, 2]                                      # no borrow: the storages' states were known
+    kernel = next(p for p in tk.rms_norm.plans.plans.values() if p.hit).steps[-1].kernel
+    with Observer([kernel]) as seen:
+        tk.rms_norm(x, w, out=o)
+    assert kernel.name in seen                                    # the launch is on record (bench/observe)
+    y = tk.rms_norm(x, w)                                         # the eager form: a new result each call
+    for _ in range(3):
+        z = tk.rms_norm(x, w)
+        assert z.data_ptr() != y.data_ptr() or z is not y
+        torch.testing.assert_close(z, _rms(x, w), rtol=2e-4, atol=2e-5)
+
+
+def test_two_storages_over_the_same_bytes_are_refused_as_a_first_call_is(backend):
+    """The key sees two storages; their memory overlaps, so the views meet unlike in the
+    recorded call: the whole-call check runs and refuses."""
+    w = _rand((32,), 1)
+    for seed in range(3):
+        tk.rms_norm(_rand((1, 32), seed), w, out=torch.zeros(1, 32))
+    base = _rand((64,), 9)
+    x = base[0:32].view(1, 32)
+    out = torch.from_numpy(base.numpy()[16:48]).view(1, 32)      # another storage, half over x
+    assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    before = snapshot(base, w)
+    with pytest.raises(ts.AliasError) as e:
+        tk.rms_norm(x, w, out=out)  # hit-two-storages
+    assert e.value.message == "rms_norm: `out` shares memory with the input `x`"
+    _at_call(e.value, "hit-two-storages")
+    assert_unchanged(before, base, w)
+
+
+def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backend):
+    w, x = _rand((32,), 1), _rand((2, 32), 2)
+    for _ in range(3):
+        tk.rms_norm(x, w, out=torch.zeros(2, 32))
+    out = torch.full((2, 32), 7.0)
+    lent = ts.from_torch(out).partition((1, 32))  # hit-lent-here
+    with pytest.raises(ts.OwnershipError) as e:
+        tk.rms_norm(x, w, out=out)  # hit-lent-call
+    assert e.value.message == (f"cannot partition this tensor: its bytes are lent to a partition "
+                               f"(lent at {HERE}:{marker_line(HERE, 'hit-lent-here')})")
+    _at_call(e.value, "hit-lent-call")
+    assert (out == 7.0).all()
+    lent.unpartition()
+    torch.testing.assert_close(tk.rms_norm(x, w, out=out), _rms(x, w), rtol=2e-4, atol=2e-5)
+
+
+def test_unwritten_memory_handed_to_torch_is_refused_by_a_hit(backend):
+    w = _rand((32,), 1)
+    for seed in range(3):
+        tk.add(_rand((2, 32), seed), w.expand(2, 32).contiguous())
+    handed = ts.empty((2, 32)).to_torch()                         # unwritten, handed to torch
+    with pytest.raises(ts.OwnershipError) as e:
+        tk.add(handed, w.expand(2, 32).contiguous())  # hit-unwritten
+    assert "came from ts.empty and has not been written" in e.value.message
+    _at_call(e.value, "hit-unwritten")
+    handed.fill_(0.25)                                            # torch writes it: its counter moves
+    torch.testing.assert_close(tk.add(handed, w.expand(2, 32)), handed + w)
+
+
+def test_another_alignment_class_takes_the_full_step_and_computes_right(backend, counted):
+    w, base = _rand((32,), 1), _rand((65,), 2)
+    for _ in range(4):
+        tk.rms_norm(base[0:64].view(2, 32), w)
+    counted[:] = [0, 0]
+    shifted = base[1:65].view(2, 32)                              # 4 bytes on: another 16-byte class
+    torch.testing.assert_close(tk.rms_norm(shifted, w), _rms(shifted, w), rtol=2e-4, atol=2e-5)
+    assert counted[1] == 0                                        # not launched on the aligned verdicts
+
+
+def test_a_two_launch_call_with_a_workspace_computes_right_every_call(backend):
+    for seed in range(5):
+        x = _rand((3, 70), seed)
+        assert torch.equal(tk.argmax(x), x.argmax(-1).to(torch.int32))
+
+
+class _Stream:
+    """A stand-in torch stream (nothing polls it: the completions are finished by hand)."""
+    device_index = None
+
+
+def test_the_gpu_form_starts_with_the_call_addresses_and_registers_each_access(monkeypatch):
+    """On a GPU a fast launch fills the call's addresses into the layout's argument tuple and
+    registers each argument's bytes as pending on the current stream (S9/S10), with byte sets
+    made again when the memory moved. Stand-ins for the stream and Triton's launcher."""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    started = []
+
+    def prepare(self, bound):              # what TritonLaunch.layout_slots gives: a slot per address
+        self.start = lambda stream, args: started.append((stream, args))
+        self.values = (None,) * len(self.access) + ("a fact of the layout",)
+        self.pointers = tuple((k, k) for k in range(len(self.access)))
+        self.descriptors, self.device_index = (), 0
+        return planned_launch._GPU
+    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+    tk.rms_norm.plans.plans.clear()                               # plans made here, with the stand-ins
+    done = []
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        for seed in range(5):
+            x, out = _rand((2, 32), seed), torch.zeros(2, 32)
+            tk.rms_norm(x, w, out=out)
+            if not started:
+                continue
+            stream, args = started.pop()
+            assert stream == 7 and args[-1] == "a fact of the layout"
+            assert sorted(args[:-1]) == sorted([x.data_ptr(), w.data_ptr(), out.data_ptr()])
+            for t, write in ((x, False), (w, False), (out, True)):
+                access = StorageState.of(t)._pending[-1]
+                assert (access.is_write, access.future.stream) == (write, 7)
+                assert (access.byteset.start, access.byteset.end) == (t.data_ptr(), t.data_ptr() + t.nbytes)
+                done.append(access.future)
+        assert len(done) == 3 * 3                                  # calls 3, 4 and 5 took the GPU form
+    for d in done:                                                 # the stand-in work is over
+        d._finish()
+    tk.rms_norm.plans.plans.clear()                               # no later test meets a stand-in's plan
+
+
+def test_the_argument_tuple_of_a_layout_leaves_out_the_launch_memory(monkeypatch):
+    """TritonLaunch.layout_slots: the addresses (and descriptors) are the call's, everything
+    else is the launch's own values; the tuple keeps no tensor of the launch alive."""
+    from tilesafe.backends.triton.backend import TritonLaunch, launch_values
+    from tilesafe.runtime import binding
+
+    @ts.kernel
+    def double(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+        z.store(ts.load_tile_like(x, z) * 2.0)
+    monkeypatch.setattr(TritonLaunch, "direct", lambda self, counters=None: (
+        "start", tuple(launch_values(self.gen, self.bound, self.tensors, self.grid, None))))
+    x, z = ts.tensor(torch.arange(8, dtype=torch.float32)), ts.empty(8)
+    p = z.partition((4,))
+    bound = binding.bind(double, (p, x), {}, None, False)
+    call = double.specializer.compiled(bound, "triton-interpreter").launch(bound)
+    start, values, pointers, descriptors = call.layout_slots()
+    full = launch_values(call.gen, bound, call.tensors, call.grid, None)
+    assert start == "start" and descriptors == ()
+    assert sorted(param for _, param in pointers) == ["x", "z"]
+    for i, param in pointers:
+        assert values[i] is None and full[i] is call.tensors[param]
+    assert all(v == full[i] for i, v in enumerate(values) if i not in dict(pointers))
+    assert not any(isinstance(v, torch.Tensor) for v in values)
+    p.unpartition()
