@@ -21,35 +21,73 @@ def req(rid, n_prompt, order, generated=()):
 
 
 def test_scheduler_admits_in_order_and_the_head_is_not_overtaken():
-    s = Scheduler(max_num_seqs=4, max_model_len=16, num_blocks=6, block_size=4)
+    s = Scheduler(max_num_seqs=4, max_model_len=16, num_blocks=6, block_size=4, prefix_caching=False)
     a, b, c = req("a", 8, 1), req("b", 13, 2), req("c", 2, 3)
     for r in (a, b, c):
         s.add(r)
-    assert s.admit() == [a]                    # b needs 4 blocks + 1 headroom for a: 5 > 4 free
+    plan = s.schedule()
+    assert plan.prefill == [(a, 8)] and plan.decode == []   # b needs 4 blocks + 1 headroom for a: 5 > 4 free
     assert list(s.waiting) == [b, c]           # c would fit, but does not pass b
-    assert (a.slot, s.blocks.stats().used) == (0, 2)
+    assert (a.running, s.blocks.stats().used) == (True, 2)
     s.finish(a)
-    assert s.admit() == [b, c] and (b.slot, c.slot) == (0, 1)
+    assert s.schedule().prefill == [(b, 13), (c, 2)] and s.running == [b, c]
     assert s.blocks.stats().used == 5
 
 
 def test_scheduler_preempts_the_latest_and_requeues_it_first():
-    s = Scheduler(max_num_seqs=3, max_model_len=16, num_blocks=4, block_size=4)
+    s = Scheduler(max_num_seqs=3, max_model_len=16, num_blocks=4, block_size=4, prefix_caching=False)
     a, b = req("a", 4, 1, generated=[7]), req("b", 3, 2, generated=[7])
     for r in (a, b):
         s.add(r)
-    assert s.admit() == [a, b]                 # a: 5 tokens = 2 blocks, b: 4 tokens = 1 block
-    b.seq.tokens.append(8)                     # a feeds its 5th token, b its 4th: a new block, the last
-    assert s.reserve_decode([a, b]) == []
-    assert s.blocks.stats().free == 0
-    a.seq.tokens += [8, 9]
-    s.blocks.append("a", [8, 9])               # a fills its second block (8 tokens)
-    assert s.reserve_decode([a, b]) == [b]     # a's 9th token needs a block: b (the latest) goes
-    assert b.slot is None and list(s.waiting) == [b] and b.preemptions == 1
+    assert s.schedule().prefill == [(a, 5), (b, 4)]     # a: 5 tokens = 2 blocks, b: 4 tokens = 1 block
+    s.computed(a, 5), s.computed(b, 4)
+    a.seq.tokens.append(8), b.seq.tokens.append(8)   # each sampled a token: b's 5th needs a new block, the last
+    plan = s.schedule()
+    assert plan.decode == [a, b] and plan.preempted == [] and s.blocks.stats().free == 0
+    s.computed(a, 1), s.computed(b, 1)
+    a.seq.tokens += [9, 10, 11]                # a now holds 9 tokens: a third block, none free
+    plan = s.schedule()
+    assert plan.preempted == [b] and plan.prefill == [(a, 3)]   # b (the latest) goes
+    assert not b.running and list(s.waiting) == [b] and b.preemptions == 1 and b.computed == 0
     assert s.blocks.num_tokens("a") == 9 and s.blocks.stats().used == 3
     s.finish(a)
-    assert s.admit() == [b] and b.slot == 0
+    assert s.schedule().prefill == [(b, 5)]
     assert s.blocks.num_tokens("b") == len(b.kv_tokens) == 5     # recomputed: prompt + its generated tokens
+
+
+def test_scheduler_chunks_long_prompts_within_the_step_budget_beside_decodes():
+    s = Scheduler(max_num_seqs=2, max_model_len=32, num_blocks=16, block_size=4, max_num_batched_tokens=4)
+    short, long = req("s", 2, 1), req("l", 11, 2)
+    for r in (short, long):
+        s.add(r)
+    plan = s.schedule()
+    assert plan.prefill == [(short, 2), (long, 2)]       # the budget's 4 tokens, in arrival order
+    s.computed(short, 2), s.computed(long, 2)
+    short.seq.tokens.append(5)                           # short's prompt ended: it decodes from now on
+    chunks = []
+    while long.uncomputed > 1:
+        plan = s.schedule()
+        assert plan.decode == [short] and plan.num_tokens <= 4
+        chunks += [n for _, n in plan.prefill]
+        for r, n in plan.prefill:
+            s.computed(r, n)
+        s.computed(short, 1)
+        short.seq.tokens.append(5)
+    assert chunks == [3, 3, 3] and long.computed == 11
+
+
+def test_scheduler_admits_on_prefix_hits_and_skips_their_tokens():
+    s = Scheduler(max_num_seqs=2, max_model_len=32, num_blocks=6, block_size=4)
+    a = req("a", 13, 1)                        # 4 blocks
+    s.add(a)
+    s.schedule()
+    s.computed(a, 13)
+    b = req("b", 13, 2)                        # the same prompt: 4 blocks, but 3 are a's (shared)
+    s.add(b)
+    plan = s.schedule()
+    assert plan.decode == [b] and plan.prefill == []     # one token left to compute: the decode step does it
+    assert (b.cached, b.computed) == (12, 12) and s.blocks.stats().used == 5
+    assert s.blocks.block_table("a")[:3] == s.blocks.block_table("b")[:3]
 
 
 @pytest.fixture(scope="module")
@@ -158,15 +196,16 @@ def test_a_receiver_whose_event_loop_closed_does_not_stop_the_engine(llm, alone)
 
 
 def test_a_decode_batch_is_exactly_the_running_requests(llm, alone, monkeypatch):
-    """Short requests in slots 0 and 1 finish; the long one in slot 2 then decodes alone, a
-    batch of 1 at its own slot (not rows up to its slot)."""
+    """Three requests decode together (a bucket of 4: one padding row); the two short ones
+    finish and the long one then decodes alone, in the bucket of 1."""
+    from tilesafe.serve.decode_buckets import DecodeBuckets
     batches = []
-    run = llm.decode_steps.run
+    run = DecodeBuckets.run
 
-    def record(ids, positions, slots=None):
-        batches.append(list(slots))
-        return run(ids, positions, slots)
-    monkeypatch.setattr(llm.decode_steps, "run", record)
+    def record(self, ids, positions, slots, tables):
+        batches.append((len(ids), self.bucket(len(ids))))
+        return run(self, ids, positions, slots, tables)
+    monkeypatch.setattr(DecodeBuckets, "run", record)
     engine = AsyncLLM(llm)
     try:
         params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (2, 2, 6)]
@@ -179,7 +218,7 @@ def test_a_decode_batch_is_exactly_the_running_requests(llm, alone, monkeypatch)
     finally:
         engine.shutdown()
     assert [g[1] for g in got] == [alone(p, sp).token_ids for p, sp in zip(prompts, params)]
-    assert batches[0] == [0, 1, 2] and batches[-1] == [2]
+    assert (3, 4) in batches and batches[-1] == (1, 1)
 
 
 def test_an_engine_thread_that_dies_fails_its_requests_instead_of_hanging(llm, monkeypatch):

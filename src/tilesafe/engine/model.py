@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 import tilesafe.kernels as tk
+from tilesafe.kernels.paged_prefill import paged_prefill_attention
 
 from .checkpoint import Weights
 from .config import Qwen3Config
@@ -91,7 +92,6 @@ CPU_DECODE_SPLITS = 2
 FUSED_ROWS = 16
 
 
-
 class Qwen3Model:
     """The decoder over packed weights and a KV cache."""
 
@@ -109,17 +109,29 @@ class Qwen3Model:
         L = self.cache.max_model_len
         a.slots.copy_(torch.cat([i * L + torch.arange(e - s, dtype=torch.int32)             # host -> device
                                  for i, (s, e) in enumerate(zip(starts, starts[1:]))]))
+        self.prefill_paged(a, starts, [0] * (len(starts) - 1), None)
 
+    def prefill_paged(self, a: Activations, starts: list[int], cached: list[int], tables) -> None:
+        """Prefill chunks of sequences through a paged cache: sequence i's rows starts[i] ..
+        starts[i+1]-1 are its positions cached[i] .., each row's cache row is in a.slots (the
+        caller's slot mapping), and its keys before cached[i] are in the cache already, read
+        through row i of `tables` (R, max_blocks) i32 (None when nothing is cached). a.last
+        holds each chunk's last row, whose next token lands in a.tokens / a.chosen."""
         def attend(n: int, layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             eps, theta = self.cfg.rms_norm_eps, self.cfg.rope_theta
+            k_cache, v_cache = self.cache.k[n], self.cache.v[n]
             tk.norm_rope(q, layer.q_norm, a.positions, eps, theta, out=a.qr)   # per-head norm + RoPE
             tk.norm_rope(k, layer.k_norm, a.positions, eps, theta, out=a.kr)
-            # Every prompt's keys and values in one launch (slot i's rows i * L + position).
-            tk.paged_kv_write(self.cache.k[n], self.cache.v[n], a.kr, v, a.slots, check="device")
+            # Every chunk's keys and values in one launch, each row to its slot.
+            tk.paged_kv_write(k_cache, v_cache, a.kr, v, a.slots, check="device")
             for i in range(len(starts) - 1):
                 s, e = starts[i], starts[i + 1]
-                tk.flash_attention(a.qr[s:e].transpose(0, 1), a.kr[s:e].transpose(0, 1), v[s:e].transpose(0, 1),
-                                   causal=True, out=a.attn[s:e].transpose(0, 1))   # (H, T_i, D) views
+                if cached[i]:   # a prefix in the cache: the chunk's queries read every key through the table
+                    paged_prefill_attention(a.qr[s:e], k_cache, v_cache, tables, cached[i], row=i, out=a.attn[s:e])
+                else:
+                    tk.flash_attention(a.qr[s:e].transpose(0, 1), a.kr[s:e].transpose(0, 1),
+                                       v[s:e].transpose(0, 1), causal=True,
+                                       out=a.attn[s:e].transpose(0, 1))   # (H, T_i, D) views
         self._forward(a, attend, gather_last=True)
 
     def decode_workspace(self, a: Activations):
@@ -142,7 +154,7 @@ class Qwen3Model:
                                   self.cfg.rms_norm_eps, self.cfg.rope_theta, q_out=a.qr)
             tk.paged_decode_attention(a.qr, k_cache, v_cache, a.tables, a.lens, out=a.attn,
                                       workspace=workspace.attention)
-        if a.ids.shape[0] <= FUSED_ROWS:
+        if self.tp is None and a.ids.shape[0] <= FUSED_ROWS:
             self._forward_fused(a, attend, greedy)
         else:
             self._forward(a, attend, gather_last=False)

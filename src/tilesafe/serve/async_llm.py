@@ -27,9 +27,10 @@ from .request import Request
 
 
 class AsyncLLM:
-    def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None):
+    def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
+                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True):
         self.llm = llm
-        self.core = EngineCore(llm, kv_blocks, block_size, metrics)
+        self.core = EngineCore(llm, kv_blocks, block_size, metrics, max_num_batched_tokens, prefix_caching)
         self.thread = EngineThread(self.core)
         self._ids = itertools.count()
         self._live: set[str] = set()
@@ -79,11 +80,13 @@ class AsyncLLM:
         self.thread.abort(request_id)
 
     def stats(self) -> dict:
-        """Running and waiting requests and KV blocks, read between steps."""
+        """Running and waiting requests, KV blocks, prefix-cache hits and lookups (in blocks),
+        preemptions and steps, read between steps."""
         def read(core: EngineCore) -> dict:
             st = core.scheduler.blocks.stats()
             return dict(running=len(core.scheduler.running), waiting=len(core.scheduler.waiting),
-                        kv_blocks_used=st.used, kv_blocks_total=st.total, preemptions=core.preemptions,
+                        kv_blocks_used=st.used, kv_blocks_total=st.total, prefix_cache_hits=st.hits,
+                        prefix_cache_queries=st.queries, preemptions=core.preemptions,
                         steps=core.steps)
         return self.thread.call(read)
 

@@ -98,10 +98,22 @@ class BlockManager:
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def can_allocate(self, token_ids) -> bool:
-        """Would `allocate(seq, token_ids)` succeed now (prefix hits counted)?"""
+    def can_allocate(self, token_ids, reserve: int = 0) -> bool:
+        """Would `allocate(seq, token_ids)` succeed now (prefix hits counted) and leave at
+        least `reserve` blocks free (headroom for the running sequences to grow)?"""
         hits, revived = self._hits_for(list(token_ids))
-        return self.blocks_needed(len(token_ids)) - len(hits) <= self.num_free_blocks - revived
+        return self.blocks_needed(len(token_ids)) - len(hits) + reserve <= self.num_free_blocks - revived
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every free block's name: their contents were overwritten outside the
+        manager (the model's buffers used by someone else). Blocks in use keep theirs."""
+        for block_id in list(self._named_free):
+            block = self._blocks[block_id]
+            if self._by_name.get(block.name) == block_id:
+                del self._by_name[block.name]
+            block.name, block.tokens = None, ()
+            self._fresh[block_id] = None
+        self._named_free.clear()
 
     def can_append(self, seq_id, num_tokens: int = 1) -> bool:
         seq = self._seq(seq_id)

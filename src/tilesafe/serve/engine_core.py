@@ -1,16 +1,19 @@
 """`EngineCore`: continuous batching over the offline engine's model, one step at a time.
 
-    core = EngineCore(llm, kv_blocks=None, block_size=16, metrics=None)
+    core = EngineCore(llm, kv_blocks=None, block_size=16, metrics=None,
+                      max_num_batched_tokens=None, prefix_caching=True)
     core.add(request); core.abort(request_id)
     while core.has_work():
         core.step()                  # outputs go to each request's sink
 
-A step first admits waiting requests that fit (FIFO) and prefills them — each gets its first
-token — then decodes one token for every running request, preempting the latest ones when
-KV blocks run short. New requests therefore join between decode steps and never stall the
-running ones for more than one prefill. Finished and aborted requests free
-their slot and blocks at once. `EngineCore` is not thread-safe: `EngineThread` owns it and
-calls it from one thread (which then does all the device work).
+A step asks the scheduler for its plan — a token for each decoding request, prefill chunks
+of the prompts under way and of newly admitted requests, within the step's token budget,
+preempting the latest requests when KV blocks run short — then runs the chunks as one
+ragged prefill and the decodes as one batched step, and emits every new token. A long
+prompt is thus prefilled over several steps while the running requests keep decoding;
+a prompt whose leading blocks are in the prefix cache computes only the rest. Finished and
+aborted requests free their blocks at once. `EngineCore` is not thread-safe: `EngineThread`
+owns it and calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from .scheduler import Scheduler
 
 
 class EngineCore:
-    def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None):
+    def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
+                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True):
         self.llm = llm
         need = -(-llm.max_model_len // block_size)          # one sequence of max_model_len must fit
         if kv_blocks is None:
@@ -33,8 +37,15 @@ class EngineCore:
         if not isinstance(kv_blocks, int) or kv_blocks < need:
             raise request_error(f"serve: kv_blocks {kv_blocks!r} of {block_size} tokens hold fewer than "
                                 f"max_model_len {llm.max_model_len} tokens", help=f"give at least {need} blocks")
-        self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size)
-        self.runner = ModelRunner(llm)
+        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+            raise request_error(f"serve: block_size must be a positive int, got {block_size!r}")
+        if max_num_batched_tokens is not None and (not isinstance(max_num_batched_tokens, int)
+                                                   or max_num_batched_tokens < llm.max_num_seqs):
+            raise request_error(f"serve: max_num_batched_tokens {max_num_batched_tokens!r} is below max_num_seqs "
+                                f"{llm.max_num_seqs}", help="a step must hold one decode token per running request")
+        self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
+                                   max_num_batched_tokens, prefix_caching)
+        self.runner = ModelRunner(llm, self.scheduler.blocks, pad_decode)
         self.metrics = metrics
         self._order = 0
         self.steps = 0
@@ -65,23 +76,32 @@ class EngineCore:
 
     def step(self) -> None:
         s = self.scheduler
-        admitted = s.admit()
-        if admitted:        # the gauges show the admitted requests' blocks before their first token goes out
+        plan = s.schedule()
+        self.preemptions += len(plan.preempted)
+        if plan.num_tokens:     # the gauges show the admitted requests' blocks before their first token goes out
             self._gauges()
         with self.llm._on_device(), torch.inference_mode():
-            if admitted:
-                self.runner.prefill(admitted)
-                self._emit(admitted)
-            # Every running sequence decodes, those just prefilled too (their second token).
-            decoding = [r for r in s.running if not r.seq.finished]
-            preempted = s.reserve_decode(decoding)
-            self.preemptions += len(preempted)
-            decoding = [r for r in decoding if r.slot is not None]
-            if decoding:
-                self.runner.decode(decoding)
-                self._emit(decoding)
+            if plan.prefill:
+                done = self.runner.prefill(plan.prefill)
+                for r, n in plan.prefill:
+                    s.computed(r, n)
+                self._emit(done)
+            if plan.decode:
+                self.runner.decode(plan.decode)
+                for r in plan.decode:
+                    s.computed(r, 1)
+                self._emit(plan.decode)
         self.steps += 1
         self._gauges()
+
+    def reset_prefix_cache(self) -> None:
+        """The model's buffers were used outside the server (an `LLM.generate` call on the
+        engine thread between steps): forget the prefix cache and the sampler's rows.
+        Nothing may be running."""
+        if self.scheduler.running:
+            raise request_error("serve: reset_prefix_cache while requests run", help="call it between requests")
+        self.scheduler.blocks.reset_prefix_cache()
+        self.runner.forget_rows()
 
     def fail_all(self, error: BaseException) -> None:
         """An exception inside a step: every request gets it; the engine starts empty again."""

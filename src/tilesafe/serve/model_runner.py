@@ -1,94 +1,110 @@
-"""Runs the engine's Qwen3 model for the scheduler: prefills of newly admitted requests
-into their cache slots, and batched decode steps over the running ones.
+"""Runs the engine's Qwen3 model for the scheduler over a paged KV cache: one ragged
+prefill of the step's chunks, then one batched decode step, every token's KV written to
+and read from the blocks the block manager gave its request.
 
-A request keeps the cache slot the scheduler gave it for as long as it runs. A decode step's
-rows are the running requests in slot order, each reading and writing its own slot
-(`DecodeSteps.run(ids, positions, slots)`: no idle rows; one step per batch size, captured
-on a GPU), sampled with the sampler's row of the same index — so the sampler's rows are
-rewritten whenever the batch's requests change. A prefill runs the prompts of consecutive
-slots packed together through a view of the model whose cache starts at the first of those
-slots and whose sampler reads from that row (the sampler's rows are then indexed by slot).
+The cache is a pool of `num_blocks` blocks of `block_size` positions per layer
+(`PagedKVCache`). When the offline engine's slot cache holds that many blocks it is reused
+as the pool (no second allocation: the LLM then belongs to the server, and a `generate`
+call in between must be followed by `EngineCore.reset_prefix_cache()`); otherwise the pool
+is allocated. The model is the LLM's weights and sampler over that pool.
+
+Prefill: chunk i of the step is a request's next n uncomputed tokens, positions
+`computed ..`; every chunk is packed into one forward whose rows write their KV at the
+slots of the request's block table, and whose attention reads the request's earlier
+positions (cached prefix blocks, earlier chunks) through the table. The chunk that ends
+a prompt samples its next token with the request's sampling row.
+
+Decode: one token per decoding request, batched in the smallest bucket that holds them
+(`DecodeBuckets`); sampler row i is the batch's row i, rewritten when the batch's requests
+change, padding rows greedy.
 """
 from __future__ import annotations
 
 import torch
 
-from ..engine.kv_cache import KVCache
+from ..engine.kv_cache import PagedKVCache
 from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
+from .block_manager import BlockManager
+from .decode_buckets import DecodeBuckets
 from .request import Request
+
+IDLE = SamplingParams(temperature=0).resolved({})
 
 
 class ModelRunner:
-    def __init__(self, llm):
-        self.llm = llm
-        n = llm.max_num_seqs
-        idle = SamplingParams(temperature=0).resolved({})
-        self._params: list[SamplingParams] = [idle] * n      # each slot's sampling row
-        self._seeds: list[int] = [0] * n
-        self._steps: list[int] = [0] * n                     # each slot's Philox step: tokens generated
+    def __init__(self, llm, blocks: BlockManager, pad_decode: bool = True):
+        self.llm, self.blocks = llm, blocks
+        nb, bs = blocks.num_blocks, blocks.block_size
+        cache = PagedKVCache.over(llm.model.cache, nb, bs)
+        self.shares_llm_cache = cache is not None
+        if cache is None:
+            with llm._on_device():
+                cache = PagedKVCache.allocate(llm.config, nb, bs, llm.max_model_len, llm.dtype, llm.device)
+        self.cache = cache
+        self.model = Qwen3Model(llm.config, llm.model.w, cache, llm.sampler)
+        self.max_blocks = -(-llm.max_model_len // bs)
+        self.decoder = DecodeBuckets(self.model, llm.max_num_seqs, self.max_blocks, llm.dtype, llm.device,
+                                     llm.decode_steps.use_graph, pad=pad_decode)
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
 
-    def prefill(self, reqs: list[Request]) -> None:
-        """Compute each request's KV (prompt, then tokens generated before a preemption) into
-        its slot and append the token sampled after it."""
-        for r in reqs:
-            self._params[r.slot], self._seeds[r.slot] = r.seq.params, r.seq.seed
-            self._steps[r.slot] = len(r.seq.tokens)
-        self.llm.sampler.set_rows(self._params, self._seeds)
-        self.llm.sampler.set_steps(self._steps)
-        self._rows = None                                    # rows by slot now, not by batch row
-        for run in _consecutive(sorted(reqs, key=lambda r: r.slot)):
-            self._prefill_run(run)
+    def prefill(self, chunks: list[tuple[Request, int]]) -> list[Request]:
+        """Compute the KV of each (request, n): its next n uncomputed tokens; return the
+        requests whose prompt this ends, each with its next token appended."""
+        llm, bm = self.llm, self.blocks
+        reqs = [r for r, _ in chunks]
+        lengths = [n for _, n in chunks]
+        starts = [sum(lengths[:i]) for i in range(len(chunks) + 1)]
+        ids, positions, slots, tables = [], [], [], []
+        for r, n in chunks:
+            c = r.computed
+            ids += r.kv_tokens[c:c + n]
+            positions += range(c, c + n)
+            slots += bm.slots(r.request_id, c, c + n)
+            table = bm.block_table(r.request_id)
+            tables.append(table + [0] * (self.max_blocks - len(table)))
+        self._set_rows(reqs)
+        a = Activations.allocate(llm.config, starts[-1], len(chunks), llm.dtype, llm.device)
+        a.ids.copy_(torch.tensor(ids, dtype=torch.int32))
+        a.positions.copy_(torch.tensor(positions, dtype=torch.int32))
+        a.slots.copy_(torch.tensor(slots, dtype=torch.int32))
+        a.last.copy_(torch.tensor(starts[1:], dtype=torch.int32) - 1)
+        cached = [r.computed for r in reqs]
+        table_t = torch.tensor(tables, dtype=torch.int32, device=llm.device) if any(cached) else None
+        self.model.prefill_paged(a, starts, cached, table_t)
+        done = []
+        for (r, n), t, lp in zip(chunks, a.tokens.tolist(), a.chosen.tolist()):
+            if r.uncomputed == n:                  # the prompt's last chunk: its logits give the next token
+                r.seq.append(t, lp)
+                done.append(r)
+        return done
 
     def decode(self, reqs: list[Request]) -> None:
-        """One token for each request (each feeds back its last token), row i the i-th by slot."""
-        reqs = sorted(reqs, key=lambda r: r.slot)
-        sampler = self.llm.sampler
-        if self._rows != tuple(reqs):
-            sampler.set_rows([r.seq.params for r in reqs], [r.seq.seed for r in reqs])
-            self._rows = tuple(reqs)
-        sampler.set_steps([len(r.seq.tokens) for r in reqs])              # each row's Philox step
-        tokens, logprobs = self.llm.decode_steps.run([r.seq.tokens[-1] for r in reqs],
-                                                     [r.seq.position for r in reqs], [r.slot for r in reqs])
+        """One token for each request: each feeds back its newest token."""
+        bm = self.blocks
+        b = self.decoder.bucket(len(reqs))
+        self._set_rows(reqs, pad_to=b)
+        ids, positions, slots, tables = [], [], [], []
+        for r in reqs:
+            p = r.computed                         # the fed-back token's position
+            ids.append(r.kv_tokens[p])
+            positions.append(p)
+            slots.append(bm.slot(r.request_id, p))
+            tables.append(bm.block_table(r.request_id))
+        tokens, logprobs = self.decoder.run(ids, positions, slots, tables)
         for r, t, lp in zip(reqs, tokens, logprobs):
             r.seq.append(t, lp)
 
-    def _prefill_run(self, run: list[Request]) -> None:
-        llm, first = self.llm, run[0].slot
-        ids = [r.kv_tokens for r in run]
-        lengths = [len(x) for x in ids]
-        starts = [sum(lengths[:i]) for i in range(len(run) + 1)]
-        a = Activations.allocate(llm.config, starts[-1], len(run), llm.dtype, llm.device)
-        a.ids.copy_(torch.tensor([t for x in ids for t in x], dtype=torch.int32))
-        a.positions.copy_(torch.cat([torch.arange(n, dtype=torch.int32) for n in lengths]))
-        a.last.copy_(torch.tensor(starts[1:], dtype=torch.int32) - 1)
-        cache = llm.model.cache
-        view = KVCache([k[first:first + len(run)] for k in cache.k], [v[first:first + len(run)] for v in cache.v],
-                       len(run), cache.max_model_len)
-        model = Qwen3Model(llm.config, llm.model.w, view, _SamplerRows(llm.sampler, first))
-        model.prefill(a, starts)
-        for r, t, lp in zip(run, a.tokens.tolist(), a.chosen.tolist()):
-            r.seq.append(t, lp)
+    def forget_rows(self) -> None:
+        """Someone else wrote the sampler's rows (LLM.generate): set them again next step."""
+        self._rows = None
 
-
-class _SamplerRows:
-    """The engine's sampler, seen from row `first` on: a prefill of slots first.. samples
-    its prompts with their own rows."""
-
-    def __init__(self, sampler, first: int):
-        self.sampler, self.first = sampler, first
-
-    def __call__(self, logits, out_tokens, out_logprobs):
-        self.sampler(logits, out_tokens, out_logprobs, first_row=self.first)
-
-
-def _consecutive(reqs: list[Request]) -> list[list[Request]]:
-    """Requests sorted by slot, split into runs of consecutive slots."""
-    runs: list[list[Request]] = []
-    for r in reqs:
-        if runs and runs[-1][-1].slot + 1 == r.slot:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    return runs
+    def _set_rows(self, reqs: list[Request], pad_to: int = 0) -> None:
+        """Sampler row i: request i's parameters, seed and Philox step (tokens generated)."""
+        pad = max(pad_to - len(reqs), 0)
+        key = (tuple(reqs), pad)
+        sampler = self.llm.sampler
+        if self._rows != key:
+            sampler.set_rows([r.seq.params for r in reqs] + [IDLE] * pad, [r.seq.seed for r in reqs] + [0] * pad)
+            self._rows = key
+        sampler.set_steps([len(r.seq.tokens) for r in reqs] + [0] * pad)

@@ -1,6 +1,6 @@
 """One request inside the serving engine: the engine's `Sequence` (tokens, text, stop rules)
-plus what the scheduler and the metrics need — its arrival order, its cache slot while it
-runs, and where its outputs go."""
+plus what the scheduler and the metrics need — its arrival order, how many of its tokens
+have their KV in the cache while it runs, and where its outputs go."""
 from __future__ import annotations
 
 import time
@@ -18,7 +18,9 @@ class Request:
     sink: Callable[[object], None]             # called (on the engine thread) with each StreamOutput
     order: int = 0                             # arrival order: FIFO admission, latest preempted first
     arrival: float = field(default_factory=time.monotonic)
-    slot: int | None = None                    # the engine's cache slot while running
+    running: bool = False                      # admitted: holds KV blocks (the block manager's table)
+    computed: int = 0                          # leading kv_tokens whose KV is in the cache (while running)
+    cached: int = 0                            # of those, taken from the prefix cache at admission
     sent: int = 0                              # tokens already sent to the sink
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -29,6 +31,12 @@ class Request:
         """The tokens whose KV a (re)started prefill computes: the prompt, then every
         generated token (after a preemption they are recomputed, not generated again)."""
         return self.seq.prompt_ids + self.seq.tokens
+
+    @property
+    def uncomputed(self) -> int:
+        """Tokens whose KV the model must still compute: 1 for a decoding request (the token
+        it feeds back), more for a prompt being prefilled (chunk by chunk)."""
+        return len(self.seq.prompt_ids) + len(self.seq.tokens) - self.computed
 
     def take_output(self) -> StreamOutput:
         """The tokens and text new since the last call, as one output."""

@@ -1,38 +1,58 @@
-"""The continuous-batching scheduler: which requests run in the next step.
+"""The scheduler of continuous batching: waiting and running queues, admission by free KV
+blocks, a token budget per step split between decodes and prefill chunks, preemption by
+recomputation.
 
-Requests wait in arrival order (FIFO) and are admitted while a cache slot is free and the KV
-capacity — counted in blocks by a `BlockManager` — holds their tokens, leaving one block of
-headroom per running sequence so that admitting never forces the running ones out at once.
-The head of the queue is never overtaken: a long prompt that does not fit yet holds back the
-shorter ones behind it (fairness over packing).
+Every running request has `uncomputed` tokens whose KV the model must still compute: one
+for a decoding request (the token it feeds back), more for a prompt being prefilled. A
+step (`schedule()`) gives
 
-Before a decode step every running sequence needs the slot of the token it feeds back. When
-the blocks run out, the latest-arrived running sequence is preempted: its blocks and slot
-are freed and it goes back to the front of the queue with its generated tokens, to be
-recomputed by a prefill when it is admitted again (preemption by recomputation; no swap).
-The capacity is checked to hold at least one sequence of `max_model_len` tokens, so the
-earliest request always progresses.
+1. each running request a slot for its newest token (the block manager's `append`),
+   preempting the latest-arrived running requests while blocks are short;
+2. every decoding request its one token;
+3. the prefilling requests, in arrival order, chunks of what the step's budget
+   (`max_num_batched_tokens`, decodes counted) has left: a long prompt is prefilled over
+   several steps while the others keep decoding;
+4. the budget's rest to waiting requests admitted in arrival order while a sequence
+   fits (`max_num_seqs`) and the cache holds the request's tokens — less the leading
+   blocks the prefix cache already has, whose KV is not computed again — plus one block of
+   headroom per running sequence. The head of the queue is never overtaken.
 
-The engine's model still stores each sequence in a per-sequence slot of `max_model_len`
-positions; the blocks bound how many tokens the running sequences may hold together, which
-is the rule a paged cache will enforce physically (the block tables are then what the paged
-kernels read).
+The block manager owns the blocks: a request's block table and slot mapping come from it,
+and `computed()` names the blocks whose KV the step wrote so later prompts can share them.
 """
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from .block_manager import BlockManager
 from .request import Request
 
+DEFAULT_BATCHED_TOKENS = 2048     # tokens one step computes, decodes and prefill chunks together (vLLM's)
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step computes: one token for each of `decode`, and for each (request, n) of
+    `prefill` its next n uncomputed tokens (the chunk that ends its prompt samples a token)."""
+    decode: list[Request]
+    prefill: list[tuple[Request, int]]
+    preempted: list[Request]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.decode) + sum(n for _, n in self.prefill)
+
 
 class Scheduler:
-    def __init__(self, max_num_seqs: int, max_model_len: int, num_blocks: int, block_size: int):
-        self.blocks = BlockManager(num_blocks, block_size, prefix_caching=False)
+    def __init__(self, max_num_seqs: int, max_model_len: int, num_blocks: int, block_size: int,
+                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True):
+        self.blocks = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
         self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.max_num_batched_tokens = max_num_batched_tokens or max(DEFAULT_BATCHED_TOKENS, max_num_seqs)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._free_slots = list(range(max_num_seqs))
         self._by_id: dict[str, Request] = {}
 
     def __contains__(self, request_id: str) -> bool:
@@ -45,47 +65,75 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def admit(self) -> list[Request]:
-        """Move the waiting requests that fit now, in order, into slots; return them."""
-        admitted = []
-        while self.waiting and self._free_slots:
-            req = self.waiting[0]
-            tokens = req.kv_tokens
-            if self.blocks.blocks_needed(len(tokens)) + len(self.running) > self.blocks.num_free_blocks:
-                if self.running:
-                    break
-                # Nothing runs: the head fits the empty cache (its length is below max_model_len).
-            self.waiting.popleft()
-            self.blocks.allocate(req.request_id, tokens)
-            req.slot = min(self._free_slots)
-            self._free_slots.remove(req.slot)
-            self.running.append(req)
-            admitted.append(req)
-        return admitted
+    def schedule(self) -> StepPlan:
+        preempted = self._reserve()
+        decode = [r for r in self.running if r.uncomputed == 1]
+        budget = self.max_num_batched_tokens - len(decode)
+        prefill = []
+        for r in sorted((r for r in self.running if r.uncomputed > 1), key=lambda r: r.order):
+            if budget <= 0:
+                break
+            n = min(r.uncomputed, budget)
+            prefill.append((r, n))
+            budget -= n
+        for r in self._admit(budget):
+            n = min(r.uncomputed, budget)
+            (decode.append(r) if r.uncomputed == 1 else prefill.append((r, n)))
+            budget -= n
+        return StepPlan(decode, prefill, preempted)
 
-    def reserve_decode(self, reqs: list[Request]) -> list[Request]:
-        """Give each of `reqs` the slot of the token it feeds back, preempting the latest
-        running sequences while blocks are short; return the preempted ones."""
-        preempted = []
-        for req in sorted(reqs, key=lambda r: r.order):
-            while req.slot is not None and not self.blocks.can_append(req.request_id, 1):
-                victim = max(self.running, key=lambda r: r.order)
-                self._preempt(victim)
-                preempted.append(victim)
-            if req.slot is not None:
-                self.blocks.append(req.request_id, req.seq.tokens[-1:])
-        return preempted
+    def computed(self, req: Request, n: int) -> None:
+        """The step wrote the KV of `req`'s next n tokens: their full blocks become shareable."""
+        req.computed += n
+        self.blocks.computed(req.request_id, req.computed)
 
     def finish(self, req: Request) -> None:
-        """A finished or cancelled request leaves; its blocks and slot are free at once."""
+        """A finished or cancelled request leaves; its blocks are free at once."""
         self._by_id.pop(req.request_id, None)
         if req in self.waiting:
             self.waiting.remove(req)
-        if req.slot is not None:
+        if req.running:
             self._release(req)
 
     def get(self, request_id: str) -> Request | None:
         return self._by_id.get(request_id)
+
+    # --- internals ------------------------------------------------------------------------
+    def _reserve(self) -> list[Request]:
+        """A slot for each running request's newest token (sampled last step), preempting the
+        latest running requests while blocks are short; returns the preempted."""
+        preempted = []
+        for req in sorted(self.running, key=lambda r: r.order):
+            if not req.running:
+                continue            # preempted by an earlier request of this loop
+            missing = req.kv_tokens[self.blocks.num_tokens(req.request_id):]
+            while missing and not self.blocks.can_append(req.request_id, len(missing)):
+                victim = max(self.running, key=lambda r: r.order)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            if req.running and missing:
+                self.blocks.append(req.request_id, missing)
+        return preempted
+
+    def _admit(self, budget: int) -> list[Request]:
+        """Move the waiting requests that fit now, in order, to running; return them."""
+        admitted = []
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            tokens = req.kv_tokens
+            if not self.blocks.can_allocate(tokens, reserve=len(self.running)):
+                if self.running or not self.blocks.can_allocate(tokens):
+                    break
+                # Nothing runs: the head fits the empty cache (its length is below max_model_len).
+            self.waiting.popleft()
+            req.cached = req.computed = self.blocks.allocate(req.request_id, tokens)
+            req.running = True
+            self.running.append(req)
+            admitted.append(req)
+            budget -= min(req.uncomputed, budget)
+        return admitted
 
     def _preempt(self, req: Request) -> None:
         self._release(req)
@@ -96,5 +144,5 @@ class Scheduler:
     def _release(self, req: Request) -> None:
         self.blocks.free(req.request_id)
         self.running.remove(req)
-        self._free_slots.append(req.slot)
-        req.slot = None
+        req.running = False
+        req.computed = 0

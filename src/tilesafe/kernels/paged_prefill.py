@@ -1,0 +1,112 @@
+"""`paged_prefill_attention`: causal attention of one sequence's new queries over every key
+it has in a paged KV cache, read through its block table — a prefill chunk after the
+chunks before it, or a prompt after the prefix-cache blocks it shares with others.
+
+The T queries are the sequence's positions start .. start + T - 1; their keys and values
+(written there just before, by `paged_kv_write`) and those of the positions before them
+live in the cache. Query at position p sees keys 0 .. p (causal, bottom-right aligned: the
+chunk's first query already sees the whole prefix).
+
+Each block owns BM query rows of one head and streams the keys in tiles of BN, gathering
+each tile's cache rows through the block table (`ts.gather`: a block id for each key, then
+the rows; positions past the sequence read zeros), with the online softmax of
+`flash_attention`. Key tiles wholly before the tile's first query need no mask and take the
+first loop; the rest, up to the tile's last query, are masked. The table and `start` are
+only read: whatever they hold, every read stays inside the cache (S1).
+"""
+import math
+
+import tilesafe as ts
+
+from . import arguments as A
+from .attention import LOG2E, NEG_INF, kv_group, online_step
+from .call_checks import check_aliasing
+from .launch import launch, pow2
+from .paged_kv import _rows3, gather_rows
+
+
+@ts.function
+def key_tile(tables, b, j, length, block_size, BN):
+    """Key positions of tile j (BN,) and their cache rows (-1 past the sequence)."""
+    pos = j * BN + ts.arange(0, BN)                              # (BN,) key positions
+    blocks = ts.reshape(ts.gather(tables, pos // block_size, axis=1, shape=(1, BN), index=(b, 0)), (BN,))
+    slot = ts.where(pos < length, blocks.astype(ts.i32) * block_size + pos % block_size, -1)
+    return pos, slot
+
+
+@ts.kernel
+def paged_prefill_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("H", "SQ", "D")],
+                         k: ts.Ref["T", ("NS", "HKV", "D")], v: ts.Ref["T", ("NS", "HKV", "D")],
+                         tables: ts.Ref["TB", ("B", "MB")], b: int, start: int, qk_scale: float, block_size: int,
+                         T: ts.Const[ts.DType], TB: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
+                         GROUP: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], H: int,
+                         SQ: int, D: int, NS: int, HKV: int, B: int, MB: int):
+    h, i = ts.block_id(0), ts.block_id(1)                        # (query head, query tile)
+    kvh = h // GROUP                                             # GQA: GROUP query heads per KV head
+    qt = ts.reshape(ts.load(q, (h, i, 0), shape=(1, BM, DP)), (BM, DP))   # (BM, DP)
+    m = ts.full((BM, 1), NEG_INF, ts.f32)                        # (BM, 1) running max (log2 units)
+    l = ts.zeros((BM, 1), ts.f32)                                # (BM, 1) running sum
+    acc = ts.zeros((BM, DP), ts.f32)                             # (BM, DP)
+    length = start + SQ                                          # the sequence's keys after this chunk
+    first = start + i * BM                                       # position of the tile's first query
+    stop = min(length, first + BM)                               # keys any of its queries sees: [0, stop)
+    free = first // BN                                           # tiles wholly before the first query
+    for j in range(free):
+        pos, slot = key_tile(tables, b, j, length, block_size, BN)
+        kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP)
+        vt = gather_rows(v, slot, kvh, BN, DP)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
+    rows = ts.expand_dims(first + ts.arange(0, BM), 1)           # (BM, 1) query positions
+    for j in range(free, (stop + BN - 1) // BN):                 # the diagonal: key <= query
+        pos, slot = key_tile(tables, b, j, length, block_size, BN)
+        kt = gather_rows(k, slot, kvh, BN, DP)
+        vt = gather_rows(v, slot, kvh, BN, DP)                   # zeros past the sequence
+        keep = ts.expand_dims(pos, 0) <= rows                    # (BM, BN)
+        m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
+    o.store(ts.reshape((acc / l).astype(T), (1, BM, DP)))
+
+
+def paged_prefill_attention(q, k_cache, v_cache, block_tables, start: int, row: int = 0, scale=None, out=None):
+    """Causal attention of q (T, H, D), the queries of positions start .. start + T - 1 of
+    one sequence, over its keys 0 .. start + T - 1 in the caches (num_blocks, block_size,
+    HKV, D) (HKV divides H), read through row `row` of block_tables (B, max_blocks) (an
+    integer tensor on q's device). Returns (T, H, D), into `out=` when given.
+
+    The keys of the new positions must be in the cache already (`paged_kv_write` them
+    first). A block id outside the cache reads zeros; `start + T` beyond the table's
+    max_blocks * block_size positions is refused.
+    """
+    fn = "paged_prefill_attention"
+    torch_mode = A.is_torch(q)
+    (qt, kc, vc), dtype, device = A.float_operands(fn, q=q, k_cache=k_cache, v_cache=v_cache)
+    if qt.ndim != 3 or kc.ndim != 4 or vc.shape != kc.shape or kc.shape[3] != qt.shape[2]:
+        raise A.fail(fn, f"needs q (T, H, D) and caches (num_blocks, block_size, HKV, D) of one shape; got q "
+                         f"{qt.shape}, k_cache {kc.shape}, v_cache {vc.shape}")
+    t, h, d = qt.shape
+    nb, bs, hkv, _ = kc.shape
+    group = kv_group(fn, h, hkv)
+    if not isinstance(row, int) or isinstance(row, bool):
+        raise A.fail(fn, f"`row` must be an int, got {type(row).__name__}")
+    tables = A.tensor(block_tables, "block_tables", fn)
+    A.dtype_in(tables, A.INTS, "block_tables", fn)
+    if tables.ndim != 2 or tables.device != device:
+        raise A.fail(fn, f"`block_tables` must be (B, max_blocks) on {device}; got {tables.shape} on {tables.device}")
+    if not 0 <= row < tables.shape[0]:
+        raise A.fail(fn, f"`row` {row} is not a row of block_tables {tables.shape}")
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        raise A.fail(fn, f"`start` must be an int >= 0, got {start!r}")
+    if start + t > tables.shape[1] * bs:
+        raise A.fail(fn, f"positions up to {start + t} do not fit a block table of {tables.shape[1]} blocks of "
+                         f"{bs}", help="give the sequence's table enough blocks for every position it attends")
+    o = A.output(out, (t, h, d), dtype, device, torch_mode, fn)
+    check_aliasing(fn, {"q": qt, "k_cache": kc, "v_cache": vc, "block_tables": tables}, {"out": o.passed})
+    if t == 0:
+        return o.returned
+    dp = max(16, pow2(d))
+    bm = max(16, min(64, pow2(t)))
+    bn = max(16, min(64, pow2(start + t)))
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    launch(paged_prefill_kernel, {"o": (o.tensor.transpose(0, 1), (1, bm, dp))}, cfg={},
+           q=qt.transpose(0, 1), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables, b=row, start=start,
+           qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GROUP=group, BN=bn)
+    return o.returned
