@@ -98,10 +98,11 @@ def main():
     compiled(vector_add.vector_add, {})[(1,), (256,)](out, x, y, n, err)
     check("vector_add", out, x + y)
 
-    if "--all" in sys.argv:
-        out[:] = np.nan
-        compiled(vector_add.vector_add_chunked, {"K": 2})[(1,), (256,)](out, x, y, n, err)
-        check("vector_add_chunked", out, x + y)
+    n2 = 1500                           # K = 4: block 0's runs are whole (loads first), block 1's ragged
+    x2, y2 = rng.standard_normal(n2, dtype=np.float32), rng.standard_normal(n2, dtype=np.float32)
+    out2 = np.full(n2, np.nan, np.float32)
+    compiled(vector_add.vector_add_chunked, {"K": 4})[(2,), (256,)](out2, x2, y2, n2, err)
+    check("vector_add_chunked", out2, x2 + y2)
 
     v = rng.integers(0, 7, 500).astype(np.int32)
     hist = np.zeros(7, np.int32)
@@ -134,6 +135,14 @@ def main():
     sums = np.full(2, np.nan, np.float32)
     compiled(block_sum.block_sum, {"K": 256})[(2,), (256,)](sums, x, 2, 300, err)
     check("block_sum", sums, [x[:256].sum(), x[256:].sum()], rtol=1e-5, atol=1e-4)
+
+    total = np.full(1, 2.0, np.float32)                     # one atomic per block; 2 blocks, 4-wide loop and rest
+    compiled(block_sum.sum_all, {})[(2,), (256,)](total, x, 300, err)
+    check("sum_all", total, [x.astype(np.float64).sum() + 2.0], rtol=1e-5, atol=1e-4)
+    x5 = rng.standard_normal(5000, dtype=np.float32)
+    total[:] = 0
+    compiled(block_sum.sum_all, {})[(2,), (256,)](total, x5, 5000, err)
+    check("sum_all_wide", total, [x5.astype(np.float64).sum()], rtol=1e-4, atol=1e-3)
 
     rows = rng.standard_normal((3, 40), dtype=np.float32) * 3
     soft = np.full((3, 40), np.nan, np.float32)

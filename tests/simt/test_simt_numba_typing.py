@@ -53,9 +53,11 @@ def test_the_examples_type_and_lower(lower):
     i32 = torch.int32
     lower(vector_add.vector_add, z(8), z(8), z(8))
     lower(vector_add.vector_add_chunked, z(8), z(8), z(8), K=4)
+    lower(vector_add.vector_add_chunked, z(8), z(8), z(8), K=8)         # the loads-first fast path
     lower(histogram.histogram, z(4, dtype=i32), z(8, dtype=i32), grid=(1,))
     lower(histogram.histogram256, z(256, dtype=i32), z(8, dtype=i32), grid=(1,))
     lower(block_sum.block_sum, z(2), z(600), K=256)
+    lower(block_sum.sum_all, z(1), z(600), grid=(2,))
     lower(softmax_rows.softmax_rows, z(3, 5), z(3, 5))
     lower(transpose.transpose, z(5, 3), z(3, 5))
     lower(sgemm.sgemm, z(3, 4), z(3, 5), z(5, 4))
@@ -88,3 +90,8 @@ def test_dynamic_shared_memory_and_the_shared_sanitizer_type_and_lower(lower):
     from test_simt_dynamic_shared import checked_tile, shared_atomics_checked
     lower(checked_tile, z(4, 4), z(4, 4))                             # rank-2 static shadow
     lower(shared_atomics_checked, z(64, dtype=torch.int32), z(64, dtype=torch.int32))
+
+
+def test_a_run_walk_with_float_int_and_bool_scalars_types_and_lowers(lower):
+    from test_simt_fast_paths import affine_run
+    lower(affine_run, z(300), z(300), 0.5, 3, True, K=4)

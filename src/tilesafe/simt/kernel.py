@@ -93,11 +93,12 @@ class SimtKernel:
 
     def checks(self) -> dict:
         """Where the kernel's reads and atomics stand (as S11's report for tile kernels): how many
-        reads are proven in bounds, and the line of each access checked at run time."""
+        reads are proven in bounds, and the lines of the accesses checked at run time (each
+        (tensor, line) once: the analysis follows a while loop's body twice)."""
         line = self.src.loc
         return {"proven_reads": len(self.info.proven),
-                "checked_reads": sorted((name, line(node).line) for name, node in self.info.checked),
-                "checked_atomics": sorted(line(node).line for node in self.info.atomics)}
+                "checked_reads": sorted({(name, line(node).line) for name, node in self.info.checked}),
+                "checked_atomics": sorted({line(node).line for node in self.info.atomics})}
 
     def numba_source(self, *args, **kwargs) -> str:
         """The numba-cuda source the GPU runs for these arguments (tensors or torch tensors)."""

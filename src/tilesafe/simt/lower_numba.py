@@ -364,6 +364,7 @@ class _Lower(ast.NodeTransformer):
             return self.generic_visit(node)
         rank = walk.rank
         names = [f"{walk.permit}__{k}" for k in range(rank)]
+        original = copy.deepcopy(node.body)      # lowering rewrites the body in place
         self.coords[walk.permit] = names
         try:
             body = []
@@ -372,7 +373,46 @@ class _Lower(ast.NodeTransformer):
                 body += lowered if isinstance(lowered, list) else [lowered]
         finally:
             del self.coords[walk.permit]
-        return self.lower_walk(walk, names, body)
+        lowered = self.lower_walk(walk, names, body)
+        fast = self.hoisted(walk, original, lowered)
+        return fast if fast is not None else lowered
+
+    def hoisted(self, walk, body, lowered):
+        """A run(k)/chunk(k) walk whose body is one write `t[p] = expr`: when the thread's whole run
+        is inside `t`, evaluate the k values first and store them after, so the k reads of each
+        input are in flight together (the loads of one element cannot pass the store of the one
+        before otherwise: the compiler cannot know an output never aliases an input, which S7
+        checks at launch, and an output is never read in a kernel). The ragged last run keeps the
+        guarded loop. Returns None where the shape does not fit."""
+        m = M.Mapping(walk.kind, self.value(walk.size), self.value(walk.offset))
+        if walk.shared or m.kind not in (M.RUN, M.CHUNK) or not 2 <= m.size <= 16 or len(body) != 1:
+            return None
+        stmt = body[0]
+        if not (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Subscript)
+                and isinstance(stmt.targets[0].slice, ast.Name) and stmt.targets[0].slice.id == walk.permit
+                and node_key(stmt.targets[0]) not in self.info.raw_stores):
+            return None
+        if m.kind == M.RUN:
+            first = [_bin(_bin(self.global_thread(), ast.Mult(), _int(m.size)), ast.Add(), _int(j))
+                     for j in range(m.size)]
+        else:
+            base = _bin(_attr("cuda", "blockIdx", "x"), ast.Mult(), _int(self.threads * m.size))
+            first = [_bin(_bin(base, ast.Add(), _int(j * self.threads)), ast.Add(), self.flat_thread())
+                     for j in range(m.size)]
+        coords = [self.fresh(f"{walk.permit}__h") for _ in range(m.size)]
+        values = [self.fresh("v") for _ in range(m.size)]
+        head = [ast.Assign([_name(c, ast.Store())], e) for c, e in zip(coords, first)]
+        out = []
+        for c, v in zip(coords, values):
+            self.coords[walk.permit] = [c]
+            try:
+                out.append(ast.Assign([_name(v, ast.Store())], self.visit(copy.deepcopy(stmt.value))))
+            finally:
+                del self.coords[walk.permit]
+        out += [ast.Assign([ast.Subscript(_name(walk.target), _name(c), ast.Store())], _name(v))
+                for c, v in zip(coords, values)]
+        inside = ast.Compare(_name(coords[-1]), [ast.Lt()], [self.extent(walk, 0)])
+        return head + [ast.If(inside, out, lowered)]
 
     def extent(self, walk, axis):
         if walk.shared:

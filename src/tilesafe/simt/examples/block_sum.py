@@ -1,4 +1,5 @@
-"""Block reduction: out[b] = sum of x's slab b of K elements, through warp sums and shared memory."""
+"""Block reductions through warp sums and shared memory: per-slab sums (block_sum: out[b] = the sum of
+x's slab b of K elements) and the whole sum with one atomic per block (sum_all)."""
 import tilesafe as ts
 from tilesafe import simt
 
@@ -21,3 +22,40 @@ def block_sum(out: simt.Disjoint[ts.f32, ("B",)], x: simt.Ref[ts.f32, ("N",)], B
     total = simt.warp_sum(partial.get(simt.lane(), 0.0))
     for p in out.permits(simt.per_block(1)):         # thread 0 of block b holds out[b]
         out[p] = total
+
+
+@simt.kernel(contract=simt.Contract(block=(BLOCK,)))
+def sum_all(total: simt.Atomic[ts.f32, (1,)], x: simt.Ref[ts.f32, ("N",)], N: int):
+    """total[0] += the sum of x: two levels (warp shuffles, then the block's warps through shared
+    memory) and one atomic per block; a grid-stride loop with four reads in flight a thread."""
+    partial = simt.shared((WARPS,), ts.f32)
+    stride = simt.grid_dim() * BLOCK
+    acc = 0.0
+    i = simt.global_id()
+    while i + 3 * stride < N:                        # four independent loads, all inside x
+        acc += (x[i] + x[i + stride]) + (x[i + 2 * stride] + x[i + 3 * stride])
+        i += 4 * stride
+    while i < N:                                     # the rest, one at a time
+        acc += x[i]
+        i += stride
+    acc = simt.warp_sum(acc)
+    for p in partial.permits(simt.per_warp(1)):      # lane 0 of each warp holds partial[warp]
+        partial[p] = acc
+    simt.barrier()
+    block_total = simt.warp_sum(partial.get(simt.lane(), 0.0))
+    if simt.thread_id() == 0:
+        total.add(0, block_total)                    # one atomic per block
+
+
+def launch_sum(total, x, blocks: int = 0):
+    """total[0] += x.sum() (total must be initialised, e.g. ts.zeros(1)); `blocks` = 0: a full GPU
+    (8 blocks of 256 threads per SM, from the device's SM count), or 2 blocks on the CPU."""
+    if not blocks:
+        import torch
+        t = x if isinstance(x, torch.Tensor) else x._torch()
+        if t.device.type == "cuda":
+            blocks = torch.cuda.get_device_properties(t.device).multi_processor_count * 8
+        else:
+            blocks = 2
+        blocks = max(1, min(blocks, -(-t.numel() // BLOCK)))
+    return sum_all.launch(total, x, grid=(blocks,))
