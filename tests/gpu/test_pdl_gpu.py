@@ -104,7 +104,8 @@ def test_the_engine_decode_graph_with_pdl_gives_the_same_tokens():
     prompts = [{"prompt_token_ids": [151, 2000, 30000, 7, 99, 1234, 5678, 42]}, {"prompt_token_ids": [77, 88]}]
     params = SamplingParams(temperature=0, max_tokens=24, logprobs=1)
     steps = llm.decode_steps
-    assert not steps.pdl                                       # off by default (TILESAFE_PDL unset)
+    assert steps.pdl is ts.settings.pdl                        # TILESAFE_PDL's choice (off by default)
+    steps.pdl, steps.steps = False, {}
     plain = llm.generate(prompts, params)
     assert _graphs(steps) and not any(g.pdl for g in _graphs(steps))
     steps.pdl, steps.steps = True, {}                          # capture again, with PDL
