@@ -29,6 +29,9 @@ BLOCK_FILL_US = 1.0            # loading the query tile, and writing the output 
 DECODE_TILE_US = 1.2           # one decode block's key tile: its dependent loads and math ...
 DECODE_TILE_US_PER_BYTE = 7.4e-5   # ... and its K and V bytes (64 keys x 128 dims: 2.4 us)
 DECODE_FIXED_US = 7.0          # the two launches and the combination of the splits
+DECODE_SECOND_LAUNCH_US = 2.5  # what the one-kernel form saves: the combination kernel's start and drain ...
+DECODE_MEMBER_US = 0.1         # ... and what it costs: its last block reads the splits one by one (the
+                               # tuner: +0.8 us at 33 splits against the two kernels)
 MAX_REGS = 168                 # fp32 accumulator + scores per thread past which Triton spills
 
 
@@ -92,9 +95,9 @@ def flash_flops(s: Attention) -> float:
 # --- decode ------------------------------------------------------------------------------
 
 def decode_candidates(s: Decode, gpu: Gpu) -> list[dict]:
-    out = [{"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms, "flat": True, "one_kernel": False,
+    out = [{"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms, "flat": True, "one_kernel": one,
             "num_warps": 4, "num_stages": 3}
-           for bn in (32, 64, 128) for per_sm in (1, 2)]      # 4 per SM measured slower (tuner)
+           for bn in (32, 64, 128) for per_sm in (1, 2) for one in (False, True)]   # 4 per SM: slower (tuner)
     return [c for c in out if valid_decode(c, s, gpu)]
 
 
@@ -122,7 +125,8 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
     the cache's bytes at the HBM rate and each block's chain of key tiles (a tile's loads,
     scores, softmax and product depend on each other: ~1.2 us plus its bytes, fitted to the
     tuner's decode candidates), in rounds of the blocks one SM holds, plus the launches and
-    the combination of the splits."""
+    the combination of the splits (a second kernel, or the last block of each KV head walking
+    the splits: one launch fewer, a read per split more)."""
     es = element_bytes(s.dtype)
     bn, splits = decode_splits(c, s)
     blocks = s.kv_heads * splits
@@ -135,7 +139,10 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
     partials = 2 * splits * s.kv_heads * pow2(s.heads // max(1, s.kv_heads)) * (s.d + 2) * 4
     stream = (cache + partials) / (gpu.hbm_bytes_per_s * STREAM_EFFICIENCY) * 1e6
     limit = "bandwidth" if stream >= chain else ("wave quantisation" if rounds > 1 else "occupancy")
-    return max(stream, chain) + DECODE_FIXED_US, limit
+    fixed = DECODE_FIXED_US
+    if c.get("one_kernel"):
+        fixed += splits * DECODE_MEMBER_US - DECODE_SECOND_LAUNCH_US
+    return max(stream, chain) + fixed, limit
 
 
 # --- paged decode (the engine's) -----------------------------------------------------------

@@ -30,7 +30,7 @@ import tilesafe as ts
 from . import arguments as A
 from . import attention_model as am
 from . import configs
-from .attention import (LOG2E, NEG_INF, decode_combine_kernel, first_rows, kv_group, online_step,
+from .attention import (LOG2E, NEG_INF, combine_splits, decode_combine_kernel, first_rows, kv_group, online_step,
                         store_partials)
 from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
@@ -175,25 +175,6 @@ def paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN,
     return acc, m, l, used
 
 
-@ts.function
-def combine_used(acc_o, m_o, l_o, used, GS, DP):
-    """In the group's last block (S16): its first `used` splits' partials combined and
-    normalised, (GS, DP); the splits past them found no keys and are not read."""
-    top = ts.full((GS, 1), NEG_INF, ts.f32)                      # (GS, 1) running max
-    l = ts.zeros((GS, 1), ts.f32)                                # (GS, 1)
-    acc = ts.zeros((GS, DP), ts.f32)                             # (GS, DP)
-    for s in m_o.members():
-        if s[0] < used:
-            ms = ts.reshape(m_o.load(s), (GS, 1))
-            new = ts.maximum(top, ms)
-            keep = ts.where(top == NEG_INF, 0.0, ts.exp2(top - new))   # a split without keys weighs 0
-            w = ts.where(ms == NEG_INF, 0.0, ts.exp2(ms - new))
-            l = l * keep + ts.reshape(l_o.load(s), (GS, 1)) * w
-            acc = acc * keep + ts.reshape(acc_o.load(s), (GS, DP)) * w
-            top = new
-    return acc / l
-
-
 @ts.kernel
 def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f32, (1, "GS", 1)],
                         l_o: ts.Mut[ts.f32, (1, "GS", 1)], q: ts.Ref["T", ("BH", "G", "D")],
@@ -225,7 +206,7 @@ def paged_decode_last_kernel(o: ts.MutLast["T", (1, "GS", "DP")], acc_o: ts.Mut[
                                    HKV, ts.block_id(1), ts.block_id(0), ts.num_blocks(0))
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
     if ts.last_arrival():
-        o.store(ts.reshape(combine_used(acc_o, m_o, l_o, used, GS, DP).astype(T), (1, GS, DP)))
+        o.store(ts.reshape(combine_splits(acc_o, m_o, l_o, used, GS, DP).astype(T), (1, GS, DP)))
 
 
 @ts.kernel
