@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One batched H200 call for the session's probes (run from the repo root on the GPU machine):
+# each step's output in $OUT/NAME.log (its tail printed), JSON beside it.
+# Usage: bash benchmarks/gpu_probe_round.sh "$OUT" [STEPS...]  (default: every step)
+set -uo pipefail
+out=${1:?out dir}; shift
+if ls .whl/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1 TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
+steps=${*:-gaps pdl fusions attention host simt}
+step() {   # step NAME TIMEOUT_S COMMAND...
+    local name=$1 t=$2; shift 2
+    case " $steps " in *" $name "*) ;; *) return;; esac
+    local t0=$SECONDS
+    timeout "$t" "$@" > "$out/$name.log" 2>&1; echo "== $name rc=$? $((SECONDS - t0)) s"; tail -n "${TAIL:-14}" "$out/$name.log"
+}
+TAIL=26 step gaps 120 python3 benchmarks/probes/engine_step_gaps.py "$out/gaps.json" 0.6b,4b
+TAIL=20 step pdl 120 python3 benchmarks/probes/pdl_chain.py "$out/pdl.json" 0.6b,4b
+TAIL=24 step fusions 100 python3 benchmarks/probes/decode_fusions.py "$out/fusions.json"
+TAIL=30 step attention 100 python3 benchmarks/probes/decode_attention_sizes.py "$out/attention.json"
+TAIL=22 step host 120 python3 benchmarks/host_overhead.py "$out/host_overhead.json"
+TAIL=16 step simt 90 python3 benchmarks/simt_bench.py --quick --out "$out"
