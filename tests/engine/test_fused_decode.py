@@ -1,0 +1,84 @@
+"""The decode step's fused layer (`Qwen3Model._forward_fused`) and greedy LM head: which
+kernels a step launches, and that it gives what the unfused layer gives (float32, CPU).
+transformers is the oracle of the greedy tokens in test_llm_greedy.py; here the fused step
+is checked against the unfused one (FUSED_ROWS = 0) on the same cache, and a sampled step
+still goes through the sampler."""
+import pytest
+import torch
+
+import tilesafe.engine.model as engine_model
+import tilesafe.kernels.call_plans as call_plans
+import tilesafe.kernels.launch as kernel_launch
+from tilesafe.engine import LLM, SamplingParams
+
+UNFUSED = ("add_rms_norm_inplace_kernel", "add_rms_norm_kernel", "binary_kernel", "rms_norm_kernel")
+
+
+def launched_kernels(monkeypatch):
+    seen = []
+    for module in (kernel_launch, call_plans):
+        real = module.start
+
+        def start(kernel, *args, _real=real, **kwargs):
+            seen.append(kernel.name)
+            return _real(kernel, *args, **kwargs)
+        monkeypatch.setattr(module, "start", start)
+    return seen
+
+
+def params(**kw):
+    """Sampling parameters as the engine resolves them (no checkpoint defaults)."""
+    return SamplingParams(**kw).resolved({})
+
+
+def llm_with_cache(checkpoint):
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=2, progress=False)
+    torch.manual_seed(1)
+    with torch.inference_mode():
+        for k, v in zip(llm.model.cache.k, llm.model.cache.v):     # (S, L, HKV, D) cache contents to attend to
+            k.copy_(torch.randn_like(k))
+            v.copy_(torch.randn_like(v))
+    return llm
+
+
+def test_a_greedy_step_is_four_gemvs_a_layer_and_no_logits(checkpoint, monkeypatch):
+    llm = llm_with_cache(checkpoint)
+    llm.sampler.set_rows([params(temperature=0)] * 2, [0, 0])
+    seen = launched_kernels(monkeypatch)
+    with torch.inference_mode():
+        llm.decode_steps.run([5, 9], [3, 7])
+    layers = llm.config.num_layers
+    assert not [k for k in seen if k in UNFUSED], seen
+    assert sum(k in ("fused_skinny_kernel", "fused_split_kernel") for k in seen) == 4 * layers
+    assert seen[-2:] == ["argmax_gemv_kernel", "argmax_rows_kernel"]      # the LM head: ids, no sample
+    assert "sample_kernel" not in seen and "skinny_kernel" not in seen
+
+
+def test_a_sampled_step_still_samples_from_the_logits(checkpoint, monkeypatch):
+    llm = llm_with_cache(checkpoint)
+    llm.sampler.set_rows([params(temperature=0), params(temperature=0.8)], [0, 3])
+    seen = launched_kernels(monkeypatch)
+    with torch.inference_mode():
+        llm.decode_steps.run([5, 9], [3, 7])
+    assert seen[-3:] == ["rms_norm_kernel", "skinny_kernel", "sample_kernel"]
+    assert "argmax_gemv_kernel" not in seen
+
+
+def test_the_fused_step_gives_the_unfused_steps_tokens(checkpoint, monkeypatch):
+    """Greedy and sampled rows, fused against FUSED_ROWS = 0 (the unfused layer) on the same cache."""
+    runs = {}
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(engine_model, "FUSED_ROWS", 0)
+        llm = llm_with_cache(checkpoint)
+        with torch.inference_mode():
+            for name, rows in (("greedy", [params(temperature=0)] * 2),
+                               ("sampled", [params(temperature=0.9, seed=5)] * 2)):
+                llm.sampler.set_rows(rows, [5, 5])
+                llm.sampler.set_steps([0, 0])
+                runs[fused, name] = llm.decode_steps.run([5, 9], [3, 7], [1, 0])
+    for name in ("greedy", "sampled"):
+        (tf, lf), (tu, lu) = runs[True, name], runs[False, name]
+        assert tf == tu
+        assert lf == pytest.approx(lu, abs=1e-4)
