@@ -52,7 +52,10 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop before this text (repeat for several)")
     s.add_argument("--no-thinking", action="store_true", help="chat template: enable_thinking=False (Qwen3)")
-    model_flags(p.add_argument_group("model"), max_len_help="prompt + generated tokens at most")
+    m = p.add_argument_group("model")
+    model_flags(m, max_len_help="prompt + generated tokens at most")
+    m.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallelism over N GPUs (or N CPU processes): one process per rank (default 1)")
 
 
 def model_flags(p, *, max_len_help: str) -> None:
@@ -68,6 +71,7 @@ def model_flags(p, *, max_len_help: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, rest = _model_and_rest(args)     # model None: random weights made on the device
+    llm = None
     try:
         llm = _load(model, args)
         if args.command == "generate":
@@ -77,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:               # while loading or streaming: no traceback
         print("\n[interrupted]", file=sys.stderr)
         return INTERRUPTED
+    finally:
+        if llm is not None and args.tp > 1:
+            llm.close()                     # the other ranks exit, the process group ends
 
 
 def _model_and_rest(args) -> tuple[str | None, list[str]]:
@@ -96,7 +103,8 @@ def _model_and_rest(args) -> tuple[str | None, list[str]]:
 
 def _load(model: str | None, args):
     from .engine import LLM
-    settings = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len, max_num_seqs=1)
+    settings = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len, max_num_seqs=1,
+                    tensor_parallel_size=args.tp)
     if args.random_weights and model is None:
         return LLM.from_random(args.random_weights, seed=args.weights_seed, **settings)
     if args.random_weights:

@@ -133,3 +133,24 @@ def test_a_world_size_other_than_torchruns_is_refused(tiny, monkeypatch):
     assert info.value.loc.file == __file__ and info.value.loc.line == line
     with pytest.raises(TensorParallelError, match="tensor_parallel_size must be a positive int, got 0"):
         LLM(str(folder), device="cpu", max_model_len=32, progress=False, tensor_parallel_size=0)
+
+
+def test_generate_and_chat_pass_tp_to_the_llm(monkeypatch, capsys):
+    """`tilesafe generate/chat --tp N` asks for N ranks, and closes the LLM (its ranks) at the end.
+    (The LLM is replaced: two ranks of a real model are tested above.)"""
+    from tilesafe import cli
+    seen = []
+
+    class FakeLLM:
+        def __init__(self, model, **kwargs):
+            seen.append(kwargs["tensor_parallel_size"])
+
+        def stream(self, prompt, params):
+            yield type("Delta", (), {"text": "ok", "token_ids": [1]})()
+
+        def close(self):
+            seen.append("closed")
+    monkeypatch.setattr("tilesafe.engine.LLM", FakeLLM)
+    assert cli.main(["generate", "some-folder", "Hi", "--device", "cpu", "--tp", "2"]) == 0
+    assert capsys.readouterr().out == "ok\n"
+    assert seen == [2, "closed"]

@@ -9,7 +9,8 @@ from .config import Qwen3Config
 from .errors import CheckpointError, RequestError
 from .llm import LLM
 from .outputs import CompletionOutput, Logprob, RequestOutput
+from .parallel import TensorParallelError
 from .sampling_params import SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "CheckpointError",
-           "RequestError", "Qwen3Config"]
+           "RequestError", "Qwen3Config", "TensorParallelError"]
