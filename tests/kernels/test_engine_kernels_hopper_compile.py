@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 interprets Triton's own library: it cannot compile")
 
 H200_SHARED = 232448
-MODULES = ["norm_rope", "norm_rope_kv"]
+MODULES = ["norm_rope", "norm_rope_kv", "linear_fusions", "linear_argmax"]
 BF = torch.bfloat16
 H, HKV, D, SLOTS, L = 32, 8, 128, 32, 4096          # Qwen3-4B heads; a cache of 32 slots of 4096
 
@@ -58,6 +58,14 @@ CALLS = {
                                               torch.zeros(2048, dtype=torch.int32)),
     "decode_prologue_b1": lambda: decode_prologue(1),
     "decode_prologue_b32": lambda: decode_prologue(32),
+    # The fused decode GEMVs at Qwen3-4B's shapes (E 2560, I 9728), one row and eight.
+    "qkv_norm_prologue_b1": lambda: tk.rms_norm_linear(e(1, 2560), e(2560), e((H + 2 * HKV) * D, 2560)),
+    "gate_up_norm_prologue_b8": lambda: tk.rms_norm_linear(e(8, 2560), e(2560), e(19456, 2560)),
+    "o_residual_b1": lambda: tk.linear(e(1, H * D), e(2560, H * D), residual=e(1, 2560)),
+    "down_silu_mul_residual_b1": lambda: tk.silu_mul_linear(e(1, 19456), e(2560, 9728), residual=e(1, 2560)),
+    "down_silu_mul_residual_b8": lambda: tk.silu_mul_linear(e(8, 19456), e(2560, 9728), residual=e(8, 2560)),
+    "lm_head_argmax_b1": lambda: tk.linear_argmax(e(1, 2560), e(151936, 2560), norm_weight=e(2560)),
+    "lm_head_argmax_b8": lambda: tk.linear_argmax(e(8, 2560), e(151936, 2560), norm_weight=e(2560)),
 }
 
 
