@@ -31,14 +31,14 @@ class EngineCore:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True):
         self.llm = llm
+        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+            raise request_error(f"serve: block_size must be a positive int, got {block_size!r}")
         need = -(-llm.max_model_len // block_size)          # one sequence of max_model_len must fit
         if kv_blocks is None:
             kv_blocks = llm.max_num_seqs * need
         if not isinstance(kv_blocks, int) or kv_blocks < need:
             raise request_error(f"serve: kv_blocks {kv_blocks!r} of {block_size} tokens hold fewer than "
                                 f"max_model_len {llm.max_model_len} tokens", help=f"give at least {need} blocks")
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise request_error(f"serve: block_size must be a positive int, got {block_size!r}")
         if max_num_batched_tokens is not None and (not isinstance(max_num_batched_tokens, int)
                                                    or max_num_batched_tokens < llm.max_num_seqs):
             raise request_error(f"serve: max_num_batched_tokens {max_num_batched_tokens!r} is below max_num_seqs "
