@@ -106,3 +106,41 @@ def test_the_host_check_is_refused_inside_a_capture():
         with ts.graph():
             paged_kv_write(kc, vc, k, v, slots)
     assert "scatter_check" in e.value.help
+
+
+@pytest.mark.parametrize("splits,config", [(1, None), (33, None), (33, {"min_keys": 64}), (8, {"one_kernel": False})])
+def test_bf16_decode_forms_against_float64(splits, config):
+    """One split (a block per (sequence, KV head) writes the output), 33 splits combined in
+    the last block (most of them empty at these lengths: only the splits with keys are read),
+    and the two-kernel form; lengths from 1 to the whole table."""
+    q = torch.randn(B, H, D, device="cuda").bfloat16()
+    kc, vc = (torch.randn(NB, BS, HKV, D, device="cuda").bfloat16() for _ in range(2))
+    tables, lens = tables_and_lens(7)
+    lens[0], lens[1] = 1, MB * BS
+    ws = paged_decode_workspace(q, kc, splits=splits)
+    out = torch.full_like(q, float("nan"))
+    paged_decode_attention(q, kc, vc, tables.cuda(), lens.cuda(), out=out, workspace=ws, config=config)
+    torch.testing.assert_close(out.double().cpu(), oracle(q, kc, vc, tables, lens), rtol=2e-2, atol=2e-2)
+
+
+def test_a_captured_one_launch_decode_replays_as_lengths_grow():
+    """The engine's case: a graph captured once (workspace sized for the whole table) replays
+    while each sequence's length grows from 1 past several splits' keys; the number of splits
+    with keys is read on the device at every replay."""
+    qt = torch.randn(B, H, D, device="cuda").bfloat16()
+    kt, vt = (torch.randn(NB, BS, HKV, D, device="cuda").bfloat16() for _ in range(2))
+    q, kc, vc = ts.from_torch(qt), ts.from_torch(kt), ts.from_torch(vt)
+    t, _ = tables_and_lens(3)
+    tables, lens = ts.zeros((B, MB), ts.i32, "cuda"), ts.ones((B,), ts.i32, "cuda")
+    tables.copy_(t.numpy())
+    out, ws = ts.empty((B, H, D), ts.bf16, "cuda"), paged_decode_workspace(q, kc, max_len=MB * BS)
+    assert ws.splits > 1
+    paged_decode_attention(q, kc, vc, tables, lens, out=out, workspace=ws)      # eager first: compiles
+    with ts.graph() as g:
+        paged_decode_attention(q, kc, vc, tables, lens, out=out, workspace=ws)
+    for n in (1, 63, 64, 65, 130, 200, MB * BS):
+        n_b = torch.tensor([max(1, n - 3 * i) for i in range(B)], dtype=torch.int32)
+        lens.copy_(n_b.numpy())
+        g.replay()
+        torch.testing.assert_close(out.to_torch(copy=True).double().cpu(), oracle(qt, kt, vt, t, n_b), rtol=2e-2,
+                                   atol=2e-2)
