@@ -91,12 +91,12 @@ class Thread:
         return self.flat // 32
 
     # -- memory -------------------------------------------------------------------------------------
-    def shared(self, shape, dtype, loc):
+    def shared(self, shape, dtype, loc, name=None):
         key = (loc.line, loc.col)
         view = self.block.shared.get(key)
         if view is None:
             shape = shape if isinstance(shape, tuple) else (shape,)
-            view = View(f"shared@{loc.line}", np.zeros(shape, dtype=dtype.np), "shared")
+            view = View(name or f"shared@{loc.line}", np.zeros(shape, dtype=dtype.np), "shared")
             self.block.shared[key] = view
         return view
 

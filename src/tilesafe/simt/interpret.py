@@ -81,7 +81,7 @@ class _Rewrite(ast.NodeTransformer):
             return ast.copy_location(ast.Expr(call), node)
         value = node.value
         if isinstance(value, ast.Call) and resolve_op(value.func, self.scope) == "shared":
-            node.value = _call("__t", "shared", [*value.args, self.loc(value)])
+            node.value = _call("__t", "shared", [*value.args, self.loc(value), ast.Constant(target.id)])
             return node
         return self.generic_visit(node)
 
