@@ -120,7 +120,7 @@ def _offline(server, llm, reqs, c: int) -> float:
             outs = llm.generate(prompts[i:i + c], params[i:i + c])
             tokens += sum(len(o.outputs[0].token_ids) for o in outs)
         speed = tokens / (time.perf_counter() - t)
-        core.runner._rows = None          # generate() rewrote the sampler's rows
+        core.reset_prefix_cache()         # generate() rewrote the KV buffers and the sampler's rows
         return speed
     return server.engine.thread.call(run, timeout=3600)
 

@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
     p.add_argument("--kv-blocks", type=int, help="KV capacity in blocks (default: max-num-seqs full-length "
                    "sequences); fewer makes the scheduler preempt")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    p.add_argument("--max-num-batched-tokens", type=int, metavar="N", help="tokens one step computes, decodes and "
+                   "prefill chunks together (default 2048): longer prompts are prefilled in chunks")
+    p.add_argument("--no-prefix-caching", action="store_true", help="do not share the KV blocks of identical "
+                   "prompt prefixes between requests")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     name = args.served_model_name or (f"qwen3-{args.random_weights}-random" if args.model is None
                                       else args.model.rstrip("/").split("/")[-1])
     metrics = ServerMetrics(name)
-    engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, block_size=args.block_size, metrics=metrics)
+    engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, block_size=args.block_size, metrics=metrics,
+                      max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
     print(f"serving {name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
     uvicorn.run(build_app(engine, name, metrics), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=5)

@@ -139,6 +139,17 @@ def test_concurrent_greedy_clients_each_get_their_offline_tokens(server, offline
     wait_idle(server)
 
 
+def test_a_repeated_prompt_hits_the_prefix_cache_and_answers_the_same(server, client, offline):
+    prompt = " ".join(f"w{(7 * i) % 80 + 1}" for i in range(20))   # 20 tokens: one full block of 16 to share
+    want = offline(prompt, temperature=0, max_tokens=5).outputs[0].text
+    hits = metric(server, "tilesafe_prefix_cache_hits_total")
+    first = client.completions.create(model=NAME, prompt=prompt, max_tokens=5, temperature=0)
+    again = client.completions.create(model=NAME, prompt=prompt, max_tokens=5, temperature=0)
+    assert first.choices[0].text == again.choices[0].text == want
+    assert metric(server, "tilesafe_prefix_cache_hits_total") - hits >= 1
+    assert metric(server, "tilesafe_prefix_cache_queries_total") >= metric(server, "tilesafe_prefix_cache_hits_total")
+
+
 def test_disconnect_mid_stream_frees_capacity(server):
     body = {"model": NAME, "prompt": "w5 w6", "max_tokens": 28, "temperature": 0, "stream": True, "ignore_eos": True}
     before = metric(server, "tilesafe_generation_tokens_total")

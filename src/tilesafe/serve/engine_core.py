@@ -135,7 +135,8 @@ class EngineCore:
     def _gauges(self) -> None:
         if self.metrics:
             st = self.scheduler.blocks.stats()
-            self.metrics.state(len(self.scheduler.running), len(self.scheduler.waiting), st.used, st.total)
+            self.metrics.state(len(self.scheduler.running), len(self.scheduler.waiting), st.used, st.total, st.hits,
+                               st.queries)
 
 
 def _send(req: Request, out) -> bool:

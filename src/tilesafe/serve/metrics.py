@@ -3,7 +3,8 @@ can live in one process (tests).
 
 The engine thread reports into it (`EngineCore(metrics=...)`): tokens as they are admitted
 and generated, time to first token and inter-token latency per token, and after every step
-the running and waiting requests and the KV blocks in use. prometheus-client's metrics are
+the running and waiting requests, the KV blocks in use and the prefix cache's lookups and
+hits. prometheus-client's metrics are
 thread-safe, so the server thread reads them at any time.
 """
 from __future__ import annotations
@@ -35,6 +36,11 @@ class ServerMetrics:
         self.kv_used = Gauge("tilesafe_kv_blocks_in_use", "KV cache blocks held by running requests", labels,
                              registry=r).labels(model_name)
         self.kv_total = Gauge("tilesafe_kv_blocks_total", "KV cache blocks", labels, registry=r).labels(model_name)
+        self.prefix_queries = Counter("tilesafe_prefix_cache_queries", "Full prompt blocks looked up in the prefix "
+                                      "cache", labels, registry=r).labels(model_name)
+        self.prefix_hits = Counter("tilesafe_prefix_cache_hits", "Prompt blocks found in the prefix cache (their "
+                                   "KV not computed again)", labels, registry=r).labels(model_name)
+        self._prefix = (0, 0)
 
     # -- called by the engine thread -----------------------------------------------------
     def request_added(self, prompt_tokens: int) -> None:
@@ -50,7 +56,13 @@ class ServerMetrics:
     def generated(self, n: int) -> None:
         self.generation_tokens.inc(n)
 
-    def state(self, running: int, waiting: int, kv_used: int, kv_total: int) -> None:
+    def state(self, running: int, waiting: int, kv_used: int, kv_total: int, prefix_hits: int = 0,
+              prefix_queries: int = 0) -> None:
+        """The engine's state after a step; the prefix-cache counts are totals since it started."""
+        hits, queries = self._prefix
+        self.prefix_hits.inc(max(prefix_hits - hits, 0))
+        self.prefix_queries.inc(max(prefix_queries - queries, 0))
+        self._prefix = (prefix_hits, prefix_queries)
         self.running.set(running)
         self.waiting.set(waiting)
         self.kv_used.set(kv_used)
