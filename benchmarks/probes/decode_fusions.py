@@ -6,7 +6,8 @@ attention kernels — unfused: add+RMSNorm, QKV, o, add+RMSNorm, gate/up, SiLU-m
 launches, as `Qwen3Model._forward`); fused: rms_norm_linear, linear(residual=, out=residual),
 rms_norm_linear, silu_mul_linear(residual=, out=residual) (4 launches, `_forward_fused`) —
 and the greedy LM head: final RMSNorm, LM head GEMV, `sample` at temperature 0, against
-`linear_argmax(norm_weight=)`. Each sequence is timed (CUDA events, median of 7) as one
+`linear_argmax(norm_weight=)`. Beside each, the fused form with the norms as their own kernels
+("epilogues_only", "norm_then_argmax"): whether the norm prologue pays at that shape. Each sequence is timed (CUDA events, median of 7) as one
 `ts.graph()` of many layers, rotating through enough layers' weights (>= 3x the 60 MB L2)
 that every GEMV streams from HBM, and eagerly (host included). Before timing, the fused and
 unfused results are compared (bf16: close, and the greedy ids equal). GB/s counts the weight
@@ -82,6 +83,17 @@ def fused_layer(b, w):
     tk.silu_mul_linear(b["gu"], w["down"], residual=b["res"], out=b["res"])
 
 
+def epilogues_only_layer(b, w):
+    """The residual epilogues and the SiLU-mul prologue, but each norm its own kernel: does the
+    norm prologue (every GEMV block recomputing the row's statistics) pay?"""
+    tk.rms_norm(b["res"], w["g1"], EPS, out=b["x"])
+    tk.linear(b["x"], w["qkv"], out=b["qkv"])
+    tk.linear(b["attn"], w["o"], residual=b["res"], out=b["res"])
+    tk.rms_norm(b["res"], w["g2"], EPS, out=b["x"])
+    tk.linear(b["x"], w["gu"], out=b["gu"])
+    tk.silu_mul_linear(b["gu"], w["down"], residual=b["res"], out=b["res"])
+
+
 def time_layers(layer, b, ws) -> dict:
     seq = [ws[j % len(ws)] for j in range(PER_GRAPH)]
 
@@ -129,11 +141,15 @@ def head(m, e, v):
 
     def fused():
         tk.linear_argmax(res, lm, norm_weight=gn, eps=EPS, out=ids_f, logprobs_out=lp_f)
+
+    def norm_then_argmax():                   # the norm as its own kernel: does its prologue pay here?
+        tk.rms_norm(res, gn, EPS, out=x)
+        tk.linear_argmax(x, lm, out=ids_f, logprobs_out=lp_f)
     unfused(), fused()
     torch.cuda.synchronize()
     out = {"ids_equal": bool(torch.equal(ids_u, ids_f)), "logprob_max_diff": float((lp_u - lp_f).abs().max()),
            "weight_gb": v * e * 2 / 1e9}
-    for name, fn in (("unfused", unfused), ("fused", fused)):
+    for name, fn in (("unfused", unfused), ("fused", fused), ("norm_then_argmax", norm_then_argmax)):
         fn()
         with ts.graph() as gr:
             fn()
@@ -148,7 +164,7 @@ def probe(size: str, m: int) -> dict:
     ws = weights(e, h, kv, d, i, max(2, -int(-ROTATE_BYTES // layer_bytes)))
     out = {"size": size, "m": m, "layer_weight_mb": layer_bytes / 1e6, "layers_rotated": len(ws),
            "fused_vs_unfused_rel_diff": check_layer(m, e, h, kv, d, i, ws[0])}
-    for name, layer in (("unfused", unfused_layer), ("fused", fused_layer)):
+    for name, layer in (("unfused", unfused_layer), ("fused", fused_layer), ("epilogues_only", epilogues_only_layer)):
         t = time_layers(layer, buffers(m, e, h, kv, d, i), ws)
         t["weight_gb_per_s"] = layer_bytes / (t["graph_us_per_layer"] * 1e-6) / 1e9
         out[name] = t
@@ -172,8 +188,10 @@ def main():
                 print(f"{size:>5} M={m}: layer {r['unfused']['graph_us_per_layer']:7.1f} -> "
                       f"{r['fused']['graph_us_per_layer']:7.1f} us (graph; {r['fused']['weight_gb_per_s']:6.0f} GB/s "
                       f"fused), eager {r['unfused']['eager_us_per_layer']:6.1f} -> "
-                      f"{r['fused']['eager_us_per_layer']:6.1f} us; rel diff {r['fused_vs_unfused_rel_diff']:.1e} | "
-                      f"LM head {hd['unfused']['graph_us']:6.1f} -> {hd['fused']['graph_us']:6.1f} us, "
+                      f"{r['fused']['eager_us_per_layer']:6.1f} us (norms apart: "
+                      f"{r['epilogues_only']['graph_us_per_layer']:7.1f}); rel diff {r['fused_vs_unfused_rel_diff']:.1e} | "
+                      f"LM head {hd['unfused']['graph_us']:6.1f} -> {hd['fused']['graph_us']:6.1f} us "
+                      f"(norm apart {hd['norm_then_argmax']['graph_us']:6.1f}), "
                       f"ids equal {hd['ids_equal']}, logprob diff {hd['logprob_max_diff']:.1e}", flush=True)
     with open(path, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "results": results}, f, indent=1)
