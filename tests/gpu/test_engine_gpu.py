@@ -75,7 +75,7 @@ def test_graph_decode_is_token_identical_to_eager(bf16_model):
     prompts = [{"prompt_token_ids": p} for p in PROMPTS]
     assert llm.decode_steps.use_graph
     graphed = llm.generate(prompts, params)
-    assert any(s.graph is not None for s in llm.decode_steps.steps.values())
+    assert any(s.graphs.get(True) is not None for s in llm.decode_steps.steps.values())   # the greedy step's
     llm.decode_steps.use_graph = False
     saved, llm.decode_steps.steps = llm.decode_steps.steps, {}
     try:
@@ -137,4 +137,4 @@ def test_random_real_shape_model_built_on_the_device():
     again = llm.generate({"prompt_token_ids": PROMPTS[0]}, params)[0].outputs[0]
     assert first.token_ids == again.token_ids and len(first.token_ids) == 16
     assert all(0 <= t < 151936 for t in first.token_ids) and first.finish_reason == "length"
-    assert llm.decode_steps.steps[1].graph is not None
+    assert llm.decode_steps.steps[1].graphs.get(True) is not None          # greedy: the linear_argmax step
