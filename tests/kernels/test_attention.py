@@ -95,6 +95,23 @@ def test_decode_device_length_and_workspace(backend, device):
         assert_close(out, decode_ref(q, kc, vc, n), "f32", **ATT_TOL["f32"])
 
 
+@pytest.mark.parametrize("heads,kv_heads,dim,one", [(2, 2, 64, True), (8, 2, 128, True), (8, 1, 64, False)])
+def test_decode_splits_past_a_short_device_length_are_empty(backend, device, heads, kv_heads, dim, one):
+    """Five splits sized for 120 keys; a device length of 1 or 20 leaves only the first one or
+    two with keys (the one-kernel combination reads only those), 117 fills all five. GQA 1, 4
+    and 8; head_dim 64 and 128."""
+    q = randn((heads, dim), "f32", 19, device)
+    kc, vc = randn((kv_heads, 120, dim), "f32", 20, device), randn((kv_heads, 120, dim), "f32", 21, device)
+    cfg = {"splits": 5, "block_n": 16, "one_kernel": one}
+    ws = tk.decode_workspace(q, kc, config=cfg)
+    length = torch.tensor([1], dtype=torch.int32, device=device)
+    for n in (1, 20, 117):
+        length.fill_(n)
+        out = poisoned((heads, dim), "f32", device)
+        tk.decode_attention(q, kc, vc, length, out=out, workspace=ws, config=cfg)
+        assert_close(out, decode_ref(q, kc, vc, n), "f32", **ATT_TOL["f32"])
+
+
 @pytest.mark.reference_only
 def test_decode_mqa_many_splits(backend, device):
     q = randn((32, 64), "f32", 16, device)                       # 32 heads over one KV head: GP = 32 rows
