@@ -62,12 +62,13 @@ def choice(shape, gpu: Gpu) -> dict:
 
 
 def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
-    """The model's best `n` configs of distinct kinds (tile shape, split or not, tail split),
-    for a short autotune: near-ties of one kind (a stage more or less) would teach it little."""
+    """The model's best `n` configs of distinct kinds (tile shape, split or not, tail split, a
+    decode's one kernel or two), for a short autotune: near-ties of one kind (a stage more or
+    less) would teach it little."""
     out, kinds = [], set()
     for c in _ranked_all(shape, gpu or gpu_of(None)):
         kind = (c.get("block_m"), c.get("block_n"), (c.get("split_k") or 1) > 1, c.get("tail_split"),
-                c.get("target_blocks"))
+                c.get("target_blocks"), c.get("one_kernel"))     # decode: one launch or two is a kind
         if kind not in kinds:
             kinds.add(kind)
             out.append(dict(c))
