@@ -122,11 +122,11 @@ def test_unwritten_memory_handed_to_torch_is_refused_by_a_hit(backend):
 
 
 def test_another_alignment_class_takes_the_full_step_and_computes_right(backend, counted):
-    w, base = _rand((32,), 1), _rand((65,), 2)
+    w, base = _rand((48,), 1), _rand((145,), 2)                  # a layout no other test launches
     for _ in range(4):
-        tk.rms_norm(base[0:64].view(2, 32), w)
+        tk.rms_norm(base[0:144].view(3, 48), w)
     counted[:] = [0, 0]
-    shifted = base[1:65].view(2, 32)                              # 4 bytes on: another 16-byte class
+    shifted = base[1:145].view(3, 48)                             # 4 bytes on: another 16-byte class
     torch.testing.assert_close(tk.rms_norm(shifted, w), _rms(shifted, w), rtol=2e-4, atol=2e-5)
     assert counted[1] == 0                                        # not launched on the aligned verdicts
 

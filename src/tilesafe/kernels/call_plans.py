@@ -80,6 +80,7 @@ def planned(fn):
     """Give the library function `fn` a plan per argument layout (see the module's docstring).
     The wrapper's `plans` is its PlanCache."""
     plans = PlanCache()
+    table = plans.plans      # read directly on every call (PlanCache.put may clear it, never replace it)
     name = fn.__name__
 
     @functools.wraps(fn)
@@ -101,7 +102,7 @@ def planned(fn):
         if key is None:
             return fn(*args, **kwargs)
         tensors, places = found[1], found[2]
-        plan = plans.get(key)
+        plan = table.get(key)
         if plan is not None:
             return plan.call(tensors, places)
         rec = R.Recording(tensors)
@@ -156,11 +157,13 @@ def call_key(name: str, args: tuple, kwargs: dict):
     # The decisions also depend on the backend and target (configs, workers), on autograd
     # (refusals) and on torch's fp32 matmul precision (tf32 by default or not).
     parts += (configs.current_backend(), targets.compile_target(), torch.is_grad_enabled(),
-              torch.get_float32_matmul_precision())
+              _matmul_precision())
     return tuple(parts), tensors, places
 
 
 _STRIDED = torch.strided
+# torch.get_float32_matmul_precision without its Python wrapper (one call fewer per library call).
+_matmul_precision = getattr(torch._C, "_get_float32_matmul_precision", torch.get_float32_matmul_precision)
 
 
 def _workspace(v) -> list | None:
