@@ -1,0 +1,79 @@
+"""Call plans' fast form on the GPU (kernels/call_hits.py, runtime/planned_launch.py): from the
+third call of a layout a library call starts Triton's compiled kernel with a prebuilt argument
+tuple holding the call's addresses. Each call computes what torch computes — with new memory
+every call, and with the same memory under new views (its byte sets kept) — and a host read
+through tilesafe waits for it (S9). Run with `pytest -m gpu`."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from tilesafe.kernels import elementwise
+from tilesafe.runtime import planned_launch
+
+pytestmark = pytest.mark.gpu
+
+
+def _r(*shape, seed=0, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * 0.5).to(device="cuda", dtype=dtype)
+
+
+def _rms(x, w, eps=1e-6):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+CASES = {   # name: (the planned function, make(seed), call(t) with out=, oracle(t))
+    "linear": (tk.linear, lambda s: dict(x=_r(1, 512, seed=s), w=_r(384, 512, seed=s + 1), o=_r(1, 384)),
+               lambda t: tk.linear(t["x"], t["w"], out=t["o"]), lambda t: F.linear(t["x"], t["w"])),
+    "rms_norm": (tk.rms_norm, lambda s: dict(x=_r(2, 1024, seed=s), w=_r(1024, seed=s + 1), o=_r(2, 1024)),
+                 lambda t: tk.rms_norm(t["x"], t["w"], out=t["o"]), lambda t: _rms(t["x"], t["w"])),
+    "add": (elementwise._tensor_operands, lambda s: dict(x=_r(1, 2048, seed=s), y=_r(1, 2048, seed=s + 1),
+                                                         o=_r(1, 2048)),
+            lambda t: tk.add(t["x"], t["y"], out=t["o"]), lambda t: t["x"] + t["y"]),
+    "embedding": (tk.embedding, lambda s: dict(i=torch.tensor([3, 99], device="cuda", dtype=torch.int32),
+                                               tab=_r(128, 256, seed=s), o=_r(2, 256)),
+                  lambda t: tk.embedding(t["i"], t["tab"], out=t["o"]),
+                  lambda t: F.embedding(t["i"].long(), t["tab"])),
+}
+
+
+def _gpu_launches(fn) -> list:
+    return [launch for plan in fn.plans.plans.values() if plan.hit
+            for launch in plan.hit.launches if launch is not None and launch.mode == planned_launch._GPU]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_one_kernel_call_takes_the_gpu_form_with_new_memory_every_call(case):
+    fn, make, call, oracle = CASES[case]
+    with ts.backend("triton"), torch.no_grad():
+        for seed in range(6):                                     # record, redo, then the fast form
+            t = make(10 * seed)                                   # new memory every call
+            got = call(t)
+            assert got is t["o"]
+            torch.testing.assert_close(got.float(), oracle(t).float(), rtol=3e-2, atol=3e-2)
+    assert _gpu_launches(fn), f"{case}: no launch took the GPU form"
+
+
+def test_the_same_memory_under_new_views_is_written_by_every_call():
+    """The byte sets of a slot are kept while its memory stays; the values change every call."""
+    x, w, o = _r(2, 1024, seed=1), _r(1024, seed=2), torch.empty(2, 1024, device="cuda", dtype=torch.bfloat16)
+    with ts.backend("triton"), torch.no_grad():
+        for seed in range(6):
+            x.copy_(_r(2, 1024, seed=seed))
+            tk.rms_norm(x.view(2, 1024), w.view(1024), out=o.view(2, 1024))
+            torch.testing.assert_close(o.float(), _rms(x, w).float(), rtol=3e-2, atol=3e-2)
+
+
+def test_a_host_read_through_tilesafe_waits_for_a_fast_launch():
+    """S9: the launch registers its write as pending; reading the result with numpy() waits."""
+    w = _r(4096, 4096, seed=3)
+    with ts.backend("triton"), torch.no_grad():
+        for seed in range(5):
+            x = _r(64, 4096, seed=seed)
+            h = torch.empty(64, 4096, device="cuda", dtype=torch.bfloat16)
+            tk.linear(x, w, out=h)                                # no synchronize before the read
+            got = torch.from_numpy(ts.from_torch(h).numpy().astype("float32"))
+            torch.testing.assert_close(got, F.linear(x, w).float().cpu(), rtol=3e-2, atol=3e-1)
