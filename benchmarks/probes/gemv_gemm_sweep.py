@@ -106,7 +106,8 @@ def gemv_config(bn, bk, warps, stages, split, prefetch):
 # --- the parts ---------------------------------------------------------------------------------
 
 def part_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu):
-    shapes = [(f"{m} {p} (M=1)", n, k) for m in ("4B", "8B", "32B", "0.6B") for p, (n, k) in projections(m).items()]
+    # 4B first (the engine's decode target), then 0.6B (short K), 8B and 32B
+    shapes = [(f"{m} {p} (M=1)", n, k) for m in ("4B", "0.6B", "8B", "32B") for p, (n, k) in projections(m).items()]
     shapes.insert(4, ("4B lm_head (M=1)", 151936, 2560))
     out = {}
     for name, n, k in shapes:
