@@ -155,8 +155,10 @@ def one_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu, nam
 
 # (M, Qwen3 model, projection): M from 33 to 200 on large weights, and M odd near 777
 # (most telling first: a part past its budget drops the last ones)
-GEMM_SHAPES = ((72, "8B", "o"), (136, "32B", "down"), (48, "4B", "qkv"), (775, "4B", "qkv"), (190, "8B", "qkv"),
-               (61, "4B", "down"), (150, "32B", "qkv"), (97, "8B", "gate_up"), (771, "8B", "down"), (779, "4B", "down"))
+# (97 x 5120: 2 x 80 tiles of 64 x 64, just over one wave of 132)
+GEMM_SHAPES = ((72, "8B", "o"), (97, "32B", "o"), (136, "32B", "down"), (775, "4B", "qkv"), (48, "4B", "qkv"),
+               (190, "8B", "qkv"), (61, "4B", "down"), (150, "32B", "qkv"), (97, "8B", "gate_up"), (771, "8B", "down"),
+               (779, "4B", "down"))
 # (block_m, block_n, block_k, warps) beside the model's picks, each with split-K 1, 2, 3, 4
 GEMM_TILES = ((64, 128, 64, 4), (64, 64, 128, 4), (128, 128, 64, 8), (64, 256, 64, 8), (32, 128, 128, 4))
 
