@@ -183,6 +183,7 @@ def workloads(quick: bool):
                     safe=lambda: vector_add.vector_add(out, x, y),
                     safe_chunk4=lambda: vector_add.vector_add_chunked(out, x, y, K=4),
                     safe_chunk8=lambda: vector_add.vector_add_chunked(out, x, y, K=8),
+                    safe_run4_128bit=lambda: vector_add.vector_add_runs(out, x, y, K=4),
                     raw=lambda: RAW["vector_add"][grid, 256](do, dx, dy),
                     raw_chunk4=lambda: RAW["vector_add_chunk4"][(n + 1023) // 1024, 256](do, dx, dy),
                     torch=lambda: torch.add(x, y, out=out))

@@ -28,6 +28,7 @@ from tilesafe import simt                                                     # 
 from tilesafe.simt.examples import histogram, sgemm, transpose, vector_add   # noqa: E402
 
 from tilesafe.simt.examples import block_sum, row_rotate, softmax_rows, top_p  # noqa: E402
+from tilesafe.simt.vector_access import simulated                              # noqa: E402
 
 
 def _with_warp_operations():
@@ -77,7 +78,8 @@ def cube_lookup(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.i32, ("N",)],
 
 def compiled(kernel, consts):
     name = f"simt_{kernel.name}"
-    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": np.float32, **kernel.table_globals()}
+    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": np.float32, **simulated(),
+                 **kernel.table_globals()}
     exec(compile(kernel.source_for(consts), f"<{name}>", "exec"), namespace)
     return cuda.jit(namespace[name])
 
@@ -103,6 +105,9 @@ def main():
     out2 = np.full(n2, np.nan, np.float32)
     compiled(vector_add.vector_add_chunked, {"K": 4})[(2,), (256,)](out2, x2, y2, n2, err)
     check("vector_add_chunked", out2, x2 + y2)
+    out2[:] = np.nan                    # run(4): 128-bit runs where whole and aligned, the guarded loop after
+    compiled(vector_add.vector_add_runs, {"K": 4})[(2,), (256,)](out2, x2, y2, n2, err)
+    check("vector_add_runs", out2, x2 + y2)
 
     v = rng.integers(0, 7, 500).astype(np.int32)
     hist = np.zeros(7, np.int32)

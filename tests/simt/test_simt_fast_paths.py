@@ -39,6 +39,23 @@ def test_chunked_vector_add_with_full_and_ragged_runs(n):
         assert torch.equal(out, x + y)
 
 
+@pytest.mark.parametrize("n", [1, 1023, 1024, 5000])
+def test_vector_add_in_runs(n):
+    x, y = torch.randn(n), torch.randn(n)
+    for k in (2, 4):
+        out = torch.full((n,), float("nan"))
+        vector_add.vector_add_runs(out, x, y, K=k).sync()
+        assert torch.equal(out, x + y)
+
+
+def test_a_run_of_16_bytes_reads_and_writes_through_vectors_where_aligned():
+    text = body(vector_add.vector_add_runs, torch.empty(8), torch.ones(8), torch.ones(8), K=4)
+    assert "__addr(out) % 16 == 0 and out.strides[0] == 4" in text
+    assert text.count("= __vld4(") == 2 and text.count("__vst4(out, ") == 1
+    misread = body(affine_run, torch.empty(8), torch.ones(8), 1.0, 0, False, K=4)
+    assert "__vld4(x, " in misread                  # x[p] is proven: vectorised; p[0] stays a coordinate
+
+
 def test_a_run_walk_with_scalars_of_every_kind():
     x = torch.randn(300)
     for negate in (False, True):
@@ -78,6 +95,20 @@ def test_gpu_chunked_vector_add(n):
         out = torch.full((n,), float("nan"), device="cuda")
         vector_add.vector_add_chunked(out, x, y, K=k).sync()
         assert torch.equal(out, x + y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 1000, 1024, (1 << 22) + 3])
+def test_gpu_vector_add_in_runs_aligned_and_not(n):
+    base_x, base_y = torch.randn(n + 1, device="cuda"), torch.randn(n + 1, device="cuda")
+    for x, y in ((base_x[:n], base_y[:n]), (base_x[1:], base_y[1:])):    # 16-byte aligned, then 4 bytes off
+        for k in (2, 4):
+            out = torch.full((n,), float("nan"), device="cuda")
+            vector_add.vector_add_runs(out, x, y, K=k).sync()
+            assert torch.equal(out, x + y)
+    out = torch.full((n + 1,), float("nan"), device="cuda")[1:]          # the output off, inputs aligned
+    vector_add.vector_add_runs(out, base_x[:n], base_y[:n], K=4).sync()
+    assert torch.equal(out, base_x[:n] + base_y[:n])
 
 
 @pytest.mark.gpu

@@ -14,6 +14,7 @@ from tilesafe.simt import gpu_launch
 from tilesafe.simt.binding import bind
 from tilesafe.simt.examples import block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose, vector_add
 from tilesafe.simt.params import CONST
+from tilesafe.simt.vector_access import intrinsics
 
 numba_cuda = pytest.importorskip("numba_cuda", reason="numba-cuda (the `simt` extra) is not installed")
 
@@ -38,7 +39,8 @@ def lower():
                 argtypes.append(gpu_launch.scalar_type(p.dtype))
         argtypes.append(gpu_launch.array_type(ts.i32, 1, True))          # the error flag
         name = f"simt_{kernel.name}"
-        namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **kernel.table_globals()}
+        namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **intrinsics(),
+                     **kernel.table_globals()}
         exec(compile(kernel.source_for(bound.consts), f"<{name}>", "exec"), namespace)
         return compile_cuda(namespace[name], nt.void, tuple(argtypes), cc=(9, 0))
     yield compile_for
@@ -54,6 +56,7 @@ def test_the_examples_type_and_lower(lower):
     lower(vector_add.vector_add, z(8), z(8), z(8))
     lower(vector_add.vector_add_chunked, z(8), z(8), z(8), K=4)
     lower(vector_add.vector_add_chunked, z(8), z(8), z(8), K=8)         # the loads-first fast path
+    lower(vector_add.vector_add_runs, z(8), z(8), z(8), K=4)            # 128-bit loads and stores
     lower(histogram.histogram, z(4, dtype=i32), z(8, dtype=i32), grid=(1,))
     lower(histogram.histogram256, z(256, dtype=i32), z(8, dtype=i32), grid=(1,))
     lower(block_sum.block_sum, z(2), z(600), K=256)
@@ -95,3 +98,12 @@ def test_dynamic_shared_memory_and_the_shared_sanitizer_type_and_lower(lower):
 def test_a_run_walk_with_float_int_and_bool_scalars_types_and_lowers(lower):
     from test_simt_fast_paths import affine_run
     lower(affine_run, z(300), z(300), 0.5, 3, True, K=4)
+
+
+def test_a_run_of_16_bytes_is_one_vector_load_per_input_and_one_vector_store(lower):
+    compiled = lower(vector_add.vector_add_runs, z(8), z(8), z(8), K=4)
+    ir = compiled.library.get_llvm_str()
+    assert ir.count("load <4 x float>") == 2 and "align 16" in ir, ir[-4000:]
+    assert ir.count("store <4 x float>") == 1
+    halves = lower(vector_add.vector_add_runs, z(8), z(8), z(8), K=2)      # 8 bytes: the scalar path only
+    assert "<4 x float>" not in halves.library.get_llvm_str()

@@ -35,7 +35,8 @@ def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int, t
     `tables`: the constant tables' arrays, by the global names the source uses."""
     from numba import cuda
     from numba.cuda import types as nt
-    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **tables}
+    from .vector_access import intrinsics
+    namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **intrinsics(), **tables}
     exec(compile(source, f"<simt kernel {name}>", "exec"), namespace)
     with cuda.gpus[device_index]:
         dispatcher = cuda.jit(argtypes)(namespace[name])    # compiles now, for these types only

@@ -21,7 +21,7 @@ import math
 
 from . import mappings as M
 from . import shared_shadow as shadow
-from . import stubs
+from . import stubs, vector_access
 from .kernel_info import node_key, resolve_op
 from .params import CONST
 
@@ -260,6 +260,7 @@ class _Lower(ast.NodeTransformer):
         self.walks = {node_key(w.node): w for w in info.walks}
         self.coords: dict = {}        # live permit name -> its coordinate names
         self.counter = 0
+        self.vector_reads: dict = {}   # input -> (its run's tuple, element), inside a vectorised run
         self.locals = {n.id for n in ast.walk(src.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
     # -- pieces -----------------------------------------------------------------------------------
@@ -402,17 +403,57 @@ class _Lower(ast.NodeTransformer):
         coords = [self.fresh(f"{walk.permit}__h") for _ in range(m.size)]
         values = [self.fresh("v") for _ in range(m.size)]
         head = [ast.Assign([_name(c, ast.Store())], e) for c, e in zip(coords, first)]
+        out = self.run_values(walk, stmt, coords, values, {})
+        out += [ast.Assign([ast.Subscript(_name(walk.target), _name(c), ast.Store())], _name(v))
+                for c, v in zip(coords, values)]
+        vector = self.vectorised(walk, m, stmt, coords, values)
+        if vector is not None:
+            out = [ast.If(vector[0], vector[1], out)]
+        inside = ast.Compare(_name(coords[-1]), [ast.Lt()], [self.extent(walk, 0)])
+        return head + [ast.If(inside, out, lowered)]
+
+    def run_values(self, walk, stmt, coords, values, vector_reads) -> list:
+        """`v_j = expr` for each element j of the run, the permit standing for coordinate j."""
         out = []
-        for c, v in zip(coords, values):
+        for j, (c, v) in enumerate(zip(coords, values)):
             self.coords[walk.permit] = [c]
+            self.vector_reads = {name: (t, j) for name, t in vector_reads.items()}
             try:
                 out.append(ast.Assign([_name(v, ast.Store())], self.visit(copy.deepcopy(stmt.value))))
             finally:
                 del self.coords[walk.permit]
-        out += [ast.Assign([ast.Subscript(_name(walk.target), _name(c), ast.Store())], _name(v))
-                for c, v in zip(coords, values)]
-        inside = ast.Compare(_name(coords[-1]), [ast.Lt()], [self.extent(walk, 0)])
-        return head + [ast.If(inside, out, lowered)]
+                self.vector_reads = {}
+        return out
+
+    def vectorised(self, walk, m, stmt, coords, values):
+        """A run(k) of 16 bytes: (the in-kernel test that the tensors are 16-byte aligned with unit
+        stride, the statements reading each input's run with one 128-bit load and storing the
+        output's with one 128-bit store), or None. Only reads proven in bounds at the permit are
+        vectorised: they lie inside the run, which lies inside the output (vector_access.py)."""
+        out_dtype = self.params[walk.target].dtype
+        if m.kind != M.RUN or vector_access.WIDTHS.get(out_dtype.itemsize) != m.size:
+            return None
+        reads = []
+        for n in ast.walk(stmt.value):
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in self.params \
+                    and isinstance(n.slice, ast.Name) and n.slice.id == walk.permit \
+                    and node_key(n) in self.info.proven and self.params[n.value.id].dtype.itemsize == \
+                    out_dtype.itemsize and n.value.id not in reads:
+                reads.append(n.value.id)
+        tests = []
+        for name in [walk.target] + reads:
+            size = self.params[name].dtype.itemsize
+            tests += [ast.Compare(_bin(_call(_name("__addr"), _name(name)), ast.Mod(), _int(16)), [ast.Eq()],
+                                  [_int(0)]),
+                      ast.Compare(ast.Subscript(_attr(name, "strides"), _int(0), ast.Load()), [ast.Eq()],
+                                  [_int(size)])]
+        loads = {name: self.fresh(f"{name}_run") for name in reads}
+        body = [ast.Assign([_name(t, ast.Store())], _call(_name(f"__vld{m.size}"), _name(name), _name(coords[0])))
+                for name, t in loads.items()]
+        body += self.run_values(walk, stmt, coords, values, loads)
+        body.append(ast.Expr(_call(_name(f"__vst{m.size}"), _name(walk.target), _name(coords[0]),
+                                   ast.Tuple([_name(v) for v in values], ast.Load()))))
+        return ast.BoolOp(ast.And(), tests), body
 
     def extent(self, walk, axis):
         if walk.shared:
@@ -489,6 +530,10 @@ class _Lower(ast.NodeTransformer):
 
     def visit_Subscript(self, node):
         base = node.value
+        if isinstance(base, ast.Name) and base.id in self.vector_reads and isinstance(node.slice, ast.Name) \
+                and node.slice.id in self.coords and node_key(node) in self.info.proven:
+            t, j = self.vector_reads[base.id]         # element j of the input's 128-bit run
+            return ast.copy_location(ast.Subscript(_name(t), _int(j), ast.Load()), node)
         if isinstance(base, ast.Name) and base.id in self.coords:
             return ast.copy_location(_name(self.coords[base.id][node.slice.value]), node)
         if isinstance(base, ast.Name) and isinstance(node.ctx, ast.Load) and \
