@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -38,8 +37,9 @@ class Future(Protocol):
     def wait(self) -> Any: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PendingAccess:
+class PendingAccess(NamedTuple):
+    """One pending access (a named tuple: every launch makes one per argument, and a frozen
+    dataclass took twice as long to build)."""
     byteset: ByteSet
     is_write: bool
     future: Future
