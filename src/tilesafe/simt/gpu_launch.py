@@ -115,7 +115,7 @@ def launch(compiled: Compiled, launch_config: tuple, stream_handle: int, params)
         params = Params(params)
     gx, gy, gz, bx, by, bz, shared = launch_config
     err = driver.cuLaunchKernel(compiled.function, gx, gy, gz, bx, by, bz, shared, _stream(stream_handle),
-                                params.address, None)[0]
+                                params.address, 0)[0]
     if err != driver.CUresult.CUDA_SUCCESS:
         _check(err, "launch", f"a grid of {(gx, gy, gz)} blocks of {(bx, by, bz)} threads with {shared} bytes of "
                               "dynamic shared memory")
