@@ -1,7 +1,8 @@
 """Batched decode steps, each batch size captured once in `ts.graph()` and replayed.
 
 A step's inputs — the new token, position, cache length, cache row and cache slot of each
-sequence — are copied into the step's device buffer in one copy; everything else is fixed
+sequence — are copied into the step's device buffer in one queued copy, and its tokens read
+back with the step's one host sync (step_io); everything else is fixed
 (weights, cache, buffers), so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
 of split GEMMs and long softmax rows) and the second captures the same calls. Replays then
 cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
@@ -18,12 +19,14 @@ import torch
 import tilesafe as ts
 
 from .model import Activations, DecodeWorkspace, Qwen3Model
+from .step_io import StepIO
 
 
 @dataclass(slots=True)
 class _Step:
     a: Activations
     ws: DecodeWorkspace
+    io: StepIO                # its inputs staged and sent, its tokens read back (one sync a step)
     graphs: dict = field(default_factory=dict)       # greedy -> the ts.Graph once captured
     eager_runs: dict = field(default_factory=dict)   # greedy -> eager steps run so far
 
@@ -44,12 +47,10 @@ class DecodeSteps:
         sequences still running, wherever their slots are."""
         step = self._step(len(ids))
         a = step.a
-        L = self.model.cache.max_model_len
         slots = list(range(len(ids))) if slots is None else slots
         shift = self.model.vocab_start              # a tensor-parallel rank's first vocabulary row
         local_ids = [i - shift for i in ids] if shift else ids
-        rows = [local_ids, positions, [p + 1 for p in positions], [s * L + p for s, p in zip(slots, positions)], slots]
-        a.inputs.copy_(torch.tensor(rows, dtype=torch.int32))                 # (5, B) host -> device, one copy
+        step.io.send(local_ids, positions, slots, self.model.cache.max_model_len)   # (5, B), one queued copy
         # An all-greedy batch takes its tokens from the LM head (linear_argmax), any other the
         # sampler: two different steps, each captured once.
         greedy = self.model.sampler is not None and self.model.sampler.all_greedy(len(ids))
@@ -64,7 +65,7 @@ class DecodeSteps:
             step.eager_runs[greedy] = runs + 1
             if capture_next:
                 self._capture(step, greedy)
-        return a.tokens.tolist(), a.chosen.tolist()          # device -> host copies only
+        return step.io.receive()                    # the step's one host sync
 
     def _step(self, batch: int) -> _Step:
         step = self.steps.get(batch)
@@ -72,7 +73,7 @@ class DecodeSteps:
             cfg = self.model.cfg
             a = Activations.allocate(cfg, batch, batch, self.dtype, self.device)
             ws = self.model.decode_workspace(a)
-            step = self.steps[batch] = _Step(a, ws)
+            step = self.steps[batch] = _Step(a, ws, StepIO(a))
         return step
 
     def _capture(self, step: _Step, greedy: bool) -> None:

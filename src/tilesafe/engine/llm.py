@@ -252,7 +252,8 @@ class LLM:
             if running != sampled[:len(running)]:   # the batch shrank: sampler rows follow it
                 self.sampler.set_rows([s.params for s in rows], [s.seed for s in rows])
                 sampled = running
-            self.sampler.set_steps([len(s.tokens) for s in rows])          # the Philox step of each row
+            if not self.sampler.all_greedy(len(rows)):    # greedy rows draw no random number
+                self.sampler.set_steps([len(s.tokens) for s in rows])      # the Philox step of each row
             tokens, logprobs = self._decode([s.tokens[-1] for s in rows], [s.position for s in rows], running)
             for s, t, lp in zip(rows, tokens, logprobs):
                 s.append(t, lp)
