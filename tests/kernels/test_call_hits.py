@@ -203,4 +203,8 @@ def test_the_argument_tuple_of_a_layout_leaves_out_the_launch_memory(monkeypatch
         assert values[i] is None and full[i] is call.tensors[param]
     assert all(v == full[i] for i, v in enumerate(values) if i not in dict(pointers))
     assert not any(isinstance(v, torch.Tensor) for v in values)
+    _, fill = call.relauncher()                                   # the launch cache's LayoutLauncher fills it
+    filled = fill(bound, call.tensors)
+    assert [filled[i] for i, _ in pointers] == [call.tensors[param].data_ptr() for _, param in pointers]
+    assert all(v == full[i] for i, v in enumerate(filled) if i not in dict(pointers))
     p.unpartition()

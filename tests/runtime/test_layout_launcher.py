@@ -106,3 +106,31 @@ def test_a_gpu_launch_builds_each_byte_set_once(monkeypatch):
     assert [a.byteset for a in z._state._pending][-1] == sets[0]
     future.completion._finish()                                   # the stand-in work is over
     p.unpartition()
+
+
+def test_a_launcher_keeps_an_arguments_byte_set_while_its_memory_stays(monkeypatch):
+    """The same memory under new handles: the byte set registered is the last launch's own;
+    other memory: a new one, that memory's."""
+    from tilesafe.runtime.aliasing import byte_set
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    x, other = torch.arange(8, dtype=torch.float32), torch.arange(8, dtype=torch.float32)
+    launcher, seen, done = None, [], []
+    for source in (x, x, other):
+        z = ts.empty(8)
+        p = z.partition((4,))
+        xt = ts.from_torch(source.view(8))                        # a new handle every launch
+        bound = binding.bind(double, (p, xt), {}, None, False)
+        if launcher is None:
+            compiled = double.specializer.compiled(bound, "reference")
+            launcher = LayoutLauncher(compiled, bound, lambda stream, args: None,
+                                      lambda bound, views: (), torch.device("cuda", 0))
+        launcher(bound)
+        access = xt._state._pending[-1]
+        assert access.byteset == byte_set(source)
+        seen.append(access.byteset)
+        done.append(access.future)
+        p.unpartition()
+    assert seen[1] is seen[0] and seen[2] is not seen[1]
+    for d in done:                                                # the stand-in work is over
+        d._finish()

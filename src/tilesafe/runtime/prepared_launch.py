@@ -14,6 +14,7 @@ import weakref
 from ..settings import graph_var
 from . import arrivals
 from .execute import execute
+from .aliasing import byte_set
 from .future import Completion, Future
 from .ordering import accesses, writes
 from .safety import mark_written
@@ -97,6 +98,7 @@ class LayoutLauncher:
         self.device = device
         self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._streams: dict = {}
+        self._sets = [None] * len(self.writes)   # per argument: (its memory's place, byte set) last launch
 
     def __call__(self, bound) -> Future:
         if graph_var.get() is not None:
@@ -104,15 +106,16 @@ class LayoutLauncher:
         import torch
         facts = bound.tensors
         held = [(facts[name].tensor, write) for name, write in self.writes]
-        views = {name: t._torch() for (name, _), (t, _) in zip(self.writes, held)}
+        views = {name: t._t for (name, _), (t, _) in zip(self.writes, held)}
         args = self.values(bound, views)
-        sets = [t._byte_set() for t, _ in held]
+        sets = [self._byte_set(k, t._t) for k, (t, _) in enumerate(held)]
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         for (t, write), byteset in zip(held, sets):
             if t._state._pending:
                 t._state.order_device(byteset, write, stream)
         self.start(stream, args)
-        mark_written(bound, self.compiled.written)
+        if any(t._state.init_mask is not None for t, _ in held):
+            mark_written(bound, self.compiled.written)
         stream_obj = self._streams.get(stream)
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
@@ -120,3 +123,15 @@ class LayoutLauncher:
         for (t, write), byteset in zip(held, sets):
             t._state.record(byteset, write, done)
         return Future(tuple(facts[n].obj for n in self.outputs), done)
+
+    def _byte_set(self, k: int, view):
+        """The bytes argument `k` reaches: the last launch's byte set while its memory did
+        not move (the same storage address, size and offset: the layout fixes the rest)."""
+        storage = view.untyped_storage()
+        place = (storage.data_ptr(), storage.nbytes(), view.storage_offset())
+        found = self._sets[k]
+        if found is not None and found[0] == place:
+            return found[1]
+        byteset = byte_set(view)
+        self._sets[k] = (place, byteset)
+        return byteset

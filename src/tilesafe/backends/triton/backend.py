@@ -204,23 +204,32 @@ class TritonLaunch:
         """`(start, values)`: Triton's launcher of this launch's compiled kernel, which every
         launch of the same layout uses (Triton specializes on the extents, strides, scalars and
         16-byte alignment this layout fixes), and `values(bound, tensors)`, the arguments of
-        such a launch: its own pointers and TMA descriptors. None for a launch that takes
-        S16's counters (made per launch) or that the direct path cannot start."""
-        if self.tickets:
+        such a launch: its own pointers and TMA descriptors, filled into the layout's tuple
+        (`layout_slots`; the runtime scalars are this launch's: a relauncher serves one set of
+        them). None for a launch that takes S16's counters (made per launch) or that the
+        direct path cannot start."""
+        found = self.layout_slots()
+        if found is None:
             return None
-        direct = self.direct(None)
-        if direct is None:
-            return None
-        gen, grid = self.gen, self.grid
-        return direct[0], lambda bound, tensors: tuple(launch_values(gen, bound, tensors, grid, None))
+        start, values, pointers, descriptors = found
+
+        def fill(bound, tensors) -> tuple:   # the layout's tuple with this launch's memory in it
+            args = list(values)
+            for i, param in pointers:
+                args[i] = tensors[param].data_ptr()
+            for i, param, box, by_columns in descriptors:
+                args[i] = tma.host_descriptor(tensors[param], box, by_columns)
+            return tuple(args)
+        return start, fill
 
     def layout_slots(self):
         """`(start, values, pointers, descriptors)` for launching this layout with other
         memory from a prebuilt argument tuple (runtime/planned_launch.py): `values` is this
-        launch's arguments without its memory (None there), `pointers` the positions that take a tensor's address (position,
-        parameter), `descriptors` those that take a TMA descriptor of it (position, parameter,
-        box, by columns). Every other argument (extents, strides, scalars, grid) is a fact of
-        the layout. None where `relauncher` has none."""
+        launch's arguments without its memory (None there), `pointers` the positions that
+        take a tensor's address (position, parameter), `descriptors` those that take a TMA
+        descriptor of it (position, parameter, box, by columns). Every other argument
+        (extents, strides, scalars, grid) is a fact of the layout and its scalars. None where
+        the direct path cannot start, or for S16's counters (made per launch)."""
         if self.tickets:
             return None
         direct = self.direct(None)
