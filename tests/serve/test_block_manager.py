@@ -44,6 +44,30 @@ def test_free_returns_every_block():
     assert bm.num_free_blocks == 6 and bm.stats().used == 0
 
 
+def test_can_allocate_keeps_the_reserve_free_counting_hits():
+    bm = BlockManager(num_blocks=6, block_size=4)
+    bm.allocate("a", range(9))                 # 3 blocks; 2 full ones named once computed
+    bm.computed("a", 9)
+    assert bm.can_allocate(range(100, 108), reserve=1) and not bm.can_allocate(range(100, 108), reserve=2)
+    assert bm.can_allocate(range(10), reserve=2)         # 2 hits: 1 new block + 2 reserved = 3 free
+
+
+def test_reset_prefix_cache_forgets_free_blocks_names_only():
+    bm = BlockManager(num_blocks=6, block_size=4)
+    bm.allocate("a", range(9))
+    bm.computed("a", 9)
+    bm.allocate("b", range(100, 105))
+    bm.computed("b", 5)
+    bm.free("a")                               # a's 2 named blocks wait in the cache
+    assert bm.stats().cached_free == 2
+    bm.reset_prefix_cache()
+    st = bm.stats()
+    assert (st.cached_free, st.free, st.used) == (0, 4, 2)
+    assert bm.allocate("c", range(9)) == 0     # no hit: a's contents are gone
+    bm.free("b")
+    assert bm.allocate("d", range(100, 105)) == 4        # b was running: its named block survived
+
+
 def test_out_of_blocks_is_refused_and_changes_nothing():
     bm = BlockManager(num_blocks=3, block_size=4)
     bm.allocate("a", range(8))

@@ -3,7 +3,8 @@ max_num_seqs), each captured once in `ts.graph()` on a GPU and replayed.
 
 A batch of n running requests runs in the smallest bucket B >= n: rows n .. B-1 are
 padding — token 0 at position 0, a cache length of 1, slot -1 (the KV write skips it) and
-a block table of zeros (its attention reads block 0's first row: finite, never written) —
+a block table of zeros (its attention reads block 0's first row: finite, the cache starts
+zeroed) —
 and their sampled tokens are dropped. Each row's inputs (token, position, length, slot,
 block table) reach the device in one copy into the bucket's buffer, so the captured step
 replays for any requests, positions and tables: a few graphs serve every batch size, where
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 import tilesafe as ts
@@ -35,6 +37,7 @@ def bucket_sizes(max_num_seqs: int) -> list[int]:
 class _Step:
     a: Activations
     ws: object
+    host: np.ndarray          # the inputs' staging copy on the host
     graph: object = None      # the ts.Graph once captured
     eager_runs: int = 0
 
@@ -58,13 +61,16 @@ class DecodeBuckets:
         n = len(ids)
         b = self.bucket(n)
         step = self._step(b)
-        pad = b - n
-        rows = [*ids, *[0] * pad, *positions, *[0] * pad, *[p + 1 for p in positions], *[1] * pad,
-                *slots, *[-1] * pad]
-        for t in tables:
-            rows += t + [0] * (self.max_blocks - len(t))
-        rows += [0] * (pad * self.max_blocks)
-        step.a.inputs.copy_(torch.tensor(rows, dtype=torch.int32))            # host -> device, one copy
+        host = step.host                                  # (4 + max_blocks, b) seen as the device buffer's layout
+        host[:4 * b] = 0
+        host[:n], host[b:b + n], host[3 * b:3 * b + n] = ids, positions, slots
+        host[2 * b:2 * b + n] = host[b:b + n] + 1         # each row's cache length after this token
+        host[2 * b + n:3 * b], host[3 * b + n:4 * b] = 1, -1                  # padding rows: length 1, no write
+        t = host[4 * b:].reshape(b, self.max_blocks)
+        t[:] = 0
+        for i, row in enumerate(tables):
+            t[i, :len(row)] = row
+        step.a.inputs.copy_(torch.from_numpy(host))      # host -> device, one copy
         if step.graph is not None:
             step.graph.replay()
         else:
@@ -84,5 +90,6 @@ class DecodeBuckets:
             buf = torch.zeros(b * (4 + self.max_blocks), dtype=torch.int32, device=self.device)
             a = dataclasses.replace(a, inputs=buf, ids=buf[:b], positions=buf[b:2 * b], lens=buf[2 * b:3 * b],
                                     slots=buf[3 * b:4 * b], tables=buf[4 * b:].view(b, self.max_blocks))
-            step = self.steps[b] = _Step(a, self.model.decode_workspace(a))
+            host = np.zeros(buf.shape[0], dtype=np.int32)
+            step = self.steps[b] = _Step(a, self.model.decode_workspace(a), host)
         return step
