@@ -1,26 +1,28 @@
-"""Probe: the decode step's attention kernels at Qwen3's head shapes, before and after the
-one-launch decode (issue 17: 6.4 + 6.1 us per layer for a 160-key context on the H200).
+"""Probe: the decode step's attention kernels at Qwen3's head shapes (issue 17: 6.4 + 6.1 us
+per layer for a 160-key context on the H200), the library's forms against the old ones.
 
 For the 0.6B / 4B / 32B head layouts (16 / 32 / 64 query heads, 8 KV heads of 128, bf16), at
 batch 1, 8, 32 and contexts 128, 1024, 4096 (caches of blocks of 16 positions, each sequence
 its own blocks; the workspace sized for sequences of MAX_LEN positions, as the engine sizes
 it for max_model_len), it times `paged_decode_attention` in candidate forms, each first
 checked against a float32 torch oracle:
-  before      the old form: a partial kernel + `decode_combine_kernel`, splits as the old rule
-              (256 blocks: min(max_len / 64, 256 / rows)), splits of >= one 64-key tile (where
-              that rule gives one split, as at batch 32, this times the one-split kernel: the
-              old form launched the combination there too)
-  after       the library's default (one launch: one split, or splits of >= min_keys keys
-              combined by the last block of each (sequence, KV head))
-  single      one split forced (one block per (sequence, KV head), no partials)
-  after mk=N  the default with other least keys per split (--min-keys)
-  splits=N    N splits forced (--splits), one launch
-and `norm_rope_kv_write` (q/k norm + RoPE + the K/V write) with five walks (before) and three
-(after). Each time is the median over replays of a `ts.graph()` holding REPS calls, per call;
-beside it the eager time per call (host included). A table on stdout, JSON to argv[1].
+  before          the old form: a partial kernel + `decode_combine_kernel`, splits as the old
+                  rule (256 blocks: min(max_len / 64, 256 / rows)), splits of >= one 64-key
+                  tile (where that rule gives one split, as at batch 32, this times the
+                  one-split kernel: the old form launched the combination there too)
+  after           the library's default (`attention_model.paged_splits`)
+  single          one split forced (one block per (sequence, KV head), no partials)
+  after 1-kernel  the default splits combined by the last block (`one_kernel=True`)
+  after 8 warps   the default with num_warps=8
+  after mk=N      the default with other least keys per split (--min-keys)
+  splits=N        N splits forced (--splits)
+and `norm_rope_kv_write` (q/k norm + RoPE + the K/V write) with five half-head walks and
+three whole-head walks, with num_warps=2 and with 2-head tiles. Each time is the median over
+replays of a `ts.graph()` holding REPS calls, per call; beside it the eager time per call
+(host included). A table on stdout (row by row), JSON to argv[1].
 
     PYTHONPATH=src python3 benchmarks/probes/decode_attention_sizes.py "$OUT/decode_sizes.json"
-    ... --splits 4,16 --min-keys 64,256     (more candidates)   --smoke   (CPU, tiny, untimed)
+    ... --splits 4,16 --min-keys 128     (more candidates)   --smoke   (CPU, tiny, untimed)
 """
 import json
 import math
@@ -85,11 +87,15 @@ def timed(call, device) -> tuple[float, float]:
 def attention_candidates(q, kc, splits_list, min_keys_list):
     rows = q.shape[0] * kc.shape[2]
     old = max(1, min(-(-MAX_LEN // 64), -(-256 // rows)))
+    ws = paged_decode_workspace(q, kc, max_len=MAX_LEN)
     out = {"before": (paged_decode_workspace(q, kc, splits=old), {"one_kernel": False, "min_keys": 64}),
-           "after": (paged_decode_workspace(q, kc, max_len=MAX_LEN), None),
+           "after": (ws, None),
            "single": (paged_decode_workspace(q, kc, splits=1), None)}
+    if ws.splits > 1:
+        out["after 1-kernel"] = (ws, {"one_kernel": True})
+        out["after 8 warps"] = (ws, {"num_warps": 8})
     for mk in min_keys_list:
-        out[f"after mk={mk}"] = (out["after"][0], {"min_keys": mk})
+        out[f"after mk={mk}"] = (ws, {"min_keys": mk})
     for s in splits_list:
         out[f"splits={s}"] = (paged_decode_workspace(q, kc, splits=s), None)
     return out
@@ -130,11 +136,14 @@ def prologue_rows(model, b, device, dtype):
     kc, vc = (torch.zeros(b, 64, hkv, D, device=device, dtype=dtype) for _ in range(2))
     slots = (torch.arange(b, device=device, dtype=torch.int32) * 64 + 7)
     q_out = torch.empty(b, h, D, device=device, dtype=dtype)
+    default = nrk.WHOLE_HEADS_FROM
     rows = []
-    for name, whole in (("before", False), ("after", True)):
-        def call():
-            nrk.norm_rope_kv_write(q, k, v, w, w, positions, slots, kc, vc, q_out=q_out)
-        nrk.WHOLE_HEADS = whole
+    forms = {"5 walks": (1 << 30, None), "3 walks": (1, None), "5 walks w2": (1 << 30, {"num_warps": 2}),
+             "3 walks w2": (1, {"num_warps": 2}), "3 walks bh2": (1, {"block_h": 2})}
+    for name, (whole_from, cfg) in forms.items():
+        def call(cfg=cfg):
+            nrk.norm_rope_kv_write(q, k, v, w, w, positions, slots, kc, vc, q_out=q_out, config=cfg)
+        nrk.WHOLE_HEADS_FROM = whole_from
         try:
             graph_us, eager_us = timed(call, device)
             rows.append(dict(kind="norm_rope_kv", model=model, batch=b, candidate=name, graph_us=graph_us,
@@ -142,7 +151,7 @@ def prologue_rows(model, b, device, dtype):
         except Exception as e:
             rows.append(dict(kind="norm_rope_kv", model=model, batch=b, candidate=name, error=repr(e)))
         finally:
-            nrk.WHOLE_HEADS = True
+            nrk.WHOLE_HEADS_FROM = default
     return rows
 
 

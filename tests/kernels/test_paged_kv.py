@@ -165,8 +165,9 @@ def test_bad_arguments_are_refused_before_any_work(backend, device):
     (8, 2, 64, 4, {"min_keys": 128})])
 def test_paged_decode_forms_at_short_and_long_lengths(backend, device, heads, kv_heads, dim, splits, config):
     """One split (each block writes its heads' output), splits combined by the last block of
-    each (sequence, KV head) or by a second kernel, and splits of at least 128 keys: ragged
-    lengths from one key (only the first split has keys) to more than one 64-key tile per split."""
+    each (sequence, KV head) (the CPU default) or by a second kernel, and splits of at least
+    128 keys: ragged lengths from one key (only the first split has keys) to several 64-key
+    tiles per split."""
     nb, bs, b = 8, 32, 3
     q = randn((b, heads, dim), "f32", 1, device)
     kc, vc = randn((nb, bs, kv_heads, dim), "f32", 2, device), randn((nb, bs, kv_heads, dim), "f32", 3, device)
@@ -192,28 +193,31 @@ def launched(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("splits,want", [(1, ["paged_decode_single_kernel"]), (3, ["paged_decode_last_kernel"])])
-def test_paged_decode_is_one_launch(backend, device, monkeypatch, splits, want):
-    """No second kernel combines the splits (it cost a launch per layer in the engine's step);
-    with one split there is no scratch at all."""
+@pytest.mark.parametrize("splits,config,want", [
+    (1, None, ["paged_decode_single_kernel"]), (3, {"one_kernel": True}, ["paged_decode_last_kernel"]),
+    (3, {"one_kernel": False}, ["paged_decode_kernel", "decode_combine_kernel"])])
+def test_paged_decode_launches(backend, device, monkeypatch, splits, config, want):
+    """One split has no scratch and no combination: one launch (the old code always launched
+    two); more splits combine in a second kernel or in the last block."""
     q = randn((2, 4, 8), "f32", 1, device)
     kc, vc = randn((4, 8, 2, 8), "f32", 2, device), randn((4, 8, 2, 8), "f32", 3, device)
     tables = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=device)
     lens = torch.tensor([16, 5], dtype=torch.int32, device=device)
     ws = paged_decode_workspace(q, kc, splits=splits)
     seen = launched(monkeypatch)
-    got = paged_decode_attention(q, kc, vc, tables, lens, workspace=ws)
+    got = paged_decode_attention(q, kc, vc, tables, lens, workspace=ws, config=config)
     assert seen == want
     assert_close(got, paged_ref(q, kc, vc, tables.cpu(), lens.cpu()), "f32", rtol=1e-4, atol=1e-5)
 
 
 def test_paged_split_counts_follow_the_rows_the_length_and_the_sms():
     from tilesafe.kernels.attention_model import PAGED_MIN_KEYS, paged_splits
-    assert paged_splits(8, 4352, 64, 132) == 33                      # batch 1, 8 KV heads: 264 blocks
-    assert paged_splits(8, 160, 64, 132) == 2                        # a short cache: splits of >= 128 keys
-    assert paged_splits(256, 4352, 64, 132) == 1                     # batch 32 x 8 KV heads (nearly) fill the GPU
-    assert paged_splits(64, 4352, 64, 132) == 4
-    assert paged_splits(8, 100, 64, 132) == 1 and PAGED_MIN_KEYS == 128
+    assert paged_splits(8, 4352, 64, 132) == 64                      # batch 1, 8 KV heads: at most 64 splits
+    assert paged_splits(8, 160, 64, 132) == 3                        # a short cache: splits of >= 64 keys
+    assert paged_splits(256, 4352, 64, 132) == 4                     # batch 32 x 8 KV heads: 1024 blocks
+    assert paged_splits(64, 4352, 64, 132) == 16
+    assert paged_splits(1200, 4352, 64, 132) == 1                    # the rows alone: 9 blocks per SM
+    assert paged_splits(8, 64, 64, 132) == 1 and PAGED_MIN_KEYS == 64
 
 
 def test_paged_decode_bad_config_and_splits(backend, device):

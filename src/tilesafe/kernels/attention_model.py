@@ -146,16 +146,24 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
 
 
 # --- paged decode (the engine's) -----------------------------------------------------------
-PAGED_BLOCKS_PER_SM = 2        # (split, sequence x KV head) blocks per SM a paged decode aims for
-# Keys a split takes at least, read on the device from the sequence's length: fewer, and the
-# split's partials and their combination cost more than its keys (a 64-key tile's chain of
-# dependent loads is ~1-2 us; storing, taking the ticket and re-reading a split's partials ~1 us).
-PAGED_MIN_KEYS = 128
+# Measured on the H200 (benchmarks/probes/decode_attention_sizes.py, round 1 of session 15):
+# a block's 64-key tile costs ~2.5 us of dependent latency (table gather, K/V gathers,
+# scores, softmax, product), so a split of n tiles takes ~n x 2.5 us whatever the bytes:
+# 32 sequences x 8 KV heads in one split each (256 blocks, 64 tiles) took 336 us for 537 MB
+# at 4096 keys, a third of the HBM rate. More, shorter splits shorten that chain; the
+# combination kernel (~5 us in a graph) is paid back from two tiles on. One split wins only
+# at <= 2 tiles (7.7 us against 10.1 at 128 keys), which a graph sized for max_model_len
+# cannot know; the one-launch form (the last block combines) cost as much as the second
+# kernel there (the ticket's fence, atomic and re-read of the partials).
+PAGED_BLOCKS_PER_SM = 8        # (split, sequence x KV head) blocks per SM a paged decode aims for
+PAGED_MAX_SPLITS = 64          # the combination kernel reads (splits, D) fp32 per head in one tile
+PAGED_MIN_KEYS = 64            # keys a split takes at least (one tile), read on the device
 
 
 def paged_splits(rows: int, max_len: int, block_n: int, sms: int) -> int:
     """Splits per (sequence, KV head) of `rows` for sequences of up to `max_len` positions:
-    as many as fit `sms` SMs twice over, none shorter than PAGED_MIN_KEYS at max_len; one
-    when the rows alone (nearly) fill the GPU (no partials then, no combination)."""
-    most = cdiv(max_len, max(block_n, cdiv(PAGED_MIN_KEYS, block_n) * block_n))
+    as many as give each SM PAGED_BLOCKS_PER_SM blocks, none shorter than a key tile at
+    max_len, at most PAGED_MAX_SPLITS; one when the rows alone give that many blocks (no
+    partials then, no combination)."""
+    most = min(PAGED_MAX_SPLITS, cdiv(max_len, max(block_n, cdiv(PAGED_MIN_KEYS, block_n) * block_n)))
     return max(1, min(most, PAGED_BLOCKS_PER_SM * sms // max(rows, 1)))   # only splits that add a whole block

@@ -11,11 +11,13 @@ A head's rotation needs both of its halves, so each half's walk loads both and n
 them (the sum of squares spans the row); the arithmetic is `norm_rope`'s, so the keys and
 queries equal `norm_rope`'s up to the order of the sum.
 
-A block's walks run one after another, each a dependent load, its math and a store, so the
-kernel's time at decode sizes is its number of walks times a memory latency, whatever the
-work (Qwen3-4B at batch 1: 5.9 us for 40 heads of 128). When half a head is a power of two
-(head_dim 64, 128, ...) `norm_rope_kv_rows_kernel` walks whole heads instead, seen as (2,
-half) tiles, so q and k take one walk each: three walks.
+A block's walks run one after another, each a dependent load, its math and a store, so at
+decode sizes the kernel's time is the sum of its walks' latencies (Qwen3-4B at batch 1:
+5.9 us for 40 heads of 128). When half a head is a power of two (head_dim 64, 128, ...)
+and the step has several tokens, `norm_rope_kv_rows_kernel` walks whole heads instead, seen
+as (2, half) tiles, so q and k take one walk each: three walks, half the time at 8 and 32
+tokens on the H200; at one token the five half-head walks are faster (WHOLE_HEADS_FROM).
+`config=` sets the tiles (`block_t`, `block_h`) and `num_warps`, as `norm_rope`'s.
 """
 import math
 
@@ -27,7 +29,12 @@ from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
 from .paged_kv import _int_vector
 
-WHOLE_HEADS = True     # False: always the five-walk kernel (benchmarks/probes/decode_attention_sizes.py's "before")
+# Whole heads per tile (three walks) from this many tokens on. Measured on the H200 (Qwen3
+# heads of 128, benchmarks/probes/decode_attention_sizes.py): at 8 and 32 tokens 8.4 / 9.5 us
+# against 16.5 / 17.6 for the five walks, but at one token 8.1 against 6.7 — the whole-head
+# walk costs ~2.7 us however small its tile (its (2, half) tiles are reshaped into rows), a
+# half-head walk ~1.3 us at one token. The probe sets it to force either form.
+WHOLE_HEADS_FROM = 2
 
 
 @ts.function
@@ -116,7 +123,7 @@ def norm_rope_kv_rows_kernel(qo: ts.MutTiles["T", ("BT", "BH", "DP")], kc: ts.Mu
 
 
 def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v_cache, eps=1e-6, theta=1e6,
-                       q_out=None):
+                       q_out=None, config=None):
     """q_out = norm_rope(q, q_weight, positions); the caches' rows `slots` get norm_rope(k,
     k_weight, positions) and v — one launch.
 
@@ -124,7 +131,8 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
     paged, (num_blocks, block_size, HKV, D) as `paged_kv_write`'s, and `slots` (T,) names
     each token's cache row: an entry out of range or repeated writes nothing (S17), a negative
     one is a padded token. Nothing is read on the host, so it can be captured in `ts.graph()`.
-    Returns q_out (allocated when not given)."""
+    `config` sets the tiles (`block_t` tokens, `block_h` heads) and `num_warps`. Returns
+    q_out (allocated when not given)."""
     fn = "norm_rope_kv_write"
     torch_mode = A.is_torch(q)
     (qt, kt, vt, kc, vc), dtype, device = A.float_operands(fn, q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
@@ -156,12 +164,12 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
     if t == 0:
         return o.returned
     half = d // 2
-    cfg = configs.lookup("rope", configs.shape_class(dtype, d), None, dtype)
+    cfg = configs.lookup("rope", configs.shape_class(dtype, d), config, dtype)
     bt, hp = min(cfg["block_t"], pow2(t)), pow2(half)
     bh, bk = min(cfg["block_h"], pow2(h)), min(cfg["block_h"], pow2(hkv))
     c = min(pow2(hkv * d), 1024)
     y = o.tensor
-    if hp == half and WHOLE_HEADS:                         # whole heads per tile: three walks
+    if hp == half and t >= WHOLE_HEADS_FROM:               # whole heads per tile: three walks
         tiles = cdiv(t, bt) * max(cdiv(h, bh), cdiv(hkv, bk), cdiv(hkv * d, c))
         launch(norm_rope_kv_rows_kernel, {"qo": (y, (bt, bh, d)), "kc": (kr, (bt, bk, d)), "vc": (vr, (bt, c))},
                (max(1, min(tiles, workers(device))),), cfg=cfg, xq=layout.split_axis(qt, 2, 2),

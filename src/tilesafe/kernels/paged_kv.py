@@ -18,8 +18,12 @@ The decode attention follows `decode_attention`: one block per (split, sequence 
 streams its split of the sequence in tiles of BN keys, gathering each tile's cache rows
 through the block table (`ts.gather`, positions past the sequence read padding), with the
 GP >= 16 query rows of its KV head's group in one tensor-core tile; a second kernel combines
-the splits per query head. Block tables and lengths are read-only device inputs, so one
-captured graph replays for every step.
+the splits per query head (or the last block of each (sequence, KV head), `one_kernel`).
+Each split takes at least a tile of keys of the sequence's length, read on the device, so
+a graph sized for max_model_len runs only the splits a short sequence fills. When the
+batch's (sequence, KV head) rows alone give the GPU enough blocks, one split: each block
+writes its heads' output, no scratch, one launch. Block tables and lengths are read-only
+device inputs, so one captured graph replays for every step.
 """
 import math
 
@@ -137,13 +141,13 @@ def report_dropped(flags, name: str = "slot_mapping") -> None:
 def paged_keys(lens, b, MAXS, BN, MINK, split, splits):
     """Split `split` of `splits` of sequence b's first lens[b] (at most MAXS) positions: whole
     BN-key tiles, at least MINK keys per split, so a short sequence fills only its first
-    splits (the others find no keys). Returns (stop, first tile, last tile, used): the split's
-    keys end at `stop`, it reads tiles [first, last), and `used` splits of b have keys."""
+    splits (the others find no keys). Returns (stop, first tile, last tile): the split's keys
+    end at `stop`, it reads tiles [first, last)."""
     length = max(min(ts.scalar(ts.load(lens, (b,), shape=(1,))).astype(ts.i32), MAXS), 0)
     per = max(((length + splits - 1) // splits + BN - 1) // BN * BN, MINK)   # keys per split
     start = split * per
     stop = min(length, start + per)                              # this split's keys: [start, stop)
-    return stop, max(start // BN, 0), (stop + BN - 1) // BN, (length + per - 1) // per
+    return stop, max(start // BN, 0), (stop + BN - 1) // BN
 
 
 @ts.function
@@ -156,9 +160,9 @@ def gather_rows(cache, slot, kvh, BN, DP):
 def paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB, HKV, bh, split,
                  splits):
     """Row bh = (sequence, KV head)'s unnormalised (acc, m, l) over split `split` of `splits`
-    of its keys, gathered through its block table, and how many splits have keys."""
+    of its keys, gathered through its block table."""
     b, kvh = bh // HKV, bh % HKV
-    stop, first, last, used = paged_keys(lens, b, MB * block_size, BN, MINK, split, splits)
+    stop, first, last = paged_keys(lens, b, MB * block_size, BN, MINK, split, splits)
     qt = ts.reshape(ts.load(q, (bh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP) the group's queries
     m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1) running max (log2 units)
     l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1) running sum
@@ -172,7 +176,7 @@ def paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN,
         kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP)
         vt = gather_rows(v, slot, kvh, BN, DP)                   # (BN, DP), zeros past the keys
         m, l, acc = online_step(qt, kt, vt, m, l, acc, ts.expand_dims(keep, 0), qk_scale, True, NEG_SCALE)
-    return acc, m, l, used
+    return acc, m, l
 
 
 @ts.kernel
@@ -186,7 +190,7 @@ def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f
                         MB: int):
     """Grid (split, sequence * HKV + KV head): each block's partials; `decode_combine_kernel`
     combines them (the two-kernel form, `one_kernel=False`)."""
-    acc, m, l, _ = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB, HKV,
+    acc, m, l = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB, HKV,
                                 ts.block_id(1), ts.block_id(0), ts.num_blocks(0))
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
 
@@ -202,11 +206,11 @@ def paged_decode_last_kernel(o: ts.MutLast["T", (1, "GS", "DP")], acc_o: ts.Mut[
                              MINK: ts.Const[int], BH: int, G: int, D: int, NS: int, HKV: int, B: int, MB: int):
     """`paged_decode_kernel` whose last block per (sequence, KV head) combines the splits
     that found keys into `o` (viewed as (B * HKV, G, D)): one launch."""
-    acc, m, l, used = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB,
+    acc, m, l = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB,
                                    HKV, ts.block_id(1), ts.block_id(0), ts.num_blocks(0))
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
     if ts.last_arrival():
-        o.store(ts.reshape(combine_splits(acc_o, m_o, l_o, used, GS, DP).astype(T), (1, GS, DP)))
+        o.store(ts.reshape(combine_splits(acc_o, m_o, l_o, GS, DP).astype(T), (1, GS, DP)))
 
 
 @ts.kernel
@@ -219,7 +223,7 @@ def paged_decode_single_kernel(o: ts.Mut["T", (1, "GS", "DP")], q: ts.Ref["T", (
                                NS: int, HKV: int, B: int, MB: int):
     """One block per (sequence, KV head) over all its keys, normalised into `o` (viewed as
     (B * HKV, G, D)): no partials, no combination — the form when one split fills the GPU."""
-    acc, m, l, _ = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, BN, MB, HKV,
+    acc, m, l = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, BN, MB, HKV,
                                 ts.block_id(0), 0, 1)
     o.store(ts.reshape((first_rows(acc, GP, GS, DP) / first_rows(l, GP, GS, 1)).astype(T), (1, GS, DP)))
 
@@ -227,9 +231,9 @@ def paged_decode_single_kernel(o: ts.Mut["T", (1, "GS", "DP")], q: ts.Ref["T", (
 def paged_decode_workspace(q, k_cache, max_len=None, splits=None):
     """The scratch of `paged_decode_attention` for these shapes (allocate once, before a
     capture). `max_len` (positions a sequence may have; default: the whole cache) sets how
-    many splits a sequence is cut into (`attention_model.paged_splits`: enough (split,
-    sequence x KV head) blocks to fill the GPU); `splits` sets it directly. With one split
-    there is no scratch: each block writes its heads' final output."""
+    many splits a sequence is cut into (`attention_model.paged_splits`: ~8 (split, sequence
+    x KV head) blocks per SM); `splits` sets it directly. With one split there is no scratch:
+    each block writes its heads' final output."""
     fn = "paged_decode_workspace"
     qt, kt = A.tensor(q, "q", fn, differentiable=False), A.tensor(k_cache, "k_cache", fn, differentiable=False)
     if qt.ndim != 3 or kt.ndim != 4:
@@ -279,11 +283,11 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     (B, H, D) and `workspace=` (`paged_decode_workspace(q, k_cache, max_len)`) nothing is
     allocated.
 
-    One launch: with one split (the workspace's), a block per (sequence, KV head) writes its
-    heads' output; with more, each split takes at least `min_keys` keys (so a short sequence
-    uses few of them, read on the device each step) and the last block of each (sequence,
-    KV head) combines its splits (`ts.last_arrival`, S16). `config` may set `min_keys`,
-    `one_kernel` (False: a second kernel combines) and the schedule hints.
+    With one split (the workspace's) a block per (sequence, KV head) writes its heads' output:
+    one launch, no scratch. With more, each split takes at least `min_keys` keys (so a short
+    sequence uses only its first splits, read on the device each step) and a second kernel
+    combines them, or with `one_kernel=True` the last block of each (sequence, KV head) does
+    (`ts.last_arrival`, S16). `config` may set `min_keys`, `one_kernel` and the schedule hints.
     """
     fn = "paged_decode_attention"
     torch_mode = A.is_torch(q)
@@ -330,10 +334,10 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
 
 
 def _paged_config(fn, config) -> dict:
-    """The decode's switches: `config` over the defaults (the split's least keys from the
-    model, `attention_model.PAGED_MIN_KEYS`)."""
-    cpu = configs.current_backend() in configs.CPU_BACKENDS     # one tile: CPU tests cover several splits
-    cfg = {"one_kernel": True, "min_keys": 1 if cpu else am.PAGED_MIN_KEYS}
+    """The decode's switches: `config` over the defaults (a second kernel combines the splits
+    on a GPU, each split takes >= attention_model.PAGED_MIN_KEYS keys)."""
+    cpu = configs.current_backend() in configs.CPU_BACKENDS     # the CPU takes the one-kernel form, as
+    cfg = {"one_kernel": cpu, "min_keys": am.PAGED_MIN_KEYS}      # decode_attention's CPU default
     for key, value in (config or {}).items():
         if key not in PAGED_CONFIG_KEYS:
             raise A.fail(fn, f"config key {key!r} is not used by the paged decode",
