@@ -95,6 +95,26 @@ def test_the_padding_column_read_is_reported_on_the_cpu_too():
     assert_diagnostic(ei.value, HERE, "E:pad-read", "read of shared memory nobody wrote")
 
 
+@simt.kernel(contract=C64, sanitize=True)
+def get_past_the_written(out: simt.Disjoint[ts.f32, ("N",)], N: int, S: int, W: int):
+    s = simt.shared((S,), ts.f32)
+    for p in s.permits(simt.per_thread()):
+        if p[0] < W:
+            s[p] = 1.0
+    simt.barrier()
+    for p in out.permits(simt.per_thread()):
+        out[p] = s.get(simt.thread_id(), -1.0)  # E:get-unwritten
+
+
+def test_a_get_of_a_shared_element_nobody_wrote_is_reported_at_its_line():
+    out = torch.empty(64)
+    get_past_the_written(out, S=32, W=32).sync()      # threads 32-63 read past the end: the default
+    assert out.tolist() == [1.0] * 32 + [-1.0] * 32
+    with pytest.raises(ts.SanitizerError) as ei:
+        get_past_the_written(out, S=32, W=16).sync()  # inside the array, but elements 16-31 never written
+    assert_diagnostic(ei.value, HERE, "E:get-unwritten", "read of shared memory nobody wrote: `s` at (16,)")
+
+
 def test_shared_atomics_in_a_sanitized_kernel():
     x = torch.randint(0, 64, (64,), dtype=torch.int32)
     out = torch.full((64,), -1, dtype=torch.int32)
@@ -257,6 +277,16 @@ def test_gpu_the_sanitizer_sees_a_static_padding_column():
     with pytest.raises(ts.SanitizerError) as ei:
         checked_tile(out, x, SHIFT=1).sync()
     assert ei.value.loc.line == marker_line(HERE, "E:pad-read")
+
+
+@gpu
+def test_gpu_a_get_of_a_shared_element_nobody_wrote_is_reported_at_its_line():
+    out = torch.empty(64, device="cuda")
+    get_past_the_written(out, S=32, W=32).sync()
+    assert out.tolist() == [1.0] * 32 + [-1.0] * 32
+    with pytest.raises(ts.SanitizerError) as ei:
+        get_past_the_written(out, S=32, W=16).sync()
+    assert ei.value.loc.line == marker_line(HERE, "E:get-unwritten")
 
 
 @gpu

@@ -90,7 +90,8 @@ def test_a_ballot_is_typed_unsigned_so_lane_31_is_not_a_sign_bit(lower):
 def test_dynamic_shared_memory_and_the_shared_sanitizer_type_and_lower(lower):
     lower(row_rotate.rotate_rows, z(3, 100), z(3, 100))
     lower(row_rotate.rotate_rows_checked, z(3, 100), z(3, 100))       # shadow bits, checked reads
-    from test_simt_dynamic_shared import checked_tile, shared_atomics_checked
+    from test_simt_dynamic_shared import checked_tile, get_past_the_written, shared_atomics_checked
+    lower(get_past_the_written, z(64), S=32, W=16)                   # a dynamic array's shadow, a get
     lower(checked_tile, z(4, 4), z(4, 4))                             # rank-2 static shadow
     lower(shared_atomics_checked, z(64, dtype=torch.int32), z(64, dtype=torch.int32))
 

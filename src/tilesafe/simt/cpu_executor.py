@@ -168,12 +168,12 @@ class Thread:
             raise SanitizerError(f"race: `{x.name}` at {coords} is read in the phase thread {writer} writes it", loc,
                                  help="put simt.barrier() between the write and the read")
 
-    def get(self, x, index, default):
-        coords, inside = self._coords(x, index, None)
+    def get(self, x, index, default, loc=None):
+        coords, inside = self._coords(x, index, loc)
         if not inside:
             return default
         if x.kind == "shared":
-            self._check_shared_read(x, coords, None)
+            self._check_shared_read(x, coords, loc)
         return x.array[coords]
 
     def atomic(self, h, op, index, value, loc):

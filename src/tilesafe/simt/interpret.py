@@ -113,6 +113,6 @@ class _Rewrite(ast.NodeTransformer):
             return ast.copy_location(_call("__t", op, args), node)
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "get" \
                 and self.tensorish(f.value.id):
-            return ast.copy_location(_call("__t", "get", [f.value, *args]), node)
+            return ast.copy_location(_call("__t", "get", [f.value, *args, self.loc(node)]), node)
         node.args = args
         return node
