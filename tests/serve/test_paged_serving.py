@@ -117,3 +117,14 @@ def test_bad_engine_settings_are_refused(llm):
         EngineCore(llm, max_num_batched_tokens=2)
     with pytest.raises(RequestError, match="block_size must be a positive int, got 0"):
         EngineCore(llm, block_size=0)
+
+
+def test_the_pool_reuses_the_offline_cache_when_it_holds_the_blocks(llm):
+    """The LLM's (4 slots x 32 positions) buffers hold 32 blocks of 4: the pool is a view of
+    them; 40 blocks do not fit and get their own buffers."""
+    shared = EngineCore(llm, kv_blocks=32, block_size=4).runner
+    assert shared.shares_llm_cache and shared.cache.k[0].data_ptr() == llm.model.cache.k[0].data_ptr()
+    assert tuple(shared.cache.k[0].shape) == (32, 4, 2, 16)
+    own = EngineCore(llm, kv_blocks=40, block_size=4).runner
+    assert not own.shares_llm_cache and tuple(own.cache.v[0].shape) == (40, 4, 2, 16)
+    assert float(own.cache.k[0].abs().sum()) == 0.0          # a new pool starts zeroed
