@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.errors import request_error
 from ..engine.kv_cache import PagedKVCache
 from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
@@ -39,6 +40,7 @@ class ModelRunner:
         cache = PagedKVCache.over(llm.model.cache, nb, bs)
         self.shares_llm_cache = cache is not None
         if cache is None:
+            _check_memory(llm, nb, bs)
             with llm._on_device():
                 cache = PagedKVCache.allocate(llm.config, nb, bs, llm.max_model_len, llm.dtype, llm.device)
         self.cache = cache
@@ -108,3 +110,19 @@ class ModelRunner:
             sampler.set_rows([r.seq.params for r in reqs] + [IDLE] * pad, [r.seq.seed for r in reqs] + [0] * pad)
             self._rows = key
         sampler.set_steps([len(r.seq.tokens) for r in reqs] + [0] * pad)
+
+
+def _check_memory(llm, num_blocks: int, block_size: int) -> None:
+    """Refuse, before allocating, a pool that does not fit the GPU's free memory."""
+    if not llm.device.startswith("cuda"):
+        return
+    cfg = llm.config
+    size = torch.empty((), dtype=llm.dtype).element_size()
+    need = 2 * cfg.num_layers * num_blocks * block_size * cfg.num_kv_heads * cfg.head_dim * size
+    free, _ = torch.cuda.mem_get_info(torch.device(llm.device))
+    if need > free:
+        gib = 2 ** 30
+        raise request_error(f"serve: {num_blocks} KV blocks of {block_size} tokens need {need / gib:.2f} GiB, but "
+                            f"{llm.device} has {free / gib:.2f} GiB free",
+                            help="give fewer kv_blocks, or leave kv_blocks unset: the default reuses the engine's "
+                                 "cache")
