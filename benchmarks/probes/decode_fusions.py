@@ -7,7 +7,8 @@ launches, as `Qwen3Model._forward`); fused: rms_norm_linear, linear(residual=, o
 rms_norm_linear, silu_mul_linear(residual=, out=residual) (4 launches, `_forward_fused`) —
 and the greedy LM head: final RMSNorm, LM head GEMV, `sample` at temperature 0, against
 `linear_argmax(norm_weight=)`. Beside each, the fused form with the norms as their own kernels
-("epilogues_only", "norm_then_argmax"): whether the norm prologue pays at that shape. Each sequence is timed (CUDA events, median of 7) as one
+("epilogues_only", "norm_then_argmax"): whether the norm prologue pays at that shape
+(engine/model.py's NORM_PROLOGUE picks the form). Each sequence is timed (CUDA events, median of 7) as one
 `ts.graph()` of many layers, rotating through enough layers' weights (>= 3x the 60 MB L2)
 that every GEMV streams from HBM, and eagerly (host included). Before timing, the fused and
 unfused results are compared (bf16: close, and the greedy ids equal). GB/s counts the weight
@@ -189,7 +190,8 @@ def main():
                       f"{r['fused']['graph_us_per_layer']:7.1f} us (graph; {r['fused']['weight_gb_per_s']:6.0f} GB/s "
                       f"fused), eager {r['unfused']['eager_us_per_layer']:6.1f} -> "
                       f"{r['fused']['eager_us_per_layer']:6.1f} us (norms apart: "
-                      f"{r['epilogues_only']['graph_us_per_layer']:7.1f}); rel diff {r['fused_vs_unfused_rel_diff']:.1e} | "
+                      f"{r['epilogues_only']['graph_us_per_layer']:7.1f}); "
+                      f"rel diff {r['fused_vs_unfused_rel_diff']:.1e} | "
                       f"LM head {hd['unfused']['graph_us']:6.1f} -> {hd['fused']['graph_us']:6.1f} us "
                       f"(norm apart {hd['norm_then_argmax']['graph_us']:6.1f}), "
                       f"ids equal {hd['ids_equal']}, logprob diff {hd['logprob_max_diff']:.1e}", flush=True)

@@ -68,12 +68,15 @@ def test_a_sampled_step_still_samples_from_the_logits(checkpoint, monkeypatch):
     assert "argmax_gemv_kernel" not in seen
 
 
-def test_the_fused_step_gives_the_unfused_steps_tokens(checkpoint, monkeypatch):
-    """Greedy and sampled rows, fused against FUSED_ROWS = 0 (the unfused layer) on the same cache."""
+@pytest.mark.parametrize("variant", [{"NORM_PROLOGUE": False}, {"FUSED_ROWS": 0}])
+def test_the_fused_step_gives_the_unfused_steps_tokens(checkpoint, monkeypatch, variant):
+    """Greedy and sampled rows, fused against the norms as their own kernels (NORM_PROLOGUE
+    False) and against the unfused layer (FUSED_ROWS = 0), on the same cache."""
     runs = {}
     for fused in (True, False):
         if not fused:
-            monkeypatch.setattr(engine_model, "FUSED_ROWS", 0)
+            for name, value in variant.items():
+                monkeypatch.setattr(engine_model, name, value)
         llm = llm_with_cache(checkpoint)
         with torch.inference_mode():
             for name, rows in (("greedy", [params(temperature=0)] * 2),

@@ -90,6 +90,10 @@ CPU_DECODE_SPLITS = 2
 # Decode batches up to this many rows run the fused layer (`_forward_fused`): the fused
 # GEMVs are the weight-streaming path of `linear`, which serves M <= 16.
 FUSED_ROWS = 16
+# There each RMSNorm is the prologue of the GEMV after it (rms_norm_linear, linear_argmax's
+# norm_weight); False runs it as its own rms_norm kernel first. Every GEMV block recomputes
+# the row's statistics in the prologue: benchmarks/probes/decode_fusions.py times both forms.
+NORM_PROLOGUE = True
 
 
 class Qwen3Model:
@@ -168,20 +172,30 @@ class Qwen3Model:
         cfg, w = self.cfg, self.w
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+
+        def norm_linear(g: torch.Tensor, wt: torch.Tensor, out: torch.Tensor) -> None:   # norm(residual) @ wt.T
+            if NORM_PROLOGUE:
+                tk.rms_norm_linear(a.residual, g, wt, eps, out=out)
+            else:
+                tk.rms_norm(a.residual, g, eps, out=a.x)
+                tk.linear(a.x, wt, out=out)
         tk.embedding(a.ids, w.embed, out=a.residual)                                # (M, E)
         for n, layer in enumerate(w.layers):
-            tk.rms_norm_linear(a.residual, layer.input_norm, layer.qkv, eps, out=a.qkv)   # (M, (H + 2 HKV) D)
+            norm_linear(layer.input_norm, layer.qkv, a.qkv)                         # (M, (H + 2 HKV) D)
             q = a.qkv[:, :hd].view(m, cfg.num_heads, cfg.head_dim)                  # (M, H, D) views
             k = a.qkv[:, hd:hd + kvd].view(m, cfg.num_kv_heads, cfg.head_dim)       # (M, HKV, D)
             v = a.qkv[:, hd + kvd:].view(m, cfg.num_kv_heads, cfg.head_dim)         # (M, HKV, D)
             attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, residual=a.residual, out=a.residual)   # residual += o(attn)
-            tk.rms_norm_linear(a.residual, layer.post_norm, layer.gate_up, eps, out=a.gu)  # (M, 2 I)
+            norm_linear(layer.post_norm, layer.gate_up, a.gu)                       # (M, 2 I)
             tk.silu_mul_linear(a.gu, layer.down, residual=a.residual, out=a.residual)     # residual += mlp
         head = CPU_LM_HEAD if self.on_cpu else None
-        if greedy:   # the token and its log-probability straight from the LM head: no logits
+        if greedy and NORM_PROLOGUE:   # the token and its log-probability straight from the LM head
             tk.linear_argmax(a.residual, w.lm_head, norm_weight=w.norm, eps=eps, out=a.tokens,
                              logprobs_out=a.chosen, config=head)
+        elif greedy:
+            tk.rms_norm(a.residual, w.norm, eps, out=a.x)
+            tk.linear_argmax(a.x, w.lm_head, out=a.tokens, logprobs_out=a.chosen, config=head)
         else:
             tk.rms_norm(a.residual, w.norm, eps, out=a.x)
             tk.linear(a.x, w.lm_head, out=a.logits, config=head)                    # (M, V)
