@@ -154,3 +154,13 @@ def test_generate_and_chat_pass_tp_to_the_llm(monkeypatch, capsys):
     assert cli.main(["generate", "some-folder", "Hi", "--device", "cpu", "--tp", "2"]) == 0
     assert capsys.readouterr().out == "ok\n"
     assert seen == [2, "closed"]
+
+
+def test_the_server_refuses_a_tensor_parallel_llm(two_ranks):
+    from tilesafe.engine import RequestError
+    from tilesafe.serve.engine_core import EngineCore
+    line = here() + 2
+    with pytest.raises(RequestError) as info:
+        EngineCore(two_ranks)
+    assert info.value.message == "serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)"
+    assert info.value.loc.file == __file__ and info.value.loc.line == line

@@ -12,7 +12,9 @@ prompts, a decode step's ids and positions) to the other ranks over a gloo group
 commands; every rank then runs the same call on its share of the weights, the collectives
 inside it over the default group (NCCL on GPUs, gloo on CPUs). The default group has a
 timeout (`tp_timeout`), so a rank that stops answering fails a collective instead of hanging
-it; the command group waits without one (a driver may sit idle between requests).
+it; the command group waits without one (a driver may sit idle between requests), and a
+third group with the timeout carries the ranks' status exchanges (a rank stuck loading its
+weights fails rank 0's start-up after `tp_timeout`).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ class RankGroup:
     rank: int
     world: int
     device: str                  # this rank's device: "cpu" or "cuda:<local rank>"
-    ctrl: object                 # the gloo group commands travel on
+    ctrl: object                 # the gloo group commands travel on (no timeout: idle between requests)
+    timed: object = None         # a gloo group with tp_timeout, for the ranks' status exchanges
     processes: list = field(default_factory=list)   # the workers this driver spawned
     torchrun: bool = False
     closed: bool = False
@@ -57,7 +60,7 @@ class RankGroup:
         import torch.distributed as dist
         out = [None] * self.world
         try:
-            dist.all_gather_object(out, value, group=self.ctrl)
+            dist.all_gather_object(out, value, group=self.timed)
         except (RuntimeError, ValueError) as e:
             raise self.failure(e) from None
         return out
@@ -151,7 +154,31 @@ def start(world: int, env: dict | None, device: str, spec: dict, timeout: float)
             p.kill()
         raise
     group.processes = processes
+    if device != "cpu":
+        _watch(group)
     return group
+
+
+def _watch(group: RankGroup) -> None:
+    """NCCL does not notice a peer that died: a collective waiting for it spins until the
+    watchdog's timeout ends the whole process. So a thread waits for the spawned workers to
+    exit and, if one does while the group is in use, aborts the NCCL communicator: the
+    waiting collective returns, and rank 0's next command names the dead rank (gloo sees the
+    closed connection at once)."""
+    import threading
+    from multiprocessing.connection import wait
+
+    def watch():
+        wait([p.sentinel for p in group.processes])
+        if not group.closed:
+            import torch.distributed.distributed_c10d as c10d
+            abort = getattr(c10d, "_abort_process_group", None)    # torch's (experimental) abort
+            if abort is not None:
+                try:
+                    abort()
+                except Exception:   # the group may be ending on its own: nothing more to do
+                    pass
+    threading.Thread(target=watch, name="tilesafe-tp-watch", daemon=True).start()
 
 
 def join(rank: int, world: int, device: str, init: str, timeout: float, torchrun: bool = False) -> RankGroup:
@@ -168,11 +195,12 @@ def join(rank: int, world: int, device: str, init: str, timeout: float, torchrun
         dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
         ctrl = dist.new_group(backend="gloo", timeout=IDLE)
+        timed = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
     except (RuntimeError, ValueError) as e:      # a rendezvous that timed out, a port in use
         raise tp_error(f"tensor parallelism: rank {rank} of {world} could not join the process group: "
                        f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
                        help="every rank must start within tp_timeout; check that no rank failed to start") from None
-    return RankGroup(rank, world, device, ctrl, torchrun=torchrun)
+    return RankGroup(rank, world, device, ctrl, timed, torchrun=torchrun)
 
 
 def _device(device: str, local_rank: int) -> str:

@@ -31,6 +31,10 @@ class EngineCore:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True):
         self.llm = llm
+        if getattr(llm, "_tp", None) is not None:
+            raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
+                                help="serve an LLM made with tensor_parallel_size=1; a tensor-parallel LLM "
+                                     "works with generate(), stream() and chat()")
         if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
             raise request_error(f"serve: block_size must be a positive int, got {block_size!r}")
         need = -(-llm.max_model_len // block_size)          # one sequence of max_model_len must fit
