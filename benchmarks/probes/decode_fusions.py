@@ -13,11 +13,12 @@ and the greedy LM head: final RMSNorm, LM head GEMV, `sample` at temperature 0, 
 that every GEMV streams from HBM, and eagerly (host included). Before timing, the fused and
 unfused results are compared (bf16: close, and the greedy ids equal). GB/s counts the weight
 bytes streamed. JSON to argv[1].
-    PYTHONPATH=src python3 benchmarks/probes/decode_fusions.py "$OUT/decode_fusions.json"
+    PYTHONPATH=src python3 benchmarks/probes/decode_fusions.py "$OUT/decode_fusions.json" [4b[,0.6b,8b]]
 """
 import json
 import statistics
 import sys
+import time
 
 import torch
 
@@ -183,7 +184,9 @@ def main():
     with torch.inference_mode():
         for size in sizes:
             for m in (1, 8):
+                t0 = time.perf_counter()
                 r = probe(size, m)
+                r["probe_s"] = time.perf_counter() - t0          # compiles included
                 results.append(r)
                 hd = r["lm_head"]
                 print(f"{size:>5} M={m}: layer {r['unfused']['graph_us_per_layer']:7.1f} -> "
@@ -194,7 +197,8 @@ def main():
                       f"rel diff {r['fused_vs_unfused_rel_diff']:.1e} | "
                       f"LM head {hd['unfused']['graph_us']:6.1f} -> {hd['fused']['graph_us']:6.1f} us "
                       f"(norm apart {hd['norm_then_argmax']['graph_us']:6.1f}), "
-                      f"ids equal {hd['ids_equal']}, logprob diff {hd['logprob_max_diff']:.1e}", flush=True)
+                      f"ids equal {hd['ids_equal']}, logprob diff {hd['logprob_max_diff']:.1e} "
+                      f"[{r['probe_s']:.0f} s]", flush=True)
     with open(path, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "results": results}, f, indent=1)
 
