@@ -11,9 +11,12 @@ checked against a float32 torch oracle:
                   tile (where that rule gives one split, as at batch 32, this times the
                   one-split kernel: the old form launched the combination there too)
   after           the library's default (`attention_model.paged_splits`)
-  single          one split forced (one block per (sequence, KV head), no partials)
+  single          one split forced (one block per (sequence, KV head), no partials), to 1024 keys
+  after prefetch  the default reading tile j + 1 before tile j's math (`prefetch=True`), also
+                  with 8 warps ("after prefetch 8w")
+  after bn=128    the default with 128-key tiles and 8 warps
   after 1-kernel  the default splits combined by the last block (`one_kernel=True`)
-  after 8 warps   the default with num_warps=8
+                  (these four at the 4B layout only: each is a compile)
   after mk=N      the default with other least keys per split (--min-keys)
   splits=N        N splits forced (--splits)
 and `norm_rope_kv_write` (q/k norm + RoPE + the K/V write) with five half-head walks and
@@ -36,6 +39,7 @@ from tilesafe.kernels import norm_rope_kv as nrk
 from tilesafe.kernels.paged_kv import paged_decode_attention, paged_decode_workspace
 
 MODELS = {"0.6B": (16, 8), "4B": (32, 8), "32B": (64, 8)}
+EXTRA = ("4B", "tiny")           # the head layouts that also time the variants
 D, BS, MAX_LEN, REPS = 128, 16, 8192, 10
 BATCHES, CONTEXTS = (1, 8, 32), (128, 1024, 4096)
 
@@ -84,16 +88,20 @@ def timed(call, device) -> tuple[float, float]:
     return sorted(times)[len(times) // 2], eager
 
 
-def attention_candidates(q, kc, splits_list, min_keys_list):
+def attention_candidates(q, kc, ctx, extra, splits_list, min_keys_list):
     rows = q.shape[0] * kc.shape[2]
     old = max(1, min(-(-MAX_LEN // 64), -(-256 // rows)))
     ws = paged_decode_workspace(q, kc, max_len=MAX_LEN)
     out = {"before": (paged_decode_workspace(q, kc, splits=old), {"one_kernel": False, "min_keys": 64}),
-           "after": (ws, None),
-           "single": (paged_decode_workspace(q, kc, splits=1), None)}
-    if ws.splits > 1:
-        out["after 1-kernel"] = (ws, {"one_kernel": True})
-        out["after 8 warps"] = (ws, {"num_warps": 8})
+           "after": (ws, None)}
+    if ctx <= 1024:                                  # one block per row walks every tile: 160 us at 4096 keys
+        out["single"] = (paged_decode_workspace(q, kc, splits=1), None)
+    if extra:                                        # the variants, at one head layout (each is a compile)
+        out["after prefetch"] = (ws, {"prefetch": True})
+        out["after prefetch 8w"] = (ws, {"prefetch": True, "num_warps": 8})
+        out["after bn=128"] = (ws, {"block_n": 128, "num_warps": 8})
+        if ws.splits > 1:
+            out["after 1-kernel"] = (ws, {"one_kernel": True})
     for mk in min_keys_list:
         out[f"after mk={mk}"] = (ws, {"min_keys": mk})
     for s in splits_list:
@@ -109,7 +117,7 @@ def attention_rows(model, b, ctx, device, dtype, splits_list, min_keys_list):
     want = oracle(q, kc, vc, tables, ctx)
     out = torch.empty_like(q)
     rows = []
-    for name, (ws, cfg) in attention_candidates(q, kc, splits_list, min_keys_list).items():
+    for name, (ws, cfg) in attention_candidates(q, kc, ctx, model in EXTRA, splits_list, min_keys_list).items():
         def call(ws=ws, cfg=cfg):
             paged_decode_attention(q, kc, vc, tables, lens, out=out, workspace=ws, config=cfg)
         try:

@@ -161,13 +161,13 @@ def test_bad_arguments_are_refused_before_any_work(backend, device):
 
 
 @pytest.mark.parametrize("heads,kv_heads,dim,splits,config", [         # GQA 1, 4 and 8; head_dim 64 and 128
-    (2, 2, 64, 1, None), (8, 2, 128, 1, None), (8, 1, 64, 4, None), (2, 2, 128, 4, {"one_kernel": False}),
-    (8, 2, 64, 4, {"min_keys": 128})])
+    (2, 2, 64, 1, None), (8, 1, 64, 4, None), (2, 2, 128, 4, {"one_kernel": False}),
+    (8, 2, 64, 4, {"min_keys": 128, "prefetch": True}), (2, 2, 64, 1, {"prefetch": True, "block_n": 16})])
 def test_paged_decode_forms_at_short_and_long_lengths(backend, device, heads, kv_heads, dim, splits, config):
     """One split (each block writes its heads' output), splits combined by the last block of
-    each (sequence, KV head) (the CPU default) or by a second kernel, and splits of at least
-    128 keys: ragged lengths from one key (only the first split has keys) to several 64-key
-    tiles per split."""
+    each (sequence, KV head) (the CPU default) or by a second kernel, splits of at least 128
+    keys, and the loop that reads the next tile before this one's math (`prefetch`): ragged
+    lengths from one key (only the first split has keys) to several tiles per split."""
     nb, bs, b = 8, 32, 3
     q = randn((b, heads, dim), "f32", 1, device)
     kc, vc = randn((nb, bs, kv_heads, dim), "f32", 2, device), randn((nb, bs, kv_heads, dim), "f32", 3, device)
@@ -231,6 +231,8 @@ def test_paged_decode_bad_config_and_splits(backend, device):
     assert e.value.loc.line == line_of("key")
     with pytest.raises(ts.LaunchError, match=r"config min_keys=0 is not a positive int"):
         paged_decode_attention(q, kc, kc.clone(), tables, lens, config={"min_keys": 0})
+    with pytest.raises(ts.LaunchError, match=r"config prefetch=1 is not True or False"):
+        paged_decode_attention(q, kc, kc.clone(), tables, lens, config={"prefetch": 1})
     with pytest.raises(ts.LaunchError) as e:
         paged_decode_workspace(q, kc, splits=0)  # splits
     assert e.value.message.endswith("splits must be a positive int or None, got 0")
@@ -252,10 +254,10 @@ def test_kernels_compile_for_hopper_at_a_qwen3_layout():
            S((b,), ts.i32))
     kw = dict(qk_scale=0.1, block_size=16, NEG_SCALE=False, GP=16, BN=64, target="sm_90")
     heads = S((b * hkv, g, d), ts.bf16, tile=(1, g, d))
-    assert "mma" in paged_decode_kernel.compile(*part, part[1], *ins, MINK=128, **kw).asm["ptx"]
-    ptx = paged_decode_last_kernel.compile(heads, *part, part[1], *ins, MINK=128, **kw).asm["ptx"]
+    assert "mma" in paged_decode_kernel.compile(*part, part[1], *ins, MINK=64, PREFETCH=True, **kw).asm["ptx"]
+    ptx = paged_decode_last_kernel.compile(heads, *part, part[1], *ins, MINK=64, PREFETCH=False, **kw).asm["ptx"]
     assert "mma" in ptx and "atom.global.gpu.acq_rel" in ptx
-    assert "mma" in paged_decode_single_kernel.compile(heads, *ins, **kw).asm["ptx"]
+    assert "mma" in paged_decode_single_kernel.compile(heads, *ins, PREFETCH=False, **kw).asm["ptx"]
     rows = S((slots, hkv * d), ts.bf16, tile=(8, 1024))
     assert paged_kv_write_kernel.compile(rows, rows, S((b,), ts.i64), S((b, hkv * d), ts.bf16),
                                          S((b, hkv * d), ts.bf16), target="sm_90").asm["ptx"]

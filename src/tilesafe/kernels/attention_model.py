@@ -158,6 +158,7 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
 PAGED_BLOCKS_PER_SM = 8        # (split, sequence x KV head) blocks per SM a paged decode aims for
 PAGED_MAX_SPLITS = 64          # the combination kernel reads (splits, D) fp32 per head in one tile
 PAGED_MIN_KEYS = 64            # keys a split takes at least (one tile), read on the device
+PAGED_PREFETCH = False         # read tile j + 1 before tile j's math: not yet timed on a GPU
 
 
 def paged_splits(rows: int, max_len: int, block_n: int, sms: int) -> int:

@@ -157,25 +157,46 @@ def gather_rows(cache, slot, kvh, BN, DP):
 
 
 @ts.function
+def tile_slots(tables, b, j, stop, block_size, BN):
+    """Cache rows of key tile j of sequence b, read from its block table: (BN,), -1 at
+    positions past `stop` (their rows read zeros; table entries past the table read 0)."""
+    pos = j * BN + ts.arange(0, BN)                              # (BN,) key positions
+    blocks = ts.gather(tables, pos // block_size, axis=1, shape=(1, BN), index=(b, 0))   # (1, BN) block ids
+    blocks = ts.reshape(blocks, (BN,)).astype(ts.i32)
+    return ts.where(pos < stop, blocks * block_size + pos % block_size, -1)
+
+
+@ts.function
 def paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB, HKV, bh, split,
-                 splits):
+                 splits, PREFETCH):
     """Row bh = (sequence, KV head)'s unnormalised (acc, m, l) over split `split` of `splits`
-    of its keys, gathered through its block table."""
+    of its keys, gathered through its block table. A tile is two dependent reads (its table
+    entries, then its K and V rows) before its math; with PREFETCH the loop reads tile j + 1's
+    rows and tile j + 2's table entries before tile j's math, so their latency overlaps it
+    (at the cost of a second K/V tile in registers)."""
     b, kvh = bh // HKV, bh % HKV
     stop, first, last = paged_keys(lens, b, MB * block_size, BN, MINK, split, splits)
     qt = ts.reshape(ts.load(q, (bh, 0, 0), shape=(1, GP, DP)), (GP, DP))   # (GP, DP) the group's queries
     m = ts.full((GP, 1), NEG_INF, ts.f32)                        # (GP, 1) running max (log2 units)
     l = ts.zeros((GP, 1), ts.f32)                                # (GP, 1) running sum
     acc = ts.zeros((GP, DP), ts.f32)                             # (GP, DP)
-    for j in range(first, last):
-        pos = j * BN + ts.arange(0, BN)                          # (BN,) key positions
-        keep = pos < stop                                        # (BN,)
-        blocks = ts.gather(tables, pos // block_size, axis=1, shape=(1, BN), index=(b, 0))   # (1, BN) block ids
-        blocks = ts.reshape(blocks, (BN,)).astype(ts.i32)
-        slot = ts.where(keep, blocks * block_size + pos % block_size, -1)   # (BN,) cache rows, -1: none
-        kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP)
-        vt = gather_rows(v, slot, kvh, BN, DP)                   # (BN, DP), zeros past the keys
-        m, l, acc = online_step(qt, kt, vt, m, l, acc, ts.expand_dims(keep, 0), qk_scale, True, NEG_SCALE)
+    if PREFETCH:
+        slot = tile_slots(tables, b, first, stop, block_size, BN)
+        kt, vt = gather_rows(k, slot, kvh, BN, DP), gather_rows(v, slot, kvh, BN, DP)
+        slot = tile_slots(tables, b, first + 1, stop, block_size, BN)
+        for j in range(first, last):
+            kn, vn = gather_rows(k, slot, kvh, BN, DP), gather_rows(v, slot, kvh, BN, DP)   # tile j + 1
+            slot = tile_slots(tables, b, j + 2, stop, block_size, BN)                      # tile j + 2
+            keep = ts.expand_dims(j * BN + ts.arange(0, BN) < stop, 0)                     # (1, BN)
+            m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
+            kt, vt = kn, vn
+    else:
+        for j in range(first, last):
+            slot = tile_slots(tables, b, j, stop, block_size, BN)   # (BN,) cache rows, -1: none
+            kt = gather_rows(k, slot, kvh, BN, DP)               # (BN, DP)
+            vt = gather_rows(v, slot, kvh, BN, DP)               # (BN, DP), zeros past the keys
+            keep = ts.expand_dims(j * BN + ts.arange(0, BN) < stop, 0)
+            m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
     return acc, m, l
 
 
@@ -186,12 +207,12 @@ def paged_decode_kernel(acc_o: ts.Mut[ts.f32, (1, "GS", "DP")], m_o: ts.Mut[ts.f
                         tables: ts.Ref["TB", ("B", "MB")], lens: ts.Ref["TL", ("B",)], qk_scale: float,
                         block_size: int, T: ts.Const[ts.DType], TB: ts.Const[ts.DType], TL: ts.Const[ts.DType],
                         NEG_SCALE: ts.Const[bool], GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int],
-                        DP: ts.Const[int], MINK: ts.Const[int], BH: int, G: int, D: int, NS: int, HKV: int, B: int,
-                        MB: int):
+                        DP: ts.Const[int], MINK: ts.Const[int], PREFETCH: ts.Const[bool], BH: int, G: int, D: int,
+                        NS: int, HKV: int, B: int, MB: int):
     """Grid (split, sequence * HKV + KV head): each block's partials; `decode_combine_kernel`
     combines them (the two-kernel form, `one_kernel=False`)."""
     acc, m, l = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB, HKV,
-                                ts.block_id(1), ts.block_id(0), ts.num_blocks(0))
+                                ts.block_id(1), ts.block_id(0), ts.num_blocks(0), PREFETCH)
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
 
 
@@ -203,11 +224,12 @@ def paged_decode_last_kernel(o: ts.MutLast["T", (1, "GS", "DP")], acc_o: ts.Mut[
                              lens: ts.Ref["TL", ("B",)], qk_scale: float, block_size: int, T: ts.Const[ts.DType],
                              TB: ts.Const[ts.DType], TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
                              GP: ts.Const[int], GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int],
-                             MINK: ts.Const[int], BH: int, G: int, D: int, NS: int, HKV: int, B: int, MB: int):
+                             MINK: ts.Const[int], PREFETCH: ts.Const[bool], BH: int, G: int, D: int, NS: int,
+                             HKV: int, B: int, MB: int):
     """`paged_decode_kernel` whose last block per (sequence, KV head) combines the splits
     that found keys into `o` (viewed as (B * HKV, G, D)): one launch."""
     acc, m, l = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, MINK, MB,
-                                   HKV, ts.block_id(1), ts.block_id(0), ts.num_blocks(0))
+                                   HKV, ts.block_id(1), ts.block_id(0), ts.num_blocks(0), PREFETCH)
     store_partials(acc_o, m_o, l_o, acc, m, l, GP, GS, DP)
     if ts.last_arrival():
         o.store(ts.reshape(combine_splits(acc_o, m_o, l_o, GS, DP).astype(T), (1, GS, DP)))
@@ -219,12 +241,12 @@ def paged_decode_single_kernel(o: ts.Mut["T", (1, "GS", "DP")], q: ts.Ref["T", (
                                tables: ts.Ref["TB", ("B", "MB")], lens: ts.Ref["TL", ("B",)], qk_scale: float,
                                block_size: int, T: ts.Const[ts.DType], TB: ts.Const[ts.DType],
                                TL: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool], GP: ts.Const[int],
-                               GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], BH: int, G: int, D: int,
-                               NS: int, HKV: int, B: int, MB: int):
+                               GS: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], PREFETCH: ts.Const[bool],
+                               BH: int, G: int, D: int, NS: int, HKV: int, B: int, MB: int):
     """One block per (sequence, KV head) over all its keys, normalised into `o` (viewed as
     (B * HKV, G, D)): no partials, no combination — the form when one split fills the GPU."""
     acc, m, l = paged_attend(q, k, v, tables, lens, qk_scale, block_size, NEG_SCALE, GP, BN, DP, BN, MB, HKV,
-                                ts.block_id(0), 0, 1)
+                                ts.block_id(0), 0, 1, PREFETCH)
     o.store(ts.reshape((first_rows(acc, GP, GS, DP) / first_rows(l, GP, GS, 1)).astype(T), (1, GS, DP)))
 
 
@@ -267,7 +289,8 @@ class PagedWorkspace:
         return 1 if self.acc is None else self.acc.shape[0]
 
 
-PAGED_CONFIG_KEYS = ("one_kernel", "min_keys", "num_warps", "num_stages")
+PAGED_CONFIG_KEYS = ("one_kernel", "prefetch", "min_keys", "block_n", "num_warps", "num_stages")
+PAGED_SWITCHES = ("one_kernel", "prefetch")
 
 
 def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None, out=None, workspace=None,
@@ -287,7 +310,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     one launch, no scratch. With more, each split takes at least `min_keys` keys (so a short
     sequence uses only its first splits, read on the device each step) and a second kernel
     combines them, or with `one_kernel=True` the last block of each (sequence, KV head) does
-    (`ts.last_arrival`, S16). `config` may set `min_keys`, `one_kernel` and the schedule hints.
+    (`ts.last_arrival`, S16). `config` may set `min_keys`, `one_kernel`, `prefetch` (read
+    the next tile before this one's math), `block_n` (keys per tile) and the schedule hints.
     """
     fn = "paged_decode_attention"
     torch_mode = A.is_torch(q)
@@ -313,10 +337,11 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     if b == 0:
         return o.returned
     dp = max(16, pow2(d))
-    bn = _block_n(nb * bs)
+    bn = max(16, min(pow2(cfg["block_n"]), pow2(nb * bs))) if "block_n" in cfg else _block_n(nb * bs)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     args = dict(q=qt.reshape(b * hkv, group, d), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables, lens=lens,
-                qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GP=max(16, pow2(group)), BN=bn)
+                qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GP=max(16, pow2(group)), BN=bn,
+                PREFETCH=cfg["prefetch"])
     heads = (o.tensor.reshape(b * hkv, group, d), (1, gs, dp))          # each (sequence, KV head)'s G heads
     if ws.acc is None:
         launch(paged_decode_single_kernel, {"o": heads}, cfg=cfg, pdl=True, **args)
@@ -337,15 +362,16 @@ def _paged_config(fn, config) -> dict:
     """The decode's switches: `config` over the defaults (a second kernel combines the splits
     on a GPU, each split takes >= attention_model.PAGED_MIN_KEYS keys)."""
     cpu = configs.current_backend() in configs.CPU_BACKENDS     # the CPU takes the one-kernel form, as
-    cfg = {"one_kernel": cpu, "min_keys": am.PAGED_MIN_KEYS}      # decode_attention's CPU default
+    cfg = {"one_kernel": cpu, "min_keys": am.PAGED_MIN_KEYS,      # decode_attention's CPU default
+           "prefetch": am.PAGED_PREFETCH}
     for key, value in (config or {}).items():
         if key not in PAGED_CONFIG_KEYS:
             raise A.fail(fn, f"config key {key!r} is not used by the paged decode",
                          help=f"known keys: {', '.join(PAGED_CONFIG_KEYS)}")
-        if key == "one_kernel" and not isinstance(value, bool) or \
-                key != "one_kernel" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise A.fail(fn, f"config {key}={value!r} is not " +
-                         ("True or False" if key == "one_kernel" else "a positive int"))
+        switch = key in PAGED_SWITCHES
+        if switch and not isinstance(value, bool) or \
+                not switch and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise A.fail(fn, f"config {key}={value!r} is not " + ("True or False" if switch else "a positive int"))
         cfg[key] = value
     return cfg
 
