@@ -108,11 +108,13 @@ def test_the_host_check_is_refused_inside_a_capture():
     assert "scatter_check" in e.value.help
 
 
-@pytest.mark.parametrize("splits,config", [(1, None), (33, None), (33, {"min_keys": 64}), (8, {"one_kernel": False})])
+@pytest.mark.parametrize("splits,config", [(1, None), (33, None), (33, {"one_kernel": True, "min_keys": 128}),
+                                           (8, {"prefetch": True}), (1, {"prefetch": True, "block_n": 128})])
 def test_bf16_decode_forms_against_float64(splits, config):
-    """One split (a block per (sequence, KV head) writes the output), 33 splits combined in
-    the last block (most of them empty at these lengths: only the splits with keys are read),
-    and the two-kernel form; lengths from 1 to the whole table."""
+    """One split (a block per (sequence, KV head) writes the output), 33 splits (most of them
+    without keys at these lengths) combined by a second kernel or by the last block, the loop
+    that reads the next tile before this one's math, 128-key tiles; lengths from 1 to the
+    whole table."""
     q = torch.randn(B, H, D, device="cuda").bfloat16()
     kc, vc = (torch.randn(NB, BS, HKV, D, device="cuda").bfloat16() for _ in range(2))
     tables, lens = tables_and_lens(7)
