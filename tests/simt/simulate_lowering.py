@@ -131,6 +131,12 @@ def main():
     compiled(sgemm.sgemm, {})[(1, 1), (16, 16)](c, a, b, 12, 10, 21, err)
     check("sgemm", c, a @ b, rtol=1e-4, atol=1e-4)
 
+    checked = simt.kernel(contract=sgemm.sgemm.contract, sanitize=True)(sgemm.sgemm.fn)   # shadow bits on
+    c[:] = np.nan
+    compiled(checked, {})[(1, 1), (16, 16)](c, a, b, 12, 10, 21, err)
+    assert err[0] == 0, err                                  # every shared element read was written
+    check("sgemm_sanitized", c, a @ b, rtol=1e-4, atol=1e-4)
+
     idx = rng.integers(0, 8, 20).astype(np.int32)
     cubes = np.full(20, np.nan, np.float32)
     compiled(cube_lookup, {})[(1,), (32,)](cubes, idx, 20, err)

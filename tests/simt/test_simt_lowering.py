@@ -25,7 +25,7 @@ def test_the_examples_run_under_the_numba_simulator():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["ok", "vector_add", "ok", "vector_add_chunked", "ok", "vector_add_runs", "ok", "histogram",
-                                   "ok", "histogram256", "ok", "sgemm", "ok", "constant_table",
+                                   "ok", "histogram256", "ok", "sgemm", "ok", "sgemm_sanitized", "ok", "constant_table",
                                    "ok", "block_sum", "ok", "sum_all", "ok", "sum_all_wide", "ok", "softmax_rows", "ok", "row_rotate_dynamic",
                                    "ok", "shared_sanitizer_flag", "ok", "histogram_flag"], done.stdout
 

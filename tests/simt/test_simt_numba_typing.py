@@ -108,3 +108,18 @@ def test_a_run_of_16_bytes_is_one_vector_load_per_input_and_one_vector_store(low
     assert ir.count("store <4 x float>") == 1
     halves = lower(vector_add.vector_add_runs, z(8), z(8), z(8), K=2)      # 8 bytes: the scalar path only
     assert "<4 x float>" not in halves.library.get_llvm_str()
+
+
+def test_every_shared_memory_example_sanitized_types_and_lowers(lower):
+    from tilesafe import simt
+
+    def sanitized(k):
+        return simt.kernel(contract=k.contract, sanitize=True)(k.fn)
+    i32 = torch.int32
+    lower(sanitized(histogram.histogram256), z(256, dtype=i32), z(8, dtype=i32), grid=(1,))   # shared atomics
+    lower(sanitized(block_sum.block_sum), z(2), z(600), K=256)
+    lower(sanitized(block_sum.sum_all), z(1), z(600), grid=(2,))
+    lower(sanitized(softmax_rows.softmax_rows), z(3, 5), z(3, 5))
+    lower(sanitized(transpose.transpose), z(5, 3), z(3, 5))                                   # a padded 2-D tile
+    lower(sanitized(sgemm.sgemm), z(3, 4), z(3, 5), z(5, 4))
+    lower(sanitized(top_p.top_p_sample), z(2, dtype=i32), z(2, 9), z(2, 9), 0.9)
