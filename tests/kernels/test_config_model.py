@@ -257,12 +257,3 @@ def test_the_model_ranks_the_tuners_measured_candidates_well():
     assert geo["matmul"][0] >= 0.96 and geo["matmul"][1] >= 0.97, geo
     assert geo["linear"][0] >= 0.90 and geo["linear"][1] >= 0.94, geo
 
-
-def test_decode_model_launches_once_where_the_walk_of_the_splits_is_short():
-    """The one-kernel decode (the last block of each KV head combines) saves a launch and reads
-    the splits one by one: the model takes it for a short cache, two kernels for 33 splits."""
-    short, long = cm.Decode(32, 8, 128, 64, "bf16"), cm.Decode(64, 8, 32768, 128, "bf16")
-    assert cm.choose(short, cm.H200)["one_kernel"]
-    assert not cm.choose(long, cm.H200)["one_kernel"]
-    one, two = (dict(cm.choose(short, cm.H200), one_kernel=v) for v in (True, False))
-    assert cm.predict_us(short, one, cm.H200) < cm.predict_us(short, two, cm.H200)

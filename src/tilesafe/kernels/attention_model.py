@@ -29,9 +29,6 @@ BLOCK_FILL_US = 1.0            # loading the query tile, and writing the output 
 DECODE_TILE_US = 1.2           # one decode block's key tile: its dependent loads and math ...
 DECODE_TILE_US_PER_BYTE = 7.4e-5   # ... and its K and V bytes (64 keys x 128 dims: 2.4 us)
 DECODE_FIXED_US = 7.0          # the two launches and the combination of the splits
-DECODE_SECOND_LAUNCH_US = 2.5  # what the one-kernel form saves: the combination kernel's start and drain ...
-DECODE_MEMBER_US = 0.1         # ... and what it costs: its last block reads the splits one by one (the
-                               # tuner: +0.8 us at 33 splits against the two kernels)
 MAX_REGS = 168                 # fp32 accumulator + scores per thread past which Triton spills
 
 
@@ -95,9 +92,12 @@ def flash_flops(s: Attention) -> float:
 # --- decode ------------------------------------------------------------------------------
 
 def decode_candidates(s: Decode, gpu: Gpu) -> list[dict]:
-    out = [{"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms, "flat": True, "one_kernel": one,
+    # The one-kernel form is not a candidate: on the H200 the last block's ticket (a fence, an
+    # atomic, the partials read back) cost as much as the combination kernel it saves, and its
+    # walk of ~30 splits 0.8 us more (the tuner; decode_attention_sizes round 1, paged).
+    out = [{"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms, "flat": True, "one_kernel": False,
             "num_warps": 4, "num_stages": 3}
-           for bn in (32, 64, 128) for per_sm in (1, 2) for one in (False, True)]   # 4 per SM: slower (tuner)
+           for bn in (32, 64, 128) for per_sm in (1, 2)]      # 4 per SM measured slower (tuner)
     return [c for c in out if valid_decode(c, s, gpu)]
 
 
@@ -125,8 +125,7 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
     the cache's bytes at the HBM rate and each block's chain of key tiles (a tile's loads,
     scores, softmax and product depend on each other: ~1.2 us plus its bytes, fitted to the
     tuner's decode candidates), in rounds of the blocks one SM holds, plus the launches and
-    the combination of the splits (a second kernel, or the last block of each KV head walking
-    the splits: one launch fewer, a read per split more)."""
+    the combination of the splits."""
     es = element_bytes(s.dtype)
     bn, splits = decode_splits(c, s)
     blocks = s.kv_heads * splits
@@ -139,10 +138,7 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
     partials = 2 * splits * s.kv_heads * pow2(s.heads // max(1, s.kv_heads)) * (s.d + 2) * 4
     stream = (cache + partials) / (gpu.hbm_bytes_per_s * STREAM_EFFICIENCY) * 1e6
     limit = "bandwidth" if stream >= chain else ("wave quantisation" if rounds > 1 else "occupancy")
-    fixed = DECODE_FIXED_US
-    if c.get("one_kernel"):
-        fixed += splits * DECODE_MEMBER_US - DECODE_SECOND_LAUNCH_US
-    return max(stream, chain) + fixed, limit
+    return max(stream, chain) + DECODE_FIXED_US, limit
 
 
 # --- paged decode (the engine's) -----------------------------------------------------------
