@@ -105,6 +105,27 @@ def test_a_rank_reads_only_its_slices_kv_heads_replicated(checkpoint):
         assert torch.equal(w.layers[1].q_norm, sd[p + "self_attn.q_norm.weight"])
 
 
+@pytest.mark.parametrize("heads, kv, world", [(4, 2, 2), (8, 2, 4), (8, 1, 4), (16, 8, 8), (64, 8, 2), (8, 4, 8)])
+def test_every_rank_holds_the_kv_heads_its_q_heads_read(checkpoint, heads, kv, world):
+    """Each rank's q heads read only KV heads it holds; heads, intermediate and vocabulary
+    rows are split into equal, disjoint, covering ranges."""
+    cfg = Qwen3Config.from_dir(checkpoint()[0])
+    cfg = Qwen3Config(**{**{f: getattr(cfg, f) for f in cfg.__slots__}, "num_heads": heads, "num_kv_heads": kv,
+                         "intermediate_size": 96, "vocab_size": 96 * 8})
+    shards = [Shards.of(cfg, r, world) for r in range(world)]
+    group = heads // kv                                        # q heads per KV head
+    for s in shards:
+        needed = {h // group for h in range(*s.heads)}
+        assert needed <= set(range(*s.kv_heads)) and s.kv_heads[1] - s.kv_heads[0] == max(kv // world, 1)
+        local = s.local_config(cfg)
+        assert local.num_heads % local.num_kv_heads == 0 and local.hidden_size == cfg.hidden_size
+    for field, total in (("heads", heads), ("intermediate", 96), ("vocab", 96 * 8)):
+        ranges = [getattr(s, field) for s in shards]
+        assert ranges[0][0] == 0 and ranges[-1][1] == total
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert len({r[1] - r[0] for r in ranges}) == 1
+
+
 def test_a_model_that_does_not_split_is_refused_before_any_process_starts(tiny):
     folder, _ = tiny
     line = here() + 2

@@ -99,7 +99,7 @@ def test_all_gather_out_of_the_wrong_shape_is_refused(one_rank):
 
 # -- two ranks: a collective that is still pending -----------------------------------------------
 
-STRICT_READ, STRICT_LAUNCH = "strict read", "strict launch"
+STRICT_READ, STRICT_WRITE, STRICT_LAUNCH = "strict read", "strict write", "strict launch"
 
 
 def _rank_main(rank: int, init: str, results) -> None:
@@ -128,6 +128,10 @@ def _scenario(rank: int) -> dict:
                 x.numpy()
             except ts.OwnershipError as e:
                 seen[STRICT_READ] = (e.message, e.loc.line, here() - 2)
+            try:
+                x[0] = 5.0
+            except ts.OwnershipError as e:
+                seen[STRICT_WRITE] = (e.message, e.loc.line, here() - 2)
             try:
                 double(ts.empty(3).partition((2,)), x)
             except ts.OwnershipError as e:
@@ -164,6 +168,8 @@ def test_two_ranks_order_host_reads_and_launches_after_a_pending_collective():
     assert isinstance(one, dict), one
     message, line, want = zero[STRICT_READ]
     assert "an implicit wait on pending device work was needed for `numpy()`" in message and line == want
+    message, line, want = zero[STRICT_WRITE]
+    assert "an implicit wait on pending device work was needed for `x[...] = value`" in message and line == want
     message, line, want = zero[STRICT_LAUNCH]
     assert "an implicit wait on pending device work was needed for `double`" in message and line == want
     assert zero["launch"] == [6.0, 12.0, 18.0]                 # 2 * (x0 + x1)
