@@ -97,17 +97,16 @@ class RankGroup:
             except (RuntimeError, ValueError):
                 kill = True
         for p in self.processes:
-            p.join(timeout=None if not kill else 5)
+            p.join(timeout=5 if kill else 60)          # a rank that does not exit is ended
             if p.is_alive():
                 p.kill()
                 p.join()
-        if dist.is_initialized() and not kill:
-            dist.destroy_process_group()
-        elif dist.is_initialized():
+        if dist.is_initialized():
             try:
                 dist.destroy_process_group()
-            except Exception:    # a group whose peers are gone: nothing left to end cleanly
-                pass
+            except Exception:    # torch's and the backends' errors: a group whose peers are gone
+                if not kill:
+                    raise
 
 
 def world_of(tensor_parallel_size: int) -> tuple[int, dict | None]:
