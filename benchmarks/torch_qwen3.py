@@ -1,9 +1,12 @@
-"""A plain-PyTorch Qwen3 decode step — the baseline `benchmarks/engine.py` compares with.
+"""A plain-PyTorch Qwen3 decode step and prefill — the baselines `benchmarks/engine.py` compares with.
 
-It shares the engine's packed weight tensors (no second copy of the model), keeps its own
+The decode step shares the engine's packed weight tensors (no second copy of the model), keeps its own
 static KV cache of `max_len` rows, and runs cuBLAS GEMVs (F.linear), torch's RMSNorm and
 SDPA over the whole cache with a mask of the positions written so far; the whole step is
 captured in one CUDA graph and replayed. `step_seconds` times one replay with CUDA events.
+`greedy_logits` runs the same step eagerly and keeps every step's logits (the engine's
+correctness gate, `engine_check.py`). `TorchQwen3Prefill` runs a prompt in one pass (cuBLAS
+GEMMs, SDPA causal attention, the cache written) for the prefill comparison.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ class TorchQwen3Step:
             res = res + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down)
         logits = F.linear(F.rms_norm(res, (e,), w.norm, eps), w.lm_head)    # (1, V)
         self.token.copy_(logits.argmax(-1))
+        return logits
 
     def capture(self) -> None:
         s = torch.cuda.Stream()
@@ -85,6 +89,20 @@ class TorchQwen3Step:
                 out.append(int(self.token.item()))
         return out
 
+    def greedy_logits(self, prompt: list[int], n: int) -> tuple[list[int], torch.Tensor]:
+        """Greedy tokens after `prompt` and the float32 logits (n, V) each was chosen from, every
+        step run eagerly (no graph: the logits are not a graph output)."""
+        tokens, rows = [], []
+        with torch.inference_mode():
+            for p, t in enumerate(prompt + [0] * (n - 1)):
+                self.ids.fill_(t if p < len(prompt) else tokens[-1])
+                self.pos.fill_(p)
+                logits = self._step()
+                if p >= len(prompt) - 1:
+                    rows.append(logits[0].float())
+                    tokens.append(int(self.token.item()))
+        return tokens, torch.stack(rows)
+
     def step_seconds(self, context: int, reps: int = 50) -> float:
         """One replayed step at position `context - 1` (attention masks the rows after it;
         SDPA still reads the whole static cache, as a fixed-shape graph must)."""
@@ -101,3 +119,64 @@ class TorchQwen3Step:
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) / 1e3 / reps
+
+
+class TorchQwen3Prefill:
+    """One prompt of T tokens in one pass over the engine's weights: RMSNorm, cuBLAS GEMMs over
+    all rows, per-head q/k norm and RoPE, k and v written into a static cache of `max_len` rows,
+    SDPA causal attention (k/v repeated to the query heads, so the flash kernel serves any GQA),
+    the LM head on the last row only, as the engine's prefill does."""
+
+    def __init__(self, llm, max_len: int):
+        cfg, dev, dt = llm.config, llm.device, llm.dtype
+        self.cfg, self.w, self.max_len = cfg, llm.model.w, max_len
+        shape = (1, cfg.num_kv_heads, max_len, cfg.head_dim)
+        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        half = cfg.head_dim // 2
+        self.inv_freq = cfg.rope_theta ** (-torch.arange(half, device=dev, dtype=torch.float32) * 2 / cfg.head_dim)
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (T,) long on the device -> the next token's logits (1, V)."""
+        cfg, w = self.cfg, self.w
+        e, d, h, kv, inter = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size
+        eps, t = cfg.rms_norm_eps, ids.shape[0]
+        angle = torch.arange(t, device=ids.device, dtype=torch.float32)[:, None] * self.inv_freq   # (T, D/2)
+        cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)               # (T, D)
+
+        def rope(x):                                                        # (1, heads, T, D)
+            rotated = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+            return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+        res = F.embedding(ids, w.embed)                                     # (T, E)
+        for n, layer in enumerate(w.layers):
+            x = F.rms_norm(res, (e,), layer.input_norm, eps)
+            qkv = F.linear(x, layer.qkv)                                # (T, (H + 2 KV) D)
+            q = F.rms_norm(qkv[:, :h * d].view(t, h, d), (d,), layer.q_norm, eps).transpose(0, 1)[None]
+            k = F.rms_norm(qkv[:, h * d:(h + kv) * d].view(t, kv, d), (d,), layer.k_norm, eps).transpose(0, 1)[None]
+            v = qkv[:, (h + kv) * d:].view(t, kv, d).transpose(0, 1)[None]
+            q, k = rope(q), rope(k)
+            self.k[n][:, :, :t].copy_(k)
+            self.v[n][:, :, :t].copy_(v)
+            a = F.scaled_dot_product_attention(q, k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1),
+                                               is_causal=True)          # (1, H, T, D)
+            res = res + F.linear(a[0].transpose(0, 1).reshape(t, h * d), layer.o)
+            x = F.rms_norm(res, (e,), layer.post_norm, eps)
+            gu = F.linear(x, layer.gate_up)                             # (T, 2 I)
+            res = res + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down)
+        return F.linear(F.rms_norm(res[-1:], (e,), w.norm, eps), w.lm_head)   # (1, V)
+
+    def seconds(self, t: int, reps: int = 2, seed: int = 1) -> float:
+        """The best of `reps` timed passes over a random prompt of t tokens, after one warm-up."""
+        import time
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(1000, 100000, (t,), generator=g).to(self.w.embed.device)
+        self(ids)
+        best = float("inf")
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            self(ids)
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return best
