@@ -80,15 +80,41 @@ def test_each_rank_holds_its_share_of_the_weight_bytes(tiny, two_ranks):
     assert share < sum(t.numel() * 4 for t in model.state_dict().values()) * 0.52
 
 
-def test_a_rank_reads_only_its_slices_kv_heads_replicated(checkpoint):
-    """MQA over 2 ranks: the one KV head is on both; q, o, gate/up, down and the vocabulary split."""
+def test_a_rank_reads_only_its_slices_kv_heads_replicated(checkpoint, monkeypatch):
+    """MQA over 2 ranks: the one KV head is on both; q, o, gate/up, down and the vocabulary split.
+    Every split tensor is read as a slice (safetensors' get_slice), never whole."""
+    from safetensors import safe_open
     folder, model = checkpoint("mqa", num_key_value_heads=1)
     cfg = Qwen3Config.from_dir(folder)
     sd = model.state_dict()
     d, heads, inter, vocab = cfg.head_dim, cfg.num_heads, cfg.intermediate_size, cfg.vocab_size
+    whole = []
+
+    class Spy:
+        def __init__(self, *args, **kwargs):
+            self.f = safe_open(*args, **kwargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def keys(self):
+            return self.f.keys()
+
+        def get_slice(self, name):
+            return self.f.get_slice(name)
+
+        def get_tensor(self, name):
+            whole.append(name)
+            return self.f.get_tensor(name)
+    monkeypatch.setattr("safetensors.safe_open", Spy)
     for rank in range(2):
         shards = Shards.of(cfg, rank, 2)
+        whole.clear()
         w = load_weights(folder, cfg, torch.float32, "cpu", progress=False, shards=shards)
+        assert whole and not [n for n in whole if any(s in n for s in SHARDED)]   # norms whole, the rest sliced
         p = "model.layers.1."
         q = sd[p + "self_attn.q_proj.weight"][rank * heads // 2 * d:(rank + 1) * heads // 2 * d]
         qkv = torch.cat([q, sd[p + "self_attn.k_proj.weight"], sd[p + "self_attn.v_proj.weight"]])
