@@ -12,8 +12,9 @@ making only its slices), one model at a time. Per size and TP size, in one run:
   fraction of the roofline: the nominal HBM bandwidth (4.8 TB/s) of every GPU in use, so
   the TP=2 roofline is twice TP=1's for the same model;
 - the all-reduce time per step: a (1, hidden) bf16 all-reduce over two GPUs timed on its own
-  (two processes of this script, NCCL, CUDA events over many calls), times the decode step's
-  2 x layers + 1 all-reduces, plus one all-gather of the (1, vocab / 2) logits.
+  (two processes of this script, NCCL, CUDA events over many calls captured in a CUDA graph as
+  the decode step runs them, and eagerly), times the decode step's 2 x layers + 1
+  all-reduces, plus one all-gather of the (1, vocab / 2) logits.
 Target (issue 20): Qwen3-32B at TP=2 >= 110 tokens/s.
 """
 from __future__ import annotations
@@ -95,17 +96,33 @@ def _allreduce_rank(rank: int, port: int, hidden: int, vocab_half: int, iters: i
             op()
         torch.cuda.synchronize()
         dist.barrier()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            op()
-        stop.record()
-        torch.cuda.synchronize()
-        result[name + "_us"] = start.elapsed_time(stop) * 1e3 / iters
+        result[name + "_eager_us"] = _per_call_us(op, iters)
+        # As the decode step runs them: captured in a CUDA graph (100 calls), timed over replays.
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(100):
+                    op()
+            torch.cuda.synchronize()
+            dist.barrier()
+            result[name + "_us"] = _per_call_us(graph.replay, iters // 100) / 100
+        except RuntimeError as e:       # capture unsupported here: the eager time stands in
+            result[name + "_capture_error"] = str(e).splitlines()[0]
+            result[name + "_us"] = result[name + "_eager_us"]
     if rank == 0:
         out.put(result)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _per_call_us(op, n: int) -> float:
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        op()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) * 1e3 / n
 
 
 def collective_times(hidden: int, vocab: int, iters: int = 2000) -> dict:
