@@ -205,3 +205,20 @@ def test_linear_argmax_refuses_a_norm_weight_of_the_wrong_length():
     with pytest.raises(ts.LaunchError) as e:
         tk.linear_argmax(torch.randn(2, 16), torch.randn(8, 16), norm_weight=torch.ones(4))  # E:head-norm
     assert_at_call(e.value, HERE, "E:head-norm", "linear_argmax: `norm_weight` must have shape (16,)")
+
+
+@pytest.mark.reference_only
+def test_repeated_calls_through_their_plans_compute_each_calls_inputs(backend, device):
+    """The third call of a layout takes its plan's fast form: still each call's own tensors,
+    the in-place residual and linear_argmax's partials (in the scratch) included."""
+    for i in range(3):
+        x, g = randn((1, K), "f32", 30 + i, device), randn((K,), "f32", 40 + i, device)
+        w, gu = randn((N, K), "f32", 50 + i, device), randn((1, 2 * K), "f32", 60 + i, device)
+        res = randn((1, N), "f32", 70 + i, device)
+        want_res = F.linear(F.silu(t64(gu)[:, :K]) * t64(gu)[:, K:], t64(w)) + t64(res)
+        assert_close(tk.rms_norm_linear(x, g, w), F.linear(norm_oracle(x, g, 1e-6, "f32"), t64(w)),
+                     "f32", **TOL["f32"])
+        tk.silu_mul_linear(gu, w, residual=res, out=res)
+        assert_close(res, want_res, "f32", **TOL["f32"])
+        ids, _ = tk.linear_argmax(x, w, norm_weight=g)
+        assert torch.equal(ids.long(), F.linear(norm_oracle(x, g, 1e-6, "f32"), t64(w)).argmax(-1))
