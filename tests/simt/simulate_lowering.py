@@ -188,6 +188,13 @@ def main():
     err[0] = 0
     check("shared_sanitizer_flag", rotated[:, :255], np.roll(rows, -1, axis=1)[:, :255])
 
+    from test_simt_unsafe import scatter                     # an unsafe write sets its element's mask byte
+    idx = np.array([3, 0, 2], np.int32)
+    scattered, wrote = np.full(5, np.nan, np.float32), np.zeros(5, np.uint8)
+    compiled(scatter, {})[(1,), (64,)](scattered, idx, 3, 5, err, wrote)
+    assert scattered[3] == 0 and scattered[0] == 1 and scattered[2] == 2, scattered
+    check("unsafe_write_mask", wrote, [1, 0, 1, 1, 0])
+
     bad = np.array([0, 9, 1], np.int32)                     # 9 is outside the 7 bins: the check flags it
     hist[:] = 0
     compiled(histogram.histogram, {})[(1,), (256,)](hist, bad, 7, 3, err)

@@ -27,7 +27,7 @@ def test_the_examples_run_under_the_numba_simulator():
     assert done.stdout.split() == ["ok", "vector_add", "ok", "vector_add_chunked", "ok", "vector_add_runs", "ok", "histogram",
                                    "ok", "histogram256", "ok", "sgemm", "ok", "sgemm_sanitized", "ok", "constant_table",
                                    "ok", "block_sum", "ok", "sum_all", "ok", "sum_all_wide", "ok", "softmax_rows", "ok", "row_rotate_dynamic",
-                                   "ok", "shared_sanitizer_flag", "ok", "histogram_flag"], done.stdout
+                                   "ok", "shared_sanitizer_flag", "ok", "unsafe_write_mask", "ok", "histogram_flag"], done.stdout
 
 
 def body(kernel, *args, **kwargs) -> str:

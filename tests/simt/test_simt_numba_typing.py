@@ -13,6 +13,7 @@ import tilesafe as ts
 from tilesafe.simt import gpu_launch
 from tilesafe.simt.binding import bind
 from tilesafe.simt.examples import block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose, vector_add
+from tilesafe.simt.lower_numba import written_targets
 from tilesafe.simt.params import CONST
 from tilesafe.simt.vector_access import intrinsics
 
@@ -38,6 +39,8 @@ def lower():
             elif p.kind != CONST:
                 argtypes.append(gpu_launch.scalar_type(p.dtype))
         argtypes.append(gpu_launch.array_type(ts.i32, 1, True))          # the error flag
+        for name in written_targets(kernel.info):                          # an unsafe kernel's write masks
+            argtypes.append(gpu_launch.array_type(ts.u8, len(bound.tensors[name].shape), True))
         name = f"simt_{kernel.name}"
         namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **intrinsics(),
                      **kernel.table_globals()}

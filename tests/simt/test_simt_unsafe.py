@@ -67,5 +67,6 @@ def test_the_lowering_checks_unsafe_writes():
     line = scatter.src.loc(next(iter([n for n in __import__("ast").walk(scatter.src.tree)
                                       if isinstance(n, __import__("ast").Subscript)
                                       and getattr(n.value, "id", "") == "out"]))).line
-    assert f"__st1(out, __ld1(idx, i, __err, {line}), __f32(i * __f32(1.0))" not in source
-    assert f"__st1(out, __ld1(idx, i, __err, {line}), i * __f32(1.0), __err, {line})" in source
+    assert f"__f32(i * __f32(1.0))" not in source
+    assert f"__stw1(out, out__wrote, __ld1(idx, i, __err, {line}), i * __f32(1.0), __err, {line})" in source
+    assert "def simt_scatter(out, idx, M, N, __err, out__wrote):" in source    # the write mask follows the flag

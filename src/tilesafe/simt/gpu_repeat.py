@@ -21,14 +21,14 @@ from ..errors import OwnershipError
 from ..runtime.future import Completion, Future
 from ..runtime.storage_state import _ATTR, StorageState
 from ..runtime.tensor import Tensor
-from . import gpu_launch
+from . import gpu_launch, write_masks
 from . import mappings as M
 from .binding import resolved
 from .simt_future import SimtFuture
 
 
 class GpuRepeat:
-    __slots__ = ("kernel", "index", "slots", "outputs", "compiled", "config", "args", "err")
+    __slots__ = ("kernel", "index", "slots", "outputs", "compiled", "config", "args", "err", "masks")
 
     def __init__(self, kernel, plan, bound, index: int):
         self.kernel, self.index = kernel, index
@@ -44,6 +44,7 @@ class GpuRepeat:
         self.outputs = tuple(plan.seen_at[at] if how == "kw" else at for how, at in plan.outputs)
         self.compiled, self.config, self.args = plan.compiled, plan.config, plan.args
         self.err = plan.err if kernel.has_checks else None
+        self.masks = plan.masks       # an unsafe kernel's write masks, by target
 
     def __call__(self, seen):
         kernel = self.kernel
@@ -63,18 +64,22 @@ class GpuRepeat:
             views.append((t, state, byteset, write, covered))
         index = self.index
         if index == torch.cuda.current_device():
-            done = self._start(views, torch.cuda.current_stream(index))
+            done, marks = self._start(views, torch.cuda.current_stream(index))
         else:
             with torch.cuda.device(index):
-                done = self._start(views, torch.cuda.current_stream(index))
+                done, marks = self._start(views, torch.cuda.current_stream(index))
         outputs = tuple(seen[at][0] for at in self.outputs)
-        return SimtFuture(Future(outputs, done), kernel, self.err)
+        return SimtFuture(Future(outputs, done), kernel, self.err, marks)
 
     def _start(self, views, stream):
         handle = stream.cuda_stream
         for t, state, byteset, write, _ in views:       # S10
             state.order_device(byteset, write, handle)
+        marks = []
         if self.config is not None:
+            if self.masks:
+                marks = write_masks.clear(self.masks, {slot[0]: (v[0], v[1]) for slot, v in zip(self.slots, views)
+                                                       if slot[0] in self.masks})
             gpu_launch.launch(self.compiled, self.config, handle, self.args)
         for t, state, _, _, covered in views:           # S14
             if covered and state.init_mask is not None:
@@ -82,4 +87,4 @@ class GpuRepeat:
         done = Completion(None, handle, tuple(v[0] for v in views), stream)
         for t, state, byteset, write, _ in views:       # S9/S10
             state.record(byteset, write, done)
-        return done
+        return done, marks

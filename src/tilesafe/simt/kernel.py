@@ -20,7 +20,7 @@ from .binding import bind
 from .constant import CONSTANT_LIMIT
 from .interpret import thread_function
 from .launch import RuntimeView, launch
-from .lower_numba import kernel_source, table_global
+from .lower_numba import kernel_source, table_global, written_targets
 from .params import ATOMIC, CONST, REF, parse_params
 from .shared_phases import check_phases
 
@@ -125,8 +125,10 @@ class SimtKernel:
                     types.append(gpu_launch.array_type(f.dtype, len(f.shape), f.tensor._torch().is_contiguous()))
                 elif p.kind != CONST:
                     types.append(gpu_launch.scalar_type(p.dtype))
-            from ..dtypes import i32
+            from ..dtypes import i32, u8
             types.append(gpu_launch.array_type(i32, 1, True))
+            for name in written_targets(self.info):     # an unsafe kernel's write masks
+                types.append(gpu_launch.array_type(u8, len(bound.tensors[name].shape), True))
             kernel = gpu_launch.compile_kernel(self.source_for(bound.consts), f"simt_{self.name}", tuple(types),
                                                device_index, self.table_globals())
             self._compiled[key] = kernel

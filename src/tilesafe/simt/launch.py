@@ -24,12 +24,13 @@ from ..settings import graph_var, launching_disabled_var
 from . import contract as C
 from . import cpu_executor, gpu_launch
 from . import mappings as M
-from . import shared_shadow
+from . import shared_shadow, write_masks
 from .analysis import dynamic_shared, dynamic_shared_bytes, shared_bytes
 from .binding import bind, resolved
 from .gpu_repeat import GpuRepeat
 from .graph_capture import launch_in_capture
 from .launch_plans import MAX_PLANS, LaunchPlan, layout
+from .lower_numba import written_targets
 from .params import ATOMIC, CONST, DISJOINT, REF, SCALAR, WRITTEN
 from .simt_future import SimtFuture
 
@@ -230,7 +231,9 @@ def _run_on_gpu(kernel, bound, device, outputs, plan):
         if pool and pool + _static_gpu_bytes(kernel, bound) > C.STATIC_SHARED_LIMIT:    # above 48 KiB: opt in
             gpu_launch.allow_dynamic_shared(plan.compiled, pool, index)
         plan.err = kernel.error_flag(index)
-        plan.args = gpu_launch.Params(_kernel_args(kernel, bound, plan.err))   # a function of the layout: once
+        plan.masks = {name: torch.zeros(bound.tensors[name].shape, dtype=torch.uint8, device=device)
+                      for name in written_targets(kernel.info)}
+        plan.args = gpu_launch.Params(_kernel_args(kernel, bound, plan.err, plan.masks))   # the layout's: once
         if 0 not in bound.grid:      # an empty output launches nothing (and CUDA takes no empty grid)
             plan.config = gpu_launch.config(bound.grid, kernel.block3, pool)
     if index == torch.cuda.current_device():
@@ -238,9 +241,10 @@ def _run_on_gpu(kernel, bound, device, outputs, plan):
     else:
         with torch.cuda.device(index):
             future = _start(kernel, bound, outputs, plan, torch.cuda.current_stream(index))
+    future, marks = future
     if plan.seen_at is not None and plan.repeat is None:     # a keyed layout: later launches take the lean path
         plan.repeat = GpuRepeat(kernel, plan, bound, index)
-    return SimtFuture(future, kernel, plan.err if kernel.has_checks else None)
+    return SimtFuture(future, kernel, plan.err if kernel.has_checks else None, marks)
 
 
 def _static_gpu_bytes(kernel, bound) -> int:
@@ -277,8 +281,9 @@ def _shared_limit(index: int) -> int:
     return limit
 
 
-def _kernel_args(kernel, bound, err) -> list:
-    """The kernel's parameters in numba's ABI: each tensor's fields, each scalar, the error flag."""
+def _kernel_args(kernel, bound, err, masks) -> list:
+    """The kernel's parameters in numba's ABI: each tensor's fields, each scalar, the error flag,
+    an unsafe kernel's write masks."""
     args: list = []
     for p in kernel.params:
         if p.is_tensor:
@@ -286,13 +291,19 @@ def _kernel_args(kernel, bound, err) -> list:
         elif p.kind == SCALAR:
             args.append(gpu_launch.scalar_arg(bound.scalars[p.name], p.dtype))
     gpu_launch.array_args(err, args)
+    for name in written_targets(kernel.info):
+        gpu_launch.array_args(masks[name], args)
     return args
 
 
 def _start(kernel, bound, outputs, plan, stream):
-    """On `stream`: wait for conflicting work elsewhere (S10), launch, mark (S14), record (S9/S10)."""
+    """On `stream`: wait for conflicting work elsewhere (S10), launch, mark (S14), record (S9/S10).
+    Returns the runtime's future and the write masks to mark from at sync."""
     ordering.order_before(kernel.runtime_view, bound, stream)
+    marks = []
     if 0 not in bound.grid:
+        marks = write_masks.clear(plan.masks, {n: (bound.tensors[n].tensor._torch(), bound.tensors[n].tensor._state)
+                                               for n in plan.masks})
         gpu_launch.launch(plan.compiled, plan.config, stream.cuda_stream, plan.args)
     _mark_written(kernel, bound)
-    return ordering.record_after(kernel.runtime_view, bound, stream, outputs)
+    return ordering.record_after(kernel.runtime_view, bound, stream, outputs), marks

@@ -63,7 +63,7 @@ def _part(a, seen):
 class LaunchPlan:
     """What a launch with this layout already proved, and where each argument comes from."""
     __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err", "args", "config", "seen_at",
-                 "repeat", "dynamic_shared")
+                 "repeat", "dynamic_shared", "masks")
 
     def __init__(self, kernel, bound, args, kwargs):
         names = [p.name for p in kernel.params]
@@ -80,6 +80,7 @@ class LaunchPlan:
         self.args = None         # hold for every launch of the plan) and its launch configuration
         self.config = None
         self.dynamic_shared = 0  # bytes of dynamic shared memory per block (scalars are in the key)
+        self.masks = {}          # on a GPU: an unsafe kernel's write mask per target (u8, the target's shape)
 
     def rebind(self, kernel, args, kwargs, is_written=None) -> Bound:
         """The bound arguments of this launch, with the per-launch checks done (S8, S13, S14).

@@ -1,7 +1,8 @@
 """The GPU back half: a SIMT kernel rewritten into a `numba.cuda.jit` kernel's source.
 
 The rewrite keeps the user's code and replaces what tilesafe owns:
-- an unsafe kernel's write at a computed index goes through `__st`, checked like `__ld`;
+- an unsafe kernel's write at a computed index goes through `__stw`, checked like `__ld`, and
+  sets the element's byte in the target's write mask (a parameter after the error flag);
 - a permits walk becomes the index computation of its mapping plus the guard that drops the
   permits outside the target (the ragged last block holds none); `p[k]` becomes a coordinate;
 - `x[i]` reads proven in bounds (analysis.py) stay plain; the others go through `__ld`, which
@@ -54,25 +55,28 @@ def __ld3(a, i, j, k, err, line):
 
 
 @cuda.jit(device=True)
-def __st1(a, i, v, err, line):
+def __stw1(a, w, i, v, err, line):
     if i >= 0 and i < a.shape[0]:
         a[i] = v
+        w[i] = 1
     else:
         cuda.atomic.max(err, 0, line)
 
 
 @cuda.jit(device=True)
-def __st2(a, i, j, v, err, line):
+def __stw2(a, w, i, j, v, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
         a[i, j] = v
+        w[i, j] = 1
     else:
         cuda.atomic.max(err, 0, line)
 
 
 @cuda.jit(device=True)
-def __st3(a, i, j, k, v, err, line):
+def __stw3(a, w, i, j, k, v, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
         a[i, j, k] = v
+        w[i, j, k] = 1
     else:
         cuda.atomic.max(err, 0, line)
 
@@ -215,12 +219,24 @@ def kernel_source(src, info, params, scope, contract, consts: dict, name: str, s
     kept = [a for a in lowered.args.args if a.arg in {p.name for p in params if p.kind != CONST}]
     for a in kept:
         a.annotation = None
-    lowered.args.args = kept + [ast.arg("__err")]
+    lowered.args.args = kept + [ast.arg("__err")] + [ast.arg(written_name(t)) for t in written_targets(info)]
     lowered.args.kwonlyargs, lowered.args.kw_defaults, lowered.args.defaults = [], [], []
     tables = [ast.parse(f"{n} = cuda.const.array_like({table_global(n)})").body[0] for n in info.tables]
     lowered.body[:0] = tables      # constant memory, filled from the module-level arrays at compile time
     ast.fix_missing_locations(lowered)
     return PRELUDE + "\n\n" + ast.unparse(lowered) + "\n"
+
+
+def written_targets(info) -> list:
+    """The outputs an unsafe kernel writes at computed indices, in the order their write masks
+    follow the error flag among the kernel's parameters."""
+    return sorted(info.raw_store_targets)
+
+
+def written_name(target: str) -> str:
+    """The parameter of `target`'s write mask: a byte per element, set by each unsafe write that
+    lands (so the host can count those elements as written, S14, when the launch is synced)."""
+    return f"{target}__wrote"
 
 
 def table_global(name: str) -> str:
@@ -348,8 +364,8 @@ class _Lower(ast.NodeTransformer):
         if isinstance(target, ast.Subscript) and node_key(target) in self.info.raw_stores:   # unsafe: checked
             index = self.visit(target.slice)
             items = index.elts if isinstance(index, ast.Tuple) else [index]
-            call = _call(_name(f"__st{len(items)}"), target.value, *items, self.visit(value), _name("__err"),
-                         self.line(target))
+            call = _call(_name(f"__stw{len(items)}"), target.value, _name(written_name(target.value.id)), *items,
+                         self.visit(value), _name("__err"), self.line(target))
             return ast.copy_location(ast.Expr(call), node)
         if isinstance(target, ast.Subscript):
             node.value = self.visit(value)

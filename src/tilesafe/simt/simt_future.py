@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from ..errors import Loc, SanitizerError
+from . import write_masks
 from .lower_numba import UNINITIALISED
 
 
 class SimtFuture:
-    """A SIMT launch in flight: `sync()` waits, reports a failed run-time check, returns the outputs."""
-    __slots__ = ("_future", "_kernel", "_err")
+    """A SIMT launch in flight: `sync()` waits, marks what an unsafe kernel wrote at computed indices
+    as written (S14, from the launch's write masks), reports a failed run-time check, returns the outputs."""
+    __slots__ = ("_future", "_kernel", "_err", "_marks")
 
-    def __init__(self, future, kernel, err):
-        self._future, self._kernel, self._err = future, kernel, err
+    def __init__(self, future, kernel, err, marks=()):
+        self._future, self._kernel, self._err, self._marks = future, kernel, err, marks
 
     def done(self) -> bool:
         return self._future.done()
@@ -29,6 +31,9 @@ class SimtFuture:
         return self._future.results()
 
     def _check(self) -> None:
+        if self._marks:       # the launch is done: the elements its unsafe writes reached are written
+            marks, self._marks = self._marks, ()
+            write_masks.mark(marks)
         if self._err is None:
             return
         code, line = divmod(int(self._err.item()), UNINITIALISED)
