@@ -1,5 +1,5 @@
 """The lean repeated GPU launch (gpu_repeat.py), run on this CPU: CPU tensors take the GPU branch
-with the compile, the stream and the final `cuda.core` launch stubbed, so what runs is the host
+with the compile, the stream and the final driver launch stubbed, so what runs is the host
 path only. The first launch of a layout binds and checks everything and prepares the lean path;
 later launches take it and must still check what can change (S8, S13, S14) and leave the same
 bookkeeping. tests/gpu/test_simt_gpu.py runs the same path on the GPU."""
