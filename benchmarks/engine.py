@@ -1,37 +1,48 @@
 """Qwen3 engine throughput on one GPU, random weights of the real shapes built on the device.
 
-    PYTHONPATH=src python benchmarks/engine.py --sizes 0.6b,4b --out benchmarks/results/h200/engine.json
-    PYTHONPATH=src python benchmarks/engine.py --quick        # ~2 minutes: fewer tokens, batches and prefills
+    PYTHONPATH=src python benchmarks/engine.py --out benchmarks/results/h200/engine.json        # ~200 s
+    PYTHONPATH=src python benchmarks/engine.py --quick --out ...      # ~90 s: 0.6B and 4B, fewer tokens
+    PYTHONPATH=src python benchmarks/engine.py --sizes 4b,32b --long  # any sizes; a 4096-token prompt too
 
-Per size, in this order:
-- correctness first: the engine's greedy tokens against the PyTorch baseline's on the same
-  weights for a few steps after a short prompt (bf16 random weights: near-ties may diverge,
-  so the agreement is reported, not required);
+Per size (default 4B, 32B, 0.6B, 8B, in that order: the first two carry the issue's targets),
+two engines are built in turn, each with its own random weights made on the GPU (so at most one
+copy of the weights is in memory): a *short* one (max_num_seqs = the largest batch, contexts of
+128 + tokens) and a *long* one (one sequence, contexts up to the longest prefill).
+Short engine:
+- the correctness gate first (`engine_check.py`): the engine's logits over a prompt and the
+  PyTorch baseline's greedy continuation against the baseline's (and transformers', at the
+  --hf-sizes), first-step max abs / relative error, and teacher-forced decode agreement
+  counted only where the baseline's top-2 margin exceeds the bf16 error. A failed gate refuses
+  the size's speed parts (`refused` in the JSON; --ignore-check runs them anyway, marked);
 - decode tokens/s at batch 1 through the public `LLM.generate` (host included): generated
   tokens after the first over the decode time (the whole call minus a prefill-only call of
-  the same prompt), for 256 tokens after a prompt of 128 (and of 4096 with --long); Grout's
-  request metric (all tokens over the whole call);
+  the same prompt), 256 tokens after a prompt of 128; Grout's request metric (all tokens
+  over the whole call);
 - the replayed decode step: one `ts.graph()` replay timed three ways — back to back on the
   device (CUDA events around many replays: host-bound if a replay's host cost exceeds its GPU
   time), on the GPU alone (the replays queued behind a GPU sleep, so the host's enqueueing is
-  hidden), and the host microseconds one `replay()` call takes — and its per-kernel profile
-  (launches and device time per kernel name, their sum against the step's time: the rest is
-  gaps between kernels);
-- the fraction of the nominal HBM roofline, counted as Grout counts it: every parameter plus
-  the KV bytes read per token, over 4.8 TB/s, against the replayed step's GPU time
-  (`roofline_*["step_time"]` says which time);
+  hidden), and the host microseconds one `replay()` call takes — and its per-kernel profile;
+- the fraction of the nominal HBM roofline, counted as Grout counts it (every parameter plus
+  the KV bytes read per token, over 4.8 TB/s) against the step's GPU time, and beside it the
+  bytes the step actually reads (an untied embedding table is read one row a token);
 - beside it, a plain-PyTorch decode step on the same weight tensors (cuBLAS, SDPA, a static
-  cache, the whole step in one CUDA graph: `torch_qwen3.py`), timed the same way;
-- summed decode tokens/s at batch 8 and 32; prefill time at 512 and 2048 prompt tokens;
-- peak GPU memory against weights + cache.
-Writes the JSON (--out) and a PNG beside it. Each phase prints its wall time as it ends.
-Not here: transformers' generate and a PyTorch prefill baseline.
+  cache, one CUDA graph: `torch_qwen3.py`) and transformers' `generate` (eager, SDPA, on the
+  same tensors: `hf_qwen3.py`) at the --hf-sizes;
+- summed decode tokens/s at batch 8 and 32.
+Long engine: prefill tokens/s at 512, 2048 and 8192 prompt tokens through `generate` (one
+token) beside the PyTorch prefill (`TorchQwen3Prefill`); with --long, decode after 4096.
+Each engine's peak GPU memory against its weights + cache.
+Every part runs in its own try/except (an error is recorded in the JSON, the run goes on) and
+is skipped (marked `skipped`) when its estimated time would pass --budget-s. Writes the JSON
+(--out) and a PNG beside it; `benchmarks/readme_table.py --engine` makes the README rows.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -39,18 +50,26 @@ import torch
 from tilesafe.engine import LLM, SamplingParams
 from tilesafe.engine.checkpoint import weight_bytes
 from tilesafe.engine.kv_cache import cache_bytes
+from tilesafe.engine.random_checkpoint import qwen3_config
 
-from torch_qwen3 import TorchQwen3Step      # beside this file
+import engine_check                                         # beside this file
+from torch_qwen3 import TorchQwen3Prefill, TorchQwen3Step
 
 HBM_BYTES_PER_S = 4.8e12
-CHECK_PROMPT, CHECK_TOKENS = 16, 8
+CHECK_PROMPT, CHECK_TOKENS = 16, 24
+
+
+def sync() -> None:
+    """Wait for the GPU (nothing on a CPU-only machine: --device cpu is a smoke run of the script)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def timed(fn) -> float:
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     fn()
-    torch.cuda.synchronize()
+    sync()
     return time.perf_counter() - t0
 
 
@@ -61,17 +80,6 @@ def prompt_ids(n: int, seed: int) -> dict:
 
 def greedy(tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
-
-
-def check_tokens(llm: LLM, baseline: TorchQwen3Step) -> dict:
-    """Engine greedy tokens vs the PyTorch baseline's on the same weights."""
-    prompt = prompt_ids(CHECK_PROMPT, 7)["prompt_token_ids"]
-    engine = llm.generate({"prompt_token_ids": prompt}, greedy(CHECK_TOKENS))[0].outputs[0].token_ids
-    torch_tokens = baseline.greedy(prompt, CHECK_TOKENS)
-    same = [a == b for a, b in zip(engine, torch_tokens)]
-    first_diff = same.index(False) if False in same else None
-    return {"engine": engine, "torch": torch_tokens, "agree": sum(same), "of": len(same),
-            "first_difference": first_diff}
 
 
 def decode_run(llm: LLM, prompt_len: int, tokens: int, batch: int = 1, reps: int = 2) -> dict:
@@ -161,155 +169,349 @@ def step_profile(llm: LLM, replays: int = 5) -> dict | None:
             "kernel_us": round(sum(v["us"] for v in per.values()), 1)}
 
 
+def kv_bytes_per_token(cfg, itemsize: int = 2) -> int:
+    """Keys and values of one cached token, every layer."""
+    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * itemsize
+
+
+def roofline_numbers(param_bytes: int, kv_token_bytes: int, context: int, step_s: float | None,
+                     embed_bytes: int = 0, hbm_bytes_per_s: float = HBM_BYTES_PER_S) -> dict:
+    """Grout's count (every parameter plus the KV bytes of `context` cached tokens, over the
+    nominal bandwidth) against a step time, and the bytes a step actually reads: an untied
+    embedding table (`embed_bytes`) is read one row a token, not whole."""
+    kv = kv_token_bytes * context
+    ideal = (param_bytes + kv) / hbm_bytes_per_s
+    read = param_bytes - embed_bytes + kv
+    return {"param_bytes": param_bytes, "kv_bytes": kv, "ideal_step_s": ideal, "bytes_read": read,
+            "roofline_tokens_per_s": 1 / ideal,
+            "fraction_of_roofline": ideal / step_s if step_s else None,
+            "achieved_bytes_per_s": read / step_s if step_s else None}
+
+
 def roofline(llm: LLM, context: int, step: dict | None) -> dict:
-    """Grout's count against the replayed step's GPU time (and, beside it, back to back)."""
+    """roofline_numbers of the engine's model against the replayed step's GPU time."""
     cfg = llm.config
-    params = weight_bytes(cfg, 2)
-    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * context
-    ideal = (params + kv) / HBM_BYTES_PER_S
-    return {"param_bytes": params, "kv_bytes": kv, "ideal_step_s": ideal,
-            "step_time": "gpu_s: the replayed step's GPU time (replays queued behind a GPU sleep)",
-            "fraction_of_roofline": ideal / step["gpu_s"] if step else None,
-            "fraction_of_roofline_back_to_back": ideal / step["back_to_back_s"] if step else None,
-            "roofline_tokens_per_s": 1 / ideal}
-
-
-class Phases:
-    """Prints each phase's wall time as it ends (where a run's minutes go)."""
-
-    def __init__(self, size: str):
-        self.size, self.t = size, time.perf_counter()
-
-    def done(self, what: str, result=None) -> None:
-        now = time.perf_counter()
-        print(f"[{self.size}] {what} ({now - self.t:.1f} s){': ' + json.dumps(result) if result else ''}",
-              flush=True)
-        self.t = now
-
-
-def bench_size(size: str, args) -> dict:
-    torch.cuda.reset_peak_memory_stats()
-    phase = Phases(size)
-    long = 4096 if args.long else 0
-    max_len = max(max(args.prefills), long, 128) + args.tokens + 8
-    max_seqs = max(args.batches)
-    llm = LLM.from_random(size, device="cuda", dtype="bfloat16", max_model_len=max_len, max_num_seqs=max_seqs,
-                          progress=False)
-    torch.cuda.synchronize()
-    cfg = llm.config
-    out = {"size": size, "max_model_len": max_len, "max_num_seqs": max_seqs}
-    phase.done("built")
-    baseline = TorchQwen3Step(llm, max(128, CHECK_PROMPT) + args.tokens + 8)
-    out["check"] = check_tokens(llm, baseline)
-    phase.done("greedy tokens vs the PyTorch baseline", out["check"])
-
-    out["decode_128"] = decode_run(llm, 128, args.tokens, reps=args.reps)
-    context = 128 + args.tokens // 2
-    step = replayed_step(llm, context)
-    out["replayed_step"] = step
-    out["replayed_step_s"] = step["back_to_back_s"] if step else None        # back to back, host included
-    out["replayed_step_gpu_s"] = step["gpu_s"] if step else None             # GPU alone
-    out["replay_host_us"] = step["host_us_per_replay"] if step else None
-    out["replayed_step_tokens_per_s"] = 1 / step["back_to_back_s"] if step else None
-    out["roofline_128"] = roofline(llm, context, step)
-    out["torch_graph_step_s"] = torch_step = baseline.step_seconds(context)
-    out["torch_graph_tokens_per_s"] = 1 / torch_step
-    out["speedup_vs_torch_graph"] = torch_step / step["back_to_back_s"] if step else None
-    out["speedup_vs_torch_graph_gpu"] = torch_step / step["gpu_s"] if step else None
-    del baseline                                  # its cache; the weights are the engine's
-    try:
-        out["step_profile"] = step_profile(llm)
-    except Exception as e:                        # a profiler that cannot trace must not cost the run
-        out["step_profile"] = {"error": repr(e)}
-    prof = out["step_profile"] or {}
-    phase.done("batch 1 after 128", {k: out[k] for k in ("decode_128", "replayed_step_s", "replayed_step_gpu_s",
-                                                         "replay_host_us", "torch_graph_step_s")}
-               | {"fraction_of_roofline": out["roofline_128"]["fraction_of_roofline"],
-                  "launches": prof.get("launches"), "kernel_us": prof.get("kernel_us")})
-    if long:
-        out["decode_4096"] = decode_run(llm, long, args.tokens, reps=args.reps)
-        step = replayed_step(llm, long + args.tokens // 2)
-        out["replayed_step_4096"] = step
-        out["roofline_4096"] = roofline(llm, long + args.tokens // 2, step)
-        phase.done("batch 1 after 4096", out["decode_4096"])
-    out["batches"] = {}
-    for b in args.batches:
-        if b > 1:
-            out["batches"][b] = decode_run(llm, 128, args.tokens // 2, batch=b, reps=args.reps)
-            phase.done(f"batch {b}", out["batches"][b])
-    out["prefill_s"] = {}
-    for n in args.prefills:
-        llm.generate(prompt_ids(n, 1), greedy(1))
-        out["prefill_s"][n] = min(timed(lambda: llm.generate(prompt_ids(n, 1), greedy(1))) for _ in range(args.reps))
-    phase.done("prefill", out["prefill_s"])
-    out["memory"] = {"peak_bytes": torch.cuda.max_memory_allocated(), "weights_bytes": weight_bytes(cfg, 2),
-                     "cache_bytes": cache_bytes(cfg, max_seqs, max_len, 2)}
-    del llm
-    torch.cuda.empty_cache()
+    embed = 0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size * 2
+    out = roofline_numbers(weight_bytes(cfg, 2), kv_bytes_per_token(cfg), context,
+                           step["gpu_s"] if step else None, embed)
+    out["step_time"] = "gpu_s: the replayed step's GPU time (replays queued behind a GPU sleep)"
+    out["fraction_of_roofline_back_to_back"] = out["ideal_step_s"] / step["back_to_back_s"] if step else None
     return out
 
 
+class Parts:
+    """Runs the benchmark's parts against one wall-clock budget: each in its own try/except
+    (an error is recorded as {"error": ...} and the run goes on), each skipped (recorded as
+    {"skipped": ...}) when its estimated seconds would pass the budget; prints each part's
+    wall time as it ends."""
+
+    def __init__(self, budget_s: float):
+        self.t0, self.budget_s = time.perf_counter(), budget_s
+
+    def left(self) -> float:
+        return self.budget_s - (time.perf_counter() - self.t0)
+
+    def run(self, out: dict, key: str, estimate_s: float, fn, label: str = ""):
+        if estimate_s > self.left():
+            out[key] = {"skipped": f"estimated {estimate_s:.0f} s, {max(self.left(), 0):.0f} s of the budget left"}
+            print(f"[{label}] {key}: skipped ({out[key]['skipped']})", flush=True)
+            return None
+        t = time.perf_counter()
+        try:
+            out[key] = fn()
+        except Exception as e:                    # one failed part must not cost the others
+            traceback.print_exc()
+            out[key] = {"error": f"{type(e).__name__}: {e}"[:800]}
+            sync()
+        summary = json.dumps(out[key], default=str)
+        print(f"[{label}] {key} ({time.perf_counter() - t:.1f} s): "
+              f"{summary[:400] + ' ...' if len(summary) > 400 else summary}", flush=True)
+        return None if isinstance(out[key], dict) and ("error" in out[key] or "skipped" in out[key]) else out[key]
+
+
+def step_estimate_s(cfg) -> float:
+    """A guess of one decode step's seconds (the budget's estimates): the weights at 3 TB/s."""
+    return weight_bytes(cfg, 2) / 3.0e12 + 1.0e-3
+
+
+def build(size: str, max_len: int, max_seqs: int, device: str) -> LLM:
+    gc.collect()                                  # the last engine's weights, before new ones
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    llm = LLM.from_random(size, device=device, dtype="bfloat16", max_model_len=max_len, max_num_seqs=max_seqs,
+                          progress=False)
+    sync()
+    return llm
+
+
+def memory(llm: LLM, max_seqs: int, max_len: int) -> dict:
+    return {"peak_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
+            "weights_bytes": weight_bytes(llm.config, 2),
+            "cache_bytes": cache_bytes(llm.config, max_seqs, max_len, 2)}
+
+
+def hf_decode(llm: LLM, size: str, tokens: int) -> dict:
+    """transformers' greedy `generate` on the engine's tensors, batch 1 after a prompt of 128:
+    decode tokens/s as the engine's (the whole call minus a one-token call)."""
+    from hf_qwen3 import HFQwen3
+    hf = HFQwen3(llm, qwen3_config(size))
+    prompt = prompt_ids(128, 0)["prompt_token_ids"]
+    hf.generate(prompt, 2)                                          # warm-up
+    first = timed(lambda: hf.generate(prompt, 1))
+    total = timed(lambda: hf.generate(prompt, tokens))
+    return {"prompt": 128, "tokens": tokens, "prefill_s": first, "total_s": total,
+            "decode_tokens_per_s": (tokens - 1) / (total - first), "request_tokens_per_s": tokens / total,
+            "how": "eager, SDPA, dynamic cache, on the engine's weight tensors"}
+
+
+def bench_short(size: str, args, parts: Parts, out: dict) -> None:
+    """The short engine: the gate, batch-1 decode, the replayed step, the baselines, batches."""
+    tag = f"{size} short"
+    max_len, max_seqs = 128 + args.tokens + CHECK_PROMPT + CHECK_TOKENS + 8, max(args.batches)
+    out["short_engine"] = {"max_model_len": max_len, "max_num_seqs": max_seqs}
+    llm = parts.run(out, "build_short", 5 + weight_bytes(qwen3_config_of(size), 2) / 20e9,
+                    lambda: build(size, max_len, max_seqs, args.device), tag)
+    if llm is None:
+        return
+    out["build_short"] = "ok"
+    cfg, est = llm.config, step_estimate_s(llm.config)
+    baseline = TorchQwen3Step(llm, max_len)
+    hf = None
+    if size in args.hf_sizes:
+        try:
+            from hf_qwen3 import HFQwen3
+            hf = HFQwen3(llm, qwen3_config(size))
+        except Exception as e:
+            out["check_transformers_error"] = f"{type(e).__name__}: {e}"[:800]
+    prompt = prompt_ids(CHECK_PROMPT, 7)["prompt_token_ids"]
+    check = parts.run(out, "check", 10 + 6 * CHECK_TOKENS * est,
+                      lambda: engine_check.check(llm, baseline, prompt, CHECK_TOKENS, hf), tag)
+    del hf
+    if check is not None and not check["passed"] and not args.ignore_check:
+        out["refused"] = f"the correctness gate failed: {check['why']}; no speed is reported for {size}"
+        print(f"[{tag}] {out['refused']}", flush=True)
+        return
+    if check is None:
+        out["unchecked"] = "the correctness gate did not run (see check); speeds below are unchecked"
+    elif not check["passed"]:
+        out["unchecked"] = f"--ignore-check: the gate failed ({check['why']})"
+
+    def batch1() -> dict:
+        r = {"decode_128": decode_run(llm, 128, args.tokens, reps=args.reps)}
+        context = 128 + args.tokens // 2
+        step = replayed_step(llm, context)
+        r["replayed_step"] = step
+        r["roofline_128"] = roofline(llm, context, step)
+        if llm.device.startswith("cuda"):         # CUDA graphs: none on a CPU smoke run
+            torch_step = baseline.step_seconds(context)
+            r["torch_graph"] = {"step_s": torch_step, "tokens_per_s": 1 / torch_step,
+                                "speedup_gpu": torch_step / step["gpu_s"] if step else None,
+                                "speedup_back_to_back": torch_step / step["back_to_back_s"] if step else None}
+        return r
+    r = parts.run(out, "batch1", 10 + (2 * args.reps + 1) * args.tokens * est * 1.5 + 150 * est, batch1, tag)
+    if r is not None:                             # flat keys as before (readme_table, plot)
+        out.update(r)
+    del baseline
+    parts.run(out, "step_profile", 5 + 10 * est, lambda: step_profile(llm), tag)
+    if size in args.hf_sizes:
+        hf_est = 10 + 2.5 * args.hf_tokens * (est + cfg.num_layers * 400e-6)
+        parts.run(out, "transformers", hf_est, lambda: hf_decode(llm, size, args.hf_tokens), tag)
+    out["batches"] = {}
+    for b in args.batches:
+        if b > 1:
+            tokens = args.tokens // 2
+            parts.run(out["batches"], str(b), 5 + (2 * args.reps + 1) * tokens * est * (1 + b / 16),
+                      lambda b=b, tokens=tokens: decode_run(llm, 128, tokens, batch=b, reps=args.reps), tag)
+    out["memory_short"] = memory(llm, max_seqs, max_len)
+    del llm
+
+
+def bench_long(size: str, args, parts: Parts, out: dict) -> None:
+    """The long engine: prefill beside the PyTorch prefill, and decode after 4096 (--long)."""
+    tag = f"{size} long"
+    long = 4096 if args.long else 0
+    max_len = max(max(args.prefills, default=0), long) + args.tokens + 8
+    out["long_engine"] = {"max_model_len": max_len, "max_num_seqs": 1}
+    cfg0 = qwen3_config_of(size)
+    prefill_est = sum(3 * (args.reps + 1) * (2 * weight_bytes(cfg0, 1) * n / 300e12 + 0.05)
+                      for n in args.prefills)
+    if prefill_est + (0 if not long else 3 * args.tokens * step_estimate_s(cfg0)) > parts.left():
+        out["prefill"] = {"skipped": f"estimated {prefill_est:.0f} s, {max(parts.left(), 0):.0f} s left"}
+        print(f"[{tag}] skipped: {out['prefill']['skipped']}", flush=True)
+        return
+    llm = parts.run(out, "build_long", 5 + weight_bytes(cfg0, 2) / 20e9, lambda: build(size, max_len, 1, args.device), tag)
+    if llm is None:
+        return
+    out["build_long"] = "ok"
+    torch_prefill = TorchQwen3Prefill(llm, max_len)
+    out["prefill"] = {}
+    for n in args.prefills:
+        def one(n=n) -> dict:
+            llm.generate(prompt_ids(n, 1), greedy(1))                 # warm-up (compiles)
+            eng = min(timed(lambda: llm.generate(prompt_ids(n, 1), greedy(1))) for _ in range(args.reps))
+            base = torch_prefill.seconds(n, args.reps)
+            return {"tokens": n, "engine_s": eng, "engine_tokens_per_s": n / eng, "torch_s": base,
+                    "torch_tokens_per_s": n / base, "engine_over_torch_time": eng / base}
+        parts.run(out["prefill"], str(n), 3 * (args.reps + 1) * (2 * weight_bytes(cfg0, 1) * n / 300e12 + 0.05),
+                  one, tag)
+    del torch_prefill
+    if long:
+        def after_long() -> dict:
+            r = {"decode_4096": decode_run(llm, long, args.tokens, reps=args.reps)}
+            step = replayed_step(llm, long + args.tokens // 2)
+            r["replayed_step_4096"] = step
+            r["roofline_4096"] = roofline(llm, long + args.tokens // 2, step)
+            return r
+        r = parts.run(out, "long", 10 + (2 * args.reps + 1) * args.tokens * step_estimate_s(cfg0) * 1.5,
+                      after_long, tag)
+        if r is not None:
+            out.update(r)
+    out["memory_long"] = memory(llm, 1, max_len)
+    del llm
+
+
+def qwen3_config_of(size: str):
+    from tilesafe.engine.config import Qwen3Config
+    return Qwen3Config.from_dict(qwen3_config(size), f"the {size} Qwen3 config")
+
+
+def bench_size(size: str, args, parts: Parts) -> dict:
+    out = {"size": size}
+    try:
+        bench_short(size, args, parts, out)
+    except Exception as e:
+        traceback.print_exc()
+        out["short_error"] = f"{type(e).__name__}: {e}"[:800]
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if "refused" not in out:
+        try:
+            bench_long(size, args, parts, out)
+        except Exception as e:
+            traceback.print_exc()
+            out["long_error"] = f"{type(e).__name__}: {e}"[:800]
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    # compatibility with older readers: the replayed step's flat keys
+    step = out.get("replayed_step")
+    if isinstance(step, dict) and "gpu_s" in step:
+        out["replayed_step_s"], out["replayed_step_gpu_s"] = step["back_to_back_s"], step["gpu_s"]
+        out["replayed_step_tokens_per_s"] = 1 / step["back_to_back_s"]
+    return out
+
+
+def _get(r: dict, *keys, default=0.0):
+    """r[k0][k1]... or `default` where a part is missing, skipped or failed."""
+    for k in keys:
+        if not isinstance(r, dict) or k not in r:
+            return default
+        r = r[k]
+    return r if isinstance(r, (int, float)) and r is not None else default
+
+
 def plot(results: dict, path: Path) -> None:
-    """Batch-1 tokens/s per size (engine through generate, engine replayed step, PyTorch graph,
-    the roofline) and summed tokens/s per batch."""
+    """Batch-1 tokens/s per size (engine through generate, its replayed step back to back and on
+    the GPU, the PyTorch graph, transformers, the roofline), summed tokens/s per batch, and
+    prefill tokens/s against the PyTorch prefill."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    runs = results["runs"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    bars = [("generate (host incl.)", lambda r: r["decode_128"]["decode_tokens_per_s"]),
-            ("replayed step", lambda r: r["replayed_step_tokens_per_s"] or 0),
-            ("replayed step, GPU time", lambda r: 1 / r["replayed_step_gpu_s"] if r.get("replayed_step_gpu_s") else 0),
-            ("PyTorch CUDA graph", lambda r: r["torch_graph_tokens_per_s"]),
-            ("HBM roofline", lambda r: r["roofline_128"]["roofline_tokens_per_s"])]
+    runs = [r for r in results["runs"] if "refused" not in r]
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8))
+    bars = [("generate (host incl.)", lambda r: _get(r, "decode_128", "decode_tokens_per_s")),
+            ("replayed step", lambda r: 1 / s if (s := _get(r, "replayed_step", "back_to_back_s")) else 0),
+            ("replayed step, GPU time", lambda r: 1 / s if (s := _get(r, "replayed_step", "gpu_s")) else 0),
+            ("PyTorch CUDA graph", lambda r: _get(r, "torch_graph", "tokens_per_s")),
+            ("transformers generate", lambda r: _get(r, "transformers", "decode_tokens_per_s")),
+            ("HBM roofline", lambda r: _get(r, "roofline_128", "roofline_tokens_per_s"))]
     width = 0.8 / len(bars)
     for i, (name, get) in enumerate(bars):
         ax1.bar([j + i * width for j in range(len(runs))], [get(r) for r in runs], width, label=name)
     ax1.set_xticks([j + 0.4 - width / 2 for j in range(len(runs))], [r["size"] for r in runs])
+    ax1.set_yscale("log")
     ax1.set_ylabel("decode tokens/s, batch 1, prompt 128")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=7)
     for r in runs:
-        pts = [(1, r["decode_128"]["decode_tokens_per_s"])] + \
-            [(int(b), v["decode_tokens_per_s"]) for b, v in r["batches"].items()]
-        ax2.plot(*zip(*pts), marker="o", label=r["size"])
+        pts = [(1, _get(r, "decode_128", "decode_tokens_per_s"))] + \
+            [(int(b), _get(v, "decode_tokens_per_s")) for b, v in r.get("batches", {}).items()]
+        pts = [p for p in pts if p[1]]
+        if pts:
+            ax2.plot(*zip(*pts), marker="o", label=r["size"])
     ax2.set_xscale("log", base=2)
     ax2.set_xlabel("batch")
     ax2.set_ylabel("summed decode tokens/s (generate)")
     ax2.legend(fontsize=8)
+    for r in runs:
+        pre = {int(n): v for n, v in r.get("prefill", {}).items() if isinstance(v, dict) and "engine_s" in v}
+        if pre:
+            n = sorted(pre)
+            line, = ax3.plot(n, [pre[k]["engine_tokens_per_s"] for k in n], marker="o", label=f"{r['size']} tilesafe")
+            ax3.plot(n, [pre[k]["torch_tokens_per_s"] for k in n], marker="x", linestyle="--",
+                     color=line.get_color(), label=f"{r['size']} PyTorch")
+    ax3.set_xscale("log", base=2)
+    ax3.set_xlabel("prompt tokens")
+    ax3.set_ylabel("prefill tokens/s")
+    ax3.legend(fontsize=7)
     fig.suptitle(f"tilesafe Qwen3 engine, random bf16 weights, {results['gpu']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+DEFAULT_SIZES = "4b,32b,0.6b,8b"
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="0.6b,4b")
+    ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated Qwen3 sizes (default {DEFAULT_SIZES})")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--prefills", default="512,2048")
+    ap.add_argument("--prefills", default="512,2048,8192")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--hf-sizes", default="0.6b,4b", help="sizes where transformers' generate runs too ('' none)")
+    ap.add_argument("--hf-tokens", type=int, default=64)
     ap.add_argument("--long", action="store_true", help="also decode after a 4096-token prompt")
-    ap.add_argument("--quick", action="store_true", help="~2 minutes: 64 tokens, batches 1 and 8, prefill 512, "
-                                                         "one timed run each")
+    ap.add_argument("--budget-s", type=float, default=200.0, help="skip parts that would run past this")
+    ap.add_argument("--ignore-check", action="store_true", help="report speeds even where the gate failed (marked)")
+    ap.add_argument("--quick", action="store_true", help="~90 s: 0.6B and 4B, 64 tokens, batches 1 and 8, "
+                                                         "prefill 512 and 2048, one timed run each")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (size tiny)")
     ap.add_argument("--out", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
-        args.tokens, args.batches, args.prefills, args.reps = 64, "1,8", "512", 1
-    args.batches = [int(b) for b in str(args.batches).split(",")]
-    args.prefills = [int(n) for n in str(args.prefills).split(",")]
-    results = {"gpu": torch.cuda.get_device_name(), "args": {k: v for k, v in vars(args).items()}, "runs": []}
-    t0 = time.perf_counter()
-    for size in args.sizes.split(","):
-        results["runs"].append(bench_size(size, args))
-    results["wall_s"] = time.perf_counter() - t0
-    text = json.dumps(results, indent=2)
+        args.tokens, args.batches, args.prefills, args.reps, args.hf_tokens = 64, "1,8", "512,2048", 1, 32
+        if args.sizes == DEFAULT_SIZES:
+            args.sizes = "0.6b,4b"
+        if args.budget_s == 200.0:
+            args.budget_s = 90.0
+    args.sizes = [s for s in args.sizes.split(",") if s]
+    args.hf_sizes = [s for s in args.hf_sizes.split(",") if s]
+    args.batches = [int(b) for b in str(args.batches).split(",") if b]
+    args.prefills = [int(n) for n in str(args.prefills).split(",") if n]
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    results = {"gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "args": dict(vars(args)), "runs": []}
+    parts = Parts(args.budget_s)
+    for size in args.sizes:
+        results["runs"].append(bench_size(size, args, parts))
+    results["wall_s"] = time.perf_counter() - parts.t0
+    text = json.dumps(results, indent=2, default=str)
     print(text)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
-        plot(results, out.with_suffix(".png"))
-        print(f"wrote {out} and {out.with_suffix('.png')}")
+        try:
+            plot(results, out.with_suffix(".png"))
+            print(f"wrote {out} and {out.with_suffix('.png')}")
+        except Exception:
+            traceback.print_exc()
+            print(f"wrote {out} (the plot failed)")
 
 
 if __name__ == "__main__":

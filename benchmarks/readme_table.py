@@ -1,23 +1,103 @@
-"""Put a results file's summary into README.md between the bench-table markers.
-Usage: PYTHONPATH=src python benchmarks/readme_table.py benchmarks/results/h200/bench-....json"""
+"""Put a results file's summary into README.md between its table markers.
+Usage: PYTHONPATH=src python benchmarks/readme_table.py benchmarks/results/h200/bench-....json
+       PYTHONPATH=src python benchmarks/readme_table.py --engine benchmarks/results/h200/engine.json
+The second form writes the engine rows (benchmarks/engine.py's JSON) between
+`<!-- engine-table -->` and `<!-- /engine-table -->`, or prints them where README has no markers."""
+import json
 import re
 import sys
 from pathlib import Path
 
-from tilesafe.bench import report
+README = Path(__file__).resolve().parents[1] / "README.md"
+SIZE_ORDER = ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b"]
 
-doc = report.load(sys.argv[1])
-readme = Path(__file__).resolve().parents[1] / "README.md"
-text = readme.read_text()
-start = text.index("<!-- bench-table")
-start = text.index("\n", start) + 1
-end = text.index("<!-- /bench-table -->")
-text = text[:start] + report.markdown(doc) + "\n" + text[end:]
-fa2 = []
-for r in doc["results"]:
-    if r["family"] == "flash" and r["impls"].get("sdpa-flash", {}).get("tflops"):
-        ts_rate, fa = r["impls"]["tilesafe"]["tflops"], r["impls"]["sdpa-flash"]["tflops"]
-        fa2.append(f"{re.sub(r' h=32| d=128|bf16 ', '', r['name'].removeprefix('flash '))}: {ts_rate:.0f} vs {fa:.0f}")
-text = re.sub(r"\(BENCH_FA2\)|\(TFLOP/s, tilesafe vs FA2: [^)]*\)", f"(TFLOP/s, tilesafe vs FA2: {'; '.join(fa2)})", text)
-readme.write_text(text)
-print(f"README.md: table from {sys.argv[1]}")
+
+def _num(r, *keys):
+    for k in keys:
+        if not isinstance(r, dict) or k not in r:
+            return None
+        r = r[k]
+    return r if isinstance(r, (int, float)) else None
+
+
+def _f(x, fmt: str, unit: str = "") -> str:
+    return "—" if x is None else f"{x:{fmt}}{unit}"
+
+
+def engine_rows(doc: dict) -> str:
+    """Markdown rows of an engine run, smallest shape first; a refused or failed part shows why."""
+    head = ("| Qwen3 shape | gate (first-step rel. error; forced steps) | `generate` tok/s | replayed step (GPU) "
+            "| of 4.8 TB/s roofline | PyTorch graph step | transformers tok/s | batch 8 / 32 tok/s "
+            "| prefill 2048: tilesafe / PyTorch | peak memory |\n"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = [head]
+    runs = sorted(doc["runs"], key=lambda r: SIZE_ORDER.index(r["size"]) if r["size"] in SIZE_ORDER else 99)
+    for r in runs:
+        size = r["size"].upper() if r["size"] != "tiny" else "tiny"
+        c = r.get("check", {})
+        if "passed" in c:
+            t = c["teacher_forced"]
+            gate = (f"{'pass' if c['passed'] else 'FAIL'} ({c['first_step']['max_rel']:.1e}; "
+                    f"{t['agree']}/{t['decisive']} decisive)")
+        else:
+            gate = "not run" if not c else "error"
+        if "refused" in r:
+            rows.append(f"| {size} | {gate} | refused: the gate failed | | | | | | | |")
+            continue
+        if "unchecked" in r:
+            gate += ", unchecked"
+        step_gpu = _num(r, "replayed_step", "gpu_s")
+        torch_s = _num(r, "torch_graph", "step_s")
+        speed = f" ({torch_s / step_gpu:.2f}x)" if torch_s and step_gpu else ""
+        frac = _num(r, "roofline_128", "fraction_of_roofline")
+        batches = " / ".join(_f(_num(r, "batches", b, "decode_tokens_per_s"), ".0f") for b in ("8", "32"))
+        p_eng, p_torch = _num(r, "prefill", "2048", "engine_s"), _num(r, "prefill", "2048", "torch_s")
+        pre = f"{p_eng * 1e3:.0f} / {p_torch * 1e3:.0f} ms" if p_eng and p_torch else "—"
+        peaks = [m for m in (_num(r, "memory_short", "peak_bytes"), _num(r, "memory_long", "peak_bytes")) if m]
+        peak = max(peaks) if peaks else None
+        rows.append(f"| {size} | {gate} | {_f(_num(r, 'decode_128', 'decode_tokens_per_s'), '.0f')} "
+                    f"| {_f(step_gpu and step_gpu * 1e3, '.2f', ' ms')} | {_f(frac and frac * 100, '.0f', '%')} "
+                    f"| {_f(torch_s and torch_s * 1e3, '.2f', ' ms')}{speed} "
+                    f"| {_f(_num(r, 'transformers', 'decode_tokens_per_s'), '.0f')} | {batches} | {pre} "
+                    f"| {_f(peak and peak / 2**30, '.1f', ' GiB')} |")
+    return "\n".join(rows) + "\n"
+
+
+def replace_between(text: str, start_marker: str, end_marker: str, body: str) -> str:
+    start = text.index(start_marker)
+    start = text.index("\n", start) + 1
+    end = text.index(end_marker)
+    return text[:start] + body + text[end:]
+
+
+def bench_table(path: str) -> None:
+    from tilesafe.bench import report
+    doc = report.load(path)
+    text = replace_between(README.read_text(), "<!-- bench-table", "<!-- /bench-table -->", report.markdown(doc) + "\n")
+    fa2 = []
+    for r in doc["results"]:
+        if r["family"] == "flash" and r["impls"].get("sdpa-flash", {}).get("tflops"):
+            ts_rate, fa = r["impls"]["tilesafe"]["tflops"], r["impls"]["sdpa-flash"]["tflops"]
+            fa2.append(f"{re.sub(r' h=32| d=128|bf16 ', '', r['name'].removeprefix('flash '))}: {ts_rate:.0f} vs {fa:.0f}")
+    text = re.sub(r"\(BENCH_FA2\)|\(TFLOP/s, tilesafe vs FA2: [^)]*\)", f"(TFLOP/s, tilesafe vs FA2: {'; '.join(fa2)})",
+                  text)
+    README.write_text(text)
+    print(f"README.md: table from {path}")
+
+
+def engine_table(path: str) -> None:
+    rows = engine_rows(json.loads(Path(path).read_text()))
+    text = README.read_text()
+    if "<!-- engine-table" not in text:
+        print(rows, end="")
+        print("(README.md has no <!-- engine-table --> markers: rows printed, not written)", file=sys.stderr)
+        return
+    README.write_text(replace_between(text, "<!-- engine-table", "<!-- /engine-table -->", rows))
+    print(f"README.md: engine rows from {path}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--engine":
+        engine_table(sys.argv[2])
+    else:
+        bench_table(sys.argv[1])
