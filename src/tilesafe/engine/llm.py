@@ -112,6 +112,7 @@ class LLM:
             self._tp = parallel.group or tp_group.start(world, env, self.device,
                                                         parallel.worker_spec(self, use_graph), parallel.timeout)
             self.device = self._tp.device
+            self._tp.set_rows(self.max_num_seqs)
             shards = Shards.of(cfg, self._tp.rank, world)
         local = cfg if shards is None else shards.local_config(cfg)
         self.tokenizer, self.generation_config = text_side
@@ -283,7 +284,7 @@ class LLM:
     def _decode(self, ids: list[int], positions: list[int], slots: list[int]):
         """One decode step (`DecodeSteps.run`), sent to the other tensor-parallel ranks first."""
         if self._tp is not None:
-            self._tp.send("decode", ids, positions, slots)
+            self._tp.send_step(ids, positions, slots)
         return self._guarded(self.decode_steps.run, ids, positions, slots)
 
     def _guarded(self, step, *args):

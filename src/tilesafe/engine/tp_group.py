@@ -38,19 +38,47 @@ class RankGroup:
     processes: list = field(default_factory=list)   # the workers this driver spawned
     torchrun: bool = False
     closed: bool = False
+    header: object = None        # (2 + 3 rows,) i64: a decode step's ids, positions, slots, or "object follows"
 
     # -- commands (rank 0 sends, the others receive) ----------------------------------------
+    # Every command starts with one broadcast of `header`: a decode step (the common case, once
+    # per token) travels in it whole; any other command is a pickled object broadcast after it.
+
+    def set_rows(self, rows: int) -> None:
+        """Size the header for decode steps of up to `rows` sequences (every rank the same)."""
+        import torch
+        self.header = torch.zeros(2 + 3 * rows, dtype=torch.int64)
 
     def send(self, *command) -> None:
         import torch.distributed as dist
         self._usable()
         try:
+            self.header[0] = 0
+            dist.broadcast(self.header, src=0, group=self.ctrl)
             dist.broadcast_object_list([command], src=0, group=self.ctrl)
+        except (RuntimeError, ValueError) as e:
+            raise self.failure(e) from None
+
+    def send_step(self, ids: list[int], positions: list[int], slots: list[int]) -> None:
+        """A decode step: one broadcast of a few integers."""
+        import torch
+        import torch.distributed as dist
+        self._usable()
+        b = len(ids)
+        self.header[:2] = torch.tensor([1, b])
+        self.header[2:2 + 3 * b] = torch.tensor(ids + positions + slots, dtype=torch.int64)
+        try:
+            dist.broadcast(self.header, src=0, group=self.ctrl)
         except (RuntimeError, ValueError) as e:
             raise self.failure(e) from None
 
     def recv(self) -> tuple:
         import torch.distributed as dist
+        dist.broadcast(self.header, src=0, group=self.ctrl)
+        if int(self.header[0]) == 1:
+            b = int(self.header[1])
+            values = self.header[2:2 + 3 * b].tolist()
+            return "decode", values[:b], values[b:2 * b], values[2 * b:]
         box = [None]
         dist.broadcast_object_list(box, src=0, group=self.ctrl)
         return box[0]
@@ -93,6 +121,8 @@ class RankGroup:
         self.closed = True
         if self.rank == 0 and not kill:
             try:
+                self.header[0] = 0
+                dist.broadcast(self.header, src=0, group=self.ctrl)
                 dist.broadcast_object_list([("exit",)], src=0, group=self.ctrl)
             except (RuntimeError, ValueError):
                 kill = True
