@@ -9,7 +9,8 @@ throughput and latency percentiles, JSON out.
 
 Each request is a `/v1/completions` stream (token-id prompts: no tokenizer needed; greedy,
 `ignore_eos`, so every request generates exactly its output length) with its prompt and
-output lengths drawn uniformly from --prompt-len and --output-len (LO:HI, or one number).
+output lengths drawn uniformly from --prompt-len and --output-len (LO:HI, or one number),
+after --shared-prefix N tokens common to every prompt (default 0).
 At each concurrency level, C clients each send requests back to back until --requests have
 been sent (default 4 C, at least 8), after a warm-up round (compiles, captures the decode
 graphs). Measured per request on the client: time to first token (TTFT: send to the first
@@ -49,6 +50,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-len", default="128:512", help="LO:HI or N tokens (uniform)")
     p.add_argument("--output-len", default="128:256", help="LO:HI or N tokens (uniform)")
     p.add_argument("--vocab", type=int, default=1000, help="prompt token ids are drawn below this")
+    p.add_argument("--shared-prefix", type=int, default=0, metavar="N",
+                   help="every prompt starts with the same N tokens (the server's prefix cache shares their KV)")
+    p.add_argument("--max-num-batched-tokens", type=int, help="in-process server: tokens per step (chunked prefill)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--offline", action="store_true", help="also run each level's requests through LLM.generate")
     p.add_argument("--out", help="write the results as JSON here")
@@ -66,12 +70,17 @@ def main(argv=None) -> int:
         levels = []
         for c in [int(x) for x in args.concurrency.split(",")]:
             n = args.requests or max(8, 4 * c)
-            reqs = [(_ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len)) for _ in range(n)]
+            prefix = _ids(random.Random(args.seed + 1), args.shared_prefix, args.vocab)
+            reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
+                    for _ in range(n)]
             warm = [(ids, min(out, 16)) for ids, out in reqs[:c]]
             asyncio.run(_level(args.url, model, warm, c))
+            hits = server.engine.stats()["prefix_cache_hits"] if server is not None else 0
             t0 = time.perf_counter()
             results = asyncio.run(_level(args.url, model, reqs, c))
             level = _summary(c, results, time.perf_counter() - t0)
+            if server is not None:     # prompt blocks whose KV the prefix cache held
+                level["prefix_cache_hit_blocks"] = server.engine.stats()["prefix_cache_hits"] - hits
             if args.offline and server is not None:
                 level["offline_output_tokens_per_s"] = _offline(server, llm, reqs, c)
                 level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
@@ -81,7 +90,8 @@ def main(argv=None) -> int:
         if server is not None:
             server.stop()
     report = {"url": args.url, "model": model, "random_weights": args.random_weights, "max_num_seqs": args.max_num_seqs,
-              "prompt_len": args.prompt_len, "output_len": args.output_len, "levels": levels}
+              "prompt_len": args.prompt_len, "output_len": args.output_len, "shared_prefix": args.shared_prefix,
+              "max_num_batched_tokens": args.max_num_batched_tokens, "levels": levels}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
@@ -97,7 +107,8 @@ def _start(args):
                           max_num_seqs=args.max_num_seqs, progress=False)
     name = f"qwen3-{args.random_weights}-random"
     metrics = ServerMetrics(name)
-    engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, metrics=metrics)
+    engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, metrics=metrics,
+                      max_num_batched_tokens=args.max_num_batched_tokens)
     server = BackgroundServer(build_app(engine, name, metrics))
     server.engine = engine
     print(f"in-process server for {name} at {server.url} ({time.perf_counter() - t:.1f} s to load)", file=sys.stderr)
