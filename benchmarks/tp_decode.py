@@ -167,12 +167,13 @@ def main() -> None:
             runs[f"tp{tp}"] = decode(size, tp, args.prompt, tokens, reps)
             r = runs[f"tp{tp}"]
             print(f"{size} TP={tp}: {r['decode_tokens_per_s']:.1f} tokens/s, {r['fraction_of_roofline']:.1%} of "
-                  f"{tp} GPU(s)' roofline ({r['roofline_tokens_per_s']:.0f} tokens/s)  [{time.perf_counter() - t0:.0f} s]",
-                  flush=True)
+                  f"{tp} GPU(s)' roofline ({r['roofline_tokens_per_s']:.0f} tokens/s)  "
+                  f"[{time.perf_counter() - t0:.0f} s]", flush=True)
         step_s = 1 / runs["tp2"]["decode_tokens_per_s"]
+        speedup = runs["tp2"]["decode_tokens_per_s"] / runs["tp1"]["decode_tokens_per_s"]
         results["sizes"][size] = {**runs, "collectives": coll, "collectives_per_step_us": per_step_us,
                                   "collectives_fraction_of_tp2_step": per_step_us * 1e-6 / step_s,
-                                  "speedup_tp2": runs["tp2"]["decode_tokens_per_s"] / runs["tp1"]["decode_tokens_per_s"],
+                                  "speedup_tp2": speedup,
                                   "same_first_tokens": runs["tp1"]["first_tokens"] == runs["tp2"]["first_tokens"]}
         print(f"{size}: collectives {per_step_us:.0f} us per TP=2 step "
               f"({results['sizes'][size]['collectives_fraction_of_tp2_step']:.1%} of it), TP=2 speed-up "

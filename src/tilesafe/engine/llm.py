@@ -166,11 +166,11 @@ class LLM:
         return self._tp.exchange(self._weight_bytes())
 
     def _weight_bytes(self) -> int:
+        import dataclasses
         w = self.model.w
-        tensors = {id(t): t for t in (w.embed, w.norm, w.lm_head,
-                                      *(x for layer in w.layers for x in (layer.qkv, layer.o, layer.q_norm, layer.k_norm,
-                                                                          layer.gate_up, layer.down, layer.input_norm,
-                                                                          layer.post_norm)))}
+        every = [w.embed, w.norm, w.lm_head] + [getattr(layer, f.name) for layer in w.layers
+                                                for f in dataclasses.fields(layer)]
+        tensors = {id(t): t for t in every}                 # a tied LM head is the embedding: once
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
     # -- public API ------------------------------------------------------------------------

@@ -85,7 +85,8 @@ class Shards:
             a, m = f"model.layers.{n}.self_attn.", f"model.layers.{n}.mlp."
             cuts.update({a + "q_proj.weight": (0, *q), a + "k_proj.weight": (0, *kv), a + "v_proj.weight": (0, *kv),
                          a + "o_proj.weight": (1, *q), m + "gate_proj.weight": (0, *self.intermediate),
-                         m + "up_proj.weight": (0, *self.intermediate), m + "down_proj.weight": (1, *self.intermediate)})
+                         m + "up_proj.weight": (0, *self.intermediate),
+                         m + "down_proj.weight": (1, *self.intermediate)})
         return cuts
 
 

@@ -218,7 +218,8 @@ class _WorkDone:
 def _unwritten(what: str) -> Exception:
     from ..errors import OwnershipError
     return OwnershipError(f"{what} reads a tensor that came from ts.empty and has not been written",
-                          loc=caller_loc(), help="write it first (a launch or a host write), or create it with ts.zeros")
+                          loc=caller_loc(),
+                          help="write it first (a launch or a host write), or create it with ts.zeros")
 
 
 def _failed(what: str, e: Exception) -> DistributedError:
