@@ -126,3 +126,17 @@ def test_every_shared_memory_example_sanitized_types_and_lowers(lower):
     lower(sanitized(transpose.transpose), z(5, 3), z(3, 5))                                   # a padded 2-D tile
     lower(sanitized(sgemm.sgemm), z(3, 4), z(3, 5), z(5, 4))
     lower(sanitized(top_p.top_p_sample), z(2, dtype=i32), z(2, 9), z(2, 9), 0.9)
+
+
+def test_runs_of_16_bytes_in_other_dtypes_vectorise_too(lower):
+    from tilesafe import simt
+
+    # (numba keeps f16 in memory as i16)
+    for dtype, k, vector in ((ts.f64, 2, "<2 x double>"), (ts.f16, 8, "<8 x i16>"), (ts.i32, 4, "<4 x i32>")):
+        @simt.kernel(contract=simt.Contract(block=(64,)))
+        def scale(out: simt.Disjoint[dtype, ("N",)], x: simt.Ref[dtype, ("N",)], N: int, K: simt.Const[int]):
+            for p in out.permits(simt.run(K)):
+                out[p] = x[p] + x[p]
+        t = getattr(torch, {"f64": "float64", "f16": "float16", "i32": "int32"}[dtype.name])
+        ir = lower(scale, z(16, dtype=t), z(16, dtype=t), K=k).library.get_llvm_str()
+        assert f"load {vector}" in ir and f"store {vector}" in ir, (dtype.name, ir[-3000:])
