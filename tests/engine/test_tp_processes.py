@@ -10,11 +10,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from tilesafe.engine import LLM, SamplingParams
 from tilesafe.engine.parallel import TensorParallelError
+
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def here() -> int:
@@ -65,7 +69,8 @@ def test_torchrun_ranks_run_one_script(checkpoint, tmp_path):
         port = s.getsockname()[1]
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                           "--master-port", str(port), str(script)], capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+                             filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))})
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert "past LLM() on rank 0" in lines and "past LLM() on rank 1" not in lines
