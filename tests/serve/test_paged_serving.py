@@ -128,3 +128,17 @@ def test_the_pool_reuses_the_offline_cache_when_it_holds_the_blocks(llm):
     own = EngineCore(llm, kv_blocks=40, block_size=4).runner
     assert not own.shares_llm_cache and tuple(own.cache.v[0].shape) == (40, 4, 2, 16)
     assert float(own.cache.k[0].abs().sum()) == 0.0          # a new pool starts zeroed
+
+
+def test_preemption_prefix_hits_and_chunks_together_still_give_each_prompts_tokens(llm, alone):
+    """A cache of 9 blocks of 4 (36 tokens) for 4 requests growing to 25 tokens, sharing an
+    8-token prefix, 4 tokens a step: requests are preempted, readmitted on prefix hits
+    (their own earlier blocks too) and prefilled in chunks."""
+    prompts = [PREFIX[:8] + [60 + i] * (1 + i) for i in range(4)]
+    params = [SamplingParams(temperature=0.9 * (i % 2), max_tokens=12, seed=i, ignore_eos=True) for i in range(4)]
+    core = EngineCore(llm, kv_blocks=9, block_size=4, max_num_batched_tokens=4)
+    outs = [add(core, llm, f"x{i}", p, sp)[1] for i, (p, sp) in enumerate(zip(prompts, params))]
+    drain(core)
+    assert outs == [alone(p, sp) for p, sp in zip(prompts, params)]
+    st = core.scheduler.blocks.stats()
+    assert core.preemptions > 0 and st.hits > 0 and st.used == 0
