@@ -15,7 +15,7 @@ PAIRS = re.findall(r"```python\n((?:(?!```).)*)```\n\n```text\n(.*?)```", DOC.re
 
 
 def test_the_page_has_examples():
-    assert len(PAIRS) == 2
+    assert len(PAIRS) == 3
 
 
 @pytest.mark.parametrize("code,printed", PAIRS, ids=[f"block{i}" for i in range(len(PAIRS))])
