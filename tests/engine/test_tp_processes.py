@@ -49,7 +49,9 @@ def test_a_rank_that_dies_is_an_error_not_a_hang(checkpoint):
         llm.close()
 
 
-def test_torchrun_ranks_run_one_script(checkpoint, tmp_path):
+@pytest.mark.parametrize("script_inits", [False, True], ids=["llm-inits-the-group", "script-inits-the-group"])
+def test_torchrun_ranks_run_one_script(checkpoint, tmp_path, script_inits):
+    """The LLM makes the process group from torchrun's variables, or uses the one the script made."""
     folder, _ = checkpoint()
     params = SamplingParams(temperature=0, max_tokens=5)
     want = LLM(str(folder), device="cpu", max_model_len=32, progress=False).generate(
@@ -57,12 +59,17 @@ def test_torchrun_ranks_run_one_script(checkpoint, tmp_path):
     script = tmp_path / "tp_script.py"
     script.write_text(textwrap.dedent(f"""
         import os
+        import torch.distributed as dist
         from tilesafe.engine import LLM, SamplingParams
+        if {script_inits}:
+            dist.init_process_group("gloo")
         llm = LLM({str(folder)!r}, device="cpu", max_model_len=32, progress=False, tensor_parallel_size=2,
                   tp_timeout=60)
         print("past LLM() on rank", os.environ["RANK"], flush=True)
         out = llm.generate([{{"prompt_token_ids": [9, 8, 7]}}], SamplingParams(temperature=0, max_tokens=5))
         print("tokens", out[0].outputs[0].token_ids, flush=True)
+        llm.close()
+        print("group left to the script:", dist.is_initialized(), flush=True)
     """))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,3 +82,4 @@ def test_torchrun_ranks_run_one_script(checkpoint, tmp_path):
     lines = run.stdout.splitlines()
     assert "past LLM() on rank 0" in lines and "past LLM() on rank 1" not in lines
     assert f"tokens {want}" in lines
+    assert f"group left to the script: {script_inits}" in lines

@@ -39,6 +39,7 @@ class RankGroup:
     torchrun: bool = False
     closed: bool = False
     header: object = None        # (2 + 3 rows,) i64: a decode step's ids, positions, slots, or "object follows"
+    owns: bool = True            # this group made the default process group (False: torchrun's script did)
 
     # -- commands (rank 0 sends, the others receive) ----------------------------------------
     # Every command starts with one broadcast of `header`: a decode step (the common case, once
@@ -133,7 +134,8 @@ class RankGroup:
                 p.join()
         if dist.is_initialized():
             try:
-                dist.destroy_process_group()
+                for g in ([None] if self.owns else [self.ctrl, self.timed]):   # None: the default, and every group
+                    dist.destroy_process_group(g)
             except Exception:    # torch's and the backends' errors: a group whose peers are gone
                 if not kill:
                     raise
@@ -214,22 +216,26 @@ def join(rank: int, world: int, device: str, init: str, timeout: float, torchrun
     """Join (or, on rank 0, open) the default process group and the command group."""
     import torch
     import torch.distributed as dist
-    if dist.is_initialized():
+    # Under torchrun the script may have made the default group itself: the LLM then uses it
+    # (and leaves it to the script at the end), if it is this rank's of this world.
+    reuse = torchrun and dist.is_initialized() and dist.get_world_size() == world and dist.get_rank() == rank
+    if dist.is_initialized() and not reuse:
         raise tp_error("a torch.distributed process group is already initialised in this process",
                        help="one tensor-parallel LLM per process: close() the other one first")
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(torch.device(device))
     try:
-        dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout))
+        if not reuse:
+            dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=timeout))
         ctrl = dist.new_group(backend="gloo", timeout=IDLE)
         timed = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
     except (RuntimeError, ValueError) as e:      # a rendezvous that timed out, a port in use
         raise tp_error(f"tensor parallelism: rank {rank} of {world} could not join the process group: "
                        f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
                        help="every rank must start within tp_timeout; check that no rank failed to start") from None
-    return RankGroup(rank, world, device, ctrl, timed, torchrun=torchrun)
+    return RankGroup(rank, world, device, ctrl, timed, torchrun=torchrun, owns=not reuse)
 
 
 def _device(device: str, local_rank: int) -> str:

@@ -48,10 +48,7 @@ def serve(llm) -> int:
                     break
     except BaseException:
         traceback.print_exc()
+        group.close(kill=True)
         return 1
-    finally:
-        group.closed = True
-    import torch.distributed as dist
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    group.close()                    # this rank's groups (the default one too, unless torchrun's script made it)
     return 0
