@@ -66,6 +66,8 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> StepPlan:
+        """The next step's plan (steps 1-4 of the module's docstring); the blocks of every
+        request in it are allocated. Call `computed` for each once the step has run."""
         preempted = self._reserve()
         decode = [r for r in self.running if r.uncomputed == 1]
         budget = self.max_num_batched_tokens - len(decode)
@@ -78,7 +80,10 @@ class Scheduler:
             budget -= n
         for r in self._admit(budget):
             n = min(r.uncomputed, budget)
-            (decode.append(r) if r.uncomputed == 1 else prefill.append((r, n)))
+            if r.uncomputed == 1:       # all but its last token was in the prefix cache
+                decode.append(r)
+            else:
+                prefill.append((r, n))
             budget -= n
         return StepPlan(decode, prefill, preempted)
 
