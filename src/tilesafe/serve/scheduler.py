@@ -80,7 +80,7 @@ class Scheduler:
             budget -= n
         for r in self._admit(budget):
             n = min(r.uncomputed, budget)
-            if r.uncomputed == 1:       # all but its last token was in the prefix cache
+            if r.uncomputed == 1:       # a one-token prompt, or all but its last token cached
                 decode.append(r)
             else:
                 prefill.append((r, n))
