@@ -274,7 +274,7 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
                     lambda: build(size, max_len, max_seqs, args.device), tag)
     if llm is None:
         return
-    out["build_short"] = "ok"
+    out["build_short"] = "ok"                      # not the LLM: the JSON holds no reference to it
     cfg, est = llm.config, step_estimate_s(llm.config)
     baseline = TorchQwen3Step(llm, max_len)
     hf = None
@@ -310,8 +310,8 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
                                 "speedup_back_to_back": torch_step / step["back_to_back_s"] if step else None}
         return r
     r = parts.run(out, "batch1", 10 + (2 * args.reps + 1) * args.tokens * est * 1.5 + 150 * est, batch1, tag)
-    if r is not None:                             # flat keys as before (readme_table, plot)
-        out.update(r)
+    if r is not None:                             # its keys at the top level (readme_table, plot)
+        out.update(out.pop("batch1"))
     del baseline
     parts.run(out, "step_profile", 5 + 10 * est, lambda: step_profile(llm), tag)
     if size in args.hf_sizes:
@@ -366,7 +366,7 @@ def bench_long(size: str, args, parts: Parts, out: dict) -> None:
         r = parts.run(out, "long", 10 + (2 * args.reps + 1) * args.tokens * step_estimate_s(cfg0) * 1.5,
                       after_long, tag)
         if r is not None:
-            out.update(r)
+            out.update(out.pop("long"))
     out["memory_long"] = memory(llm, 1, max_len)
     del llm
 

@@ -10,18 +10,24 @@ contexts, so comparing free-running tokens says little. Instead:
 - teacher forcing through the engine's decode path (prefill the prompt, then feed the
   baseline's token i and read the engine's next greedy token): each step's token against the
   baseline's argmax, counted only where the baseline's top-2 margin exceeds `MARGIN_FACTOR`
-  times the bf16 error (the largest row error measured above, or transformers' disagreement
-  with the baseline where larger): two logit vectors within e of each other can only disagree
-  on the argmax where the margin is under 2e.
-The check fails on a relative logit error over `REL_LIMIT` (or over 3x transformers' own error
-against the baseline, where that is larger) or on any decisive step that disagrees; it is
-inconclusive (not failed) when every step is a near-tie.
+  times the bf16 error: two logit vectors within e of each other can only disagree on the
+  argmax where the margin is under 2e.
+The bf16 error is calibrated by references that compute the same model another way: the
+baseline's own one-pass prefill (`TorchQwen3Prefill`, all rows) and, where given,
+transformers; the tolerance is the largest row error among them and the engine's.
+The check fails on a relative logit error over `REL_LIMIT` (or over 3x a reference's own
+error against the decode baseline, where that is larger), when a reference is farther than
+`REF_LIMIT` from the decode baseline (the references disagree: nothing can vouch), or on any
+decisive step that disagrees; it is inconclusive (not failed) when every step is a near-tie.
 """
 from __future__ import annotations
 
 import torch
 
+from torch_qwen3 import TorchQwen3Prefill          # beside this file
+
 REL_LIMIT = 0.05           # max |engine - baseline| over max |baseline| per row: a wrong kernel is O(1)
+REF_LIMIT = 0.15           # the references' own relative error beyond which the baselines are in doubt
 MARGIN_FACTOR = 3.0        # a decisive step: top-2 margin > 3 x the bf16 error (2x suffices, 1.5x slack)
 
 
@@ -53,8 +59,13 @@ def agreement(ref_logits: torch.Tensor, tokens: list[int], tolerance: float,
             "all_agree": sum(a == b for a, b in zip(tokens, ref)), "threshold": factor * tolerance}
 
 
-def verdict(first_rel: float, rows_rel: float, forced: dict, rel_limit: float) -> tuple[bool, str]:
-    """(passed, why) from the measured errors and the teacher-forced agreement."""
+def verdict(first_rel: float, rows_rel: float, forced: dict, rel_limit: float,
+            refs_rel: float = 0.0) -> tuple[bool, str]:
+    """(passed, why) from the measured errors (the engine's first-step and all-rows relative
+    error, the references' largest against the decode baseline) and the teacher-forced agreement."""
+    if not (refs_rel == refs_rel) or refs_rel > REF_LIMIT:
+        return False, (f"the references differ from the decode baseline by {refs_rel:.3g} of the logits' scale "
+                       f"(limit {REF_LIMIT}): the baselines cannot vouch for the engine")
     if not (rows_rel == rows_rel) or rows_rel > rel_limit:          # NaN counts as a failure
         return False, f"logits differ from the baseline by {rows_rel:.3g} of their scale (limit {rel_limit:.3g})"
     if forced["disagree_at"]:
@@ -101,7 +112,8 @@ def engine_forced_tokens(llm, prompt: list[int], forced: list[int]) -> list[int]
 
 
 def check(llm, baseline, prompt: list[int], steps: int, hf=None) -> dict:
-    """The whole gate (see the module doc); `hf` an HFQwen3 sharing the weights, or None."""
+    """The whole gate (see the module doc): `baseline` a TorchQwen3Step (its weights are the
+    references' too), `hf` an HFQwen3 on the same weights, or None."""
     base_tokens, base_logits = baseline.greedy_logits(prompt, steps)       # (steps, V)
     seq = prompt + base_tokens[:-1]
     p = len(prompt)
@@ -112,7 +124,14 @@ def check(llm, baseline, prompt: list[int], steps: int, hf=None) -> dict:
                           "top1_agree": int(eng[0].argmax()) == int(base_logits[0].argmax()),
                           "top2_margin": float(top2_margin(base_logits[0]))},
            "rows": {"max_abs": err["max_abs"], "max_rel": err["max_rel"]}}
-    tolerance, rel_limit = err["max_abs"], REL_LIMIT
+    tolerance, rel_limit, refs_rel = err["max_abs"], REL_LIMIT, 0.0
+    one_pass = TorchQwen3Prefill.beside(baseline, len(seq))(torch.tensor(seq, device=llm.device), all_rows=True)
+    one_pass = one_pass[p - 1:].float()
+    pass_err = logit_error(one_pass, base_logits)
+    out["torch_prefill_vs_baseline"] = {"max_abs": pass_err["max_abs"], "max_rel": pass_err["max_rel"]}
+    tolerance = max(tolerance, pass_err["max_abs"])
+    rel_limit = max(rel_limit, 3 * pass_err["max_rel"])
+    refs_rel = max(refs_rel, pass_err["max_rel"])
     if hf is not None:
         hf_logits = hf.row_logits(seq)[p - 1:]
         hf_err = logit_error(hf_logits, base_logits)
@@ -122,10 +141,12 @@ def check(llm, baseline, prompt: list[int], steps: int, hf=None) -> dict:
                                "teacher_forced": agreement(base_logits, hf_logits.argmax(-1).tolist(),
                                                            max(tolerance, hf_err["max_abs"]))}
         tolerance = max(tolerance, hf_err["max_abs"])
-        rel_limit = max(REL_LIMIT, 3 * hf_err["max_rel"])
+        rel_limit = max(rel_limit, 3 * hf_err["max_rel"])
+        refs_rel = max(refs_rel, hf_err["max_rel"])
     out["prefill_rows"] = agreement(base_logits, eng.argmax(-1).tolist(), tolerance)
     engine_tokens = engine_forced_tokens(llm, prompt, base_tokens)
     out["teacher_forced"] = agreement(base_logits, engine_tokens, tolerance) | {"engine_tokens": engine_tokens}
-    out["passed"], out["why"] = verdict(err["row_rel"][0], err["max_rel"], out["teacher_forced"], rel_limit)
+    out["passed"], out["why"] = verdict(err["row_rel"][0], err["max_rel"], out["teacher_forced"], rel_limit,
+                                        refs_rel)
     out["rel_limit"] = rel_limit
     return out

@@ -136,9 +136,18 @@ class TorchQwen3Prefill:
         half = cfg.head_dim // 2
         self.inv_freq = cfg.rope_theta ** (-torch.arange(half, device=dev, dtype=torch.float32) * 2 / cfg.head_dim)
 
+    @classmethod
+    def beside(cls, step: TorchQwen3Step, max_len: int) -> "TorchQwen3Prefill":
+        """The one-pass model over a decode baseline's own weights (the gate's second reference)."""
+        from types import SimpleNamespace
+        w = step.w
+        return cls(SimpleNamespace(config=step.cfg, device=w.embed.device, dtype=w.embed.dtype,
+                                   model=SimpleNamespace(w=w)), max_len)
+
     @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids (T,) long on the device -> the next token's logits (1, V)."""
+    def __call__(self, ids: torch.Tensor, all_rows: bool = False) -> torch.Tensor:
+        """ids (T,) long on the device -> the next token's logits (1, V); every row's (T, V)
+        with `all_rows` (the gate's second reference: the same model by another path)."""
         cfg, w = self.cfg, self.w
         e, d, h, kv, inter = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size
         eps, t = cfg.rms_norm_eps, ids.shape[0]
@@ -164,7 +173,8 @@ class TorchQwen3Prefill:
             x = F.rms_norm(res, (e,), layer.post_norm, eps)
             gu = F.linear(x, layer.gate_up)                             # (T, 2 I)
             res = res + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down)
-        return F.linear(F.rms_norm(res[-1:], (e,), w.norm, eps), w.lm_head)   # (1, V)
+        rows = res if all_rows else res[-1:]
+        return F.linear(F.rms_norm(rows, (e,), w.norm, eps), w.lm_head)    # (1 or T, V)
 
     def seconds(self, t: int, reps: int = 2, seed: int = 1) -> float:
         """The best of `reps` timed passes over a random prompt of t tokens, after one warm-up."""

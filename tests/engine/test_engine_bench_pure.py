@@ -68,6 +68,9 @@ def test_verdict_fails_on_error_or_decisive_disagreement_and_is_inconclusive_on_
     assert not passed and "decisive steps [4]" in why
     passed, why = engine_check.verdict(0.01, 0.02, ok | {"decisive": 0, "agree": 0}, 0.05)
     assert passed and "inconclusive" in why
+    passed, why = engine_check.verdict(0.01, 0.02, ok, 0.05, refs_rel=0.2)     # the references disagree
+    assert not passed and "cannot vouch" in why
+    assert engine_check.verdict(0.01, 0.02, ok, 0.05, refs_rel=0.1)[0] is True
 
 
 def test_parts_records_errors_and_skips_what_the_budget_cannot_hold(capsys):
