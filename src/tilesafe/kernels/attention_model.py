@@ -17,15 +17,20 @@ from .gemm_model import OVERLAP, STREAM_EFFICIENCY
 from .launch import cdiv, pow2
 from .machine_model import Attention, Decode, Gpu, element_bytes
 
-# (BM, BN, warps, stages, efficiency at head_dim 128, at head_dim <= 64): the fraction of the
-# GPU's tensor-core rate the block's two products and its online softmax reach together (the
-# exp2 of every score costs too). At head_dim 128 they are the H200's, measured by the tuner
-# (32 heads, 16384 keys: tune-candidates-gemv-prefetch-flash-softmax.json); at 64 the state
-# is half the registers, so the larger tiles are guessed to do better (the autotune checks).
-FLASH_TILES = ((64, 64, 4, 3, 0.66, 0.66), (128, 64, 8, 3, 0.67, 0.70), (128, 64, 4, 3, 0.62, 0.66),
-               (128, 128, 8, 2, 0.51, 0.62), (64, 32, 4, 3, 0.45, 0.50), (128, 32, 4, 3, 0.58, 0.60),
-               (64, 128, 4, 3, 0.60, 0.64))
-BLOCK_FILL_US = 1.0            # loading the query tile, and writing the output tile
+# (BM, BN, warps, stages, efficiency at head_dim 128, at head_dim <= 64, a block's fixed cost in
+# us): the fraction of the GPU's tensor-core rate the block's two products and its online
+# softmax reach together (the exp2 of every score costs too), and what a block costs beside its
+# key tiles (loading the query tile, writing the output tile: more for 8 warps and 128 rows).
+# At head_dim 128 both are fitted to the H200 tuner's timed candidates (32 heads, 1024 / 4096 /
+# 16384 keys, causal and not: tune-candidates-gemv-prefetch-flash-softmax.json; rms error
+# 3-7%): 64 x 64 and 128 x 64 with 8 warps stream keys equally fast, but the larger block's
+# fixed cost loses 5-14% up to 4096 keys, where the model used to pick it (only 16384 keys
+# without a mask gains 1%). At 64 the state is half the registers, so the larger tiles are
+# guessed to do better (the autotune checks).
+FLASH_TILES = ((64, 64, 4, 3, 0.70, 0.70, 1.0), (128, 64, 8, 3, 0.70, 0.70, 4.0), (128, 64, 4, 3, 0.69, 0.66, 6.0),
+               (128, 128, 8, 2, 0.56, 0.62, 4.0), (64, 32, 4, 3, 0.45, 0.50, 1.0), (128, 32, 4, 3, 0.65, 0.60, 6.0),
+               (64, 128, 4, 3, 0.63, 0.64, 3.0))
+BLOCK_FILL_US = 1.0            # a block's fixed cost, for a tile the table does not list
 DECODE_TILE_US = 1.2           # one decode block's key tile: its dependent loads and math ...
 DECODE_TILE_US_PER_BYTE = 7.4e-5   # ... and its K and V bytes (64 keys x 128 dims: 2.4 us)
 DECODE_FIXED_US = 7.0          # the two launches and the combination of the splits
@@ -56,9 +61,10 @@ def flash_us(s: Attention, c: dict, gpu: Gpu) -> tuple[float, str]:
     key_tiles = cdiv(s.sk, bn)
     if s.causal:   # query tile i sees ~(i + 1) * bm keys: the mean over the tiles, longest first
         key_tiles = min(key_tiles, cdiv((s.sq + bm) // 2 + max(0, s.sk - s.sq), bn))
-    eff = next(((e128 if s.d > 64 else e64) for m, n, w, st, e128, e64 in FLASH_TILES
-                if (m, n, w, st) == (c["block_m"], c["block_n"], c["num_warps"], c["num_stages"])), 0.45)
-    per_block = key_tiles * 4.0 * bm * bn * dp / (gpu.flops_per_sm * eff) * 1e6 + BLOCK_FILL_US
+    eff, fill = next((((e128 if s.d > 64 else e64), fill) for m, n, w, st, e128, e64, fill in FLASH_TILES
+                      if (m, n, w, st) == (c["block_m"], c["block_n"], c["num_warps"], c["num_stages"])),
+                     (0.45, BLOCK_FILL_US))
+    per_block = key_tiles * 4.0 * bm * bn * dp / (gpu.flops_per_sm * eff) * 1e6 + fill
     occ = max(1, min(gpu.smem_per_sm // _smem(bm, bn, dp, c["num_stages"], es),
                      gpu.regs_per_sm // (((bm * dp + bm * bn) // (c["num_warps"] * 32) + 40) * c["num_warps"] * 32)))
     slots = gpu.sms * occ
