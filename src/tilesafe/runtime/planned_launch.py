@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import weakref
 
+import torch
+
 from .aliasing import ByteSet, _DEVICE_NAMES
 from .binding import ArgFacts, Bound
 from .execute import execute
@@ -104,7 +106,6 @@ class PlannedLaunch:
         return True
 
     def _on_gpu(self, roots, ptrs) -> None:
-        import torch
         values = list(self.values)
         for i, k in self.pointers:
             values[i] = ptrs[k]
@@ -194,7 +195,6 @@ class PlannedLaunch:
         self.pointers = tuple((i, names.index(p)) for i, p in pointers)
         self.descriptors = tuple((i, names.index(p), box, cols) for i, p, box, cols in descriptors)
         device = call.device
-        import torch
         self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         return _GPU
 
