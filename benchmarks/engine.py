@@ -245,6 +245,12 @@ def build(size: str, max_len: int, max_seqs: int, device: str) -> LLM:
     return llm
 
 
+def allocated_now() -> int | None:
+    """Bytes torch holds on the GPU after a collection (before a build: a leaked engine shows here)."""
+    gc.collect()
+    return torch.cuda.memory_allocated() if torch.cuda.is_available() else None
+
+
 def memory(llm: LLM, max_seqs: int, max_len: int) -> dict:
     return {"peak_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
             "weights_bytes": weight_bytes(llm.config, 2),
@@ -269,7 +275,7 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
     """The short engine: the gate, batch-1 decode, the replayed step, the baselines, batches."""
     tag = f"{size} short"
     max_len, max_seqs = 128 + args.tokens + CHECK_PROMPT + CHECK_TOKENS + 8, max(args.batches)
-    out["short_engine"] = {"max_model_len": max_len, "max_num_seqs": max_seqs}
+    out["short_engine"] = {"max_model_len": max_len, "max_num_seqs": max_seqs, "allocated_before": allocated_now()}
     llm = parts.run(out, "build_short", 5 + weight_bytes(qwen3_config_of(size), 2) / 20e9,
                     lambda: build(size, max_len, max_seqs, args.device), tag)
     if llm is None:
@@ -332,7 +338,7 @@ def bench_long(size: str, args, parts: Parts, out: dict) -> None:
     tag = f"{size} long"
     long = 4096 if args.long else 0
     max_len = max(max(args.prefills, default=0), long) + args.tokens + 8
-    out["long_engine"] = {"max_model_len": max_len, "max_num_seqs": 1}
+    out["long_engine"] = {"max_model_len": max_len, "max_num_seqs": 1, "allocated_before": allocated_now()}
     cfg0 = qwen3_config_of(size)
     prefill_est = sum(3 * (args.reps + 1) * (2 * weight_bytes(cfg0, 1) * n / 300e12 + 0.05)
                       for n in args.prefills)
