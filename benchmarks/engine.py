@@ -315,7 +315,8 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
                                 "speedup_gpu": torch_step / step["gpu_s"] if step else None,
                                 "speedup_back_to_back": torch_step / step["back_to_back_s"] if step else None}
         return r
-    r = parts.run(out, "batch1", 10 + (2 * args.reps + 1) * args.tokens * est * 1.5 + 150 * est, batch1, tag)
+    # decode_run makes reps + 1 calls of `tokens` (and reps prefill-only ones); 150 replays after
+    r = parts.run(out, "batch1", 10 + (args.reps + 1) * args.tokens * est * 1.3 + 150 * est, batch1, tag)
     if r is not None:                             # its keys at the top level (readme_table, plot)
         out.update(out.pop("batch1"))
     del baseline
@@ -327,7 +328,7 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
     for b in args.batches:
         if b > 1:
             tokens = args.tokens // 2
-            parts.run(out["batches"], str(b), 5 + (2 * args.reps + 1) * tokens * est * (1 + b / 16),
+            parts.run(out["batches"], str(b), 5 + (args.reps + 1) * tokens * est * (1 + b / 16),
                       lambda b=b, tokens=tokens: decode_run(llm, 128, tokens, batch=b, reps=args.reps), tag)
     out["memory_short"] = memory(llm, max_seqs, max_len)
     del llm
@@ -369,7 +370,7 @@ def bench_long(size: str, args, parts: Parts, out: dict) -> None:
             r["replayed_step_4096"] = step
             r["roofline_4096"] = roofline(llm, long + args.tokens // 2, step)
             return r
-        r = parts.run(out, "long", 10 + (2 * args.reps + 1) * args.tokens * step_estimate_s(cfg0) * 1.5,
+        r = parts.run(out, "long", 10 + (args.reps + 1) * args.tokens * step_estimate_s(cfg0) * 1.5,
                       after_long, tag)
         if r is not None:
             out.update(out.pop("long"))
