@@ -44,6 +44,9 @@ def prefill_ref(q, kc, vc, table, start):
     (4, 2, 16, 4, 9, 5, "f32"),          # a chunk starting inside a block
     (6, 3, 8, 3, 20, 17, "f32"),         # block size 3, more queries than one tile
     (2, 1, 16, 16, 70, 3, "f16"),        # a long prefix, several key tiles unmasked
+    (8, 2, 16, 4, 5, 1, "f32"),          # one query, a group of 4 in one block (4 rows each)
+    (8, 2, 16, 4, 3, 40, "f32"),         # a group of 4 over several query tiles
+    (6, 2, 8, 4, 2, 9, "f32"),           # a group of 3 (not a power of two): a head per block
 ])
 def test_chunk_attends_its_prefix_through_the_table(backend, device, dtype, heads, kv_heads, dim, block, start, t):
     nb = -(-(start + t) // block) + 3
@@ -83,6 +86,19 @@ def test_bad_arguments_are_refused_at_the_call(backend, device):
     with pytest.raises(ts.LaunchError, match="the 1 KV heads must divide the 3 query heads|must divide"):
         paged_prefill_attention(randn((3, 3, 8), "f32", 3, device), randn((4, 4, 2, 8), "f32", 1, device),
                                 randn((4, 4, 2, 8), "f32", 1, device), table, 0)
+
+
+def test_a_kv_heads_query_heads_share_one_block(monkeypatch):
+    """GQA: the blocks own all query heads of one KV head (the K/V tiles are gathered once
+    for the group), as many rows as the tile allows; a group that is not a power of two
+    gets a head per block."""
+    tiles = []
+    monkeypatch.setattr(paged_prefill, "launch", lambda kernel, outputs, **kw: tiles.append(outputs["o"][1]))
+    table = torch.zeros(1, 128, dtype=torch.int32)
+    for h, hkv, t in [(32, 8, 2048), (32, 8, 1), (16, 16, 100), (6, 2, 100)]:
+        kc = torch.empty(8, 16, hkv, 128)
+        paged_prefill_attention(torch.empty(t, h, 128), kc, kc.clone(), table, 0)
+    assert tiles == [(4, 32, 128), (4, 4, 128), (1, 64, 128), (1, 64, 128)]
 
 
 # --- compiles for Hopper at Qwen3-4B's shapes (bf16), no GPU needed -------------------------

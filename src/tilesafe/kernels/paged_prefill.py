@@ -7,7 +7,9 @@ The T queries are the sequence's positions start .. start + T - 1; their keys an
 live in the cache. Query at position p sees keys 0 .. p (causal, bottom-right aligned: the
 chunk's first query already sees the whole prefix).
 
-Each block owns BM query rows of one head and streams the keys in tiles of BN, gathering
+Each block owns BM query rows of the G query heads that share one KV head (grouped-query
+attention: G is the group when it is a power of two, else 1), as one (G * BM, DP) tile, so
+each K/V tile is gathered once for all of them. It streams the keys in tiles of BN, gathering
 each tile's cache rows through the block table (`ts.gather`: a block id for each key, then
 the rows; positions past the sequence read zeros), with the online softmax of
 `flash_attention`. Key tiles wholly before the tile's first query need no mask and take the
@@ -35,35 +37,43 @@ def key_tile(tables, b, j, length, block_size, BN):
 
 
 @ts.kernel
-def paged_prefill_kernel(o: ts.Mut["T", (1, "BM", "DP")], q: ts.Ref["T", ("H", "SQ", "D")],
+def paged_prefill_kernel(o: ts.Mut["T", ("G", "BM", "DP")], q: ts.Ref["T", ("H", "SQ", "D")],
                          k: ts.Ref["T", ("NS", "HKV", "D")], v: ts.Ref["T", ("NS", "HKV", "D")],
                          tables: ts.Ref["TB", ("B", "MB")], b: int, start: int, qk_scale: float, block_size: int,
                          T: ts.Const[ts.DType], TB: ts.Const[ts.DType], NEG_SCALE: ts.Const[bool],
-                         GROUP: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int], DP: ts.Const[int], H: int,
-                         SQ: int, D: int, NS: int, HKV: int, B: int, MB: int):
-    h, i = ts.block_id(0), ts.block_id(1)                        # (query head, query tile)
-    kvh = h // GROUP                                             # GQA: GROUP query heads per KV head
-    qt = ts.reshape(ts.load(q, (h, i, 0), shape=(1, BM, DP)), (BM, DP))   # (BM, DP)
-    m = ts.full((BM, 1), NEG_INF, ts.f32)                        # (BM, 1) running max (log2 units)
-    l = ts.zeros((BM, 1), ts.f32)                                # (BM, 1) running sum
-    acc = ts.zeros((BM, DP), ts.f32)                             # (BM, DP)
+                         GROUP: ts.Const[int], G: ts.Const[int], BM: ts.Const[int], BN: ts.Const[int],
+                         DP: ts.Const[int], H: int, SQ: int, D: int, NS: int, HKV: int, B: int, MB: int):
+    hg, i = ts.block_id(0), ts.block_id(1)                       # (query heads hg*G .., query tile)
+    kvh = hg * G // GROUP                                        # the KV head all G query heads share
+    qt = ts.reshape(ts.load(q, (hg, i, 0), shape=(G, BM, DP)), (G * BM, DP))   # row r: head r // BM
+    m = ts.full((G * BM, 1), NEG_INF, ts.f32)                    # running max (log2 units)
+    l = ts.zeros((G * BM, 1), ts.f32)                            # running sum
+    acc = ts.zeros((G * BM, DP), ts.f32)
     length = start + SQ                                          # the sequence's keys after this chunk
     first = start + i * BM                                       # position of the tile's first query
     stop = min(length, first + BM)                               # keys any of its queries sees: [0, stop)
     free = first // BN                                           # tiles wholly before the first query
     for j in range(free):
         pos, slot = key_tile(tables, b, j, length, block_size, BN)
-        kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP)
+        kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP), read once for the G heads
         vt = gather_rows(v, slot, kvh, BN, DP)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
-    rows = ts.expand_dims(first + ts.arange(0, BM), 1)           # (BM, 1) query positions
+    rows = ts.expand_dims(first + ts.arange(0, G * BM) % BM, 1)  # (G * BM, 1) query positions
     for j in range(free, (stop + BN - 1) // BN):                 # the diagonal: key <= query
         pos, slot = key_tile(tables, b, j, length, block_size, BN)
         kt = gather_rows(k, slot, kvh, BN, DP)
         vt = gather_rows(v, slot, kvh, BN, DP)                   # zeros past the sequence
-        keep = ts.expand_dims(pos, 0) <= rows                    # (BM, BN)
+        keep = ts.expand_dims(pos, 0) <= rows                    # (G * BM, BN)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
-    o.store(ts.reshape((acc / l).astype(T), (1, BM, DP)))
+    o.store(ts.reshape((acc / l).astype(T), (G, BM, DP)))
+
+
+def tiles_for(t: int, group: int) -> tuple[int, int]:
+    """(G, BM): query heads per block (the GQA group when it is a power of two, so K/V tiles
+    are read once per group) and query rows per head; G * BM is 16 .. 128 rows."""
+    g = group if group & (group - 1) == 0 else 1
+    bm = min(pow2(t), max(1, 128 // g) if g > 1 else 64)
+    return g, max(bm, -(-16 // g))
 
 
 def paged_prefill_attention(q, k_cache, v_cache, block_tables, start: int, row: int = 0, scale=None, out=None):
@@ -103,10 +113,11 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, start: int, row: 
     if t == 0:
         return o.returned
     dp = max(16, pow2(d))
-    bm = max(16, min(64, pow2(t)))
+    g, bm = tiles_for(t, group)
     bn = max(16, min(64, pow2(start + t)))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    launch(paged_prefill_kernel, {"o": (o.tensor.transpose(0, 1), (1, bm, dp))}, cfg={},
+    cfg = {"num_warps": 8} if g * bm * dp >= 128 * 128 else {}   # a 128-row tile of D 128: more warps
+    launch(paged_prefill_kernel, {"o": (o.tensor.transpose(0, 1), (g, bm, dp))}, cfg=cfg,
            q=qt.transpose(0, 1), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables, b=row, start=start,
            qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GROUP=group, BN=bn)
     return o.returned
