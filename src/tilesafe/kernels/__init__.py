@@ -12,6 +12,7 @@ from .norm_rope_kv import norm_rope_kv_write
 from .sampling import sample
 from .kv_append import kv_append
 from .paged_kv import paged_decode_attention, paged_decode_workspace, paged_kv_write, report_dropped, scatter_check
+from .paged_prefill import paged_prefill_attention
 from .first_use import first_use_tuning
 from .torch_ops import register_torch_ops
 
