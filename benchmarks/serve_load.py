@@ -10,7 +10,8 @@ throughput and latency percentiles, JSON out.
 Each request is a `/v1/completions` stream (token-id prompts: no tokenizer needed; greedy,
 `ignore_eos`, so every request generates exactly its output length) with its prompt and
 output lengths drawn uniformly from --prompt-len and --output-len (LO:HI, or one number),
-after --shared-prefix N tokens common to every prompt (default 0).
+after --shared-prefix N tokens common to every prompt (default 0; a list such as 0,256 runs
+every concurrency level once per prefix length, on one server).
 At each concurrency level, C clients each send requests back to back until --requests have
 been sent (default 4 C, at least 8), after a warm-up round (compiles, captures the decode
 graphs). Measured per request on the client: time to first token (TTFT: send to the first
@@ -22,6 +23,18 @@ in the same batches (`LLM.generate` of C requests at a time, one after another, 
 engine thread between the server's levels), and the server's throughput is reported as a
 fraction of it. (An offline batch lasts as long as its longest request; the server refills
 freed slots at once, so with mixed output lengths it can beat the offline engine.)
+
+--png writes a plot of the levels (throughput, TTFT and ITL percentiles per concurrency, a
+line per prefix length) when matplotlib is installed; `--plot JSON` draws it from a JSON
+written before, on any machine (`--png` names the file, else the JSON's name with .png).
+
+On the H200, with the server's wheels carried in .whl/ (`bash benchmarks/serve_h200.sh "$OUT"` does this):
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    PYTHONPATH=src:/tmp/site timeout 120 python3 benchmarks/serve_load.py --random-weights 4b \
+        --concurrency 1,8,32 --shared-prefix 0,256 --prompt-len 64:256 --output-len 32:96 \
+        --max-model-len 1024 --max-num-seqs 32 --out benchmarks/results/h200/serve_load_4b.json \
+        --png benchmarks/results/h200/serve_load_4b.png
 """
 from __future__ import annotations
 
@@ -50,13 +63,20 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-len", default="128:512", help="LO:HI or N tokens (uniform)")
     p.add_argument("--output-len", default="128:256", help="LO:HI or N tokens (uniform)")
     p.add_argument("--vocab", type=int, default=1000, help="prompt token ids are drawn below this")
-    p.add_argument("--shared-prefix", type=int, default=0, metavar="N",
-                   help="every prompt starts with the same N tokens (the server's prefix cache shares their KV)")
+    p.add_argument("--shared-prefix", default="0", metavar="N[,N...]",
+                   help="every prompt starts with the same N tokens (the server's prefix cache shares their KV); "
+                        "a comma-separated list runs every level once per N")
     p.add_argument("--max-num-batched-tokens", type=int, help="in-process server: tokens per step (chunked prefill)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--offline", action="store_true", help="also run each level's requests through LLM.generate")
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--png", help="plot the levels here (needs matplotlib)")
+    p.add_argument("--plot", metavar="JSON", help="only draw the plot of a JSON written before")
     args = p.parse_args(argv)
+    if args.plot:
+        return 0 if _plot(json.loads(Path(args.plot).read_text()), args.png or str(Path(args.plot).with_suffix(".png"))) \
+            else 1
+    prefixes = [int(x) for x in args.shared_prefix.split(",")]
 
     server = llm = None
     if args.url is None:
@@ -64,13 +84,16 @@ def main(argv=None) -> int:
             p.error("give --url of a running server, or --random-weights SIZE for an in-process one")
         llm, server, args.url, args.model = _start(args)
     try:
-        import httpx
+        httpx = _httpx()
         model = args.model or httpx.get(args.url + "/v1/models").json()["data"][0]["id"]
         rng = random.Random(args.seed)
         levels = []
-        for c in [int(x) for x in args.concurrency.split(",")]:
+        report = {"url": args.url, "model": model, "random_weights": args.random_weights,
+                  "max_num_seqs": args.max_num_seqs, "prompt_len": args.prompt_len, "output_len": args.output_len,
+                  "shared_prefix": prefixes, "max_num_batched_tokens": args.max_num_batched_tokens, "levels": levels}
+        for shared, c in [(n, c) for n in prefixes for c in [int(x) for x in args.concurrency.split(",")]]:
             n = args.requests or max(8, 4 * c)
-            prefix = _ids(random.Random(args.seed + 1), args.shared_prefix, args.vocab)
+            prefix = _ids(random.Random(args.seed + 1 + shared), shared, args.vocab)
             reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
                     for _ in range(n)]
             warm = [(ids, min(out, 16)) for ids, out in reqs[:c]]
@@ -78,7 +101,7 @@ def main(argv=None) -> int:
             hits = server.engine.stats()["prefix_cache_hits"] if server is not None else 0
             t0 = time.perf_counter()
             results = asyncio.run(_level(args.url, model, reqs, c))
-            level = _summary(c, results, time.perf_counter() - t0)
+            level = {**_summary(c, results, time.perf_counter() - t0), "shared_prefix": shared}
             if server is not None:     # prompt blocks whose KV the prefix cache held
                 level["prefix_cache_hit_blocks"] = server.engine.stats()["prefix_cache_hits"] - hits
             if args.offline and server is not None:
@@ -86,17 +109,65 @@ def main(argv=None) -> int:
                 level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
             levels.append(level)
             print(json.dumps(level), flush=True)
+            if args.out:               # after every level: a run cut short by a timeout keeps what it measured
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     finally:
         if server is not None:
             server.stop()
-    report = {"url": args.url, "model": model, "random_weights": args.random_weights, "max_num_seqs": args.max_num_seqs,
-              "prompt_len": args.prompt_len, "output_len": args.output_len, "shared_prefix": args.shared_prefix,
-              "max_num_batched_tokens": args.max_num_batched_tokens, "levels": levels}
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
+    if args.png:
+        _plot(report, args.png)
     return 0
+
+
+def _httpx():
+    """The HTTP client: httpx2 (what the openai client uses, and what is carried to the GPU
+    machine), else httpx (the same API)."""
+    try:
+        import httpx2
+        return httpx2
+    except ImportError:
+        import httpx
+        return httpx
+
+
+def _plot(report: dict, path: str) -> bool:
+    """Output tokens/s, TTFT and ITL (p50 solid, p99 dashed) against concurrency, a line per
+    shared-prefix length; False (and a note) without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"no matplotlib here: not drawing {path} (run --plot JSON where it is installed)", file=sys.stderr)
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for shared in sorted({lv.get("shared_prefix", 0) for lv in report["levels"]}):
+        lvs = sorted((lv for lv in report["levels"] if lv.get("shared_prefix", 0) == shared),
+                     key=lambda lv: lv["concurrency"])
+        cs = [lv["concurrency"] for lv in lvs]
+        label = f"shared prefix {shared}" if shared else "no shared prefix"
+        line, = axes[0].plot(cs, [lv["output_tokens_per_s"] for lv in lvs], "o-", label=label)
+        for ax, key in ((axes[1], "ttft_s"), (axes[2], "itl_s")):
+            ax.plot(cs, [lv[key].get("p50", float("nan")) * 1e3 for lv in lvs], "o-", color=line.get_color(),
+                    label=f"{label}, p50")
+            ax.plot(cs, [lv[key].get("p99", float("nan")) * 1e3 for lv in lvs], "s--", color=line.get_color(),
+                    label=f"{label}, p99")
+    for ax, title in zip(axes, ("output tokens/s", "time to first token (ms)", "inter-token latency (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{report['model']}: prompts {report['prompt_len']}, outputs {report['output_len']} tokens, "
+                 f"max {report['max_num_seqs']} sequences")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}", file=sys.stderr)
+    return True
 
 
 def _start(args):
@@ -137,7 +208,7 @@ def _offline(server, llm, reqs, c: int) -> float:
 
 
 async def _level(url: str, model: str, reqs, concurrency: int):
-    import httpx
+    httpx = _httpx()
     queue = list(reversed(reqs))
     results = []
     limits = httpx.Limits(max_connections=concurrency + 4)
