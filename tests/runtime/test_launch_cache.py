@@ -196,7 +196,9 @@ def test_objects_first_seen_through_the_cache_are_repeated_on_the_prepared_path(
     _run_plus_one(ts.tensor(_values(64, 12)))                     # the layout is seen
     p = ts.full(64, np.nan).partition((16,))
     plus_one(p, x).sync()                                          # new objects: through the cache
+    assert plus_one._last_plan is None or not plus_one._last_plan.matches((p, x), {}, None, backend)  # no plan object
+    plus_one(p, x).sync()                                          # the same objects again: a plan for them
     assert plus_one._last_plan is not None and plus_one._last_plan.matches((p, x), {}, None, backend)
-    plus_one(p, x).sync()                                          # the same objects again
+    plus_one(p, x).sync()                                          # and the prepared path
     np.testing.assert_allclose(p.unpartition().numpy(), x.numpy() + 1.0, rtol=1e-6)
     assert binds[0] <= 1

@@ -83,10 +83,12 @@ class LaunchCache:
         if done is MISS:
             return MISS
         future, bound, compiled = done
-        # The same objects launched again take the prepared path (launch_plan): remember them,
-        # unless they cannot come again (torch arguments are borrowed per call; a library
-        # call's partitions end with its step).
-        if not bound.borrowed and not any(type(v) is Partition and v._lent_at is None for v in values):
+        # The same objects launched again take the prepared path (launch_plan): remember them
+        # once they came twice in a row to this layout (new objects each launch, the common
+        # case, then build no plan object), unless they cannot come again (torch arguments are
+        # borrowed per call; a library call's partitions end with its step).
+        if not bound.borrowed and plan.repeated(values) \
+                and not any(type(v) is Partition and v._lent_at is None for v in values):
             self.kernel._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
         return future
 
@@ -183,7 +185,7 @@ class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
                  "given", "outputs", "spans", "apart", "reads", "recheck_pre", "scalar_checks", "roles", "names",
-                 "launchers")
+                 "launchers", "last")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -208,6 +210,7 @@ class LayoutPlan:
         # any later pair of this layout at the same distance (the same byte sets, moved).
         self.apart = _apart(bound, self.outputs, self.spans)
         self.launchers: dict = {}   # runtime scalars -> True (seen once), a LayoutLauncher, or False (none)
+        self.last: tuple | None = None   # (ids, weak references) of the objects of the latest fast launch
         spec = kernel.specializer.spec(bound)
         self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in spec.reads)
         self.given = tuple(n for n, r in zip(form.names, form.roles) if r == _GIVEN)
@@ -217,6 +220,16 @@ class LayoutPlan:
         facts = LaunchFacts(bound)
         self.scalar_checks = [(c, bounds.masks_for([c], facts)) for c in spec.checks
                               if _scalar_leaves(c) & per_call]
+
+    def repeated(self, values) -> bool:
+        """Whether `values` are the objects of this layout's previous fast launch (each
+        tensor and partition the same live object: a live object's id is its own)."""
+        ids = tuple(map(id, values))
+        last = self.last
+        if last is not None and last[0] == ids and all(r() is not None for r in last[1]):
+            return True
+        self.last = (ids, tuple(weakref.ref(v) for v in values if type(v) is Tensor or type(v) is Partition))
+        return False
 
     def launch(self, form, values):
         """(future, bound, compiled code) of a launch with these argument values, or MISS."""

@@ -8,6 +8,7 @@ reach any more cannot be launched either, so its lending ends when it is garbage
 from __future__ import annotations
 
 import operator
+import sys
 import warnings
 from typing import TYPE_CHECKING
 
@@ -23,9 +24,26 @@ if TYPE_CHECKING:
 MAX_RANK = 3
 
 
-def where(loc: Loc | None) -> str:
-    """`file:line` of a recorded place, for messages."""
-    return f"{loc.file}:{loc.line}" if loc is not None else "an unknown place"
+def where(loc: "Loc | tuple | None") -> str:
+    """`file:line` of a recorded place (a Loc, or a `place()`), for messages."""
+    if loc is None:
+        return "an unknown place"
+    if type(loc) is tuple:
+        return f"{loc[0]}:{loc[1]}"
+    return f"{loc.file}:{loc.line}"
+
+
+def place() -> tuple | None:
+    """(file, line) of the first caller outside tilesafe: where lending began or ended, kept
+    for messages that may never be made. Cheaper than `caller_loc()` (no column, no Loc),
+    since a partition made and given back per launch records two places per launch."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not (name == "tilesafe" or name.startswith("tilesafe.")):
+            return (frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return None
 
 
 class Partition:
@@ -36,7 +54,7 @@ class Partition:
     """
     __slots__ = ("_tensor", "_tile", "_prefix", "_lent_at", "_live", "_ended_at", "_version", "__weakref__")
 
-    def __init__(self, tensor: "Tensor", tile, prefix: bool, lent_at: Loc | None):
+    def __init__(self, tensor: "Tensor", tile, prefix: bool, lent_at: "Loc | tuple | None"):
         shape = tuple(tensor._torch().shape)
         self._tile = check_tile(tile, shape)
         self._tensor = tensor
@@ -44,7 +62,7 @@ class Partition:
         self._lent_at = lent_at
         self._live = True
         self._version = version_of(tensor._torch())   # torch's version counter when lent (S13)
-        tensor._state.lend(tensor._byte_set(), self)
+        tensor._state.lend(None, self)      # its byte set is made when someone asks (lender_of)
         self._ended_at: Loc | None = None
         tensor._lend(self)
 
@@ -97,7 +115,8 @@ class Partition:
         self._check_live()
         self._check_torch_untouched(giving_back=True)
         self._live = False
-        self._ended_at = caller_loc()
+        self._ended_at = place()
+        self._tensor._state.unlend(self)
         self._tensor._give_back(self)
         return self._tensor
 

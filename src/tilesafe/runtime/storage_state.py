@@ -22,7 +22,7 @@ import torch
 
 from ..errors import OwnershipError, caller_loc
 from ..settings import strict_var
-from .aliasing import ByteSet, overlaps
+from .aliasing import ByteSet, byte_set, overlaps
 from .memory_map import MEMORY
 from .torch_version import version_of
 
@@ -79,7 +79,7 @@ class StorageState:
         self.nbytes = nbytes
         self._storages: list = []                  # weakrefs to the torch storages that joined it
         self.own_write_version: int | None = None  # torch version counter after tilesafe's last host write
-        self._lent: list = []                      # (ByteSet, weakref to Partition): bytes lent (S8)
+        self._lent: list = []                      # (ByteSet or None, weakref to Partition): bytes lent (S8)
         self.handed_version: int | None = None     # torch version counter when last handed to torch (to_torch)
         self.handed: tuple | None = None           # (weakref to the torch tensor, to its storage) then
 
@@ -230,9 +230,19 @@ class StorageState:
 
     # -- S8: bytes lent to partitions ------------------------------------------------------
 
-    def lend(self, byteset: ByteSet, partition) -> None:
-        import weakref
+    def lend(self, byteset: ByteSet | None, partition) -> None:
+        """Lend bytes to `partition`: `byteset`, or None for all its tensor reaches (the byte
+        set is made when `lender_of` first needs it: most lendings end unasked)."""
         self._lent.append((byteset, weakref.ref(partition)))
+
+    def unlend(self, partition) -> None:
+        """The partition gave its bytes back: drop its entry, so that lending the memory
+        again finds nothing lent and builds no byte set."""
+        lent = self._lent
+        for i in range(len(lent) - 1, -1, -1):
+            if lent[i][1]() is partition:
+                del lent[i]
+                return
 
     def lender_of(self, byteset: ByteSet):
         """The live partition holding bytes that overlap `byteset`, or None. Lent bytes are
@@ -243,6 +253,8 @@ class StorageState:
             p = ref()
             if p is None or not p._live:
                 continue
+            if bs is None:
+                bs = byte_set(p._tensor._torch())
             live.append((bs, ref))
             if found is None and overlaps(bs, byteset):
                 found = p

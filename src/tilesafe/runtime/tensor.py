@@ -22,7 +22,7 @@ from . import numpy_bridge, ordering
 from .aliasing import ByteSet, byte_set, overlaps, self_overlaps
 from .graph import refuse_in_capture
 from .host_lock import serialized
-from .partition import Partition, where
+from .partition import Partition, place, where
 from .storage_state import StorageState
 from .torch_version import version_of
 
@@ -287,13 +287,13 @@ class Tensor:
     def partition(self, tile) -> Partition:
         """Lend this tensor to a partition into `tile`-shaped blocks (S8)."""
         self._check_lendable("partition()")
-        return Partition(self, tile, prefix=False, lent_at=caller_loc())
+        return Partition(self, tile, prefix=False, lent_at=place())
 
     @serialized
     def partition_prefix(self, tile) -> Partition:
         """Like `partition`, but a launch may cover only a leading part of the tile grid."""
         self._check_lendable("partition_prefix()")
-        return Partition(self, tile, prefix=True, lent_at=caller_loc())
+        return Partition(self, tile, prefix=True, lent_at=place())
 
 
 def _host_source(value, target: torch.Tensor, what: str) -> tuple[torch.Tensor, list]:
