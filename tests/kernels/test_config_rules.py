@@ -55,3 +55,62 @@ def test_flash_choices_are_valid_configs_the_lookup_accepts(shape):
     assert cm.valid(shape, c, cm.H200)
     with ts.backend("reference"):
         assert configs.lookup("attention", "?", c)["block_m"] == c["block_m"]
+
+
+def _sweep() -> dict:
+    """The small-M GEMM / flash / GEMV sweep on training shapes (benchmarks/probes/gemv_gemm_sweep.py)."""
+    return json.loads((RESULTS / "sweep-s15-gemv-gemm.json").read_text())
+
+
+def _measured(impls: dict, cfg: dict, keys) -> float | None:
+    return next((v["us"] for v in impls.values() if "us" in v and "config" in v
+                 and all(v["config"].get(k) == cfg.get(k) for k in keys)), None)
+
+
+def test_flash_choice_is_the_sweeps_best_tile():
+    """Qwen3 head layouts (32:8, head dim 128 and 64), 1024-4096 keys: the choice is within 2%
+    of the best tile the sweep timed (the old model's 128 x 64 tile was 0.92 of it at 2048 keys)."""
+    shapes = {k: v for k, v in _sweep()["flash"].items() if "impls" in v}
+    assert len(shapes) == 3
+    for name, v in shapes.items():
+        b, h, kv, s, d, causal = v["shape"]
+        c = cm.choose(cm.Attention(b, h, kv, s, s, d, causal, "bf16"), cm.H200)
+        got = _measured(v["impls"], c, ("block_m", "block_n", "num_warps", "num_stages", "flat"))
+        best = min(x["us"] for x in v["impls"].values() if "us" in x and "config" in x)
+        assert got is not None and best / got >= 0.98, (name, c, got, best)
+
+
+# The sweep's small-M shapes where no rule of the model finds the measured best yet: the choice's
+# measured fraction of the best, as a floor (64 x 64 x 128 tiles run far slower at M = 72 than the
+# model predicts, and than at M = 48 or 128; see the helper's report).
+GEMM_KNOWN_MISSES = {"8B o M=72 (4096x4096)": 0.78, "8B qkv M=190 (6144x4096)": 0.90}
+
+
+def test_gemm_choice_on_the_sweeps_small_m_shapes():
+    """M from 48 to 190 and 775 on Qwen3 weights: the model's choice is within 8% of the best
+    candidate the sweep timed (136 x 5120 x 25600 takes the 64 x 256 tile split in two: 0.90 of
+    cuBLAS, where the model's choice before the tile was listed reached 0.63)."""
+    keys = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "split_k", "persistent", "tail_split")
+    shapes = {k: v for k, v in _sweep()["gemm"].items() if "impls" in v}
+    assert len(shapes) >= 6
+    for name, v in shapes.items():
+        c = cm.choose(cm.Gemm(*v["shape"], "bf16"), cm.H200)
+        got = _measured(v["impls"], c, keys)
+        best = min(x["us"] for x in v["impls"].values() if "us" in x and "config" in x)
+        assert got is not None, (name, c)
+        assert best / got >= GEMM_KNOWN_MISSES.get(name, 0.92), (name, c, got, best)
+    wide = cm.choose(cm.Gemm(136, 5120, 25600, "bf16"), cm.H200)
+    assert (wide["block_m"], wide["block_n"], wide["split_k"]) == (64, 256, 2)
+
+
+def test_a_persistent_64_by_256_tile_keeps_room_for_its_epilogue():
+    """The sweep's 64 x 256 x 64 persistent launch with 5 stages ran out of shared memory on the
+    H200 (237608 bytes of 232448): the model must never offer it; 4 stages, or not persistent, fit."""
+    shape = cm.Gemm(775, 6144, 2560, "bf16")
+    cfg = {"block_m": 64, "block_n": 256, "block_k": 64, "group": 8, "persistent": True, "split_k": 1,
+           "min_blocks": 132, "tail_split": False, "num_warps": 8, "num_stages": 5}
+    assert not cm.valid(shape, cfg, cm.H200)
+    assert cm.valid(shape, dict(cfg, num_stages=4), cm.H200) and cm.valid(shape, dict(cfg, persistent=False), cm.H200)
+    assert cm.valid(shape, dict(cfg, block_m=128, block_n=128), cm.H200)      # 128 x 128 x 64, 5 stages: ran
+    for c in cm.candidates(shape, cm.H200):
+        assert not (c["persistent"] and (c["block_m"], c["block_n"]) == (64, 256) and c["num_stages"] > 4), c

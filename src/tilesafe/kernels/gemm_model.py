@@ -28,9 +28,12 @@ import importlib
 from .launch import cdiv, pow2
 from .machine_model import Gpu, Gemm, element_bytes
 
-# (BM, BN, BK at 2-byte elements, warps): the tile shapes the H200 tuning found useful.
+# (BM, BN, BK at 2-byte elements, warps): the tile shapes the H200 tuning found useful; 64 x 256
+# with 8 warps from the small-M sweep (benchmarks/probes/gemv_gemm_sweep.py: split in two, 0.90
+# of cuBLAS at 136 x 5120 x 25600, where the best other tile reached 0.73).
 TILES = ((128, 256, 64, 8), (256, 128, 64, 8), (128, 128, 64, 4), (128, 128, 64, 8), (128, 64, 64, 4),
-         (64, 128, 64, 4), (64, 64, 64, 4), (64, 128, 128, 4), (128, 64, 128, 4), (64, 64, 128, 4))
+         (64, 128, 64, 4), (64, 64, 64, 4), (64, 128, 128, 4), (128, 64, 128, 4), (64, 64, 128, 4),
+         (64, 256, 64, 8))
 SPLITS = (2, 3, 4, 6, 8)
 # Fitted to the H200 tuner's measured candidates (the training set: benchmarks/results/h200/
 # tune-candidates*.json, 30 GEMM classes of m > 16, ~2000 timed configs) by ranking each
@@ -95,7 +98,12 @@ def valid_matmul(c: dict, s: Gemm, gpu: Gpu) -> bool:
         return False
     if not 1 <= c["split_k"] <= cdiv(s.k, c["block_k"]):
         return False
-    return _smem(*tiles, c["num_stages"], element_bytes(s.dtype)) <= gpu.smem_per_block - SMEM_RESERVE
+    es = element_bytes(s.dtype)
+    # The persistent kernel's epilogue changes the layout of a 128 x 128-element tile in shared
+    # memory of its own too (64 x 256 x 64 with 5 stages asked 237608 bytes of 232448 on the H200).
+    epilogue = c["block_m"] * c["block_n"] * es if c.get("persistent") and c["block_m"] * c["block_n"] == 128 * 128 \
+        else 0
+    return _smem(*tiles, c["num_stages"], es) + epilogue <= gpu.smem_per_block - SMEM_RESERVE
 
 
 def matmul_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
