@@ -45,7 +45,37 @@ def llm_with_cache(checkpoint):
     return llm
 
 
+def test_one_row_runs_the_fused_epilogues_with_the_norms_apart(checkpoint, monkeypatch):
+    """The defaults (FUSED_ROWS = 1, NORM_PROLOGUE = False): a one-row greedy step fuses the
+    residual adds and SiLU-mul into the o and down GEMVs, runs each norm as its own kernel
+    and takes the token from the LM head after the final norm."""
+    llm = llm_with_cache(checkpoint)
+    llm.sampler.set_rows([params(temperature=0)], [0])
+    seen = launched_kernels(monkeypatch)
+    with torch.inference_mode():
+        llm.decode_steps.run([5], [3])
+    layers = llm.config.num_layers
+    assert sum(k in ("fused_skinny_kernel", "fused_split_kernel") for k in seen) == 2 * layers
+    assert seen.count("rms_norm_kernel") == 2 * layers + 1
+    assert not [k for k in seen if k in ("add_rms_norm_inplace_kernel", "add_rms_norm_kernel", "binary_kernel")]
+    assert seen[-3:] == ["rms_norm_kernel", "argmax_gemv_kernel", "argmax_rows_kernel"]
+
+
+def test_two_rows_run_the_unfused_layer(checkpoint, monkeypatch):
+    """FUSED_ROWS = 1: the fused GEMVs' 2..16-row form was slower on the H200 than the
+    unfused sequence, so a batch of two takes `_forward`."""
+    llm = llm_with_cache(checkpoint)
+    llm.sampler.set_rows([params(temperature=0)] * 2, [0, 0])
+    seen = launched_kernels(monkeypatch)
+    with torch.inference_mode():
+        llm.decode_steps.run([5, 9], [3, 7])
+    assert not [k for k in seen if k.startswith("fused_")], seen
+
+
 def test_a_greedy_step_is_four_gemvs_a_layer_and_no_logits(checkpoint, monkeypatch):
+    """With the norm prologue on (and the fused layer for two rows)."""
+    monkeypatch.setattr(engine_model, "FUSED_ROWS", 16)
+    monkeypatch.setattr(engine_model, "NORM_PROLOGUE", True)
     llm = llm_with_cache(checkpoint)
     llm.sampler.set_rows([params(temperature=0)] * 2, [0, 0])
     seen = launched_kernels(monkeypatch)
@@ -60,18 +90,21 @@ def test_a_greedy_step_is_four_gemvs_a_layer_and_no_logits(checkpoint, monkeypat
 
 def test_a_sampled_step_still_samples_from_the_logits(checkpoint, monkeypatch):
     llm = llm_with_cache(checkpoint)
-    llm.sampler.set_rows([params(temperature=0), params(temperature=0.8)], [0, 3])
+    llm.sampler.set_rows([params(temperature=0.8)], [3])
     seen = launched_kernels(monkeypatch)
     with torch.inference_mode():
-        llm.decode_steps.run([5, 9], [3, 7])
+        llm.decode_steps.run([5], [3])
     assert seen[-3:] == ["rms_norm_kernel", "skinny_kernel", "sample_kernel"]
     assert "argmax_gemv_kernel" not in seen
 
 
 @pytest.mark.parametrize("variant", [{"NORM_PROLOGUE": False}, {"FUSED_ROWS": 0}])
 def test_the_fused_step_gives_the_unfused_steps_tokens(checkpoint, monkeypatch, variant):
-    """Greedy and sampled rows, fused against the norms as their own kernels (NORM_PROLOGUE
-    False) and against the unfused layer (FUSED_ROWS = 0), on the same cache."""
+    """Greedy and sampled rows, the fused layer with the norm prologue (for two rows) against
+    the norms as their own kernels (NORM_PROLOGUE False) and against the unfused layer
+    (FUSED_ROWS = 0), on the same cache."""
+    monkeypatch.setattr(engine_model, "FUSED_ROWS", 16)
+    monkeypatch.setattr(engine_model, "NORM_PROLOGUE", True)
     runs = {}
     for fused in (True, False):
         if not fused:

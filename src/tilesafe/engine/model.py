@@ -87,13 +87,16 @@ class DecodeWorkspace:
 # (the GPU's split count would be mostly empty blocks), make the CPU demo ~10x faster.
 CPU_LM_HEAD = {"block_n": 1024, "block_k": 64}
 CPU_DECODE_SPLITS = 2
-# Decode batches up to this many rows run the fused layer (`_forward_fused`): the fused
-# GEMVs are the weight-streaming path of `linear`, which serves M <= 16.
-FUSED_ROWS = 16
-# There each RMSNorm is the prologue of the GEMV after it (rms_norm_linear, linear_argmax's
-# norm_weight); False runs it as its own rms_norm kernel first. Every GEMV block recomputes
-# the row's statistics in the prologue: benchmarks/probes/decode_fusions.py times both forms.
-NORM_PROLOGUE = True
+# Decode batches up to this many rows run the fused layer (`_forward_fused`). One row only:
+# on the H200 (benchmarks/probes/decode_fusions.py) the fused GEMVs' tensor-core form for
+# 2..16 rows ran a layer 2-4x slower than the unfused sequence (8B, 8 rows: 424 against
+# 111 us), while at one row the fused layer saves its launches.
+FUSED_ROWS = 1
+# True makes each RMSNorm the prologue of the GEMV after it (rms_norm_linear, linear_argmax's
+# norm_weight); False (the default) runs it as its own rms_norm kernel first. Every GEMV block
+# recomputes the row's statistics in the prologue, which lost on the H200 at 4B and 8B (8B:
+# 115.5 against 111.6 us a layer, LM head 410 against 319 us): decode_fusions.py times both.
+NORM_PROLOGUE = False
 
 
 class Qwen3Model:
