@@ -1,0 +1,71 @@
+"""Lending's bookkeeping on the fresh-tensor launch path (issue 16): a partition records where
+it was lent as a place (file, line) and its bytes only when some check asks (lender_of), and
+giving it back drops the record, so partitioning the memory again builds no byte set. The
+checks that read the records refuse exactly as before: class, message, the lending line and
+the line of the refused call. Both CPU backends; oracles in NumPy."""
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe.runtime.storage_state import StorageState
+
+HERE = __file__
+
+
+@ts.kernel
+def plus_one(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) + 1.0)
+
+
+def _line(marker: str) -> int:
+    with open(HERE) as f:
+        hits = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def _located(e, marker: str) -> None:
+    assert e.loc is not None and e.loc.file == HERE and e.loc.line == _line(marker), str(e)
+    assert str(e).startswith("error: ") and "= help: " in str(e)
+
+
+def test_giving_back_drops_the_lending_record():
+    zt = torch.zeros(64)
+    for _ in range(3):
+        p = ts.from_torch(zt).partition((16,))
+        p.unpartition()
+    assert StorageState.of(zt)._lent == []          # nothing left for the next lending to look at
+
+
+def test_fresh_launches_then_lent_bytes_are_refused(backend):
+    xt, zt = torch.from_numpy(np.arange(64, dtype=np.float32)), torch.full((64,), np.nan)
+    for _ in range(3):                                # the user-kernel loop: new handles every launch
+        p = ts.from_torch(zt).partition((16,))
+        plus_one(p, ts.from_torch(xt)).sync()
+        p.unpartition()
+    np.testing.assert_array_equal(zt.numpy(), xt.numpy() + 1.0)
+    held = ts.from_torch(zt).partition((16,))  # held-here
+    with pytest.raises(ts.OwnershipError) as e:
+        ts.from_torch(zt).partition((16,))  # again-here
+    assert e.value.message == (f"cannot partition this tensor: its bytes are lent to a partition "
+                               f"(lent at {HERE}:{_line('held-here')})")
+    _located(e.value, "again-here")
+    held.unpartition()
+    p = ts.from_torch(zt).partition((16,))           # given back: lendable again
+    plus_one(p, ts.from_torch(xt)).sync()
+    p.unpartition()
+
+
+def test_an_earlier_view_cannot_write_bytes_lent_later():
+    t = ts.zeros(64)
+    view = t[8:16]                                     # taken before the lending
+    p = t.partition((16,))  # lent-here
+    with pytest.raises(ts.OwnershipError) as e:
+        view[0:2] = 1.0  # write-here
+    assert e.value.message == (f"cannot write through `x[...] = value`: its bytes are lent to a partition "
+                               f"(lent at {HERE}:{_line('lent-here')})")
+    _located(e.value, "write-here")
+    assert (p.unpartition().numpy() == 0.0).all()     # refused: nothing written
+    view[0:2] = 1.0                                    # given back: the view writes
+    assert t.numpy()[8:10].tolist() == [1.0, 1.0]
