@@ -16,7 +16,8 @@ head layouts), never the held-out draws. A candidate that fails to compile, to r
 is recorded with its error and skipped. Each part stops taking new shapes past its time budget
 (the whole run stays under ~150 s on an H200). Prints a table; JSON to argv[1].
     PYTHONPATH=src python3 benchmarks/probes/gemv_gemm_sweep.py "$OUT/gemv_gemm_sweep.json"
-Optional argv[2]: a comma list of parts to run (default "gemm,flash,gemv").
+Optional argv[2]: a comma list of parts to run (default "gemm,flash,gemv"; also "ragged": M around the
+64-row tiles on one weight, whole-tile configs; "gemv-small": the 0.6B GEMVs, short K).
 """
 import json
 import os
@@ -29,7 +30,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_side, beside this file
 
-BUDGET_S = {"gemm": 50.0, "flash": 45.0, "gemv": 30.0}   # seconds each part may start shapes in
+BUDGET_S = {"gemm": 50.0, "flash": 45.0, "gemv": 30.0, "ragged": 45.0, "gemv-small": 40.0}   # seconds each part may start shapes in
 TOTAL_S = 140.0
 START = time.monotonic()
 
@@ -105,10 +106,11 @@ def gemv_config(bn, bk, warps, stages, split, prefetch):
 
 # --- the parts ---------------------------------------------------------------------------------
 
-def part_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu):
+def part_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu, models=("4B", "0.6B", "8B", "32B")):
     # 4B first (the engine's decode target), then 0.6B (short K), 8B and 32B
-    shapes = [(f"{m} {p} (M=1)", n, k) for m in ("4B", "0.6B", "8B", "32B") for p, (n, k) in projections(m).items()]
-    shapes.insert(4, ("4B lm_head (M=1)", 151936, 2560))
+    shapes = [(f"{m} {p} (M=1)", n, k) for m in models for p, (n, k) in projections(m).items()]
+    if "4B" in models:
+        shapes.insert(4, ("4B lm_head (M=1)", 151936, 2560))
     out = {}
     for name, n, k in shapes:
         if over("gemv"):
@@ -194,7 +196,7 @@ def part_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu):
     return out
 
 
-def one_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu, name, m, n, k):
+def one_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu, name, m, n, k, configs=None):
     t0 = time.monotonic()
     sets = rotation_sets((m * k + n * k + m * n) * 2)
     xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
@@ -204,7 +206,7 @@ def one_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu, name
     shape = cm.Gemm(m, n, k, "bf16")
     impls = {"cublas": (lambda i: torch.nn.functional.linear(xs[i], ws[i], out=cs[i]), "torch"),
              "ts default": (lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i]), "tilesafe")}
-    configs = gemm_candidates(cm, gm, shape, gpu)
+    configs = configs or gemm_candidates(cm, gm, shape, gpu)
     for key, cfg in configs.items():
         impls[key] = ((lambda c: lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i], config=c))(cfg), "tilesafe")
     entry = measure(impls, sets, result_check(cs[0], ref, error="max"), "cublas", "vs_cublas", policy)
@@ -216,6 +218,39 @@ def one_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu, name
     report(name, entry, "vs_cublas", extra=lambda v: f" pred {v['predicted_us']:7.2f}" if v.get("predicted_us")
            else "")
     return {"shape": [m, n, k], "impls": entry, "seconds": time.monotonic() - t0}
+
+
+# Ragged M: one weight, M around the 64-row tiles, whole-tile configs only (why 64 x 64 x 128
+# ran 20 us at M = 72 against ~12 at M = 128 in the first sweep)
+RAGGED_M = (64, 72, 80, 96, 112, 128, 144, 190)
+RAGGED_TILES = ((64, 64, 128, 4, 6), (64, 128, 64, 4, 8), (128, 128, 64, 4, 5), (128, 64, 64, 4, 8),
+                (64, 256, 64, 8, 5), (64, 64, 64, 4, 8))
+
+
+def part_ragged(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for model, proj in (("8B", "o"), ("8B", "qkv")):
+        n, k = projections(model)[proj]
+        for m in RAGGED_M:
+            name = f"{model} {proj} M={m} ({n}x{k})"
+            if over("ragged"):
+                out[name] = {"skipped": "time budget"}
+                continue
+            guarded(out, name, lambda: one_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu, name,
+                                                m, n, k, ragged_candidates(cm, cm.Gemm(m, n, k, "bf16"), gpu)))
+    return out
+
+
+def ragged_candidates(cm, shape, gpu):
+    out = {}
+    for i, c in enumerate(cm.ranked(shape, 2, gpu)):
+        out[f"model#{i} " + _tag(c)] = c
+    for bm, bn, bk, warps, stages in RAGGED_TILES:
+        c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": 1,
+             "min_blocks": gpu.sms, "tail_split": False, "num_warps": warps, "num_stages": stages}
+        if cm.valid(shape, c, gpu) and not any(c == v for v in out.values()):
+            out[_tag(c)] = c
+    return out
 
 
 # (batch, heads, KV heads, length, head dim, causal): Qwen3 layouts at power-of-two lengths
@@ -365,7 +400,10 @@ def main(out_path, parts=("gemm", "flash", "gemv")):
               "triton": triton.__version__, "budget_s": BUDGET_S}
     runners = {"gemm": lambda: part_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu),
                "flash": lambda: part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu),
-               "gemv": lambda: part_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu)}
+               "gemv": lambda: part_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu),
+               "ragged": lambda: part_ragged(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu),
+               "gemv-small": lambda: part_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu,
+                                               ("0.6B",))}
     for part in parts:
         try:
             result[part] = runners[part]()
