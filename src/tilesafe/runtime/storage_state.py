@@ -46,6 +46,8 @@ class PendingAccess(NamedTuple):
     standing: bool = False    # a graph's access, registered once for all its replays (`stand`)
 
 
+_new_access = tuple.__new__
+
 # Bumped whenever any registry gains pending work (a record, a graph replay, a merge): a graph
 # whose stream saw no change since its last replay was already ordered after everything pending.
 _changes = 0
@@ -273,16 +275,20 @@ class StorageState:
         global _changes
         _changes += 1
         stream = getattr(future, "stream", None)
+        # Built without the named tuple's Python-level constructor (one per argument per launch).
+        entry = _new_access(PendingAccess, (byteset, is_write, future, False))
         with self._lock:
             pending = self._pending
-            for i, p in enumerate(pending):
-                if p.is_write == is_write and getattr(p.future, "stream", None) == stream and \
-                        (p.byteset is byteset or p.byteset == byteset) and not p.standing:
-                    pending[i] = PendingAccess(byteset, is_write, future)
+            i = 0
+            for bs, w, f, standing in pending:   # cheapest tests first; a launcher reuses its byte sets
+                if w == is_write and (bs is byteset or bs == byteset) and not standing \
+                        and getattr(f, "stream", None) == stream:
+                    pending[i] = entry            # the entry of the same bytes, kind and stream, in place
                     return
+                i += 1
             if len(pending) >= 32:
                 pending[:] = [p for p in pending if _kept(p)]
-            pending.append(PendingAccess(byteset, is_write, future))
+            pending.append(entry)
 
     def stand(self, byteset: ByteSet, is_write: bool, future: Future) -> None:
         """Register a graph's access once for all its replays on one stream: `future` (the
