@@ -20,13 +20,12 @@ runs the unfused sequence (the prologue would be recomputed by every tile of a G
 import tilesafe as ts
 
 from . import arguments as A
-from . import configs, layout, scratch
+from . import layout, scratch
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import residual_add, silu_mul
 from .launch import cdiv, launch, pow2
-from .matmul import (ACTIVATIONS, SKINNY_M, _bias, _tf32, epilogue, linear, linear_keys, mac,
-                     skinny_tiles)
+from .matmul import ACTIVATIONS, SKINNY_M, _bias, _tf32, epilogue, linear, mac, skinny_config, skinny_tiles
 from .norms import rms_norm
 
 PLAIN, NORM, SILU_MUL = 0, 1, 2                 # prologues
@@ -251,7 +250,9 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
                             residual=rt), {"out": o.passed}, {"out": ("residual",)})
     if m == 0 or n == 0:
         return o.returned
-    cfg = configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype, shape=configs.Gemm(m, n, k, dtype.name))
+    # Exactly `linear`'s config for this (N, K) (first-use tuning times the plain GEMV of the
+    # same operands, so the fused call can never stream the weight with other tiles).
+    cfg = skinny_config(dtype, m, n, k, config, run=lambda c: linear(av, wt, config=c))
     bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
     pro = NORM if gt is not None else SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES

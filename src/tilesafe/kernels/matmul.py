@@ -275,10 +275,9 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     common = dict(a=av, b=bt, bias=bias_t, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation],
                   TF32=_tf32(fn, dtype, precision))
     if m <= SKINNY_M:
-        cfg = configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype,
-                             shape=configs.Gemm(m, n, k, dtype.name),
-                             run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
-                                                 names))
+        cfg = skinny_config(dtype, m, n, k, config,
+                            run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
+                                                names))
         bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
         if splits > 1:
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
@@ -308,6 +307,16 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     else:
         _tiles(cv, (bm, bn, bk), persistent, cfg, common)
     return o.returned
+
+
+def skinny_config(dtype, m: int, n: int, k: int, config, run=None) -> dict:
+    """The config of an M <= 16 product by an (N, K) weight: `linear`'s, and the fused GEMVs'
+    (`linear_fusions`), which must stream the weight exactly as `linear` does — their
+    prologue and epilogue only add arithmetic to a memory-bound loop. `run(config)` makes
+    the call with that config, for first-use tuning (whichever of the two runs first tunes
+    the shared shape bucket; the other then reuses its choice)."""
+    return configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype,
+                          shape=configs.Gemm(m, n, k, dtype.name), run=run)
 
 
 def skinny_tiles(cfg: dict, m: int, n: int, k: int) -> tuple[int, int, int, int]:

@@ -1,0 +1,89 @@
+"""The fused decode GEMVs (`rms_norm_linear`, `silu_mul_linear`, `linear(residual=)`) stream
+the weight exactly as `linear` does for the same (N, K): the same resolved config, tiles,
+K splits and prefetch — on the H200 (sm_90 compile target, no GPU needed: launches are
+recorded, not run) and under first-use tuning, where the fused call must get the timed choice
+of `linear`'s shape bucket, not the config model's untimed one. Their prologue and epilogue
+then only add arithmetic to a memory-bound loop."""
+import sys
+
+import pytest
+import torch
+
+import tilesafe.kernels as tk
+from tilesafe.backends.triton import targets
+from tilesafe.kernels import call_plans, configs, first_use
+
+BF = torch.bfloat16
+E, I, QKV = 4096, 12288, 6144            # Qwen3-8B: hidden, intermediate, packed q/k/v width
+PAIRS = {                                # the kernel of `linear` and of the fused call, one to one
+    "skinny_kernel": "fused_skinny_kernel", "split_k_kernel": "fused_split_kernel",
+    "split_sum_kernel": "fused_sum_kernel"}
+CALLS = {   # projection: (plain linear, fused call) on the same rows and weight
+    "qkv": (lambda m: tk.linear(e(m, E), e(QKV, E)),
+            lambda m: tk.rms_norm_linear(e(m, E), e(E), e(QKV, E))),
+    "o": (lambda m: tk.linear(e(m, E), e(E, E)),
+          lambda m: tk.linear(e(m, E), e(E, E), residual=e(m, E))),
+    "gate_up": (lambda m: tk.linear(e(m, E), e(2 * I, E)),
+                lambda m: tk.rms_norm_linear(e(m, E), e(E), e(2 * I, E))),
+    "down": (lambda m: tk.linear(e(m, I), e(E, I)),
+             lambda m: tk.silu_mul_linear(e(m, 2 * I), e(E, I), residual=e(m, E))),
+}
+
+
+def e(*shape):
+    return torch.empty(shape, dtype=BF)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Each launch as (kernel, output tiles, resolved config, the loop's constants)."""
+    seen = []
+
+    def record(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
+        loop = {k: args[k] for k in ("BK", "PER", "DOT", "PREFETCH") if k in args}
+        seen.append((PAIRS.get(kernel.name, kernel.name), {n: t for n, (_, t) in outputs.items()},
+                     dict(cfg or {}), loop))
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
+    for name in ("matmul", "linear_fusions"):
+        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", record)
+    return seen
+
+
+def resolved(seen, call, m):
+    seen.clear()
+    with targets.compiling_for("sm_90"):
+        call(m)
+    return list(seen)
+
+
+@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("proj", list(CALLS))
+def test_a_fused_gemv_resolves_linears_config_on_the_h200(launches, proj, m):
+    plain, fused = CALLS[proj]
+    want, got = resolved(launches, plain, m), resolved(launches, fused, m)
+    assert want and got == want
+
+
+def test_under_first_use_tuning_the_fused_call_gets_linears_timed_choice(launches, monkeypatch):
+    """Tuning picks the model's last candidate here (a stand-in timer): a fused call that
+    skipped tuning would run the model's first choice while `linear` runs the timed one.
+    A weight no tuned entry was made for (3000 x 5000), so the shape bucket tunes."""
+    def plain(m):
+        return tk.linear(e(m, 5000), e(3000, 5000))
+
+    def fused(m):
+        return tk.silu_mul_linear(e(m, 10000), e(3000, 5000), residual=e(m, 3000))
+    untuned = resolved(launches, plain, 1)
+    picked = []
+
+    def pick(family, key, candidates, run, gpu, timer=None):
+        assert run is not None
+        picked.append(key)
+        return candidates[-1]
+    monkeypatch.setattr(first_use, "wanted", lambda: True)
+    monkeypatch.setattr(first_use, "pick", pick)
+    got, want = resolved(launches, fused, 1), resolved(launches, plain, 1)
+    assert len(picked) == 2 and picked[0] == picked[1]     # one shape bucket, tuned by either call
+    assert want != untuned                                 # the timed choice is not the model's first
+    assert got == want
