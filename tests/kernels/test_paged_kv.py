@@ -212,11 +212,11 @@ def test_paged_decode_launches(backend, device, monkeypatch, splits, config, wan
 
 def test_paged_split_counts_follow_the_rows_the_length_and_the_sms():
     from tilesafe.kernels.attention_model import PAGED_MIN_KEYS, paged_splits
-    assert paged_splits(8, 4352, 64, 132) == 64                      # batch 1, 8 KV heads: at most 64 splits
-    assert paged_splits(8, 160, 64, 132) == 3                        # a short cache: splits of >= 64 keys
-    assert paged_splits(256, 4352, 64, 132) == 4                     # batch 32 x 8 KV heads: 1024 blocks
-    assert paged_splits(64, 4352, 64, 132) == 16
-    assert paged_splits(1200, 4352, 64, 132) == 1                    # the rows alone: 9 blocks per SM
+    assert paged_splits(8, 4352, 64, 132) == 32                      # batch 1, 8 KV heads: 256 blocks
+    assert paged_splits(8, 160, 64, 132) == 2                        # a short cache: splits of >= 64 keys
+    assert paged_splits(256, 4352, 64, 132) == 1                     # batch 32 x 8 KV heads: the rows alone
+    assert paged_splits(64, 4352, 64, 132) == 4
+    assert paged_splits(24, 4352, 64, 132) == 8                      # 11 would fit: a power of two
     assert paged_splits(8, 64, 64, 132) == 1 and PAGED_MIN_KEYS == 64
 
 

@@ -148,25 +148,30 @@ def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
 
 
 # --- paged decode (the engine's) -----------------------------------------------------------
-# Measured on the H200 (benchmarks/probes/decode_attention_sizes.py, round 1 of session 15):
-# a block's 64-key tile costs ~2.5 us of dependent latency (table gather, K/V gathers,
-# scores, softmax, product), so a split of n tiles takes ~n x 2.5 us whatever the bytes:
-# 32 sequences x 8 KV heads in one split each (256 blocks, 64 tiles) took 336 us for 537 MB
-# at 4096 keys, a third of the HBM rate. More, shorter splits shorten that chain; the
-# combination kernel (~5 us in a graph) is paid back from two tiles on. One split wins only
-# at <= 2 tiles (7.7 us against 10.1 at 128 keys), which a graph sized for max_model_len
-# cannot know; the one-launch form (the last block combines) cost as much as the second
-# kernel there (the ticket's fence, atomic and re-read of the partials).
-PAGED_BLOCKS_PER_SM = 8        # (split, sequence x KV head) blocks per SM a paged decode aims for
+# Measured on the H200 (benchmarks/probes/decode_attention_sizes.py, rounds 1 and 2 of session
+# 15, Qwen3 heads of 128, graphs): a split's 64-key tile is two dependent reads (its table
+# entries, then its K/V rows) before its math, ~2.5 us; reading tile j + 1 (and tile j + 2's
+# table entries) before tile j's math was faster in every case timed (4B, 32 x 8 rows, 4096
+# keys, 4 splits: 249 -> 174 us; 1 x 8 rows, 128 keys: 12.3 -> 10.3), 8 warps slower. More
+# splits shorten each block's chain but cost at short contexts, where most blocks find no
+# keys and the combination reads more partials: 64 splits at batch 1 were slower than 32 at
+# 128, 1024 and 4096 keys (12.3 / 14.3 / 16.6 us against 9.6 / 10.7 / 15.4), 16 at batch 8
+# slower than 4 to 1024 keys. So ~2 blocks per SM, a power of two of splits (the combination
+# reads them in one tile). One split (32 x 8 rows) was 14.8 us at 128 keys against 23-27 for
+# four; at 4096 keys four were faster (174 us with the prefetch against 337 without it for
+# one). The one-launch form (the last block combines) was slower in every case (ticket's
+# fence, atomic and re-read of the partials; 26 against 12 us at batch 1, 128 keys).
+PAGED_BLOCKS_PER_SM = 2        # (split, sequence x KV head) blocks per SM a paged decode aims for
 PAGED_MAX_SPLITS = 64          # the combination kernel reads (splits, D) fp32 per head in one tile
 PAGED_MIN_KEYS = 64            # keys a split takes at least (one tile), read on the device
-PAGED_PREFETCH = False         # read tile j + 1 before tile j's math: not yet timed on a GPU
+PAGED_PREFETCH = True          # read tile j + 1 before tile j's math
 
 
 def paged_splits(rows: int, max_len: int, block_n: int, sms: int) -> int:
     """Splits per (sequence, KV head) of `rows` for sequences of up to `max_len` positions:
-    as many as give each SM PAGED_BLOCKS_PER_SM blocks, none shorter than a key tile at
-    max_len, at most PAGED_MAX_SPLITS; one when the rows alone give that many blocks (no
-    partials then, no combination)."""
+    the power of two that gives each SM up to PAGED_BLOCKS_PER_SM blocks, none shorter than a
+    key tile at max_len, at most PAGED_MAX_SPLITS; one when the rows alone give that many
+    blocks (no partials then, no combination)."""
     most = min(PAGED_MAX_SPLITS, cdiv(max_len, max(block_n, cdiv(PAGED_MIN_KEYS, block_n) * block_n)))
-    return max(1, min(most, PAGED_BLOCKS_PER_SM * sms // max(rows, 1)))   # only splits that add a whole block
+    want = max(1, min(most, PAGED_BLOCKS_PER_SM * sms // max(rows, 1)))   # only splits that add a whole block
+    return 1 << (want.bit_length() - 1)

@@ -12,12 +12,12 @@ them (the sum of squares spans the row); the arithmetic is `norm_rope`'s, so the
 queries equal `norm_rope`'s up to the order of the sum.
 
 A block's walks run one after another, each a dependent load, its math and a store, so at
-decode sizes the kernel's time is the sum of its walks' latencies (Qwen3-4B at batch 1:
-5.9 us for 40 heads of 128). When half a head is a power of two (head_dim 64, 128, ...)
-and the step has several tokens, `norm_rope_kv_rows_kernel` walks whole heads instead, seen
-as (2, half) tiles, so q and k take one walk each: three walks, half the time at 8 and 32
-tokens on the H200; at one token the five half-head walks are faster (WHOLE_HEADS_FROM).
-`config=` sets the tiles (`block_t`, `block_h`) and `num_warps`, as `norm_rope`'s.
+decode sizes the kernel's time is the sum of its walks' times (Qwen3-4B at batch 1: 5.9 us
+for 40 heads of 128). When half a head is a power of two (head_dim 64, 128, ...)
+`norm_rope_kv_rows_kernel` walks whole heads instead, seen as (2, half) tiles, so q and k
+take one walk each: three walks, half the time at 8 and 32 tokens on the H200, and with
+2-head tiles at one token 4.8 us against 6.9. `config=` sets the tiles (`block_t`,
+`block_h`) and `num_warps`, as `norm_rope`'s.
 """
 import math
 
@@ -29,12 +29,13 @@ from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
 from .paged_kv import _int_vector
 
-# Whole heads per tile (three walks) from this many tokens on. Measured on the H200 (Qwen3
-# heads of 128, benchmarks/probes/decode_attention_sizes.py): at 8 and 32 tokens 8.4 / 9.5 us
-# against 16.5 / 17.6 for the five walks, but at one token 8.1 against 6.7 — the whole-head
-# walk costs ~2.7 us however small its tile (its (2, half) tiles are reshaped into rows), a
-# half-head walk ~1.3 us at one token. The probe sets it to force either form.
-WHOLE_HEADS_FROM = 2
+# Whole heads per tile (three walks) from this many tokens on (the probe sets it to time the
+# five-walk form). Measured on the H200 (Qwen3 heads of 128, benchmarks/probes/
+# decode_attention_sizes.py, rounds 1-2): three walks of 8-head tiles 8.5 / 10.0 us at 8 / 32
+# tokens against 16.5 / 18.0 for five; at one token 8.4 against 6.9, but with 2-head tiles
+# (ONE_TOKEN_HEADS) 4.8 us: a walk's math, not only its latency, counts at these sizes.
+WHOLE_HEADS_FROM = 1
+ONE_TOKEN_HEADS = 2            # heads per tile of a one-token step (unless config= sets block_h)
 
 
 @ts.function
@@ -166,7 +167,8 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
     half = d // 2
     cfg = configs.lookup("rope", configs.shape_class(dtype, d), config, dtype)
     bt, hp = min(cfg["block_t"], pow2(t)), pow2(half)
-    bh, bk = min(cfg["block_h"], pow2(h)), min(cfg["block_h"], pow2(hkv))
+    heads = cfg["block_h"] if t > 1 or "block_h" in (config or {}) else ONE_TOKEN_HEADS
+    bh, bk = min(heads, pow2(h)), min(heads, pow2(hkv))
     c = min(pow2(hkv * d), 1024)
     y = o.tensor
     if hp == half and t >= WHOLE_HEADS_FROM:               # whole heads per tile: three walks
