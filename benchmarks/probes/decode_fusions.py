@@ -8,7 +8,8 @@ rms_norm_linear, silu_mul_linear(residual=, out=residual) (4 launches, `_forward
 and the greedy LM head: final RMSNorm, LM head GEMV, `sample` at temperature 0, against
 `linear_argmax(norm_weight=)`. Beside each, the fused form with the norms as their own kernels
 ("epilogues_only", "norm_then_argmax"): whether the norm prologue pays at that shape
-(engine/model.py's NORM_PROLOGUE picks the form). Each sequence is timed (CUDA events, median of 7) as one
+(engine/model.py's NORM_PROLOGUE picks the form), and with SiLU-mul apart too ("silu_apart": only
+the residual adds fused, SILU_PROLOGUE = False). Each sequence is timed (CUDA events, median of 7) as one
 `ts.graph()` of many layers, rotating through enough layers' weights (>= 3x the 60 MB L2)
 that every GEMV streams from HBM, and eagerly (host included). Before timing, the fused and
 unfused results are compared (bf16: close, and the greedy ids equal). GB/s counts the weight
@@ -96,6 +97,20 @@ def epilogues_only_layer(b, w):
     tk.silu_mul_linear(b["gu"], w["down"], residual=b["res"], out=b["res"])
 
 
+def silu_apart_layer(b, w):
+    """`epilogues_only_layer` with SiLU-mul its own kernel too: only the residual adds fused
+    (engine/model.py's SILU_PROLOGUE = False). Does the SiLU prologue, which every block of
+    the down GEMV recomputes over the whole row, pay?"""
+    tk.rms_norm(b["res"], w["g1"], EPS, out=b["x"])
+    tk.linear(b["x"], w["qkv"], out=b["qkv"])
+    tk.linear(b["attn"], w["o"], residual=b["res"], out=b["res"])
+    tk.rms_norm(b["res"], w["g2"], EPS, out=b["x"])
+    tk.linear(b["x"], w["gu"], out=b["gu"])
+    i = b["act"].shape[1]
+    tk.silu_mul(b["gu"][:, :i], b["gu"][:, i:], out=b["act"])
+    tk.linear(b["act"], w["down"], residual=b["res"], out=b["res"])
+
+
 def time_layers(layer, b, ws) -> dict:
     seq = [ws[j % len(ws)] for j in range(PER_GRAPH)]
 
@@ -166,7 +181,8 @@ def probe(size: str, m: int) -> dict:
     ws = weights(e, h, kv, d, i, max(2, -int(-ROTATE_BYTES // layer_bytes)))
     out = {"size": size, "m": m, "layer_weight_mb": layer_bytes / 1e6, "layers_rotated": len(ws),
            "fused_vs_unfused_rel_diff": check_layer(m, e, h, kv, d, i, ws[0])}
-    for name, layer in (("unfused", unfused_layer), ("fused", fused_layer), ("epilogues_only", epilogues_only_layer)):
+    for name, layer in (("unfused", unfused_layer), ("fused", fused_layer), ("epilogues_only", epilogues_only_layer),
+                        ("silu_apart", silu_apart_layer)):
         t = time_layers(layer, buffers(m, e, h, kv, d, i), ws)
         t["weight_gb_per_s"] = layer_bytes / (t["graph_us_per_layer"] * 1e-6) / 1e9
         out[name] = t
@@ -193,7 +209,8 @@ def main():
                       f"{r['fused']['graph_us_per_layer']:7.1f} us (graph; {r['fused']['weight_gb_per_s']:6.0f} GB/s "
                       f"fused), eager {r['unfused']['eager_us_per_layer']:6.1f} -> "
                       f"{r['fused']['eager_us_per_layer']:6.1f} us (norms apart: "
-                      f"{r['epilogues_only']['graph_us_per_layer']:7.1f}); "
+                      f"{r['epilogues_only']['graph_us_per_layer']:7.1f}, silu apart too: "
+                      f"{r['silu_apart']['graph_us_per_layer']:7.1f}); "
                       f"rel diff {r['fused_vs_unfused_rel_diff']:.1e} | "
                       f"LM head {hd['unfused']['graph_us']:6.1f} -> {hd['fused']['graph_us']:6.1f} us "
                       f"(norm apart {hd['norm_then_argmax']['graph_us']:6.1f}), "

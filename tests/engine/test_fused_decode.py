@@ -98,11 +98,11 @@ def test_a_sampled_step_still_samples_from_the_logits(checkpoint, monkeypatch):
     assert "argmax_gemv_kernel" not in seen
 
 
-@pytest.mark.parametrize("variant", [{"NORM_PROLOGUE": False}, {"FUSED_ROWS": 0}])
+@pytest.mark.parametrize("variant", [{"NORM_PROLOGUE": False}, {"SILU_PROLOGUE": False}, {"FUSED_ROWS": 0}])
 def test_the_fused_step_gives_the_unfused_steps_tokens(checkpoint, monkeypatch, variant):
     """Greedy and sampled rows, the fused layer with the norm prologue (for two rows) against
-    the norms as their own kernels (NORM_PROLOGUE False) and against the unfused layer
-    (FUSED_ROWS = 0), on the same cache."""
+    the norms as their own kernels (NORM_PROLOGUE False), SiLU-mul as its own kernel
+    (SILU_PROLOGUE False) and the unfused layer (FUSED_ROWS = 0), on the same cache."""
     monkeypatch.setattr(engine_model, "FUSED_ROWS", 16)
     monkeypatch.setattr(engine_model, "NORM_PROLOGUE", True)
     runs = {}

@@ -97,6 +97,11 @@ FUSED_ROWS = 1
 # recomputes the row's statistics in the prologue, which lost on the H200 at 4B and 8B (8B:
 # 115.5 against 111.6 us a layer, LM head 410 against 319 us): decode_fusions.py times both.
 NORM_PROLOGUE = False
+# True makes SiLU-mul the prologue of the down projection (silu_mul_linear); False runs
+# silu_mul first, then the down GEMV with its residual epilogue. Every block of the down GEMV
+# recomputes silu over the whole row (8B: 1024 blocks of 4 columns, 12288 sigmoids each):
+# decode_fusions.py's "silu_apart" layer times it against the prologue.
+SILU_PROLOGUE = True
 
 
 class Qwen3Model:
@@ -123,7 +128,21 @@ class Qwen3Model:
         starts[i+1]-1 are its positions cached[i] .., each row's cache row is in a.slots (the
         caller's slot mapping), and its keys before cached[i] are in the cache already, read
         through row i of `tables` (R, max_blocks) i32 (None when nothing is cached). a.last
-        holds each chunk's last row, whose next token lands in a.tokens / a.chosen."""
+        holds each chunk's last row, whose next token lands in a.tokens / a.chosen.
+
+        A step's decode rows ride along as chunks of one token after a cached prefix: the
+        trailing run of such chunks attends in one `paged_decode_attention` over the batch
+        (what a decode step runs), so the projections and MLP run once over all the step's
+        tokens."""
+        n_chunks = len(starts) - 1
+        tail = n_chunks                                   # chunks tail.. are one token after a prefix
+        while tail > 0 and cached[tail - 1] and starts[tail] - starts[tail - 1] == 1:
+            tail -= 1
+        tail = tail if n_chunks - tail > 1 else n_chunks  # one such chunk: the prefill kernel serves it
+        lens = None
+        if tail < n_chunks:
+            lens = torch.tensor([c + 1 for c in cached[tail:]], dtype=torch.int32, device=a.ids.device)
+
         def attend(n: int, layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             eps, theta = self.cfg.rms_norm_eps, self.cfg.rope_theta
             k_cache, v_cache = self.cache.k[n], self.cache.v[n]
@@ -131,7 +150,7 @@ class Qwen3Model:
             tk.norm_rope(k, layer.k_norm, a.positions, eps, theta, out=a.kr)
             # Every chunk's keys and values in one launch, each row to its slot.
             tk.paged_kv_write(k_cache, v_cache, a.kr, v, a.slots, check="device")
-            for i in range(len(starts) - 1):
+            for i in range(tail):
                 s, e = starts[i], starts[i + 1]
                 if cached[i]:   # a prefix in the cache: the chunk's queries read every key through the table
                     paged_prefill_attention(a.qr[s:e], k_cache, v_cache, tables, cached[i], row=i, out=a.attn[s:e])
@@ -139,6 +158,9 @@ class Qwen3Model:
                     tk.flash_attention(a.qr[s:e].transpose(0, 1), a.kr[s:e].transpose(0, 1),
                                        v[s:e].transpose(0, 1), causal=True,
                                        out=a.attn[s:e].transpose(0, 1))   # (H, T_i, D) views
+            if lens is not None:   # the decode rows: one query each, in one launch
+                s = starts[tail]
+                tk.paged_decode_attention(a.qr[s:], k_cache, v_cache, tables[tail:], lens, out=a.attn[s:])
         self._forward(a, attend, gather_last=True)
 
     def decode_workspace(self, a: Activations):
@@ -191,7 +213,12 @@ class Qwen3Model:
             attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, residual=a.residual, out=a.residual)   # residual += o(attn)
             norm_linear(layer.post_norm, layer.gate_up, a.gu)                       # (M, 2 I)
-            tk.silu_mul_linear(a.gu, layer.down, residual=a.residual, out=a.residual)     # residual += mlp
+            if SILU_PROLOGUE:
+                tk.silu_mul_linear(a.gu, layer.down, residual=a.residual, out=a.residual)  # residual += mlp
+            else:
+                half = a.gu.shape[1] // 2
+                tk.silu_mul(a.gu[:, :half], a.gu[:, half:], out=a.act)
+                tk.linear(a.act, layer.down, residual=a.residual, out=a.residual)
         head = CPU_LM_HEAD if self.on_cpu else None
         if greedy and NORM_PROLOGUE:   # the token and its log-probability straight from the LM head
             tk.linear_argmax(a.residual, w.lm_head, norm_weight=w.norm, eps=eps, out=a.tokens,
