@@ -253,7 +253,7 @@ def paged_decode_single_kernel(o: ts.Mut["T", (1, "GS", "DP")], q: ts.Ref["T", (
 def paged_decode_workspace(q, k_cache, max_len=None, splits=None):
     """The scratch of `paged_decode_attention` for these shapes (allocate once, before a
     capture). `max_len` (positions a sequence may have; default: the whole cache) sets how
-    many splits a sequence is cut into (`attention_model.paged_splits`: ~8 (split, sequence
+    many splits a sequence is cut into (`attention_model.paged_splits`: ~2 (split, sequence
     x KV head) blocks per SM); `splits` sets it directly. With one split there is no scratch:
     each block writes its heads' final output."""
     fn = "paged_decode_workspace"
@@ -311,7 +311,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     sequence uses only its first splits, read on the device each step) and a second kernel
     combines them, or with `one_kernel=True` the last block of each (sequence, KV head) does
     (`ts.last_arrival`, S16). `config` may set `min_keys`, `one_kernel`, `prefetch` (read
-    the next tile before this one's math), `block_n` (keys per tile) and the schedule hints.
+    the next tile before this one's math; on by default), `block_n` (keys per tile) and the
+    schedule hints.
     """
     fn = "paged_decode_attention"
     torch_mode = A.is_torch(q)
