@@ -82,19 +82,24 @@ def test_chunked_prefill_gives_the_unchunked_tokens(llm, alone, monkeypatch):
     prompts = [[(7 * i + 3) % 90 + 1 for i in range(22)], [4, 9], [(5 * i) % 80 + 2 for i in range(9)]]
     params = [GREEDY, SEEDED, SEEDED]
     core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=4)
-    chunks = []
-    prefill = core.runner.prefill
+    chunks, mixed = [], []
+    step = core.runner.step
 
-    def record(plan_chunks):
+    def record(plan_chunks, decode):
         chunks.append([(r.request_id, r.computed, n) for r, n in plan_chunks])
-        return prefill(plan_chunks)
-    monkeypatch.setattr(core.runner, "prefill", record)
+        mixed.append(len(decode) if plan_chunks else 0)
+        return step(plan_chunks, decode)
+    monkeypatch.setattr(core.runner, "step", record)
     outs = [add(core, llm, f"c{i}", p, sp)[1] for i, (p, sp) in enumerate(zip(prompts, params))]
     drain(core)
     assert outs == [alone(p, sp) for p, sp in zip(prompts, params)]
     long = [(c, n) for step in chunks for rid, c, n in step if rid == "c0"]
     assert long[0] == (0, 4) and len(long) >= 6 and sum(n for _, n in long) == 22
     assert all(sum(n for *_, n in step) <= 4 for step in chunks)
+    # Chunks ran beside decodes, and every step was one forward pass (the chunks and the
+    # decode rows together), not a prefill pass and then a decode pass; the decode rows of
+    # a mixed step attend in one paged_decode_attention launch when there are two or more.
+    assert sum(n > 0 for n in mixed) >= 3 and max(mixed) >= 2 and core.runner.passes == core.steps
 
 
 def test_decode_batches_padded_to_their_bucket_give_the_unpadded_tokens(llm, alone):

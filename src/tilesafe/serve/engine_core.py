@@ -8,8 +8,9 @@
 
 A step asks the scheduler for its plan — a token for each decoding request, prefill chunks
 of the prompts under way and of newly admitted requests, within the step's token budget,
-preempting the latest requests when KV blocks run short — then runs the chunks as one
-ragged prefill and the decodes as one batched step, and emits every new token. A long
+preempting the latest requests when KV blocks run short — then runs the chunks and the
+decodes in one forward pass (a pure decode step in its captured bucket), and emits every
+new token. A long
 prompt is thus prefilled over several steps while the running requests keep decoding;
 a prompt whose leading blocks are in the prefix cache computes only the rest. Finished and
 aborted requests free their blocks at once. `EngineCore` is not thread-safe: `EngineThread`
@@ -85,16 +86,13 @@ class EngineCore:
         if plan.num_tokens:     # the gauges show the admitted requests' blocks before their first token goes out
             self._gauges()
         with self.llm._on_device(), torch.inference_mode():
-            if plan.prefill:
-                done = self.runner.prefill(plan.prefill)
+            if plan.prefill or plan.decode:     # one forward pass: the chunks and the decode rows together
+                done = self.runner.step(plan.prefill, plan.decode)
                 for r, n in plan.prefill:
                     s.computed(r, n)
-                self._emit(done)
-            if plan.decode:
-                self.runner.decode(plan.decode)
                 for r in plan.decode:
                     s.computed(r, 1)
-                self._emit(plan.decode)
+                self._emit(done)
         self.steps += 1
         self._gauges()
 

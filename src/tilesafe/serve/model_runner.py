@@ -1,6 +1,7 @@
-"""Runs the engine's Qwen3 model for the scheduler over a paged KV cache: one ragged
-prefill of the step's chunks, then one batched decode step, every token's KV written to
-and read from the blocks the block manager gave its request.
+"""Runs the engine's Qwen3 model for the scheduler over a paged KV cache: one forward pass
+a step — a ragged pass over the step's prefill chunks and its decode rows together, or,
+when it only decodes, one batched decode step — every token's KV written to and read from
+the blocks the block manager gave its request.
 
 The cache is a pool of `num_blocks` blocks of `block_size` positions per layer
 (`PagedKVCache`). When the offline engine's slot cache holds that many blocks it is reused
@@ -12,7 +13,10 @@ Prefill: chunk i of the step is a request's next n uncomputed tokens, positions
 `computed ..`; every chunk is packed into one forward whose rows write their KV at the
 slots of the request's block table, and whose attention reads the request's earlier
 positions (cached prefix blocks, earlier chunks) through the table. The chunk that ends
-a prompt samples its next token with the request's sampling row.
+a prompt samples its next token with the request's sampling row. The step's decode rows
+join that pass as one-token chunks after it (a decoding request's next token is its one
+uncomputed token), so the weights are read once a step, not twice; their attention is one
+`paged_decode_attention` over them.
 
 Decode: one token per decoding request, batched in the smallest bucket that holds them
 (`DecodeBuckets`); sampler row i is the batch's row i, rewritten when the batch's requests
@@ -49,6 +53,16 @@ class ModelRunner:
         self.decoder = DecodeBuckets(self.model, llm.max_num_seqs, self.max_blocks, llm.dtype, llm.device,
                                      llm.decode_steps.use_graph, pad=pad_decode)
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
+        self.passes = 0                                      # forward passes run (one a step)
+
+    def step(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
+        """The step's one forward: the prefill chunks and the decode rows together (a decode
+        row is its request's one uncomputed token), or the bucketed decode step alone.
+        Returns the requests that got a token, each with it appended."""
+        if not prefill:
+            self.decode(decode)
+            return list(decode)
+        return self.prefill(list(prefill) + [(r, 1) for r in decode])
 
     def prefill(self, chunks: list[tuple[Request, int]]) -> list[Request]:
         """Compute the KV of each (request, n): its next n uncomputed tokens; return the
@@ -74,6 +88,7 @@ class ModelRunner:
         cached = [r.computed for r in reqs]
         table_t = torch.tensor(tables, dtype=torch.int32, device=llm.device) if any(cached) else None
         self.model.prefill_paged(a, starts, cached, table_t)
+        self.passes += 1
         done = []
         for (r, n), t, lp in zip(chunks, a.tokens.tolist(), a.chosen.tolist()):
             if r.uncomputed == n:                  # the prompt's last chunk: its logits give the next token
@@ -94,6 +109,7 @@ class ModelRunner:
             slots.append(bm.slot(r.request_id, p))
             tables.append(bm.block_table(r.request_id))
         tokens, logprobs = self.decoder.run(ids, positions, slots, tables)
+        self.passes += 1
         for r, t, lp in zip(reqs, tokens, logprobs):
             r.seq.append(t, lp)
 
