@@ -29,12 +29,12 @@ def test_launches_per_step_do_not_grow_with_the_batch(checkpoint, monkeypatch):
     layers = llm.config.num_layers
     seen = launched_kernels(monkeypatch)
     with torch.inference_mode():
-        llm.decode_steps.run([5], [0])
-        one = list(seen)
+        llm.decode_steps.run([5, 6], [0, 3])            # two rows: one row alone runs the fused layer
+        two = list(seen)
         seen.clear()
         llm.decode_steps.run([5, 6, 7, 8], [0, 3, 1, 9])
         four = list(seen)
-    assert one == four                                     # the same launches, not one set per sequence
+    assert two == four                                     # the same launches, not one set per sequence
     # Per layer: q/k norms + RoPE + the K/V cache write in one kernel, one attention (+ its combine).
     assert sum(k == "norm_rope_kv_rows_kernel" for k in four) == layers
     assert sum(k.startswith("paged_decode_") for k in four) == layers     # one launch: the splits combine in it
