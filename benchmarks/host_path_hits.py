@@ -13,7 +13,9 @@ Also a user kernel launched with new tilesafe tensors from torch every call.
 
 `--gpu-stand-in` times the fast form's GPU launches on the CPU: the current CUDA stream and
 Triton's launcher are stand-ins (a launch starts nothing), so what is timed is the host work
-of a GPU hit — borrowing, checks, the argument tuple, ordering and pending registration.
+of a GPU hit — borrowing, checks, the argument tuple, ordering and pending registration. The
+user kernel's launches of a seen layout then take their GPU form too (a LayoutLauncher).
+`--only user` times the user kernel alone.
 """
 import argparse
 import sys
@@ -69,6 +71,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--gpu-stand-in", action="store_true", help="time the GPU form with stand-ins for CUDA")
+    ap.add_argument("--only", default=None, help="a substring of the case names to time ('user': the user kernel)")
     a = ap.parse_args()
     stub_device_work()
     if a.gpu_stand_in:
@@ -77,7 +80,7 @@ def main() -> None:
     rows = []
     with ts.backend(a.backend), torch.no_grad():
         for c in cases(sizes(True), "cpu", torch.float32):
-            if c.name not in CASES:
+            if c.name not in CASES or (a.only is not None and a.only not in c.name):
                 continue
             for form, fn in (("eager", c.library), ("out=", c.library_out)):
                 measured = []
@@ -97,7 +100,7 @@ def main() -> None:
 
 def gpu_stand_in() -> None:
     """Fast-form launches take their GPU form with stand-ins for the CUDA stream and Triton."""
-    from tilesafe.runtime import future, planned_launch
+    from tilesafe.runtime import future, launch_cache, planned_launch, prepared_launch
 
     class Stream:
         device_index = None
@@ -108,6 +111,14 @@ def gpu_stand_in() -> None:
         self.pointers = tuple((k, k) for k in range(len(self.access)))
         self.descriptors, self.device_index = (), 0
         return planned_launch._GPU
+    class Device:
+        index = 0
+
+    def layout_launcher(compiled, bound):   # a user kernel's launches of a seen layout (launch_cache.run)
+        names = tuple(bound.tensors)
+        fill = lambda bound, views: tuple(views[n].data_ptr() for n in names)   # noqa: E731
+        return prepared_launch.LayoutLauncher(compiled, bound, lambda stream, args: None, fill, Device())
+    launch_cache.prepare_layout = layout_launcher
     torch._C._cuda_getCurrentRawStream = lambda index: 7
     torch.cuda.current_stream = lambda device=None: Stream()
     future.HOLDING.add = lambda completion: None      # nothing polls stand-in work

@@ -13,12 +13,12 @@ def scale(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], s: float, B: ts.
 
 def test_a_new_layout_builds_its_key_once_and_the_next_launch_finds_it(backend, monkeypatch, binds):
     parts = [0]
-    real = launch_cache._key_part
+    real = launch_cache._layout_key
 
-    def counting(keyed, v):
-        parts[0] += 1
-        return real(keyed, v)
-    monkeypatch.setattr(launch_cache, "_key_part", counting)
+    def counting(backend, grid, form, values):
+        parts[0] += len(values)          # the facts of each argument, once per key built
+        return real(backend, grid, form, values)
+    monkeypatch.setattr(launch_cache, "_layout_key", counting)
     x = torch.arange(8, dtype=torch.float32)
     for n in range(2):
         z = ts.empty(8)

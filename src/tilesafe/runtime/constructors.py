@@ -124,11 +124,16 @@ def from_torch(t) -> Tensor:
     except ValueError:
         dt = resolve_dtype(t.dtype)
     t = t.detach()                              # same storage, no autograd history
-    _check_extent(t, dt.itemsize)
-    state = StorageState.of(t)
+    storage = t.untyped_storage()               # asked once: the extent check and the state use it
+    _check_extent(t, dt.itemsize, storage)
+    state = StorageState.of_storage(storage)    # memory seen before: one getattr
     # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
     # made its bytes only if torch wrote since the hand-over (its version counter moved).
-    if state.torch_wrote(t):
+    # Memory never handed over is torch's, written (a mask only where tilesafe allocated it).
+    if state.handed is None:
+        if state.init_mask is not None:
+            state.mark_written(t)
+    elif state.torch_wrote(t):
         state.mark_written(t)
     return Tensor(t, state, dt)
 
@@ -259,7 +264,7 @@ def _source_tensor(data) -> tuple[torch.Tensor, list]:
     return source, read_of(source, "ts.tensor()")   # a torch alias of tilesafe memory waits (S9)
 
 
-def _check_extent(t: torch.Tensor, item: int) -> None:
+def _check_extent(t: torch.Tensor, item: int, storage) -> None:
     """The view lies inside its storage (S13); torch guarantees it, foreign memory may not.
     A contiguous view (the common case) reaches `numel` elements past its offset."""
     n = t.numel()
@@ -270,7 +275,7 @@ def _check_extent(t: torch.Tensor, item: int) -> None:
         last = (n - 1) * item
     else:
         last = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * item
-    if offset < 0 or offset + last + item > t.untyped_storage().nbytes():
+    if offset < 0 or offset + last + item > storage.nbytes():
         raise LaunchError("the torch tensor reaches outside its storage", loc=caller_loc(),
                           help="pass a view that lies within its storage")
 

@@ -81,15 +81,11 @@ class Kernel:
             plan = self._last_plan   # the fast path: the same arguments as the last launch
             # Fast paths only under the environment's PDL choice: their plans were made under it.
             plain = graph_var.get() is None and pdl_var.get() is None
-            if plan is not None and not self.unsafe and plain \
-                    and plan.matches(args, kwargs, None, current_backend()) and not launching_disabled_var.get():
-                try:
-                    return plan.launch()
-                except TileSafeError as e:   # e.g. the sanitizer of a repeated reference launch
-                    raise _clean(e) from None
             if not self.unsafe and plain and not launching_disabled_var.get():
                 try:
                     backend = current_backend()   # a bad setting is raised here as the full path raises it
+                    if plan is not None and plan.matches(args, kwargs, None, backend):
+                        return plan.launch()      # (its errors, e.g. the sanitizer's, are cleaned below)
                     future = self._layouts.launch(args, kwargs, None, backend)
                     if future is MISS:   # both fast paths were tried: straight to the full checks
                         future = self._launch_in_full(args, kwargs, None, False, backend, None)

@@ -72,7 +72,7 @@ class LaunchCache:
             if form is None:
                 return MISS
             values = (*args, *kwargs.values())
-            key = (backend, grid, form.shape, *map(_key_part, form.keyed, values))
+            key = _layout_key(backend, grid, form, values)
             plan = self.plans.get(key)
         except Exception:      # an unhashable or odd argument: the full path says what is wrong
             return MISS
@@ -101,7 +101,7 @@ class LaunchCache:
             if form is None:
                 return None
             values = tuple(kwargs.values())
-            plan = self.plans.get((backend, grid, form.shape, *map(_key_part, form.keyed, values)))
+            plan = self.plans.get(_layout_key(backend, grid, form, values))
         except Exception:
             return None
         return None if plan is None else Entry(form, plan, _aligns(values), values)
@@ -127,7 +127,7 @@ class LaunchCache:
                                                                                                   form.shape):
                 key = missed[1]    # the same live objects (the caller holds them) missed a moment ago
             else:
-                key = (backend, grid, form.shape, *map(_key_part, form.keyed, values))
+                key = _layout_key(backend, grid, form, values)
             hash(key)
         except Exception:
             return
@@ -161,6 +161,24 @@ class _Form:
             f.roles.append(role)
             f.keyed.append(role == _KEYED)
         return f
+
+
+def _layout_key(backend, grid, form, values) -> tuple:
+    """The layout's key, in one pass over the values (the tensors' facts inline: every
+    launch of a seen layout builds one)."""
+    parts = [backend, grid, form.shape]
+    for keyed, v in zip(form.keyed, values):
+        t = type(v)
+        if t is Tensor:
+            tv = v._t
+            parts.append((t, v._dtype, tv.shape, tv.stride(), tv.device, tv.data_ptr() & 15))
+        elif t is Partition:
+            tv = v._tensor._t
+            parts.append((t, v._tile, v._prefix, v._tensor._dtype, tv.shape, tv.stride(), tv.device,
+                          tv.data_ptr() & 15))
+        else:
+            parts.append(_key_part(keyed, v))
+    return tuple(parts)
 
 
 def _key_part(keyed, v):

@@ -98,6 +98,14 @@ class StorageState:
         return state
 
     @staticmethod
+    def of_storage(storage) -> "StorageState":
+        """`of` for a torch storage in hand (`view.untyped_storage()`)."""
+        state = getattr(storage, _ATTR, None)
+        if state is None:
+            state = _join(storage, None)
+        return state
+
+    @staticmethod
     def find(view: torch.Tensor) -> "StorageState | None":
         """The state of `view`'s memory if tilesafe has one, without making one (for torch
         tensors that may alias tilesafe memory)."""
