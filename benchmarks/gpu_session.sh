@@ -11,7 +11,7 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 fi
 export PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1 TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
 python3 -c "import numpy, torch, numba; print('numpy', numpy.__version__, 'torch', torch.__version__, 'numba', numba.__version__)"
-timeout "${2:-330}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --tb=short -rfEP --junitxml="$out/junit.xml" tests > "$out/gpu_tests.log" 2>&1
+timeout "${2:-330}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout="${PYTEST_TIMEOUT:-75}" --tb=short -rfEP --junitxml="$out/junit.xml" tests > "$out/gpu_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|passed|failed|error" "$out/gpu_tests.log" | tail -40
 if [ "${3:-200}" != 0 ]; then
     timeout "${3:-200}" python3 benchmarks/host_overhead.py "$out/host_overhead.json" > "$out/host.log" 2>&1
