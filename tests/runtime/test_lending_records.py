@@ -69,3 +69,34 @@ def test_an_earlier_view_cannot_write_bytes_lent_later():
     assert (p.unpartition().numpy() == 0.0).all()     # refused: nothing written
     view[0:2] = 1.0                                    # given back: the view writes
     assert t.numpy()[8:10].tolist() == [1.0, 1.0]
+
+
+def test_giving_back_one_partition_keeps_the_other_lent():
+    t = ts.zeros(64)
+    a = t[0:32].partition((16,))
+    b = t[32:64].partition((16,))  # b-here
+    a.unpartition()                                    # drops a's record only
+    with pytest.raises(ts.OwnershipError) as e:
+        t[40:42] = 1.0  # b-write
+    assert e.value.message == (f"cannot write through `x[...] = value`: its bytes are lent to a partition "
+                               f"(lent at {HERE}:{_line('b-here')})")
+    _located(e.value, "b-write")
+    t[0:2] = 1.0                                       # a's bytes are free again
+    assert b.unpartition().numpy().tolist() == [0.0] * 32
+    assert t.numpy()[:3].tolist() == [1.0, 1.0, 0.0]
+
+
+def test_objects_repeated_then_lent_are_refused(backend):
+    x = ts.tensor(np.arange(64, dtype=np.float32))
+    p = ts.full(64, np.nan).partition((16,))
+    for _ in range(4):                                 # full path, layout cache, then a repeat plan
+        plus_one(p, x).sync()
+    assert plus_one._last_plan is not None and plus_one._last_plan.matches((p, x), {}, None, backend)
+    lent = x.partition((16,))  # x-lent
+    with pytest.raises(ts.OwnershipError) as e:
+        plus_one(p, x)  # x-call
+    assert e.value.message == (f"cannot use `x`: this tensor is lent to a partition "
+                               f"(lent at {HERE}:{_line('x-lent')})")
+    _located(e.value, "x-call")
+    lent.unpartition()
+    np.testing.assert_array_equal(p.unpartition().numpy(), np.arange(64, dtype=np.float32) + 1.0)

@@ -246,7 +246,7 @@ class LayoutPlan:
         last = self.last
         if last is not None and last[0] == ids and all(r() is not None for r in last[1]):
             return True
-        self.last = (ids, tuple(weakref.ref(v) for v in values if type(v) is Tensor or type(v) is Partition))
+        self.last = (ids, tuple([weakref.ref(v) for v in values if type(v) is Tensor or type(v) is Partition]))
         return False
 
     def launch(self, form, values):
