@@ -383,25 +383,24 @@ def qwen3_config_of(size: str):
     return Qwen3Config.from_dict(qwen3_config(size), f"the {size} Qwen3 config")
 
 
-def bench_size(size: str, args, parts: Parts) -> dict:
-    out = {"size": size}
+def _bench_part(name: str, bench, size: str, args, parts: Parts, out: dict) -> None:
+    """One part of a size's benchmark: a failure is recorded as out[f"{name}_error"] (the other part
+    still runs), and its engine's memory is freed before the next part loads one."""
     try:
-        bench_short(size, args, parts, out)
+        bench(size, args, parts, out)
     except Exception as e:
         traceback.print_exc()
-        out["short_error"] = f"{type(e).__name__}: {e}"[:800]
+        out[f"{name}_error"] = f"{type(e).__name__}: {e}"[:800]
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def bench_size(size: str, args, parts: Parts) -> dict:
+    out = {"size": size}
+    _bench_part("short", bench_short, size, args, parts, out)
     if "refused" not in out:
-        try:
-            bench_long(size, args, parts, out)
-        except Exception as e:
-            traceback.print_exc()
-            out["long_error"] = f"{type(e).__name__}: {e}"[:800]
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+        _bench_part("long", bench_long, size, args, parts, out)
     # compatibility with older readers: the replayed step's flat keys
     step = out.get("replayed_step")
     if isinstance(step, dict) and "gpu_s" in step:
