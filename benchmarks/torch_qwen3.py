@@ -14,7 +14,10 @@ import torch
 import torch.nn.functional as F
 
 
-class TorchQwen3Step:
+class _OverEngineWeights:
+    """What both baselines hold: the engine's weights, a static KV cache of `max_len` rows per
+    layer and RoPE's inverse frequencies (one place, so the step and the prefill agree)."""
+
     def __init__(self, llm, max_len: int):
         cfg, dev, dt = llm.config, llm.device, llm.dtype
         self.cfg, self.w, self.max_len = cfg, llm.model.w, max_len
@@ -23,6 +26,12 @@ class TorchQwen3Step:
         self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
         half = cfg.head_dim // 2
         self.inv_freq = cfg.rope_theta ** (-torch.arange(half, device=dev, dtype=torch.float32) * 2 / cfg.head_dim)
+
+
+class TorchQwen3Step(_OverEngineWeights):
+    def __init__(self, llm, max_len: int):
+        super().__init__(llm, max_len)
+        dev = llm.device
         self.ids = torch.zeros(1, dtype=torch.long, device=dev)          # static inputs of the graph
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
         self.token = torch.zeros(1, dtype=torch.long, device=dev)
@@ -121,20 +130,11 @@ class TorchQwen3Step:
         return start.elapsed_time(end) / 1e3 / reps
 
 
-class TorchQwen3Prefill:
+class TorchQwen3Prefill(_OverEngineWeights):
     """One prompt of T tokens in one pass over the engine's weights: RMSNorm, cuBLAS GEMMs over
     all rows, per-head q/k norm and RoPE, k and v written into a static cache of `max_len` rows,
     SDPA causal attention (k/v repeated to the query heads, so the flash kernel serves any GQA),
     the LM head on the last row only, as the engine's prefill does."""
-
-    def __init__(self, llm, max_len: int):
-        cfg, dev, dt = llm.config, llm.device, llm.dtype
-        self.cfg, self.w, self.max_len = cfg, llm.model.w, max_len
-        shape = (1, cfg.num_kv_heads, max_len, cfg.head_dim)
-        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
-        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
-        half = cfg.head_dim // 2
-        self.inv_freq = cfg.rope_theta ** (-torch.arange(half, device=dev, dtype=torch.float32) * 2 / cfg.head_dim)
 
     @classmethod
     def beside(cls, step: TorchQwen3Step, max_len: int) -> "TorchQwen3Prefill":
