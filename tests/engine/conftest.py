@@ -63,3 +63,24 @@ def reference():
     """The same files through transformers' AutoTokenizer: the text tests' oracle."""
     from tilesafe.engine.qwen3_files import tokenizer_dir
     return transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir()))
+
+
+@pytest.fixture
+def launched_kernels(monkeypatch):
+    """launched_kernels() -> the list of the names of the kernels every library call launches
+    from then on; calls take their full path (a plan's fast form launches without `start`)."""
+    import tilesafe.kernels.call_plans as call_plans
+    import tilesafe.kernels.launch as kernel_launch
+
+    def record():
+        monkeypatch.setattr(call_plans, "call_key", lambda *args, **kwargs: (None, None, None))
+        seen = []
+        for module in (kernel_launch, call_plans):
+            real = module.start
+
+            def start(kernel, *args, _real=real, **kwargs):
+                seen.append(kernel.name if hasattr(kernel, "name") else kernel.__name__)
+                return _real(kernel, *args, **kwargs)
+            monkeypatch.setattr(module, "start", start)
+        return seen
+    return record

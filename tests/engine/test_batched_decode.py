@@ -3,31 +3,14 @@ attention serve every sequence at once (positions, lengths and cache rows in dev
 and each sequence still gets the tokens it gets alone (float32, against a step of batch 1)."""
 import torch
 
-import tilesafe.kernels.call_plans as call_plans
-import tilesafe.kernels.launch as kernel_launch
 from tilesafe.engine import LLM
 
 
-def launched_kernels(monkeypatch):
-    """The names of the kernels every library call launches from now on: calls take their full
-    path (a plan's fast form launches without `start`)."""
-    monkeypatch.setattr(call_plans, "call_key", lambda *args, **kwargs: (None, None, None))
-    seen = []
-    for module in (kernel_launch, call_plans):
-        real = module.start
-
-        def start(kernel, *args, _real=real, **kwargs):
-            seen.append(kernel.name if hasattr(kernel, "name") else kernel.__name__)
-            return _real(kernel, *args, **kwargs)
-        monkeypatch.setattr(module, "start", start)
-    return seen
-
-
-def test_launches_per_step_do_not_grow_with_the_batch(checkpoint, monkeypatch):
+def test_launches_per_step_do_not_grow_with_the_batch(checkpoint, launched_kernels):
     folder, _ = checkpoint()
     llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=4, progress=False)
     layers = llm.config.num_layers
-    seen = launched_kernels(monkeypatch)
+    seen = launched_kernels()
     with torch.inference_mode():
         llm.decode_steps.run([5, 6], [0, 3])            # two rows: one row alone runs the fused layer
         two = list(seen)

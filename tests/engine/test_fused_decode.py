@@ -7,26 +7,9 @@ import pytest
 import torch
 
 import tilesafe.engine.model as engine_model
-import tilesafe.kernels.call_plans as call_plans
-import tilesafe.kernels.launch as kernel_launch
 from tilesafe.engine import LLM, SamplingParams
 
 UNFUSED = ("add_rms_norm_inplace_kernel", "add_rms_norm_kernel", "binary_kernel", "rms_norm_kernel")
-
-
-def launched_kernels(monkeypatch):
-    """The names of the kernels every library call launches from now on: calls take their full
-    path (a plan's fast form launches without `start`)."""
-    monkeypatch.setattr(call_plans, "call_key", lambda *args, **kwargs: (None, None, None))
-    seen = []
-    for module in (kernel_launch, call_plans):
-        real = module.start
-
-        def start(kernel, *args, _real=real, **kwargs):
-            seen.append(kernel.name)
-            return _real(kernel, *args, **kwargs)
-        monkeypatch.setattr(module, "start", start)
-    return seen
 
 
 def params(**kw):
@@ -45,13 +28,13 @@ def llm_with_cache(checkpoint):
     return llm
 
 
-def test_one_row_runs_the_fused_epilogues_with_the_norms_apart(checkpoint, monkeypatch):
+def test_one_row_runs_the_fused_epilogues_with_the_norms_apart(checkpoint, launched_kernels):
     """The defaults (FUSED_ROWS = 1, NORM_PROLOGUE = False): a one-row greedy step fuses the
     residual adds and SiLU-mul into the o and down GEMVs, runs each norm as its own kernel
     and takes the token from the LM head after the final norm."""
     llm = llm_with_cache(checkpoint)
     llm.sampler.set_rows([params(temperature=0)], [0])
-    seen = launched_kernels(monkeypatch)
+    seen = launched_kernels()
     with torch.inference_mode():
         llm.decode_steps.run([5], [3])
     layers = llm.config.num_layers
@@ -61,24 +44,24 @@ def test_one_row_runs_the_fused_epilogues_with_the_norms_apart(checkpoint, monke
     assert seen[-3:] == ["rms_norm_kernel", "argmax_gemv_kernel", "argmax_rows_kernel"]
 
 
-def test_two_rows_run_the_unfused_layer(checkpoint, monkeypatch):
+def test_two_rows_run_the_unfused_layer(checkpoint, launched_kernels):
     """FUSED_ROWS = 1: the fused GEMVs' 2..16-row form was slower on the H200 than the
     unfused sequence, so a batch of two takes `_forward`."""
     llm = llm_with_cache(checkpoint)
     llm.sampler.set_rows([params(temperature=0)] * 2, [0, 0])
-    seen = launched_kernels(monkeypatch)
+    seen = launched_kernels()
     with torch.inference_mode():
         llm.decode_steps.run([5, 9], [3, 7])
     assert not [k for k in seen if k.startswith("fused_")], seen
 
 
-def test_a_greedy_step_is_four_gemvs_a_layer_and_no_logits(checkpoint, monkeypatch):
+def test_a_greedy_step_is_four_gemvs_a_layer_and_no_logits(checkpoint, monkeypatch, launched_kernels):
     """With the norm prologue on (and the fused layer for two rows)."""
     monkeypatch.setattr(engine_model, "FUSED_ROWS", 16)
     monkeypatch.setattr(engine_model, "NORM_PROLOGUE", True)
     llm = llm_with_cache(checkpoint)
     llm.sampler.set_rows([params(temperature=0)] * 2, [0, 0])
-    seen = launched_kernels(monkeypatch)
+    seen = launched_kernels()
     with torch.inference_mode():
         llm.decode_steps.run([5, 9], [3, 7])
     layers = llm.config.num_layers
@@ -88,10 +71,10 @@ def test_a_greedy_step_is_four_gemvs_a_layer_and_no_logits(checkpoint, monkeypat
     assert "sample_kernel" not in seen and "skinny_kernel" not in seen
 
 
-def test_a_sampled_step_still_samples_from_the_logits(checkpoint, monkeypatch):
+def test_a_sampled_step_still_samples_from_the_logits(checkpoint, launched_kernels):
     llm = llm_with_cache(checkpoint)
     llm.sampler.set_rows([params(temperature=0.8)], [3])
-    seen = launched_kernels(monkeypatch)
+    seen = launched_kernels()
     with torch.inference_mode():
         llm.decode_steps.run([5], [3])
     assert seen[-3:] == ["rms_norm_kernel", "skinny_kernel", "sample_kernel"]
