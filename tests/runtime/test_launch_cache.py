@@ -10,6 +10,8 @@ import torch
 
 import tilesafe as ts
 
+from runtime_helpers import assert_located, marker_line
+
 HERE = __file__
 PAD = -5.0
 
@@ -27,18 +29,6 @@ def tile_at(z: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], start: int, N: 
 @ts.kernel(preconditions=["scale_num >= 1"])
 def scaled(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], scale_num: int, B: ts.Const[int], N: int):
     z.store(ts.load_tile_like(x, z) * scale_num)
-
-
-def _line(marker: str) -> int:
-    with open(HERE) as f:
-        hits = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, hits
-    return hits[0]
-
-
-def _located(e, marker: str) -> None:
-    assert e.loc is not None and e.loc.file == HERE and e.loc.line == _line(marker), str(e)
-    assert str(e).startswith("error: ") and "= help: " in str(e)
 
 
 def _values(n: int, seed: int) -> np.ndarray:
@@ -81,7 +71,7 @@ def test_an_alias_in_a_seen_layout_is_refused(backend):
     with pytest.raises(ts.AliasError) as e:
         plus_one(p, x)  # alias-call
     assert e.value.message == "output `z` of `plus_one` shares memory with argument `x`"
-    _located(e.value, "alias-call")
+    assert_located(e.value, HERE, "alias-call")
     p.unpartition()
     np.testing.assert_array_equal(base.numpy(), before)          # refused: nothing written
 
@@ -94,8 +84,8 @@ def test_a_lent_ref_in_a_seen_layout_is_refused(backend):
     with pytest.raises(ts.OwnershipError) as e:
         plus_one(p, x)  # lent-call
     assert e.value.message.startswith("cannot use `x`: this tensor is lent to a partition (lent at ")
-    assert f"test_launch_cache.py:{_line('lent-here')}" in e.value.message
-    _located(e.value, "lent-call")
+    assert f"test_launch_cache.py:{marker_line(HERE, 'lent-here')}" in e.value.message
+    assert_located(e.value, HERE, "lent-call")
     lent.unpartition()
     plus_one(p, x).sync()                                         # given back: accepted again
     np.testing.assert_allclose(p.unpartition().numpy(), x.numpy() + 1.0, rtol=1e-6)
@@ -108,8 +98,8 @@ def test_an_unpartitioned_partition_in_a_seen_layout_is_refused(backend):
     p.unpartition()  # ended-here
     with pytest.raises(ts.OwnershipError) as e:
         plus_one(p, x)  # ended-call
-    assert e.value.message == f"this partition was unpartitioned at {HERE}:{_line('ended-here')}"
-    _located(e.value, "ended-call")
+    assert e.value.message == f"this partition was unpartitioned at {HERE}:{marker_line(HERE, 'ended-here')}"
+    assert_located(e.value, HERE, "ended-call")
 
 
 def test_an_unwritten_input_in_a_seen_layout_is_refused(backend):
@@ -120,7 +110,7 @@ def test_an_unwritten_input_in_a_seen_layout_is_refused(backend):
         plus_one(p, x)  # unwritten-call
     assert e.value.message == ("argument `x` of `plus_one` is read, but it came from ts.empty and has not "
                                "been written")
-    _located(e.value, "unwritten-call")
+    assert_located(e.value, HERE, "unwritten-call")
     assert (p.unpartition().numpy() == 7.0).all()                # refused: nothing written
     x[16:] = 1.0                                                  # partly written is still refused
     with pytest.raises(ts.OwnershipError):
@@ -139,7 +129,7 @@ def test_a_torch_write_to_lent_memory_in_a_seen_layout_is_refused(backend):
     with pytest.raises(ts.OwnershipError) as e:
         plus_one(p, x)  # version-call
     assert "was modified through torch while tilesafe held it" in e.value.message
-    _located(e.value, "version-call")
+    assert_located(e.value, HERE, "version-call")
 
 
 def test_a_scalar_outside_the_proven_range_takes_the_masked_code(backend):
@@ -162,7 +152,7 @@ def test_a_scalar_that_breaks_a_precondition_in_a_seen_layout_is_refused(backend
     with pytest.raises(ts.LaunchError) as e:
         scaled(p, x, 0)  # pre-call
     assert e.value.message == "precondition `scale_num >= 1` of `scaled` does not hold (scale_num = 0)"
-    _located(e.value, "pre-call")
+    assert_located(e.value, HERE, "pre-call")
     assert (p.unpartition().numpy() == 9.0).all()
 
 
@@ -175,7 +165,7 @@ def test_a_passed_dimension_that_disagrees_in_a_seen_layout_is_refused(backend):
     with pytest.raises(ts.LaunchError) as e:
         plus_one(p, x, N=63)  # dim-call
     assert e.value.message == "`N` = 63 was passed, but dimension 0 of `x` is 64"
-    _located(e.value, "dim-call")
+    assert_located(e.value, HERE, "dim-call")
 
 
 def test_a_cached_layout_keeps_no_memory_alive(backend):

@@ -10,24 +10,14 @@ import torch
 import tilesafe as ts
 from tilesafe.runtime.storage_state import StorageState
 
+from runtime_helpers import assert_located, marker_line
+
 HERE = __file__
 
 
 @ts.kernel
 def plus_one(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
     z.store(ts.load_tile_like(x, z) + 1.0)
-
-
-def _line(marker: str) -> int:
-    with open(HERE) as f:
-        hits = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, hits
-    return hits[0]
-
-
-def _located(e, marker: str) -> None:
-    assert e.loc is not None and e.loc.file == HERE and e.loc.line == _line(marker), str(e)
-    assert str(e).startswith("error: ") and "= help: " in str(e)
 
 
 def test_giving_back_drops_the_lending_record():
@@ -49,8 +39,8 @@ def test_fresh_launches_then_lent_bytes_are_refused(backend):
     with pytest.raises(ts.OwnershipError) as e:
         ts.from_torch(zt).partition((16,))  # again-here
     assert e.value.message == (f"cannot partition this tensor: its bytes are lent to a partition "
-                               f"(lent at {HERE}:{_line('held-here')})")
-    _located(e.value, "again-here")
+                               f"(lent at {HERE}:{marker_line(HERE, 'held-here')})")
+    assert_located(e.value, HERE, "again-here")
     held.unpartition()
     p = ts.from_torch(zt).partition((16,))           # given back: lendable again
     plus_one(p, ts.from_torch(xt)).sync()
@@ -64,8 +54,8 @@ def test_an_earlier_view_cannot_write_bytes_lent_later():
     with pytest.raises(ts.OwnershipError) as e:
         view[0:2] = 1.0  # write-here
     assert e.value.message == (f"cannot write through `x[...] = value`: its bytes are lent to a partition "
-                               f"(lent at {HERE}:{_line('lent-here')})")
-    _located(e.value, "write-here")
+                               f"(lent at {HERE}:{marker_line(HERE, 'lent-here')})")
+    assert_located(e.value, HERE, "write-here")
     assert (p.unpartition().numpy() == 0.0).all()     # refused: nothing written
     view[0:2] = 1.0                                    # given back: the view writes
     assert t.numpy()[8:10].tolist() == [1.0, 1.0]
@@ -79,8 +69,8 @@ def test_giving_back_one_partition_keeps_the_other_lent():
     with pytest.raises(ts.OwnershipError) as e:
         t[40:42] = 1.0  # b-write
     assert e.value.message == (f"cannot write through `x[...] = value`: its bytes are lent to a partition "
-                               f"(lent at {HERE}:{_line('b-here')})")
-    _located(e.value, "b-write")
+                               f"(lent at {HERE}:{marker_line(HERE, 'b-here')})")
+    assert_located(e.value, HERE, "b-write")
     t[0:2] = 1.0                                       # a's bytes are free again
     assert b.unpartition().numpy().tolist() == [0.0] * 32
     assert t.numpy()[:3].tolist() == [1.0, 1.0, 0.0]
@@ -96,7 +86,7 @@ def test_objects_repeated_then_lent_are_refused(backend):
     with pytest.raises(ts.OwnershipError) as e:
         plus_one(p, x)  # x-call
     assert e.value.message == (f"cannot use `x`: this tensor is lent to a partition "
-                               f"(lent at {HERE}:{_line('x-lent')})")
-    _located(e.value, "x-call")
+                               f"(lent at {HERE}:{marker_line(HERE, 'x-lent')})")
+    assert_located(e.value, HERE, "x-call")
     lent.unpartition()
     np.testing.assert_array_equal(p.unpartition().numpy(), np.arange(64, dtype=np.float32) + 1.0)
