@@ -12,17 +12,9 @@ import torch.nn.functional as F
 import tilesafe as ts
 import tilesafe.kernels as tk
 
+from gpu_oracles import rand_cuda as _r, rms_norm_ref as _rms
+
 pytestmark = pytest.mark.gpu
-
-
-def _r(*shape, seed=0, dtype=torch.bfloat16):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=g) * 0.5).to(device="cuda", dtype=dtype)
-
-
-def _rms(x, w, eps=1e-6):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
 def _rope(x, pos, theta=1e6):
