@@ -16,29 +16,10 @@ from tilesafe.simt.examples.histogram import histogram
 from tilesafe.simt.examples.vector_add import vector_add
 
 
-class _DoneEvent:
-    """A CUDA event of stubbed device work: always done."""
-
-    def record(self, stream=None):
-        pass
-
-    def query(self):
-        return True
-
-    def synchronize(self):
-        pass
-
-
 @pytest.fixture
-def device(monkeypatch):
+def device(monkeypatch, stubbed_gpu):
     """The device stubbed out; returns the list of launches the GPU would have run."""
     launched = []
-    stream = types.SimpleNamespace(cuda_stream=7, device_index=0)
-    monkeypatch.setattr(simt_launch, "_is_gpu", lambda device: device is not None)
-    monkeypatch.setattr(simt_launch, "_capability", lambda index: (9, 0))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
-    monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
     monkeypatch.setattr(gpu_launch, "config", lambda grid, block, shared=0: (grid, block))
     monkeypatch.setattr(gpu_launch, "launch", lambda kernel, config, handle, args: launched.append((config, args)))
     for k in (vector_add, histogram):

@@ -10,7 +10,6 @@ import torch
 import tilesafe as ts
 from tilesafe import simt
 from tilesafe.simt import gpu_launch
-from tilesafe.simt import launch as simt_launch
 from tilesafe.simt.examples.vector_add import vector_add
 
 C64 = simt.Contract(block=(64,))
@@ -23,26 +22,9 @@ def scatter(out: simt.Disjoint[ts.f32, ("N",)], idx: simt.Ref[ts.i32, ("M",)], M
         out[idx[i]] = i * 1.0
 
 
-class _DoneEvent:
-    def record(self, stream=None):
-        pass
-
-    def query(self):
-        return True
-
-    def synchronize(self):
-        pass
-
-
 @pytest.fixture
-def device(monkeypatch):
+def device(monkeypatch, stubbed_gpu):
     """The device stubbed; a launch of `scatter` sets the mask bytes of the indices it is given."""
-    stream = types.SimpleNamespace(cuda_stream=7, device_index=0)
-    monkeypatch.setattr(simt_launch, "_is_gpu", lambda device: device is not None)
-    monkeypatch.setattr(simt_launch, "_capability", lambda index: (9, 0))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
-    monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
     launched = []
 
     def launch(compiled, config, handle, args):

@@ -1,0 +1,33 @@
+"""Fixtures of the SIMT tests."""
+import types
+
+import pytest
+import torch
+
+from tilesafe.simt import launch as simt_launch
+
+
+class _DoneEvent:
+    """A CUDA event of stubbed device work: always done."""
+
+    def record(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+
+@pytest.fixture
+def stubbed_gpu(monkeypatch):
+    """CUDA as a launch sees it, stubbed: a capability-9.0 device 0 whose current stream is 7 and
+    whose events are always done. Tests stub the compile and the launch themselves."""
+    stream = types.SimpleNamespace(cuda_stream=7, device_index=0)
+    monkeypatch.setattr(simt_launch, "_is_gpu", lambda device: device is not None)
+    monkeypatch.setattr(simt_launch, "_capability", lambda index: (9, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
+    return stream
