@@ -36,3 +36,20 @@ def word_model(tmp_path_factory):
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
     return folder
+
+
+def _word_llm(word_model, max_num_seqs: int):
+    from tilesafe.engine import LLM
+    return LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=max_num_seqs, progress=False)
+
+
+@pytest.fixture(scope="module")
+def llm(word_model):
+    """The tiny word model's engine: 4 sequences of up to 32 positions (one per test module)."""
+    return _word_llm(word_model, 4)
+
+
+@pytest.fixture(scope="module")
+def llm_one_seq(word_model):
+    """The same model in an engine of one sequence: each prompt alone, the batched engines' oracle."""
+    return _word_llm(word_model, 1)

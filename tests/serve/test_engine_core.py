@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import tilesafe as ts
-from tilesafe.engine import LLM, RequestError, SamplingParams
+from tilesafe.engine import RequestError, SamplingParams
 from tilesafe.serve import AsyncLLM
 from tilesafe.serve.request import Request
 from tilesafe.serve.scheduler import Scheduler
@@ -91,14 +91,8 @@ def test_scheduler_admits_on_prefix_hits_and_skips_their_tokens():
 
 
 @pytest.fixture(scope="module")
-def llm(word_model):
-    return LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=4, progress=False)
-
-
-@pytest.fixture(scope="module")
-def alone(word_model):
-    one = LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
-    return lambda prompt, params: one.generate(prompt, params)[0].outputs[0]
+def alone(llm_one_seq):
+    return lambda prompt, params: llm_one_seq.generate(prompt, params)[0].outputs[0]
 
 
 async def collect(engine, prompt, params, rid):

@@ -5,7 +5,7 @@ prefilled in chunks beside running decodes get the unchunked tokens; decode batc
 to their bucket get the unpadded tokens."""
 import pytest
 
-from tilesafe.engine import LLM, SamplingParams
+from tilesafe.engine import SamplingParams
 from tilesafe.serve.engine_core import EngineCore
 from tilesafe.serve.request import Request
 
@@ -14,14 +14,8 @@ SEEDED = SamplingParams(temperature=0.9, top_p=0.9, max_tokens=4, seed=3, ignore
 
 
 @pytest.fixture(scope="module")
-def llm(word_model):
-    return LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=4, progress=False)
-
-
-@pytest.fixture(scope="module")
-def alone(word_model):
-    one = LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
-    return lambda ids, params: one.generate({"prompt_token_ids": ids}, params)[0].outputs[0].token_ids
+def alone(llm_one_seq):
+    return lambda ids, params: llm_one_seq.generate({"prompt_token_ids": ids}, params)[0].outputs[0].token_ids
 
 
 def add(core, llm, name, ids, params):
