@@ -5,10 +5,7 @@
 # Usage: bash benchmarks/gpu_final_bench.sh "$OUT"
 set -uo pipefail
 out=${1:?out dir}
-if ls .whl/*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-fi
-export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1 TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
+source benchmarks/gpu_setup.sh                 # the carried wheels, PYTHONPATH and the cache dir
 r=$out/r; mkdir -p "$r"
 step() {   # step NAME TIMEOUT_S COMMAND...: its output in $r/NAME.log, its last lines printed
     local name=$1 t=$2; shift 2
