@@ -21,10 +21,11 @@ from host_overhead import Fresh, cases, sizes
 from profile_host_path import stub_device_work
 
 
-def us_per_call(fn, tensors: dict, calls: int, repeats: int) -> float:
-    """The fastest of `repeats` rounds of `calls` calls, each with new views (made before the clock)."""
-    fresh = Fresh(tensors, 20 + calls * repeats)
-    for _ in range(20):
+def us_per_call(fn, tensors: dict, calls: int, repeats: int, warmup: int = 20) -> float:
+    """The fastest of `repeats` rounds of `calls` calls (after `warmup` calls), each with new views
+    (made before the clock)."""
+    fresh = Fresh(tensors, warmup + calls * repeats)
+    for _ in range(warmup):
         fn(fresh.next())
     best = float("inf")
     for _ in range(repeats):

@@ -19,12 +19,12 @@ user kernel's launches of a seen layout then take their GPU form too (a LayoutLa
 """
 import argparse
 import sys
-import time
 
 import torch
 
 import tilesafe as ts
 from host_overhead import Fresh, cases, sizes
+from host_path_calls import us_per_call
 from profile_host_path import add3, stub_device_work
 from tilesafe.kernels import call_hits
 
@@ -32,16 +32,8 @@ CASES = ("linear M=1", "add", "rms_norm", "rope", "embedding", "argmax", "decode
 
 
 def us_and_calls(fn, tensors: dict, calls: int, repeats: int) -> tuple[float, float]:
-    fresh = Fresh(tensors, 30 + calls * repeats + 20)
-    for _ in range(30):
-        fn(fresh.next())
-    best = float("inf")
-    for _ in range(repeats):
-        views = [fresh.next() for _ in range(calls)]
-        t0 = time.process_time()
-        for v in views:
-            fn(v)
-        best = min(best, (time.process_time() - t0) / calls * 1e6)
+    best = us_per_call(fn, tensors, calls, repeats, warmup=30)
+    fresh = Fresh(tensors, 20)                      # new views of the same memory for the count
     counted = [0]
 
     def hook(frame, event, arg):
