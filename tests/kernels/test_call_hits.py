@@ -34,6 +34,13 @@ def _at_call(e, marker: str) -> None:
     assert text.startswith("error: ") and "= help: " in text, text
 
 
+def _on_the_cpu(backend) -> None:
+    """These build their memory facts with numpy views of CPU storage; the GPU form has its own
+    refusal tests (tests/gpu/test_call_hits_gpu.py)."""
+    if backend == "triton":
+        pytest.skip("CPU storage facts (numpy views); the GPU form: tests/gpu/test_call_hits_gpu.py")
+
+
 @pytest.fixture
 def counted(monkeypatch):
     """[borrows by from_torch on a hit, launches the fast form started]."""
@@ -77,6 +84,7 @@ def test_a_hit_borrows_known_memory_and_launches_from_its_roots(backend, device,
 def test_two_storages_over_the_same_bytes_are_refused_as_a_first_call_is(backend):
     """The key sees two storages; their memory overlaps, so the views meet unlike in the
     recorded call: the whole-call check runs and refuses."""
+    _on_the_cpu(backend)
     w = _rand((32,), 1)
     for seed in range(3):
         tk.rms_norm(_rand((1, 32), seed), w, out=torch.zeros(1, 32))
@@ -93,6 +101,7 @@ def test_two_storages_over_the_same_bytes_are_refused_as_a_first_call_is(backend
 
 
 def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backend):
+    _on_the_cpu(backend)
     w, x = _rand((32,), 1), _rand((2, 32), 2)
     for _ in range(3):
         tk.rms_norm(x, w, out=torch.zeros(2, 32))
@@ -109,6 +118,7 @@ def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backen
 
 
 def test_unwritten_memory_handed_to_torch_is_refused_by_a_hit(backend):
+    _on_the_cpu(backend)
     w = _rand((32,), 1)
     for seed in range(3):
         tk.add(_rand((2, 32), seed), w.expand(2, 32).contiguous())
@@ -122,6 +132,7 @@ def test_unwritten_memory_handed_to_torch_is_refused_by_a_hit(backend):
 
 
 def test_another_alignment_class_takes_the_full_step_and_computes_right(backend, counted):
+    _on_the_cpu(backend)
     w, base = _rand((48,), 1), _rand((145,), 2)                  # a layout no other test launches
     for _ in range(4):
         tk.rms_norm(base[0:144].view(3, 48), w)
@@ -132,6 +143,7 @@ def test_another_alignment_class_takes_the_full_step_and_computes_right(backend,
 
 
 def test_a_two_launch_call_with_a_workspace_computes_right_every_call(backend):
+    _on_the_cpu(backend)
     for seed in range(5):
         x = _rand((3, 70), seed)
         assert torch.equal(tk.argmax(x), x.argmax(-1).to(torch.int32))
