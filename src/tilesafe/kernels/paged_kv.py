@@ -293,6 +293,16 @@ PAGED_CONFIG_KEYS = ("one_kernel", "prefetch", "min_keys", "block_n", "num_warps
 PAGED_SWITCHES = ("one_kernel", "prefetch")
 
 
+def paged_operands(fn: str, q, k_cache, v_cache, rows: str):
+    """q (rows, H, D) and the caches (num_blocks, block_size, HKV, D) of one shape, checked (the
+    paged attention kernels share them): (qt, kc, vc, dtype, device, query heads per KV head)."""
+    (qt, kc, vc), dtype, device = A.float_operands(fn, q=q, k_cache=k_cache, v_cache=v_cache)
+    if qt.ndim != 3 or kc.ndim != 4 or vc.shape != kc.shape or kc.shape[3] != qt.shape[2]:
+        raise A.fail(fn, f"needs q ({rows}, H, D) and caches (num_blocks, block_size, HKV, D) of one shape; got q "
+                         f"{qt.shape}, k_cache {kc.shape}, v_cache {vc.shape}")
+    return qt, kc, vc, dtype, device, kv_group(fn, qt.shape[1], kc.shape[2])
+
+
 def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None, out=None, workspace=None,
                            config=None):
     """Attention of one query per head for each of B sequences over its first seq_lens[b]
@@ -316,13 +326,9 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     """
     fn = "paged_decode_attention"
     torch_mode = A.is_torch(q)
-    (qt, kc, vc), dtype, device = A.float_operands(fn, q=q, k_cache=k_cache, v_cache=v_cache)
-    if qt.ndim != 3 or kc.ndim != 4 or vc.shape != kc.shape or kc.shape[3] != qt.shape[2]:
-        raise A.fail(fn, f"needs q (B, H, D) and caches (num_blocks, block_size, HKV, D) of one shape; got q "
-                         f"{qt.shape}, k_cache {kc.shape}, v_cache {vc.shape}")
+    qt, kc, vc, dtype, device, group = paged_operands(fn, q, k_cache, v_cache, "B")
     b, h, d = qt.shape
     nb, bs, hkv, _ = kc.shape
-    group = kv_group(fn, h, hkv)
     tables = _int_matrix(fn, block_tables, "block_tables", b, device)
     lens = _int_vector(fn, seq_lens, "seq_lens", b, device)
     cfg = _paged_config(fn, config)

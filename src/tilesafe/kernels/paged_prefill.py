@@ -21,10 +21,10 @@ import math
 import tilesafe as ts
 
 from . import arguments as A
-from .attention import LOG2E, NEG_INF, kv_group, online_step
+from .attention import LOG2E, NEG_INF, online_step
 from .call_checks import check_aliasing
 from .launch import launch, pow2
-from .paged_kv import _rows3, gather_rows
+from .paged_kv import _rows3, gather_rows, paged_operands
 
 
 @ts.function
@@ -88,13 +88,9 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, start: int, row: 
     """
     fn = "paged_prefill_attention"
     torch_mode = A.is_torch(q)
-    (qt, kc, vc), dtype, device = A.float_operands(fn, q=q, k_cache=k_cache, v_cache=v_cache)
-    if qt.ndim != 3 or kc.ndim != 4 or vc.shape != kc.shape or kc.shape[3] != qt.shape[2]:
-        raise A.fail(fn, f"needs q (T, H, D) and caches (num_blocks, block_size, HKV, D) of one shape; got q "
-                         f"{qt.shape}, k_cache {kc.shape}, v_cache {vc.shape}")
+    qt, kc, vc, dtype, device, group = paged_operands(fn, q, k_cache, v_cache, "T")
     t, h, d = qt.shape
     nb, bs, hkv, _ = kc.shape
-    group = kv_group(fn, h, hkv)
     if not isinstance(row, int) or isinstance(row, bool):
         raise A.fail(fn, f"`row` must be an int, got {type(row).__name__}")
     tables = A.tensor(block_tables, "block_tables", fn)
