@@ -7,11 +7,7 @@ set -uo pipefail
 out=${1:?out dir}
 source benchmarks/gpu_setup.sh                 # the carried wheels, PYTHONPATH and the cache dir
 r=$out/r; mkdir -p "$r"
-step() {   # step NAME TIMEOUT_S COMMAND...: its output in $r/NAME.log, its last lines printed
-    local name=$1 t=$2; shift 2
-    local t0=$SECONDS
-    timeout "$t" "$@" > "$r/$name.log" 2>&1; echo "== $name rc=$? $((SECONDS - t0)) s"; tail -n "${TAIL:-12}" "$r/$name.log" | cut -c1-240
-}
+step() { run_step "$r" "$@"; }   # step NAME TIMEOUT_S COMMAND...
 TAIL=30 step engine 140 python3 benchmarks/engine.py --quick --sizes 0.6b,4b --out "$r/engine.json"
 TAIL=14 step random_shapes 130 python3 -m tilesafe.bench --random-shapes 12 --seed 1 --out "$r" --budget-s 100 --no-progress
 TAIL=16 step simt 50 python3 benchmarks/simt_bench.py --quick --out "$r"

@@ -6,11 +6,8 @@ set -uo pipefail
 out=${1:?out dir}; shift
 source benchmarks/gpu_setup.sh                 # the carried wheels, PYTHONPATH and the cache dir
 steps=${*:-gaps pdl fusions attention host simt}
-step() {   # step NAME TIMEOUT_S COMMAND...
-    local name=$1 t=$2; shift 2
-    case " $steps " in *" $name "*) ;; *) return;; esac
-    local t0=$SECONDS
-    timeout "$t" "$@" > "$out/$name.log" 2>&1; echo "== $name rc=$? $((SECONDS - t0)) s"; tail -n "${TAIL:-14}" "$out/$name.log"
+step() {   # step NAME TIMEOUT_S COMMAND..., when NAME is among the steps asked for
+    case " $steps " in *" $1 "*) run_step "$out" "$@";; esac
 }
 TAIL=26 step gaps 120 python3 benchmarks/probes/engine_step_gaps.py "$out/gaps.json" 0.6b,4b
 TAIL=20 step pdl 120 python3 benchmarks/probes/pdl_chain.py "$out/pdl.json" 0.6b,4b
