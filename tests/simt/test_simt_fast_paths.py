@@ -30,22 +30,23 @@ def body(kernel, *args, **kwargs):
     return source[source.index(f"def simt_{kernel.name}"):]
 
 
+def check_vector_add(kernel, n, ks):
+    """`kernel` adds x and y into a poisoned `out` for every run length in `ks`."""
+    x, y = torch.randn(n), torch.randn(n)
+    for k in ks:
+        out = torch.full((n,), float("nan"))
+        kernel(out, x, y, K=k).sync()
+        assert torch.equal(out, x + y)
+
+
 @pytest.mark.parametrize("n", [1, 255, 2048, 2049])
 def test_chunked_vector_add_with_full_and_ragged_runs(n):
-    x, y = torch.randn(n), torch.randn(n)
-    for k in (4, 8):
-        out = torch.full((n,), float("nan"))
-        vector_add.vector_add_chunked(out, x, y, K=k).sync()
-        assert torch.equal(out, x + y)
+    check_vector_add(vector_add.vector_add_chunked, n, (4, 8))
 
 
 @pytest.mark.parametrize("n", [1, 1023, 1024, 5000])
 def test_vector_add_in_runs(n):
-    x, y = torch.randn(n), torch.randn(n)
-    for k in (2, 4):
-        out = torch.full((n,), float("nan"))
-        vector_add.vector_add_runs(out, x, y, K=k).sync()
-        assert torch.equal(out, x + y)
+    check_vector_add(vector_add.vector_add_runs, n, (2, 4))
 
 
 def test_a_run_of_16_bytes_reads_and_writes_through_vectors_where_aligned():
