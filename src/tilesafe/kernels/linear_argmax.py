@@ -16,12 +16,12 @@ logits' 4 * vocabulary bytes per row never written or read back.
 import tilesafe as ts
 
 from . import arguments as A
-from . import configs, layout, scratch
+from . import layout, scratch
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
 from .linear_fusions import NORM, PLAIN, fma_tile, input_tile, row_scale
-from .matmul import SKINNY_M, _tf32, linear_keys, mac, skinny_tiles
+from .matmul import SKINNY_M, _tf32, mac, skinny_config, skinny_tiles
 
 NEG_INF = -float("inf")
 EXACT_INDEX = 1 << 24          # columns below this are exact as f32
@@ -122,8 +122,7 @@ def linear_argmax(x, w, norm_weight=None, eps=1e-6, out=None, logprobs_out=None,
     if views is None:
         raise A.fail(fn, f"the leading axes of x {xt.shape} do not merge into one", help="pass a contiguous x")
     xv, ov, lv = views[0], views[1][:, 0], views[2][:, 0]
-    cfg = configs.lookup("linear", linear_keys(dtype, min(m, SKINNY_M), n, k), config, dtype,
-                         shape=configs.Gemm(min(m, SKINNY_M), n, k, dtype.name))
+    cfg = skinny_config(dtype, min(m, SKINNY_M), n, k, config)
     for s in range(0, m, SKINNY_M):
         e = min(m, s + SKINNY_M)
         _rows(xv[s:e], wt, inputs.get("norm_weight"), eps, ov[s:e], lv[s:e], cfg, dtype)
