@@ -175,12 +175,6 @@ def _workspace(v) -> list | None:
     return fields if fields and all(type(f) is Tensor for f in fields) else None
 
 
-def _sharing(tensors: list) -> tuple:
-    """Which tensors share a storage with an earlier one, and at what distance: the views a
-    call makes of one of them are then views of the other too (call_recording)."""
-    return _shared(places_of(tensors))
-
-
 def places_of(tensors: list) -> list:
     """Per tensor: (its torch view, its storage, the storage's address, its first element's
     address), read once per call for the key and the plan's fast form (call_hits)."""
@@ -193,6 +187,8 @@ def places_of(tensors: list) -> list:
 
 
 def _shared(places: list) -> tuple:
+    """Which tensors share a storage with an earlier one, and at what distance: the views a
+    call makes of one of them are then views of the other too (call_recording)."""
     out = []
     for i, (_, _, storage, ptr) in enumerate(places):
         for j in range(i):
