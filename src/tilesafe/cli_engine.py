@@ -102,9 +102,14 @@ def _model_and_rest(args) -> tuple[str | None, list[str]]:
 
 
 def _load(model: str | None, args):
+    return load_llm(model, args, max_num_seqs=1, tensor_parallel_size=args.tp)
+
+
+def load_llm(model: str | None, args, **settings):
+    """The LLM the model flags (`model_flags`) name: random weights made on the device when
+    `model` is None, a random checkpoint written to `model` first when it is not there yet."""
     from .engine import LLM
-    settings = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len, max_num_seqs=1,
-                    tensor_parallel_size=args.tp)
+    settings.update(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len)
     if args.random_weights and model is None:
         return LLM.from_random(args.random_weights, seed=args.weights_seed, **settings)
     if args.random_weights:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_engine import model_flags
+from .cli_engine import load_llm, model_flags
 
 
 def add_parser(sub) -> None:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise input_error(f"serve: {e.name} is not installed",
                           "pip install 'tilesafe[serve]' (fastapi, uvicorn, prometheus-client)") from None
-    llm = _load(args)
+    llm = load_llm(args.model, args, max_num_seqs=args.max_num_seqs)
     name = args.served_model_name or (f"qwen3-{args.random_weights}-random" if args.model is None
                                       else args.model.rstrip("/").split("/")[-1])
     metrics = ServerMetrics(name)
@@ -58,17 +58,3 @@ def run(args: argparse.Namespace) -> int:
     uvicorn.run(build_app(engine, name, metrics), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=5)
     return 0
-
-
-def _load(args):
-    from .engine import LLM
-    settings = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
-                    max_num_seqs=args.max_num_seqs)
-    if args.random_weights and args.model is None:
-        return LLM.from_random(args.random_weights, seed=args.weights_seed, **settings)
-    if args.random_weights:
-        from .engine.random_checkpoint import is_random_checkpoint, write_checkpoint
-        if not is_random_checkpoint(args.model, args.random_weights, args.weights_seed, "bfloat16"):
-            print(f"writing a random Qwen3-{args.random_weights} to {args.model}", file=sys.stderr)
-            write_checkpoint(args.model, args.random_weights, args.weights_seed, "bfloat16", progress=True)
-    return LLM(args.model, **settings)
