@@ -115,6 +115,15 @@ def resolved(walk, consts) -> M.Mapping:
     return M.Mapping(walk.kind, value(walk.size), value(walk.offset))
 
 
+def covered_targets(kernel, bound) -> tuple:
+    """The outputs this launch writes whole (S14): each target of an unconditional walk whose permits
+    cover it, once, in walk order; none when the grid is empty (no thread runs)."""
+    if 0 in bound.grid:
+        return ()
+    return tuple(dict.fromkeys(w.target for w in kernel.info.walks
+                               if not w.shared and w.unconditional and M.covers_all(resolved(w, bound.consts))))
+
+
 def _grid(kernel, out: Bound, grid) -> tuple:
     block = kernel.contract.block
     derived, free = None, False

@@ -22,8 +22,7 @@ from ..runtime.future import Completion, Future
 from ..runtime.storage_state import _ATTR, StorageState
 from ..runtime.tensor import Tensor
 from . import gpu_launch, write_masks
-from . import mappings as M
-from .binding import resolved
+from .binding import covered_targets
 from .simt_future import SimtFuture
 
 
@@ -32,11 +31,7 @@ class GpuRepeat:
 
     def __init__(self, kernel, plan, bound, index: int):
         self.kernel, self.index = kernel, index
-        covered = set()
-        if 0 not in bound.grid:
-            for walk in kernel.info.walks:
-                if not walk.shared and walk.unconditional and M.covers_all(resolved(walk, bound.consts)):
-                    covered.add(walk.target)
+        covered = covered_targets(kernel, bound)
         writes = {name for name in bound.tensors if kernel.runtime_view.param(name).kind in ("mut", "ptr")}
         # per tensor, in the order launch._start visits them: (name, where in `seen`, read, write, byte set, covered)
         self.slots = tuple((name, plan.seen_at[name], name in kernel.read_names, name in writes,

@@ -15,8 +15,7 @@ from __future__ import annotations
 from ..errors import LaunchError
 from ..runtime.future import Future
 from . import gpu_launch
-from . import mappings as M
-from .binding import resolved
+from .binding import covered_targets
 from .simt_future import SimtFuture
 
 
@@ -39,11 +38,9 @@ def launch_in_capture(kernel, plan, args, kwargs, capture):
     capture.admit_arguments(kernel.name, bound)            # on the capture's device
     if plan.config is not None:
         gpu_launch.launch(plan.compiled, plan.config, torch.cuda.current_stream().cuda_stream, plan.args)
-    if 0 not in bound.grid:
-        for walk in kernel.info.walks:
-            if not walk.shared and walk.unconditional and M.covers_all(resolved(walk, bound.consts)):
-                t = bound.tensors[walk.target].tensor
-                capture.defer_written(t._state, t._torch())
+    for name in covered_targets(kernel, bound):
+        t = bound.tensors[name].tensor
+        capture.defer_written(t._state, t._torch())
     for name, f in bound.tensors.items():
         capture.record(f.tensor, kernel.runtime_view.param(name).kind in ("mut", "ptr"))
     return SimtFuture(Future(plan.passed_outputs(args, kwargs)), kernel, None)
