@@ -24,16 +24,7 @@ from . import arguments as A
 from .attention import LOG2E, NEG_INF, online_step
 from .call_checks import check_aliasing
 from .launch import launch, pow2
-from .paged_kv import _rows3, gather_rows, paged_operands
-
-
-@ts.function
-def key_tile(tables, b, j, length, block_size, BN):
-    """Key positions of tile j (BN,) and their cache rows (-1 past the sequence)."""
-    pos = j * BN + ts.arange(0, BN)                              # (BN,) key positions
-    blocks = ts.reshape(ts.gather(tables, pos // block_size, axis=1, shape=(1, BN), index=(b, 0)), (BN,))
-    slot = ts.where(pos < length, blocks.astype(ts.i32) * block_size + pos % block_size, -1)
-    return pos, slot
+from .paged_kv import _rows3, gather_rows, paged_operands, tile_slots
 
 
 @ts.kernel
@@ -54,16 +45,16 @@ def paged_prefill_kernel(o: ts.Mut["T", ("G", "BM", "DP")], q: ts.Ref["T", ("H",
     stop = min(length, first + BM)                               # keys any of its queries sees: [0, stop)
     free = first // BN                                           # tiles wholly before the first query
     for j in range(free):
-        pos, slot = key_tile(tables, b, j, length, block_size, BN)
+        slot = tile_slots(tables, b, j, length, block_size, BN)  # (BN,) cache rows, -1 past the sequence
         kt = gather_rows(k, slot, kvh, BN, DP)                   # (BN, DP), read once for the G heads
         vt = gather_rows(v, slot, kvh, BN, DP)
         m, l, acc = online_step(qt, kt, vt, m, l, acc, True, qk_scale, False, NEG_SCALE)
     rows = ts.expand_dims(first + ts.arange(0, G * BM) % BM, 1)  # (G * BM, 1) query positions
     for j in range(free, (stop + BN - 1) // BN):                 # the diagonal: key <= query
-        pos, slot = key_tile(tables, b, j, length, block_size, BN)
+        slot = tile_slots(tables, b, j, length, block_size, BN)
         kt = gather_rows(k, slot, kvh, BN, DP)
         vt = gather_rows(v, slot, kvh, BN, DP)                   # zeros past the sequence
-        keep = ts.expand_dims(pos, 0) <= rows                    # (G * BM, BN)
+        keep = ts.expand_dims(j * BN + ts.arange(0, BN), 0) <= rows   # (G * BM, BN) key <= query
         m, l, acc = online_step(qt, kt, vt, m, l, acc, keep, qk_scale, True, NEG_SCALE)
     o.store(ts.reshape((acc / l).astype(T), (G, BM, DP)))
 
