@@ -98,8 +98,7 @@ def broadcast(x, src: int = 0, *, group=None, async_op: bool = False) -> Future:
     """Every rank's `x` becomes rank `src`'s (read there, written elsewhere)."""
     import torch.distributed as dist
     t = _tensor(x, "broadcast")
-    here = rank(group) if group is None else dist.get_rank(group)
-    sending = here == src
+    sending = rank(group) == src
     return _collective("broadcast", [(t, sending, not sending)], (x,), async_op,
                        lambda: dist.broadcast(t._torch(), src, group=group, async_op=async_op))
 
