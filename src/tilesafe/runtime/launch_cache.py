@@ -182,14 +182,9 @@ def _layout_key(backend, grid, form, values) -> tuple:
 
 
 def _key_part(keyed, v):
-    """The facts of one argument the cached verdicts depend on."""
+    """The facts of one argument the cached verdicts depend on (tilesafe tensors and
+    partitions: `_layout_key` writes theirs inline)."""
     t = type(v)
-    if t is Partition:
-        tv = v._tensor._t
-        return (t, v._tile, v._prefix, v._tensor._dtype, tv.shape, tv.stride(), tv.device, tv.data_ptr() & 15)
-    if t is Tensor:
-        tv = v._t
-        return (t, v._dtype, tv.shape, tv.stride(), tv.device, tv.data_ptr() & 15)
     if isinstance(v, torch.Tensor):
         return (torch.Tensor, v.dtype, v.shape, v.stride(), v.device, v.layout, v.data_ptr() & 15)
     if keyed:
