@@ -178,7 +178,7 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
                xk=layout.split_axis(kt, 2, 2), xv=vt.reshape(t, hkv * d), wq=wq.reshape(2, half),
                wk=wk.reshape(2, half), pos=pt, slots=st, HP=hp, eps=float(eps), log2_theta=math.log2(theta))
         return o.returned
-    tiles = -(-t // bt) * (-(-h // bh)) * 2
+    tiles = cdiv(t, bt) * cdiv(h, bh) * 2
     launch(norm_rope_kv_kernel, {"q1": (y[:, :, :half], (bt, bh, hp)), "q2": (y[:, :, half:], (bt, bh, hp)),
                                  "kc1": (kr[:, :, :half], (bt, bk, hp)), "kc2": (kr[:, :, half:], (bt, bk, hp)),
                                  "vc": (vr, (bt, c))}, (max(1, min(tiles, workers(device))),), cfg=cfg,
