@@ -17,6 +17,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import GELU, SILU, unary_op
 from .gemm_model import auto_splits as _splits   # how many ways to split K (the model predicts the same)
+from .gemm_model import linear_tiles
 from .launch import cdiv, launch, pow2, workers
 
 ACTIVATIONS = {None: -1, "silu": SILU, "gelu": GELU}
@@ -320,21 +321,15 @@ def skinny_config(dtype, m: int, n: int, k: int, config, run=None) -> dict:
 
 
 def skinny_tiles(cfg: dict, m: int, n: int, k: int) -> tuple[int, int, int, int]:
-    """(block_m, block_n, block_k, K splits) of an M <= 16 product with config `cfg`."""
-    # One row: FMAs, any column tile (a narrow one gives more blocks without split-K).
-    # 2..16 rows: tensor-core tiles of >= 16; block_m = 64 pads the rows so that Hopper
-    # can use its warpgroup MMA, which needs 64 (the padding rows are masked, never read).
+    """(block_m, block_n, block_k, K splits) of an M <= 16 product with config `cfg`. The
+    column and K tiles and the splits are the config model's `linear_tiles`, so the launch and
+    its prediction follow one rule (a narrow column tile gives more blocks without split-K;
+    automatic split-K only for one row, a config's split_k for 2..16)."""
+    # One row: FMAs, any column tile. 2..16 rows: tensor-core tiles of >= 16; block_m = 64
+    # pads the rows so that Hopper can use its warpgroup MMA, which needs 64 (the padding
+    # rows are masked, never read).
     bm = 1 if m == 1 else max(SKINNY_M, pow2(cfg["block_m"]))
-    bn = min(cfg["block_n"], max(16, pow2(n)))
-    if m > 1:
-        bn = max(bn, 16)
-    while bn > 16 and cdiv(n, bn) < cfg["min_blocks"]:      # keep every SM streaming weights
-        bn //= 2
-    bk = min(cfg["block_k"] * cfg["block_n"] // bn, max(16, pow2(k)))   # same tile size
-    # Automatic split-K (split_k None, from min_blocks) only for one row; for 2..16 rows
-    # a config's split_k asks for it (the H200 table: 4 for the 2560-wide projections).
-    splits = _splits(cfg, cdiv(n, bn), cdiv(k, bk)) if m == 1 or cfg.get("split_k") else 1
-    return bm, bn, bk, splits
+    return (bm, *linear_tiles(cfg, configs.Gemm(m, n, k)))
 
 
 def _parts(axis, kept, cv, common):
