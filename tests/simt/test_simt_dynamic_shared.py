@@ -145,6 +145,16 @@ def test_only_the_dynamic_array_is_sized_at_launch():
                       "contract's shared_memory=1024")
 
 
+def test_static_shared_bytes_and_their_shadow_bytes():
+    # the static arrays' bytes, and the sanitizer's shadow beside them (a byte per element); a dynamic array is neither
+    from tilesafe.simt.analysis import shared_bytes
+    from tilesafe.simt.shared_shadow import static_shadow_bytes
+    assert (shared_bytes(checked_tile.info, {}), static_shadow_bytes(checked_tile.info, {})) == (4 * 5 * 4, 4 * 5)
+    assert (shared_bytes(shared_atomics_checked.info, {}), static_shadow_bytes(shared_atomics_checked.info, {})) \
+        == (64 * 4, 64)
+    assert (shared_bytes(rotate_long.info, {}), static_shadow_bytes(rotate_long.info, {})) == (0, 0)
+
+
 # -- refusals -----------------------------------------------------------------------------------
 
 def test_a_dynamic_size_beyond_the_contract_is_refused_at_launch():

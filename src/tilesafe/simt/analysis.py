@@ -578,15 +578,15 @@ class _Checker:
 
 def shared_bytes(info: KernelInfo, consts: dict) -> int:
     """Bytes of static shared memory (`consts`: the Const values; at definition, {})."""
-    total = 0
-    for decl in info.shared.values():
-        if decl.dynamic:
-            continue
-        n = 1
-        for entry in decl.shape:
-            n *= consts.get(entry, 0) if isinstance(entry, str) else entry
-        total += n * decl.dtype.itemsize
-    return total
+    return sum(static_elements(d, consts) * d.dtype.itemsize for d in info.shared.values() if not d.dynamic)
+
+
+def static_elements(decl: SharedDecl, consts: dict) -> int:
+    """A static shared array's element count (an unknown Const extent counts 0)."""
+    n = 1
+    for entry in decl.shape:
+        n *= consts.get(entry, 0) if isinstance(entry, str) else entry
+    return n
 
 
 SUPPORTED_DTYPES = (dtypes.f16, dtypes.f32, dtypes.f64, dtypes.i8, dtypes.i16, dtypes.i32, dtypes.i64, dtypes.u8)

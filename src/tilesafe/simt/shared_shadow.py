@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 import copy
 
+from .analysis import static_elements
+
 
 def name_of(array: str) -> str:
     return f"{array}__w"
@@ -57,14 +59,8 @@ def pool_bytes(decl, size: int) -> int:
 
 
 def static_shadow_bytes(info, consts: dict) -> int:
-    total = 0
-    for d in info.shared.values():
-        if not d.dynamic:
-            n = 1
-            for e in d.shape:
-                n *= consts.get(e, 0) if isinstance(e, str) else e
-            total += n
-    return total
+    """The static arrays' shadows: a byte per element."""
+    return sum(static_elements(d, consts) for d in info.shared.values() if not d.dynamic)
 
 
 def _flat_to_coords(z: str, extents: list) -> str:
