@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..engine.errors import request_error
-from ..engine.kv_cache import PagedKVCache
+from ..engine.kv_cache import PagedKVCache, cache_bytes
 from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
 from .block_manager import BlockManager
@@ -132,9 +132,8 @@ def _check_memory(llm, num_blocks: int, block_size: int) -> None:
     """Refuse, before allocating, a pool that does not fit the GPU's free memory."""
     if not llm.device.startswith("cuda"):
         return
-    cfg = llm.config
     size = torch.empty((), dtype=llm.dtype).element_size()
-    need = 2 * cfg.num_layers * num_blocks * block_size * cfg.num_kv_heads * cfg.head_dim * size
+    need = cache_bytes(llm.config, num_blocks, block_size, size)      # blocks of block_size rows: as many bytes as slots
     free, _ = torch.cuda.mem_get_info(torch.device(llm.device))
     if need > free:
         gib = 2 ** 30
