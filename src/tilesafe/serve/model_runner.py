@@ -133,7 +133,7 @@ def _check_memory(llm, num_blocks: int, block_size: int) -> None:
     if not llm.device.startswith("cuda"):
         return
     size = torch.empty((), dtype=llm.dtype).element_size()
-    need = cache_bytes(llm.config, num_blocks, block_size, size)      # blocks of block_size rows: as many bytes as slots
+    need = cache_bytes(llm.config, num_blocks, block_size, size)   # num_blocks "slots" of block_size rows
     free, _ = torch.cuda.mem_get_info(torch.device(llm.device))
     if need > free:
         gib = 2 ** 30
