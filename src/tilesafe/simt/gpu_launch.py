@@ -13,6 +13,7 @@ import ctypes
 import math
 
 _STREAMS: dict = {}
+_DRIVER = None        # cuda.bindings.driver once a launch has imported it
 
 
 def numba_type(dtype):
@@ -108,17 +109,23 @@ def config(grid: tuple, block: tuple, shared: int = 0) -> tuple:
     return (*grid, *block, shared)
 
 
-def launch(compiled: Compiled, launch_config: tuple, stream_handle: int, params) -> None:
+def launch(compiled: Compiled, launch_config: tuple, stream_handle: int, params: Params) -> None:
     """Start the kernel on the stream: one driver call with the prebuilt parameter array."""
-    from cuda.bindings import driver
-    if not isinstance(params, Params):
-        params = Params(params)
+    driver = _DRIVER or _import_driver()     # an import statement here cost ~1 us a launch
     gx, gy, gz, bx, by, bz, shared = launch_config
     err = driver.cuLaunchKernel(compiled.function, gx, gy, gz, bx, by, bz, shared, _stream(stream_handle),
                                 params.address, 0)[0]
     if err != driver.CUresult.CUDA_SUCCESS:
         _check(err, "launch", f"a grid of {(gx, gy, gz)} blocks of {(bx, by, bz)} threads with {shared} bytes of "
                               "dynamic shared memory")
+
+
+def _import_driver():
+    """cuda.bindings' driver module, imported at the first launch (a CPU-only install has none)."""
+    global _DRIVER
+    from cuda.bindings import driver
+    _DRIVER = driver
+    return driver
 
 
 def _check(err, what: str, detail: str) -> None:
