@@ -260,8 +260,8 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
                   TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps)
     ending = dict(bias=bias_t, res=resv, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation], RES=res)
     if splits > 1:
-        per = cdiv(cdiv(k, bk), splits)                          # K tiles per split
-        part, = scratch.views(device, (cdiv(cdiv(k, bk), per), m, n))
+        per = cdiv(cdiv(k, bk), splits)                          # K tiles per split (skinny_tiles: none empty)
+        part, = scratch.views(device, (splits, m, n))
         launch(fused_split_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, BK=bk, PER=per, pdl=True, **common)
         sm = min(pow2(m), 16)
         sn = max(16, min(pow2(n), 2048 // sm))
