@@ -11,6 +11,7 @@ device work, and a refused call leaves the LLM as it was.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from pathlib import Path
 
 import torch
@@ -272,7 +273,7 @@ class LLM:
         if self._tp is not None and self._tp.rank == 0:
             self._tp.send("prefill", prompts)
         lengths = [len(p) for p in prompts]
-        starts = [sum(lengths[:i]) for i in range(len(prompts) + 1)]
+        starts = [0, *itertools.accumulate(lengths)]
         a = Activations.allocate(self.model.cfg, starts[-1], len(prompts), self.dtype, self.device)
         shift = self.model.vocab_start                  # a tensor-parallel rank's first vocabulary row
         a.ids.copy_(torch.tensor([t - shift for p in prompts for t in p], dtype=torch.int32))

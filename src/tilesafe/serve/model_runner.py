@@ -24,6 +24,8 @@ change, padding rows greedy.
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ..engine.errors import request_error
@@ -70,7 +72,7 @@ class ModelRunner:
         llm, bm = self.llm, self.blocks
         reqs = [r for r, _ in chunks]
         lengths = [n for _, n in chunks]
-        starts = [sum(lengths[:i]) for i in range(len(chunks) + 1)]
+        starts = [0, *itertools.accumulate(lengths)]
         ids, positions, slots, tables = [], [], [], []
         for r, n in chunks:
             c = r.computed
