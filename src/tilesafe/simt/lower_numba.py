@@ -29,6 +29,8 @@ from .params import CONST
 FULL_MASK = 0xFFFFFFFF
 _AXES = ("x", "y", "z")
 
+UNINITIALISED = 1 << 24    # added to the line in the error flag: a shared read of an element nobody wrote
+
 PRELUDE = '''
 @cuda.jit(device=True)
 def __ld1(a, i, err, line):
@@ -132,7 +134,7 @@ def __lds1(a, w, i, err, line):
     if not ok:
         cuda.atomic.max(err, 0, line)
     elif w[i] == 0:
-        cuda.atomic.max(err, 0, line + 16777216)
+        cuda.atomic.max(err, 0, line + __UNINITIALISED)
     return a[i if ok else 0]
 
 
@@ -142,7 +144,7 @@ def __lds2(a, w, i, j, err, line):
     if not ok:
         cuda.atomic.max(err, 0, line)
     elif w[i, j] == 0:
-        cuda.atomic.max(err, 0, line + 16777216)
+        cuda.atomic.max(err, 0, line + __UNINITIALISED)
     return a[i if ok else 0, j if ok else 0]
 
 
@@ -152,7 +154,7 @@ def __lds3(a, w, i, j, k, err, line):
     if not ok:
         cuda.atomic.max(err, 0, line)
     elif w[i, j, k] == 0:
-        cuda.atomic.max(err, 0, line + 16777216)
+        cuda.atomic.max(err, 0, line + __UNINITIALISED)
     return a[i if ok else 0, j if ok else 0, k if ok else 0]
 
 
@@ -160,7 +162,7 @@ def __lds3(a, w, i, j, k, err, line):
 def __gets1(a, w, i, d, err, line):
     if i >= 0 and i < a.shape[0]:
         if w[i] == 0:
-            cuda.atomic.max(err, 0, line + 16777216)
+            cuda.atomic.max(err, 0, line + __UNINITIALISED)
         return a[i]
     return d
 
@@ -169,7 +171,7 @@ def __gets1(a, w, i, d, err, line):
 def __gets2(a, w, i, j, d, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
         if w[i, j] == 0:
-            cuda.atomic.max(err, 0, line + 16777216)
+            cuda.atomic.max(err, 0, line + __UNINITIALISED)
         return a[i, j]
     return d
 
@@ -178,7 +180,7 @@ def __gets2(a, w, i, j, d, err, line):
 def __gets3(a, w, i, j, k, d, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
         if w[i, j, k] == 0:
-            cuda.atomic.max(err, 0, line + 16777216)
+            cuda.atomic.max(err, 0, line + __UNINITIALISED)
         return a[i, j, k]
     return d
 
@@ -201,10 +203,7 @@ def __warp_max(v):
     v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 2))
     v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 1))
     return v
-'''
-
-
-UNINITIALISED = 1 << 24    # added to the line in the error flag: a shared read of an element nobody wrote
+'''.replace("__UNINITIALISED", str(UNINITIALISED))
 
 
 def kernel_source(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False) -> str:
