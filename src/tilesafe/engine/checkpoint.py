@@ -144,10 +144,7 @@ class _FileSource:
             return t, tuple(t.shape), path.name
         part = f.get_slice(name)
         shape = tuple(part.get_shape())
-        if len(shape) != 2 or cut[2] > shape[cut[0]]:
-            return None, shape, path.name         # the shape check refuses it
-        axis, lo, hi = cut
-        return (part[lo:hi] if axis == 0 else part[:, lo:hi]), shape, path.name
+        return _rank_slice(part, shape, cut), shape, path.name
 
 
 class _StreamSource:
@@ -164,10 +161,19 @@ class _StreamSource:
             self.waiting[got[0]] = got[1]
         t = self.waiting.pop(name)
         shape = tuple(t.shape)
-        if cut is not None and t.dim() == 2 and cut[2] <= shape[cut[0]]:
-            axis, lo, hi = cut
-            t = (t[lo:hi] if axis == 0 else t[:, lo:hi]).clone()    # the slice alone: the whole is dropped
+        if cut is not None:
+            part = _rank_slice(t, shape, cut)
+            t = t if part is None else part.clone()    # the slice alone: the whole is dropped
         return t, shape, "the given tensors"
+
+
+def _rank_slice(t, shape, cut):
+    """`t`'s slice `cut` = (axis, lo, hi) of a 2-D tensor (or a safetensors slice), or None where
+    the shape cannot hold it (the reader's shape check then refuses the tensor)."""
+    axis, lo, hi = cut
+    if len(shape) != 2 or hi > shape[axis]:
+        return None
+    return t[lo:hi] if axis == 0 else t[:, lo:hi]
 
 
 class _Reader:
