@@ -1,0 +1,361 @@
+"""Probe (issue 22): small-M GEMM at the weight-read rate, decode attention at MHA / long
+contexts, flash attention on ragged lengths: candidate configs beside the library's choice.
+
+Three parts, each implementation checked against torch first (poisoned output), then timed
+side by side with the bench's timer (rotated buffer sets, CUDA graphs, median):
+  small   M in {2, 4, 8, 16, 32, 72, 128} on Qwen3-4B / 8B decode weights: the library's
+          choice ("ts default"), weight-streaming candidates (M <= 16: the skinny tensor-core
+          path's column / K tiles and splits; M > 16: one row tile of all M rows, narrow column
+          tiles, split-K to fill the SMs) vs F.linear, and each time against the M = 1 GEMV
+          of the same weight ("gemv x": 1.0 = the weight read at the GEMV's rate);
+  decode  one query per head over a full cache, MHA and GQA at long contexts, head dim 64
+          (training neighbours first, then the random run's worst draws): key tiles, blocks
+          per SM, warps, stages vs every SDPA backend;
+  flash   ragged lengths (the masked, non-TMA path) and their power-of-two neighbours: tiles,
+          and TMA descriptors forced on for the 4-D pointer kernel (`tma=True`) vs SDPA.
+A failing candidate is recorded with its error and skipped; each part stops starting cases past
+its budget (the whole run stays under ~90 s on an H200). Prints a table; JSON to argv[1].
+    PYTHONPATH=src python3 benchmarks/probes/shapes_probe.py "$OUT/shapes/shapes.json" [parts]
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_side, beside this file
+
+BUDGET_S = {"small": 50.0, "decode": 16.0, "flash": 16.0}
+TOTAL_S = 88.0
+START = time.monotonic()
+_PART_START: dict = {}
+
+# Qwen3 decode weights (N, K) of the training set, most telling first (a part past its budget drops the last)
+WEIGHTS = (("4B down", 2560, 9728), ("8B o", 4096, 4096), ("4B qkv", 6144, 2560), ("4B gate_up", 19456, 2560),
+           ("4B o", 2560, 4096), ("8B down", 4096, 12288), ("8B qkv", 6144, 4096))
+SMALL_M = (8, 2, 4, 16, 32, 64, 72, 128)
+# M <= 16, the skinny tensor-core path: (block_n, block_k, warps, stages, split_k, block_m)
+SKINNY = ((16, 256, 4, 4, 1, 16), (16, 512, 4, 3, 1, 16), (32, 256, 4, 4, 1, 16), (32, 512, 4, 3, 1, 16),
+          (64, 256, 4, 4, 1, 16), (32, 256, 4, 4, 1, 64), (32, 256, 4, 4, 4, 16), (16, 512, 4, 3, 2, 16))
+# M > 16, one row tile of all rows (the weight read once): (block_n, block_k, warps), each with split-K 1
+# and the count that gives >= 2 blocks per SM; for M > 64 also 64-row tiles (two row tiles share the
+# weight through L2): (block_n, block_k, warps)
+STREAM = ((64, 128, 4), (128, 128, 8), (64, 256, 4), (32, 256, 4))
+HALF = ((128, 64, 4), (64, 128, 4))
+
+
+def skinny_config(bn, bk, warps, stages, split, bm):
+    return {"block_m": bm, "block_n": bn, "block_k": bk, "min_blocks": 1, "split_k": split, "prefetch": False,
+            "num_warps": warps, "num_stages": stages}
+
+
+def stream_configs(gm, m, n, k, gpu):
+    """Weight-streaming matmul configs for M > 16 rows."""
+    out = {}
+    whole = min(128, max(16, _pow2(m)))
+    tiles = [(whole, *t, True) for t in STREAM] + ([(64, *t, False) for t in HALF] if m > 64 else [])
+    for bm, bn, bk, warps, split_too in tiles:
+        stages = gm._stage_options(bm, bn, bk, 2, gpu)
+        if not stages:
+            continue
+        cols, kt = -(-n // bn), -(-k // bk)
+        fill = max(1, min(8, -(-2 * gpu.sms // cols), kt // 4)) if split_too else 1
+        for split in dict.fromkeys((1, fill)):
+            c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
+                 "min_blocks": gpu.sms, "tail_split": False, "num_warps": warps, "num_stages": stages[0]}
+            out[f"st {bm}x{bn}x{bk} w{warps} s{stages[0]}" + (f" sk{split}" if split > 1 else "")] = c
+    return out
+
+
+# --- small M ------------------------------------------------------------------------------------
+
+def part_small(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for wname, n, k in WEIGHTS:
+        if over("small"):
+            out[wname] = {"skipped": "time budget"}
+            continue
+        guarded(out, wname, lambda: one_weight(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu,
+                                               wname, n, k))
+    return out
+
+
+def one_weight(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu, wname, n, k):
+    sets = rotation_sets(n * k * 2 + 2 * 128 * (n + k))
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(sets)]
+    res = {}
+    x1 = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    y1 = [torch.empty(1, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    gemv = measure({"gemv": (lambda i: ts.kernels.linear(x1[i], ws[i], out=y1[i]), "tilesafe"),
+                    "F.linear": (lambda i: torch.nn.functional.linear(x1[i], ws[i], out=y1[i]), "torch")},
+                   sets, result_check(y1[0], torch.nn.functional.linear(x1[0].float(), ws[0].float())),
+                   "gemv", "x", policy)
+    gemv_us = gemv.get("gemv", {}).get("us")
+    res["M=1"] = gemv
+    print(f"\n{wname} ({n}x{k}) M=1: " + ", ".join(f"{key} {v['us']:.2f} us" if "us" in v else f"{key} {v}"
+                                               for key, v in gemv.items()), flush=True)
+    for m in SMALL_M:
+        if over("small"):
+            res[f"M={m}"] = {"skipped": "time budget"}
+            continue
+        guarded(res, f"M={m}", lambda: one_small(ts, cm, gm, measure, result_check, policy, gpu, wname, ws, sets,
+                                                 m, n, k, gemv_us))
+    return {"shape": [n, k], "gemv_us": gemv_us, "by_m": res}
+
+
+def one_small(ts, cm, gm, measure, result_check, policy, gpu, wname, ws, sets, m, n, k, gemv_us):
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    cs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    ref = torch.nn.functional.linear(xs[0].float(), ws[0].float())
+    shape = cm.Gemm(m, n, k, "bf16")
+    impls = {"F.linear": (lambda i: torch.nn.functional.linear(xs[i], ws[i], out=cs[i]), "torch"),
+             "ts default": (lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i]), "tilesafe")}
+    if m <= 16:
+        configs = {"sk bn{}bk{}w{}s{}sp{}bm{}".format(*c): skinny_config(*c) for c in SKINNY
+                   if c[4] == 1 or n <= 8192}
+    else:
+        configs = stream_configs(gm, m, n, k, gpu)
+    configs = {key: c for key, c in configs.items() if cm.valid(shape, c, gpu)}
+    for key, cfg in configs.items():
+        impls[key] = ((lambda c: lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i], config=c))(cfg), "tilesafe")
+    entry = measure(impls, sets, result_check(cs[0], ref, error="max"), "F.linear", "vs_torch", policy)
+    for key, v in entry.items():
+        if "us" in v and gemv_us:
+            v["vs_gemv"] = gemv_us / v["us"]
+            v["tb_s"] = n * k * 2 / v["us"] / 1e6
+        if key in configs:
+            v["config"] = configs[key]
+            v["predicted_us"] = _predict(cm, shape, configs[key], gpu)
+    entry["ts default"]["predicted_us"] = _predict(cm, shape, _default(cm, shape, gpu), gpu)
+    report(f"{wname} M={m} ({n}x{k})", entry, "vs_torch",
+           extra=lambda v: f" gemv x{v.get('vs_gemv', 0):.3f} {v.get('tb_s', 0):4.2f} TB/s" +
+           (f" pred {v['predicted_us']:6.2f}" if v.get("predicted_us") else ""))
+    return entry
+
+
+def _default(cm, shape, gpu):
+    try:
+        return cm.choose(shape, gpu)
+    except Exception:                                # noqa: BLE001 - a probe records what it can
+        return None
+
+
+# --- decode attention -----------------------------------------------------------------------------
+
+# (heads, KV heads, context, head dim): training neighbours first, then the random run's worst draws
+DECODE_SHAPES = ((32, 32, 8192, 64), (16, 16, 16384, 64), (32, 8, 16384, 64), (25, 25, 10918, 64),
+                 (14, 2, 633, 64), (71, 1, 13763, 64))
+# (block_n, target blocks per SM, warps, stages)
+DECODE_CANDS = ((64, 2, 4, 3), (64, 4, 4, 3), (128, 2, 4, 3), (128, 4, 4, 3), (64, 8, 4, 3), (128, 2, 8, 3),
+                (32, 4, 4, 4), (128, 1, 4, 3))
+
+
+def part_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for h, hkv, ctx, d in DECODE_SHAPES:
+        name = f"decode h={h}/{hkv} ctx={ctx} d={d}"
+        if over("decode"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        guarded(out, name, lambda: one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name,
+                                              h, hkv, ctx, d))
+    return out
+
+
+def one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, h, hkv, ctx, d):
+    from tilesafe.bench.families.attention import sdpa_impls
+    kv_bytes = 2 * hkv * ctx * d * 2
+    sets = rotation_sets(kv_bytes)
+    qs = [torch.randn(h, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    ks = [torch.randn(hkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    vs = [torch.randn(hkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    os_ = [torch.empty(h, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    lens = torch.full((1,), ctx, dtype=torch.int32, device="cuda")
+    rep = h // hkv
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        qs[0].float()[None, :, None], ks[0].float().repeat_interleave(rep, 0)[None],
+        vs[0].float().repeat_interleave(rep, 0)[None])[0, :, 0]
+    shape = cm.Decode(h, hkv, ctx, d, "bf16")
+    impls = {}
+    for key, f in sdpa_impls("cuda", default=True, enable_gqa=h != hkv):
+        impls["unchecked " + key] = ((lambda f: lambda i: f(qs[i][None, :, None], ks[i][None], vs[i][None]))(f),
+                                     "torch")
+    configs = {"ts default": None}
+    for bn, per_sm, w, st in DECODE_CANDS:
+        configs[f"ts bn{bn} x{per_sm} w{w} s{st}"] = {"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms,
+                                                      "flat": True, "one_kernel": False, "num_warps": w,
+                                                      "num_stages": st}
+    for key, cfg in configs.items():
+        wsp = ts.kernels.decode_workspace(qs[0], ks[0], cfg)
+        impls[key] = ((lambda c, wsp: lambda i: ts.kernels.decode_attention(qs[i], ks[i], vs[i], lens, out=os_[i],
+                                                                            workspace=wsp, config=c))(cfg, wsp),
+                      "tilesafe")
+    entry = measure(impls, sets, result_check(os_[0], ref, unchecked=("unchecked",)), "unchecked sdpa", "vs_sdpa",
+                    policy)
+    fastest = min((v["us"] for key, v in entry.items() if key.startswith("unchecked sdpa") and "us" in v),
+                  default=None)
+    for key, v in entry.items():
+        if "us" in v:
+            v["tb_s"] = kv_bytes / v["us"] / 1e6
+            if fastest:
+                v["vs_fastest_sdpa"] = fastest / v["us"]
+        cfg = configs.get(key) if key in configs else None
+        if key in configs:
+            cfg = cfg or _default(cm, shape, gpu)
+            v["config"] = cfg
+            v["predicted_us"] = _predict(cm, shape, cfg, gpu) if cfg else None
+    report(name, entry, "vs_fastest_sdpa", extra=lambda v: f" {v.get('tb_s', 0):4.2f} TB/s" +
+           (f" pred {v['predicted_us']:6.2f}" if v.get("predicted_us") else ""))
+    return {"shape": [h, hkv, ctx, d], "impls": entry, "fastest_sdpa_us": fastest}
+
+
+# --- flash attention ------------------------------------------------------------------------------
+
+# (batch, heads, KV heads, length, head dim, causal): ragged lengths (training: Qwen3 layouts at
+# lengths that are no multiple of 64) beside a power-of-two one, then the random run's worst draw
+FLASH_SHAPES = ((2, 32, 8, 1500, 128, False), (2, 32, 8, 1536, 128, False), (2, 32, 8, 1000, 128, True),
+                (4, 32, 4, 1432, 128, False))
+# (block_m, block_n, warps, stages, tma)
+FLASH_CANDS = ((64, 64, 4, 3, None), (64, 64, 4, 3, True), (128, 64, 8, 3, None), (128, 64, 8, 3, True),
+               (128, 128, 8, 2, True), (64, 128, 4, 3, True))
+
+
+def part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for b, h, kv, s, d, causal in FLASH_SHAPES:
+        name = f"flash b={b} h={h}/{kv} s={s} d={d}{' causal' if causal else ''}"
+        if over("flash"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        guarded(out, name, lambda: one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, name,
+                                             b, h, kv, s, d, causal))
+    return out
+
+
+def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, name, b, h, kv, s, d, causal):
+    from tilesafe.bench.families.attention import sdpa_impls
+    sets = rotation_sets(2 * (b * h * s * d + 2 * b * kv * s * d))
+    qs = [torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    ks = [torch.randn(b, kv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    vs = [torch.randn(b, kv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    os_ = [torch.empty(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    rep = h // kv
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        qs[0].float(), ks[0].float().repeat_interleave(rep, 1), vs[0].float().repeat_interleave(rep, 1),
+        is_causal=causal)
+    shape = cm.Attention(b, h, kv, s, s, d, causal, "bf16")
+    impls = {}
+    for key, f in sdpa_impls("cuda", default=False, is_causal=causal, enable_gqa=True):
+        if key != "sdpa-efficient":                  # slowest everywhere: time spent elsewhere
+            impls["unchecked " + key] = ((lambda f: lambda i: f(qs[i], ks[i], vs[i]))(f), "torch")
+    impls["ts default"] = (lambda i: ts.kernels.flash_attention(qs[i], ks[i], vs[i], causal, out=os_[i]), "tilesafe")
+    configs = {}
+    for bm, bn, w, st, tma in FLASH_CANDS:
+        c = {"block_m": bm, "block_n": bn, "flat": True, "num_warps": w, "num_stages": st}
+        if tma is not None:
+            c["tma"] = tma
+        if cm.valid(shape, c, gpu):
+            configs[f"ts {bm}x{bn} w{w} s{st}{' tma' if tma else ''}"] = c
+    for key, cfg in configs.items():
+        impls[key] = ((lambda c: lambda i: ts.kernels.flash_attention(qs[i], ks[i], vs[i], causal, out=os_[i],
+                                                                     config=c))(cfg), "tilesafe")
+    entry = measure(impls, sets, result_check(os_[0], ref, unchecked=("unchecked",)), "unchecked sdpa-flash",
+                    "vs_sdpa_flash", policy)
+    fastest = min((v["us"] for key, v in entry.items() if key.startswith("unchecked sdpa") and "us" in v),
+                  default=None)
+    flops = am.flash_flops(shape)
+    for key, v in entry.items():
+        if "us" in v:
+            v["tflops"] = flops / v["us"] / 1e6
+            if fastest:
+                v["vs_fastest_sdpa"] = fastest / v["us"]
+        if key in configs:
+            v["config"] = configs[key]
+            v["predicted_us"] = _predict(cm, shape, configs[key], gpu)
+    entry["ts default"]["predicted_us"] = _predict(cm, shape, _default(cm, shape, gpu), gpu)
+    report(name, entry, "vs_fastest_sdpa", extra=lambda v: f" {v.get('tflops', 0):5.0f} TF/s" +
+           (f" pred {v['predicted_us']:7.1f}" if v.get("predicted_us") else ""))
+    return {"shape": [b, h, kv, s, d, causal], "impls": entry, "fastest_sdpa_us": fastest}
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+def guarded(out, name, run):
+    """out[name] = run(), or the error it raised: one case's failure never ends the probe."""
+    try:
+        out[name] = run()
+    except Exception as e:                           # noqa: BLE001 - recorded, the next case runs
+        out[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
+        print(f"\n{name}: {out[name]['error']}", flush=True)
+    torch.cuda.empty_cache()
+
+
+def over(part) -> bool:
+    now = time.monotonic()
+    _PART_START.setdefault(part, now)
+    return now - _PART_START[part] > BUDGET_S[part] or now - START > TOTAL_S
+
+
+def _pow2(n):
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _predict(cm, shape, cfg, gpu):
+    try:
+        return round(cm.predict_us(shape, cfg, gpu), 3)
+    except Exception:                                # noqa: BLE001 - a probe records what it can
+        return None
+
+
+SUMMARY = []
+
+
+def report(name, entry, ratio, extra=lambda v: ""):
+    timed = {k: v for k, v in entry.items() if ratio in v}
+    best = max(((v[ratio], k) for k, v in timed.items() if k.startswith("ts") or k.startswith("sk")
+                or k.startswith("st")), default=(0.0, "-"))
+    dflt = entry.get("ts default", {})
+    SUMMARY.append((name, dflt.get(ratio, 0.0), dflt.get("vs_gemv", 0.0), best[0], best[1]))
+    print(f"\n{name}")
+    for k, v in sorted(entry.items(), key=lambda kv: -kv[1].get(ratio, 0)):
+        print(f"   {k:30} " + (f"{v['us']:9.2f} us {v[ratio]:.3f}{extra(v)}" if ratio in v else
+                               (f"{v['us']:9.2f} us" if "us" in v else v.get("error", "")[:140])), flush=True)
+
+
+def main(out_path, parts=("small", "decode", "flash")):
+    import tilesafe as ts
+    import tilesafe.kernels  # noqa: F401
+    from side_by_side import measure, result_check
+    from tilesafe.bench.timing import Policy, rotation_sets
+    from tilesafe.kernels import attention_model as am
+    from tilesafe.kernels import config_model as cm
+    from tilesafe.kernels import gemm_model as gm
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    gpu = cm.gpu_of(None)
+    # Every kernel in a graph (host cost out), short samples: ~300 timings in about a minute.
+    policy = Policy(l2_bytes=getattr(props, "L2_cache_size", 0) or Policy().l2_bytes, graph_below_us=1e9,
+                    graph_target_us=250.0, max_per_graph=100, sample_ms=8.0, min_samples=5, max_samples=20)
+    result = {"sms": props.multi_processor_count, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "budget_s": BUDGET_S}
+    runners = {"small": lambda: part_small(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu),
+               "decode": lambda: part_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "flash": lambda: part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu)}
+    for part in parts:
+        try:
+            result[part] = runners[part]()
+        except Exception as e:                      # noqa: BLE001 - the other parts still run
+            result[part] = {"error": f"{type(e).__name__}: {e}"[:500]}
+            print(f"{part}: {result[part]['error']}", flush=True)
+        result["elapsed_s"] = time.monotonic() - START
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    print(f"\n{'case':44} {'default':>7} {'gemv x':>7} {'best':>7}  best candidate   (vs F.linear / fastest SDPA)")
+    for name, dflt, vs_gemv, best, key in SUMMARY:
+        print(f"{name:44} {dflt:7.3f} {vs_gemv:7.3f} {best:7.3f}  {key}")
+    print(f"\n{time.monotonic() - START:.0f} s; JSON: {out_path}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else ("small", "decode", "flash"))
