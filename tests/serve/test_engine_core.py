@@ -192,14 +192,14 @@ def test_a_receiver_whose_event_loop_closed_does_not_stop_the_engine(llm, alone)
 def test_a_decode_batch_is_exactly_the_running_requests(llm, alone, monkeypatch):
     """Three requests decode together (a bucket of 4: one padding row); the two short ones
     finish and the long one then decodes alone, in the bucket of 1."""
-    from tilesafe.serve.decode_buckets import DecodeBuckets
+    from tilesafe.engine.decode_step import DecodeSteps
     batches = []
-    run = DecodeBuckets.run
+    run = DecodeSteps.run_paged
 
-    def record(self, ids, positions, slots, tables):
+    def record(self, ids, positions, rows, tables):
         batches.append((len(ids), self.bucket(len(ids))))
-        return run(self, ids, positions, slots, tables)
-    monkeypatch.setattr(DecodeBuckets, "run", record)
+        return run(self, ids, positions, rows, tables)
+    monkeypatch.setattr(DecodeSteps, "run_paged", record)
     engine = AsyncLLM(llm)
     try:
         params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (2, 2, 6)]

@@ -48,7 +48,7 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
     in the bucket of 8 (3 padding rows), then 4, 2, 1 as they finish: the captured buckets give
     exactly the tokens of the same steps run eagerly; agreement with the offline engine (bf16)
     is printed."""
-    from tilesafe.serve.decode_buckets import bucket_sizes
+    from tilesafe.engine.decode_step import bucket_sizes
     from tilesafe.serve.engine_core import EngineCore
     from tilesafe.serve.request import Request
     llm = LLM.from_random("0.6b", device="cuda", max_model_len=256, max_num_seqs=8, progress=False)
@@ -58,7 +58,7 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
     want = [llm.generate({"prompt_token_ids": p}, sp)[0].outputs[0].token_ids for p, sp in zip(prompts, params)]
 
     def serve(graphs: bool):
-        core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=32)
+        core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=32, warm_up=graphs)
         core.runner.decoder.use_graph = graphs
         outs = [[] for _ in prompts]
         for i, (p, sp) in enumerate(zip(prompts, params)):
@@ -70,7 +70,7 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
     replayed, core = serve(True)
     steps = core.runner.decoder.steps
     assert 8 in steps and set(steps) <= set(bucket_sizes(8))
-    assert all(s.graph is not None for s in steps.values())
+    assert all(s.graphs.get(True) is not None for s in steps.values())   # greedy requests: the argmax step
     st = core.scheduler.blocks.stats()
     assert st.hits >= 4 and st.used == 0
     eager, _ = serve(False)
@@ -79,3 +79,29 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
     print(f"\nserve bf16 0.6b, prefix hits {st.hits} blocks, chunks of 32: {same}/{len(prompts)} requests "
           f"token-identical to the offline engine")
     assert [len(g) for g in replayed] == [len(w) for w in want]
+
+
+@pytest.mark.gpu
+def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
+    """EngineCore on the GPU warms up by default: every decode bucket captured greedy and
+    sampled before the first request; requests of every batch size then only replay."""
+    from tilesafe.engine.decode_step import bucket_sizes
+    from tilesafe.serve.engine_core import EngineCore
+    from tilesafe.serve.request import Request
+    llm = LLM.from_random("0.6b", device="cuda", max_model_len=256, max_num_seqs=8, progress=False)
+    core = EngineCore(llm, kv_blocks=64, block_size=16)
+    steps = core.runner.decoder.steps
+    assert sorted(steps) == bucket_sizes(8)
+    graphs = {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)}
+    runs = {b: dict(s.eager_runs) for b, s in steps.items()}
+    params = [SamplingParams(temperature=0 if i % 2 else 0.7, seed=i, max_tokens=6 + 3 * i, ignore_eos=True)
+              for i in range(6)]
+    outs = [[] for _ in params]
+    for i, sp in enumerate(params):
+        core.add(Request(f"w{i}", llm._sequences({"prompt_token_ids": [500 + i, 7, 9 + i]}, sp)[0],
+                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+    while core.has_work():
+        core.step()
+    assert [len(o) for o in outs] == [sp.max_tokens for sp in params]
+    assert {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)} == graphs   # nothing new
+    assert {b: dict(s.eager_runs) for b, s in steps.items()} == runs                       # no eager step

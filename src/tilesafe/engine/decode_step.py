@@ -8,6 +8,13 @@ of split GEMMs and long softmax rows) and the second captures the same calls. Re
 cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
 With `pdl` (default: TILESAFE_PDL) the graph's kernels use programmatic dependent launch; the
 eager step before the capture runs under `ts.pdl()` so that their PDL code is compiled then.
+
+The serving engine's paged cache uses the same steps (`paged=`, `run_paged`): each row reads
+its keys through its block table, and a batch of n requests runs in the smallest bucket of
+1, 2, 4, ..., max_num_seqs that holds it (padding rows: step_io), so a handful of graphs
+serve every batch size. Rows are independent (every kernel of the step computes a row from
+that row alone), so padding changes no real row's tokens. `warm_up()` runs and captures
+every bucket (greedy and sampled) before the first request, so serving compiles nothing.
 """
 from __future__ import annotations
 
@@ -19,7 +26,16 @@ import torch
 import tilesafe as ts
 
 from .model import Activations, DecodeWorkspace, Qwen3Model
-from .step_io import StepIO
+from .step_io import StepIO, paged_activations
+
+
+def bucket_sizes(max_num_seqs: int) -> list[int]:
+    """Powers of two below max_num_seqs, then max_num_seqs itself."""
+    sizes, b = [], 1
+    while b < max_num_seqs:
+        sizes.append(b)
+        b *= 2
+    return sizes + [max_num_seqs]
 
 
 @dataclass(slots=True)
@@ -33,12 +49,23 @@ class _Step:
 
 class DecodeSteps:
     """`run(ids, positions, slots)` -> (next tokens, their log-probabilities); row i in cache
-    slot slots[i] (default i), sampled with the sampler's row i."""
+    slot slots[i] (default i), sampled with the sampler's row i.
 
-    def __init__(self, model: Qwen3Model, dtype: torch.dtype, device: str, use_graph: bool, pdl: bool | None = None):
+    `paged=(max_blocks, max_num_seqs)`: the serving engine's steps over a paged cache,
+    `run_paged(ids, positions, cache_rows, tables)`, each batch in its bucket (`pad=False`:
+    at its exact size, the tests' reference)."""
+
+    def __init__(self, model: Qwen3Model, dtype: torch.dtype, device: str, use_graph: bool, pdl: bool | None = None,
+                 paged: tuple[int, int] | None = None, pad: bool = True):
         self.model, self.dtype, self.device, self.use_graph = model, dtype, device, use_graph
         self.pdl = ts.settings.pdl if pdl is None else pdl   # captured steps use programmatic dependent launch
         self.steps: dict[int, _Step] = {}
+        self.max_blocks = paged[0] if paged else None        # block table entries a row (None: the slot cache)
+        self.sizes = bucket_sizes(paged[1]) if paged and pad else None
+
+    def bucket(self, n: int) -> int:
+        """The batch size a batch of n rows runs at."""
+        return n if self.sizes is None else next(b for b in self.sizes if b >= n)
 
     def run(self, ids: list[int], positions: list[int],
             slots: list[int] | None = None) -> tuple[list[int], list[float]]:
@@ -46,14 +73,45 @@ class DecodeSteps:
         i), sampled with the sampler's row i. Any distinct slots: a batch holds only the
         sequences still running, wherever their slots are."""
         step = self._step(len(ids))
-        a = step.a
         slots = list(range(len(ids))) if slots is None else slots
         shift = self.model.vocab_start              # a tensor-parallel rank's first vocabulary row
         local_ids = [i - shift for i in ids] if shift else ids
         step.io.send(local_ids, positions, slots, self.model.cache.max_model_len)   # (5, B), one queued copy
+        self._launch(step, len(ids))
+        return step.io.receive()                    # the step's one host sync
+
+    def run_paged(self, ids: list[int], positions: list[int], cache_rows: list[int],
+                  tables: list[list[int]]) -> tuple[list[int], list[float]]:
+        """Row i: token ids[i] at positions[i], its KV written at cache row cache_rows[i], its
+        keys read through tables[i] (a live block list: step_io), sampled with the sampler's
+        row i; the batch runs in its bucket, whose padding rows' sampler rows must be set
+        (greedy: an all-greedy bucket takes the LM head's argmax). Returns the n real rows'
+        tokens and log-probabilities."""
+        n = len(ids)
+        step = self._step(self.bucket(n))
+        step.io.send_paged(ids, positions, cache_rows, tables)
+        self._launch(step, step.io.batch)
+        return step.io.receive(n)
+
+    def warm_up(self, greedy=(True, False)) -> None:
+        """Run (compile) and capture every bucket's step before serving: all rows padding (no
+        cache write), outputs dropped. The sampler's rows are whatever they hold."""
+        for b in self.sizes or []:
+            step = self._step(b)
+            for g in greedy:
+                if step.graphs.get(g) is None and not step.eager_runs.get(g):
+                    step.io.send_paged([], [], [], [])
+                    self._launch(step, b, g)          # eager (compiles), then captured on a GPU
+                    step.io.receive(0)
+
+    def _launch(self, step: _Step, batch: int, greedy: bool | None = None) -> None:
+        """The step's model call: replayed once captured, else eager (the first eager run of
+        a graph-using step is followed by its capture)."""
         # An all-greedy batch takes its tokens from the LM head (linear_argmax), any other the
         # sampler: two different steps, each captured once.
-        greedy = self.model.sampler is not None and self.model.sampler.all_greedy(len(ids))
+        if greedy is None:
+            greedy = self.model.sampler is not None and self.model.sampler.all_greedy(batch)
+        a = step.a
         graph = step.graphs.get(greedy)
         if graph is not None:
             graph.replay()
@@ -65,13 +123,14 @@ class DecodeSteps:
             step.eager_runs[greedy] = runs + 1
             if capture_next:
                 self._capture(step, greedy)
-        return step.io.receive()                    # the step's one host sync
 
     def _step(self, batch: int) -> _Step:
         step = self.steps.get(batch)
         if step is None:
             cfg = self.model.cfg
             a = Activations.allocate(cfg, batch, batch, self.dtype, self.device)
+            if self.max_blocks is not None:
+                a = paged_activations(a, self.max_blocks)
             ws = self.model.decode_workspace(a)
             step = self.steps[batch] = _Step(a, ws, StepIO(a))
         return step

@@ -1,51 +1,115 @@
 """The host side of one decode step: its inputs sent, its tokens read back, one sync a token.
 
-A decode step's inputs (token, position, cache length, cache row and slot of each sequence)
-are written into a host staging buffer, pinned on a GPU, and copied to the step's device
-buffer without waiting (`non_blocking`): a copy from pageable memory, or a `torch.tensor`
-made per token, costs a stream synchronisation and an allocation each. The outputs (tokens
-and their log-probabilities) come back through pinned buffers by two queued copies and one
-synchronisation, instead of one synchronising copy each. That sync is the only host wait of
-a step; the staging buffer is rewritten only after it (or after a full sync, if an error
-left a copy in flight).
+A decode step's inputs (token, position, cache length and cache row of each row, then each
+row's block table) are written into a host staging buffer, pinned on a GPU, and copied to
+the step's device buffer without waiting (`non_blocking`): a copy from pageable memory, or a
+`torch.tensor` made per token, costs a stream synchronisation and an allocation each. The
+outputs (tokens and their log-probabilities) come back through pinned buffers by two queued
+copies and one synchronisation, instead of one synchronising copy each. That sync is the
+only host wait of a step; the staging buffer is rewritten only after it (or after a full
+sync, if an error left a copy in flight).
+
+Two layouts of the same buffer — ids, positions, lengths, cache rows (B each), then the
+(B, W) block tables:
+- the offline engine's slot cache (`send`): W = 1, row i's table is [its cache slot];
+- the serving engine's paged cache (`send_paged`, Activations from `paged_activations`):
+  W = the blocks of a max_model_len sequence. A batch of n real rows fills rows 0..n-1;
+  rows n..B-1 are padding (token 0 at position 0, length 1, cache row -1: the KV write
+  skips it, a table of zeros: its attention reads block 0's first row, finite). A table
+  row is written incrementally: a row that holds the same request's table as last step
+  (the block manager's live list) gets only its new entries, so a step costs O(new
+  blocks), not O(batch x max_blocks).
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from .model import Activations
 
 
+def paged_activations(a: Activations, width: int) -> Activations:
+    """`a` with an input buffer whose block tables hold `width` entries a row (the paged
+    cache's layout): ids, positions, lens, slots (B each), then tables (B, width), one
+    buffer so the step's inputs reach the device in one copy."""
+    b = a.ids.shape[0]
+    buf = torch.zeros(b * (4 + width), dtype=torch.int32, device=a.ids.device)
+    return dataclasses.replace(a, inputs=buf, ids=buf[:b], positions=buf[b:2 * b], lens=buf[2 * b:3 * b],
+                               slots=buf[3 * b:4 * b], tables=buf[4 * b:].view(b, width))
+
+
 class StepIO:
     def __init__(self, a: Activations):
         self.inputs, self.tokens, self.chosen = a.inputs, a.tokens, a.chosen
         self.cuda = a.inputs.device.type == "cuda"
-        rows, batch = a.inputs.shape
-        self.staged = torch.empty((rows, batch), dtype=torch.int32, pin_memory=self.cuda)
+        self.batch, self.width = a.tables.shape
+        self.staged = torch.zeros(a.inputs.shape, dtype=torch.int32, pin_memory=self.cuda)
         self.rows = self.staged.numpy()      # the same memory, written without torch's per-op cost
+        flat, b = self.rows.reshape(-1), self.batch
+        self._ids, self._positions, self._lens, self._cache_rows = (flat[k * b:(k + 1) * b] for k in range(4))
+        self._tables = flat[4 * b:].reshape(b, self.width)
+        self._table_of: list = [None] * b    # the live table list each row's entries were copied from
+        self._table_len = [0] * b            # how many of its entries are in the row
         self.out_tokens = torch.empty(a.tokens.shape, dtype=a.tokens.dtype, pin_memory=self.cuda)
         self.out_chosen = torch.empty(a.chosen.shape, dtype=a.chosen.dtype, pin_memory=self.cuda)
         self.in_flight = False               # a copy from `staged` may still be queued
 
     def send(self, ids: list[int], positions: list[int], slots: list[int], max_model_len: int) -> None:
-        """Rows of the step's input buffer: ids, positions, cache lengths, cache rows, slots."""
-        if self.in_flight:                   # a step that raised before reading its tokens back
-            torch.cuda.synchronize(self.inputs.device)
+        """The slot cache: rows ids, positions, cache lengths, cache rows, slots (the tables)."""
+        self._wait()
         r = self.rows
         r[0] = ids
         r[1] = positions
         r[2] = r[1] + 1
         r[3] = [s * max_model_len + p for s, p in zip(slots, positions)]   # Python ints: overflow raises
         r[4] = slots
-        self.in_flight = self.cuda
-        self.inputs.copy_(self.staged, non_blocking=True)
+        self._copy()
 
-    def receive(self) -> tuple[list[int], list[float]]:
-        """The step's tokens and their log-probabilities, once the step has run."""
+    def send_paged(self, ids: list[int], positions: list[int], cache_rows: list[int], tables: list[list[int]]) -> None:
+        """The paged cache: row i (i < n = len(ids)) feeds ids[i] at positions[i], writes its KV
+        at cache row cache_rows[i] and reads its keys through tables[i] (the block manager's
+        live list of the request's blocks: only grown while the request runs); rows n.. are
+        padding."""
+        self._wait()
+        n, b = len(ids), self.batch
+        self._ids[:n] = ids
+        self._positions[:n] = positions
+        self._lens[:n] = self._positions[:n] + 1
+        self._cache_rows[:n] = cache_rows
+        if n < b:
+            self._ids[n:], self._positions[n:], self._lens[n:], self._cache_rows[n:] = 0, 0, 1, -1
+        owner, length, t = self._table_of, self._table_len, self._tables
+        for i, table in enumerate(tables):
+            k = len(table)
+            if owner[i] is table:            # the same request's table: only its new blocks
+                if k != length[i]:
+                    t[i, length[i]:k] = table[length[i]:]
+            else:
+                t[i, :k] = table
+                t[i, k:] = 0
+                owner[i] = table
+            length[i] = k
+        for i in range(n, b):
+            if owner[i] is not None or length[i]:
+                t[i] = 0
+                owner[i], length[i] = None, 0
+        self._copy()
+
+    def receive(self, n: int | None = None) -> tuple[list[int], list[float]]:
+        """The step's tokens and their log-probabilities (of its first n rows), once it has run."""
         if not self.cuda:
-            return self.tokens.tolist(), self.chosen.tolist()
+            return self.tokens[:n].tolist(), self.chosen[:n].tolist()
         self.out_tokens.copy_(self.tokens, non_blocking=True)
         self.out_chosen.copy_(self.chosen, non_blocking=True)
         torch.cuda.current_stream(self.tokens.device).synchronize()
         self.in_flight = False
-        return self.out_tokens.tolist(), self.out_chosen.tolist()
+        return self.out_tokens[:n].tolist(), self.out_chosen[:n].tolist()
+
+    def _wait(self) -> None:
+        if self.in_flight:                   # a step that raised before reading its tokens back
+            torch.cuda.synchronize(self.inputs.device)
+
+    def _copy(self) -> None:
+        self.in_flight = self.cuda
+        self.inputs.copy_(self.staged, non_blocking=True)

@@ -122,6 +122,12 @@ class BlockManager:
     def block_table(self, seq_id) -> list[int]:
         return list(self._seq(seq_id).blocks)
 
+    def live_table(self, seq_id) -> list[int]:
+        """The sequence's own list of blocks (not a copy; read it, never change it): it only
+        grows while the sequence holds blocks, and a new allocation is a new list, so a
+        decode step's staging rewrites only a row's new entries (engine/step_io.py)."""
+        return self._seq(seq_id).blocks
+
     def num_tokens(self, seq_id) -> int:
         return len(self._seq(seq_id).tokens)
 

@@ -1,7 +1,7 @@
 """`EngineCore`: continuous batching over the offline engine's model, one step at a time.
 
     core = EngineCore(llm, kv_blocks=None, block_size=16, metrics=None,
-                      max_num_batched_tokens=None, prefix_caching=True)
+                      max_num_batched_tokens=None, prefix_caching=True, warm_up=None)
     core.add(request); core.abort(request_id)
     while core.has_work():
         core.step()                  # outputs go to each request's sink
@@ -13,7 +13,9 @@ decodes in one forward pass (a pure decode step in its captured bucket), and emi
 new token. A long
 prompt is thus prefilled over several steps while the running requests keep decoding;
 a prompt whose leading blocks are in the prefix cache computes only the rest. Finished and
-aborted requests free their blocks at once. `EngineCore` is not thread-safe: `EngineThread`
+aborted requests free their blocks at once. `warm_up` (default: when the decode steps are
+captured in graphs, on a GPU) runs every decode bucket and prefill token bucket once before
+the first request, so serving compiles and captures nothing. `EngineCore` is not thread-safe: `EngineThread`
 owns it and calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
@@ -30,7 +32,8 @@ from .scheduler import Scheduler
 
 class EngineCore:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
-                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True):
+                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
+                 warm_up: bool | None = None):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -51,6 +54,9 @@ class EngineCore:
         self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
                                    max_num_batched_tokens, prefix_caching)
         self.runner = ModelRunner(llm, self.scheduler.blocks, pad_decode)
+        if self.runner.decoder.use_graph if warm_up is None else warm_up:
+            with llm._on_device(), torch.inference_mode():
+                self.runner.warm_up()
         self.metrics = metrics
         self._order = 0
         self.steps = 0

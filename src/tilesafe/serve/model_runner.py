@@ -18,8 +18,11 @@ join that pass as one-token chunks after it (a decoding request's next token is 
 uncomputed token), so the weights are read once a step, not twice; their attention is one
 `paged_decode_attention` over them.
 
-Decode: one token per decoding request, batched in the smallest bucket that holds them
-(`DecodeBuckets`); sampler row i is the batch's row i, rewritten when the batch's requests
+Decode: one token per decoding request, batched in the smallest bucket that holds them —
+the offline engine's decode steps over the paged cache (`engine.decode_step.DecodeSteps`,
+`run_paged`: pinned inputs with block tables updated incrementally, one host sync a step,
+a captured graph per bucket and greedy/sampled, an all-greedy batch's tokens straight from
+the LM head); sampler row i is the batch's row i, rewritten when the batch's requests
 change, padding rows greedy.
 """
 from __future__ import annotations
@@ -28,12 +31,12 @@ import itertools
 
 import torch
 
+from ..engine.decode_step import DecodeSteps
 from ..engine.errors import request_error
 from ..engine.kv_cache import PagedKVCache, cache_bytes
 from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
 from .block_manager import BlockManager
-from .decode_buckets import DecodeBuckets
 from .request import Request
 
 IDLE = SamplingParams(temperature=0).resolved({})
@@ -52,8 +55,8 @@ class ModelRunner:
         self.cache = cache
         self.model = Qwen3Model(llm.config, llm.model.w, cache, llm.sampler)
         self.max_blocks = -(-llm.max_model_len // bs)
-        self.decoder = DecodeBuckets(self.model, llm.max_num_seqs, self.max_blocks, llm.dtype, llm.device,
-                                     llm.decode_steps.use_graph, pad=pad_decode)
+        self.decoder = DecodeSteps(self.model, llm.dtype, llm.device, llm.decode_steps.use_graph,
+                                   llm.decode_steps.pdl, paged=(self.max_blocks, llm.max_num_seqs), pad=pad_decode)
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
         self.passes = 0                                      # forward passes run (one a step)
 
@@ -103,17 +106,25 @@ class ModelRunner:
         bm = self.blocks
         b = self.decoder.bucket(len(reqs))
         self._set_rows(reqs, pad_to=b)
-        ids, positions, slots, tables = [], [], [], []
+        bs = bm.block_size
+        ids, positions, rows, tables = [], [], [], []
         for r in reqs:
             p = r.computed                         # the fed-back token's position
-            ids.append(r.kv_tokens[p])
+            table = bm.live_table(r.request_id)
+            toks = r.seq.tokens                    # it feeds back its newest token (the prompt's last: none yet)
+            ids.append(toks[-1] if toks else r.seq.prompt_ids[-1])
             positions.append(p)
-            slots.append(bm.slot(r.request_id, p))
-            tables.append(bm.block_table(r.request_id))
-        tokens, logprobs = self.decoder.run(ids, positions, slots, tables)
+            rows.append(table[p // bs] * bs + p % bs)
+            tables.append(table)
+        tokens, logprobs = self.decoder.run_paged(ids, positions, rows, tables)
         self.passes += 1
         for r, t, lp in zip(reqs, tokens, logprobs):
             r.seq.append(t, lp)
+
+    def warm_up(self) -> None:
+        """Compile (and on a GPU capture) every decode bucket, greedy and sampled, before
+        the first request: their rows are padding, so the cache is not written."""
+        self.decoder.warm_up()
 
     def forget_rows(self) -> None:
         """Someone else wrote the sampler's rows (LLM.generate): set them again next step."""
@@ -127,7 +138,8 @@ class ModelRunner:
         if self._rows != key:
             sampler.set_rows([r.seq.params for r in reqs] + [IDLE] * pad, [r.seq.seed for r in reqs] + [0] * pad)
             self._rows = key
-        sampler.set_steps([len(r.seq.tokens) for r in reqs] + [0] * pad)
+        if not sampler.all_greedy(len(reqs) + pad):     # greedy rows draw no random number: no upload
+            sampler.set_steps([len(r.seq.tokens) for r in reqs] + [0] * pad)
 
 
 def _check_memory(llm, num_blocks: int, block_size: int) -> None:
