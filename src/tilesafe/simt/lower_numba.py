@@ -398,40 +398,60 @@ class _Lower(ast.NodeTransformer):
         is inside `t`, evaluate the k values first and store them after, so the k reads of each
         input are in flight together (the loads of one element cannot pass the store of the one
         before otherwise: the compiler cannot know an output never aliases an input, which S7
-        checks at launch, and an output is never read in a kernel). The ragged last run keeps the
-        guarded loop. Returns None where the shape does not fit."""
+        checks at launch, and an output is never read in a kernel; nor that a shared array's store
+        does not alias a global read). The ragged last run keeps the guarded loop. Returns None
+        where the shape does not fit."""
         m = M.Mapping(walk.kind, self.value(walk.size), self.value(walk.offset))
-        if walk.shared or m.kind not in (M.RUN, M.CHUNK) or not 2 <= m.size <= 16 or len(body) != 1:
+        if m.kind not in (M.RUN, M.CHUNK) or not 2 <= m.size <= 16 or len(body) != 1 \
+                or walk.shared and self.sanitize:      # a sanitized shared write also marks its shadow bit
             return None
         stmt = body[0]
         if not (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Subscript)
                 and isinstance(stmt.targets[0].slice, ast.Name) and stmt.targets[0].slice.id == walk.permit
                 and node_key(stmt.targets[0]) not in self.info.raw_stores):
             return None
-        if m.kind == M.RUN:
-            first = [_bin(_bin(self.global_thread(), ast.Mult(), _int(m.size)), ast.Add(), _int(j))
-                     for j in range(m.size)]
+        g = self.flat_thread() if walk.shared else self.global_thread()
+        bid = (lambda axis: _int(0)) if walk.shared else (lambda axis: _attr("cuda", "blockIdx", axis))
+        head, elems = [], []
+        if walk.rank == 2:       # chunk: column tx, rows ty + j * by of the block's tile
+            by = self.block[1]
+            col = self.fresh(f"{walk.permit}__c")
+            head.append(ast.Assign([_name(col, ast.Store())],
+                                   _bin(_bin(bid("x"), ast.Mult(), _int(self.block[0])), ast.Add(),
+                                        _attr("cuda", "threadIdx", "x"))))
+            row0 = _bin(_bin(bid("y"), ast.Mult(), _int(by * m.size)), ast.Add(), _attr("cuda", "threadIdx", "y"))
+            firsts = [_bin(copy.deepcopy(row0), ast.Add(), _int(j * by)) for j in range(m.size)]
+        elif m.kind == M.RUN:
+            firsts = [_bin(_bin(copy.deepcopy(g), ast.Mult(), _int(m.size)), ast.Add(), _int(j))
+                      for j in range(m.size)]
         else:
-            base = _bin(_attr("cuda", "blockIdx", "x"), ast.Mult(), _int(self.threads * m.size))
-            first = [_bin(_bin(base, ast.Add(), _int(j * self.threads)), ast.Add(), self.flat_thread())
-                     for j in range(m.size)]
+            base = _bin(bid("x"), ast.Mult(), _int(self.threads * m.size))
+            firsts = [_bin(_bin(copy.deepcopy(base), ast.Add(), _int(j * self.threads)), ast.Add(),
+                           self.flat_thread()) for j in range(m.size)]
         coords = [self.fresh(f"{walk.permit}__h") for _ in range(m.size)]
+        head += [ast.Assign([_name(c, ast.Store())], e) for c, e in zip(coords, firsts)]
+        elems = [[c, col] if walk.rank == 2 else [c] for c in coords]
         values = [self.fresh("v") for _ in range(m.size)]
-        head = [ast.Assign([_name(c, ast.Store())], e) for c, e in zip(coords, first)]
-        out = self.run_values(walk, stmt, coords, values, {})
-        out += [ast.Assign([ast.Subscript(_name(walk.target), _name(c), ast.Store())], _name(v))
-                for c, v in zip(coords, values)]
-        vector = self.vectorised(walk, m, stmt, coords, values)
+        out = self.run_values(walk, stmt, elems, values, {})
+        out += [ast.Assign([ast.Subscript(_name(walk.target), self.subscript(e), ast.Store())], _name(v))
+                for e, v in zip(elems, values)]
+        vector = None if walk.shared else self.vectorised(walk, m, stmt, coords, values)
         if vector is not None:
             out = [ast.If(vector[0], vector[1], out)]
         inside = ast.Compare(_name(coords[-1]), [ast.Lt()], [self.extent(walk, 0)])
+        if walk.rank == 2:
+            inside = ast.BoolOp(ast.And(), [inside, ast.Compare(_name(col), [ast.Lt()], [self.extent(walk, 1)])])
         return head + [ast.If(inside, out, lowered)]
+
+    @staticmethod
+    def subscript(names):
+        return _name(names[0]) if len(names) == 1 else ast.Tuple([_name(n) for n in names], ast.Load())
 
     def run_values(self, walk, stmt, coords, values, vector_reads) -> list:
         """`v_j = expr` for each element j of the run, the permit standing for coordinate j."""
         out = []
         for j, (c, v) in enumerate(zip(coords, values)):
-            self.coords[walk.permit] = [c]
+            self.coords[walk.permit] = c if isinstance(c, list) else [c]
             self.vector_reads = {name: (t, j) for name, t in vector_reads.items()}
             try:
                 out.append(ast.Assign([_name(v, ast.Store())], self.visit(copy.deepcopy(stmt.value))))
@@ -508,6 +528,16 @@ class _Lower(ast.NodeTransformer):
             first = _bin(_bin(g, ast.Mult(), _int(m.size)), ast.Add(), _name(j))
             return [ast.For(_name(j, ast.Store()), _call(_name("range"), _int(m.size)),
                             [assign(0, first), guard([lt(0)], body)], [])]
+        if m.kind == M.CHUNK and walk.rank == 2:    # column tx, rows ty + j * by of the block's tile
+            j = self.fresh("j")
+            by = self.block[1]
+            rbid = _int(0) if walk.shared else _attr("cuda", "blockIdx", "y")
+            cbid = _int(0) if walk.shared else _attr("cuda", "blockIdx", "x")
+            row = _bin(_bin(_bin(rbid, ast.Mult(), _int(by * m.size)), ast.Add(),
+                            _bin(_name(j), ast.Mult(), _int(by))), ast.Add(), _attr("cuda", "threadIdx", "y"))
+            col = _bin(_bin(cbid, ast.Mult(), _int(self.block[0])), ast.Add(), _attr("cuda", "threadIdx", "x"))
+            return [ast.For(_name(j, ast.Store()), _call(_name("range"), _int(m.size)),
+                            [assign(0, row), assign(1, col), guard([lt(0), lt(1)], body)], [])]
         if m.kind == M.CHUNK:
             j = self.fresh("j")
             base = _bin(bid, ast.Mult(), _int(self.threads * m.size))

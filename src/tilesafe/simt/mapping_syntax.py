@@ -38,10 +38,15 @@ def walk_of(ck, node, loop, permit, target, shared, rank) -> Walk:
         raise ck.err(node, f"simt.per_thread() over rank-{rank} `{target}` needs a rank-{rank} block; the "
                              f"contract's block is {ck.contract.block}",
                        help="make the block's rank match (output axis -1 <-> block axis x)")
-    if op in (M.WARP, M.BLOCK) and walk.size == 0 and rank != 2 or op in (M.RUN, M.CHUNK, M.GRID_STRIDE, M.AT) \
-            and rank != 1 or op in (M.WARP, M.BLOCK) and walk.size != 0 and rank != 1:
+    if op == M.CHUNK and rank == 2 and len(ck.contract.block) != 2:
+        raise ck.err(node, f"simt.chunk(k) over rank-2 `{target}` needs a rank-2 block; the contract's block is "
+                           f"{ck.contract.block}",
+                     help="a block (bx, by) covers bx columns and by*k rows (column <-> block axis x)")
+    if op in (M.WARP, M.BLOCK) and walk.size == 0 and rank != 2 or op in (M.RUN, M.GRID_STRIDE, M.AT) \
+            and rank != 1 or op == M.CHUNK and rank not in (1, 2) or op in (M.WARP, M.BLOCK) and walk.size != 0 \
+            and rank != 1:
         raise ck.err(node, f"simt.{op}({'k' if op in M.WITH_SIZE else ''}) does not fit rank-{rank} `{target}`",
-                       help="run/chunk/grid_stride/at and sized slabs take rank-1 targets; "
+                       help="run/grid_stride/at and sized slabs take rank-1 targets, chunk rank 1 or 2; "
                             "per_warp()/per_block() give a row of a rank-2 target")
     if op == M.WARP and threads % 32:
         raise ck.err(node, f"per-warp permits need a block size that is a multiple of 32; the contract's is "

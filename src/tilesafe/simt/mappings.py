@@ -8,7 +8,8 @@ derive it from partitions).
 
     per_thread()    one element per thread (rank 1-3; output axis -1 <-> block axis x)
     run(k)          k consecutive elements per thread (rank 1)
-    chunk(k)        k elements per thread, strided by the block size within the block's slab
+    chunk(k)        k elements per thread, strided by the block size within the block's slab; on a
+                    rank-2 target (rank-2 block): a column of k elements, rows strided by block y
     grid_stride()   one permit per iteration of a grid-stride loop (any grid)
     per_warp(k)     a slab per warp: k elements (rank 1), or a row (rank 2); lanes stride by 32
     per_block(k)    a slab per block: k elements (rank 1), or a row (rank 2); threads stride
@@ -41,7 +42,9 @@ def run(k: int) -> Mapping:
 
 
 def chunk(k: int) -> Mapping:
-    """k elements per thread, strided by the block size (coalesced), one permit per element."""
+    """k elements per thread, strided by the block size (coalesced), one permit per element. On a
+    rank-2 target with a rank-2 block (bx, by), block (i, j) covers a tile of bx columns and by*k
+    rows, and thread (tx, ty) holds column tx, rows ty, ty + by, ..., ty + (k-1)*by of it."""
     return Mapping(CHUNK, k)
 
 
@@ -78,6 +81,8 @@ def grid_of(m: Mapping, shape: tuple, block: tuple) -> tuple | None:
         axes = tuple(reversed(shape))   # grid x <-> the last axis
         return tuple(ceil_div(n, b) for n, b in zip(axes, block))
     n = shape[0]
+    if m.kind == CHUNK and len(shape) == 2:
+        return (ceil_div(shape[1], block[0]), ceil_div(n, block[1] * m.size))
     if m.kind in (RUN, CHUNK):
         return (ceil_div(n, threads * m.size),)
     if m.kind == GRID_STRIDE:
@@ -109,6 +114,11 @@ def permits(m: Mapping, shape: tuple, pos) -> list:
         coord = tuple(pos.bid[ax] * pos.bdim[ax] + pos.tid[ax] for ax in range(rank))[::-1]
         return [coord] if all(c < n for c, n in zip(coord, shape)) else []
     n = shape[0]
+    if m.kind == CHUNK and len(shape) == 2:     # rows strided by block y, one column per thread x
+        col = bx * bdx + tx
+        first = pos.bid[1] * pos.bdim[1] * m.size + pos.tid[1]
+        rows = range(first, first + pos.bdim[1] * m.size, pos.bdim[1])
+        return [(r, col) for r in rows if r < n and col < shape[1]]
     g = bx * threads + flat_t
     if m.kind == RUN:
         return [(i,) for i in range(g * m.size, g * m.size + m.size) if i < n]

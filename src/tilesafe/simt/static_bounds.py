@@ -4,8 +4,9 @@ Shared arrays have static shapes, so `s[ty, kk]` needs no run-time check when `t
 thread index below the block size and `kk` a `range(T)` loop variable below the extent. The
 rules are few and exact: constants; thread, lane and warp indices (from the contract's block);
 names assigned once in the kernel (or a range loop's variable with constant bounds) take their
-value's range; +, -, *, // and % by constants combine ranges. Anything else is unknown, and
-the read is checked at run time instead.
+value's range; +, -, * and // by constants combine ranges; `a % b` (b a positive constant) is
+in [0, b) whatever `a` is, as Python's % (and numba's) is. Anything else is unknown, and the
+read is checked at run time instead.
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ class StaticBounds:
             return None if a is None or b is None else (a[0], b[1] - 1)
         if isinstance(e, ast.Call):
             return self.device(e)
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mod):    # Python's %: in [0, b) for any a, b > 0
+            b = self.range_of(e.right, depth + 1)
+            return (0, b[0] - 1) if b is not None and b[0] == b[1] and b[0] > 0 else None
         if isinstance(e, ast.BinOp):
             a, b = self.range_of(e.left, depth + 1), self.range_of(e.right, depth + 1)
             if a is None or b is None:
@@ -54,8 +58,6 @@ class StaticBounds:
                 return (a[0] * b[0], a[1] * b[1])
             if isinstance(e.op, ast.FloorDiv) and a[0] >= 0 and b[0] == b[1] and b[0] > 0:
                 return (a[0] // b[0], a[1] // b[0])
-            if isinstance(e.op, ast.Mod) and b[0] == b[1] and b[0] > 0:
-                return (0, b[0] - 1)
         return None
 
     def device(self, call):

@@ -1,17 +1,21 @@
-"""2-D transpose through a padded shared-memory tile (the pad column avoids bank conflicts)."""
+"""2-D transpose through a padded shared-memory tile (the pad column avoids bank conflicts).
+
+A block of 32 x 8 threads moves a 32 x 32 tile: each thread holds a chunk of 4 elements (one
+column, rows strided by 8), so its 4 reads are in flight together and a block's 256 threads
+leave room for 8 blocks an SM; reads and writes both run along rows (coalesced)."""
 import tilesafe as ts
 from tilesafe import simt
 
-TILE = 32
+TILE, ROWS = 32, 8
+K = TILE // ROWS        # elements per thread
 
 
-@simt.kernel(contract=simt.Contract(block=(TILE, TILE)))
+@simt.kernel(contract=simt.Contract(block=(TILE, ROWS)))
 def transpose(out: simt.Disjoint[ts.f32, ("C", "R")], x: simt.Ref[ts.f32, ("R", "C")], R: int, C: int):
     tile = simt.shared((TILE, TILE + 1), ts.f32)
     bx, by = simt.block_id(0), simt.block_id(1)
-    tx, ty = simt.thread_id(0), simt.thread_id(1)
-    for p in tile.permits(simt.per_thread()):        # p = (thread y, thread x): coalesced reads along x's rows
+    for p in tile.permits(simt.chunk(K)):            # p = (ty + 8j, tx): tile row r holds x's row bx*T + r
         tile[p] = x.get((bx * TILE + p[0], by * TILE + p[1]), 0.0)
     simt.barrier()
-    for p in out.permits(simt.per_thread()):         # p = (by*T + ty, bx*T + tx): out[r, c] = x[c, r]
-        out[p] = tile[tx, ty]                        # x[bx*T + tx, by*T + ty], from the tile
+    for p in out.permits(simt.chunk(K)):             # p = (by*T + ty + 8j, bx*T + tx): out[r, c] = x[c, r]
+        out[p] = tile[p[1] % TILE, p[0] % TILE]      # x[bx*T + tx, by*T + ty + 8j], from the tile

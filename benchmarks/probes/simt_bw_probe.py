@@ -1,0 +1,426 @@
+"""SIMT bandwidth probe (issue 18): transpose and reductions, raw numba variants beside the safe SIMT
+forms, as GB/s and as a fraction of a torch copy (`dst.copy_(src)`) of the same bytes, in one run.
+
+Run on a GPU:  PYTHONPATH=src python benchmarks/probes/simt_bw_probe.py [--out DIR] [--budget-s 75]
+
+Each case is checked against torch before it is timed (CUDA-event medians over loops of launches);
+a case that fails (compile error, wrong answer) is reported and the run goes on. Prints a table
+and writes DIR/simt_bw_probe.json. Raw kernels are plain `numba.cuda.jit`; the safe ones are
+`tilesafe.simt` kernels: the examples, and configurations of the same forms defined below.
+"""
+import argparse
+import functools
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import tilesafe as ts
+from tilesafe import simt
+
+
+# -- safe SIMT forms (configurations beside the examples) ---------------------------------------------
+@functools.cache
+def safe_transpose(tile_dim: int, rows: int, dtype):
+    """The example's form for any tile: block (tile_dim, rows), tile_dim // rows elements per thread."""
+    K = tile_dim // rows
+    T = tile_dim
+
+    @simt.kernel(contract=simt.Contract(block=(T, rows)))
+    def transpose_tile(out: simt.Disjoint[dtype, ("C", "R")], x: simt.Ref[dtype, ("R", "C")], R: int, C: int):
+        tile = simt.shared((T, T + 1), dtype)
+        bx, by = simt.block_id(0), simt.block_id(1)
+        for p in tile.permits(simt.chunk(K)):
+            tile[p] = x.get((bx * T + p[0], by * T + p[1]), 0.0)
+        simt.barrier()
+        for p in out.permits(simt.chunk(K)):
+            out[p] = tile[p[1] % T, p[0] % T]
+    return transpose_tile
+
+
+@functools.cache
+def safe_sum(unroll: int):
+    """sum_all with `unroll` scalar reads in flight a thread (the example has 4)."""
+    B = 256
+    W = B // 32
+
+    @simt.kernel(contract=simt.Contract(block=(B,)))
+    def sum_unrolled(total: simt.Atomic[ts.f32, (1,)], x: simt.Ref[ts.f32, ("N",)], N: int):
+        partial = simt.shared((W,), ts.f32)
+        stride = simt.grid_dim() * B
+        acc = 0.0
+        i = simt.global_id()
+        while i + (unroll - 1) * stride < N:
+            for u in range(unroll):
+                acc += x[i + u * stride]
+            i += unroll * stride
+        while i < N:
+            acc += x[i]
+            i += stride
+        acc = simt.warp_sum(acc)
+        for p in partial.permits(simt.per_warp(1)):
+            partial[p] = acc
+        simt.barrier()
+        block_total = simt.warp_sum(partial.get(simt.lane(), 0.0))
+        if simt.thread_id() == 0:
+            total.add(0, block_total)
+    return sum_unrolled
+
+
+# -- raw numba kernels ---------------------------------------------------------------------------------
+@functools.cache
+def raw_transpose(tile_dim: int, rows: int, nbtype, loads_first: bool):
+    from numba import cuda
+    T, R, K = tile_dim, rows, tile_dim // rows
+
+    @cuda.jit
+    def transpose_loop(out, x):
+        tile = cuda.shared.array((T, T + 1), nbtype)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        r0, c0 = cuda.blockIdx.x * T, cuda.blockIdx.y * T
+        for j in range(K):
+            r, c = r0 + ty + j * R, c0 + tx
+            if r < x.shape[0] and c < x.shape[1]:
+                tile[ty + j * R, tx] = x[r, c]
+        cuda.syncthreads()
+        for j in range(K):
+            r, c = c0 + ty + j * R, r0 + tx
+            if r < out.shape[0] and c < out.shape[1]:
+                out[r, c] = tile[tx, ty + j * R]
+
+    @cuda.jit
+    def transpose_first(out, x):
+        tile = cuda.shared.array((T, T + 1), nbtype)
+        v = cuda.local.array(K, nbtype)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        r0, c0 = cuda.blockIdx.x * T, cuda.blockIdx.y * T
+        for j in range(K):
+            r, c = r0 + ty + j * R, c0 + tx
+            v[j] = x[r, c] if r < x.shape[0] and c < x.shape[1] else nbtype(0)
+        for j in range(K):
+            tile[ty + j * R, tx] = v[j]
+        cuda.syncthreads()
+        for j in range(K):
+            v[j] = tile[tx, ty + j * R]
+        for j in range(K):
+            r, c = c0 + ty + j * R, r0 + tx
+            if r < out.shape[0] and c < out.shape[1]:
+                out[r, c] = v[j]
+    return transpose_first if loads_first else transpose_loop
+
+
+@functools.cache
+def raw_sum(unroll: int, vec: bool):
+    """Grid-stride sum, `unroll` loads in flight a thread (each 128-bit when vec), warp shuffles, one
+    shared phase, one atomic per block."""
+    from numba import cuda, float32
+
+    from tilesafe.simt.vector_access import intrinsics
+    vld4 = intrinsics()["__vld4"]
+    U = unroll
+
+    @cuda.jit
+    def sum_vec(total, x):
+        partial = cuda.shared.array(8, float32)
+        n = x.shape[0]
+        n4 = n // 4
+        stride = cuda.gridDim.x * 256
+        acc = float32(0.0)
+        i = cuda.grid(1)
+        while i + (U - 1) * stride < n4:
+            for u in range(U):
+                a, b, c, d = vld4(x, (i + u * stride) * 4)
+                acc += (a + b) + (c + d)
+            i += U * stride
+        while i < n4:
+            a, b, c, d = vld4(x, i * 4)
+            acc += (a + b) + (c + d)
+            i += stride
+        j = n4 * 4 + cuda.grid(1)
+        if j < n:
+            acc += x[j]
+        for off in (16, 8, 4, 2, 1):
+            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            partial[warp] = acc
+        cuda.syncthreads()
+        t = partial[lane] if lane < 8 else float32(0.0)
+        for off in (16, 8, 4, 2, 1):
+            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
+        if cuda.threadIdx.x == 0:
+            cuda.atomic.add(total, 0, t)
+
+    @cuda.jit
+    def sum_scalar(total, x):
+        partial = cuda.shared.array(8, float32)
+        n = x.shape[0]
+        stride = cuda.gridDim.x * 256
+        acc = float32(0.0)
+        i = cuda.grid(1)
+        while i + (U - 1) * stride < n:
+            for u in range(U):
+                acc += x[i + u * stride]
+            i += U * stride
+        while i < n:
+            acc += x[i]
+            i += stride
+        for off in (16, 8, 4, 2, 1):
+            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            partial[warp] = acc
+        cuda.syncthreads()
+        t = partial[lane] if lane < 8 else float32(0.0)
+        for off in (16, 8, 4, 2, 1):
+            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
+        if cuda.threadIdx.x == 0:
+            cuda.atomic.add(total, 0, t)
+    return sum_vec if vec else sum_scalar
+
+
+@functools.cache
+def raw_block_sum(k_const: int):
+    """block_sum with the slab size a compile-time constant (the loop unrolls), as the safe K is."""
+    from numba import cuda, float32
+    K = k_const
+
+    @cuda.jit
+    def block_sum_const(out, x):
+        partial = cuda.shared.array(8, float32)
+        acc = float32(0.0)
+        base = cuda.blockIdx.x * K
+        for j in range(cuda.threadIdx.x, K, 256):
+            if base + j < x.shape[0]:
+                acc += x[base + j]
+        for off in (16, 8, 4, 2, 1):
+            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            partial[warp] = acc
+        cuda.syncthreads()
+        total = partial[lane] if lane < 8 else float32(0.0)
+        for off in (16, 8, 4, 2, 1):
+            total += cuda.shfl_xor_sync(0xFFFFFFFF, total, off)
+        if cuda.threadIdx.x == 0:
+            out[cuda.blockIdx.x] = total
+    return block_sum_const
+
+
+# -- timing ----------------------------------------------------------------------------------------
+def gpu_ms(fn, iters=10, repeats=5) -> float:
+    import torch
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / iters)
+    return statistics.median(samples)
+
+
+class Probe:
+    def __init__(self, budget_s: float):
+        self.rows, self.deadline = [], time.perf_counter() + budget_s
+        self.copy_gbps: dict = {}
+
+    def copy_rate(self, nbytes: int) -> float:
+        """GB/s of a torch copy moving `nbytes` in all (read + write)."""
+        import torch
+        if nbytes not in self.copy_gbps:
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_(0, 255)
+            dst = torch.empty_like(src)
+            self.copy_gbps[nbytes] = nbytes / gpu_ms(lambda: dst.copy_(src)) / 1e6
+            del src, dst
+        return self.copy_gbps[nbytes]
+
+    def case(self, group: str, name: str, nbytes: int, build, check=None):
+        """build() -> the function to time; check() -> None or a message (called after one run)."""
+        import torch
+        row = {"group": group, "name": name, "bytes": nbytes}
+        if time.perf_counter() > self.deadline:
+            row["error"] = "skipped: over the time budget"
+            self.rows.append(row)
+            return
+        t0 = time.perf_counter()
+        try:
+            fn = build()
+            fn()
+            torch.cuda.synchronize()
+            bad = check() if check else None
+            if bad:
+                row["error"] = f"wrong: {bad}"
+            else:
+                ms = gpu_ms(fn)
+                row["ms"] = ms
+                row["gbps"] = nbytes / ms / 1e6
+                row["of_copy"] = row["gbps"] / self.copy_rate(nbytes)
+        except Exception as e:      # report and go on: the probe must not crash the round
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            traceback.print_exc(limit=3)
+        row["wall_s"] = round(time.perf_counter() - t0, 2)
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+
+
+def transposes(pr: Probe):
+    import torch
+    from numba import cuda, float16, float32
+
+    from tilesafe.simt.examples import transpose as example
+    for dtype, tsd, nbt in ((torch.float32, ts.f32, float32), (torch.float16, ts.f16, float16)):
+        dn = str(dtype).split(".")[1]
+        for r, c in ((8192, 8192), (5000, 3001)):
+            x = torch.randn(r, c, device="cuda").to(dtype)
+            out = torch.empty(c, r, device="cuda", dtype=dtype)
+            want = x.t().contiguous()
+            nbytes = 2 * x.numel() * x.element_size()
+            group = f"transpose {dn} {r}x{c}"
+
+            def check():
+                return None if torch.equal(out, want) else f"max err {(out.float() - want.float()).abs().max().item()}"
+
+            def poisoned(fn):
+                out.fill_(float("nan"))
+                return fn
+            pr.case(group, "torch .t().contiguous()", nbytes, lambda: (lambda: want.copy_(x.t())))
+            dx, do = cuda.as_cuda_array(x), cuda.as_cuda_array(out)
+            for t_dim, rows in ((32, 32), (32, 8), (64, 8), (64, 16)):
+                for first in (False, True):
+                    if rows == t_dim and first:
+                        continue
+                    grid = ((r + t_dim - 1) // t_dim, (c + t_dim - 1) // t_dim)
+
+                    def build(t_dim=t_dim, rows=rows, first=first, grid=grid):
+                        k = raw_transpose(t_dim, rows, nbt, first)
+                        return poisoned(lambda: k[grid, (t_dim, rows)](do, dx))
+                    pr.case(group, f"raw {t_dim}x{t_dim} tile, block {t_dim}x{rows}"
+                                   f"{' loads-first' if first else ''}", nbytes, build, check)
+            if dtype == torch.float32:
+                pr.case(group, "safe example transpose", nbytes,
+                        lambda: poisoned(lambda: example.transpose(out, x)), check)
+            for t_dim, rows in ((32, 8), (64, 8), (64, 16)):
+                def build(t_dim=t_dim, rows=rows):
+                    k = safe_transpose(t_dim, rows, tsd)
+                    return poisoned(lambda: k(out, x))
+                pr.case(group, f"safe chunk {t_dim}x{t_dim} tile, block {t_dim}x{rows}", nbytes, build, check)
+            del x, out, want, dx, do
+            torch.cuda.empty_cache()
+
+
+def sums(pr: Probe):
+    import torch
+    from numba import cuda
+
+    from tilesafe.simt.examples import block_sum as example
+    n = 1 << 28
+    x = torch.randn(n, device="cuda")
+    total = torch.zeros(1, device="cuda")
+    want = x.double().sum().item()
+    dx, dt = cuda.as_cuda_array(x), cuda.as_cuda_array(total)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    nbytes = 4 * n     # a reduction reads its bytes; the copy it is compared with moves as many (n/2 each way)
+    group = "sum_all f32 268M"
+
+    def check():
+        got = total.item()
+        return None if abs(got - want) <= 1e-3 * max(1.0, abs(want)) + 1.0 else f"{got} vs {want}"
+
+    pr.case(group, "torch.sum", nbytes, lambda: (lambda: torch.sum(x)))
+
+    def zeroed(fn):
+        def run():
+            total.zero_()
+            fn()
+        return run
+    for unroll, vec in ((4, False), (8, False), (2, True), (4, True)):
+        for per_sm in (4, 8, 16):
+            def build(unroll=unroll, vec=vec, per_sm=per_sm):
+                k = raw_sum(unroll, vec)
+                return zeroed(lambda: k[sms * per_sm, 256](dt, dx))
+            pr.case(group, f"raw {'float4' if vec else 'scalar'} x{unroll}, {per_sm} blocks/SM", nbytes, build, check)
+    for per_sm in (8, 16):
+        pr.case(group, f"safe example sum_all, {per_sm} blocks/SM", nbytes,
+                lambda per_sm=per_sm: zeroed(lambda: example.launch_sum(total, x, sms * per_sm)), check)
+    for unroll in (4, 8):
+        for per_sm in (8, 16):
+            def build(unroll=unroll, per_sm=per_sm):
+                k = safe_sum(unroll)
+                return zeroed(lambda: k.launch(total, x, grid=(sms * per_sm,)))
+            pr.case(group, f"safe scalar x{unroll}, {per_sm} blocks/SM", nbytes, build, check)
+
+    k_slab = 4096
+    out = torch.empty(n // k_slab, device="cuda")
+    do = cuda.as_cuda_array(out)
+    want_b = x.view(-1, k_slab).sum(1)
+    group = "block_sum f32 268M K=4096"
+
+    def check_b():
+        return None if torch.allclose(out, want_b, rtol=1e-3, atol=1e-2) else "block sums differ"
+    pr.case(group, "torch.sum(x.view(-1, K), 1)", nbytes, lambda: (lambda: torch.sum(x.view(-1, k_slab), 1)))
+    pr.case(group, "raw (bench's: K a runtime argument)", nbytes,
+            lambda: (lambda: _bench_raw()["block_sum"][n // k_slab, 256](do, dx, k_slab)), check_b)
+
+    def build_const():
+        k = raw_block_sum(k_slab)
+        return lambda: k[n // k_slab, 256](do, dx)
+    pr.case(group, "raw, K a compile-time constant", nbytes, build_const, check_b)
+    pr.case(group, "safe example block_sum", nbytes, lambda: (lambda: example.block_sum(out, x, K=k_slab)), check_b)
+
+
+def _bench_raw():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import simt_bench
+    if not simt_bench.RAW:
+        simt_bench._raw_kernels()
+    return simt_bench.RAW
+
+
+def table(pr: Probe) -> str:
+    lines = [f"{'case':58s} {'ms':>8s} {'GB/s':>8s} {'% copy':>7s}"]
+    group = None
+    for r in pr.rows:
+        if r["group"] != group:
+            group = r["group"]
+            lines.append(f"-- {group} (copy of the same bytes: {pr.copy_gbps.get(r['bytes'], float('nan')):.0f} GB/s)")
+        if "error" in r:
+            lines.append(f"  {r['name']:56s} {r['error'][:80]}")
+        else:
+            lines.append(f"  {r['name']:56s} {r['ms']:8.4f} {r['gbps']:8.0f} {100 * r['of_copy']:6.1f}%")
+    return "\n".join(lines)
+
+
+def main(argv) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--budget-s", type=float, default=75.0)
+    ap.add_argument("--only", choices=("transpose", "sum"), default=None)
+    args = ap.parse_args(argv)
+    import torch
+    pr = Probe(args.budget_s)
+    t0 = time.perf_counter()
+    for name, part in (("transpose", transposes), ("sum", sums)):
+        if args.only in (None, name):
+            try:
+                part(pr)
+            except Exception:
+                traceback.print_exc()
+    doc = {"device": torch.cuda.get_device_name(), "wall_s": time.perf_counter() - t0, "rows": pr.rows,
+           "copy_gbps": {str(k): v for k, v in pr.copy_gbps.items()}}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "simt_bw_probe.json").write_text(json.dumps(doc, indent=1))
+    print(table(pr))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
