@@ -11,6 +11,7 @@ from .dtypes import DType, bf16, bool_, f8e4m3fn, f8e5m2, f16, f32, f64, i8, i16
 from .errors import AliasError, CompileError, KernelError, LaunchError, OwnershipError, SanitizerError, TileSafeError
 from .lang.annotations import Const, Mut, MutLast, MutTiles, Ptr, Ref
 from .lang.objects import function
+from .lang.prefetch import prefetch
 from .lang.stubs import (abs, argmax, argmin, astype, atomic_add, atomic_cas, atomic_max, atomic_min, block_id,
                          broadcast_to, ceil, cos, cumsum, dot, erf, exp, exp2, expand_dims, floor, fma, gather, join,
                          last_arrival, load, load_ptr, load_tile_like, log, log2, max, maximum, min, minimum, mma, num_blocks,

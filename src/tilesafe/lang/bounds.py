@@ -29,7 +29,7 @@ from .conditions import compile_condition, evaluate
 from .ir import Function, Op, TensorType, Value, walk
 
 STATIC, LAUNCH, KERNEL = "static", "launch", "kernel"
-ACCESS_OPS = ("load", "store", "gather", "scatter", "valid")
+ACCESS_OPS = ("load", "store", "gather", "scatter", "valid", "prefetch")
 # Per-axis flags of `masks_for`: False (no mask), True (mask the elements), GUARD (mask them and
 # also check the tile index itself: its element offsets might wrap in 32 bits).
 GUARD = 2

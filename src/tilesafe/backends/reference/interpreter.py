@@ -229,6 +229,9 @@ class Interpreter:
             self.san.tile_access(self, op, origin, shape, x.shape, write=False)
         return out
 
+    def op_prefetch(self, op, args, env):
+        """A hint with no observable effect (lang/prefetch.py): nothing to do here."""
+
     def op_valid(self, op, args, env):
         shape = op.attrs["shape"]
         out = np.zeros(shape, bool)

@@ -20,13 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...lang.annotations import PTR
-from ...lang.ir import Function, TensorType, walk
-from . import emit_control, emit_memory, emit_ops
+from ...lang.ir import Block, Function, TensorType, walk
+from . import emit_control, emit_memory, emit_ops, emit_prefetch
 from .emit_memory import barrier_loads
 from .emitter import ArgSlot, Emitter, TensorNames
 
 # Opcode -> emitter; where two modules name one opcode, emit_ops wins, then emit_memory.
-HANDLERS = {**emit_control.EMITTERS, **emit_memory.EMITTERS, **emit_ops.EMITTERS}
+HANDLERS = {**emit_control.EMITTERS, **emit_prefetch.EMITTERS, **emit_memory.EMITTERS, **emit_ops.EMITTERS}
+_PDL_WAIT = ["    gdc_wait()   # PDL: the kernel before this one has finished, its writes visible",
+             "    gdc_launch_dependents()"]
 
 
 @dataclass(frozen=True)
@@ -51,13 +53,15 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
     `pdl`: the kernel is launched with programmatic dependent launch. Its first statement
     waits for the kernel before it (griddepcontrol.wait: that kernel complete, its writes
     visible), so no access of this kernel can see the earlier one unfinished; the second
-    lets the next PDL kernel start launching (it waits likewise)."""
+    lets the next PDL kernel start launching (it waits likewise). Only a kernel that begins
+    with `ts.prefetch` statements (and the index arithmetic they need) runs those first: they
+    touch no memory but L2 lines of read-only inputs (emit_prefetch.py)."""
     fn: Function = spec.fn
     em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major), tuple(reversed_axes), pdl=pdl,
                  handlers=HANDLERS)
-    if pdl:
-        em.prologue += ["    gdc_wait()   # PDL: the kernel before this one has finished, its writes visible",
-                        "    gdc_launch_dependents()"]
+    head = emit_prefetch.head_before_wait(fn.body) if pdl else 0
+    if pdl and not head:
+        em.prologue += _PDL_WAIT
     slots = _signature(em, fn)
     if linear_grid:
         slots += _linear_grid(em)
@@ -66,7 +70,12 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
         slots.append(ArgSlot(em.arrivals, "", "arrivals"))
     em.barriers = barrier_loads(fn)
     em.stored = frozenset(id(op.args[1]) for op in walk(fn.body) if op.opcode == "store")
-    em.emit_block(fn.body)
+    if head:   # the prefetches, then the wait, then the rest
+        em.emit_block(Block(ops=fn.body.ops[:head]))
+        em.lines += _PDL_WAIT
+        em.emit_block(Block(ops=fn.body.ops[head:]))
+    else:
+        em.emit_block(fn.body)
     slots += em.desc_slots
     name = em.fresh(fn.name) if fn.name in {s.name for s in slots} else fn.name
     text = _assemble(kernel, fn, name, slots, em)

@@ -1,0 +1,106 @@
+"""`ts.prefetch` (lang/prefetch.py) in Triton: L2 prefetches, and where the PDL wait goes.
+
+Under programmatic dependent launch (`em.pdl`: an NVIDIA GPU of compute capability 9.0 or
+newer, never the interpreter) a prefetch of tile `index` of a Ref becomes one
+`prefetch.global.L2` per 128-byte line of the tile: the tile's contiguous axis is sampled
+every 128 bytes (which axis has stride 1 is a launch fact Triton specializes on, so the
+branch below folds away), the other axes element by element. Elements outside the tensor
+are masked off through a predicate, as a load's are (S11: the bounds plan's flags).
+Elsewhere it compiles to nothing: without PDL the loads that follow fetch the same lines.
+
+`head_before_wait(body)` says how many of the kernel's first statements may run before
+`gdc_wait()`: a run of statements that touch no memory except through prefetches (index
+arithmetic, and loops or branches made only of such statements), ending in at least one
+prefetch. The wait then follows them; with no prefetch it stays the kernel's first statement.
+"""
+from __future__ import annotations
+
+from ...lang.bounds import GUARD
+from ...lang.ir import Block, Op
+from .emit_memory import _axis_mask, _expand, _flags, _geometry, _tile_guard
+from .emitter import Emitter
+
+LINE_BYTES = 128   # an L2 line; a prefetch brings in the line holding its address
+
+# Ops that read or write no memory: they may run before the PDL wait.
+_NO_MEMORY = frozenset({"const", "block_id", "num_blocks", "extent", "num_tiles", "binary", "compare", "unary",
+                        "where", "fma", "cast", "full", "arange", "reduce", "cumsum", "reshape", "permute",
+                        "broadcast_to", "expand_dims", "join", "yield", "prefetch"})
+_REGIONS = frozenset({"for", "if"})
+
+
+def _touches_no_memory(op: Op) -> bool:
+    if op.opcode in _REGIONS:
+        return all(_touches_no_memory(inner) for r in op.regions for inner in r.ops)
+    return op.opcode in _NO_MEMORY
+
+
+def _prefetches(op: Op) -> bool:
+    return op.opcode == "prefetch" or any(_prefetches(inner) for r in op.regions for inner in r.ops)
+
+
+def head_before_wait(body: Block) -> int:
+    """How many leading top-level ops of `body` go before the PDL wait (0: the wait comes first)."""
+    n = 0
+    while n < len(body.ops) and _touches_no_memory(body.ops[n]):
+        n += 1
+    while n > 0 and not _prefetches(body.ops[n - 1]):   # nothing to overlap after the last prefetch
+        n -= 1
+    return n
+
+
+def emit_prefetch(em: Emitter, op: Op) -> None:
+    if not em.pdl:
+        em.line("pass   # ts.prefetch: issued only under programmatic dependent launch")
+        return
+    g = _geometry(em, op)
+    rank = len(g.shape)
+    flags = _flags(em, op, rank)
+    names = em.tensors[g.tensor]
+    step = max(1, LINE_BYTES // op.args[0].dtype.itemsize)       # elements per line
+    # Which axis is contiguous: Triton specializes a stride of 1 to a constant, so all but
+    # one of these branches disappear when it compiles.
+    axes = [a for a in reversed(range(rank)) if g.shape[a] > 1]
+    for n, a in enumerate(axes):
+        em.line(f"{'if' if n == 0 else 'elif'} {names.strides[a]} == 1:")
+        _issue(em, g, flags, a, step)
+    if axes:
+        em.line("else:")
+    _issue(em, g, flags, None, step, indent=bool(axes))
+
+
+def _issue(em: Emitter, g, flags, contiguous: int | None, step: int, indent: bool = True) -> None:
+    """The prefetches of tile `g` with axis `contiguous` sampled every `step` elements."""
+    em.enter(indent)
+    rank = len(g.shape)
+    offs, parts = [], []
+    for a, (o, s) in enumerate(zip(g.origins, g.shape)):
+        if a == contiguous:   # one address per line (a tile narrower than a line: its first element)
+            ar = f"tl.arange(0, {s // step}) * {step}" if s > step else "tl.arange(0, 1)"
+        else:
+            ar = f"tl.arange(0, {s})"
+        name = em.fresh(f"pf_offs{a}")
+        em.line(f"{name} = {ar if o == '0' else f'{o} + {ar}'}")
+        offs.append(name)
+        if flags[a]:
+            if flags[a] == GUARD and g.indices:
+                parts.append(_tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
+            parts.append(_expand(f"({_axis_mask(em, g.tensor, a, name, g.may_be_negative)})", a, rank))
+    names = em.tensors[g.tensor]
+    ptrs = f"{names.ptr} + {' + '.join(f'{_expand(o, a, rank)} * {names.strides[a]}' for a, o in enumerate(offs))}"
+    p = em.fresh("pf_ptrs")
+    em.line(f"{p} = {ptrs}")
+    done = em.fresh("pf_done")
+    if parts:
+        m = em.fresh("pf_on")
+        em.line(f"{m} = tl.broadcast_to(({' & '.join(parts)}).to(tl.int32), {p}.shape)")
+        asm = "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }"
+        em.line(f'{done} = tl.inline_asm_elementwise("{asm}", "=r,l,r", [{p}, {m}], dtype=tl.int32, '
+                'is_pure=False, pack=1)')
+    else:
+        em.line(f'{done} = tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [{p}], '
+                'dtype=tl.int32, is_pure=False, pack=1)')
+    em.leave(indent)
+
+
+EMITTERS = {"prefetch": emit_prefetch}
