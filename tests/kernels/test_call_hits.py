@@ -192,6 +192,63 @@ def test_the_gpu_form_starts_with_the_call_addresses_and_registers_each_access(m
     tk.rms_norm.plans.plans.clear()                               # no later test meets a stand-in's plan
 
 
+class _Pending:
+    """A stand-in launch on raw stream `stream` that is still running."""
+    def __init__(self, stream):
+        self.stream, self.event = stream, ("event of stream", stream)
+
+    def done(self):
+        return False
+
+    def ready_event(self):
+        return self.event
+
+
+def test_the_gpu_form_orders_after_other_streams_work_only(monkeypatch):
+    """S10 on the GPU form: a pending write of another stream to an argument's bytes makes the
+    launch's stream wait for it; pending work all on the launch's own stream needs no ordering
+    (the stream runs it first), so none is looked for."""
+    waited, ordered = [], []
+
+    class Stream(_Stream):
+        def wait_event(self, event):
+            waited.append(event)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    real_order = StorageState.order_device
+    monkeypatch.setattr(StorageState, "order_device",
+                        lambda self, *a: (ordered.append(a[2]), real_order(self, *a))[1])
+
+    def prepare(self, bound):
+        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
+        self.pointers = tuple((k, k) for k in range(len(self.access)))
+        self.descriptors, self.device_index = (), 0
+        return planned_launch._GPU
+    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+    tk.rms_norm.plans.plans.clear()
+
+    def finish(*tensors):                                          # the stand-in work is over
+        for t in tensors:
+            for access in StorageState.of(t)._pending:
+                getattr(access.future, "_finish", lambda: None)()
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        for seed in range(3):                                      # the third call takes the GPU form
+            x, out = _rand((2, 32), seed), torch.zeros(2, 32)
+            tk.rms_norm(x, w, out=out)
+            finish(x, out)
+        for stream, waits in ((9, [("event of stream", 9)]), (7, [])):
+            x, out = _rand((2, 32), 5), torch.zeros(2, 32)
+            ts.from_torch(x)._state.record(ts.from_torch(x)._byte_set(), True, _Pending(stream))
+            waited.clear(), ordered.clear()
+            tk.rms_norm(x, w, out=out)
+            assert waited == waits
+            assert 7 in ordered if waits else ordered == []
+            finish(x, out)
+        finish(w)
+    tk.rms_norm.plans.plans.clear()
+
+
 def test_the_argument_tuple_of_a_layout_leaves_out_the_launch_memory(monkeypatch):
     """TritonLaunch.layout_slots: the addresses (and descriptors) are the call's, everything
     else is the launch's own values; the tuple keeps no tensor of the launch alive."""

@@ -263,3 +263,35 @@ def test_merged_states_keep_every_byte_s_facts_and_the_map_stays_disjoint(pieces
     entries = MEMORY.overlapping(torch.device("cpu"), 0, 2**64)
     starts, ends = [e.base for e in entries], [e.base + e.nbytes for e in entries]
     assert starts == sorted(starts) and all(a <= b for a, b in zip(ends, starts[1:]))
+
+
+# -- new memory: placed in one step, or merged when it meets tracked bytes ----------------------
+
+def test_new_memory_meeting_a_tracked_range_merges_with_it_instead_of_a_fresh_entry():
+    # attach places new memory in one step (MemoryMap.insert_fresh) only where no entry meets
+    # its range; memory that does meet one (here a view over tracked bytes, as a widened merged
+    # state's freed part handed out again would) joins that state as any storage does.
+    arr = np.zeros(64, np.float32)
+    tracked = ts.from_torch(torch.from_numpy(arr[0:16]))
+    p = tracked.partition((16,))
+    view = torch.from_numpy(arr[8:40])
+    state = StorageState.attach(view, StorageState(view.untyped_storage().nbytes()))
+    assert state.__dict__ is tracked._state.__dict__               # one state: the lending is seen
+    assert state.lender_of(ts.Tensor(view, state)._byte_set()) is p
+    entries = MEMORY.overlapping(torch.device("cpu"), arr.ctypes.data, arr.ctypes.data + arr.nbytes)
+    assert len(entries) == 1 and entries[0].nbytes == 40 * 4
+    p.unpartition()
+
+
+def test_insert_fresh_places_only_memory_that_meets_no_entry():
+    class Entry:
+        def __init__(self, base, nbytes):
+            self.device, self.base, self.nbytes, self._storages = "test", base, nbytes, []
+    from tilesafe.runtime.memory_map import MemoryMap
+    m = MemoryMap()
+    holder = torch.empty(1).untyped_storage()
+    assert m.insert_fresh(Entry(100, 50), holder)
+    for base, nbytes in ((60, 41), (149, 10), (120, 5), (90, 100)):
+        assert not m.insert_fresh(Entry(base, nbytes), holder)     # meets [100, 150)
+    assert m.insert_fresh(Entry(150, 10), holder) and m.insert_fresh(Entry(50, 50), holder)
+    assert [(e.base, e.nbytes) for e in m.overlapping("test", 0, 1000)] == [(50, 50), (100, 50), (150, 10)]

@@ -50,6 +50,30 @@ class MemoryMap:
                 i += 1
             return found
 
+    def insert_fresh(self, entry: Entry, storage) -> bool:
+        """Place `entry` (its device, base and bytes set) and hold it by `storage`, when no
+        entry meets its range; False (nothing done) when one does. New memory from an
+        allocator (a library call's result, `ts.empty`) meets none: this is `overlapping`,
+        `insert` and `hold` in one search, under one lock, with nothing to merge."""
+        with self.lock:
+            if self._died:
+                self._settle()
+            starts = self._starts.get(entry.device)
+            if starts is None:
+                starts, entries = self._starts[entry.device], self._entries[entry.device] = [], []
+            else:
+                entries = self._entries[entry.device]
+            start = entry.base
+            i = bisect.bisect_right(starts, start)
+            if i and (e := entries[i - 1]).base + e.nbytes > start or \
+                    i < len(starts) and starts[i] < start + entry.nbytes:
+                return False     # ranges are disjoint and sorted: only these two can meet it
+            starts.insert(i, start)
+            entries.insert(i, entry)
+            died = self._died
+            entry._storages.append(weakref.ref(storage, lambda _ref, e=weakref.ref(entry): died.append(e)))
+            return True
+
     def insert(self, entry: Entry) -> None:
         with self.lock:
             starts = self._starts.setdefault(entry.device, [])

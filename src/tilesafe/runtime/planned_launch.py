@@ -15,8 +15,8 @@ then orders after conflicting work of other streams (S10), starts Triton's compi
 with a prebuilt argument tuple (the layout's extents, strides, scalars and grid; the call's
 addresses), marks what it wrote (S14, masked states only) and registers its accesses as
 pending (S9). Byte sets are made only when an address moved since the last launch of the
-slot. On the CPU backends the launch is the run itself: a bound is built from views and
-`execute` runs it. At the first doubt `run` returns False before anything happened, and the
+slot (byte_set_slots). On the CPU backends the launch is the run itself: a bound is built
+from views and `execute` runs it. At the first doubt `run` returns False before anything happened, and the
 caller takes the step's full path.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ import weakref
 
 import torch
 
-from .aliasing import ByteSet, _DEVICE_NAMES
 from .binding import ArgFacts, Bound
+from .byte_set_slots import ByteSetSlots
 from .execute import execute
 from .future import Completion
 from .launch_cache import Launched
@@ -40,7 +40,7 @@ class PlannedLaunch:
     """A launch of one layout from roots: `access` per tensor parameter (in the kernel's
     order): (parameter, root index, element offset from the root's first element or None
     for the root itself)."""
-    __slots__ = ("kernel", "entry", "plan", "compiled", "access", "scalars", "mode", "start", "values", "pointers",
+    __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values", "pointers",
                  "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
                  "items", "byte_strides", "writes", "offsets", "shapes")
 
@@ -48,6 +48,7 @@ class PlannedLaunch:
         plan = entry.plan
         self.kernel, self.entry, self.plan, self.compiled = kernel, entry, plan, plan.compiled
         self.access = tuple(access)
+        self.slots = tuple(r for _, r, _ in self.access)   # each argument's root
         self.scalars = {**plan.scalars, **scalars}
         self.facts = tuple(plan.facts[name] for name, _, _ in self.access)
         self.items = tuple(f[2].itemsize for f in self.facts)
@@ -62,7 +63,7 @@ class PlannedLaunch:
         by_name = dict(zip(entry.form.names, entry.aligns))
         self.aligns = tuple(by_name.get(name) for name in names)
         self.mode = _UNKNOWN if None not in self.aligns else _NONE
-        self.sets = [None] * len(self.access)
+        self.sets = ByteSetSlots(zip(self.shapes, self.byte_strides, self.items))
         self.streams: dict = {}
 
     # -- per launch -------------------------------------------------------------------------
@@ -73,25 +74,23 @@ class PlannedLaunch:
         mode = self.mode
         if mode == _NONE:
             return False
-        ptrs = []
-        aligns, offsets = self.aligns, self.offsets
+        args = [roots[r] for r in self.slots]                  # per argument: its root
+        ptrs = [a[2] + off for a, off in zip(args, self.offsets)]
+        aligns = self.aligns
         k = 0
-        for _, r, _ in self.access:
-            root = roots[r]
-            state = root[1]
+        for a in args:
+            state = a[1]
             if state._lent and _lent(state):
                 return False
-            p = root[2] + offsets[k]
-            if p & 15 != aligns[k]:
+            if ptrs[k] & 15 != aligns[k]:
                 return False
-            ptrs.append(p)
             k += 1
         for k in self.reads:                  # S14 (a masked state only: none means all written)
-            state = roots[self.access[k][1]][1]
+            state = args[k][1]
             if state.init_mask is not None and not state.is_written(self._view(k, roots)):
                 return False
         if mode == _GPU:
-            self._on_gpu(roots, ptrs)
+            self._on_gpu(roots, args, ptrs)
             return True
         bound = self._bound(roots)
         if mode == _UNKNOWN:
@@ -99,13 +98,13 @@ class PlannedLaunch:
             if mode == _NONE:
                 return False
             if mode == _GPU:
-                self._on_gpu(roots, ptrs)
+                self._on_gpu(roots, args, ptrs)
                 return True
         execute(self.compiled, bound)
         self.kernel.last_launch = Launched(bound, self.compiled)
         return True
 
-    def _on_gpu(self, roots, ptrs) -> None:
+    def _on_gpu(self, roots, args, ptrs) -> None:
         values = list(self.values)
         for i, k in self.pointers:
             values[i] = ptrs[k]
@@ -113,42 +112,30 @@ class PlannedLaunch:
             from ..backends.triton import tma
             values[i] = tma.host_descriptor(self._view(k, roots), box, by_columns)
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        sets, held, states = self.sets, [], []
+        sets = self.sets.placed(args, ptrs)
         writes = self.writes
         k = 0
-        for _, r, _ in self.access:
-            tv, state, _, sptr, nbytes = roots[r]
-            byteset = sets[k]
-            offset = ptrs[k] - sptr
-            if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
-                byteset = sets[k] = self._byte_set(k, tv, sptr, nbytes, offset)
-            if state._pending:
-                state.order_device(byteset, writes[k], stream)
-            held.append(tv)
-            states.append(state)
+        for a in args:
+            state = a[1]
+            if state._pending and state.pending_stream != stream:   # S10: other streams' work
+                state.order_device(sets[k], writes[k], stream)
             k += 1
         self.start(stream, tuple(values))
         for k in self.written:                # S14 (masked states only)
-            if states[k].init_mask is not None:
+            if args[k][1].init_mask is not None:
                 self._mark(k, roots)
         stream_obj = self.streams.get(stream)
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
-        done = Completion(None, stream, tuple(held), stream_obj)   # event made lazily
-        for k, state in enumerate(states):
-            state.record(sets[k], writes[k], done)
+        done = Completion(None, stream, tuple([a[0] for a in args]), stream_obj)   # event made lazily
+        k = 0
+        for a in args:
+            a[1].record_on(sets[k], writes[k], done, stream)
+            k += 1
         launched = Launched.__new__(Launched)
         launched.consts, launched.scalars, launched.grid, launched.compiled = \
             self.plan.consts, self.scalars, self.plan.grid, self.compiled
         self.kernel.last_launch = launched
-
-    def _byte_set(self, k: int, tv, sptr: int, nbytes: int, offset: int) -> ByteSet:
-        """The bytes argument `k` reaches (made again only when its memory moved)."""
-        device = tv.device
-        name = _DEVICE_NAMES.get(device)
-        if name is None:
-            name = _DEVICE_NAMES[device] = str(device)
-        return ByteSet(name, sptr, nbytes, offset, self.shapes[k], self.byte_strides[k], self.items[k])
 
     # -- views, when something needs one ---------------------------------------------------
     def _view(self, k: int, roots):

@@ -14,7 +14,7 @@ import weakref
 from ..settings import graph_var
 from . import arrivals
 from .execute import execute
-from .aliasing import byte_set
+from .byte_set_slots import ByteSetSlots
 from .future import Completion, Future
 from .ordering import accesses, writes
 from .safety import mark_written
@@ -56,7 +56,7 @@ class PreparedLaunch:
         import torch
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         for state, byteset, write in self.accesses:
-            if state._pending:
+            if state._pending and state.pending_stream != stream:   # S10: other streams' work
                 state.order_device(byteset, write, stream)
         self.start(stream, self.args)
         if any(ref()._state.init_mask is not None for ref in self.written):
@@ -66,7 +66,7 @@ class PreparedLaunch:
             stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
         done = Completion(None, stream, tuple(ref() for ref in self.tensors), stream_obj)   # event made lazily
         for state, byteset, write in self.accesses:
-            state.record(byteset, write, done)
+            state.record_on(byteset, write, done, stream)
         return Future(tuple(o() for o in self.outputs), done)
 
 
@@ -98,7 +98,9 @@ class LayoutLauncher:
         self.device = device
         self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._streams: dict = {}
-        self._sets = [None] * len(self.writes)   # per argument: (its memory's place, byte set) last launch
+        facts = [bound.tensors[name] for name, _ in self.writes]
+        self._sets = ByteSetSlots((tuple(f.shape), tuple(s * f.dtype.itemsize for s in f.strides), f.dtype.itemsize)
+                                  for f in facts)
 
     def __call__(self, bound) -> Future:
         if graph_var.get() is not None:
@@ -108,11 +110,13 @@ class LayoutLauncher:
         held = [(facts[name].tensor, write) for name, write in self.writes]
         views = {name: t._t for (name, _), (t, _) in zip(self.writes, held)}
         args = self.values(bound, views)
-        sets = [self._byte_set(k, t._t) for k, (t, _) in enumerate(held)]
+        places = [(v, None, None, (s := v.untyped_storage()).data_ptr(), s.nbytes()) for v in views.values()]
+        sets = self._sets.placed(places, [p[3] + p[0].storage_offset() * p[0].element_size() for p in places])
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         for (t, write), byteset in zip(held, sets):
-            if t._state._pending:
-                t._state.order_device(byteset, write, stream)
+            state = t._state
+            if state._pending and state.pending_stream != stream:   # S10: other streams' work
+                state.order_device(byteset, write, stream)
         self.start(stream, args)
         if any(t._state.init_mask is not None for t, _ in held):
             mark_written(bound, self.compiled.written)
@@ -121,17 +125,5 @@ class LayoutLauncher:
             stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
         done = Completion(None, stream, tuple(views.values()), stream_obj)   # event made lazily
         for (t, write), byteset in zip(held, sets):
-            t._state.record(byteset, write, done)
+            t._state.record_on(byteset, write, done, stream)
         return Future(tuple(facts[n].obj for n in self.outputs), done)
-
-    def _byte_set(self, k: int, view):
-        """The bytes argument `k` reaches: the last launch's byte set while its memory did
-        not move (the same storage address, size and offset: the layout fixes the rest)."""
-        storage = view.untyped_storage()
-        place = (storage.data_ptr(), storage.nbytes(), view.storage_offset())
-        found = self._sets[k]
-        if found is not None and found[0] == place:
-            return found[1]
-        byteset = byte_set(view)
-        self._sets[k] = (place, byteset)
-        return byteset

@@ -75,6 +75,9 @@ class StorageState:
         self.init_mask: torch.Tensor | None = (
             None if initialised or nbytes == 0 else torch.zeros(nbytes, dtype=torch.bool))
         self._pending: list[PendingAccess] = []
+        # The one stream every pending access was recorded on, else None: a launch on that
+        # stream is ordered after them by the stream itself (order_device has nothing to do).
+        self.pending_stream: int | None = None
         self._lock = threading.Lock()
         self.device: torch.device | None = None    # where the range is, once placed in the memory map
         self.base: int | None = None               # address of its first byte (None: not placed)
@@ -120,7 +123,21 @@ class StorageState:
     @staticmethod
     def attach(view: torch.Tensor, state: "StorageState") -> "StorageState":
         """Make `state` the state of `view`'s storage, freshly allocated memory."""
-        return _join(view.untyped_storage(), state)
+        return StorageState.attach_storage(view.untyped_storage(), state)
+
+    @staticmethod
+    def attach_storage(storage, state: "StorageState") -> "StorageState":
+        """`attach` for a torch storage in hand. New memory meets no tracked range (an
+        allocator hands out no live bytes twice), so it is placed in the map in one step;
+        a range that meets one (a dead entry not yet settled, a widened merged state) takes
+        `_join`, which merges or drops it as for any other storage."""
+        if state.nbytes and state.nbytes == storage.nbytes():
+            state.device, state.base = storage.device, storage.data_ptr()
+            if MEMORY.insert_fresh(state, storage):
+                setattr(storage, _ATTR, state)
+                return state
+            state.device = state.base = None
+        return _join(storage, state)
 
     # -- growing over more memory ----------------------------------------------------------
 
@@ -148,6 +165,7 @@ class StorageState:
         registry_changed()                    # pending work joins other bytes' registry
         for o in others:
             self._pending.extend(o._pending)
+            self.pending_stream = None
             self._lent.extend(o._lent)
             for ref in o._storages:
                 storage = ref()
@@ -280,13 +298,20 @@ class StorageState:
         stream runs them in order), so repeated launches keep the registry small. A graph's
         standing access is never superseded: its next replay comes after this launch.
         """
+        self.record_on(byteset, is_write, future, getattr(future, "stream", None))
+
+    def record_on(self, byteset: ByteSet, is_write: bool, future: Future, stream) -> None:
+        """`record` for a launcher that knows its future's stream (`future.stream`)."""
         global _changes
         _changes += 1
-        stream = getattr(future, "stream", None)
         # Built without the named tuple's Python-level constructor (one per argument per launch).
         entry = _new_access(PendingAccess, (byteset, is_write, future, False))
         with self._lock:
             pending = self._pending
+            if not pending:
+                self.pending_stream = stream
+            elif self.pending_stream != stream:
+                self.pending_stream = None
             i = 0
             for bs, w, f, standing in pending:   # cheapest tests first; a launcher reuses its byte sets
                 if w == is_write and (bs is byteset or bs == byteset) and not standing \
@@ -305,6 +330,7 @@ class StorageState:
         registry_changed()
         with self._lock:
             self._pending.append(PendingAccess(byteset, is_write, future, True))
+            self.pending_stream = None
 
     def order_device(self, byteset: ByteSet, write: bool, stream: int) -> None:
         """S10: make the current stream (raw handle `stream`) wait for conflicting pending

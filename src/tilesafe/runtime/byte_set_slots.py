@@ -1,0 +1,46 @@
+"""The byte sets of a launcher's tensor arguments, kept from one launch to the next.
+
+A launcher of one layout (planned_launch.PlannedLaunch for library calls, prepared_launch.
+LayoutLauncher for kernels launched with new objects) registers a byte set per argument
+with every launch (S9/S10). The layout fixes each argument's shape, byte strides and item
+size; only its memory's place can change: the storage's address and size and the view's
+byte offset in it. So a slot keeps the set of its last launch and makes a new one only when
+the place moved (new memory: a fresh output, another caller's tensor). One cache for both
+launchers.
+"""
+from __future__ import annotations
+
+from .aliasing import ByteSet, _DEVICE_NAMES
+
+_new_set = tuple.__new__      # ByteSet(...) without the named tuple's Python-level constructor
+
+
+class ByteSetSlots:
+    """Per tensor argument (slot) of one layout: its byte set at the last launch."""
+    __slots__ = ("layouts", "sets")
+
+    def __init__(self, layouts):
+        self.layouts = tuple(layouts)             # per slot: (shape, byte strides, item size)
+        self.sets: list = [None] * len(self.layouts)
+
+    def placed(self, args, ptrs) -> list:
+        """The byte sets of this launch, per slot. `args`: per slot, a sequence whose items
+        0, 3 and 4 are the torch view, its storage's address and the storage's bytes;
+        `ptrs`: per slot, the address of the view's first element. The list returned is
+        the cache itself: read it before the launcher's next launch (launches hold the
+        runtime's lock)."""
+        sets = self.sets
+        k = 0
+        for a in args:
+            sptr, nbytes = a[3], a[4]
+            offset = ptrs[k] - sptr
+            byteset = sets[k]
+            if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
+                shape, strides, item = self.layouts[k]
+                device = a[0].device
+                name = _DEVICE_NAMES.get(device)
+                if name is None:
+                    name = _DEVICE_NAMES[device] = str(device)
+                sets[k] = _new_set(ByteSet, (name, sptr, nbytes, offset, shape, strides, item))
+            k += 1
+        return sets
