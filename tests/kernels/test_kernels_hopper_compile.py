@@ -87,8 +87,9 @@ CALLS = {
 }
 TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k",
                 "linear_m128_tail_columns"}
-TMA = {"matmul", "matmul_tiled_bias_silu", "linear_m16",   # 2-D GEMM operands (w.T too) through TMA
+TMA = {"matmul", "matmul_tiled_bias_silu",   # 2-D GEMM operands (w.T too) through TMA
        "flash_causal_gqa", "decode_gqa", "decode_gqa_one_kernel"}                    # q, k, v / the caches read as 2-D matrices
+POINTERS = {"linear_m16"}   # the 2..16-row tensor-core path: cp.async, faster than TMA there (configs.GPU_DEFAULTS)
 
 
 @pytest.mark.parametrize("call", list(CALLS))
@@ -101,6 +102,8 @@ def test_compiles_for_hopper(compiled, call):
             assert "wgmma.mma_async" in k.asm["ptx"], name
         if call in TMA and name not in ("split_sum_kernel", "decode_combine_kernel"):   # they multiply nothing
             assert "cp.async.bulk.tensor" in k.asm["ptx"], name
+        if call in POINTERS:
+            assert "cp.async.bulk.tensor" not in k.asm["ptx"] and "cp.async" in k.asm["ptx"], name
         # the kernels of a split computation launch with PDL: they wait for the kernel before
         # them before any memory access, and let the next one launch early
         pdl = name in ("split_k_kernel", "split_sum_kernel", "decode_rows_kernel", "decode_partial_kernel",

@@ -62,8 +62,11 @@ GPU_DEFAULTS: dict[str, dict] = {
              "target_blocks": 1056, "reverse_pass": True, "num_warps": 4},
     "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "split_k": 1,
                "min_blocks": 132, "tail_split": False, "num_warps": 8, "num_stages": 3},
+    # tma False: the 2..16-row tensor-core path loads through pointers, 5-20% faster than TMA
+    # on 10 of 11 weights in both H200 tuner runs of M = 16 (tune-candidates-linear-attention,
+    # -m16-m128-m2048: e.g. 6144 x 2560 10.8 against 13.1 us); one row (FMAs) is the same either way
     "linear": {"block_m": 16, "block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "prefetch": False,
-               "num_warps": 4, "num_stages": 4},
+               "num_warps": 4, "num_stages": 4, "tma": False},
     # persistent through rank-3 TMA descriptors: 0.95-1.02 of cuBLAS on the H200, where
     # either alone was slower than one tile per block on pointers (tune-bmm.log)
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "tma": True,
