@@ -61,6 +61,35 @@ def test_bad_tiles_are_launch_errors_naming_the_entry(shape, tile, fragment, hin
     t.numpy()                                               # a refused partition lends nothing
 
 
+@pytest.mark.parametrize("equal, fragment", [((True,), "tile entry 0 is True"), ((1.0,), "tile entry 0 is 1.0")])
+def test_a_tile_equal_to_one_checked_before_is_still_checked_by_its_entries(equal, fragment):
+    # Checked tiles are kept by (tile, shape), and (True,) == (1.0,) == (1,) as keys: such a
+    # tile must still be refused as the first check refuses it, at the caller's line.
+    t = zeros(100)
+    t.partition((1,)).unpartition()
+    with pytest.raises(LaunchError) as info:
+        line = here() + 1
+        t.partition(equal)
+    assert fragment in info.value.message and "not an int" in info.value.message
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+    t.numpy()
+
+
+def test_the_lending_place_is_each_call_s_own_line():
+    # `place` keeps which code objects are tilesafe's: the line is still read from each frame.
+    t = zeros(8)
+    lines = []
+    for _ in range(2):
+        p = t.partition((8,)); lines.append(here())        # noqa: E702
+        with pytest.raises(OwnershipError, match=f"lent at {__file__}:{lines[-1]}"):
+            t.numpy()
+        p.unpartition()
+    p = t.partition((8,)); other = here()                 # noqa: E702
+    with pytest.raises(OwnershipError, match=f"lent at {__file__}:{other}"):
+        t.numpy()
+    p.unpartition()
+
+
 # -- lending -----------------------------------------------------------------------------
 
 USES = [

@@ -171,10 +171,11 @@ def _layout_key(backend, grid, form, values) -> tuple:
         t = type(v)
         if t is Tensor:
             tv = v._t
-            parts.append((t, v._dtype, tv.shape, tv.stride(), tv.device, tv.data_ptr() & 15))
+            # A dtype by its name: hashing the DType itself is a Python call per argument.
+            parts.append((t, v._dtype.name, tv.shape, tv.stride(), tv.device, tv.data_ptr() & 15))
         elif t is Partition:
             tv = v._tensor._t
-            parts.append((t, v._tile, v._prefix, v._tensor._dtype, tv.shape, tv.stride(), tv.device,
+            parts.append((t, v._tile, v._prefix, v._tensor._dtype.name, tv.shape, tv.stride(), tv.device,
                           tv.data_ptr() & 15))
         else:
             parts.append(_key_part(keyed, v))

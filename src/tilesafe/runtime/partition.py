@@ -39,11 +39,22 @@ def place() -> tuple | None:
     since a partition made and given back per launch records two places per launch."""
     frame = sys._getframe(1)
     while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if not (name == "tilesafe" or name.startswith("tilesafe.")):
-            return (frame.f_code.co_filename, frame.f_lineno)
+        code = frame.f_code
+        if code in _THEIRS:             # seen before: set lookups, no call per frame
+            return (code.co_filename, frame.f_lineno)
+        if code not in _OURS:
+            name = frame.f_globals.get("__name__", "")
+            if not (name == "tilesafe" or name.startswith("tilesafe.")):
+                _THEIRS.add(code)
+                return (code.co_filename, frame.f_lineno)
+            _OURS.add(code)
         frame = frame.f_back
     return None
+
+
+# Code objects `place` has seen, by whose they are (a function's code belongs to one module).
+_OURS: set = set()
+_THEIRS: set = set()
 
 
 class Partition:
@@ -183,6 +194,26 @@ def _describe(t) -> str:
 
 def check_tile(tile, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The tile as a tuple of ints, or a LaunchError naming the bad entry."""
+    if type(tile) is tuple:             # a tile checked before for this shape: a lookup
+        checked = _CHECKED.get((tile, shape))
+        if checked is not None:
+            for entry in tile:
+                if type(entry) is not int:  # True and 1.0 equal 1 in the key: checked in full
+                    break
+            else:
+                return checked
+    checked = _check_tile(tile, shape)
+    if type(tile) is tuple:
+        if len(_CHECKED) >= 1024:
+            _CHECKED.clear()
+        _CHECKED[(tile, shape)] = checked
+    return checked
+
+
+_CHECKED: dict = {}       # (tile, shape) -> the checked tile, for tuples of ints that passed
+
+
+def _check_tile(tile, shape: tuple[int, ...]) -> tuple[int, ...]:
     if not isinstance(tile, (tuple, list)):
         example = (next_pow2(tile),) if isinstance(tile, int) and tile > 0 else (128,)
         raise LaunchError(f"a tile must be a tuple with one entry per axis, got {tile!r}",

@@ -17,6 +17,7 @@ from .execute import execute
 from .byte_set_slots import ByteSetSlots
 from .future import Completion, Future
 from .ordering import accesses, writes
+from .partition import Partition
 from .safety import mark_written
 
 
@@ -94,7 +95,8 @@ class LayoutLauncher:
         self.compiled, self.start, self.values = compiled, start, values
         kernel = compiled.kernel
         self.writes = tuple((name, writes(kernel, name)) for name in bound.tensors)
-        self.outputs = kernel.outputs
+        names = [name for name, _ in self.writes]
+        self.outputs = tuple(names.index(n) for n in kernel.outputs)    # argument positions
         self.device = device
         self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._streams: dict = {}
@@ -107,23 +109,27 @@ class LayoutLauncher:
             return execute(self.compiled, bound)           # capture registers with the graph
         import torch
         facts = bound.tensors
-        held = [(facts[name].tensor, write) for name, write in self.writes]
-        views = {name: t._t for (name, _), (t, _) in zip(self.writes, held)}
+        # Each argument's object (ArgFacts.obj and .tensor without their property calls).
+        objs = [facts[name].ref() for name, _ in self.writes]
+        held = [o._tensor if type(o) is Partition else o for o in objs]
+        views = {name: t._t for (name, _), t in zip(self.writes, held)}
         args = self.values(bound, views)
         places = [(v, None, None, (s := v.untyped_storage()).data_ptr(), s.nbytes()) for v in views.values()]
         sets = self._sets.placed(places, [p[3] + p[0].storage_offset() * p[0].element_size() for p in places])
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        for (t, write), byteset in zip(held, sets):
+        masked = False
+        for (_, write), t, byteset in zip(self.writes, held, sets):
             state = t._state
             if state._pending and state.pending_stream != stream:   # S10: other streams' work
                 state.order_device(byteset, write, stream)
+            masked = masked or state.init_mask is not None
         self.start(stream, args)
-        if any(t._state.init_mask is not None for t, _ in held):
+        if masked:
             mark_written(bound, self.compiled.written)
         stream_obj = self._streams.get(stream)
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
         done = Completion(None, stream, tuple(views.values()), stream_obj)   # event made lazily
-        for (t, write), byteset in zip(held, sets):
+        for (_, write), t, byteset in zip(self.writes, held, sets):
             t._state.record_on(byteset, write, done, stream)
-        return Future(tuple(facts[n].obj for n in self.outputs), done)
+        return Future(tuple([objs[k] for k in self.outputs]), done)
