@@ -35,7 +35,8 @@ def prefetch_handler(b: Builder, node, x, index, shape):
                            "bytes may still be written by the kernel before this one")
     shape = static_shape(b, node, shape)
     if len(shape) != x.rank:
-        raise b.error(node, f"the tile shape {shape} has rank {len(shape)}, but `{x.name}` has rank {x.rank}")
+        raise b.error(node, f"the tile shape {shape} has rank {len(shape)}, but `{x.name}` has rank {x.rank}",
+                      help="give one tile size per axis of the tensor, as ts.load(x, index, shape=...) does")
     values = index_values(b, node, index, x.rank)
     for i in (index if isinstance(index, tuple) else (index,)):
         if isinstance(i, int) and i < 0:

@@ -1,0 +1,94 @@
+"""The decode GEMVs' L2 prefetch before the PDL wait (matmul.GEMV_L2_PREFETCH, `ts.prefetch`).
+
+With it set, one-row `linear`, its residual form and `silu_mul_linear` compute what NumPy
+does on both CPU backends (the prefetch changes no value) and launch with L2P = the setting;
+compiled for Hopper under PDL, their GEMV issues `prefetch.global.L2` before
+`griddepcontrol.wait` and every weight load after it, and with the setting at 0 no prefetch."""
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import tilesafe.kernels as tk
+from tilesafe.bench.observe import Observer
+from tilesafe.kernels import call_plans, configs
+from tilesafe.kernels.launch import _with_pdl, schedule_of
+from tilesafe.runtime.compile_ahead import compile_ahead
+
+import tilesafe as ts
+
+MM = importlib.import_module("tilesafe.kernels.matmul")
+LF = importlib.import_module("tilesafe.kernels.linear_fusions")
+
+
+@pytest.fixture
+def prefetching(monkeypatch):
+    monkeypatch.setattr(MM, "GEMV_L2_PREFETCH", 2)
+    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))   # every call takes its full path
+
+
+def test_prefetching_gemvs_compute_what_numpy_does(backend, prefetching):
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 96)).astype(np.float32), rng.standard_normal((40, 96)).astype(np.float32)
+    res = rng.standard_normal((1, 40)).astype(np.float32)
+    gu = rng.standard_normal((1, 192)).astype(np.float32)
+    with Observer([MM.skinny_kernel, LF.fused_skinny_kernel]) as seen:
+        y = tk.linear(torch.from_numpy(x), torch.from_numpy(w), config={"block_n": 16, "block_k": 32})
+    np.testing.assert_allclose(y.numpy(), x @ w.T, rtol=1e-5, atol=1e-5)
+    assert seen["skinny_kernel"].consts["L2P"] == 2
+    r = torch.from_numpy(res.copy())
+    with Observer([LF.fused_skinny_kernel]) as seen:
+        tk.silu_mul_linear(torch.from_numpy(gu), torch.from_numpy(w), residual=r, out=r)
+    g, u = gu[:, :96].astype(np.float64), gu[:, 96:].astype(np.float64)
+    np.testing.assert_allclose(r.numpy(), res + (g / (1 + np.exp(-g)) * u) @ w.T, rtol=1e-4, atol=1e-4)
+    assert seen["fused_skinny_kernel"].consts["L2P"] == 2
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """Launches replaced by Hopper compiles under PDL (as in a decode graph captured with it)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+    out = []
+
+    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
+        spec = lambda t, tile=None: ts.spec(t.shape, t.dtype, t.strides, tile=tile)
+        specs = {n: spec(v, tile) for n, (v, tile) in outputs.items()}
+        specs.update({n: spec(a) if isinstance(a, ts.Tensor) else a for n, a in args.items()})
+        out.append((kernel.name, compile_ahead(kernel, **specs, arch=90, descriptors=None,
+                                               schedule=_with_pdl(schedule_of(cfg or {}), True))))
+
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
+    for name in ("matmul", "linear_fusions"):
+        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", compile_instead)
+    return out
+
+
+def _order(ptx: str) -> tuple[list[int], int, list[int]]:
+    """(prefetch lines, the wait's line, global load lines) of the kernel's body."""
+    lines = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
+    body = lines[next(i for i, ln in enumerate(lines) if ".entry " in ln):]
+    wait = next(i for i, ln in enumerate(body) if ln.startswith("griddepcontrol.wait"))
+    pre = [i for i, ln in enumerate(body) if "prefetch.global.L2" in ln]
+    loads = [i for i, ln in enumerate(body) if "ld.global" in ln]
+    return pre, wait, loads
+
+
+@pytest.mark.parametrize("setting", [2, 0])
+def test_under_pdl_the_decode_gemvs_prefetch_before_the_wait(hopper, monkeypatch, setting):
+    monkeypatch.setattr(MM, "GEMV_L2_PREFETCH", setting)
+    e = lambda *s: torch.empty(s, dtype=torch.bfloat16)
+    tk.linear(e(1, 2560), e(6144, 2560))                                        # qkv
+    tk.silu_mul_linear(e(1, 2 * 9728), e(2560, 9728), residual=e(1, 2560))     # down, residual
+    names = [n for n, _ in hopper]
+    assert names[0] == "skinny_kernel" and names[-1] in ("fused_skinny_kernel", "fused_sum_kernel"), names
+    for name, k in hopper:
+        if name.endswith("sum_kernel"):
+            continue
+        pre, wait, loads = _order(k.asm["ptx"])
+        assert loads and min(loads) > wait, name
+        assert (bool(pre) and max(pre) < wait) if setting else not pre, name
