@@ -25,6 +25,7 @@ from .errors import checkpoint_error, request_error
 from .kv_cache import KVCache, cache_bytes
 from .model import Activations, Qwen3Model
 from .parallel import Shards, TensorParallel, check_splits, tp_error
+from .prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs
 from .prompts import Prompt, normalize_prompts
 from .sampler import Sampler
 from .sampling_params import SamplingParams
@@ -36,17 +37,19 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class LLM:
     def __init__(self, model: str, device: str | None = None, dtype: str | torch.dtype | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
-                 progress: bool = True, tensor_parallel_size: int = 1, tp_timeout: float = 600.0):
+                 progress: bool = True, tensor_parallel_size: int = 1, tp_timeout: float = 600.0,
+                 prefill_graphs: bool | None = None):
         self.model_dir = model_dir = _model_dir(model)
         cfg = Qwen3Config.from_dir(model_dir)
         self._start(cfg, device, dtype, max_model_len, max_num_seqs, use_graph, _text_side(model_dir),
                     lambda shards: load_weights(model_dir, cfg, self.dtype, self.device, progress, shards),
-                    _Parallel(tensor_parallel_size, tp_timeout, {"model": str(model_dir)}))
+                    _Parallel(tensor_parallel_size, tp_timeout, {"model": str(model_dir)}), prefill_graphs)
 
     @classmethod
     def from_random(cls, size: str, seed: int = 0, device: str | None = None, dtype: str | torch.dtype | None = None,
                     max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
-                    progress: bool = True, tensor_parallel_size: int = 1, tp_timeout: float = 600.0) -> "LLM":
+                    progress: bool = True, tensor_parallel_size: int = 1, tp_timeout: float = 600.0,
+                    prefill_graphs: bool | None = None) -> "LLM":
         """A Qwen3 of a real shape (`0.6b` ... `32b`, or `tiny`) with random weights made
         directly on the device (no checkpoint on disk: a 32B one would not fit), Qwen3's
         tokenizer when its files are installed, and Qwen3's generation defaults."""
@@ -60,7 +63,7 @@ class LLM:
                    (_qwen3_tokenizer(), GenerationConfig.from_dict(GENERATION_CONFIG)),
                    lambda shards: weights_from_tensors(random_weights(raw, seed, llm.dtype, llm.device), cfg,
                                                        llm.dtype, llm.device, progress, shards),
-                   _Parallel(tensor_parallel_size, tp_timeout, {"random": size, "seed": seed}))
+                   _Parallel(tensor_parallel_size, tp_timeout, {"random": size, "seed": seed}), prefill_graphs)
         return llm
 
     @classmethod
@@ -90,7 +93,7 @@ class LLM:
         return llm
 
     def _start(self, cfg, device, dtype, max_model_len, max_num_seqs, use_graph, text_side, weights,
-               parallel=None) -> None:
+               parallel=None, prefill_graphs=None) -> None:
         """Check the settings and the memory, then allocate: weights, cache, sampler, steps
         (with tensor parallelism, this rank's share of them, once the other ranks started)."""
         from . import tp_group
@@ -107,6 +110,8 @@ class LLM:
             raise request_error(f"LLM: max_model_len {self.max_model_len} exceeds the model's "
                                 f"max_position_embeddings {cfg.max_position_embeddings}")
         self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
+        if prefill_graphs is not None and not isinstance(prefill_graphs, bool):
+            raise request_error(f"LLM: prefill_graphs must be True, False or None, got {prefill_graphs!r}")
         self.backend = _backend(self.device)
         shards = None
         if world > 1:
@@ -135,6 +140,11 @@ class LLM:
         tp = None if shards is None else TensorParallel(shards)
         self.model = Qwen3Model(local, w, cache, self.sampler, tp)
         self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph if use_graph is None else use_graph)
+        self.prefill_graphs = None          # prompts of each token bucket through one graph (prefill_graphs.py)
+        capture = graph and use_graph is not False
+        if (capture if prefill_graphs is None else prefill_graphs) and self._tp is None:
+            self.prefill_graphs = PrefillGraphs(self.model, self.dtype, self.device,
+                                                min(self.max_model_len - 1, MAX_GRAPH_TOKENS), capture)
         if self._tp is not None:
             self._started(parallel)
 
@@ -178,6 +188,15 @@ class LLM:
 
     def get_tokenizer(self):
         return self.tokenizer
+
+    def warm_up(self) -> None:
+        """Run every prefill token bucket once now, compiling its kernels and (on a GPU)
+        capturing its graph, so that no later prompt compiles anything in its prefill (a
+        server calls it at start-up). Nothing is written to the KV cache. Without prefill
+        graphs (`prefill_graphs=False`, tensor parallelism) it does nothing."""
+        if self.prefill_graphs is not None:
+            with self._on_device(), torch.inference_mode():
+                self.prefill_graphs.warm_up()
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list:
         """One RequestOutput per prompt, in order. Prompts: a str, {"prompt": str},
@@ -272,6 +291,10 @@ class LLM:
         Tensor-parallel rank 0 first sends the call to the other ranks, which run it too."""
         if self._tp is not None and self._tp.rank == 0:
             self._tp.send("prefill", prompts)
+        graphs = self.prefill_graphs
+        if graphs is not None and all(graphs.fits(len(p)) for p in prompts):   # each prompt one replay
+            firsts = [graphs.run(p, slot=i, row=i) for i, p in enumerate(prompts)]
+            return [t for t, _ in firsts], [lp for _, lp in firsts]
         lengths = [len(p) for p in prompts]
         starts = [0, *itertools.accumulate(lengths)]
         a = Activations.allocate(self.model.cfg, starts[-1], len(prompts), self.dtype, self.device)

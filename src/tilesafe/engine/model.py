@@ -123,7 +123,7 @@ class Qwen3Model:
                                  for i, (s, e) in enumerate(zip(starts, starts[1:]))]))
         self.prefill_paged(a, starts, [0] * (len(starts) - 1), None)
 
-    def prefill_paged(self, a: Activations, starts: list[int], cached: list[int], tables) -> None:
+    def prefill_paged(self, a: Activations, starts: list[int], cached: list[int], tables, sample: bool = True) -> None:
         """Prefill chunks of sequences through a paged cache: sequence i's rows starts[i] ..
         starts[i+1]-1 are its positions cached[i] .., each row's cache row is in a.slots (the
         caller's slot mapping), and its keys before cached[i] are in the cache already, read
@@ -133,7 +133,8 @@ class Qwen3Model:
         A step's decode rows ride along as chunks of one token after a cached prefix: the
         trailing run of such chunks attends in one `paged_decode_attention` over the batch
         (what a decode step runs), so the projections and MLP run once over all the step's
-        tokens."""
+        tokens. `sample=False` stops at the logits (a.logits): a captured prefill graph
+        samples after its replay, with its sequence's sampler row (prefill_graphs)."""
         n_chunks = len(starts) - 1
         tail = n_chunks                                   # chunks tail.. are one token after a prefix
         while tail > 0 and cached[tail - 1] and starts[tail] - starts[tail - 1] == 1:
@@ -161,7 +162,7 @@ class Qwen3Model:
             if lens is not None:   # the decode rows: one query each, in one launch
                 s = starts[tail]
                 tk.paged_decode_attention(a.qr[s:], k_cache, v_cache, tables[tail:], lens, out=a.attn[s:])
-        self._forward(a, attend, gather_last=True)
+        self._forward(a, attend, gather_last=True, sample=sample)
 
     def decode_workspace(self, a: Activations):
         """The attention scratch of `decode` for a's batch (allocate once, before a capture)."""
@@ -231,7 +232,7 @@ class Qwen3Model:
             tk.linear(a.x, w.lm_head, out=a.logits, config=head)                    # (M, V)
             self.sampler(a.logits, a.tokens, a.chosen)                              # (M,)
 
-    def _forward(self, a: Activations, attend, gather_last: bool) -> None:
+    def _forward(self, a: Activations, attend, gather_last: bool, sample: bool = True) -> None:
         cfg, w = self.cfg, self.w
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
@@ -266,5 +267,5 @@ class Qwen3Model:
         tk.rms_norm(h, w.norm, eps, residual=res, out=x, residual_out=res)
         tk.linear(x, w.lm_head, out=a.logits, config=CPU_LM_HEAD if self.on_cpu else None)   # (R, V)
         logits = a.logits if self.tp is None else self.tp.gather_logits(a.logits)   # (R, V) on rank 0
-        if self.sampler is not None:
+        if self.sampler is not None and sample:
             self.sampler(logits, a.tokens, a.chosen)                                # (R,) rows 0..R-1

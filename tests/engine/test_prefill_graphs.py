@@ -1,0 +1,137 @@
+"""Prefill by token bucket (engine/prefill_graphs.py) on the CPU: the padding and bucketing
+logic a GPU captures in graphs, run eagerly here, against transformers and the eager prefill.
+
+A prompt of n tokens runs padded to its bucket B (rows n .. B-1: token 0, cache slot -1):
+causal attention keeps padding out of the real rows, and the padding writes nothing to the
+cache. After `LLM.warm_up()` no prompt up to the largest bucket compiles a kernel.
+"""
+import linecache
+
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe.engine import LLM, RequestError, SamplingParams
+from tilesafe.engine.prefill_graphs import bucket_sizes
+from tilesafe.runtime.specialize import Specializer
+
+GREEDY = SamplingParams(temperature=0, max_tokens=2, logprobs=1)
+# Lengths around the buckets of max_model_len 40 (16, 32, 64): 1, a full bucket, one past it.
+PROMPTS = [[5], [3, 17, 5, 60, 2, 9, 1, 4, 8, 8, 30, 31, 32, 33, 34, 35], list(range(40, 57)),
+           [(7 * i + 3) % 89 for i in range(39)]]
+
+
+def test_bucket_sizes():
+    assert bucket_sizes(1) == [16] and bucket_sizes(16) == [16] and bucket_sizes(17) == [16, 32]
+    assert bucket_sizes(2048) == [16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048]
+    sizes = bucket_sizes(8000)
+    assert sizes[-1] == 8192 and sizes[-2] < 8000
+    assert all(b % 128 == 0 for b in sizes if b >= 256)              # whole row tiles
+    assert all((b - a) / b <= 1 / 3 for a, b in zip(sizes, sizes[1:]) if b > 256)   # padding <= a third
+
+
+def first_token(hf, prompt):
+    """transformers' greedy next token after `prompt` and its log-probability, from one forward
+    pass (its `generate` scores a 39-token prompt of this tiny model differently from its own
+    forward; the forward is the oracle here)."""
+    with torch.no_grad():
+        lp = torch.log_softmax(hf(torch.tensor([prompt])).logits[0, -1].float(), -1)
+    return int(lp.argmax()), float(lp.max())
+
+
+def tokens_and_logprobs(outs):
+    return [(o.outputs[0].token_ids, [next(iter(d.values())).logprob for d in o.outputs[0].logprobs]) for o in outs]
+
+
+def test_bucketed_prefill_matches_transformers_and_eager(checkpoint, hf_greedy):
+    folder, hf = checkpoint()
+    bucketed = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=4, progress=False, prefill_graphs=True)
+    eager = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=4, progress=False)
+    assert bucketed.prefill_graphs is not None and eager.prefill_graphs is None   # off by default on a CPU
+    ran = []
+    real = bucketed.prefill_graphs.run
+    bucketed.prefill_graphs.run = lambda ids, slot, row: (ran.append((len(ids), slot, row)), real(ids, slot, row))[1]
+    got = tokens_and_logprobs(bucketed.generate([{"prompt_token_ids": p} for p in PROMPTS], GREEDY))
+    assert ran == [(1, 0, 0), (16, 1, 1), (17, 2, 2), (39, 3, 3)]   # each prompt in its slot, with its row
+    want = tokens_and_logprobs(eager.generate([{"prompt_token_ids": p} for p in PROMPTS], GREEDY))
+    assert [t for t, _ in got] == [t for t, _ in want]
+    assert sum((lp for _, lp in got), []) == pytest.approx(sum((lp for _, lp in want), []), abs=1e-4)
+    for prompt, (tokens, logprobs) in zip(PROMPTS[:3], got):
+        hf_tokens, hf_lp = hf_greedy(hf, prompt, GREEDY.max_tokens)
+        assert tokens == hf_tokens
+        assert logprobs == pytest.approx(hf_lp, abs=1e-3)
+    token, logprob = first_token(hf, PROMPTS[3])                           # it stops at max_model_len
+    assert got[3][0] == [token] and got[3][1] == pytest.approx([logprob], abs=1e-3)
+
+
+def test_padding_rows_write_nothing_to_the_cache(checkpoint):
+    """The prompt's keys and values land in its slot's first n rows, as the eager prefill's;
+    every other cache row keeps what it held (the padding rows are dropped)."""
+    folder, _ = checkpoint()
+    caches = []
+    for graphs in (True, False):
+        llm = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=3, progress=False,
+                  prefill_graphs=graphs)
+        for t in llm.model.cache.k + llm.model.cache.v:
+            t.fill_(7.0)                                               # poison: what no prefill writes
+        llm.generate([{"prompt_token_ids": [1, 2]}, {"prompt_token_ids": PROMPTS[2]}],
+                     SamplingParams(temperature=0, max_tokens=1))
+        caches.append([t.clone() for t in llm.model.cache.k + llm.model.cache.v])
+    n = len(PROMPTS[2])
+    for bucketed, eager in zip(*caches):                               # (slots, max_model_len, HKV, D)
+        assert torch.equal(bucketed[2:], torch.full_like(bucketed[2:], 7.0))   # an unused slot
+        assert torch.equal(bucketed[1, n:], torch.full_like(bucketed[1, n:], 7.0))
+        assert torch.equal(bucketed[0, 2:], torch.full_like(bucketed[0, 2:], 7.0))
+        assert torch.allclose(bucketed[1, :n], eager[1, :n], atol=1e-5)
+        assert torch.allclose(bucketed[0, :2], eager[0, :2], atol=1e-5)
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """compiles() -> how many new specializations (code for a new layout) were made so far."""
+    count = [0]
+    real = Specializer.compiled
+
+    def counting(self, bound, backend, schedule=None):
+        before = len(self.code)
+        code = real(self, bound, backend, schedule)
+        count[0] += len(self.code) - before
+        return code
+    monkeypatch.setattr(Specializer, "compiled", counting)
+    return lambda: count[0]
+
+
+def test_no_compile_after_warm_up(checkpoint, compiles):
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=2, progress=False, prefill_graphs=True)
+    llm.warm_up()
+    assert sorted(llm.prefill_graphs.buckets) == [16, 32, 64]
+    before = compiles()
+    one = SamplingParams(temperature=0, max_tokens=1)                 # prefill only: no decode step
+    for n in (1, 2, 15, 16, 17, 31, 33, 39):
+        llm.generate({"prompt_token_ids": [(3 * i + n) % 90 for i in range(n)]}, one)
+    assert compiles() == before
+
+
+def test_a_prompt_past_the_largest_bucket_prefills_eagerly(checkpoint, hf_greedy, monkeypatch):
+    import tilesafe.engine.llm as llm_module
+    monkeypatch.setattr(llm_module, "MAX_GRAPH_TOKENS", 20)            # buckets 16, 32; prompts up to 20
+    folder, hf = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=40, progress=False, prefill_graphs=True)
+    assert llm.prefill_graphs.sizes == [16, 32]
+    out = llm.generate({"prompt_token_ids": PROMPTS[3]}, GREEDY)[0].outputs[0]   # 39 tokens: one more fits
+    assert llm.prefill_graphs.buckets == {}
+    token, logprob = first_token(hf, PROMPTS[3])
+    assert out.token_ids == [token]
+    assert next(iter(out.logprobs[0].values())).logprob == pytest.approx(logprob, abs=1e-3)
+
+
+def test_bad_prefill_graphs_value(checkpoint):
+    folder, _ = checkpoint()
+    with pytest.raises(RequestError) as e:
+        LLM(str(folder), device="cpu", progress=False, prefill_graphs="yes")  # LLM: bad prefill_graphs
+    err = e.value
+    assert isinstance(err, ts.TileSafeError)
+    assert "prefill_graphs must be True, False or None, got 'yes'" in err.message
+    assert err.loc is not None and err.loc.file == __file__
+    assert "LLM: bad prefill_graphs" in linecache.getline(__file__, err.loc.line)
