@@ -119,11 +119,10 @@ def main():
     compiled(histogram.histogram256, {})[(1,), (256,)](bins, w, 700, err)
     check("histogram256", bins, np.bincount(w, minlength=256))
 
-    if "--all" in sys.argv:     # 1024 threads a block: slow under the simulator, so not in CI
-        a = rng.standard_normal((20, 33), dtype=np.float32)
-        t = np.full((33, 20), np.nan, np.float32)
-        compiled(transpose.transpose, {})[(1, 2), (32, 32)](t, a, 20, 33, err)
-        check("transpose", t, a.T)
+    a = rng.standard_normal((36, 40), dtype=np.float32)     # tile (0, 0) whole (loads first), the others ragged
+    t = np.full((40, 36), np.nan, np.float32)
+    compiled(transpose.transpose, {})[(2, 2), (32, 8)](t, a, 36, 40, err)
+    check("transpose", t, a.T)
 
     a = rng.standard_normal((12, 21), dtype=np.float32)     # K = 21: two tiles, the second ragged
     b = rng.standard_normal((21, 10), dtype=np.float32)
@@ -200,7 +199,21 @@ def main():
     compiled(histogram.histogram, {})[(1,), (256,)](hist, bad, 7, 3, err)
     assert err[0] == histogram.histogram.src.loc(histogram.histogram.info.atomics[0]).line, err
     check("histogram_flag", hist, np.array([1, 1, 0, 0, 0, 0, 0]))
+
+    err[0] = 0      # a failed checked read: recorded without a branch, added to the flag at the thread's end
+    got = np.full(4, np.nan, np.float32)
+    src = np.arange(5, dtype=np.float32)
+    compiled(gather, {})[(1,), (32,)](got, src, np.array([4, 0, 7, 1], np.int32), 4, 5, err)
+    assert err[0] == gather.src.loc(gather.info.checked[0][1]).line, err
+    check("checked_read_flag", got, [4, 0, 0, 1])     # the failed read gives element 0
     return 0
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def gather(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("M",)], idx: simt.Ref[ts.i32, ("N",)],
+           N: int, M: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = x[idx[p]]
 
 
 if __name__ == "__main__":

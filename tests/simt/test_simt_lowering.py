@@ -25,9 +25,10 @@ def test_the_examples_run_under_the_numba_simulator():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["ok", "vector_add", "ok", "vector_add_chunked", "ok", "vector_add_runs", "ok", "histogram",
-                                   "ok", "histogram256", "ok", "sgemm", "ok", "sgemm_sanitized", "ok", "constant_table",
+                                   "ok", "histogram256", "ok", "transpose", "ok", "sgemm", "ok", "sgemm_sanitized", "ok", "constant_table",
                                    "ok", "block_sum", "ok", "sum_all", "ok", "sum_all_wide", "ok", "softmax_rows", "ok", "row_rotate_dynamic",
-                                   "ok", "shared_sanitizer_flag", "ok", "unsafe_write_mask", "ok", "histogram_flag"], done.stdout
+                                   "ok", "shared_sanitizer_flag", "ok", "unsafe_write_mask", "ok", "histogram_flag",
+                                   "ok", "checked_read_flag"], done.stdout
 
 
 def body(kernel, *args, **kwargs) -> str:
@@ -45,7 +46,7 @@ def test_proven_reads_are_plain_and_the_permit_is_an_index_computation():
 def test_unproven_reads_are_checked_with_the_kernel_line():
     text = body(histogram, torch.zeros(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int32), grid=(1,))
     line = histogram.src.loc(histogram.info.atomics[0]).line
-    assert f"__atomic_add(hist, __ld1(x, i, __err, {line}), 1, __err, {line})" in text
+    assert f"__atomic_add(hist, __ld1(x, i, __bad, {line}), 1, __err, {line})" in text
 
 
 def test_shared_reads_in_static_range_need_no_check_and_floats_are_f32():

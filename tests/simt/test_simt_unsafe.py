@@ -68,5 +68,5 @@ def test_the_lowering_checks_unsafe_writes():
                                       if isinstance(n, __import__("ast").Subscript)
                                       and getattr(n.value, "id", "") == "out"]))).line
     assert f"__f32(i * __f32(1.0))" not in source
-    assert f"__stw1(out, out__wrote, __ld1(idx, i, __err, {line}), i * __f32(1.0), __err, {line})" in source
+    assert f"__stw1(out, out__wrote, __ld1(idx, i, __bad, {line}), i * __f32(1.0), __err, {line})" in source
     assert "def simt_scatter(out, idx, M, N, __err, out__wrote):" in source    # the write mask follows the flag

@@ -6,8 +6,13 @@ The rewrite keeps the user's code and replaces what tilesafe owns:
 - a permits walk becomes the index computation of its mapping plus the guard that drops the
   permits outside the target (the ragged last block holds none); `p[k]` becomes a coordinate;
 - `x[i]` reads proven in bounds (analysis.py) stay plain; the others go through `__ld`, which
-  on a failed check records the kernel line in the error flag (`__err`, read by the host at
-  the next sync) and reads element 0 instead, so the thread still reaches every barrier;
+  on a failed check records the kernel line and reads element 0 instead, so the thread still
+  reaches every barrier. The line goes into a per-thread register (`__bad`, the max of the
+  failed lines) without a branch, so checked reads stay straight-line code whose loads are in
+  flight together (a branch around an atomic per read made the compiler finish the previous
+  read's arithmetic first); the thread's last statement adds it to the error flag (`__err`,
+  read by the host at the next sync) with one atomic, only when a check failed. SIMT kernels
+  do not return, so every thread reaches that statement;
 - thread positions, barriers, warp operations and shared arrays become numba's `cuda.*`;
 - constant tables become `cuda.const.array_like` arrays (constant memory);
 - `simt.Const` parameters and captured module-level numbers become literals; float literals
@@ -33,26 +38,23 @@ UNINITIALISED = 1 << 24    # added to the line in the error flag: a shared read 
 
 PRELUDE = '''
 @cuda.jit(device=True)
-def __ld1(a, i, err, line):
+def __ld1(a, i, bad, line):
     ok = i >= 0 and i < a.shape[0]
-    if not ok:
-        cuda.atomic.max(err, 0, line)
+    bad[0] = max(bad[0], 0 if ok else line)
     return a[i if ok else 0]
 
 
 @cuda.jit(device=True)
-def __ld2(a, i, j, err, line):
+def __ld2(a, i, j, bad, line):
     ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]
-    if not ok:
-        cuda.atomic.max(err, 0, line)
+    bad[0] = max(bad[0], 0 if ok else line)
     return a[i if ok else 0, j if ok else 0]
 
 
 @cuda.jit(device=True)
-def __ld3(a, i, j, k, err, line):
+def __ld3(a, i, j, k, bad, line):
     ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]
-    if not ok:
-        cuda.atomic.max(err, 0, line)
+    bad[0] = max(bad[0], 0 if ok else line)
     return a[i if ok else 0, j if ok else 0, k if ok else 0]
 
 
@@ -221,9 +223,21 @@ def kernel_source(src, info, params, scope, contract, consts: dict, name: str, s
     lowered.args.args = kept + [ast.arg("__err")] + [ast.arg(written_name(t)) for t in written_targets(info)]
     lowered.args.kwonlyargs, lowered.args.kw_defaults, lowered.args.defaults = [], [], []
     tables = [ast.parse(f"{n} = cuda.const.array_like({table_global(n)})").body[0] for n in info.tables]
+    if _uses_bad(lowered):     # checked reads: the failed line in a register, flushed once at the end
+        doc = int(bool(lowered.body) and isinstance(lowered.body[0], ast.Expr)
+                  and isinstance(lowered.body[0].value, ast.Constant))
+        lowered.body[doc:doc] = ast.parse(f"{BAD} = cuda.local.array(1, __types.int32)\n{BAD}[0] = 0").body
+        lowered.body += ast.parse(f"if {BAD}[0] != 0:\n    cuda.atomic.max(__err, 0, {BAD}[0])").body
     lowered.body[:0] = tables      # constant memory, filled from the module-level arrays at compile time
     ast.fix_missing_locations(lowered)
     return PRELUDE + "\n\n" + ast.unparse(lowered) + "\n"
+
+
+BAD = "__bad"     # the thread's failed-read line (0: none), a one-element local array numba keeps in a register
+
+
+def _uses_bad(tree) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == BAD for n in ast.walk(tree))
 
 
 def written_targets(info) -> list:
@@ -592,7 +606,7 @@ class _Lower(ast.NodeTransformer):
             if node_key(node) in self.info.proven:
                 node.slice = index
                 return node
-            return ast.copy_location(_call(_name(f"__ld{len(items)}"), base, *items, _name("__err"),
+            return ast.copy_location(_call(_name(f"__ld{len(items)}"), base, *items, _name(BAD),
                                            self.line(node)), node)
         return self.generic_visit(node)
 
