@@ -218,8 +218,9 @@ def one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, 
 # lengths that are no multiple of 64) beside a power-of-two one, then the random run's worst draw
 FLASH_SHAPES = ((2, 32, 8, 1500, 128, False), (2, 32, 8, 1536, 128, False), (2, 32, 8, 1000, 128, True),
                 (4, 32, 4, 1432, 128, False))
-# (block_m, block_n, warps, stages, tma)
-FLASH_CANDS = ((64, 64, 4, 3, None), (64, 64, 4, 3, True), (128, 64, 8, 3, True), (128, 128, 8, 2, True))
+# (block_m, block_n, warps, stages, tma): False pointers (masked loads on ragged lengths), True rank-4
+# descriptors on the 4-D kernel (ragged) / every tensor (flat); the default takes TMA on ragged lengths
+FLASH_CANDS = ((64, 64, 4, 3, False), (64, 64, 4, 3, True), (128, 64, 8, 3, True), (128, 128, 8, 2, True))
 
 
 def part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu):
@@ -257,7 +258,7 @@ def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, nam
         if tma is not None:
             c["tma"] = tma
         if cm.valid(shape, c, gpu):
-            configs[f"ts {bm}x{bn} w{w} s{st}{' tma' if tma else ''}"] = c
+            configs[f"ts {bm}x{bn} w{w} s{st}{' tma' if tma else ' ptr'}"] = c
     for key, cfg in configs.items():
         impls[key] = ((lambda c: lambda i: ts.kernels.flash_attention(qs[i], ks[i], vs[i], causal, out=os_[i],
                                                                      config=c))(cfg), "tilesafe")

@@ -77,6 +77,7 @@ CALLS = {
         "num_stages": 6}),
     "bmm": lambda: tk.bmm(e(8, 1024, 512), e(8, 512, 1024)),
     "flash_causal_gqa": lambda: tk.flash_attention(e(1, 32, 2048, 128), e(1, 8, 2048, 128), e(1, 8, 2048, 128), True),
+    "flash_ragged": lambda: tk.flash_attention(e(2, 32, 1500, 128), e(2, 8, 1500, 128), e(2, 8, 1500, 128)),
     "decode_gqa": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000,
                                               config={"one_kernel": False}),
     "decode_gqa_one_kernel": lambda: tk.decode_attention(e(32, 128), e(8, 4096, 128), e(8, 4096, 128), 1000,
@@ -85,10 +86,11 @@ CALLS = {
     "embedding": lambda: tk.embedding(torch.zeros(2048, dtype=torch.int64), e(8192, 2560)),
     "argmax_vocab": lambda: tk.argmax(e(1, 151936)),
 }
-TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "linear_m128_split_k",
-                "linear_m128_tail_columns"}
+TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "flash_ragged",
+                "linear_m128_split_k", "linear_m128_tail_columns"}
 TMA = {"matmul", "matmul_tiled_bias_silu",   # 2-D GEMM operands (w.T too) through TMA
-       "flash_causal_gqa", "decode_gqa", "decode_gqa_one_kernel"}                    # q, k, v / the caches read as 2-D matrices
+       "flash_causal_gqa", "decode_gqa", "decode_gqa_one_kernel",   # q, k, v / the caches read as 2-D matrices
+       "flash_ragged"}                  # ragged lengths: q, k, v as 4-D tensors through rank-4 descriptors
 POINTERS = {"linear_m16"}   # the 2..16-row tensor-core path: cp.async, faster than TMA there (configs.GPU_DEFAULTS)
 
 

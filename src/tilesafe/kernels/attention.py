@@ -355,6 +355,10 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     common = dict(cfg=cfg, qk_scale=scale * LOG2E, CAUSAL=bool(causal), NEG_SCALE=scale < 0, GROUP=h // hkv, BN=bn)
     flat = [_matrix(t, rows, dp) for t, rows in ((q4, bm), (k4, bn), (v4, bn))] if cfg["flat"] else [None]
     if None in flat:
+        if cfg.get("tma") is None and configs.tma_descriptors():
+            # Ragged lengths mask every tile load of the 4-D kernel on pointers; through rank-4
+            # TMA descriptors the copy engine fills the rows past the keys with zeros instead.
+            common["cfg"] = dict(cfg, tma=True)
         launch(flash_kernel, {"o": (ov, (1, bm, dp))}, q=q4, k=k4, v=v4, **common)
     else:
         (qm, *qx), (km, *kx), (vm, *vx) = flat

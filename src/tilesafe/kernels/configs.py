@@ -208,6 +208,16 @@ def gpu_defaults(family: str, target, dtype=None) -> dict:
     return cfg
 
 
+def tma_descriptors() -> bool:
+    """Whether a library launch here may force TMA descriptors (`tma=True`): the Triton
+    backend, for a target that has them (the compile-ahead target, else the GPU at hand, else
+    the H200's, as `gpu_defaults` assumes)."""
+    if current_backend() in CPU_BACKENDS:
+        return False
+    target = targets.compile_target() or _device_target()
+    return target is None or target.tma
+
+
 def _device_target():
     """The current GPU's compile target (None when unknown or no GPU: the H200's table)."""
     import torch
