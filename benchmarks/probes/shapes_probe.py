@@ -16,6 +16,8 @@ side by side with the bench's timer (rotated buffer sets, CUDA graphs, median):
 A failing candidate is recorded with its error and skipped; each part stops starting cases past
 its budget (the whole run stays under ~90 s on an H200). Prints a table; JSON to argv[1].
     PYTHONPATH=src python3 benchmarks/probes/shapes_probe.py "$OUT/shapes/shapes.json" [parts]
+parts: a comma list of small, decode, flash (the default) and verify (the library's own choice only, vs
+F.linear / SDPA: other Qwen3 sizes and the random run's worst draws, which are measured, never fitted).
 """
 import json
 import os
@@ -26,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_side, beside this file
 
-BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0}
+BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 40.0}
 TOTAL_S = 88.0
 START = time.monotonic()
 _PART_START: dict = {}
@@ -165,7 +167,7 @@ def part_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu):
     return out
 
 
-def one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, h, hkv, ctx, d):
+def one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, h, hkv, ctx, d, cands=DECODE_CANDS):
     from tilesafe.bench.families.attention import sdpa_impls
     kv_bytes = 2 * hkv * ctx * d * 2
     sets = rotation_sets(kv_bytes)
@@ -184,7 +186,7 @@ def one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, 
         impls["unchecked " + key] = ((lambda f: lambda i: f(qs[i][None, :, None], ks[i][None], vs[i][None]))(f),
                                      "torch")
     configs = {"ts default": None}
-    for bn, per_sm, w, st in DECODE_CANDS:
+    for bn, per_sm, w, st in cands:
         configs[f"ts bn{bn} x{per_sm} w{w} s{st}"] = {"block_n": bn, "splits": None, "target_blocks": per_sm * gpu.sms,
                                                       "flat": True, "one_kernel": False, "num_warps": w,
                                                       "num_stages": st}
@@ -235,7 +237,8 @@ def part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu):
     return out
 
 
-def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, name, b, h, kv, s, d, causal):
+def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, name, b, h, kv, s, d, causal,
+              cands=FLASH_CANDS):
     from tilesafe.bench.families.attention import sdpa_impls
     sets = rotation_sets(2 * (b * h * s * d + 2 * b * kv * s * d))
     qs = [torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
@@ -253,7 +256,7 @@ def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, nam
             impls["unchecked " + key] = ((lambda f: lambda i: f(qs[i], ks[i], vs[i]))(f), "torch")
     impls["ts default"] = (lambda i: ts.kernels.flash_attention(qs[i], ks[i], vs[i], causal, out=os_[i]), "tilesafe")
     configs = {}
-    for bm, bn, w, st, tma in FLASH_CANDS:
+    for bm, bn, w, st, tma in cands:
         c = {"block_m": bm, "block_n": bn, "flat": True, "num_warps": w, "num_stages": st}
         if tma is not None:
             c["tma"] = tma
@@ -279,6 +282,58 @@ def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, nam
     report(name, entry, "vs_fastest_sdpa", extra=lambda v: f" {v.get('tflops', 0):5.0f} TF/s" +
            (f" pred {v['predicted_us']:7.1f}" if v.get("predicted_us") else ""))
     return {"shape": [b, h, kv, s, d, causal], "impls": entry, "fastest_sdpa_us": fastest}
+
+
+# --- verify: the library's own choice only, on shapes the fit never saw -------------------------
+
+# (name, M, N, K): other Qwen3 sizes (training) and the random run's worst GEMM draws (held out:
+# measured, never fitted)
+VERIFY_GEMM = (("0.6B qkv", 8, 4096, 1024), ("32B o", 8, 5120, 8192), ("32B qkv", 48, 10240, 5120),
+               ("0.6B down", 100, 1024, 3072), ("32B down", 24, 5120, 25600),
+               ("held-out", 83, 4608, 3584), ("held-out", 125, 4608, 3584), ("held-out", 72, 3584, 18944),
+               ("held-out", 45, 35840, 5120), ("held-out", 52, 5120, 4096))
+
+
+def part_verify(ts, cm, am, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for wname, m, n, k in VERIFY_GEMM:
+        name = f"{wname} M={m} ({n}x{k})"
+        if over("verify"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        guarded(out, name, lambda: one_verify(ts, cm, measure, result_check, rotation_sets, policy, gpu, name,
+                                              m, n, k))
+    for h, hkv, ctx, d in DECODE_SHAPES[3:]:
+        name = f"decode h={h}/{hkv} ctx={ctx} d={d}"
+        if not over("verify"):
+            guarded(out, name, lambda: one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name,
+                                                  h, hkv, ctx, d, cands=()))
+    b, h, kv, s, d, causal = FLASH_SHAPES[-1]
+    if not over("verify"):
+        name = f"flash b={b} h={h}/{kv} s={s} d={d}"
+        guarded(out, name, lambda: one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, name,
+                                             b, h, kv, s, d, causal, cands=()))
+    return out
+
+
+def one_verify(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, m, n, k):
+    sets = rotation_sets((m * k + n * k + m * n) * 2)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(sets)]
+    cs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    ref = torch.nn.functional.linear(xs[0].float(), ws[0].float())
+    impls = {"F.linear": (lambda i: torch.nn.functional.linear(xs[i], ws[i], out=cs[i]), "torch"),
+             "ts default": (lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i]), "tilesafe")}
+    entry = measure(impls, sets, result_check(cs[0], ref, error="max"), "F.linear", "vs_torch", policy)
+    shape = cm.Gemm(m, n, k, "bf16")
+    entry["ts default"]["model"] = _default(cm, shape, gpu)
+    entry["ts default"]["predicted_us"] = _predict(cm, shape, _default(cm, shape, gpu), gpu)
+    for v in entry.values():
+        if "us" in v:
+            v["tb_s"] = n * k * 2 / v["us"] / 1e6
+    report(name, entry, "vs_torch", extra=lambda v: f" {v.get('tb_s', 0):4.2f} TB/s" +
+           (f" pred {v['predicted_us']:6.2f}" if v.get("predicted_us") else ""))
+    return entry
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -342,6 +397,7 @@ def main(out_path, parts=("small", "decode", "flash")):
     result = {"sms": props.multi_processor_count, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "budget_s": BUDGET_S}
     runners = {"small": lambda: part_small(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu),
+               "verify": lambda: part_verify(ts, cm, am, measure, result_check, rotation_sets, policy, gpu),
                "decode": lambda: part_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu),
                "flash": lambda: part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu)}
     for part in parts:
