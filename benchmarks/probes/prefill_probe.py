@@ -50,10 +50,12 @@ def engine_logits(llm, ids: list[int]) -> torch.Tensor:
         return a.logits[0].float().clone()
 
 
-def logit_check(llm, base: TorchQwen3Prefill, ids: list[int]) -> dict:
-    got = engine_logits(llm, ids)
+def reference_logits(base: TorchQwen3Prefill, ids: list[int], device) -> torch.Tensor:
     with torch.inference_mode():
-        ref = base(torch.tensor(ids, device=llm.device))[0].float()
+        return base(torch.tensor(ids, device=device))[0].float()
+
+
+def logit_check(got: torch.Tensor, ref: torch.Tensor) -> dict:
     top2 = ref.topk(2).values
     return {"max_abs": round(float((got - ref).abs().max()), 4), "ref_max": round(float(ref.abs().max()), 3),
             "rel": round(float((got - ref).abs().max() / ref.abs().max()), 5),
@@ -124,8 +126,12 @@ def engine_call(llm, ids: list[int], graph: bool):
 
 def probe_size(size: str, lengths: list[int], reps: int, deadline: float) -> dict:
     max_len = max(lengths) + 16
-    llm = LLM.from_random(size, device="cuda", dtype="bfloat16", max_model_len=max_len, max_num_seqs=1,
-                          progress=False)
+    try:                                            # the engine's bucket graphs, where it has them
+        llm = LLM.from_random(size, device="cuda", dtype="bfloat16", max_model_len=max_len, max_num_seqs=1,
+                              progress=False, prefill_graphs=True)
+    except TypeError:
+        llm = LLM.from_random(size, device="cuda", dtype="bfloat16", max_model_len=max_len, max_num_seqs=1,
+                              progress=False)
     base = TorchQwen3Prefill(llm, max_len)
     has_graphs = getattr(llm, "prefill_graphs", None) is not None
     out = {"size": size, "engine_has_prefill_graphs": has_graphs, "lengths": {}}
@@ -135,8 +141,10 @@ def probe_size(size: str, lengths: list[int], reps: int, deadline: float) -> dic
             r["skipped"] = "time budget"
             continue
         ids = ids_of(n)
+        ref = None
         try:
-            r["logits"] = logit_check(llm, base, ids)
+            ref = reference_logits(base, ids, llm.device)
+            r["logits"] = logit_check(engine_logits(llm, ids), ref)
         except Exception as e:                      # noqa: BLE001 - a probe reports and goes on
             r["logits"] = {"error": f"{type(e).__name__}: {e}"}
             traceback.print_exc()
@@ -155,6 +163,9 @@ def probe_size(size: str, lengths: list[int], reps: int, deadline: float) -> dic
                 r[mode] = {"error": f"{type(e).__name__}: {e}"}
                 traceback.print_exc()
             print(f"[{size} {n} {mode}] {json.dumps(r[mode])[:300]}", flush=True)
+        if has_graphs and ref is not None and "wall_ms" in r.get("graph", {}):   # the replay's own logits
+            graphs = llm.prefill_graphs
+            r["graph_logits"] = logit_check(graphs.buckets[graphs.bucket(n)].a.logits[0].float(), ref)
     del base, llm
     torch.cuda.empty_cache()
     return out
@@ -170,6 +181,8 @@ def table(results: list[dict]) -> str:
         for n, r in res["lengths"].items():
             lg = r.get("logits", {})
             check = f"{lg.get('rel')} / {lg.get('argmax_equal')}" if "rel" in lg else lg.get("error", "")
+            if "graph_logits" in r:
+                check += f"; graph {r['graph_logits']['rel']} / {r['graph_logits']['argmax_equal']}"
             for mode in ("eager", "graph", "torch"):
                 m = r.get(mode)
                 if m is None:

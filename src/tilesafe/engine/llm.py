@@ -32,6 +32,9 @@ from .sampling_params import SamplingParams
 from .sequence import Sequence
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# prefill_graphs=None: prefill through bucket graphs wherever decode graphs run. Off until the
+# H200 has run them (tests/gpu/test_engine_prefill_graphs_gpu.py).
+PREFILL_GRAPHS = False
 
 
 class LLM:
@@ -142,7 +145,7 @@ class LLM:
         self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph if use_graph is None else use_graph)
         self.prefill_graphs = None          # prompts of each token bucket through one graph (prefill_graphs.py)
         capture = graph and use_graph is not False
-        if (capture if prefill_graphs is None else prefill_graphs) and self._tp is None:
+        if (PREFILL_GRAPHS and capture if prefill_graphs is None else prefill_graphs) and self._tp is None:
             self.prefill_graphs = PrefillGraphs(self.model, self.dtype, self.device,
                                                 min(self.max_model_len - 1, MAX_GRAPH_TOKENS), capture)
         if self._tp is not None:
