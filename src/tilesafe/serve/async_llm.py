@@ -22,6 +22,7 @@ from ..engine.errors import request_error
 from ..engine.sampling_params import SamplingParams
 from .engine_core import EngineCore
 from .engine_thread import EngineThread
+from .mailbox import mailbox_for
 from .outputs import StreamOutput
 from .request import Request
 
@@ -53,11 +54,11 @@ class AsyncLLM:
                                 help="give each concurrent request its own id")
         if not self.thread.alive:
             raise request_error("AsyncLLM.generate: the engine is shut down")
-        loop = asyncio.get_running_loop()
+        box = mailbox_for(asyncio.get_running_loop())
         outs: asyncio.Queue = asyncio.Queue()
 
-        def sink(out) -> None:          # on the engine thread
-            loop.call_soon_threadsafe(outs.put_nowait, out)
+        def sink(out) -> None:          # on the engine thread: one loop wake-up a step, not one per output
+            box.post(outs, out)
 
         self._live.add(request_id)
         finished = False

@@ -25,6 +25,7 @@ import time
 import torch
 
 from ..engine.errors import request_error
+from .mailbox import one_wake_up
 from .model_runner import ModelRunner
 from .request import Request
 from .scheduler import Scheduler
@@ -89,7 +90,7 @@ class EngineCore:
         s = self.scheduler
         plan = s.schedule()
         self.preemptions += len(plan.preempted)
-        if plan.num_tokens:     # the gauges show the admitted requests' blocks before their first token goes out
+        if plan.prefill:        # the gauges show the admitted requests' blocks before their first token goes out
             self._gauges()
         with self.llm._on_device(), torch.inference_mode():
             if plan.prefill or plan.decode:     # one forward pass: the chunks and the decode rows together
@@ -125,20 +126,27 @@ class EngineCore:
             self.abort(req.request_id, notify=True)
 
     def _emit(self, reqs: list[Request]) -> None:
+        with one_wake_up():         # each receiving event loop is woken once for the step's outputs
+            self._emit_each(reqs)
+
+    def _emit_each(self, reqs: list[Request]) -> None:
         now = time.monotonic()
+        m, generated = self.metrics, 0
         for r in reqs:
             new = len(r.seq.tokens) - r.sent
-            if self.metrics and new:
+            if m and new:
                 if r.first_token_at is None:
-                    self.metrics.first_token(now - r.arrival)
+                    m.first_token(now - r.arrival)
                 else:
-                    self.metrics.inter_token(now - r.last_token_at)
-                self.metrics.generated(new)
+                    m.inter_token(now - r.last_token_at)
+                generated += new
             r.first_token_at = r.first_token_at or now
             r.last_token_at = now
             out = r.take_output()
             if not _send(r, out) or out.finished:     # a receiver that is gone aborts its request
                 self.scheduler.finish(r)
+        if generated:
+            m.generated(generated)                    # one counter update a step
 
     def _gauges(self) -> None:
         if self.metrics:

@@ -111,7 +111,7 @@ class Scheduler:
         for req in sorted(self.running, key=lambda r: r.order):
             if not req.running:
                 continue            # preempted by an earlier request of this loop
-            missing = req.kv_tokens[self.blocks.num_tokens(req.request_id):]
+            missing = _missing(req, self.blocks.num_tokens(req.request_id))
             while missing and not self.blocks.can_append(req.request_id, len(missing)):
                 victim = max(self.running, key=lambda r: r.order)
                 self._preempt(victim)
@@ -151,3 +151,10 @@ class Scheduler:
         self.running.remove(req)
         req.running = False
         req.computed = 0
+
+
+def _missing(req: Request, have: int) -> list[int]:
+    """req.kv_tokens[have:] without joining the prompt and the output (a decoding request
+    misses only its newest token)."""
+    prompt, tokens = req.seq.prompt_ids, req.seq.tokens
+    return tokens[have - len(prompt):] if have >= len(prompt) else prompt[have:] + tokens
