@@ -35,7 +35,7 @@ from .binding import ArgFacts, Bound
 from .constructors import from_torch
 from .execute import execute
 from .launch_plan import LaunchPlan
-from .prepared_launch import prepare_layout
+from .prepared_launch import LayoutLauncher, prepare_layout
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
@@ -79,6 +79,12 @@ class LaunchCache:
         if plan is None:
             self.missed = (tuple(map(id, values)), key)
             return MISS
+        if plan.launchers:        # a GPU launcher of this layout may start it from the objects
+            future = plan.direct(values)
+            if future is not MISS:
+                if plan.repeated(values):
+                    self._repeat(plan, args, kwargs, grid, backend, values)
+                return future
         done = plan.launch(form, values)
         if done is MISS:
             return MISS
@@ -91,6 +97,15 @@ class LaunchCache:
                 and not any(type(v) is Partition and v._lent_at is None for v in values):
             self.kernel._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
         return future
+
+    def _repeat(self, plan, args, kwargs, grid, backend, values) -> None:
+        """The prepared path for objects that came twice in a row through `LayoutPlan.direct`
+        (no torch argument there): as `launch` remembers them, with the bound of a check."""
+        if any(type(v) is Partition and v._lent_at is None for v in values):
+            return
+        checked = plan.checked(plan.form, values)
+        if checked is not MISS:
+            self.kernel._last_plan = LaunchPlan(args, kwargs, grid, backend, *checked)
 
     # -- a caller that keeps the verdicts of its launches (a library call's plan) ---------
     def entry(self, kwargs: dict, grid, backend) -> "Entry | None":
@@ -199,7 +214,7 @@ class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
                  "given", "outputs", "spans", "apart", "reads", "recheck_pre", "scalar_checks", "roles", "names",
-                 "launchers", "last")
+                 "launchers", "last", "form")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -207,7 +222,7 @@ class LayoutPlan:
         self.scalars = {n: v for n, v in bound.scalars.items() if n not in form.names
                         or form.roles[form.names.index(n)] == _KEYED}
         self.grid = bound.grid
-        self.names, self.roles = form.names, []
+        self.form, self.names, self.roles = form, form.names, []
         borrowed = _borrowed(bound)
         for name, role in zip(form.names, form.roles):
             if role == _TENSOR:   # which kind of object fed the tensor parameter (the key's type says the same)
@@ -245,6 +260,41 @@ class LayoutPlan:
         self.last = (ids, tuple([weakref.ref(v) for v in values if type(v) is Tensor or type(v) is Partition]))
         return False
 
+    def direct(self, values):
+        """A launch with these argument values through the GPU launcher of their runtime
+        scalars, from the objects themselves (no ArgFacts, no Bound: `checked`'s checks,
+        inline), or MISS with nothing done: no launcher for these scalars yet, a torch
+        argument (borrowed by `checked`), memory that tracks initialisation, any doubt.
+        A launcher exists only for scalars this layout ran on its own code, so their
+        preconditions and bounds conditions hold (as Entry's `scalars_seen`)."""
+        tensors, objs, scalars = {}, {}, []
+        for name, role, v in zip(self.names, self.roles, values):
+            if role == _PART:
+                if type(v) is not Partition or not v._live or v.torch_touched():
+                    return MISS
+                tensors[name] = v._tensor
+            elif role == _TENSOR:
+                if type(v) is not Tensor or v._handed_at is not None or \
+                        (v._lender is not None and v._lender() is not None):
+                    return MISS
+                tensors[name] = v
+            elif role == _GIVEN:
+                scalars.append((type(v), v))
+                continue
+            elif role == _TORCH:
+                return MISS
+            else:
+                continue
+            objs[name] = v
+        launcher = self.launchers.get(tuple(scalars))
+        if type(launcher) is not LayoutLauncher or not self._disjoint(tensors) or not self._written(tensors):
+            return MISS
+        future = launcher.direct(tensors, objs)
+        if future is None:
+            return MISS
+        self.kernel.last_launch = launcher.launched
+        return future
+
     def launch(self, form, values):
         """(future, bound, compiled code) of a launch with these argument values, or MISS."""
         checked = self.checked(form, values)
@@ -268,7 +318,9 @@ class LayoutPlan:
                 launchers.clear()
             launchers[scalars] = True          # seen once
         elif got is True:
-            launchers[scalars] = prepare_layout(compiled, bound) or False
+            got = launchers[scalars] = prepare_layout(compiled, bound) or False
+            if type(got) is LayoutLauncher:
+                got.launched = Launched(bound, compiled)    # what `direct` launches of it run
         elif got is not False:
             return got(bound)
         return execute(compiled, bound)

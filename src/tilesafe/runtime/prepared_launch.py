@@ -107,11 +107,25 @@ class LayoutLauncher:
     def __call__(self, bound) -> Future:
         if graph_var.get() is not None:
             return execute(self.compiled, bound)           # capture registers with the graph
-        import torch
         facts = bound.tensors
         # Each argument's object (ArgFacts.obj and .tensor without their property calls).
         objs = [facts[name].ref() for name, _ in self.writes]
         held = [o._tensor if type(o) is Partition else o for o in objs]
+        return self._start(held, objs, bound)
+
+    def direct(self, tensors: dict, objs: dict):
+        """A launch from the argument objects themselves (`tensors`: parameter -> tilesafe
+        tensor, `objs`: parameter -> what was passed), checked by the caller as for `__call__`
+        (launch_cache.LayoutPlan.direct); None when a memory tracks initialisation (its marks
+        need the launch's bound: the caller takes the bound path), before anything happened."""
+        held = [tensors[name] for name, _ in self.writes]
+        for t in held:
+            if t._state.init_mask is not None:
+                return None
+        return self._start(held, [objs[name] for name, _ in self.writes], None)
+
+    def _start(self, held: list, objs: list, bound) -> Future:
+        import torch
         views = {name: t._t for (name, _), t in zip(self.writes, held)}
         args = self.values(bound, views)
         places = [(v, None, None, (s := v.untyped_storage()).data_ptr(), s.nbytes()) for v in views.values()]

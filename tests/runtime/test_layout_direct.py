@@ -1,0 +1,191 @@
+"""LayoutPlan.direct (runtime/launch_cache.py): once a layout has a GPU launcher for its
+runtime scalars, a launch with new tensor and partition objects starts from the objects
+themselves (no ArgFacts, no Bound). CPU stand-ins for the CUDA stream and Triton's launcher
+(a launch records its argument tuple and starts nothing). Each refusal test warms a layout
+up to its launcher, then launches the same layout with only a memory fact changed —
+aliasing, lending, an ended partition, unwritten memory, a torch write to lent memory — and
+expects the refusal a first launch makes: class, message, the line of the call, nothing
+started. Pending work of another stream is ordered before a direct launch (S10)."""
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+from runtime_helpers import assert_located, marker_line
+from tilesafe.runtime import future, launch_cache, prepared_launch
+from tilesafe.runtime.prepared_launch import LayoutLauncher
+
+HERE = __file__
+
+
+@ts.kernel
+def plus_one(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) + 1.0)
+
+
+class _Stream:
+    device_index = None
+
+    def __init__(self, waited):
+        self.waited = waited
+
+    def wait_event(self, event):
+        self.waited.append(event)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """Stand-ins: each layout's third launch makes a LayoutLauncher whose start records
+    (stream, argument tuple) in `gpu.started`; completions count as done at once."""
+    class Recorder:
+        started, direct, waited = [], [], []
+    rec = Recorder()
+
+    def layout_launcher(compiled, bound):
+        names = tuple(bound.tensors)
+        fill = lambda bound, views: tuple(views[n].data_ptr() for n in names)   # noqa: E731
+        return LayoutLauncher(compiled, bound, lambda stream, args: rec.started.append((stream, args)), fill,
+                              torch.device("cuda", 0))
+    real_direct = LayoutLauncher.direct
+    monkeypatch.setattr(LayoutLauncher, "direct", lambda self, t, o: (rec.direct.append(1), real_direct(self, t, o))[1])
+    monkeypatch.setattr(launch_cache, "prepare_layout", layout_launcher)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(rec.waited))
+    monkeypatch.setattr(future.HOLDING, "add", lambda completion: None)
+    monkeypatch.setattr(future.Completion, "_known_done", lambda self: True)
+    plus_one._layouts.plans.clear()
+    plus_one._last_plan = None
+    with ts.backend("reference"):
+        yield rec
+    plus_one._layouts.plans.clear()
+    plus_one._last_plan = None
+
+
+def _values(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-3, 3, n).astype(np.float32)
+
+
+def _warm(n: int = 64) -> None:
+    """Three launches of the layout (fresh objects): the third makes its launcher."""
+    for seed in range(3):
+        p = ts.zeros(n).partition((16,))
+        plus_one(p, ts.tensor(_values(n, seed))).sync()
+        p.unpartition()
+
+
+def test_new_objects_of_a_layout_with_a_launcher_start_from_the_objects(gpu):
+    _warm()
+    for seed in range(3):
+        z, x = torch.zeros(64), torch.from_numpy(_values(64, seed))
+        p = ts.from_torch(z).partition((16,))
+        fut = plus_one(p, ts.from_torch(x))
+        assert fut.results() is p                                   # the output, as a launch returns it
+        assert gpu.started[-1] == (7, (z.data_ptr(), x.data_ptr()))   # this launch's memory
+        last = ts.from_torch(z)._state._pending[-1]
+        assert last.is_write and last.future.stream == 7          # S9: pending on the launch's stream
+        p.unpartition()
+    assert len(gpu.direct) == 3 and len(gpu.started) == 3
+    assert plus_one.last_launch.grid == (4,) and plus_one.last_launch.scalars == {"N": 64}
+
+
+def test_an_alias_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm()
+    base = ts.tensor(_values(128, 1))
+    p = base[0:64].partition((16,))
+    plus_one(p, base[64:128])                                      # disjoint halves: direct
+    p.unpartition()
+    started = len(gpu.started)
+    p = base[0:64].partition((16,))
+    with pytest.raises(ts.AliasError) as e:
+        plus_one(p, base[32:96])  # alias-call
+    assert e.value.message == "output `z` of `plus_one` shares memory with argument `x`"
+    assert_located(e.value, HERE, "alias-call")
+    assert len(gpu.started) == started
+    p.unpartition()
+
+
+def test_a_lent_ref_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm()
+    x = ts.tensor(_values(64, 3))
+    lent = x.partition((16,))  # lent-here
+    p = ts.zeros(64).partition((16,))
+    with pytest.raises(ts.OwnershipError) as e:
+        plus_one(p, x)  # lent-call
+    assert e.value.message.startswith("cannot use `x`: this tensor is lent to a partition (lent at ")
+    assert f"test_layout_direct.py:{marker_line(HERE, 'lent-here')}" in e.value.message
+    assert_located(e.value, HERE, "lent-call")
+    assert gpu.started == []
+    lent.unpartition()
+    plus_one(p, x)                                                 # given back: accepted, directly
+    assert gpu.direct and gpu.started
+
+
+def test_an_ended_partition_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm()
+    p = ts.zeros(64).partition((16,))
+    p.unpartition()  # ended-here
+    with pytest.raises(ts.OwnershipError) as e:
+        plus_one(p, ts.tensor(_values(64, 5)))  # ended-call
+    assert e.value.message == f"this partition was unpartitioned at {HERE}:{marker_line(HERE, 'ended-here')}"
+    assert_located(e.value, HERE, "ended-call")
+    assert gpu.started == []
+
+
+def test_unwritten_memory_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm()
+    x = ts.empty(64)                                               # same layout, never written
+    p = ts.zeros(64).partition((16,))
+    with pytest.raises(ts.OwnershipError) as e:
+        plus_one(p, x)  # unwritten-call
+    assert e.value.message == ("argument `x` of `plus_one` is read, but it came from ts.empty and has not "
+                               "been written")
+    assert_located(e.value, HERE, "unwritten-call")
+    assert gpu.started == []
+    p.unpartition()
+
+
+def test_a_torch_write_to_lent_memory_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm()
+    z = torch.zeros(64)
+    p = ts.from_torch(z).partition((16,))
+    z.add_(1.0)                                                    # torch writes memory tilesafe holds
+    with pytest.raises(ts.OwnershipError) as e:
+        plus_one(p, ts.tensor(_values(64, 7)))  # version-call
+    assert "was modified through torch while tilesafe held it" in e.value.message
+    assert_located(e.value, HERE, "version-call")
+    assert gpu.started == []
+
+
+def test_an_output_that_tracks_initialisation_takes_the_bound_path_and_is_marked(gpu):
+    # ts.empty's memory keeps an init mask: its marks need the launch's bound, so the
+    # direct launch hands over before starting anything, and the bound path marks it written.
+    _warm()
+    z = ts.empty(64)
+    p = z.partition((16,))
+    plus_one(p, ts.tensor(_values(64, 8)))
+    assert len(gpu.started) == 1 and gpu.direct                    # tried directly, started once
+    assert p.unpartition()._state.is_written(z._torch())
+
+
+class _Pending:
+    """A stand-in launch still running on raw stream `stream`."""
+    def __init__(self, stream):
+        self.stream = stream
+
+    def done(self):
+        return False
+
+    def ready_event(self):
+        return ("event of stream", self.stream)
+
+
+@pytest.mark.parametrize("stream, waits", [(9, [("event of stream", 9)]), (7, [])])
+def test_pending_work_of_another_stream_is_ordered_before_a_direct_launch(gpu, stream, waits):
+    _warm()
+    x = ts.tensor(_values(64, 9))
+    x._state.record(x._byte_set(), True, _Pending(stream))         # a writer of x, still running
+    p = ts.zeros(64).partition((16,))
+    plus_one(p, x)
+    assert gpu.direct and gpu.waited == waits
+    p.unpartition()
+    x._state._pending.clear()
