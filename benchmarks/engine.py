@@ -355,11 +355,21 @@ def bench_long(size: str, args, parts: Parts, out: dict) -> None:
     out["prefill"] = {}
     for n in args.prefills:
         def one(n=n) -> dict:
-            llm.generate(prompt_ids(n, 1), greedy(1))                 # warm-up (compiles)
-            eng = min(timed(lambda: llm.generate(prompt_ids(n, 1), greedy(1))) for _ in range(args.reps))
+            def engine_s() -> float:
+                llm.generate(prompt_ids(n, 1), greedy(1))             # warm-up (compiles; captures a bucket graph)
+                return min(timed(lambda: llm.generate(prompt_ids(n, 1), greedy(1))) for _ in range(args.reps))
+            eng = engine_s()
             base = torch_prefill.seconds(n, args.reps)
-            return {"tokens": n, "engine_s": eng, "engine_tokens_per_s": n / eng, "torch_s": base,
-                    "torch_tokens_per_s": n / base, "engine_over_torch_time": eng / base}
+            r = {"tokens": n, "engine_s": eng, "engine_tokens_per_s": n / eng, "torch_s": base,
+                 "torch_tokens_per_s": n / base, "engine_over_torch_time": eng / base,
+                 "prefill_graphs": getattr(llm, "prefill_graphs", None) is not None}
+            if r["prefill_graphs"]:                                   # the eager prefill beside the graph one
+                graphs, llm.prefill_graphs = llm.prefill_graphs, None
+                try:
+                    r["engine_eager_s"] = engine_s()
+                finally:
+                    llm.prefill_graphs = graphs
+            return r
         parts.run(out["prefill"], str(n), 3 * (args.reps + 1) * (2 * weight_bytes(cfg0, 1) * n / 300e12 + 0.05),
                   one, tag)
     del torch_prefill
