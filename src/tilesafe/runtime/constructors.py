@@ -17,7 +17,7 @@ from ..dtypes import DType, f32, i32
 from ..errors import LaunchError, caller_loc
 from . import numpy_bridge, ordering
 from .host_lock import serialized
-from .storage_state import StorageState
+from .storage_state import StorageState, _ATTR
 from .tensor import Tensor, read_of
 
 _FP8 = (dtypes.f8e4m3fn, dtypes.f8e5m2)
@@ -125,8 +125,12 @@ def from_torch(t) -> Tensor:
         dt = resolve_dtype(t.dtype)
     t = t.detach()                              # same storage, no autograd history
     storage = t.untyped_storage()               # asked once: the extent check and the state use it
-    _check_extent(t, dt.itemsize, storage)
-    state = StorageState.of_storage(storage)    # memory seen before: one getattr
+    item = t.element_size()                     # dt's itemsize: dt is t's dtype
+    if not t.is_contiguous() or (t.storage_offset() + t.numel()) * item > storage.nbytes():
+        _check_extent(t, item, storage)         # all but a contiguous view inside its storage
+    state = getattr(storage, _ATTR, None)       # memory seen before: one getattr
+    if state is None:
+        state = StorageState.of_storage(storage)
     # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
     # made its bytes only if torch wrote since the hand-over (its version counter moved).
     # Memory never handed over is torch's, written (a mask only where tilesafe allocated it).

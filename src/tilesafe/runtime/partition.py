@@ -66,13 +66,13 @@ class Partition:
     __slots__ = ("_tensor", "_tile", "_prefix", "_lent_at", "_live", "_ended_at", "_version", "__weakref__")
 
     def __init__(self, tensor: "Tensor", tile, prefix: bool, lent_at: "Loc | tuple | None"):
-        shape = tuple(tensor._torch().shape)
+        shape = tuple(tensor._t.shape)
         self._tile = check_tile(tile, shape)
         self._tensor = tensor
         self._prefix = prefix
         self._lent_at = lent_at
         self._live = True
-        self._version = version_of(tensor._torch())   # torch's version counter when lent (S13)
+        self._version = version_of(tensor._t)   # torch's version counter when lent (S13)
         tensor._state.lend(None, self)      # its byte set is made when someone asks (lender_of)
         self._ended_at: Loc | None = None
         tensor._lend(self)
@@ -123,18 +123,22 @@ class Partition:
     @serialized   # ends lending that other threads check (host_lock)
     def unpartition(self) -> "Tensor":
         """End the lending and return the tensor (the same object that was partitioned)."""
-        self._check_live()
+        if not self._live:
+            self._check_live()
         self._check_torch_untouched(giving_back=True)
         self._live = False
         self._ended_at = place()
-        self._tensor._state.unlend(self)
-        self._tensor._give_back(self)
-        return self._tensor
+        tensor = self._tensor
+        tensor._state.unlend(self)
+        lender = tensor._lender                    # Tensor._give_back, inline
+        if lender is not None and lender() is self:
+            tensor._lender = None
+        return tensor
 
     def torch_touched(self) -> bool:
         """Best-effort S13: did torch modify the lent memory? Torch's version counter moved
         past both the lending and tilesafe's own last host write to this storage."""
-        now = version_of(self._tensor._torch())
+        now = version_of(self._tensor._t)
         return now != self._version and now != self._tensor._state.own_write_version
 
     def _check_torch_untouched(self, giving_back: bool = False) -> None:
