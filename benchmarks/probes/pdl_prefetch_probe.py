@@ -5,7 +5,8 @@
    res += silu_mul_linear(gu, Wd) — the engine's one-row step without attention and norms
    — for every layer, captured in one graph: without PDL, with PDL, and with PDL plus each
    GEMV block prefetching the first P K tiles of its weight slab before its wait
-   (matmul.GEMV_L2_PREFETCH = P; "all" = the whole slab). Each variant is first run eagerly
+   (matmul.GEMV_L2_PREFETCH = P; "all" = the whole slab; "keep": with L2 evict-last
+   priority, GEMV_L2_KEEP). Each variant is first run eagerly
    for layer 0 and checked against float32 torch; every graph's result must equal the
    plain graph's bit for bit (a prefetch changes no value). GPU time per replay with the
    host enqueue hidden behind a GPU sleep, and the HBM bandwidth of the weights read.
@@ -35,8 +36,10 @@ SHAPES = {  # hidden E, q heads x head_dim, kv heads x head_dim, intermediate I,
     "4b": (2560, 32 * 128, 8 * 128, 9728, 36),
     "8b": (4096, 32 * 128, 8 * 128, 12288, 36),
 }
-VARIANTS = [("plain", False, 0), ("pdl", True, 0), ("pdl+P2", True, 2), ("pdl+all", True, ALL), ("pdl+P4", True, 4),
-            ("pdl+P1", True, 1)]   # most telling first: the budget may stop the last
+# (name, pdl, P, keep): most telling first, the budget may stop the last
+VARIANTS = [("plain", False, 0, False), ("pdl", True, 0, False), ("pdl+P2", True, 2, False),
+            ("pdl+P2keep", True, 2, True), ("pdl+all", True, ALL, False), ("pdl+P8keep", True, 8, True),
+            ("pdl+P4", True, 4, False), ("pdl+P1", True, 1, False)]
 
 
 def left() -> float:
@@ -110,8 +113,8 @@ class Chain:
         return max(errs)
 
 
-def chain_case(ch: Chain, name: str, pdl: bool, p: int, ref_out):
-    MM.GEMV_L2_PREFETCH = p
+def chain_case(ch: Chain, name: str, pdl: bool, p: int, keep: bool, ref_out):
+    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = p, keep
     reset_plans()
     with ts.pdl(pdl):
         err = ch.check_layer0()                  # also compiles this variant outside the capture
@@ -126,7 +129,7 @@ def chain_case(ch: Chain, name: str, pdl: bool, p: int, ref_out):
     same = bool(torch.equal(out, ref_out)) if ref_out is not None else True
     ms = gpu_ms(g.replay)
     del g
-    return {"case": name, "pdl": pdl, "P": "all" if p == ALL else p, "layer0_rel_err": round(err, 5),
+    return {"case": name, "pdl": pdl, "P": "all" if p == ALL else p, "keep": keep, "layer0_rel_err": round(err, 5),
             "same_as_plain": same, "gpu_ms": round(ms, 4), "TB_s": round(ch.bytes / ms / 1e9, 3)}, out
 
 
@@ -137,13 +140,13 @@ def chain_probe(size: str) -> list:
     except Exception as e:
         return [{"case": f"{size} setup", "error": repr(e)}]
     ref = None
-    for name, pdl, p in VARIANTS:
+    for name, pdl, p, keep in VARIANTS:
         if left() < 0 and rows:
             rows.append({"size": size, "case": name, "skipped": "budget"})
             continue
         t = time.perf_counter()
         try:
-            row, out = chain_case(ch, name, pdl, p, ref)
+            row, out = chain_case(ch, name, pdl, p, keep, ref)
             if ref is None:
                 ref = out
         except Exception as e:
@@ -151,26 +154,27 @@ def chain_probe(size: str) -> list:
         row["size"], row["wall_s"] = size, round(time.perf_counter() - t, 1)
         rows.append(row)
         print("chain", row, flush=True)
-    MM.GEMV_L2_PREFETCH = 0
+    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = 0, False
     del ch
     torch.cuda.empty_cache()
     return rows
 
 
-def engine_probe(size: str, best_p: int) -> list:
+def engine_probe(size: str, best: tuple) -> list:
     from tilesafe.engine import LLM, SamplingParams
     llm = LLM.from_random(size, device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=1, progress=False)
     prompt = [{"prompt_token_ids": [1, 2, 3, 4] * 8}]
     params = SamplingParams(max_tokens=8, temperature=0.0)
     steps = llm.decode_steps
     rows, first = [], None
-    for name, pdl, p in (("plain", False, 0), ("pdl", True, 0), (f"pdl+P{best_p}", True, best_p)):
+    cases = (("plain", False, 0, False), ("pdl", True, 0, False), ("pdl+" + best[0], True) + best[1:])
+    for name, pdl, p, keep in cases:
         if left() < -30 and rows:
             rows.append({"size": size, "case": "engine " + name, "skipped": "budget"})
             continue
         t = time.perf_counter()
         try:
-            MM.GEMV_L2_PREFETCH = p
+            MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = p, keep
             reset_plans()
             steps.pdl, steps.steps = pdl, {}
             tokens = llm.generate(prompt, params)[0].outputs[0].token_ids
@@ -178,25 +182,26 @@ def engine_probe(size: str, best_p: int) -> list:
             step = steps.steps[1]
             g = next(iter(step.graphs.values()))
             ms = gpu_ms(g.replay)
-            row = {"case": "engine " + name, "pdl": pdl, "P": "all" if p == ALL else p, "gpu_ms": round(ms, 4),
-                   "same_tokens": tokens == first}
+            row = {"case": "engine " + name, "pdl": pdl, "P": "all" if p == ALL else p, "keep": keep,
+                   "gpu_ms": round(ms, 4), "same_tokens": tokens == first}
         except Exception as e:
             row = {"case": "engine " + name, "error": repr(e), "trace": traceback.format_exc()[-1500:]}
         row["size"], row["wall_s"] = size, round(time.perf_counter() - t, 1)
         rows.append(row)
         print("engine", row, flush=True)
-    MM.GEMV_L2_PREFETCH = 0
+    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = 0, False
     del llm
     torch.cuda.empty_cache()
     return rows
 
 
-def best_of(rows) -> int:
-    timed = [r for r in rows if "gpu_ms" in r and r.get("pdl") and r.get("same_as_plain")]
+def best_of(rows) -> tuple:
+    """(name, P, keep) of the fastest prefetching chain variant whose result was right."""
+    timed = [r for r in rows if "gpu_ms" in r and r.get("P") and r.get("same_as_plain")]
     if not timed:
-        return 0
+        return ("P2", 2, False)
     best = min(timed, key=lambda r: r["gpu_ms"])
-    return ALL if best["P"] == "all" else best["P"]
+    return best["case"].split("+")[-1], ALL if best["P"] == "all" else best["P"], best["keep"]
 
 
 def main():

@@ -124,6 +124,31 @@ def rowsum_bf16(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], x: t
     y.store(acc)
 
 
+@hopper
+def test_keep_prefetches_with_evict_last_priority():
+    specs = (ts.spec((64,), ts.f32, tile=(16,)), ts.spec((64, 128), ts.bf16), ts.spec((128,), ts.bf16))
+    for keep in (False, True):
+        ptx = kept.compile(*specs, BK=64, KEEP=keep, target="sm_90", schedule=ts.schedule(pdl=True)).asm["ptx"]
+        assert ("prefetch.global.L2::evict_last" in ptx) == keep and "prefetch.global.L2" in ptx
+
+
+@ts.kernel
+def kept(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], x: ts.Ref[ts.bf16, ("K",)],
+         BN: ts.Const[int], BK: ts.Const[int], KEEP: ts.Const[bool], N: int, K: int):
+    ts.prefetch(w, (ts.block_id(0), 0), shape=(BN, BK), keep=KEEP)
+    t = ts.load(w, (ts.block_id(0), 0), shape=(BN, BK)).astype(ts.f32)
+    y.store(ts.sum(t, axis=1) + ts.sum(ts.load(x, (0,), shape=(BK,)).astype(ts.f32)))
+
+
+def test_keep_must_be_a_compile_time_bool():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(z: ts.Mut[ts.f32, (16,)], x: ts.Ref[ts.f32, ("N",)], N: int):
+            ts.prefetch(x, (0,), shape=(16,), keep=N > 3)  # E:prefetch-keep
+            z.store(ts.load_tile_like(x, z))
+    assert_diagnostic(ei.value, HERE, "E:prefetch-keep", "keep= of ts.prefetch must be a compile-time bool")
+
+
 @ts.kernel
 def late(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], BN: ts.Const[int], BK: ts.Const[int],
          N: int, K: int):

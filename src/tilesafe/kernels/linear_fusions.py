@@ -25,7 +25,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import residual_add, silu_mul
 from .launch import cdiv, launch, pow2
-from .matmul import ACTIVATIONS, SKINNY_M, _bias, _tf32, epilogue, l2_prefetch_tiles, linear, mac, skinny_config
+from .matmul import ACTIVATIONS, SKINNY_M, _bias, _tf32, epilogue, l2_prefetch, linear, mac, skinny_config
 from .matmul import skinny_tiles, warm_slab
 from .norms import rms_norm
 
@@ -77,13 +77,13 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
                         res: ts.Ref["T", (-1, -1)], T: ts.Const[ts.DType], TG: ts.Const[ts.DType],
                         TB: ts.Const[ts.DType], PRO: ts.Const[int], RES: ts.Const[int], HAS_BIAS: ts.Const[bool],
                         ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool], PREFETCH: ts.Const[bool],
-                        BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int], M: int, N: int,
-                        K: int, eps: float):
+                        BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int],
+                        L2K: ts.Const[bool], M: int, N: int, K: int, eps: float):
     """`skinny_kernel` with a prologue on x's tiles and a residual on the output tile."""
     pa, pu = a.partition((BM, BK)), up.partition((BM, BK))       # all rows of x (and up): (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     j = ts.block_id(1)
-    warm_slab(b, 0, ts.num_tiles(pb, 0), j, L2P, BK, BN)         # under PDL: before the wait
+    warm_slab(b, 0, ts.num_tiles(pb, 0), j, L2P, L2K, BK, BN)    # under PDL: before the wait
     r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1)
     if DOT:                                                      # 2..16 rows: tensor cores
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
@@ -117,14 +117,14 @@ def fused_split_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M
                        up: ts.Ref["T", ("M", "K")], g: ts.Ref["TG", (-1,)], b: ts.Ref["T", ("K", "N")],
                        T: ts.Const[ts.DType], TG: ts.Const[ts.DType], PRO: ts.Const[int], TF32: ts.Const[bool],
                        DOT: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int],
-                       L2P: ts.Const[int], PER: int, M: int, N: int, K: int, eps: float):
+                       L2P: ts.Const[int], L2K: ts.Const[bool], PER: int, M: int, N: int, K: int, eps: float):
     """`split_k_kernel` with the prologue: split s sums K tiles [s * PER, (s + 1) * PER)."""
     pa, pu = a.partition((BM, BK)), up.partition((BM, BK))       # (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     s, j = ts.block_id(0), ts.block_id(2)
     lo = s * PER
     hi = min(lo + PER, ts.num_tiles(pa, 1))
-    warm_slab(b, lo, hi, j, L2P, BK, BN)                         # under PDL: before the wait
+    warm_slab(b, lo, hi, j, L2P, L2K, BK, BN)                    # under PDL: before the wait
     r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1) over the whole row
     if DOT:
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
@@ -260,7 +260,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     pro = NORM if gt is not None else SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
     common = dict(a=av, up=uv, g=gt if gt is not None else av[0], b=wt.T, PRO=pro,
-                  TF32=_tf32(fn, dtype, precision), DOT=m > 1, L2P=l2_prefetch_tiles(), eps=eps)
+                  TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps, **l2_prefetch())
     ending = dict(bias=bias_t, res=resv, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation], RES=res)
     if splits > 1:
         per = cdiv(cdiv(k, bk), splits)                          # K tiles per split (skinny_tiles: none empty)

@@ -26,11 +26,12 @@ SKINNY_M = 16                        # rows up to which the weight-streaming pat
 # it only acts under programmatic dependent launch (ts.prefetch). Set from the H200's timings
 # of benchmarks/probes/pdl_prefetch_probe.py.
 GEMV_L2_PREFETCH = 0
+GEMV_L2_KEEP = False        # prefetch with L2 evict-last priority (ts.prefetch(keep=True))
 
 
-def l2_prefetch_tiles() -> int:
-    """GEMV_L2_PREFETCH as read at each launch (a probe may change it between captures)."""
-    return GEMV_L2_PREFETCH
+def l2_prefetch() -> dict:
+    """The GEMV kernels' L2P and L2K, as set at each launch (a probe may change them between captures)."""
+    return {"L2P": GEMV_L2_PREFETCH, "L2K": GEMV_L2_KEEP}
 
 
 @ts.function
@@ -54,13 +55,13 @@ def epilogue(acc, bias, j, BN, HAS_BIAS, ACT):
 
 
 @ts.function
-def warm_slab(b, lo, hi, j, L2P, BK, BN):
-    """Prefetch K tiles [lo, min(lo + L2P, hi)) of column tile j of b into L2: under
-    programmatic dependent launch they load while the kernel before this one drains
-    (`ts.prefetch`, issued before the PDL wait); otherwise nothing (GEMV_L2_PREFETCH)."""
+def warm_slab(b, lo, hi, j, L2P, L2K, BK, BN):
+    """Prefetch K tiles [lo, min(lo + L2P, hi)) of column tile j of b into L2 (L2K: evicted
+    last): under programmatic dependent launch they load while the kernel before this one
+    drains (`ts.prefetch`, issued before the PDL wait); otherwise nothing (GEMV_L2_PREFETCH)."""
     if L2P > 0:
         for k in range(lo, min(lo + L2P, hi)):
-            ts.prefetch(b, (k, j), shape=(BK, BN))
+            ts.prefetch(b, (k, j), shape=(BK, BN), keep=L2K)
 
 
 @ts.kernel
@@ -97,12 +98,12 @@ def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: 
                   bias: ts.Ref["TB", (-1,)], T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
                   HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool],
                   BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], PREFETCH: ts.Const[bool],
-                  L2P: ts.Const[int], M: int, N: int, K: int):
+                  L2P: ts.Const[int], L2K: ts.Const[bool], M: int, N: int, K: int):
     """M <= BM rows: each block owns BN output columns and streams its (K, BN) slab of B once."""
     pa = a.partition((BM, BK))                                   # all rows of A: (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     j = ts.block_id(1)
-    warm_slab(b, 0, ts.num_tiles(pb, 0), j, L2P, BK, BN)         # under PDL: before the wait
+    warm_slab(b, 0, ts.num_tiles(pb, 0), j, L2P, L2K, BK, BN)    # under PDL: before the wait
     if DOT:                                                      # 2..16 rows: tensor cores, BM = 16
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
         for k in range(ts.num_tiles(pa, 1)):
@@ -129,7 +130,8 @@ def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: 
 @ts.kernel
 def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
                    T: ts.Const[ts.DType], TF32: ts.Const[bool], DOT: ts.Const[bool], BM: ts.Const[int],
-                   BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int], PER: int, M: int, N: int, K: int):
+                   BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int], L2K: ts.Const[bool],
+                   PER: int, M: int, N: int, K: int):
     """Split s of a split-K product: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of
     output tile (i, j), into part[s]. Few output tiles (skinny M, small N) then still fill
     every SM; `split_sum_kernel` adds the splits up."""
@@ -138,7 +140,7 @@ def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "
     s, i, j = ts.block_id(0), ts.block_id(1), ts.block_id(2)
     lo = s * PER
     hi = min(lo + PER, ts.num_tiles(pa, 1))                      # this split's K tiles: [lo, hi)
-    warm_slab(b, lo, hi, j, L2P, BK, BN)                         # under PDL: before the wait
+    warm_slab(b, lo, hi, j, L2P, L2K, BK, BN)                    # under PDL: before the wait
     if DOT:
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
         for k in range(lo, hi):
@@ -305,7 +307,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
         else:
             launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk,
-                   PREFETCH=bool(cfg.get("prefetch")) and m == 1, L2P=l2_prefetch_tiles(), **common)
+                   PREFETCH=bool(cfg.get("prefetch")) and m == 1, **l2_prefetch(), **common)
         return o.returned
     cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype,
                          shape=configs.Gemm(m, n, k, dtype.name),
@@ -421,7 +423,7 @@ def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
     part, = scratch.views(a.device, (splits, m, n))
     # Programmatic dependent launch: the sum starts launching while the partials finish.
     launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per,
-           L2P=l2_prefetch_tiles() if m <= SKINNY_M else 0, pdl=True)
+           **(l2_prefetch() if m <= SKINNY_M else {"L2P": 0, "L2K": False}), pdl=True)
     sm = min(pow2(m), 16)
     sn = max(16, min(pow2(n), 2048 // sm))
     launch(split_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT,

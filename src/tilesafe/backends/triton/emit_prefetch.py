@@ -2,9 +2,9 @@
 
 Under programmatic dependent launch (`em.pdl`: an NVIDIA GPU of compute capability 9.0 or
 newer, never the interpreter) a prefetch of tile `index` of a Ref becomes one
-`prefetch.global.L2` per 128-byte line of the tile: the tile's contiguous axis is sampled
-every 128 bytes (which axis has stride 1 is a launch fact Triton specializes on, so the
-branch below folds away), the other axes element by element. Elements outside the tensor
+`prefetch.global.L2` (`::evict_last` with keep=True) per 128-byte line of the tile: the
+tile's contiguous axis is sampled every 128 bytes (which axis has stride 1 is a launch fact
+Triton specializes on, so the branch below folds away), the other axes element by element. Elements outside the tensor
 are masked off through a predicate, as a load's are (S11: the bounds plan's flags).
 Elsewhere it compiles to nothing: without PDL the loads that follow fetch the same lines.
 
@@ -63,13 +63,13 @@ def emit_prefetch(em: Emitter, op: Op) -> None:
     axes = [a for a in reversed(range(rank)) if g.shape[a] > 1]
     for n, a in enumerate(axes):
         em.line(f"{'if' if n == 0 else 'elif'} {names.strides[a]} == 1:")
-        _issue(em, g, flags, a, step)
+        _issue(em, op, g, flags, a, step)
     if axes:
         em.line("else:")
-    _issue(em, g, flags, None, step, indent=bool(axes))
+    _issue(em, op, g, flags, None, step, indent=bool(axes))
 
 
-def _issue(em: Emitter, g, flags, contiguous: int | None, step: int, indent: bool = True) -> None:
+def _issue(em: Emitter, op: Op, g, flags, contiguous: int | None, step: int, indent: bool = True) -> None:
     """The prefetches of tile `g` with axis `contiguous` sampled every `step` elements."""
     em.enter(indent)
     rank = len(g.shape)
@@ -87,6 +87,7 @@ def _issue(em: Emitter, g, flags, contiguous: int | None, step: int, indent: boo
                 parts.append(_tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
             parts.append(_expand(f"({_axis_mask(em, g.tensor, a, name, g.may_be_negative)})", a, rank))
     names = em.tensors[g.tensor]
+    insn = "prefetch.global.L2::evict_last" if op.attrs.get("keep") else "prefetch.global.L2"
     ptrs = f"{names.ptr} + {' + '.join(f'{_expand(o, a, rank)} * {names.strides[a]}' for a, o in enumerate(offs))}"
     p = em.fresh("pf_ptrs")
     em.line(f"{p} = {ptrs}")
@@ -94,11 +95,11 @@ def _issue(em: Emitter, g, flags, contiguous: int | None, step: int, indent: boo
     if parts:
         m = em.fresh("pf_on")
         em.line(f"{m} = tl.broadcast_to(({' & '.join(parts)}).to(tl.int32), {p}.shape)")
-        asm = "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }"
+        asm = f"{{ .reg .pred p; setp.ne.b32 p, $2, 0; @p {insn} [$1]; mov.u32 $0, 0; }}"
         em.line(f'{done} = tl.inline_asm_elementwise("{asm}", "=r,l,r", [{p}, {m}], dtype=tl.int32, '
                 'is_pure=False, pack=1)')
     else:
-        em.line(f'{done} = tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [{p}], '
+        em.line(f'{done} = tl.inline_asm_elementwise("{insn} [$1]; mov.u32 $0, 0;", "=r,l", [{p}], '
                 'dtype=tl.int32, is_pure=False, pack=1)')
     em.leave(indent)
 
