@@ -74,10 +74,11 @@ def safe_sum(unroll: int):
 def raw_transpose(tile_dim: int, rows: int, nbtype, loads_first: bool):
     from numba import cuda
     T, R, K = tile_dim, rows, tile_dim // rows
+    T1 = T + 1      # numba types a shared shape from literals only
 
     @cuda.jit
     def transpose_loop(out, x):
-        tile = cuda.shared.array((T, T + 1), nbtype)
+        tile = cuda.shared.array((T, T1), nbtype)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         r0, c0 = cuda.blockIdx.x * T, cuda.blockIdx.y * T
         for j in range(K):
@@ -92,7 +93,7 @@ def raw_transpose(tile_dim: int, rows: int, nbtype, loads_first: bool):
 
     @cuda.jit
     def transpose_first(out, x):
-        tile = cuda.shared.array((T, T + 1), nbtype)
+        tile = cuda.shared.array((T, T1), nbtype)
         v = cuda.local.array(K, nbtype)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         r0, c0 = cuda.blockIdx.x * T, cuda.blockIdx.y * T
@@ -182,19 +183,29 @@ def raw_sum(unroll: int, vec: bool):
 
 
 @functools.cache
-def raw_block_sum(k_const: int):
-    """block_sum with the slab size a compile-time constant (the loop unrolls), as the safe K is."""
+def raw_block_sum(k_const: int, unrolled: bool):
+    """block_sum with the slab size a compile-time constant, as the safe K is; `unrolled`: the safe
+    example's form (K // 256 reads a thread with a constant trip count, then the rest)."""
     from numba import cuda, float32
     K = k_const
+    R = K % 256
 
     @cuda.jit
     def block_sum_const(out, x):
         partial = cuda.shared.array(8, float32)
         acc = float32(0.0)
         base = cuda.blockIdx.x * K
-        for j in range(cuda.threadIdx.x, K, 256):
-            if base + j < x.shape[0]:
-                acc += x[base + j]
+        if unrolled:
+            first = base + cuda.threadIdx.x
+            for j in range(K // 256):
+                if first + j * 256 < x.shape[0]:
+                    acc += x[first + j * 256]
+            if R and cuda.threadIdx.x < R and first + K // 256 * 256 < x.shape[0]:
+                acc += x[first + K // 256 * 256]
+        else:
+            for j in range(cuda.threadIdx.x, K, 256):
+                if base + j < x.shape[0]:
+                    acc += x[base + j]
         for off in (16, 8, 4, 2, 1):
             acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
         lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
@@ -273,7 +284,8 @@ class Probe:
 
 def transposes(pr: Probe):
     import torch
-    from numba import cuda, float16, float32
+    from numba import cuda
+    from numba.cuda.types import float16, float32
 
     from tilesafe.simt.examples import transpose as example
     for dtype, tsd, nbt in ((torch.float32, ts.f32, float32), (torch.float16, ts.f16, float16)):
@@ -369,10 +381,12 @@ def sums(pr: Probe):
     pr.case(group, "raw (bench's: K a runtime argument)", nbytes,
             lambda: (lambda: _bench_raw()["block_sum"][n // k_slab, 256](do, dx, k_slab)), check_b)
 
-    def build_const():
-        k = raw_block_sum(k_slab)
-        return lambda: k[n // k_slab, 256](do, dx)
-    pr.case(group, "raw, K a compile-time constant", nbytes, build_const, check_b)
+    for unrolled in (False, True):
+        def build_const(unrolled=unrolled):
+            k = raw_block_sum(k_slab, unrolled)
+            return lambda: k[n // k_slab, 256](do, dx)
+        pr.case(group, f"raw, K a compile-time constant{', unrolled (the safe form)' if unrolled else ''}", nbytes,
+                build_const, check_b)
     pr.case(group, "safe example block_sum", nbytes, lambda: (lambda: example.block_sum(out, x, K=k_slab)), check_b)
 
 

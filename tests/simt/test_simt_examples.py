@@ -19,6 +19,16 @@ def test_block_sum_of_ragged_slabs():
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
 
 
+def test_block_sum_slabs_that_are_not_a_multiple_of_the_block():
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(5))
+    for k in (5, 300, 1000):                 # the unrolled K // 256 reads, then the K % 256 rest
+        b = -(-1000 // k)
+        out = torch.full((b,), float("nan"))
+        block_sum.block_sum(out, x, K=k).sync()
+        want = torch.nn.functional.pad(x, (0, b * k - 1000)).view(b, k).sum(1)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
+
+
 def test_softmax_rows():
     x = torch.randn(6, 70, generator=torch.Generator().manual_seed(3)) * 4   # 6 rows over 2 blocks of 4 warps
     out = torch.full((6, 70), float("nan"))

@@ -12,9 +12,12 @@ def block_sum(out: simt.Disjoint[ts.f32, ("B",)], x: simt.Ref[ts.f32, ("N",)], B
               K: simt.Const[int]):
     partial = simt.shared((WARPS,), ts.f32)          # one partial sum per warp
     acc = 0.0
-    base = simt.block_id() * K
-    for j in range(simt.thread_id(), K, BLOCK):      # each thread strides through the block's slab
-        acc += x.get(base + j, 0.0)                  # the ragged last slab reads 0 past N
+    first = simt.block_id() * K + simt.thread_id()
+    for j in range(K // BLOCK):                      # the slab, BLOCK apart: a constant trip count, so the
+        acc += x.get(first + j * BLOCK, 0.0)         # loop unrolls and its K // BLOCK reads are in flight
+    if K % BLOCK:                                    # (the ragged last slab reads 0 past N)
+        if simt.thread_id() < K % BLOCK:
+            acc += x.get(first + K // BLOCK * BLOCK, 0.0)
     acc = simt.warp_sum(acc)                         # every lane holds its warp's sum
     for p in partial.permits(simt.per_warp(1)):      # lane 0 of each warp holds partial[warp]
         partial[p] = acc
