@@ -73,13 +73,13 @@ def _raw_kernels():
             cuda.atomic.add(hist, x[i], 1)
 
     @cuda.jit
-    def block_sum(out, x, k):
+    def block_sum(out, x):      # the safe example's form: K = 4096 a constant, 16 reads a thread unrolled
         partial = cuda.shared.array(8, float32)
         acc = float32(0.0)
-        base = cuda.blockIdx.x * k
-        for j in range(cuda.threadIdx.x, k, 256):
-            if base + j < x.shape[0]:
-                acc += x[base + j]
+        first = cuda.blockIdx.x * 4096 + cuda.threadIdx.x
+        for j in range(16):
+            if first + j * 256 < x.shape[0]:
+                acc += x[first + j * 256]
         for off in (16, 8, 4, 2, 1):
             acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
         lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
@@ -112,7 +112,7 @@ def _raw_kernels():
             out[row, c] = math.exp(x[row, c] - m) / s
 
     @cuda.jit
-    def transpose(out, x):
+    def transpose_per_thread(out, x):      # the old example's form: a 32 x 32 block, one element a thread
         tile = cuda.shared.array((32, 33), float32)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         bx, by = cuda.blockIdx.x, cuda.blockIdx.y
@@ -123,6 +123,25 @@ def _raw_kernels():
         r, c = by * 32 + ty, bx * 32 + tx
         if r < out.shape[0] and c < out.shape[1]:
             out[r, c] = tile[tx, ty]
+
+    @cuda.jit
+    def transpose(out, x):      # the safe example's form: a 32 x 8 block, 4 elements a thread, loads first
+        tile = cuda.shared.array((32, 33), float32)
+        v = cuda.local.array(4, float32)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        r0, c0 = cuda.blockIdx.x * 32, cuda.blockIdx.y * 32
+        for j in range(4):
+            r, c = r0 + ty + j * 8, c0 + tx
+            v[j] = x[r, c] if r < x.shape[0] and c < x.shape[1] else float32(0.0)
+        for j in range(4):
+            tile[ty + j * 8, tx] = v[j]
+        cuda.syncthreads()
+        for j in range(4):
+            v[j] = tile[tx, ty + j * 8]
+        for j in range(4):
+            r, c = c0 + ty + j * 8, r0 + tx
+            if r < out.shape[0] and c < out.shape[1]:
+                out[r, c] = v[j]
 
     @cuda.jit
     def sgemm(c, a, b):
@@ -142,7 +161,8 @@ def _raw_kernels():
             c[row, col] = acc
 
     RAW.update(vector_add=vector_add, vector_add_chunk4=vector_add_chunk4, histogram=histogram,
-               block_sum=block_sum, sum_all=sum_all, softmax_rows=softmax_rows, transpose=transpose, sgemm=sgemm)
+               block_sum=block_sum, sum_all=sum_all, softmax_rows=softmax_rows, transpose=transpose,
+               transpose_per_thread=transpose_per_thread, sgemm=sgemm)
 
 
 def gpu_ms(fn, iters=10, repeats=5) -> float:
@@ -217,7 +237,7 @@ def workloads(quick: bool):
         dx, do = arr(x), arr(out)
         return dict(bytes=4 * n, out=out, want=lambda: x.view(-1, k).sum(1), tol=1e-2,
                     safe=lambda: block_sum.block_sum(out, x, K=k),
-                    raw=lambda: RAW["block_sum"][n // k, 256](do, dx, k),
+                    raw=lambda: RAW["block_sum"][n // k, 256](do, dx),
                     torch=lambda: torch.sum(x.view(-1, k), 1))
 
     def w_sum_all():
@@ -256,7 +276,8 @@ def workloads(quick: bool):
         copy_out = torch.empty_like(x)
         return dict(bytes=2 * 4 * r * c, copy_bytes=2 * 4 * r * c, out=out, want=lambda: x.t(),
                     safe=lambda: transpose.transpose(out, x),
-                    raw=lambda: RAW["transpose"][(r // 32, c // 32), (32, 32)](do, dx),
+                    raw=lambda: RAW["transpose"][(r // 32, c // 32), (32, 8)](do, dx),
+                    raw_per_thread=lambda: RAW["transpose_per_thread"][(r // 32, c // 32), (32, 32)](do, dx),
                     torch=lambda: x.t().contiguous(), copy=lambda: copy_out.copy_(x))
 
     def w_sgemm():
