@@ -56,25 +56,27 @@ class CallHit:
         return CallHit(plan, launches, groups, extents)
 
     def __call__(self, tensors: list, places: list):
-        """The call with these tensors; `places`: call_plans.places_of(tensors)."""
+        """The call with these tensors; `places`: theirs, from call_plans.call_key."""
         plan = self.plan
         with LOCK:
             # Per root: (torch view, storage state, first element's address, storage's address and bytes).
-            roots, made, handed = [], [], list(tensors)
+            roots, handed = [], list(tensors)
+            made = [None] * len(plan.roots)     # tilesafe tensors of the roots, where a step needs one
+            i = 0
             for t, (tv, storage, sptr, ptr), extent in zip(tensors, places, self.extents):
                 if type(t) is Tensor:
                     roots.append((tv, t._state, ptr, sptr, storage.nbytes()))
-                    made.append(t)
-                    continue
-                state = getattr(storage, _ATTR, None)
-                nbytes = storage.nbytes()
-                if state is None or state.init_mask is not None or ptr - sptr + extent > nbytes or t.requires_grad:
-                    m = from_torch(t)       # S13 as a fresh call borrows it (and refuses what it refuses)
-                    roots.append((m._t, m._state, ptr, sptr, nbytes))
-                    made.append(m)
+                    made[i] = t
                 else:
-                    roots.append((tv, state, ptr, sptr, nbytes))
-                    made.append(None)
+                    state = getattr(storage, _ATTR, None)
+                    nbytes = storage.nbytes()
+                    if state is None or state.init_mask is not None or ptr - sptr + extent > nbytes \
+                            or t.requires_grad:
+                        m = made[i] = from_torch(t)   # S13 as a fresh call borrows it (and refuses what it refuses)
+                        roots.append((m._t, m._state, ptr, sptr, nbytes))
+                    else:
+                        roots.append((tv, state, ptr, sptr, nbytes))
+                i += 1
             for i, (kind, recipe) in enumerate(plan.roots[len(tensors):], len(tensors)):
                 if kind == R.EMPTY:
                     shape, dtype, device, torch_mode = recipe
@@ -85,9 +87,8 @@ class CallHit:
                         t = _allocate(shape, dtype, device)
                         storage = t.untyped_storage()
                         nbytes = storage.nbytes()
-                        state = StorageState.attach(t, StorageState(nbytes))
+                        state = StorageState.attach_storage(storage, StorageState(nbytes))
                         roots.append((t, state, t.data_ptr(), storage.data_ptr(), nbytes))
-                        made.append(None)
                         handed.append(t if torch_mode else None)
                         continue
                     t = empty(shape, dtype, device)
@@ -96,7 +97,7 @@ class CallHit:
                 tv = t._t
                 storage = tv.untyped_storage()
                 roots.append((tv, t._state, tv.data_ptr(), storage.data_ptr(), storage.nbytes()))
-                made.append(t)
+                made[i] = t
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.
             apart = len({id(root[1].__dict__) for root in roots}) == self.groups

@@ -120,8 +120,10 @@ def planned(fn):
 
 
 def call_key(name: str, args: tuple, kwargs: dict):
-    """(key, the call's tensors in key order, their places: see `places_of`); key None when
-    the call must take the full path."""
+    """(key, the call's tensors in key order, their places); key None when the call must take
+    the full path. A tensor's place: (its torch view, its storage, the storage's address, its
+    first element's address), read once per call for the key and the plan's fast form
+    (call_hits)."""
     tensors: list = []
     parts = [name, len(args), tuple(kwargs)]
     for v in (*args, *kwargs.values()):
@@ -152,8 +154,24 @@ def call_key(name: str, args: tuple, kwargs: dict):
             except TypeError:
                 return None, None, None    # a config dict: its call takes the full path
             parts.append((type(v), v))     # a dtype, an activation name
-    places = places_of(tensors)
-    parts.append(_shared(places))
+    # Per tensor, its place, and which tensors share a storage with an earlier
+    # one, at what distance: the views a call makes of one are then views of the other too
+    # (call_recording). In the same pass: both are read on every call.
+    places, shared = [], []
+    for t in tensors:
+        tv = t._t if type(t) is Tensor else t
+        storage = tv.untyped_storage()
+        sptr, ptr = storage.data_ptr(), tv.data_ptr()
+        j = 0
+        for place in places:
+            if place[2] == sptr:
+                shared.append((j, ptr - place[3]))
+                break
+            j += 1
+        else:
+            shared.append(-1)
+        places.append((tv, storage, sptr, ptr))
+    parts.append(tuple(shared))
     # The decisions also depend on the backend and target (configs, workers), on autograd
     # (refusals) and on torch's fp32 matmul precision (tf32 by default or not).
     parts += (configs.current_backend(), targets.compile_target(), torch.is_grad_enabled(),
@@ -173,31 +191,6 @@ def _workspace(v) -> list | None:
         return None
     fields = [getattr(v, f.name) for f in dataclasses.fields(v)]
     return fields if fields and all(type(f) is Tensor for f in fields) else None
-
-
-def places_of(tensors: list) -> list:
-    """Per tensor: (its torch view, its storage, the storage's address, its first element's
-    address), read once per call for the key and the plan's fast form (call_hits)."""
-    places = []
-    for t in tensors:
-        tv = t._t if type(t) is Tensor else t
-        storage = tv.untyped_storage()
-        places.append((tv, storage, storage.data_ptr(), tv.data_ptr()))
-    return places
-
-
-def _shared(places: list) -> tuple:
-    """Which tensors share a storage with an earlier one, and at what distance: the views a
-    call makes of one of them are then views of the other too (call_recording)."""
-    out = []
-    for i, (_, _, storage, ptr) in enumerate(places):
-        for j in range(i):
-            if places[j][2] == storage:
-                out.append((j, ptr - places[j][3]))
-                break
-        else:
-            out.append(-1)
-    return tuple(out)
 
 
 class CallPlan:
