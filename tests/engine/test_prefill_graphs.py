@@ -135,3 +135,42 @@ def test_bad_prefill_graphs_value(checkpoint):
     assert "prefill_graphs must be True, False or None, got 'yes'" in err.message
     assert err.loc is not None and err.loc.file == __file__
     assert "LLM: bad prefill_graphs" in linecache.getline(__file__, err.loc.line)
+
+
+def paged_pass(llm, chunks, pad: int) -> torch.Tensor:
+    """One prefill_paged pass over chunks (slot, ids, first position) and `pad` padding rows
+    (token 0, slot -1) after them; the logits (R, V) of each chunk's last row."""
+    from tilesafe.engine.model import Activations, Qwen3Model
+    model = Qwen3Model(llm.config, llm.model.w, llm.model.cache, None)
+    L = llm.max_model_len
+    starts = [0]
+    for _, ids, _ in chunks:
+        starts.append(starts[-1] + len(ids))
+    a = Activations.allocate(llm.config, starts[-1] + pad, len(chunks), torch.float32, "cpu")
+    a.ids.copy_(torch.tensor(sum((ids for _, ids, _ in chunks), []) + [0] * pad, dtype=torch.int32))
+    a.positions.copy_(torch.tensor(sum((list(range(p, p + len(ids))) for _, ids, p in chunks), []) + [0] * pad,
+                                   dtype=torch.int32))
+    a.slots.copy_(torch.tensor(sum((list(range(s * L + p, s * L + p + len(ids))) for s, ids, p in chunks), [])
+                               + [-1] * pad, dtype=torch.int32))
+    a.last.copy_(torch.tensor(starts[1:], dtype=torch.int32) - 1)
+    cached = [p for _, _, p in chunks]
+    tables = torch.tensor([[s] for s, _, _ in chunks], dtype=torch.int32) if any(cached) else None
+    with torch.inference_mode():
+        model.prefill_paged(a, starts, cached, tables, sample=False)
+    return a.logits.clone()
+
+
+def test_padding_rows_after_a_mixed_step(checkpoint):
+    """A serving-shaped pass (a fresh prompt, then two decode rows after cached prompts)
+    padded to a bucket gives the unpadded pass's logits and cache: padding rows are computed
+    row by row, attended by nobody, and write no cache row."""
+    folder, _ = checkpoint()
+    results = []
+    for pad in (0, 9):
+        llm = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=3, progress=False)
+        first = paged_pass(llm, [(0, PROMPTS[1], 0), (1, PROMPTS[2], 0)], pad)       # two fresh prompts
+        mixed = paged_pass(llm, [(2, [4, 5, 6], 0), (0, [9], len(PROMPTS[1])), (1, [8], len(PROMPTS[2]))], pad)
+        results.append((first, mixed, [t.clone() for t in llm.model.cache.k + llm.model.cache.v]))
+    (first0, mixed0, cache0), (first9, mixed9, cache9) = results
+    assert torch.allclose(first9, first0, atol=1e-5) and torch.allclose(mixed9, mixed0, atol=1e-5)
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(cache9, cache0))

@@ -134,7 +134,11 @@ class Qwen3Model:
         trailing run of such chunks attends in one `paged_decode_attention` over the batch
         (what a decode step runs), so the projections and MLP run once over all the step's
         tokens. `sample=False` stops at the logits (a.logits): a captured prefill graph
-        samples after its replay, with its sequence's sampler row (prefill_graphs)."""
+        samples after its replay, with its sequence's sampler row (prefill_graphs).
+
+        Rows past starts[-1] are padding (a step padded to a token bucket, so that its
+        kernels see a fixed set of row counts): computed row by row like the others, attended
+        by nobody; give them slot -1 in a.slots so that they write no cache row."""
         n_chunks = len(starts) - 1
         tail = n_chunks                                   # chunks tail.. are one token after a prefix
         while tail > 0 and cached[tail - 1] and starts[tail] - starts[tail - 1] == 1:
@@ -160,8 +164,8 @@ class Qwen3Model:
                                        v[s:e].transpose(0, 1), causal=True,
                                        out=a.attn[s:e].transpose(0, 1))   # (H, T_i, D) views
             if lens is not None:   # the decode rows: one query each, in one launch
-                s = starts[tail]
-                tk.paged_decode_attention(a.qr[s:], k_cache, v_cache, tables[tail:], lens, out=a.attn[s:])
+                s, e = starts[tail], starts[-1]
+                tk.paged_decode_attention(a.qr[s:e], k_cache, v_cache, tables[tail:], lens, out=a.attn[s:e])
         self._forward(a, attend, gather_last=True, sample=sample)
 
     def decode_workspace(self, a: Activations):
