@@ -131,3 +131,57 @@ def test_chunk_does_not_fit_rank3():
             for p in out.permits(simt.chunk(2)):  # E:chunk-rank3
                 out[p] = 1.0
     assert_diagnostic(ei.value, HERE, "E:chunk-rank3", "simt.chunk(k) does not fit rank-3 `out`")
+
+
+# -- the GPU ------------------------------------------------------------------------------------
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def gather(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("M",)], idx: simt.Ref[ts.i32, ("N",)],
+           N: int, M: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = x[idx[p]]      # checked: idx's values are not known
+
+
+@pytest.mark.gpu
+def test_gpu_a_failed_checked_read_is_reported_at_its_line():
+    x = torch.arange(5, dtype=torch.float32, device="cuda")
+    idx = torch.tensor([4, 0, 7, 1] * 100, dtype=torch.int32, device="cuda")
+    out = torch.full((400,), float("nan"), device="cuda")
+    with pytest.raises(ts.SanitizerError) as ei:
+        gather(out, x, idx).sync()
+    assert ei.value.loc.line == gather.src.loc(gather.info.checked[0][1]).line
+    assert out[:4].tolist() == [4, 0, 0, 1]              # the failed read gave element 0, never past x
+    good = torch.tensor([4, 0, 2, 1] * 100, dtype=torch.int32, device="cuda")
+    gather(out, x, good).sync()                          # the flag was cleared: a good launch passes
+    assert out[:4].tolist() == [4, 0, 2, 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1), (37, 45), (5000, 3001), (4096, 4096)])
+def test_gpu_transpose_of_ragged_and_whole_tiles(shape):
+    x = torch.randn(*shape, device="cuda")
+    out = torch.full(shape[::-1], float("nan"), device="cuda")
+    example.transpose(out, x).sync()
+    assert torch.equal(out, x.t())
+
+
+@pytest.mark.gpu
+def test_gpu_rank2_chunk_on_shared_memory():
+    x = torch.randn(50, 37, device="cuda")
+    out = torch.full((50, 37), float("nan"), device="cuda")
+    flip_tiles(out, x).sync()
+    want = torch.full((50, 37), float("nan"))
+    flip_tiles(want, x.cpu()).sync()                     # the CPU executor is the specification
+    assert torch.equal(out.cpu(), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [5, 300, 4096])
+def test_gpu_block_sum_with_a_rest(k):
+    from tilesafe.simt.examples import block_sum
+    x = torch.randn(100_003, device="cuda")
+    b = -(-x.numel() // k)
+    out = torch.full((b,), float("nan"), device="cuda")
+    block_sum.block_sum(out, x, K=k).sync()
+    want = torch.nn.functional.pad(x, (0, b * k - x.numel())).view(b, k).double().sum(1).float()
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-3)
