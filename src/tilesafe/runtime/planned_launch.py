@@ -40,8 +40,8 @@ class PlannedLaunch:
     """A launch of one layout from roots: `access` per tensor parameter (in the kernel's
     order): (parameter, root index, element offset from the root's first element or None
     for the root itself)."""
-    __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values", "pointers",
-                 "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
+    __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values",
+                 "pointers", "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
                  "items", "byte_strides", "writes", "offsets", "shapes")
 
     def __init__(self, kernel, entry, access, scalars: dict):

@@ -1,0 +1,71 @@
+"""A user kernel launched with new tilesafe tensors from torch every call (launch_cache.LayoutPlan.
+direct on the GPU: from a layout's fourth launch with one set of runtime scalars the launch
+starts Triton's compiled kernel straight from the objects). Every call computes what torch
+computes with new memory, a host read waits for it (S9), work of another stream is ordered
+before it (S10), and an alias of a seen layout is still refused. Run with `pytest -m gpu`."""
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe.runtime.prepared_launch import LayoutLauncher
+
+pytestmark = pytest.mark.gpu
+
+
+@ts.kernel
+def scale_add(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], y: ts.Ref[ts.f32, ("N",)], s: float,
+              B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * s + ts.load_tile_like(y, z))
+
+
+def _launch(z, x, y):
+    p = ts.from_torch(z).partition((256,))
+    scale_add(p, ts.from_torch(x), ts.from_torch(y), 0.5)
+    return p.unpartition()
+
+
+def _direct_launchers() -> list:
+    return [got for plan in scale_add._layouts.plans.values() for got in plan.launchers.values()
+            if type(got) is LayoutLauncher and hasattr(got, "launched")]
+
+
+def test_new_tensors_every_launch_compute_right_through_the_direct_form():
+    with ts.backend("triton"):
+        for seed in range(8):
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            x, y = (torch.randn(1000, device="cuda", generator=g) for _ in range(2))
+            z = torch.full((1000,), float("nan"), device="cuda")
+            got = _launch(z, x, y).numpy()                         # a host read waits for the launch
+            torch.testing.assert_close(torch.from_numpy(got), (x * 0.5 + y).cpu())
+    assert _direct_launchers(), "no launch took the direct form"
+
+
+def test_another_streams_pending_write_is_ordered_before_a_direct_launch():
+    with ts.backend("triton"):
+        x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+        for _ in range(4):
+            _launch(torch.empty(1000, device="cuda"), x, y)
+        side = torch.cuda.Stream()
+        src = ts.from_torch(torch.full((1000,), 3.0, device="cuda"))
+        xt = ts.from_torch(x)
+        side.wait_stream(torch.cuda.current_stream())              # src is written before the side reads it
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)                           # the write lands late on its stream
+            xt.copy_(src)                                           # pending on `side` (S9)
+        z = torch.empty(1000, device="cuda")
+        out = _launch(z, x, y).numpy()
+        torch.testing.assert_close(torch.from_numpy(out), (torch.full((1000,), 1.5, device="cuda") + y).cpu())
+
+
+def test_an_alias_in_a_layout_with_a_direct_launcher_is_refused():
+    with ts.backend("triton"):
+        base = torch.randn(2000, device="cuda")
+        for _ in range(4):
+            _launch(base[:1000], base[1000:], base[1000:])          # disjoint: fine
+        p = ts.from_torch(base[:1000]).partition((256,))
+        before = base.clone()
+        with pytest.raises(ts.AliasError, match="output `z` of `scale_add` shares memory with argument `x`"):
+            scale_add(p, ts.from_torch(base[500:1500]), ts.from_torch(base[1000:]), 0.5)
+        p.unpartition()
+        torch.cuda.synchronize()
+        assert torch.equal(base, before)
