@@ -1,6 +1,6 @@
 """The decode GEMVs' L2 prefetch before the PDL wait (matmul.GEMV_L2_PREFETCH, `ts.prefetch`).
 
-With it set, one-row `linear`, its residual form and `silu_mul_linear` compute what NumPy
+With it set, one-row `linear`, `silu_mul_linear` and `linear_argmax` compute what NumPy
 does on both CPU backends (the prefetch changes no value) and launch with L2P = the setting;
 compiled for Hopper under PDL, their GEMV issues `prefetch.global.L2` before
 `griddepcontrol.wait` and every weight load after it, and with the setting at 0 no prefetch."""
@@ -22,6 +22,7 @@ import tilesafe as ts
 
 MM = importlib.import_module("tilesafe.kernels.matmul")
 LF = importlib.import_module("tilesafe.kernels.linear_fusions")
+LA = importlib.import_module("tilesafe.kernels.linear_argmax")
 
 
 @pytest.fixture
@@ -45,6 +46,10 @@ def test_prefetching_gemvs_compute_what_numpy_does(backend, prefetching):
     g, u = gu[:, :96].astype(np.float64), gu[:, 96:].astype(np.float64)
     np.testing.assert_allclose(r.numpy(), res + (g / (1 + np.exp(-g)) * u) @ w.T, rtol=1e-4, atol=1e-4)
     assert seen["fused_skinny_kernel"].consts["L2P"] == 2
+    with Observer([LA.argmax_gemv_kernel]) as seen:
+        ids, _ = tk.linear_argmax(torch.from_numpy(x), torch.from_numpy(w))
+    assert ids.tolist() == [int(np.argmax(x.astype(np.float64) @ w.T.astype(np.float64)))]
+    assert seen["argmax_gemv_kernel"].consts["L2P"] == 2
 
 
 @pytest.fixture
@@ -63,7 +68,7 @@ def hopper(monkeypatch):
 
     monkeypatch.setattr(configs, "current_backend", lambda: "triton")
     monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    for name in ("matmul", "linear_fusions"):
+    for name in ("matmul", "linear_fusions", "linear_argmax"):
         monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", compile_instead)
     return out
 
@@ -84,10 +89,13 @@ def test_under_pdl_the_decode_gemvs_prefetch_before_the_wait(hopper, monkeypatch
     e = lambda *s: torch.empty(s, dtype=torch.bfloat16)
     tk.linear(e(1, 2560), e(6144, 2560))                                        # qkv
     tk.silu_mul_linear(e(1, 2 * 9728), e(2560, 9728), residual=e(1, 2560))     # down, residual
+    tk.linear_argmax(e(1, 2560), e(151936, 2560), out=torch.empty(1, dtype=torch.int32),
+                     logprobs_out=torch.empty(1))                               # the LM head
     names = [n for n, _ in hopper]
-    assert names[0] == "skinny_kernel" and names[-1] in ("fused_skinny_kernel", "fused_sum_kernel"), names
+    assert names[0] == "skinny_kernel" and "argmax_gemv_kernel" in names, names
+    assert "fused_skinny_kernel" in names or "fused_split_kernel" in names, names
     for name, k in hopper:
-        if name.endswith("sum_kernel"):
+        if name.endswith(("sum_kernel", "rows_kernel")):
             continue
         pre, wait, loads = _order(k.asm["ptx"])
         assert loads and min(loads) > wait, name

@@ -21,7 +21,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
 from .linear_fusions import NORM, PLAIN, fma_tile, input_tile, row_scale
-from .matmul import SKINNY_M, _tf32, mac, skinny_config, skinny_tiles
+from .matmul import SKINNY_M, _tf32, l2_prefetch, mac, skinny_config, skinny_tiles, warm_slab
 
 NEG_INF = -float("inf")
 EXACT_INDEX = 1 << 24          # columns below this are exact as f32
@@ -33,11 +33,13 @@ def argmax_gemv_kernel(best: ts.Mut[ts.f32, ("BM", 1)], at: ts.Mut[ts.f32, ("BM"
                        mass: ts.Mut[ts.f32, ("BM", 1)], a: ts.Ref["T", ("M", "K")], g: ts.Ref["TG", (-1,)],
                        b: ts.Ref["T", ("K", "N")], T: ts.Const[ts.DType], TG: ts.Const[ts.DType],
                        PRO: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool], BM: ts.Const[int],
-                       BN: ts.Const[int], BK: ts.Const[int], M: int, N: int, K: int, eps: float):
+                       BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int], L2K: ts.Const[bool], M: int,
+                       N: int, K: int, eps: float):
     """Block j: logits of columns j*BN.. for every row, reduced to (max, first column, mass)."""
     pa = a.partition((BM, BK))                                   # all rows of x: (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     j = ts.block_id(1)
+    warm_slab(b, 0, ts.num_tiles(pb, 0), j, L2P, L2K, BK, BN)    # under PDL: before the wait
     r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1)
     if DOT:
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
@@ -137,7 +139,8 @@ def _rows(xv, wt, gt, eps, ov, lv, cfg, dtype):
     best, at, mass = scratch.views(xv.device, (m, nb), (m, nb), (m, nb))
     launch(argmax_gemv_kernel, {"best": (best, (bm, 1)), "at": (at, (bm, 1)), "mass": (mass, (bm, 1))}, cfg=cfg,
            a=xv, g=gt if gt is not None else xv[0], b=wt.T, PRO=NORM if gt is not None else PLAIN,
-           TF32=_tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True)
+           TF32=_tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True,
+           **l2_prefetch())
     # Programmatic dependent launch, as a split-K pair: the rows' pass launches while the GEMV ends.
     launch(argmax_rows_kernel, {"tok": (ov, (1,)), "logprob": (lv, (1,))}, cfg=None, best=best, at=at, mass=mass,
            BR=min(BLOCK_R, pow2(nb)), pdl=True)
