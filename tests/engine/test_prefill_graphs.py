@@ -110,6 +110,7 @@ def test_no_compile_after_warm_up(checkpoint, compiles):
     one = SamplingParams(temperature=0, max_tokens=1)                 # prefill only: no decode step
     for n in (1, 2, 15, 16, 17, 31, 33, 39):
         llm.generate({"prompt_token_ids": [(3 * i + n) % 90 for i in range(n)]}, one)
+    llm.generate([{"prompt_token_ids": [1, 2, 3]}, {"prompt_token_ids": list(range(20))}], one)   # rows 0, 1
     assert compiles() == before
 
 

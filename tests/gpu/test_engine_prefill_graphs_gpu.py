@@ -19,7 +19,7 @@ MAX_LEN = 300          # buckets 16, 32, 64, 128, 256, 384
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM.from_random("0.6b", device="cuda", dtype="bfloat16", max_model_len=MAX_LEN, max_num_seqs=2,
+    return LLM.from_random("0.6b", device="cuda", dtype="bfloat16", max_model_len=MAX_LEN, max_num_seqs=3,
                            progress=False, prefill_graphs=True)
 
 
@@ -68,7 +68,7 @@ def test_replay_equals_the_eager_bucket_and_the_exact_prefill(llm, n):
     exact = exact_eager(llm, second)
     err = (replayed - exact).abs().max().item()
     print(f"\nT={n} (bucket {size}): graph vs exact-length eager logits max |err| {err:.4f}")
-    assert err <= 0.02 * exact.abs().max().item() + 0.05
+    assert err <= 0.03 * exact.abs().max().item() + 0.05
     top2 = exact.topk(2).values
     if (top2[0] - top2[1]).item() > 2 * err:
         assert token == int(exact.argmax())
@@ -93,4 +93,6 @@ def test_no_compile_after_warm_up(llm, monkeypatch):
     for n in (1, 17, 100, 129, 255, MAX_LEN - 1):
         out = llm.generate({"prompt_token_ids": ids_of(n, n)}, one)[0]
         assert len(out.outputs[0].token_ids) == 1
+    outs = llm.generate([{"prompt_token_ids": ids_of(n, n)} for n in (3, 40, 200)], one)   # sampler rows 0, 1, 2
+    assert [len(o.outputs[0].token_ids) for o in outs] == [1, 1, 1]
     assert made == []

@@ -97,7 +97,9 @@ class PrefillGraphs:
 
     def warm_up(self, sizes: list[int] | None = None) -> None:
         """Run every bucket (or those of `sizes`) once and capture it: afterwards no prompt up
-        to max_tokens compiles a kernel. The passes write nothing to the cache."""
+        to max_tokens compiles a kernel. The passes write nothing to the cache. The sampler
+        runs at rows 0, 1 and 2: its row views' addresses fall in every 16-byte alignment
+        class GPU code is specialized on (f32 and i64 rows: both aligned, neither, i64 only)."""
         for size in sizes or self.sizes:
             b = self._bucket(size)
             h = b.host
@@ -105,7 +107,8 @@ class PrefillGraphs:
             h[2 * size:3 * size] = -1
             h[3 * size] = 0
             self._forward(b, b.staged)
-            self._sample(b, 0)
+        for row in range(min(3, self.model.sampler.max_rows)):
+            self._sample(b, row)
 
     # -- internals ---------------------------------------------------------------------
 
