@@ -35,13 +35,17 @@ from .launch import start
 
 class CallHit:
     """The fast form of one CallPlan (see the module's docstring)."""
-    __slots__ = ("plan", "launches", "groups", "extents", "internal")
+    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news")
 
     def __init__(self, plan, launches: list, groups: int, extents: list):
         self.plan, self.launches, self.groups, self.extents = plan, launches, groups, extents
         # Allocated roots the call does not return: workspaces of its own launches.
         self.internal = frozenset(i for i, (kind, _) in enumerate(plan.roots)
                                   if kind == R.EMPTY and i not in _returned(plan.returned))
+        # Roots allocated as torch's new bytes (see __call__): torch.empty's arguments, made once.
+        self.news = {i: (recipe[0], recipe[1].torch, torch.device(recipe[2]))
+                     for i, (kind, recipe) in enumerate(plan.roots)
+                     if kind == R.EMPTY and (recipe[3] or i in self.internal)}
 
     @staticmethod
     def of(plan, tensors: list, places: list) -> "CallHit | None":
@@ -80,11 +84,15 @@ class CallHit:
             for i, (kind, recipe) in enumerate(plan.roots[len(tensors):], len(tensors)):
                 if kind == R.EMPTY:
                     shape, dtype, device, torch_mode = recipe
-                    if torch_mode or i in self.internal:
+                    if i in self.news:
                         # Torch's new bytes: all written (from_torch's state without its checks).
                         # A workspace only this call's launches see counts as written too: what
                         # they read of it, the recorded call's launches had written (S14 by layout).
-                        t = _allocate(shape, dtype, device)
+                        new = self.news[i]
+                        try:
+                            t = torch.empty(new[0], dtype=new[1], device=new[2])
+                        except RuntimeError:
+                            t = empty(shape, dtype, device)._t    # refuses with ts.empty's error (too large)
                         storage = t.untyped_storage()
                         nbytes = storage.nbytes()
                         state = StorageState.attach_storage(storage, StorageState(nbytes))
@@ -144,13 +152,6 @@ def _returned(returned) -> set:
     if isinstance(returned, tuple):
         return set().union(*map(_returned, returned))
     return {returned}
-
-
-def _allocate(shape, dtype, device) -> torch.Tensor:
-    try:
-        return torch.empty(shape, dtype=dtype.torch, device=device)
-    except RuntimeError:
-        return empty(shape, dtype, device)._t    # refuses with ts.empty's error (too large)
 
 
 def _extent(t: torch.Tensor) -> int:
