@@ -16,7 +16,6 @@ import cProfile
 import pstats
 import types
 
-import numpy as np
 import torch
 
 import tilesafe as ts
@@ -46,6 +45,8 @@ def stub_device_work(kernels) -> None:
     torch.cuda.current_device = lambda: 0
     torch.cuda.current_stream = lambda device=None: stream
     torch.cuda.Event = _Event
+    gpu_launch.current_device = lambda: 0
+    gpu_launch.current_stream = lambda index: stream.cuda_stream
     gpu_launch.config = lambda grid, block, shared=0: (grid, block)
     gpu_launch.launch = lambda kernel, config, stream, args: None
     for k in kernels:
@@ -63,16 +64,20 @@ def cases() -> dict:
     data = torch.randint(0, 256, (n,), dtype=torch.int32)
     hist = torch.zeros(256, dtype=torch.int32)
 
-    buf = np.empty(n, dtype=np.float32)
+    sets = [(torch.empty(n), torch.randn(n), torch.randn(n)) for _ in range(80)]
+    turn = [0]
 
-    def fresh_out():
-        # a new torch tensor and storage at the address of the last one, as CUDA's caching allocator
-        # hands a freed block back (torch's CPU allocator need not)
-        vector_add.vector_add(torch.from_numpy(buf), x, y)
+    def rotating():
+        # the plan is keyed by layout, not address: 80 sets of tensors (more than the plan cache
+        # held when it was keyed by address) take one plan
+        o, a, b = sets[turn[0] % 80]
+        turn[0] += 1
+        vector_add.vector_add(o, a, b)
 
     return {
-        "torch.from_numpy(buf) alone": lambda: torch.from_numpy(buf),
-        "vector_add, fresh out": fresh_out,
+        "torch.empty(n) alone": lambda: torch.empty(n),
+        "vector_add, fresh out (torch.empty)": lambda: vector_add.vector_add(torch.empty(n), x, y),
+        "vector_add, rotating 80 tensor sets": rotating,
         "vector_add, fresh views (x[:], ...)": lambda: vector_add.vector_add(out[:], x[:], y[:]),
         "vector_add, same torch tensors": lambda: vector_add.vector_add(out, x, y),
         "vector_add, same ts tensors": lambda: vector_add.vector_add(tout, tx, ty),
@@ -101,7 +106,7 @@ def main() -> None:
     for name, fn in all_cases.items():
         print(f"{us_per_call(fn, a.calls, warmup=50):8.1f} µs  {name}")
     plans = len(vector_add.vector_add.plans)
-    print(f"({plans} vector_add launch plans cached: a fresh output at a reused address hits the plan)")
+    print(f"({plans} vector_add launch plan(s) cached: fresh tensors at any address hit the plan of their layout)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import types
 import pytest
 import torch
 
+from tilesafe.simt import gpu_launch
 from tilesafe.simt import launch as simt_launch
 
 
@@ -30,4 +31,6 @@ def stubbed_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
     monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
+    monkeypatch.setattr(gpu_launch, "current_device", lambda: 0)
+    monkeypatch.setattr(gpu_launch, "current_stream", lambda index: stream.cuda_stream)
     return stream

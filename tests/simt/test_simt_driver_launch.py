@@ -34,7 +34,7 @@ def test_the_driver_call_takes_our_arguments():
     driver = pytest.importorskip("cuda.bindings.driver")
 
     class Fake:                                       # a compiled kernel whose handle is no kernel
-        function = driver.CUfunction(0)
+        function, handle = driver.CUfunction(0), 0
     params = gpu_launch.Params([0, 0, 1, 4, 0, 1, 4])
     try:
         gpu_launch.launch(Fake(), gpu_launch.config((1, 1, 1), (32, 1, 1)), 0, params)

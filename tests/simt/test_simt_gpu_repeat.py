@@ -18,10 +18,12 @@ from tilesafe.simt.examples.vector_add import vector_add
 
 @pytest.fixture
 def device(monkeypatch, stubbed_gpu):
-    """The device stubbed out; returns the list of launches the GPU would have run."""
+    """The device stubbed out; returns the launches the GPU would have run and the bindings made."""
     launched = []
     monkeypatch.setattr(gpu_launch, "config", lambda grid, block, shared=0: (grid, block))
-    monkeypatch.setattr(gpu_launch, "launch", lambda kernel, config, handle, args: launched.append((config, args)))
+    # each launch: (config, the parameter array, its values then: a later launch rewrites the pointers)
+    monkeypatch.setattr(gpu_launch, "launch", lambda kernel, config, handle, args: launched.append(
+        (config, args, [v.value for v in args.values])))
     for k in (vector_add, histogram):
         monkeypatch.setattr(k, "gpu_compiled", lambda bound, index: "compiled", raising=False)
         monkeypatch.setattr(k, "error_flag", lambda index: torch.zeros(1, dtype=torch.int32), raising=False)
@@ -36,10 +38,14 @@ def test_a_repeated_launch_takes_the_lean_path_with_fresh_torch_tensors(device):
     buf = np.zeros(100, dtype=np.float32)
     x, y = torch.ones(100), torch.ones(100)
     outs = [torch.from_numpy(buf) for _ in range(3)]    # fresh tensors and storages at one address
+    outs += [torch.empty(100), torch.empty(100)]         # and at new addresses: the same layout
     futures = [vector_add(out, x, y) for out in outs]
     assert len(device.bound) == 1                       # bound and checked once
-    assert len(device.launched) == 3
-    assert all(args is device.launched[0][1] for _, args in device.launched)   # marshalled once
+    assert len(device.launched) == 5
+    assert all(args is device.launched[0][1] for _, args, _ in device.launched)   # marshalled once
+    # each launch passed its own tensors' addresses (numba's array ABI: data is field 4 of each array)
+    assert [values[4] for _, _, values in device.launched] == [out.data_ptr() for out in outs]
+    assert all(values[11] == x.data_ptr() and values[18] == y.data_ptr() for _, _, values in device.launched)
     assert device.launched[0][0] == ((1, 1, 1), (256, 1, 1))
     for out, f in zip(outs, futures):
         assert f.results() is out                       # each launch returns the output it was given
@@ -50,9 +56,12 @@ def test_a_repeated_launch_takes_the_lean_path_with_fresh_torch_tensors(device):
 def test_a_launch_with_another_layout_is_bound_again(device):
     x, y = torch.ones(100), torch.ones(100)
     vector_add(torch.empty(100), x, y)
-    vector_add(torch.empty(100), x, y[:50].repeat(2))   # another address: another plan
-    vector_add(torch.empty(100, 2)[:, 0], x, y)          # another stride (and address)
-    assert len(device.bound) == 3
+    vector_add(torch.empty(100), x, y[:50].repeat(2))   # another address: the same plan
+    assert len(device.bound) == 1 and len(vector_add.plans) == 1
+    vector_add(torch.empty(100, 2)[:, 0], x, y)          # another stride
+    with pytest.raises(ts.LaunchError, match="has dtype f64, but the kernel declares f32"):
+        vector_add(torch.empty(100, dtype=torch.float64), x, y)   # another dtype: bound, and refused
+    assert len(device.bound) == 3 and len(vector_add.plans) == 2
 
 
 def test_the_lean_path_still_refuses_a_lent_tensor(device):

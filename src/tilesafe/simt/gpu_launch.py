@@ -5,15 +5,19 @@ here a specialization is compiled once, its CUkernel kept, and a layout's torch 
 pointers, shapes and strides are marshalled once, in numba's array ABI (meminfo, parent, nitems,
 itemsize, data, shape..., strides in bytes...), into a C parameter array (`Params`); each launch
 is then one `cuLaunchKernel` call with that array's address (cuda.core's `launch` converted every
-argument on every call). This is the one module that touches numba-cuda's internals.
+argument on every call), made through ctypes on libcuda's own symbol where it opens, else through
+cuda.bindings. The data pointers are the one part of the array a launch plan rewrites per launch.
+This is the one module that touches numba-cuda's internals.
 """
 from __future__ import annotations
 
 import ctypes
 import math
 
+import torch
+
 _STREAMS: dict = {}
-_DRIVER = None        # cuda.bindings.driver once a launch has imported it
+_LAUNCH = None        # the driver call (ctypes_launcher's or bindings_launcher's), found at the first launch
 
 
 def numba_type(dtype):
@@ -53,6 +57,9 @@ def _stream(handle: int):
     return s
 
 
+DATA_FIELD = 4        # an array's data pointer among its fields (array_args)
+
+
 def array_args(t, out: list) -> None:
     itemsize = t.element_size()
     out += (0, 0, t.numel(), itemsize, t.data_ptr(), *t.shape, *(s * itemsize for s in t.stride()))
@@ -83,13 +90,15 @@ class Params:
 
 
 class Compiled:
-    """A compiled specialization: the CUkernel (for its attributes) and the handle cuLaunchKernel takes."""
-    __slots__ = ("kernel", "function", "dynamic_shared")
+    """A compiled specialization: the CUkernel (for its attributes) and the handle cuLaunchKernel takes
+    (a CUkernel launches as a CUfunction): as cuda.bindings' object and as the address ctypes passes."""
+    __slots__ = ("kernel", "function", "handle", "dynamic_shared")
 
     def __init__(self, kernel):
         from cuda.bindings import driver
         self.kernel = kernel
-        self.function = driver.CUfunction(int(kernel.handle))   # a CUkernel launches as a CUfunction
+        self.handle = int(kernel.handle)
+        self.function = driver.CUfunction(self.handle)
         self.dynamic_shared = 0      # the dynamic shared memory this kernel was allowed above 48 KiB
 
 
@@ -111,21 +120,66 @@ def config(grid: tuple, block: tuple, shared: int = 0) -> tuple:
 
 def launch(compiled: Compiled, launch_config: tuple, stream_handle: int, params: Params) -> None:
     """Start the kernel on the stream: one driver call with the prebuilt parameter array."""
-    driver = _DRIVER or _import_driver()     # an import statement here cost ~1 us a launch
-    gx, gy, gz, bx, by, bz, shared = launch_config
-    err = driver.cuLaunchKernel(compiled.function, gx, gy, gz, bx, by, bz, shared, _stream(stream_handle),
-                                params.address, 0)[0]
-    if err != driver.CUresult.CUDA_SUCCESS:
+    err = (_LAUNCH or _launcher())(compiled, launch_config, stream_handle, params.address)
+    if err:
+        gx, gy, gz, bx, by, bz, shared = launch_config
         _check(err, "launch", f"a grid of {(gx, gy, gz)} blocks of {(bx, by, bz)} threads with {shared} bytes of "
                               "dynamic shared memory")
 
 
-def _import_driver():
-    """cuda.bindings' driver module, imported at the first launch (a CPU-only install has none)."""
-    global _DRIVER
-    from cuda.bindings import driver
-    _DRIVER = driver
-    return driver
+def current_device() -> int:
+    """The current CUDA device's index (torch's, without torch.cuda's Python wrapper)."""
+    return torch._C._cuda_getDevice()
+
+
+def current_stream(index: int) -> int:
+    """The raw handle of torch's current stream on device `index` (no torch Stream object made)."""
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
+def ctypes_launcher(c_launch):
+    """A launch through libcuda's cuLaunchKernel called by ctypes (`c_launch`, its symbol): ctypes
+    converts plain ints, where cuda.bindings' wrapper builds an object per handle and its result."""
+    c_launch.restype = ctypes.c_int
+    c_launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+
+    def launch_by_ctypes(compiled, cfg, stream_handle, address):
+        return c_launch(compiled.handle, *cfg, stream_handle, address, None)
+    return launch_by_ctypes
+
+
+def bindings_launcher(driver):
+    """A launch through cuda.bindings' driver module (where libcuda cannot be opened by name)."""
+    def launch_by_bindings(compiled, cfg, stream_handle, address):
+        gx, gy, gz, bx, by, bz, shared = cfg
+        return int(driver.cuLaunchKernel(compiled.function, gx, gy, gz, bx, by, bz, shared, _stream(stream_handle),
+                                         address, 0)[0])
+    return launch_by_bindings
+
+
+def use_launcher(name: str | None) -> None:
+    """Launch through "ctypes" or "bindings" from now on (None: the default, chosen at the next
+    launch); benchmarks compare the two."""
+    global _LAUNCH
+    _LAUNCH = None if name is None else _launcher(name)
+
+
+def _launcher(name: str | None = None):
+    """The driver call, found at the first launch (a CPU-only install has no driver): libcuda's own
+    symbol through ctypes, else cuda.bindings'."""
+    global _LAUNCH
+    launcher = None
+    if name in (None, "ctypes"):
+        try:
+            launcher = ctypes_launcher(ctypes.CDLL("libcuda.so.1").cuLaunchKernel)
+        except (OSError, AttributeError):
+            if name == "ctypes":
+                raise
+    if launcher is None:
+        from cuda.bindings import driver
+        launcher = bindings_launcher(driver)
+    _LAUNCH = launcher
+    return launcher
 
 
 def _check(err, what: str, detail: str) -> None:

@@ -1,85 +1,145 @@
-"""The repeated GPU launch of a plan: what every launch must still check, and nothing else.
+"""A GPU launch of a layout launched before: what every launch must still check, and nothing else.
 
-A plan (launch_plans.py) is keyed by the arguments' layout, storage extents included, so the
-binding, the grid, the aliasing verdict (S7), the compiled kernel, its arguments in numba's ABI
-and each tensor's byte set are fixed for it. What is left per launch, done here on the torch
-views and storage objects the layout key already fetched, without wrapping torch tensors in
-tilesafe tensors:
-- S8/S13: a tilesafe tensor must not be lent or handed over; a torch tensor's bytes count as
-  written when torch made or wrote them (as `ts.from_torch` decides);
+A plan (launch_plans.py) is keyed by the arguments' layout, not their addresses, so the binding,
+the grid, the compiled kernel and its parameters but for the data pointers are fixed for it.
+What is left per launch is done here on the torch views the layout key already fetched, without
+wrapping torch tensors in tilesafe tensors, in the full path's order and with its refusals:
+- S8/S13: a tilesafe tensor must not be lent or handed over; a torch tensor is borrowed as
+  `ts.from_torch` borrows it: it lies inside its storage, its memory gets a storage state (new
+  memory in one step), and its bytes count as written when torch made or wrote them;
+- S7: an output shares no byte with another argument: arguments in different memory (distinct
+  storage states) cannot, and only where an output shares its memory are byte sets compared;
 - S14: what the kernel reads was written; the outputs its permits cover become written;
-- S9/S10: the current stream waits for conflicting work on other streams, and the launch is
-  recorded as pending on its tensors' storage states.
-The order and the bookkeeping are those of launch._start; test_simt_gpu_repeat.py checks the
-two paths leave the same state.
+- S9/S10: the current stream waits for conflicting work on other streams (only where some access
+  is pending on another stream), and the launch is recorded as pending on its tensors' states.
+Then the data pointers go into the plan's parameter array and the driver launches it.
+test_simt_gpu_repeat.py checks the two paths refuse alike and leave the same state.
 """
 from __future__ import annotations
 
 import torch
 
-from ..errors import OwnershipError
+from ..runtime.byte_set_slots import ByteSetSlots
+from ..runtime.constructors import from_torch
 from ..runtime.future import Completion, Future
+from ..runtime.memory_map import MEMORY
 from ..runtime.storage_state import _ATTR, StorageState
 from ..runtime.tensor import Tensor
 from . import gpu_launch, write_masks
 from .binding import covered_targets
+from .memory_checks import check_aliasing, refuse_unwritten, share_memory
 from .simt_future import SimtFuture
 
 
 class GpuRepeat:
-    __slots__ = ("kernel", "index", "slots", "outputs", "compiled", "config", "args", "err", "masks")
+    __slots__ = ("kernel", "index", "slots", "outputs", "compiled", "config", "args", "err", "masks", "pairs",
+                 "names", "data", "sets", "streams")
 
     def __init__(self, kernel, plan, bound, index: int):
         self.kernel, self.index = kernel, index
         covered = covered_targets(kernel, bound)
         writes = {name for name in bound.tensors if kernel.runtime_view.param(name).kind in ("mut", "ptr")}
-        # per tensor, in the order launch._start visits them: (name, where in `seen`, read, write, byte set, covered)
-        self.slots = tuple((name, plan.seen_at[name], name in kernel.read_names, name in writes,
-                            f.tensor._byte_set(), name in covered) for name, f in bound.tensors.items())
+        layouts, slots = [], []
+        for name, f in bound.tensors.items():     # in parameter order, as the full path visits them
+            t = f.tensor._torch()
+            item = t.element_size()
+            extent = 0 if t.numel() == 0 else item + item * sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+            # (name, where in `seen`, read, write, covered, bytes from the first element to past the last)
+            slots.append((name, plan.seen_at[name], name in kernel.read_names, name in writes, name in covered,
+                          extent))
+            layouts.append((tuple(t.shape), tuple(s * item for s in t.stride()), item))
+        self.slots = tuple(slots)
+        self.names = tuple(s[0] for s in slots)
+        self.sets = ByteSetSlots(layouts)
+        self.pairs = plan.pairs
         self.outputs = tuple(plan.seen_at[at] if how == "kw" else at for how, at in plan.outputs)
         self.compiled, self.config, self.args = plan.compiled, plan.config, plan.args
+        values = plan.args.values
+        self.data = tuple(values[plan.data_at[name]] for name in self.names)   # the pointers' C values
         self.err = plan.err if kernel.has_checks else None
         self.masks = plan.masks       # an unsafe kernel's write masks, by target
+        self.streams: dict = {}       # raw stream handle -> torch's stream object (for a lazy event)
 
     def __call__(self, seen):
         kernel = self.kernel
-        views = []
-        for name, at, read, write, byteset, covered in self.slots:
-            a, t, storage = seen[at]
-            if isinstance(a, Tensor):
+        places, states = [], []
+        for name, at, _, _, _, extent in self.slots:           # S8, S13
+            a, t = seen[at]
+            storage = t.untyped_storage()
+            sptr, nbytes = storage.data_ptr(), storage.nbytes()
+            if type(a) is Tensor:
                 a._check_usable(name)
                 state = a._state
-            else:                    # a torch tensor, borrowed as ts.from_torch would (S13)
-                state = getattr(storage, _ATTR, None) or StorageState.of(t)
-                if state.init_mask is not None and state.torch_wrote(t):
+            else:
+                if t.data_ptr() - sptr + extent > nbytes and extent:
+                    from_torch(a)        # reaches outside its storage: refused as a fresh borrow is
+                state = getattr(storage, _ATTR, None)
+                if state is None:
+                    state = _borrowed(storage, nbytes)
+                elif state.init_mask is not None and state.torch_wrote(t):
                     state.mark_written(t)
-            if read and state.init_mask is not None and not state.is_written(t):
-                raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty "
-                                     "and has not been written", help="write it first, or create it with ts.zeros")
-            views.append((t, state, byteset, write, covered))
+            places.append((t, None, None, sptr, nbytes))
+            states.append(state)
+        ptrs = [p[0].data_ptr() for p in places]
+        sets = self.sets.placed(places, ptrs)
+        if self.pairs and share_memory(self.pairs, states):     # S7 by bytes only where memory is shared
+            check_aliasing(kernel, dict(zip(self.names, sets)))
+        k = 0
+        for slot in self.slots:                                 # S14
+            state = states[k]
+            if slot[2] and state.init_mask is not None and not state.is_written(places[k][0]):
+                refuse_unwritten(kernel, slot[0])
+            k += 1
+        for value, ptr in zip(self.data, ptrs):
+            value.value = ptr
         index = self.index
-        if index == torch.cuda.current_device():
-            done, marks = self._start(views, torch.cuda.current_stream(index))
+        if gpu_launch.current_device() == index:
+            done, marks = self._start(places, states, sets)
         else:
             with torch.cuda.device(index):
-                done, marks = self._start(views, torch.cuda.current_stream(index))
-        outputs = tuple(seen[at][0] for at in self.outputs)
+                done, marks = self._start(places, states, sets)
+        outputs = tuple([seen[at][0] for at in self.outputs])
         return SimtFuture(Future(outputs, done), kernel, self.err, marks)
 
-    def _start(self, views, stream):
-        handle = stream.cuda_stream
-        for t, state, byteset, write, _ in views:       # S10
-            state.order_device(byteset, write, handle)
+    def _start(self, places, states, sets):
+        index = self.index
+        stream = gpu_launch.current_stream(index)
+        k = 0
+        for slot in self.slots:                                 # S10
+            state = states[k]
+            if state._pending and state.pending_stream != stream:
+                state.order_device(sets[k], slot[3], stream)
+            k += 1
         marks = []
         if self.config is not None:
             if self.masks:
-                marks = write_masks.clear(self.masks, {slot[0]: (v[0], v[1]) for slot, v in zip(self.slots, views)
-                                                       if slot[0] in self.masks})
-            gpu_launch.launch(self.compiled, self.config, handle, self.args)
-        for t, state, _, _, covered in views:           # S14
-            if covered and state.init_mask is not None:
-                state.mark_written(t)
-        done = Completion(None, handle, tuple(v[0] for v in views), stream)
-        for t, state, byteset, write, _ in views:       # S9/S10
-            state.record(byteset, write, done)
+                marks = write_masks.clear(self.masks, {name: (p[0], s) for name, p, s in zip(self.names, places, states)
+                                                       if name in self.masks})
+            gpu_launch.launch(self.compiled, self.config, stream, self.args)
+            k = 0
+            for slot in self.slots:                             # S14
+                if slot[4] and states[k].init_mask is not None:
+                    states[k].mark_written(places[k][0])
+                k += 1
+        stream_obj = self.streams.get(stream)
+        if stream_obj is None:      # the current stream's torch object, looked up once per stream
+            stream_obj = self.streams[stream] = torch.cuda.current_stream(index)
+        done = Completion(None, stream, tuple([p[0] for p in places]), stream_obj)   # event made lazily
+        k = 0
+        for slot in self.slots:                                 # S9/S10
+            states[k].record_on(sets[k], slot[3], done, stream)
+            k += 1
         return done, marks
+
+
+def _borrowed(storage, nbytes: int) -> StorageState:
+    """S13: the state of torch memory tilesafe has not seen, as `ts.from_torch` makes it (all bytes
+    written): placed in the memory map in one step where it meets no tracked range, else joined
+    with what it meets."""
+    if nbytes:
+        state = StorageState(nbytes)
+        state.device, state.base = storage.device, storage.data_ptr()
+        if MEMORY.insert_fresh(state, storage):
+            setattr(storage, _ATTR, state)
+            return state
+    return StorageState.of_storage(storage)

@@ -37,6 +37,7 @@ def launch_in_capture(kernel, plan, args, kwargs, capture):
     bound = plan.rebind(kernel, args, kwargs, capture.is_written)     # S8, S13; S14 as the capture sees it
     capture.admit_arguments(kernel.name, bound)            # on the capture's device
     if plan.config is not None:
+        plan.fill_pointers(bound)                          # the plan is keyed by layout: these tensors' addresses
         gpu_launch.launch(plan.compiled, plan.config, torch.cuda.current_stream().cuda_stream, plan.args)
     for name in covered_targets(kernel, bound):
         t = bound.tensors[name].tensor

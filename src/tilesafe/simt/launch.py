@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AliasError, KernelError, LaunchError, OwnershipError
+from ..errors import KernelError, LaunchError
 from ..runtime import ordering
-from ..runtime.aliasing import overlaps, self_overlaps
 from ..runtime.future import Future
 from ..settings import graph_var, launching_disabled_var
 from . import contract as C
@@ -31,6 +30,7 @@ from .gpu_repeat import GpuRepeat
 from .graph_capture import launch_in_capture
 from .launch_plans import MAX_PLANS, LaunchPlan, layout
 from .lower_numba import written_targets
+from .memory_checks import check_aliasing, refuse_unwritten
 from .params import ATOMIC, CONST, DISJOINT, REF, SCALAR, WRITTEN
 from .simt_future import SimtFuture
 
@@ -131,25 +131,12 @@ def _check_dynamic_shared(kernel, bound, limit: int, where: str) -> int:
 
 def _check_memory(kernel, bound) -> None:
     """S7: an output shares no byte with another argument or itself. S14: what is read was written."""
-    sets = {n: f.tensor._byte_set() for n, f in bound.tensors.items()}
-    for p in kernel.params:
-        if p.kind not in WRITTEN:
-            continue
-        if self_overlaps(sets[p.name]):
-            raise AliasError(f"output `{p.name}` of `{kernel.name}` overlaps itself (a stride-0 or overlapping "
-                             "view)", help="write into a tensor whose elements are distinct")
-        for other, s in sets.items():
-            if other != p.name and overlaps(sets[p.name], s):
-                raise AliasError(f"output `{p.name}` of `{kernel.name}` shares memory with argument `{other}`",
-                                 help=f"an output's bytes must not be reachable through another argument; pass "
-                                      f"a separate tensor for `{p.name}`")
+    check_aliasing(kernel, {n: f.tensor._byte_set() for n, f in bound.tensors.items()})
     for p in kernel.params:
         if p.name in kernel.read_names:
             t = bound.tensors[p.name].tensor
             if not t._state.is_written(t._torch()):
-                raise OwnershipError(f"argument `{p.name}` of `{kernel.name}` is read, but it came from ts.empty "
-                                     "and has not been written",
-                                     help="write it first, or create it with ts.zeros")
+                refuse_unwritten(kernel, p.name)
 
 
 def _mark_written(kernel, bound, writers=None) -> None:
@@ -233,9 +220,12 @@ def _run_on_gpu(kernel, bound, device, outputs, plan):
         plan.err = kernel.error_flag(index)
         plan.masks = {name: torch.zeros(bound.tensors[name].shape, dtype=torch.uint8, device=device)
                       for name in written_targets(kernel.info)}
-        plan.args = gpu_launch.Params(_kernel_args(kernel, bound, plan.err, plan.masks))   # the layout's: once
+        args, plan.data_at = _kernel_args(kernel, bound, plan.err, plan.masks)
+        plan.args = gpu_launch.Params(args)       # the layout's: once (each launch fills in its pointers)
         if 0 not in bound.grid:      # an empty output launches nothing (and CUDA takes no empty grid)
             plan.config = gpu_launch.config(bound.grid, kernel.block3, pool)
+    else:
+        plan.fill_pointers(bound)
     if index == torch.cuda.current_device():
         future = _start(kernel, bound, outputs, plan, torch.cuda.current_stream(index))
     else:
@@ -281,19 +271,21 @@ def _shared_limit(index: int) -> int:
     return limit
 
 
-def _kernel_args(kernel, bound, err, masks) -> list:
+def _kernel_args(kernel, bound, err, masks) -> tuple:
     """The kernel's parameters in numba's ABI: each tensor's fields, each scalar, the error flag,
-    an unsafe kernel's write masks."""
+    an unsafe kernel's write masks; and where each tensor's data pointer sits among them."""
     args: list = []
+    data_at = {}
     for p in kernel.params:
         if p.is_tensor:
+            data_at[p.name] = len(args) + gpu_launch.DATA_FIELD
             gpu_launch.array_args(bound.tensors[p.name].tensor._torch(), args)
         elif p.kind == SCALAR:
             args.append(gpu_launch.scalar_arg(bound.scalars[p.name], p.dtype))
     gpu_launch.array_args(err, args)
     for name in written_targets(kernel.info):
         gpu_launch.array_args(masks[name], args)
-    return args
+    return args, data_at
 
 
 def _start(kernel, bound, outputs, plan, stream):

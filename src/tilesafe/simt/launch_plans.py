@@ -1,21 +1,23 @@
-"""The launch fast path: a repeated launch with the same layout skips what only the layout decides.
+"""The launch fast path: a launch with a layout launched before skips what only the layout decides.
 
-A plan is keyed by the arguments' layout: each tensor's data pointer, shape, strides, dtype and
-device, and each scalar's value. Those decide the binding (dtypes, ranks, named extents), the
-grid, the `Const` values, the aliasing verdict (S7: byte ranges follow from pointer, shape and
-strides), the device's capability and the compiled kernel. What can change between two
-launches with the same layout is checked again on every launch: a torch tensor is borrowed
-again (S13, which also notices torch's writes), a tilesafe tensor may have been lent or handed
-over since (S8), and what is read must have been written (S14). Fresh torch tensors that the
-caching allocator placed at the same addresses hit the plan.
+A plan is keyed by the arguments' layout, never by their addresses: each tensor's dtype, shape,
+strides and device, each scalar's type and value, the grid. Those decide the binding (dtypes,
+ranks, named extents), the grid, the `Const` values, the shared memory, the device's capability,
+the compiled kernel and its parameters in numba's ABI but for the data pointers, and whether an
+output overlaps itself. What the memory decides is checked on every launch, as the full path
+checks it (memory_checks.py): a torch tensor is borrowed as `ts.from_torch` borrows it (S13,
+which also notices torch's writes), a tilesafe tensor may have been lent or handed over since
+(S8), an output shares no byte with another argument (S7: only arguments in one memory are
+compared byte by byte) and what is read was written (S14). So fresh torch tensors hit the plan
+wherever the caching allocator places them.
 """
 from __future__ import annotations
 
 import torch
 
-from ..errors import OwnershipError
 from ..runtime.binding import ArgFacts, Bound
 from ..runtime.tensor import Tensor
+from .memory_checks import alias_pairs, check_aliasing, refuse_unwritten, share_memory
 from .params import WRITTEN
 
 MAX_PLANS = 64
@@ -24,46 +26,47 @@ MAX_PLANS = 64
 def layout(args, kwargs, grid):
     """(key, seen): the layout of a launch's arguments, or (None, None) when an argument has none we
     can key on. `seen` lists, for the positional and then the (sorted) keyword arguments, each
-    tensor's (argument, torch view, storage), or None for a scalar: the repeated GPU launch reads
-    them from here instead of asking torch again. A tensor's key holds its storage's address and
-    size too, so its byte set (aliasing.byte_set) is a function of the key and a plan can keep it."""
+    tensor's (argument, torch view), or None for a scalar: the launch reads them from here
+    instead of asking again. The key holds no address, so new memory in a known layout hits."""
     key = [grid, len(args)]
     seen = []
-    for a in args:
-        part = _part(a, seen)
-        if part is None:
-            return None, None
-        key.append(part)
-    if kwargs:
-        for name in sorted(kwargs):
-            part = _part(kwargs[name], seen)
-            if part is None:
+    try:
+        for a in args:
+            if not _part(a, key, seen):
                 return None, None
-            key.append((name, part))
+        if kwargs:
+            for name in sorted(kwargs):
+                key.append(name)
+                if not _part(kwargs[name], key, seen):
+                    return None, None
+    except RuntimeError:         # no strides (a sparse tensor): binding refuses it with its own error
+        return None, None
     return tuple(key), seen
 
 
-def _part(a, seen):
-    if isinstance(a, Tensor):
-        t = a._torch()
-    elif isinstance(a, torch.Tensor):
+def _part(a, key: list, seen: list) -> bool:
+    """Append `a`'s part of the key (a flat run: a tensor's dtype, shape, strides and device, a
+    scalar's type and value) and its entry of `seen`; False when `a` has no layout to key on."""
+    tp = type(a)
+    if tp is Tensor:
+        t = a._t
+    elif tp is torch.Tensor or isinstance(a, torch.Tensor):
         t = a
-    elif type(a) in (int, float, bool):
+    elif tp is int or tp is float or tp is bool:
         seen.append(None)
-        return (type(a), a)
+        key += (tp, a)
+        return True
     else:
-        return None
-    if t.layout is not torch.strided or t.is_meta:
-        return None              # no storage to key on: binding refuses it with its own error
-    st = t.untyped_storage()
-    seen.append((a, t, st))
-    return (type(a), t.data_ptr(), st.data_ptr(), st.nbytes(), t.shape, t.stride(), t.dtype, t.device)
+        return False
+    key += (t.dtype, t.shape, t.stride(), t.device)
+    seen.append((a, t))
+    return True
 
 
 class LaunchPlan:
     """What a launch with this layout already proved, and where each argument comes from."""
     __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err", "args", "config", "seen_at",
-                 "repeat", "dynamic_shared", "masks")
+                 "repeat", "dynamic_shared", "masks", "pairs", "data_at")
 
     def __init__(self, kernel, bound, args, kwargs):
         names = [p.name for p in kernel.params]
@@ -76,17 +79,22 @@ class LaunchPlan:
         self.seen_at = {name: at if how == "pos" else len(args) + kw.index(at) for name, _, _, (how, at) in self.slots}
         self.repeat = None       # on a GPU, after the first launch: the lean repeated launch (gpu_repeat.py)
         self.compiled = None     # on a GPU: the compiled kernel, its error flag, its arguments in
-        self.err = None          # numba's ABI (pointers, shapes and strides are in the key, so they
-        self.args = None         # hold for every launch of the plan) and its launch configuration
+        self.err = None          # numba's ABI (shapes and strides are in the key, so they hold for
+        self.args = None         # every launch of the plan; each launch fills in its data pointers)
+                                 # and its launch configuration
         self.config = None
         self.dynamic_shared = 0  # bytes of dynamic shared memory per block (scalars are in the key)
         self.masks = {}          # on a GPU: an unsafe kernel's write mask per target (u8, the target's shape)
+        self.data_at = {}        # on a GPU: tensor name -> where its data pointer sits in `args`
+        self.pairs = alias_pairs(kernel, [name for name, _, _, _ in self.slots])   # S7's (output, other) slots
 
     def rebind(self, kernel, args, kwargs, is_written=None) -> Bound:
-        """The bound arguments of this launch, with the per-launch checks done (S8, S13, S14).
-        `is_written(state, view)`: S14's test (inside ts.graph(), the capture's own)."""
+        """The bound arguments of this launch, with the per-launch checks done in the full path's
+        order: S8 and S13 per argument, then S7, then S14. `is_written(state, view)`: S14's test
+        (inside ts.graph(), the capture's own)."""
         from ..runtime.constructors import from_torch
         out = Bound(consts=self.consts, scalars=self.scalars, grid=self.grid)
+        held = []
         for name, kind, dtype, (how, at) in self.slots:
             a = kwargs[at] if how == "kw" else args[at]
             if isinstance(a, Tensor):
@@ -94,13 +102,23 @@ class LaunchPlan:
             else:
                 a = from_torch(a)
                 out.borrowed.append(a)
+            held.append(a)
+        if share_memory(self.pairs, [a._state for a in held]):      # S7 by bytes where memory is shared
+            check_aliasing(kernel, {name: a._byte_set() for (name, _, _, _), a in zip(self.slots, held)})
+        for (name, kind, dtype, _), a in zip(self.slots, held):
             t = a._torch()
             if name in kernel.read_names and not (a._state.is_written(t) if is_written is None
                                                   else is_written(a._state, t)):
-                raise OwnershipError(f"argument `{name}` of `{kernel.name}` is read, but it came from ts.empty "
-                                     "and has not been written", help="write it first, or create it with ts.zeros")
+                refuse_unwritten(kernel, name)
             out.tensors[name] = ArgFacts(_Held(a), tuple(t.shape), t.stride(), dtype, None)
         return out
+
+    def fill_pointers(self, bound) -> None:
+        """Write this launch's data pointers into the kernel's parameters (the driver copies them at
+        each launch, so one parameter array serves every launch of the plan)."""
+        values = self.args.values
+        for name, i in self.data_at.items():
+            values[i].value = bound.tensors[name].tensor._torch().data_ptr()
 
     def passed_outputs(self, args, kwargs) -> tuple:
         return tuple(kwargs[at] if how == "kw" else args[at] for how, at in self.outputs)
