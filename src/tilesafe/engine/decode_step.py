@@ -6,8 +6,10 @@ back with the step's one host sync (step_io); everything else is fixed
 (weights, cache, buffers), so the first step of a batch size runs eagerly (compiling kernels, allocating the scratch
 of split GEMMs and long softmax rows) and the second captures the same calls. Replays then
 cost one launch. `ts.graph()` needs the Triton GPU backend: on the CPU every step is eager.
-With `pdl` (default: TILESAFE_PDL) the graph's kernels use programmatic dependent launch; the
-eager step before the capture runs under `ts.pdl()` so that their PDL code is compiled then.
+With `pdl` (default: TILESAFE_PDL when set, else DECODE_PDL) the graph's kernels use
+programmatic dependent launch; the eager step before the capture runs under `ts.pdl()` so that
+their PDL code is compiled then. PDL is what lets the GEMVs' weight prefetch (`ts.prefetch`,
+matmul.GEMV_L2_PREFETCH) run while the kernel before them drains.
 
 The serving engine's paged cache uses the same steps (`paged=`, `run_paged`): each row reads
 its keys through its block table, and a batch of n requests runs in the smallest bucket of
@@ -27,6 +29,12 @@ import tilesafe as ts
 
 from .model import Activations, DecodeWorkspace, Qwen3Model
 from .step_io import StepIO, paged_activations
+
+
+# Decode graphs use PDL unless TILESAFE_PDL says otherwise: on the H200 it shortened the
+# batch-1 step (0.6B 1.087 -> 1.009 ms, 4B 3.048 -> 3.028 ms, same tokens; s15 pdl_chain.py).
+# A GPU without PDL (before Hopper, AMD) launches the same graph plainly.
+DECODE_PDL = True
 
 
 def bucket_sizes(max_num_seqs: int) -> list[int]:
@@ -58,7 +66,9 @@ class DecodeSteps:
     def __init__(self, model: Qwen3Model, dtype: torch.dtype, device: str, use_graph: bool, pdl: bool | None = None,
                  paged: tuple[int, int] | None = None, pad: bool = True):
         self.model, self.dtype, self.device, self.use_graph = model, dtype, device, use_graph
-        self.pdl = ts.settings.pdl if pdl is None else pdl   # captured steps use programmatic dependent launch
+        if pdl is None:                                       # captured steps use programmatic dependent launch
+            pdl = ts.settings.pdl if ts.settings.pdl_text else DECODE_PDL
+        self.pdl = pdl
         self.steps: dict[int, _Step] = {}
         self.max_blocks = paged[0] if paged else None        # block table entries a row (None: the slot cache)
         self.sizes = bucket_sizes(paged[1]) if paged and pad else None
