@@ -175,3 +175,17 @@ def test_padding_rows_after_a_mixed_step(checkpoint):
     (first0, mixed0, cache0), (first9, mixed9, cache9) = results
     assert torch.allclose(first9, first0, atol=1e-5) and torch.allclose(mixed9, mixed0, atol=1e-5)
     assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(cache9, cache0))
+
+
+def test_a_failed_capture_leaves_the_prefill_eager(checkpoint):
+    """A capture that fails (here: ts.graph() on a machine without a GPU) keeps the eager
+    pass's token, warns once, and later prompts prefill eagerly."""
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=40, progress=False, prefill_graphs=True)
+    want = LLM(str(folder), device="cpu", max_model_len=40, progress=False).generate(
+        [{"prompt_token_ids": p} for p in PROMPTS[:2]], GREEDY)
+    llm.prefill_graphs.use_graph = True
+    with pytest.warns(UserWarning, match="capture of the 16-token bucket failed .*prefill runs eagerly"):
+        got = llm.generate([{"prompt_token_ids": p} for p in PROMPTS[:2]], GREEDY)
+    assert not llm.prefill_graphs.use_graph and all(b.graph is None for b in llm.prefill_graphs.buckets.values())
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in want]

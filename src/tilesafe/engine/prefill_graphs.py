@@ -23,6 +23,7 @@ that is how CI checks the padding.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import torch
@@ -119,8 +120,15 @@ class PrefillGraphs:
             return
         self.model.prefill_paged(b.a, [0, b.a.ids.shape[0]], [0], None, sample=False)
         if self.use_graph:          # compiled by the eager pass: the capture records its launches
-            with ts.graph() as g:
-                self.model.prefill_paged(b.a, [0, b.a.ids.shape[0]], [0], None, sample=False)
+            try:
+                with ts.graph() as g:
+                    self.model.prefill_paged(b.a, [0, b.a.ids.shape[0]], [0], None, sample=False)
+            except Exception as e:  # noqa: BLE001 - the eager pass above stands; later prompts run eagerly too
+                self.use_graph = False
+                warnings.warn(f"prefill graphs: the capture of the {b.a.ids.shape[0]}-token bucket failed "
+                              f"({type(e).__name__}: {getattr(e, 'message', e)}); prefill runs eagerly from now on",
+                              stacklevel=2)
+                return
             b.graph = g
 
     def _sample(self, b: _Bucket, row: int) -> tuple[int, float]:
