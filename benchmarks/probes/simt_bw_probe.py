@@ -113,6 +113,63 @@ def raw_transpose(tile_dim: int, rows: int, nbtype, loads_first: bool):
 
 
 @functools.cache
+def _plain_index():
+    """load(a, i, j) / store(a, i, j, v) for 2-D arrays without numba's negative-index wraparound
+    (a select per signed index): what a lowering could emit for indices it knows are in bounds."""
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    def pointer(context, builder, aty, ary, idx, ity):
+        a = context.make_array(aty)(context, builder, value=ary)
+        inds = [context.cast(builder, v, t, types.intp) for v, t in zip(idx, ity)]
+        return cgutils.get_item_pointer(context, builder, aty, a, inds, wraparound=False)
+
+    @intrinsic
+    def load(typingctx, a, i, j):
+        def codegen(context, builder, sig, args):
+            return builder.load(pointer(context, builder, sig.args[0], args[0], args[1:], sig.args[1:]))
+        return a.dtype(a, i, j), codegen
+
+    @intrinsic
+    def store(typingctx, a, i, j, v):
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[3], sig.args[3], sig.args[0].dtype)
+            builder.store(v, pointer(context, builder, sig.args[0], args[0], args[1:3], sig.args[1:3]))
+            return context.get_dummy_value()
+        return types.void(a, i, j, v), codegen
+    return load, store
+
+
+@functools.cache
+def raw_transpose_plain(tile_dim: int, rows: int, nbtype):
+    """The loads-first form with every global and shared access through _plain_index."""
+    from numba import cuda
+    T, R, K = tile_dim, rows, tile_dim // rows
+    T1 = T + 1
+    load, store = _plain_index()
+
+    @cuda.jit
+    def transpose_plain(out, x):
+        tile = cuda.shared.array((T, T1), nbtype)
+        v = cuda.local.array(K, nbtype)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        r0, c0 = cuda.blockIdx.x * T, cuda.blockIdx.y * T
+        for j in range(K):
+            r, c = r0 + ty + j * R, c0 + tx
+            v[j] = load(x, r, c) if r < x.shape[0] and c < x.shape[1] else nbtype(0)
+        for j in range(K):
+            store(tile, ty + j * R, tx, v[j])
+        cuda.syncthreads()
+        for j in range(K):
+            v[j] = load(tile, tx, ty + j * R)
+        for j in range(K):
+            r, c = c0 + ty + j * R, r0 + tx
+            if r < out.shape[0] and c < out.shape[1]:
+                store(out, r, c, v[j])
+    return transpose_plain
+
+
+@functools.cache
 def raw_sum(unroll: int, vec: bool):
     """Grid-stride sum, `unroll` loads in flight a thread (each 128-bit when vec), warp shuffles, one
     shared phase, one atomic per block."""
@@ -315,6 +372,14 @@ def transposes(pr: Probe):
                     return poisoned(lambda: k[grid, (t_dim, rows)](do, dx))
                 pr.case(group, f"raw {t_dim}x{t_dim} tile, block {t_dim}x{rows}"
                                f"{' loads-first' if first else ''}", nbytes, build, check)
+            for t_dim in (32, 64):
+                grid = ((r + t_dim - 1) // t_dim, (c + t_dim - 1) // t_dim)
+
+                def build_plain(t_dim=t_dim, grid=grid):
+                    k = raw_transpose_plain(t_dim, 8, nbt)
+                    return poisoned(lambda: k[grid, (t_dim, 8)](do, dx))
+                pr.case(group, f"raw {t_dim}x{t_dim} tile, block {t_dim}x8 loads-first, no index wraparound", nbytes,
+                        build_plain, check)
             if dtype == torch.float32:
                 pr.case(group, "safe example transpose (32x32 tile, block 32x8)", nbytes,
                         lambda: poisoned(lambda: example.transpose(out, x)), check)
