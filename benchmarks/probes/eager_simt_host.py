@@ -87,6 +87,18 @@ def main(out_dir: str) -> None:
             host[name] = None
     good = {k: v for k, v in fns.items() if k not in host}
     host.update(host_us_side_by_side(good, calls=1000, repeats=5, warmup=100))
+    try:    # the same launches through cuda.bindings' driver call instead of ctypes'
+        from cuda.bindings import driver
+        by_bindings = gpu_launch.bindings_launcher(driver)
+        address = plan.args.address
+        gpu_launch.use_launcher("bindings")
+        host.update({f"{k}__bindings": v for k, v in host_us_side_by_side({
+            "driver_launch": lambda: by_bindings(plan.compiled, plan.config, handle, address),
+            "safe_fresh_output": fns["safe_fresh_output"]}, calls=1000, repeats=5, warmup=100).items()})
+    except Exception:
+        traceback.print_exc()
+    finally:
+        gpu_launch.use_launcher(None)
 
     checks = {}
     for name, run in (("safe_fresh_output", lambda o: vector_add(o, x, y).sync()),

@@ -101,3 +101,13 @@ def test_an_unsafe_write_is_a_run_time_check_whose_flag_sync_reads(device, monke
     flag[0] = 7                                 # as the GPU's __st sets it: the kernel line of the bad write
     with pytest.raises(ts.SanitizerError, match="a bounds check in `unguarded` failed on the GPU"):
         f.sync()
+
+
+def test_a_captured_launch_of_a_known_layout_passes_its_own_tensors(device):
+    x, y = torch.ones(64), torch.ones(64)
+    vector_add(torch.empty(64), x, y)           # the warm-up: the layout's plan, with other memory
+    out, x2 = torch.empty(64), torch.full((64,), 2.0)
+    with capturing(StandInGraph()):
+        vector_add(out, x2, y)
+    _, _, values = device.launched[-1]          # the parameters as the capture recorded them
+    assert (values[4], values[11], values[18]) == (out.data_ptr(), x2.data_ptr(), y.data_ptr())
