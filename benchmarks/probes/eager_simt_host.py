@@ -52,6 +52,9 @@ def main(out_dir: str) -> None:
     vector_add(out, x, y).sync()
     scale(torch.empty_like(x), x, 2.0).sync()
     plan = next(p for p in vector_add.plans.values() if getattr(p, "compiled", None) is not None)
+    vector_add(out, x, y).sync()
+    # the bare launches' own parameters: out, x, y's addresses (the plan's array is rewritten by every launch)
+    params = gpu_launch.Params([type(v)(v.value) for v in plan.args.values])
     handle = torch.cuda.current_stream().cuda_stream
     libcuda = ctypes.CDLL("libcuda.so.1")
     raw_launch = libcuda.cuLaunchKernel
@@ -61,7 +64,7 @@ def main(out_dir: str) -> None:
     gx, gy, gz, bx, by, bz, shared = plan.config
 
     def ctypes_launch():
-        raw_launch(fn, gx, gy, gz, bx, by, bz, shared, handle, plan.args.address, None)
+        raw_launch(fn, gx, gy, gz, bx, by, bz, shared, handle, params.address, None)
 
     fns = {
         "torch_add_out": lambda: torch.add(x, y, out=out),
@@ -69,7 +72,7 @@ def main(out_dir: str) -> None:
         "torch_empty_like": lambda: torch.empty_like(x),
         "torch_current_stream": lambda: torch.cuda.current_stream(),
         "torch_raw_stream": lambda: torch._C._cuda_getCurrentRawStream(0),
-        "driver_launch_gpu_launch": lambda: gpu_launch.launch(plan.compiled, plan.config, handle, plan.args),
+        "driver_launch_gpu_launch": lambda: gpu_launch.launch(plan.compiled, plan.config, handle, params),
         "driver_launch_ctypes": ctypes_launch,
         "safe_same_torch_tensors": lambda: vector_add(out, x, y),
         "safe_fresh_output": lambda: vector_add(torch.empty_like(x), x, y),
@@ -90,7 +93,7 @@ def main(out_dir: str) -> None:
     try:    # the same launches through cuda.bindings' driver call instead of ctypes'
         from cuda.bindings import driver
         by_bindings = gpu_launch.bindings_launcher(driver)
-        address = plan.args.address
+        address = params.address
         gpu_launch.use_launcher("bindings")
         host.update({f"{k}__bindings": v for k, v in host_us_side_by_side({
             "driver_launch": lambda: by_bindings(plan.compiled, plan.config, handle, address),
@@ -106,8 +109,7 @@ def main(out_dir: str) -> None:
                       ("driver_launch_ctypes", None)):
         try:
             o = torch.full((N,), float("nan"), device="cuda")
-            if run is None:                 # the plan's parameters hold `out`'s address at its last launch
-                vector_add(out, x, y).sync()
+            if run is None:                 # the bare launch's parameters hold out, x and y
                 out.fill_(float("nan"))
                 ctypes_launch()
                 torch.cuda.synchronize()
