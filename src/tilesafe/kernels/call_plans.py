@@ -87,9 +87,13 @@ def planned(fn):
     def call(*args, **kwargs):
         outer = R.ACTIVE.get()
         if outer is not None:
-            # A library call made by another's full path is a first-use tuning run (configs.lookup's
-            # `run`), not part of that call's work: the outer record is no plan, and this call no step of it.
-            outer.spoiled = True
+            if not outer.spoiled:
+                # A library call made by another's full path as part of its work (a fused call's
+                # unfused form above 16 rows, say): its allocations, checks and launches are
+                # steps of the outer call's record, and so of its plan.
+                return fn(*args, **kwargs)
+            # A first-use tuning run (configs.lookup's `run`: it spoils the record before the timed
+            # runs), not part of the call's work: no step of the record, which is no plan anyway.
             token = R.ACTIVE.set(None)
             try:
                 return fn(*args, **kwargs)
