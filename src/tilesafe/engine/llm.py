@@ -192,14 +192,16 @@ class LLM:
     def get_tokenizer(self):
         return self.tokenizer
 
-    def warm_up(self) -> None:
+    def warm_up(self, tune: bool = False) -> None:
         """Run every prefill token bucket once now, compiling its kernels and (on a GPU)
         capturing its graph, so that no later prompt compiles anything in its prefill (a
-        server calls it at start-up). Nothing is written to the KV cache. Without prefill
-        graphs (`prefill_graphs=False`, tensor parallelism) it does nothing."""
+        server calls it at start-up). Nothing is written to the KV cache. `tune` times the
+        config model's best few configs of each GEMM and attention shape first (on a GPU;
+        `tk.first_use_tuning`, cached per GPU on disk). Without prefill graphs
+        (`prefill_graphs=False`, tensor parallelism) it does nothing."""
         if self.prefill_graphs is not None:
             with self._on_device(), torch.inference_mode():
-                self.prefill_graphs.warm_up()
+                self.prefill_graphs.warm_up(tune=tune)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list:
         """One RequestOutput per prompt, in order. Prompts: a str, {"prompt": str},

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import tilesafe as ts
+import tilesafe.kernels as tk
 
 from .model import Activations, Qwen3Model
 
@@ -96,18 +97,24 @@ class PrefillGraphs:
         self._forward(b, b.staged)
         return self._sample(b, row)
 
-    def warm_up(self, sizes: list[int] | None = None) -> None:
+    def warm_up(self, sizes: list[int] | None = None, tune: bool = False) -> None:
         """Run every bucket (or those of `sizes`) once and capture it: afterwards no prompt up
         to max_tokens compiles a kernel. The passes write nothing to the cache. The sampler
         runs at rows 0, 1 and 2: its row views' addresses fall in every 16-byte alignment
-        class GPU code is specialized on (f32 and i64 rows: both aligned, neither, i64 only)."""
+        class GPU code is specialized on (f32 and i64 rows: both aligned, neither, i64 only).
+        `tune`: the eager passes run inside `tk.first_use_tuning()`, so each GEMM and attention
+        shape of a bucket times the config model's best few configs and the capture keeps the
+        fastest (a bucket captured before is captured again)."""
         for size in sizes or self.sizes:
             b = self._bucket(size)
             h = b.host
             h[:size] = 0
             h[2 * size:3 * size] = -1
             h[3 * size] = 0
-            self._forward(b, b.staged)
+            if tune:
+                b.graph = None
+            with tk.first_use_tuning(tune):
+                self._forward(b, b.staged)
         for row in range(min(3, self.model.sampler.max_rows)):
             self._sample(b, row)
 
