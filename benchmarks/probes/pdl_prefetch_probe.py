@@ -14,6 +14,7 @@
    PDL, and with PDL plus the best P of part 1: GPU time per step, tokens equal.
 Parts are skipped once BUDGET_S seconds have passed; every case catches its own errors.
     PYTHONPATH=src python3 benchmarks/probes/pdl_prefetch_probe.py "$OUT/dec/prefetch.json" 4b,0.6b
+(argv[3]: the variants, e.g. "plain,pdl,P2keep,P4keep"; argv[4]: the engine sizes, default the first)
 """
 import importlib
 import json
@@ -36,10 +37,21 @@ SHAPES = {  # hidden E, q heads x head_dim, kv heads x head_dim, intermediate I,
     "4b": (2560, 32 * 128, 8 * 128, 9728, 36),
     "8b": (4096, 32 * 128, 8 * 128, 12288, 36),
 }
-# (name, pdl, P, keep): most telling first, the budget may stop the last
-VARIANTS = [("plain", False, 0, False), ("pdl", True, 0, False), ("pdl+P2", True, 2, False),
-            ("pdl+P2keep", True, 2, True), ("pdl+all", True, ALL, False), ("pdl+P8keep", True, 8, True),
-            ("pdl+P4", True, 4, False), ("pdl+P1", True, 1, False)]
+# Variants, most telling first (the budget may stop the last): "plain", "pdl", and "P<n>" /
+# "all" (with PDL, n weight tiles / the whole slab prefetched), "keep" appended for evict-last.
+DEFAULT_VARIANTS = "plain,pdl,P2,P2keep,all,P8keep,P4,P1"
+
+
+def variant(name: str) -> tuple:
+    """(case name, pdl, P, keep) of a variant's name."""
+    if name in ("plain", "pdl"):
+        return name, name == "pdl", 0, False
+    keep = name.endswith("keep")
+    p = name[:-4] if keep else name
+    return "pdl+" + name, True, ALL if p == "all" else int(p[1:]), keep
+
+
+VARIANTS = [variant(v) for v in DEFAULT_VARIANTS.split(",")]
 
 
 def left() -> float:
@@ -206,13 +218,16 @@ def best_of(rows) -> tuple:
 
 def main():
     sizes = [s for s in (sys.argv[2] if len(sys.argv) > 2 else "4b,0.6b").split(",") if s]
+    if len(sys.argv) > 3:                        # argv[3]: the variants, e.g. "plain,pdl,P2keep,P4keep"
+        VARIANTS[:] = [variant(v) for v in sys.argv[3].split(",") if v]
+    engine_sizes = sys.argv[4].split(",") if len(sys.argv) > 4 else sizes[:1]   # argv[4]: engine sizes
     res = {"device": torch.cuda.get_device_name(), "chain": [], "engine": []}
     for i, size in enumerate(sizes):            # the first size's chain, then its engine step, then the others'
         if i and left() < 0:
             res["chain"].append({"size": size, "case": "chain", "skipped": "budget"})
             continue
         res["chain"] += chain_probe(size)
-        if i == 0:
+        if size in engine_sizes and (i == 0 or left() > -20):
             try:
                 res["engine"] += engine_probe(size, best_of([r for r in res["chain"] if r.get("size") == size]))
             except Exception as e:
