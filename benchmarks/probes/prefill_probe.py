@@ -238,12 +238,14 @@ def main() -> None:
     deadline = start + args.budget_s
     lengths = [int(n) for n in args.lengths.split(",") if n]
     results = []
-    for size in [s for s in args.sizes.split(",") if s]:
+    sizes = [s for s in args.sizes.split(",") if s]
+    for i, size in enumerate(sizes):
         if time.perf_counter() > deadline:
             results.append({"size": size, "error": "skipped: time budget"})
             continue
+        share = time.perf_counter() + (deadline - time.perf_counter()) / (len(sizes) - i)   # an equal share each
         try:
-            results.append(probe_size(size, lengths, args.reps, deadline, args.tune))
+            results.append(probe_size(size, lengths, args.reps, share, args.tune))
         except Exception as e:                      # noqa: BLE001
             traceback.print_exc()
             results.append({"size": size, "error": f"{type(e).__name__}: {e}"})
