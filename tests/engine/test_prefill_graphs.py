@@ -189,3 +189,15 @@ def test_a_failed_capture_leaves_the_prefill_eager(checkpoint):
         got = llm.generate([{"prompt_token_ids": p} for p in PROMPTS[:2]], GREEDY)
     assert not llm.prefill_graphs.use_graph and all(b.graph is None for b in llm.prefill_graphs.buckets.values())
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in want]
+
+
+def test_buffers_grow_to_the_largest_bucket_used(checkpoint):
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=1, progress=False, prefill_graphs=True)
+    graphs, one = llm.prefill_graphs, SamplingParams(temperature=0, max_tokens=1)
+    first = llm.generate({"prompt_token_ids": [1, 2, 3]}, one)[0].outputs[0].token_ids
+    assert sorted(graphs.buckets) == [16] and graphs._shared.ids.shape[0] == 16
+    llm.generate({"prompt_token_ids": list(range(20))}, one)              # a larger bucket: new buffers
+    assert sorted(graphs.buckets) == [32] and graphs._shared.ids.shape[0] == 32
+    assert llm.generate({"prompt_token_ids": [1, 2, 3]}, one)[0].outputs[0].token_ids == first
+    assert sorted(graphs.buckets) == [16, 32] and graphs._shared.ids.shape[0] == 32   # views of the same buffers

@@ -16,8 +16,8 @@ of n tokens runs padded to the smallest bucket B >= n of a fixed set (`bucket_si
     prompt compiles anything afterwards.
 The next token is sampled after the replay with the sequence's sampler row (one launch;
 rows differ per sequence, the graph does not). The buckets share one set of activation
-buffers, sized for the largest (views of its first rows): replays run one at a time on
-one stream. Without graphs (a CPU, `use_graph=False`) the same padded passes run eagerly:
+buffers (views of its first rows), grown to the largest bucket used so far: replays run
+one at a time on one stream. Without graphs (a CPU, `use_graph=False`) the same padded passes run eagerly:
 that is how CI checks the padding.
 """
 from __future__ import annotations
@@ -105,7 +105,7 @@ class PrefillGraphs:
         `tune`: the eager passes run inside `tk.first_use_tuning()`, so each GEMM and attention
         shape of a bucket times the config model's best few configs and the capture keeps the
         fastest (a bucket captured before is captured again)."""
-        for size in sizes or self.sizes:
+        for size in sorted(sizes or self.sizes, reverse=True):    # the largest first: it sizes the buffers
             b = self._bucket(size)
             h = b.host
             h[:size] = 0
@@ -151,7 +151,7 @@ class PrefillGraphs:
     def _bucket(self, size: int) -> _Bucket:
         b = self.buckets.get(size)
         if b is None:
-            shared = self._shared_buffers()
+            shared = self._shared_buffers(size)
             buf = torch.empty(3 * size + 1, dtype=torch.int32, device=self.device)
             rows = dict(residual=shared.residual, x=shared.x, h=shared.h, qkv=shared.qkv, qr=shared.qr,
                         kr=shared.kr, attn=shared.attn, gu=shared.gu, act=shared.act)
@@ -165,7 +165,12 @@ class PrefillGraphs:
             b = self.buckets[size] = _Bucket(a, host, staged)
         return b
 
-    def _shared_buffers(self) -> Activations:
-        if self._shared is None:
-            self._shared = Activations.allocate(self.model.cfg, self.sizes[-1], 1, self.dtype, self.device)
+    def _shared_buffers(self, size: int) -> Activations:
+        """Buffers of at least `size` rows. They grow to the largest bucket used so far (a
+        server of short prompts never holds an 8192-row set); growing drops every bucket made
+        over the old ones, each captured again at its next use."""
+        if self._shared is None or self._shared.ids.shape[0] < size:
+            self.buckets.clear()
+            self._shared = None                     # the old buffers go with their graphs
+            self._shared = Activations.allocate(self.model.cfg, size, 1, self.dtype, self.device)
         return self._shared
