@@ -62,72 +62,72 @@ class GpuRepeat:
 
     def __call__(self, seen):
         kernel = self.kernel
-        places, states = [], []
+        views, places, ptrs, states = [], [], [], []
+        masked = False              # some state tracks initialisation (S14 has work to do)
         for name, at, _, _, _, extent in self.slots:           # S8, S13
             a, t = seen[at]
             storage = t.untyped_storage()
-            sptr, nbytes = storage.data_ptr(), storage.nbytes()
+            sptr, nbytes, ptr = storage.data_ptr(), storage.nbytes(), t.data_ptr()
             if type(a) is Tensor:
                 a._check_usable(name)
                 state = a._state
             else:
-                if t.data_ptr() - sptr + extent > nbytes and extent:
+                if ptr - sptr + extent > nbytes and extent:
                     from_torch(a)        # reaches outside its storage: refused as a fresh borrow is
                 state = getattr(storage, _ATTR, None)
                 if state is None:
                     state = _borrowed(storage, nbytes)
                 elif state.init_mask is not None and state.torch_wrote(t):
                     state.mark_written(t)
+            if state.init_mask is not None:
+                masked = True
+            views.append(t)
             places.append((t, None, None, sptr, nbytes))
+            ptrs.append(ptr)
             states.append(state)
-        ptrs = [p[0].data_ptr() for p in places]
         sets = self.sets.placed(places, ptrs)
         if self.pairs and share_memory(self.pairs, states):     # S7 by bytes only where memory is shared
             check_aliasing(kernel, dict(zip(self.names, sets)))
-        k = 0
-        for slot in self.slots:                                 # S14
-            state = states[k]
-            if slot[2] and state.init_mask is not None and not state.is_written(places[k][0]):
-                refuse_unwritten(kernel, slot[0])
-            k += 1
+        if masked:                                              # S14
+            for slot, state, t in zip(self.slots, states, views):
+                if slot[2] and state.init_mask is not None and not state.is_written(t):
+                    refuse_unwritten(kernel, slot[0])
         for value, ptr in zip(self.data, ptrs):
             value.value = ptr
         index = self.index
         if gpu_launch.current_device() == index:
-            done, marks = self._start(places, states, sets)
+            done, marks = self._start(views, states, sets, masked)
         else:
             with torch.cuda.device(index):
-                done, marks = self._start(places, states, sets)
-        outputs = tuple([seen[at][0] for at in self.outputs])
-        return SimtFuture(Future(outputs, done), kernel, self.err, marks)
+                done, marks = self._start(views, states, sets, masked)
+        return SimtFuture(Future(tuple([seen[at][0] for at in self.outputs]), done), kernel, self.err, marks)
 
-    def _start(self, places, states, sets):
+    def _start(self, views, states, sets, masked):
         index = self.index
         stream = gpu_launch.current_stream(index)
+        slots = self.slots
         k = 0
-        for slot in self.slots:                                 # S10
-            state = states[k]
+        for state in states:                                    # S10
             if state._pending and state.pending_stream != stream:
-                state.order_device(sets[k], slot[3], stream)
+                state.order_device(sets[k], slots[k][3], stream)
             k += 1
         marks = []
         if self.config is not None:
             if self.masks:
-                marks = write_masks.clear(self.masks, {name: (p[0], s) for name, p, s in zip(self.names, places, states)
+                marks = write_masks.clear(self.masks, {name: (t, s) for name, t, s in zip(self.names, views, states)
                                                        if name in self.masks})
             gpu_launch.launch(self.compiled, self.config, stream, self.args)
-            k = 0
-            for slot in self.slots:                             # S14
-                if slot[4] and states[k].init_mask is not None:
-                    states[k].mark_written(places[k][0])
-                k += 1
+            if masked:                                          # S14
+                for slot, state, t in zip(slots, states, views):
+                    if slot[4] and state.init_mask is not None:
+                        state.mark_written(t)
         stream_obj = self.streams.get(stream)
         if stream_obj is None:      # the current stream's torch object, looked up once per stream
             stream_obj = self.streams[stream] = torch.cuda.current_stream(index)
-        done = Completion(None, stream, tuple([p[0] for p in places]), stream_obj)   # event made lazily
+        done = Completion(None, stream, tuple(views), stream_obj)   # event made lazily
         k = 0
-        for slot in self.slots:                                 # S9/S10
-            states[k].record_on(sets[k], slot[3], done, stream)
+        for state in states:                                    # S9/S10
+            state.record_on(sets[k], slots[k][3], done, stream)
             k += 1
         return done, marks
 

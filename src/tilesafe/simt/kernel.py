@@ -66,9 +66,11 @@ class SimtKernel:
     def param(self, name):
         return next(p for p in self.params if p.name == name)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, grid=None, **kwargs):
         """Launch on the arguments' device (and torch's current stream); returns a future at once."""
-        return self.launch(*args, **kwargs)
+        if self.unsafe:
+            return self.launch(*args, grid=grid, **kwargs)      # refused there
+        return self._launch(args, kwargs, grid)
 
     def launch(self, *args, grid=None, **kwargs):
         """Launch; `grid=` may be given, and must then equal the grid the outputs' permits need."""

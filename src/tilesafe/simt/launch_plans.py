@@ -27,12 +27,21 @@ def layout(args, kwargs, grid):
     """(key, seen): the layout of a launch's arguments, or (None, None) when an argument has none we
     can key on. `seen` lists, for the positional and then the (sorted) keyword arguments, each
     tensor's (argument, torch view), or None for a scalar: the launch reads them from here
-    instead of asking again. The key holds no address, so new memory in a known layout hits."""
+    instead of asking again. The key holds no address, so new memory in a known layout hits.
+    Its parts are flat: a tensor's dtype, shape, strides and device; a scalar's type and value."""
     key = [grid, len(args)]
     seen = []
     try:
         for a in args:
-            if not _part(a, key, seen):
+            tp = type(a)
+            if tp is torch.Tensor:          # the common cases first, without a call
+                key += (a.dtype, a.shape, a.stride(), a.device)
+                seen.append((a, a))
+            elif tp is Tensor:
+                t = a._t
+                key += (t.dtype, t.shape, t.stride(), t.device)
+                seen.append((a, t))
+            elif not _part(a, key, seen):
                 return None, None
         if kwargs:
             for name in sorted(kwargs):
@@ -45,12 +54,11 @@ def layout(args, kwargs, grid):
 
 
 def _part(a, key: list, seen: list) -> bool:
-    """Append `a`'s part of the key (a flat run: a tensor's dtype, shape, strides and device, a
-    scalar's type and value) and its entry of `seen`; False when `a` has no layout to key on."""
+    """Append `a`'s part of the key and its entry of `seen`; False when `a` has no layout to key on."""
     tp = type(a)
     if tp is Tensor:
         t = a._t
-    elif tp is torch.Tensor or isinstance(a, torch.Tensor):
+    elif isinstance(a, torch.Tensor):
         t = a
     elif tp is int or tp is float or tp is bool:
         seen.append(None)
