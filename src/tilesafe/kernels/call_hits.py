@@ -108,7 +108,16 @@ class CallHit:
                 made[i] = t
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.
-            apart = len({id(root[1].__dict__) for root in roots}) == self.groups
+            # Counted pairwise: a call has a few roots, and this makes no set per call.
+            distinct = 0
+            for i, root in enumerate(roots):
+                memory = root[1].__dict__
+                for j in range(i):
+                    if roots[j][1].__dict__ is memory:
+                        break
+                else:
+                    distinct += 1
+            apart = distinct == self.groups
             for step, launch in zip(plan.steps, self.launches):
                 if type(step) is tuple:
                     if not apart:
@@ -118,7 +127,8 @@ class CallHit:
                     outputs = {n: (_tensor(v, roots, made), tile) for n, (v, tile) in step.outs.items()}
                     args = {n: _tensor(v, roots, made) if type(v) is R.View else v for n, v in step.values.items()}
                     start(step.kernel, outputs, step.grid, args, step)
-            return _result(plan.returned, handed)
+            returned = plan.returned
+            return handed[returned] if type(returned) is int else _result(returned, handed)
 
 
 def _planned(step) -> PlannedLaunch | None:

@@ -108,7 +108,8 @@ def planned(fn):
         tensors, places = found[1], found[2]
         plan = table.get(key)
         if plan is not None:
-            return plan.call(tensors, places)
+            hit = plan.hit
+            return hit(tensors, places) if hit else plan.call(tensors, places)
         rec = R.Recording(tensors)
         token = R.ACTIVE.set(rec)
         try:

@@ -31,6 +31,7 @@ from .execute import execute
 from .future import Completion
 from .launch_cache import Launched
 from .ordering import writes
+from .storage_state import record_launch
 from .tensor import Tensor
 
 _UNKNOWN, _CPU, _GPU, _NONE = range(4)
@@ -114,24 +115,21 @@ class PlannedLaunch:
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         sets = self.sets.placed(args, ptrs)
         writes = self.writes
+        states = [a[1] for a in args]
         k = 0
-        for a in args:
-            state = a[1]
+        for state in states:
             if state._pending and state.pending_stream != stream:   # S10: other streams' work
                 state.order_device(sets[k], writes[k], stream)
             k += 1
         self.start(stream, tuple(values))
         for k in self.written:                # S14 (masked states only)
-            if args[k][1].init_mask is not None:
+            if states[k].init_mask is not None:
                 self._mark(k, roots)
         stream_obj = self.streams.get(stream)
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
         done = Completion(None, stream, tuple([a[0] for a in args]), stream_obj)   # event made lazily
-        k = 0
-        for a in args:
-            a[1].record_on(sets[k], writes[k], done, stream)
-            k += 1
+        record_launch(states, sets, writes, done, stream)
         launched = Launched.__new__(Launched)
         launched.consts, launched.scalars, launched.grid, launched.compiled = \
             self.plan.consts, self.scalars, self.plan.grid, self.compiled

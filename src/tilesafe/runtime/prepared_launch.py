@@ -19,6 +19,7 @@ from .future import Completion, Future
 from .ordering import accesses, writes
 from .partition import Partition
 from .safety import mark_written
+from .storage_state import record_launch
 
 
 def prepare(compiled, bound) -> "PreparedLaunch | None":
@@ -42,6 +43,7 @@ class PreparedLaunch:
         self.start, self.args = start, args
         acc = accesses(compiled.kernel, bound, () if counters is None else (counters,))
         self.accesses = tuple((t._state, t._byte_set(), write) for t, write in acc)
+        self.columns = tuple(zip(*self.accesses)) or ((), (), ())   # states, byte sets, writes
         # Held weakly: a cached plan must not keep memory alive; the caller holds the
         # arguments during a call, and the Completion holds them while the GPU runs.
         self.tensors = tuple(weakref.ref(t) for t, _ in acc)
@@ -66,8 +68,7 @@ class PreparedLaunch:
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
         done = Completion(None, stream, tuple(ref() for ref in self.tensors), stream_obj)   # event made lazily
-        for state, byteset, write in self.accesses:
-            state.record_on(byteset, write, done, stream)
+        record_launch(*self.columns, done, stream)
         return Future(tuple(o() for o in self.outputs), done)
 
 
@@ -95,6 +96,7 @@ class LayoutLauncher:
         self.compiled, self.start, self.values = compiled, start, values
         kernel = compiled.kernel
         self.writes = tuple((name, writes(kernel, name)) for name in bound.tensors)
+        self.write_flags = tuple(w for _, w in self.writes)
         names = [name for name, _ in self.writes]
         self.outputs = tuple(names.index(n) for n in kernel.outputs)    # argument positions
         self.device = device
@@ -144,6 +146,5 @@ class LayoutLauncher:
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
         done = Completion(None, stream, tuple(views.values()), stream_obj)   # event made lazily
-        for (_, write), t, byteset in zip(self.writes, held, sets):
-            t._state.record_on(byteset, write, done, stream)
+        record_launch([t._state for t in held], sets, self.write_flags, done, stream)
         return Future(tuple([objs[k] for k in self.outputs]), done)

@@ -302,26 +302,7 @@ class StorageState:
 
     def record_on(self, byteset: ByteSet, is_write: bool, future: Future, stream) -> None:
         """`record` for a launcher that knows its future's stream (`future.stream`)."""
-        global _changes
-        _changes += 1
-        # Built without the named tuple's Python-level constructor (one per argument per launch).
-        entry = _new_access(PendingAccess, (byteset, is_write, future, False))
-        with self._lock:
-            pending = self._pending
-            if not pending:
-                self.pending_stream = stream
-            elif self.pending_stream != stream:
-                self.pending_stream = None
-            i = 0
-            for bs, w, f, standing in pending:   # cheapest tests first; a launcher reuses its byte sets
-                if w == is_write and (bs is byteset or bs == byteset) and not standing \
-                        and getattr(f, "stream", None) == stream:
-                    pending[i] = entry            # the entry of the same bytes, kind and stream, in place
-                    return
-                i += 1
-            if len(pending) >= 32:
-                pending[:] = [p for p in pending if _kept(p)]
-            pending.append(entry)
+        record_launch((self,), (byteset,), (is_write,), future, stream)
 
     def stand(self, byteset: ByteSet, is_write: bool, future: Future) -> None:
         """Register a graph's access once for all its replays on one stream: `future` (the
@@ -367,6 +348,34 @@ class StorageState:
         for future in conflicts:
             future.wait()
         self.pending_conflicts(byteset, write)   # prune what just finished
+
+
+def record_launch(states, bytesets, writes, future: Future, stream) -> None:
+    """`StorageState.record` of one launch's accesses, one per argument: `states[k]` gains
+    (`bytesets[k]`, write `writes[k]`), pending until `future` (on raw stream `stream`) is
+    done. One call per launch instead of one per argument."""
+    global _changes
+    _changes += 1
+    for state, byteset, is_write in zip(states, bytesets, writes):
+        # Built without the named tuple's Python-level constructor (one per argument per launch).
+        entry = _new_access(PendingAccess, (byteset, is_write, future, False))
+        with state._lock:
+            pending = state._pending
+            if not pending:
+                state.pending_stream = stream
+            elif state.pending_stream != stream:
+                state.pending_stream = None
+            i = 0
+            for bs, w, f, standing in pending:   # cheapest tests first; a launcher reuses its byte sets
+                if w == is_write and (bs is byteset or bs == byteset) and not standing \
+                        and getattr(f, "stream", None) == stream:
+                    pending[i] = entry            # the entry of the same bytes, kind and stream, in place
+                    break
+                i += 1
+            else:
+                if len(pending) >= 32:
+                    pending[:] = [p for p in pending if _kept(p)]
+                pending.append(entry)
 
 
 def _kept(p: PendingAccess) -> bool:
