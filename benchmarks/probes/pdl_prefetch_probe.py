@@ -1,21 +1,22 @@
 """Probe: does an L2 prefetch before the PDL wait (`ts.prefetch`) shorten a batch-1 decode?
 
-1. The decode GEMVs of a real Qwen3 shape (random bf16 weights, 0.02 scale), per layer
-   qkv = linear(x, Wqkv), res += linear(attn, Wo), gu = linear(x, Wgu),
-   res += silu_mul_linear(gu, Wd) — the engine's one-row step without attention and norms
-   — for every layer, captured in one graph: without PDL, with PDL, and with PDL plus each
-   GEMV block prefetching the first P K tiles of its weight slab before its wait
-   (matmul.GEMV_L2_PREFETCH = P; "all" = the whole slab; "keep": with L2 evict-last
-   priority, GEMV_L2_KEEP). Each variant is first run eagerly
-   for layer 0 and checked against float32 torch; every graph's result must equal the
-   plain graph's bit for bit (a prefetch changes no value). GPU time per replay with the
-   host enqueue hidden behind a GPU sleep, and the HBM bandwidth of the weights read.
-2. The engine's batch-1 decode step (LLM.from_random, greedy) captured without PDL, with
-   PDL, and with PDL plus the best P of part 1: GPU time per step, tokens equal.
-Parts are skipped once BUDGET_S seconds have passed; every case catches its own errors.
+1. The decode GEMVs of a real Qwen3 shape (random bf16 weights, 0.02 scale) as the engine's
+   one-row layer runs them, without attention: per layer RMSNorm, qkv = linear(x, Wqkv),
+   res += linear(attn, Wo), RMSNorm, gu = linear(x, Wgu), res += silu_mul_linear(gu, Wd),
+   for every layer, captured in one graph: without PDL, with PDL, and with PDL plus each GEMV
+   block prefetching the first P K tiles of its weight slab before its wait (variants below).
+   Each variant is first run eagerly for layer 0 (without the norms) and checked against
+   float32 torch; every graph's result must equal the plain graph's bit for bit (a prefetch
+   changes no value). GPU time per replay with the host enqueue hidden behind a GPU sleep,
+   and the HBM bandwidth of the weights read.
+2. The engine's batch-1 greedy decode step (LLM.from_random) captured with each variant:
+   GPU time per step, tokens equal to the first variant's.
+Variants stop starting once BUDGET_S seconds (plus a margin) have passed; every case catches
+its own errors.
     PYTHONPATH=src python3 benchmarks/probes/pdl_prefetch_probe.py "$OUT/dec/prefetch.json" 4b,0.6b
-(argv[3]: the variants, e.g. "plain,pdl,P2keep,P4keep"; argv[4]: the engine sizes, default the first)
+(argv[3]: the variants, e.g. "plain,pdl,P2keep,P4keep-d0"; argv[4]: the engine sizes, default the first)
 """
+import contextlib
 import importlib
 import json
 import sys
@@ -29,7 +30,7 @@ import tilesafe.kernels as tk
 
 MM = importlib.import_module("tilesafe.kernels.matmul")
 T0 = time.perf_counter()
-BUDGET_S = 60.0
+BUDGET_S = 70.0
 ALL = 1 << 20
 SHAPES = {  # hidden E, q heads x head_dim, kv heads x head_dim, intermediate I, layers
     "tiny": (64, 4 * 16, 2 * 16, 96, 2),     # a CPU dry run of the checks
@@ -38,17 +39,44 @@ SHAPES = {  # hidden E, q heads x head_dim, kv heads x head_dim, intermediate I,
     "8b": (4096, 32 * 128, 8 * 128, 12288, 36),
 }
 # Variants, most telling first (the budget may stop the last): "plain", "pdl", and "P<n>" /
-# "all" (with PDL, n weight tiles / the whole slab prefetched), "keep" appended for evict-last.
-DEFAULT_VARIANTS = "plain,pdl,P2,P2keep,all,P8keep,P4,P1"
+# "all" (with PDL, n weight tiles / the whole slab prefetched), "keep" appended for evict-last,
+# "-d<m>" appended for m tiles (instead of n) in the down projection, which follows gate/up's
+# 100 MB stream at 4B (lines prefetched that early are evicted before they are read).
+DEFAULT_VARIANTS = "plain,pdl,P1,P2,P2keep,P4keep,P2-d0,P2keep-d0,P4keep-d0"
 
 
 def variant(name: str) -> tuple:
-    """(case name, pdl, P, keep) of a variant's name."""
+    """(case name, pdl, P, keep, P of the down projection) of a variant's name."""
     if name in ("plain", "pdl"):
-        return name, name == "pdl", 0, False
-    keep = name.endswith("keep")
-    p = name[:-4] if keep else name
-    return "pdl+" + name, True, ALL if p == "all" else int(p[1:]), keep
+        return name, name == "pdl", 0, False, 0
+    base, _, down = name.partition("-d")
+    keep = base.endswith("keep")
+    p = base[:-4] if keep else base
+    p = ALL if p == "all" else int(p[1:])
+    return "pdl+" + name, True, p, keep, int(down) if down else p
+
+
+@contextlib.contextmanager
+def prefetching(p: int, keep: bool, down: int):
+    """The library's GEMV prefetch setting for the calls inside; `down` for silu_mul_linear's."""
+    plain_down = tk.silu_mul_linear
+
+    def down_call(*args, **kwargs):
+        MM.GEMV_L2_PREFETCH = down
+        try:
+            return plain_down(*args, **kwargs)
+        finally:
+            MM.GEMV_L2_PREFETCH = p
+    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = p, keep
+    if down != p:
+        tk.silu_mul_linear = down_call                    # the engine and the chain call it through tk
+    reset_plans()
+    try:
+        yield
+    finally:
+        tk.silu_mul_linear = plain_down
+        MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = 0, False
+        reset_plans()
 
 
 VARIANTS = [variant(v) for v in DEFAULT_VARIANTS.split(",")]
@@ -97,18 +125,26 @@ class Chain:
         self.res = self.res0.clone()
         self.qkv = torch.empty(1, hq + 2 * hkv, device=device, dtype=dtype)
         self.gu = torch.empty(1, 2 * inter, device=device, dtype=dtype)
+        self.gn = (1 + 0.1 * torch.randn(layers, 2, e, device=device, generator=g)).to(dtype)
+        self.xn = torch.empty(1, e, device=device, dtype=dtype)
 
-    def run(self, layers=None):
+    def run(self, layers=None, norms=True):
+        """The engine's one-row layer without attention: with `norms` each GEMV but the down
+        projection follows a short RMSNorm kernel, as in the engine (PDL overlaps that one)."""
         for i in range(self.layers if layers is None else layers):
+            if norms:
+                tk.rms_norm(self.res, self.gn[i, 0], 1e-6, out=self.xn)
             tk.linear(self.x, self.wqkv[i], out=self.qkv)
             tk.linear(self.attn, self.wo[i], residual=self.res, out=self.res)
+            if norms:
+                tk.rms_norm(self.res, self.gn[i, 1], 1e-6, out=self.xn)
             tk.linear(self.x, self.wgu[i], out=self.gu)
             tk.silu_mul_linear(self.gu, self.wd[i], residual=self.res, out=self.res)
 
     def check_layer0(self) -> float:
         """Max error of layer 0's outputs against float32 torch, relative to their scale."""
         self.res.copy_(self.res0)
-        self.run(layers=1)
+        self.run(layers=1, norms=False)
         if self.res.is_cuda:
             torch.cuda.synchronize()
         f, d = (lambda t: t.float()), self.res.dtype
@@ -125,15 +161,14 @@ class Chain:
         return max(errs)
 
 
-def chain_case(ch: Chain, name: str, pdl: bool, p: int, keep: bool, ref_out):
-    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = p, keep
-    reset_plans()
-    with ts.pdl(pdl):
-        err = ch.check_layer0()                  # also compiles this variant outside the capture
-        ch.run()
-    torch.cuda.synchronize()
-    with ts.graph(pdl=pdl) as g:
-        ch.run()
+def chain_case(ch: Chain, name: str, pdl: bool, p: int, keep: bool, down: int, ref_out):
+    with prefetching(p, keep, down):
+        with ts.pdl(pdl):
+            err = ch.check_layer0()                  # also compiles this variant outside the capture
+            ch.run()
+        torch.cuda.synchronize()
+        with ts.graph(pdl=pdl) as g:
+            ch.run()
     ch.res.copy_(ch.res0)
     g.replay()
     torch.cuda.synchronize()
@@ -141,8 +176,9 @@ def chain_case(ch: Chain, name: str, pdl: bool, p: int, keep: bool, ref_out):
     same = bool(torch.equal(out, ref_out)) if ref_out is not None else True
     ms = gpu_ms(g.replay)
     del g
-    return {"case": name, "pdl": pdl, "P": "all" if p == ALL else p, "keep": keep, "layer0_rel_err": round(err, 5),
-            "same_as_plain": same, "gpu_ms": round(ms, 4), "TB_s": round(ch.bytes / ms / 1e9, 3)}, out
+    return {"case": name, "pdl": pdl, "P": "all" if p == ALL else p, "keep": keep, "down": down,
+            "layer0_rel_err": round(err, 5), "same_as_plain": same, "gpu_ms": round(ms, 4),
+            "TB_s": round(ch.bytes / ms / 1e9, 3)}, out
 
 
 def chain_probe(size: str) -> list:
@@ -152,13 +188,13 @@ def chain_probe(size: str) -> list:
     except Exception as e:
         return [{"case": f"{size} setup", "error": repr(e)}]
     ref = None
-    for name, pdl, p, keep in VARIANTS:
-        if left() < 0 and rows:
+    for name, pdl, p, keep, down in VARIANTS:
+        if left() < -30 and rows:
             rows.append({"size": size, "case": name, "skipped": "budget"})
             continue
         t = time.perf_counter()
         try:
-            row, out = chain_case(ch, name, pdl, p, keep, ref)
+            row, out = chain_case(ch, name, pdl, p, keep, down, ref)
             if ref is None:
                 ref = out
         except Exception as e:
@@ -166,54 +202,40 @@ def chain_probe(size: str) -> list:
         row["size"], row["wall_s"] = size, round(time.perf_counter() - t, 1)
         rows.append(row)
         print("chain", row, flush=True)
-    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = 0, False
     del ch
     torch.cuda.empty_cache()
     return rows
 
 
-def engine_probe(size: str, best: tuple) -> list:
+def engine_probe(size: str) -> list:
     from tilesafe.engine import LLM, SamplingParams
     llm = LLM.from_random(size, device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=1, progress=False)
     prompt = [{"prompt_token_ids": [1, 2, 3, 4] * 8}]
     params = SamplingParams(max_tokens=8, temperature=0.0)
     steps = llm.decode_steps
     rows, first = [], None
-    cases = (("plain", False, 0, False), ("pdl", True, 0, False), ("pdl+" + best[0], True) + best[1:])
-    for name, pdl, p, keep in cases:
-        if left() < -30 and rows:
+    for name, pdl, p, keep, down in VARIANTS:
+        if left() < -40 and rows:
             rows.append({"size": size, "case": "engine " + name, "skipped": "budget"})
             continue
         t = time.perf_counter()
         try:
-            MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = p, keep
-            reset_plans()
-            steps.pdl, steps.steps = pdl, {}
-            tokens = llm.generate(prompt, params)[0].outputs[0].token_ids
+            with prefetching(p, keep, down):
+                steps.pdl, steps.steps = pdl, {}
+                tokens = llm.generate(prompt, params)[0].outputs[0].token_ids
             first = tokens if first is None else first
-            step = steps.steps[1]
-            g = next(iter(step.graphs.values()))
+            g = next(iter(steps.steps[1].graphs.values()))
             ms = gpu_ms(g.replay)
-            row = {"case": "engine " + name, "pdl": pdl, "P": "all" if p == ALL else p, "keep": keep,
+            row = {"case": "engine " + name, "pdl": pdl, "P": "all" if p == ALL else p, "keep": keep, "down": down,
                    "gpu_ms": round(ms, 4), "same_tokens": tokens == first}
         except Exception as e:
             row = {"case": "engine " + name, "error": repr(e), "trace": traceback.format_exc()[-1500:]}
         row["size"], row["wall_s"] = size, round(time.perf_counter() - t, 1)
         rows.append(row)
         print("engine", row, flush=True)
-    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = 0, False
     del llm
     torch.cuda.empty_cache()
     return rows
-
-
-def best_of(rows) -> tuple:
-    """(name, P, keep) of the fastest prefetching chain variant whose result was right."""
-    timed = [r for r in rows if "gpu_ms" in r and r.get("P") and r.get("same_as_plain")]
-    if not timed:
-        return ("P2", 2, False)
-    best = min(timed, key=lambda r: r["gpu_ms"])
-    return best["case"].split("+")[-1], ALL if best["P"] == "all" else best["P"], best["keep"]
 
 
 def main():
@@ -229,21 +251,22 @@ def main():
         res["chain"] += chain_probe(size)
         if size in engine_sizes and (i == 0 or left() > -20):
             try:
-                res["engine"] += engine_probe(size, best_of([r for r in res["chain"] if r.get("size") == size]))
+                res["engine"] += engine_probe(size)
             except Exception as e:
                 res["engine"].append({"size": size, "error": repr(e), "trace": traceback.format_exc()[-1500:]})
     res["wall_s"] = round(time.perf_counter() - T0, 1)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(res, f, indent=1)
-    print(f"\n{'size':>5} {'case':<18} {'P':>4} {'gpu ms':>8} {'TB/s':>6} {'err':>8} {'same':>5} {'wall s':>6}")
+    print(f"\n{'size':>5} {'case':<22} {'gpu ms':>8} {'TB/s':>6} {'err':>8} {'same':>5} {'wall s':>6}")
     for r in res["chain"] + res["engine"]:
         if "gpu_ms" in r:
             same = r.get("same_as_plain", r.get("same_tokens"))
-            print(f"{r['size']:>5} {r['case']:<18} {str(r['P']):>4} {r['gpu_ms']:>8.4f} {r.get('TB_s', ''):>6} "
+            case = r["case"] if r["case"].startswith("engine") else "chain " + r["case"]
+            print(f"{r['size']:>5} {case:<22} {r['gpu_ms']:>8.4f} {r.get('TB_s', ''):>6} "
                   f"{r.get('layer0_rel_err', ''):>8} {str(same):>5} {r['wall_s']:>6}")
         else:
-            print(f"{r.get('size', ''):>5} {r.get('case', ''):<18} {r.get('error', r.get('skipped', ''))[:90]}")
+            print(f"{r.get('size', ''):>5} {r.get('case', ''):<22} {r.get('error', r.get('skipped', ''))[:90]}")
     print("wall", res["wall_s"], "s")
 
 
