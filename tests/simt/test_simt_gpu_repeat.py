@@ -110,3 +110,49 @@ def test_the_lean_path_finds_tensors_passed_by_keyword(device):
         vector_add(out, y=y, x=x)
     p.unpartition()
     assert len(device.bound) == 2 and len(device.launched) == 4
+
+
+# -- on the GPU (pytest -m gpu) ---------------------------------------------------------------------
+
+def _cuda_sets(count: int, n: int):
+    """`count` sets of (poisoned out, x, y) on the GPU, each at its own addresses."""
+    return [(torch.full((n,), float("nan"), device="cuda"), torch.randn(n, device="cuda"),
+             torch.randn(n, device="cuda")) for _ in range(count)]
+
+
+@pytest.mark.gpu
+def test_gpu_fresh_tensors_at_new_addresses_take_one_plan_and_each_launch_writes_its_own():
+    vector_add.plans.clear()
+    sets = _cuda_sets(6, (1 << 16) + 3)
+    futures = [vector_add(out, x, y) for out, x, y in sets]     # all in flight: each with its own pointers
+    for f, (out, x, y) in zip(futures, sets):
+        assert f.sync() is out
+        assert torch.equal(out, x + y)
+    assert len(vector_add.plans) == 1
+
+
+@pytest.mark.gpu
+def test_gpu_the_plan_refuses_an_output_sharing_memory_with_an_input():
+    vector_add.plans.clear()
+    y = torch.ones(64, device="cuda")
+    for _ in range(2):
+        vector_add(torch.empty(64, device="cuda"), torch.ones(64, device="cuda"), y).sync()
+    buf = torch.ones(128, device="cuda")
+    with pytest.raises(ts.AliasError, match="output `out` of `vector_add` shares memory with argument `x`"):
+        vector_add(buf[:64], buf[32:96], y)
+    out = buf[:64]
+    vector_add(out, buf[64:], y).sync()                          # one storage, no shared byte: accepted
+    assert torch.equal(out, torch.full((64,), 2.0, device="cuda"))
+    assert len(vector_add.plans) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launcher", ["ctypes", "bindings"])
+def test_gpu_both_driver_calls_launch_the_plan(launcher):
+    gpu_launch.use_launcher(launcher)
+    try:
+        for out, x, y in _cuda_sets(3, 1000):
+            vector_add(out, x, y).sync()
+            assert torch.equal(out, x + y)
+    finally:
+        gpu_launch.use_launcher(None)
