@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
 PDL = ts.schedule(pdl=True)
 # Instructions that may touch global memory: loads, stores, atomics, reductions, async and
 # bulk copies, prefetches; by state space, everything but parameters, shared and local memory.
-ACCESS = re.compile(r"^(ld|st|atom|red|cp|prefetch|multimem)\.")
+ACCESS = re.compile(r"^(@!?%\w+\s+)?(ld|st|atom|red|cp|prefetch|multimem)\.")   # predicated ones too
 NOT_GLOBAL = re.compile(r"\.(param|shared|local|const)\b|tensormap")   # a TMA descriptor is a kernel parameter
 
 
