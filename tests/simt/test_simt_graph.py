@@ -61,7 +61,7 @@ def test_a_captured_launch_is_recorded_and_its_outputs_count_as_written_from_the
 
 def test_a_capture_needs_an_eager_launch_of_the_layout_first(device):
     out = torch.empty(64)
-    with pytest.raises(ts.LaunchError, match="`vector_add` has not been launched on the GPU with these tensors "
+    with pytest.raises(ts.LaunchError, match="`vector_add` has not been launched on the GPU with this layout "
                                              "before the capture"):
         with capturing(StandInGraph()):
             vector_add(out, torch.ones(64), torch.ones(64))

@@ -5,7 +5,7 @@ graph learns its accesses (replays are ordered and recorded by them, S9/S10) and
 it will have written (S14, marked at the first replay; later captured launches may read them).
 Two things cannot happen inside a capture, so they are refused with a way out:
 - the first GPU launch of a layout, which compiles the kernel and allocates its error flag:
-  launch it once eagerly with the same tensors before capturing (the usual warm-up);
+  launch it once eagerly with tensors of the same layout before capturing (the usual warm-up);
 - a kernel with run-time checks (reads not proven in bounds, atomics, unsafe writes): its
   failed check sets a flag that `sync()` reads, but a replay has no sync of the launch, so a
   failure would go unseen. Prove the reads (`x.get(i, default)`) or launch it eagerly.
@@ -29,9 +29,10 @@ def launch_in_capture(kernel, plan, args, kwargs, capture):
                           help="prove its reads in bounds (x.get(i, default) reads with a default), or launch it "
                                "outside the `with ts.graph()` block")
     if plan is None or plan.compiled is None:
-        raise LaunchError(f"SIMT kernel `{kernel.name}` has not been launched on the GPU with these tensors "
+        raise LaunchError(f"SIMT kernel `{kernel.name}` has not been launched on the GPU with this layout "
                           "before the capture: its compile cannot happen inside ts.graph()",
-                          help="launch it once eagerly with the same tensors before `with ts.graph()`")
+                          help="launch it once eagerly with tensors of the same dtypes, shapes and strides "
+                               "before `with ts.graph()`")
     import torch
     capture.admit(kernel.name, capture.backend)           # on the capture's stream
     bound = plan.rebind(kernel, args, kwargs, capture.is_written)     # S8, S13; S14 as the capture sees it
