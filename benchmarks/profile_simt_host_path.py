@@ -3,10 +3,10 @@
 Runs on any machine (no GPU): the launch takes the GPU branch of simt/launch.py on CPU tensors,
 with the compile, the error flag, the capability query, torch's current stream and events, and
 the final driver launch (`cuLaunchKernel`) stubbed out in this script only. What is timed is tilesafe's host
-path for a SIMT kernel: the layout key, the plan lookup, the per-launch checks (S8, S13, S14),
-the argument marshalling into numba's ABI, S9/S10's ordering bookkeeping and the future.
-(On a GPU the real launch call, one `cuLaunchKernel`, comes on top: measure that with
-`benchmarks/simt_bench.py --host-only`.)
+path for a SIMT kernel: the layout key, the plan lookup, the per-launch checks (S7, S8, S13,
+S14), the data pointers written into the plan's parameters, S9/S10's ordering bookkeeping and
+the future. (On a GPU the real launch call, one `cuLaunchKernel`, comes on top: measure that with
+`benchmarks/probes/eager_simt_host.py` or `benchmarks/simt_bench.py --host-only`.)
 
     PYTHONPATH=src python benchmarks/profile_simt_host_path.py            # µs per call
     PYTHONPATH=src python benchmarks/profile_simt_host_path.py --profile "fresh out"   # cProfile one case

@@ -385,9 +385,11 @@ def host_costs() -> dict:
     vector_add(out, x, y).sync()                       # the layout's plan, compiled and on the lean path
     plan = vector_add.plans[layout((out, x, y), {}, None)[0]]
     handle = torch.cuda.current_stream().cuda_stream
+    # out, x and y's parameters, kept apart: the plan's array gets each launch's pointers
+    params = gpu_launch.Params([type(v)(v.value) for v in plan.args.values])
     fns = {
         # the floor under a safe launch: the one driver call with the prebuilt parameter array
-        "simt_driver_launch_only": lambda: gpu_launch.launch(plan.compiled, plan.config, handle, plan.args),
+        "simt_driver_launch_only": lambda: gpu_launch.launch(plan.compiled, plan.config, handle, params),
         "torch_current_stream": lambda: torch.cuda.current_stream(),
         "safe_simt_torch_tensors": lambda: vector_add(out, x, y),
         "safe_simt_fresh_output": lambda: vector_add(torch.empty_like(x), x, y),
