@@ -16,7 +16,7 @@ from .. import dtypes
 from ..dtypes import DType, f32, i32
 from ..errors import LaunchError, caller_loc
 from . import numpy_bridge, ordering
-from .host_lock import serialized
+from .host_lock import LOCK
 from .storage_state import StorageState, _ATTR
 from .tensor import Tensor, read_of
 
@@ -105,7 +105,6 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     return _own(copy, reads)
 
 
-@serialized   # marks bytes written that other threads' launches check (host_lock)
 def from_torch(t) -> Tensor:
     """Borrow a torch tensor without copying (S13): the result shares its storage.
 
@@ -113,33 +112,34 @@ def from_torch(t) -> Tensor:
     count as written: torch made them (unless they are a tilesafe tensor's bytes handed over
     with to_torch() that torch has not written since: those keep their S14 tracking).
     """
-    if not isinstance(t, torch.Tensor):
-        raise LaunchError(f"ts.from_torch takes a torch.Tensor, got {type(t).__name__}",
-                          loc=caller_loc(), help="use ts.tensor(data) to copy other data")
-    if t.layout is not torch.strided or not (t.is_cuda or t.is_cpu):
-        raise LaunchError(f"ts.from_torch takes a dense CPU or CUDA tensor, got layout {t.layout} on {t.device}",
-                          loc=caller_loc(), help="convert it with .to_dense() / .to('cuda') first")
-    try:
-        dt = dtypes.from_torch(t.dtype)         # one dict lookup (resolve_dtype words the refusal)
-    except ValueError:
-        dt = resolve_dtype(t.dtype)
-    t = t.detach()                              # same storage, no autograd history
-    storage = t.untyped_storage()               # asked once: the extent check and the state use it
-    item = t.element_size()                     # dt's itemsize: dt is t's dtype
-    if not t.is_contiguous() or (t.storage_offset() + t.numel()) * item > storage.nbytes():
-        _check_extent(t, item, storage)         # all but a contiguous view inside its storage
-    state = getattr(storage, _ATTR, None)       # memory seen before: one getattr
-    if state is None:
-        state = StorageState.of_storage(storage)
-    # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
-    # made its bytes only if torch wrote since the hand-over (its version counter moved).
-    # Memory never handed over is torch's, written (a mask only where tilesafe allocated it).
-    if state.handed is None:
-        if state.init_mask is not None:
+    with LOCK:   # marks bytes written that other threads' launches check (host_lock)
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"ts.from_torch takes a torch.Tensor, got {type(t).__name__}",
+                              loc=caller_loc(), help="use ts.tensor(data) to copy other data")
+        if t.layout is not torch.strided or not (t.is_cuda or t.is_cpu):
+            raise LaunchError(f"ts.from_torch takes a dense CPU or CUDA tensor, got layout {t.layout} on {t.device}",
+                              loc=caller_loc(), help="convert it with .to_dense() / .to('cuda') first")
+        try:
+            dt = dtypes.from_torch(t.dtype)         # one dict lookup (resolve_dtype words the refusal)
+        except ValueError:
+            dt = resolve_dtype(t.dtype)
+        t = t.detach()                              # same storage, no autograd history
+        storage = t.untyped_storage()               # asked once: the extent check and the state use it
+        item = t.element_size()                     # dt's itemsize: dt is t's dtype
+        if not t.is_contiguous() or (t.storage_offset() + t.numel()) * item > storage.nbytes():
+            _check_extent(t, item, storage)         # all but a contiguous view inside its storage
+        state = getattr(storage, _ATTR, None)       # memory seen before: one getattr
+        if state is None:
+            state = StorageState.of_storage(storage)
+        # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
+        # made its bytes only if torch wrote since the hand-over (its version counter moved).
+        # Memory never handed over is torch's, written (a mask only where tilesafe allocated it).
+        if state.handed is None:
+            if state.init_mask is not None:
+                state.mark_written(t)
+        elif state.torch_wrote(t):
             state.mark_written(t)
-    elif state.torch_wrote(t):
-        state.mark_written(t)
-    return Tensor(t, state, dt)
+        return Tensor(t, state, dt)
 
 
 # -- argument normalisation --------------------------------------------------------------

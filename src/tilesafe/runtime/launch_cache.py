@@ -68,7 +68,9 @@ class LaunchCache:
         """The launch's future, or MISS (nothing was checked that the full path will not redo)."""
         self.missed = None
         try:
-            form = self._form(len(args), tuple(kwargs))
+            form = self.forms.get((len(args), tuple(kwargs)))    # a seen call form: one lookup
+            if form is None:
+                form = self._form(len(args), tuple(kwargs))
             if form is None:
                 return MISS
             values = (*args, *kwargs.values())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import LaunchError, Loc, OwnershipError, caller_loc
 from .aliasing import byte_set, self_overlaps
-from .host_lock import serialized
+from .host_lock import LOCK
 from .torch_version import version_of
 
 if TYPE_CHECKING:
@@ -120,20 +120,20 @@ class Partition:
         self._check_live()
         return self._prefix
 
-    @serialized   # ends lending that other threads check (host_lock)
     def unpartition(self) -> "Tensor":
         """End the lending and return the tensor (the same object that was partitioned)."""
-        if not self._live:
-            self._check_live()
-        self._check_torch_untouched(giving_back=True)
-        self._live = False
-        self._ended_at = place()
-        tensor = self._tensor
-        tensor._state.unlend(self)
-        lender = tensor._lender                    # Tensor._give_back, inline
-        if lender is not None and lender() is self:
-            tensor._lender = None
-        return tensor
+        with LOCK:   # ends lending that other threads check (host_lock; serialized, without a wrapper call)
+            if not self._live:
+                self._check_live()
+            self._check_torch_untouched(giving_back=True)
+            self._live = False
+            self._ended_at = place()
+            tensor = self._tensor
+            tensor._state.unlend(self)
+            lender = tensor._lender                    # Tensor._give_back, inline
+            if lender is not None and lender() is self:
+                tensor._lender = None
+            return tensor
 
     def torch_touched(self) -> bool:
         """Best-effort S13: did torch modify the lent memory? Torch's version counter moved

@@ -21,7 +21,7 @@ from ..errors import AliasError, Loc, OwnershipError, TileSafeError, caller_loc
 from . import numpy_bridge, ordering
 from .aliasing import ByteSet, byte_set, overlaps, self_overlaps
 from .graph import refuse_in_capture
-from .host_lock import serialized
+from .host_lock import LOCK, serialized
 from .partition import Partition, place, where
 from .storage_state import StorageState
 from .torch_version import version_of
@@ -283,12 +283,12 @@ class Tensor:
 
     # -- partitions -------------------------------------------------------------------------
 
-    @serialized
     def partition(self, tile) -> Partition:
         """Lend this tensor to a partition into `tile`-shaped blocks (S8)."""
-        if self._handed_at is not None or self._lender is not None or self._state._lent:
-            self._check_lendable("partition()")   # (nothing to refuse otherwise: no calls)
-        return Partition(self, tile, prefix=False, lent_at=place())
+        with LOCK:   # (serialized, without its wrapper's call: a partition is made per launch)
+            if self._handed_at is not None or self._lender is not None or self._state._lent:
+                self._check_lendable("partition()")   # (nothing to refuse otherwise: no calls)
+            return Partition(self, tile, prefix=False, lent_at=place())
 
     @serialized
     def partition_prefix(self, tile) -> Partition:
