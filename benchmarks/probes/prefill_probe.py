@@ -165,7 +165,9 @@ def probe_size(size: str, lengths: list[int], reps: int, deadline: float, tune: 
             print(f"[{size} {n} {mode}] {json.dumps(r[mode])[:300]}", flush=True)
         if has_graphs and ref is not None and "wall_ms" in r.get("graph", {}):   # the replay's own logits
             graphs = llm.prefill_graphs
-            r["graph_logits"] = logit_check(graphs.buckets[graphs.bucket(n)].a.logits[0].float(), ref)
+            bucket = graphs.buckets[graphs.bucket(n)]
+            r["graph"]["captured"] = bucket.graph is not None        # False: a failed capture ran it eagerly
+            r["graph_logits"] = logit_check(bucket.a.logits[0].float(), ref)
         r["_ref"] = ref
     # Then each bucket captured again after first-use tuning of its GEMM and attention configs
     # (last: a tuned config stays chosen in this process, for the eager calls too).
