@@ -67,6 +67,18 @@ def test_a_partial_scatter_marks_only_what_it_wrote(device):
     assert device.launched.count("scatter") == 3
 
 
+def test_launches_of_one_layout_into_different_memory_keep_their_own_masks(device):
+    a, b = ts.empty(5), ts.empty(5)                      # one layout (the plan's), two memories
+    run_scatter(device, a, torch.tensor([4, 4], dtype=torch.int32)).sync()     # the plan, its masks
+    fa = run_scatter(device, a, torch.tensor([0, 2], dtype=torch.int32))
+    fb = run_scatter(device, b, torch.tensor([1, 3], dtype=torch.int32))    # in flight with a's launch
+    fa.sync()
+    fb.sync()
+    assert a._state.written_elements(a._torch()).tolist() == [True, False, True, False, True]
+    assert b._state.written_elements(b._torch()).tolist() == [False, True, False, True, False]
+    assert len(scatter.plans) == 1
+
+
 def test_a_torch_output_needs_no_mask_work(device):
     out = torch.zeros(5)                                 # torch made its bytes: written already
     f = run_scatter(device, out, torch.tensor([1], dtype=torch.int32))

@@ -33,7 +33,7 @@ from .simt_future import SimtFuture
 
 class GpuRepeat:
     __slots__ = ("kernel", "index", "slots", "outputs", "compiled", "config", "args", "err", "masks", "pairs",
-                 "names", "data", "sets", "streams")
+                 "names", "data", "sets", "streams", "plan", "mask_slots")
 
     def __init__(self, kernel, plan, bound, index: int):
         self.kernel, self.index = kernel, index
@@ -57,7 +57,9 @@ class GpuRepeat:
         values = plan.args.values
         self.data = tuple(values[plan.data_at[name]] for name in self.names)   # the pointers' C values
         self.err = plan.err if kernel.has_checks else None
-        self.masks = plan.masks       # an unsafe kernel's write masks, by target
+        self.masks = plan.masks       # an unsafe kernel's write masks, by target (the plan's dict)
+        self.plan = plan
+        self.mask_slots = tuple((name, self.names.index(name)) for name in plan.masks)
         self.streams: dict = {}       # raw stream handle -> torch's stream object (for a lazy event)
 
     def __call__(self, seen):
@@ -94,6 +96,8 @@ class GpuRepeat:
                     refuse_unwritten(kernel, slot[0])
         for value, ptr in zip(self.data, ptrs):
             value.value = ptr
+        if self.mask_slots:
+            self.plan.own_masks({name: ptrs[k] for name, k in self.mask_slots})
         index = self.index
         if gpu_launch.current_device() == index:
             done, marks = self._start(views, states, sets, masked)

@@ -220,12 +220,15 @@ def _run_on_gpu(kernel, bound, device, outputs, plan):
         plan.err = kernel.error_flag(index)
         plan.masks = {name: torch.zeros(bound.tensors[name].shape, dtype=torch.uint8, device=device)
                       for name in written_targets(kernel.info)}
-        args, plan.data_at = _kernel_args(kernel, bound, plan.err, plan.masks)
+        args, plan.data_at, plan.mask_at = _kernel_args(kernel, bound, plan.err, plan.masks)
         plan.args = gpu_launch.Params(args)       # the layout's: once (each launch fills in its pointers)
+        plan.mask_owner = {name: bound.tensors[name].tensor._torch().data_ptr() for name in plan.masks}
         if 0 not in bound.grid:      # an empty output launches nothing (and CUDA takes no empty grid)
             plan.config = gpu_launch.config(bound.grid, kernel.block3, pool)
     else:
         plan.fill_pointers(bound)
+        if plan.masks:
+            plan.own_masks({name: bound.tensors[name].tensor._torch().data_ptr() for name in plan.masks})
     if index == torch.cuda.current_device():
         future = _start(kernel, bound, outputs, plan, torch.cuda.current_stream(index))
     else:
@@ -273,7 +276,7 @@ def _shared_limit(index: int) -> int:
 
 def _kernel_args(kernel, bound, err, masks) -> tuple:
     """The kernel's parameters in numba's ABI: each tensor's fields, each scalar, the error flag,
-    an unsafe kernel's write masks; and where each tensor's data pointer sits among them."""
+    an unsafe kernel's write masks; and where each tensor's and each mask's data pointer sits."""
     args: list = []
     data_at = {}
     for p in kernel.params:
@@ -283,9 +286,11 @@ def _kernel_args(kernel, bound, err, masks) -> tuple:
         elif p.kind == SCALAR:
             args.append(gpu_launch.scalar_arg(bound.scalars[p.name], p.dtype))
     gpu_launch.array_args(err, args)
+    mask_at = {}
     for name in written_targets(kernel.info):
+        mask_at[name] = len(args) + gpu_launch.DATA_FIELD
         gpu_launch.array_args(masks[name], args)
-    return args, data_at
+    return args, data_at, mask_at
 
 
 def _start(kernel, bound, outputs, plan, stream):

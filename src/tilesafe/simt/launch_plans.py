@@ -74,7 +74,7 @@ def _part(a, key: list, seen: list) -> bool:
 class LaunchPlan:
     """What a launch with this layout already proved, and where each argument comes from."""
     __slots__ = ("slots", "grid", "consts", "scalars", "outputs", "compiled", "err", "args", "config", "seen_at",
-                 "repeat", "dynamic_shared", "masks", "pairs", "data_at")
+                 "repeat", "dynamic_shared", "masks", "pairs", "data_at", "mask_at", "mask_owner")
 
     def __init__(self, kernel, bound, args, kwargs):
         names = [p.name for p in kernel.params]
@@ -94,6 +94,8 @@ class LaunchPlan:
         self.dynamic_shared = 0  # bytes of dynamic shared memory per block (scalars are in the key)
         self.masks = {}          # on a GPU: an unsafe kernel's write mask per target (u8, the target's shape)
         self.data_at = {}        # on a GPU: tensor name -> where its data pointer sits in `args`
+        self.mask_at = {}        # ... and where each write mask's data pointer sits
+        self.mask_owner = {}     # target name -> the data pointer of the memory its mask records
         self.pairs = alias_pairs(kernel, [name for name, _, _, _ in self.slots])   # S7's (output, other) slots
 
     def rebind(self, kernel, args, kwargs, is_written=None) -> Bound:
@@ -127,6 +129,18 @@ class LaunchPlan:
         values = self.args.values
         for name, i in self.data_at.items():
             values[i].value = bound.tensors[name].tensor._torch().data_ptr()
+
+    def own_masks(self, targets: dict) -> None:
+        """An unsafe kernel's write mask records the writes to one memory (write_masks.py): a launch
+        into other memory (`targets`: name -> this launch's data pointer) gets a new mask, so a
+        launch in flight keeps its own until its sync marks from it."""
+        owner = self.mask_owner
+        for name, ptr in targets.items():
+            if owner[name] != ptr:
+                import torch
+                mask = self.masks[name] = torch.zeros_like(self.masks[name])
+                self.args.values[self.mask_at[name]].value = mask.data_ptr()
+                owner[name] = ptr
 
     def passed_outputs(self, args, kwargs) -> tuple:
         return tuple(kwargs[at] if how == "kw" else args[at] for how, at in self.outputs)
