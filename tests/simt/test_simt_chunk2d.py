@@ -97,7 +97,7 @@ def test_rank2_chunk_walks_read_first_and_store_after():
     body = text[text.index("def simt_transpose"):]
     fast = body[body.index("__v"):body.index("else:")]          # the tile's whole-chunk path
     loads = [fast.index(f"__get2(x, bx * 32 + __p__h{k}") for k in (3, 4, 5, 6)]
-    stores = [fast.index(f"tile[__p__h{k}, __p__c2] = ") for k in (3, 4, 5, 6)]
+    stores = [fast.index(f"__put2(tile, __p__h{k}, __p__c2, ") for k in (3, 4, 5, 6)]
     assert max(loads) < min(stores)                             # four reads in flight, then four stores
 
 
@@ -111,7 +111,7 @@ def test_checked_reads_record_the_line_without_a_branch():
     ld = text[text.index("def __ld1"):text.index("def __ld2")]
     assert "atomic" not in ld and "bad[0] = max(bad[0], 0 if ok else line)" in ld
     body = text[text.index("def simt_gather"):]
-    assert "__ld1(x, idx[p__0], __bad," in body
+    assert "__ld1(x, __at1(idx, p__0), __bad," in body
     assert body.rstrip().endswith("if __bad[0] != 0:\n        cuda.atomic.max(__err, 0, __bad[0])")
 
 

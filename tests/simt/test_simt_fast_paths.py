@@ -68,8 +68,8 @@ def test_a_run_walk_with_scalars_of_every_kind():
 def test_the_fast_path_loads_the_whole_run_before_storing_it():
     text = body(vector_add.vector_add_chunked, torch.empty(8), torch.ones(8), torch.ones(8), K=4)
     fast = text[:text.index("else:")]
-    loads = [i for i, line in enumerate(fast.splitlines()) if "= x[" in line]
-    stores = [i for i, line in enumerate(fast.splitlines()) if line.strip().startswith("out[")]
+    loads = [i for i, line in enumerate(fast.splitlines()) if "= __at1(x, " in line]
+    stores = [i for i, line in enumerate(fast.splitlines()) if line.strip().startswith("__put1(out, ")]
     assert len(loads) == 4 and len(stores) == 4 and max(loads) < min(stores)
     assert "for __j1 in range(4):" in text[text.index("else:"):]        # the ragged run: the guarded loop
     one = body(vector_add.vector_add, torch.empty(8), torch.ones(8), torch.ones(8))

@@ -41,28 +41,28 @@ PRELUDE = '''
 def __ld1(a, i, bad, line):
     ok = i >= 0 and i < a.shape[0]
     bad[0] = max(bad[0], 0 if ok else line)
-    return a[i if ok else 0]
+    return __at1(a, i if ok else 0)
 
 
 @cuda.jit(device=True)
 def __ld2(a, i, j, bad, line):
     ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]
     bad[0] = max(bad[0], 0 if ok else line)
-    return a[i if ok else 0, j if ok else 0]
+    return __at2(a, i if ok else 0, j if ok else 0)
 
 
 @cuda.jit(device=True)
 def __ld3(a, i, j, k, bad, line):
     ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]
     bad[0] = max(bad[0], 0 if ok else line)
-    return a[i if ok else 0, j if ok else 0, k if ok else 0]
+    return __at3(a, i if ok else 0, j if ok else 0, k if ok else 0)
 
 
 @cuda.jit(device=True)
 def __stw1(a, w, i, v, err, line):
     if i >= 0 and i < a.shape[0]:
-        a[i] = v
-        w[i] = 1
+        __put1(a, i, v)
+        __put1(w, i, 1)
     else:
         cuda.atomic.max(err, 0, line)
 
@@ -70,8 +70,8 @@ def __stw1(a, w, i, v, err, line):
 @cuda.jit(device=True)
 def __stw2(a, w, i, j, v, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
-        a[i, j] = v
-        w[i, j] = 1
+        __put2(a, i, j, v)
+        __put2(w, i, j, 1)
     else:
         cuda.atomic.max(err, 0, line)
 
@@ -79,8 +79,8 @@ def __stw2(a, w, i, j, v, err, line):
 @cuda.jit(device=True)
 def __stw3(a, w, i, j, k, v, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
-        a[i, j, k] = v
-        w[i, j, k] = 1
+        __put3(a, i, j, k, v)
+        __put3(w, i, j, k, 1)
     else:
         cuda.atomic.max(err, 0, line)
 
@@ -88,21 +88,21 @@ def __stw3(a, w, i, j, k, v, err, line):
 @cuda.jit(device=True)
 def __get1(a, i, d):
     if i >= 0 and i < a.shape[0]:
-        return a[i]
+        return __at1(a, i)
     return d
 
 
 @cuda.jit(device=True)
 def __get2(a, i, j, d):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
-        return a[i, j]
+        return __at2(a, i, j)
     return d
 
 
 @cuda.jit(device=True)
 def __get3(a, i, j, k, d):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
-        return a[i, j, k]
+        return __at3(a, i, j, k)
     return d
 
 
@@ -135,9 +135,9 @@ def __lds1(a, w, i, err, line):
     ok = i >= 0 and i < a.shape[0]
     if not ok:
         cuda.atomic.max(err, 0, line)
-    elif w[i] == 0:
+    elif __at1(w, i) == 0:
         cuda.atomic.max(err, 0, line + __UNINITIALISED)
-    return a[i if ok else 0]
+    return __at1(a, i if ok else 0)
 
 
 @cuda.jit(device=True)
@@ -145,9 +145,9 @@ def __lds2(a, w, i, j, err, line):
     ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]
     if not ok:
         cuda.atomic.max(err, 0, line)
-    elif w[i, j] == 0:
+    elif __at2(w, i, j) == 0:
         cuda.atomic.max(err, 0, line + __UNINITIALISED)
-    return a[i if ok else 0, j if ok else 0]
+    return __at2(a, i if ok else 0, j if ok else 0)
 
 
 @cuda.jit(device=True)
@@ -155,35 +155,35 @@ def __lds3(a, w, i, j, k, err, line):
     ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]
     if not ok:
         cuda.atomic.max(err, 0, line)
-    elif w[i, j, k] == 0:
+    elif __at3(w, i, j, k) == 0:
         cuda.atomic.max(err, 0, line + __UNINITIALISED)
-    return a[i if ok else 0, j if ok else 0, k if ok else 0]
+    return __at3(a, i if ok else 0, j if ok else 0, k if ok else 0)
 
 
 @cuda.jit(device=True)
 def __gets1(a, w, i, d, err, line):
     if i >= 0 and i < a.shape[0]:
-        if w[i] == 0:
+        if __at1(w, i) == 0:
             cuda.atomic.max(err, 0, line + __UNINITIALISED)
-        return a[i]
+        return __at1(a, i)
     return d
 
 
 @cuda.jit(device=True)
 def __gets2(a, w, i, j, d, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
-        if w[i, j] == 0:
+        if __at2(w, i, j) == 0:
             cuda.atomic.max(err, 0, line + __UNINITIALISED)
-        return a[i, j]
+        return __at2(a, i, j)
     return d
 
 
 @cuda.jit(device=True)
 def __gets3(a, w, i, j, k, d, err, line):
     if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
-        if w[i, j, k] == 0:
+        if __at3(w, i, j, k) == 0:
             cuda.atomic.max(err, 0, line + __UNINITIALISED)
-        return a[i, j, k]
+        return __at3(a, i, j, k)
     return d
 
 
@@ -380,12 +380,14 @@ class _Lower(ast.NodeTransformer):
             call = _call(_name(f"__stw{len(items)}"), target.value, _name(written_name(target.value.id)), *items,
                          self.visit(value), _name("__err"), self.line(target))
             return ast.copy_location(ast.Expr(call), node)
-        if isinstance(target, ast.Subscript):
-            node.value = self.visit(value)
+        if isinstance(target, ast.Subscript):      # a permit's element: in bounds, written without wraparound
             target.slice = self.index(target.slice)
+            items = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+            put = ast.copy_location(ast.Expr(_call(_name(f"__put{len(items)}"), target.value, *items,
+                                                   self.visit(value))), node)
             if self.sanitize and isinstance(target.value, ast.Name) and target.value.id in self.info.shared:
-                return [node, shadow.mark(target)]       # the element is written: its shadow bit says so
-            return node
+                return [put, shadow.mark(target)]       # the element is written: its shadow bit says so
+            return put
         return self.generic_visit(node)
 
     def visit_For(self, node):
@@ -447,7 +449,7 @@ class _Lower(ast.NodeTransformer):
         elems = [[c, col] if walk.rank == 2 else [c] for c in coords]
         values = [self.fresh("v") for _ in range(m.size)]
         out = self.run_values(walk, stmt, elems, values, {})
-        out += [ast.Assign([ast.Subscript(_name(walk.target), self.subscript(e), ast.Store())], _name(v))
+        out += [ast.Expr(_call(_name(f"__put{len(e)}"), _name(walk.target), *[_name(n) for n in e], _name(v)))
                 for e, v in zip(elems, values)]
         vector = None if walk.shared else self.vectorised(walk, m, stmt, coords, values)
         if vector is not None:
@@ -456,10 +458,6 @@ class _Lower(ast.NodeTransformer):
         if walk.rank == 2:
             inside = ast.BoolOp(ast.And(), [inside, ast.Compare(_name(col), [ast.Lt()], [self.extent(walk, 1)])])
         return head + [ast.If(inside, out, lowered)]
-
-    @staticmethod
-    def subscript(names):
-        return _name(names[0]) if len(names) == 1 else ast.Tuple([_name(n) for n in names], ast.Load())
 
     def run_values(self, walk, stmt, coords, values, vector_reads) -> list:
         """`v_j = expr` for each element j of the run, the permit standing for coordinate j."""
@@ -603,9 +601,8 @@ class _Lower(ast.NodeTransformer):
             if self.sanitize and base.id in self.info.shared:     # in bounds and written, or flagged
                 return ast.copy_location(_call(_name(f"__lds{len(items)}"), base, _name(shadow.name_of(base.id)),
                                                *items, _name("__err"), self.line(node)), node)
-            if node_key(node) in self.info.proven:
-                node.slice = index
-                return node
+            if node_key(node) in self.info.proven:     # in bounds: no check, and no wraparound either
+                return ast.copy_location(_call(_name(f"__at{len(items)}"), base, *items), node)
             return ast.copy_location(_call(_name(f"__ld{len(items)}"), base, *items, _name(BAD),
                                            self.line(node)), node)
         return self.generic_visit(node)

@@ -1,4 +1,11 @@
-"""128-bit loads and stores for the GPU lowering: numba-cuda intrinsics, compiled into SIMT kernels.
+"""128-bit loads and stores, and element accesses without index wraparound, for the GPU lowering:
+numba-cuda intrinsics, compiled into SIMT kernels.
+
+`__at{n}(a, i, ...)` reads and `__put{n}(a, i, ..., v)` writes one element of a rank-n array
+without numba's negative-index wraparound (a compare and a select per signed index, and the
+64-bit arithmetic around them): the lowering uses them only where the indices are known to be
+in bounds — permits, reads proven in bounds, and the `__ld`/`__get` helpers after their check.
+On a 2-D transpose that is 152 SASS instructions against 272.
 
 A `simt.run(k)` walk hands each thread k consecutive elements. When k elements are 16 bytes
 (4 x f32/i32, 2 x f64/i64, 8 x f16/i16) and the tensors are 16-byte aligned with unit stride,
@@ -19,6 +26,8 @@ WIDTHS = {1: 16, 2: 8, 4: 4, 8: 2}      # itemsize -> elements in 16 bytes
 def intrinsics() -> dict:
     """name -> intrinsic, for the namespace the generated source is compiled in."""
     out = {"__addr": _address()}
+    for rank in (1, 2, 3):
+        out[f"__at{rank}"], out[f"__put{rank}"] = _element_load(rank), _element_store(rank)
     for width in sorted(set(WIDTHS.values())):
         out[f"__vld{width}"] = _load(width)
         out[f"__vst{width}"] = _store(width)
@@ -31,6 +40,55 @@ def _element_pointer(context, builder, array_type, array, index, index_type):
     ary = context.make_array(array_type)(context, builder, value=array)
     i = context.cast(builder, index, index_type, types.intp)
     return cgutils.get_item_pointer(context, builder, array_type, ary, [i], wraparound=False)
+
+
+def _pointer(context, builder, array_type, array, indices, index_types):
+    from numba.cuda import cgutils
+    from numba.cuda import types
+    ary = context.make_array(array_type)(context, builder, value=array)
+    inds = [context.cast(builder, i, t, types.intp) for i, t in zip(indices, index_types)]
+    return cgutils.get_item_pointer(context, builder, array_type, ary, inds, wraparound=False)
+
+
+def _element_load(rank: int):
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def typer(typingctx, array, *indices):
+        if not isinstance(array, types.Array) or array.ndim != rank or len(indices) != rank \
+                or not all(isinstance(i, types.Integer) for i in indices):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1:], sig.args[1:]))
+        return array.dtype(array, *indices), codegen
+    return intrinsic(_fixed_arity(typer, rank + 1))
+
+
+def _element_store(rank: int):
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def typer(typingctx, array, *rest):
+        indices, value = rest[:-1], rest[-1]
+        if not isinstance(array, types.Array) or array.ndim != rank or len(indices) != rank \
+                or not all(isinstance(i, types.Integer) for i in indices) or not isinstance(value, types.Number):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[-1], sig.args[-1], sig.args[0].dtype)
+            builder.store(v, _pointer(context, builder, sig.args[0], args[0], args[1:-1], sig.args[1:-1]))
+            return context.get_dummy_value()
+        return types.void(array, *rest), codegen
+    return intrinsic(_fixed_arity(typer, rank + 2))
+
+
+def _fixed_arity(typer, n: int):
+    """numba's @intrinsic reads the typer's signature: give it n named arguments after typingctx."""
+    names = [f"a{k}" for k in range(n)]
+    ns = {"typer": typer}
+    exec(f"def fixed(typingctx, {', '.join(names)}):\n    return typer(typingctx, {', '.join(names)})", ns)
+    return ns["fixed"]
 
 
 def _load(width: int):
@@ -111,7 +169,11 @@ def simulated() -> dict:
             for k in range(width):
                 a[i + k] = values[k]
         return store
+    def put(a, *rest):
+        a[rest[:-1]] = rest[-1]
     out = {"__addr": lambda a: np.asarray(a).ctypes.data}
+    for rank in (1, 2, 3):
+        out[f"__at{rank}"], out[f"__put{rank}"] = (lambda a, *i: a[i]), put
     for width in sorted(set(WIDTHS.values())):
         out[f"__vld{width}"], out[f"__vst{width}"] = vld(width), vst(width)
     return out
