@@ -70,6 +70,15 @@ def test_an_output_passed_again_as_an_input_in_a_known_layout(bound):
                     "E:same", "output `out` of `vector_add` shares memory with argument `y`", ts.AliasError)
 
 
+def test_an_output_aliasing_an_input_through_another_storage_object(bound):
+    y = torch.ones(64)
+    with_plan(bound, torch.empty(64), torch.ones(64), y)
+    x = torch.ones(64)
+    out = torch.from_numpy(x.numpy())             # a second torch storage over x's memory, both new to tilesafe
+    refused_by_plan(bound, lambda: vector_add(out, x, y),  # E:numpy
+                    "E:numpy", "output `out` of `vector_add` shares memory with argument `x`", ts.AliasError)
+
+
 def test_disjoint_views_of_one_storage_are_accepted_by_the_plan(bound):
     x, y = torch.ones(64), torch.ones(64)
     with_plan(bound, torch.empty(64), x, y)
