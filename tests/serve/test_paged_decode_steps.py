@@ -3,6 +3,7 @@ engine/step_io.py) over the paged cache: inputs staged with each row's block tab
 incrementally, padding rows up to the bucket, an all-greedy batch taking its tokens from the
 LM head's argmax, and a start-up warm-up that runs every bucket before the first request."""
 import numpy as np
+import pytest
 import torch
 
 from tilesafe.engine import SamplingParams
@@ -74,17 +75,47 @@ def test_greedy_batches_take_the_argmax_step_and_sampled_ones_the_sampler(llm, l
     assert outs == alone
 
 
-def test_warm_up_runs_every_bucket_greedy_and_sampled_before_serving(llm, llm_one_seq):
-    core = EngineCore(llm, kv_blocks=40, block_size=4, warm_up=True)      # its own pool (zeroed)
+@pytest.fixture
+def compiles(monkeypatch):
+    """compiles() -> how many new specializations (code for a new layout) were made so far."""
+    from tilesafe.runtime.specialize import Specializer
+    count = [0]
+    real = Specializer.compiled
+
+    def counting(self, bound, backend, schedule=None):
+        before = len(self.code)
+        code = real(self, bound, backend, schedule)
+        count[0] += len(self.code) - before
+        return code
+    monkeypatch.setattr(Specializer, "compiled", counting)
+    return lambda: count[0]
+
+
+def test_after_warm_up_serving_any_prompt_length_compiles_nothing(llm, llm_one_seq, compiles):
+    """Every decode bucket (greedy and sampled) and every prefill step shape is run at
+    start-up; then prompts of every length, chunked beside running decodes, with prefix
+    hits, compile no kernel and still get the tokens of each prompt alone."""
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, warm_up=True)  # own pool
     steps = core.runner.decoder.steps
     assert sorted(steps) == bucket_sizes(4) == [1, 2, 4]
     assert all(s.eager_runs == {True: 1, False: 1} for s in steps.values())
-    st = core.scheduler.blocks.stats()
-    assert st.used == 0 and float(core.runner.cache.k[0].abs().sum()) == 0.0   # padding rows wrote no KV
-    got = []
-    add(core, llm, "w", [3, 1, 4], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), got)
+    assert core.scheduler.blocks.stats().used == 0
+    assert float(core.runner.cache.k[0].abs().sum()) == 0.0              # padding rows wrote no KV
+    before = compiles()
+    greedy = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    seeded = SamplingParams(temperature=0.8, seed=2, max_tokens=3, ignore_eos=True)
+    lengths = [1, 2, 3, 5, 7, 9, 12, 14, 16, 17, 19, 22, 25, 26, 28]
+    prompts = [[(5 * i + n) % 90 + 1 for i in range(n)] for n in lengths]
+    prompts[13][:12] = prompts[12][:12]                                   # a prefix hit (3 blocks)
+    outs = [[] for _ in prompts]
+    for i in range(0, len(prompts), 3):                                   # three arrive together
+        for j in range(i, min(i + 3, len(prompts))):
+            add(core, llm, f"c{j}", prompts[j], seeded if j % 4 == 1 else greedy, outs[j])
+        core.step()
     while core.has_work():
         core.step()
-    want = llm_one_seq.generate({"prompt_token_ids": [3, 1, 4]},
-                                SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))[0].outputs[0]
-    assert got == want.token_ids
+    assert compiles() == before
+    assert core.scheduler.blocks.stats().hits > 0
+    want = [llm_one_seq.generate({"prompt_token_ids": p}, seeded if j % 4 == 1 else greedy)[0].outputs[0].token_ids
+            for j, p in enumerate(prompts)]
+    assert outs == want

@@ -54,10 +54,10 @@ class EngineCore:
                                 f"{llm.max_num_seqs}", help="a step must hold one decode token per running request")
         self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
                                    max_num_batched_tokens, prefix_caching)
-        self.runner = ModelRunner(llm, self.scheduler.blocks, pad_decode)
+        self.runner = ModelRunner(llm, self.scheduler.blocks, self.scheduler.max_num_batched_tokens, pad_decode)
         if self.runner.decoder.use_graph if warm_up is None else warm_up:
             with llm._on_device(), torch.inference_mode():
-                self.runner.warm_up()
+                self.runner.warm_up(self.scheduler.max_num_batched_tokens)
         self.metrics = metrics
         self._order = 0
         self.steps = 0

@@ -27,8 +27,7 @@ change, padding rows greedy.
 """
 from __future__ import annotations
 
-import itertools
-
+import numpy as np
 import torch
 
 from ..engine.decode_step import DecodeSteps
@@ -36,15 +35,20 @@ from ..engine.errors import request_error
 from ..engine.kv_cache import PagedKVCache, cache_bytes
 from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
+from ..engine.prefill_graphs import bucket_sizes as prefill_buckets
 from .block_manager import BlockManager
+from .prefill_pack import MIN_TOKENS, Packed, pack, pad_rows, table_width, token_bucket
 from .request import Request
 
 IDLE = SamplingParams(temperature=0).resolved({})
+WARM_CHUNKS = 4       # prefill chunks in one step that warm-up covers (a burst of arrivals; more compile once)
 
 
 class ModelRunner:
-    def __init__(self, llm, blocks: BlockManager, pad_decode: bool = True):
+    def __init__(self, llm, blocks: BlockManager, max_tokens: int, pad_decode: bool = True,
+                 pad_prefill: bool = True):
         self.llm, self.blocks = llm, blocks
+        self.pad_prefill = pad_prefill                       # prefill steps padded to bucketed shapes
         nb, bs = blocks.num_blocks, blocks.block_size
         cache = PagedKVCache.over(llm.model.cache, nb, bs)
         self.shares_llm_cache = cache is not None
@@ -55,6 +59,7 @@ class ModelRunner:
         self.cache = cache
         self.model = Qwen3Model(llm.config, llm.model.w, cache, llm.sampler)
         self.max_blocks = -(-llm.max_model_len // bs)
+        self.table_width = table_width(self.max_blocks, bs, min(max_tokens, llm.max_model_len))   # packed forwards
         self.decoder = DecodeSteps(self.model, llm.dtype, llm.device, llm.decode_steps.use_graph,
                                    llm.decode_steps.pdl, paged=(self.max_blocks, llm.max_num_seqs), pad=pad_decode)
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
@@ -67,39 +72,79 @@ class ModelRunner:
         if not prefill:
             self.decode(decode)
             return list(decode)
-        return self.prefill(list(prefill) + [(r, 1) for r in decode])
+        return self.prefill(list(prefill), list(decode))
 
-    def prefill(self, chunks: list[tuple[Request, int]]) -> list[Request]:
-        """Compute the KV of each (request, n): its next n uncomputed tokens; return the
-        requests whose prompt this ends, each with its next token appended."""
-        llm, bm = self.llm, self.blocks
-        reqs = [r for r, _ in chunks]
-        lengths = [n for _, n in chunks]
-        starts = [0, *itertools.accumulate(lengths)]
-        ids, positions, slots, tables = [], [], [], []
-        for r, n in chunks:
-            c = r.computed
-            ids += r.kv_tokens[c:c + n]
-            positions += range(c, c + n)
-            slots += bm.slots(r.request_id, c, c + n)
-            table = bm.block_table(r.request_id)
-            tables.append(table + [0] * (self.max_blocks - len(table)))
-        self._set_rows(reqs)
-        a = Activations.allocate(llm.config, starts[-1], len(chunks), llm.dtype, llm.device)
-        a.ids.copy_(torch.tensor(ids, dtype=torch.int32))
-        a.positions.copy_(torch.tensor(positions, dtype=torch.int32))
-        a.slots.copy_(torch.tensor(slots, dtype=torch.int32))
-        a.last.copy_(torch.tensor(starts[1:], dtype=torch.int32) - 1)
-        cached = [r.computed for r in reqs]
-        table_t = torch.tensor(tables, dtype=torch.int32, device=llm.device) if any(cached) else None
-        self.model.prefill_paged(a, starts, cached, table_t)
+    def prefill(self, chunks: list[tuple[Request, int]], decode: list[Request] = ()) -> list[Request]:
+        """Compute the KV of each (request, n): its next n uncomputed tokens, and of each
+        decoding request's newest token, in one forward padded to bucketed shapes
+        (prefill_pack); return the requests whose prompt this ends and the decoding ones,
+        each with its next token appended."""
+        chunks = list(chunks) + [(r, 1) for r in decode if not r.computed]   # one-token prompts: chunks
+        decode = [r for r in decode if r.computed]
+        reqs = [r for r, _ in chunks] + decode
+        p = pack(chunks, decode, self.blocks, self.llm.max_num_seqs, self.pad_prefill)
+        r_rows = len(p.cached)
+        self._set_rows(reqs, pad_to=r_rows)
+        tokens, logprobs = self._forward(p)
         self.passes += 1
         done = []
-        for (r, n), t, lp in zip(chunks, a.tokens.tolist(), a.chosen.tolist()):
-            if r.uncomputed == n:                  # the prompt's last chunk: its logits give the next token
-                r.seq.append(t, lp)
+        for i, r in enumerate(reqs):
+            n = chunks[i][1] if i < len(chunks) else 1
+            if r.uncomputed == n:                  # the prompt's last chunk (or a decode row): its next token
+                r.seq.append(tokens[i], logprobs[i])
                 done.append(r)
         return done
+
+    def _forward(self, p) -> tuple[list[int], list[float]]:
+        """Run a packed forward; the sampled tokens and log-probabilities of its chunks."""
+        llm = self.llm
+        r_rows = len(p.cached)
+        a = Activations.allocate(llm.config, p.rows, r_rows, llm.dtype, llm.device)
+        host = np.zeros((3, p.rows), dtype=np.int32)
+        host[0], host[1], host[2] = p.ids, p.positions, p.slots
+        a.ids.copy_(torch.from_numpy(host[0]))
+        a.positions.copy_(torch.from_numpy(host[1]))
+        a.slots.copy_(torch.from_numpy(host[2]))
+        a.last.copy_(torch.tensor(p.last, dtype=torch.int32))
+        if p.rows > p.starts[-1]:                  # rows in no chunk: never attended, their attention zeros
+            a.attn[p.starts[-1]:].zero_()
+        table_t = None
+        if any(p.cached):
+            t = np.zeros((r_rows, self.table_width), dtype=np.int32)
+            for i, row in enumerate(p.tables):
+                t[i, :len(row)] = row
+            table_t = torch.from_numpy(t).to(llm.device)
+        self.model.prefill_paged(a, p.starts, p.cached, table_t)
+        return a.tokens.tolist(), a.chosen.tolist()
+
+    def warm_up_prefill(self, max_tokens: int) -> None:
+        """Run the packed forward of every shape a step of up to `max_tokens` tokens takes
+        (prefill_pack) — each chunk bucket fresh and after a cached prefix (Triton
+        specializes an int start of 1, of a multiple of 16, and any other), one to
+        WARM_CHUNKS chunks beside the decode rows, each row bucket up to two chunks of the
+        largest bucket — all rows padding (no cache write), outputs dropped, so that
+        serving compiles nothing."""
+        seqs = self.llm.max_num_seqs
+        largest = token_bucket(min(max_tokens, self.llm.max_model_len))
+        shapes = []                                 # (chunk rows, prefix before it, chunks, rows)
+        t = MIN_TOKENS
+        while t <= largest:
+            shapes += [(t, start, 1, 0) for start in (0, 1, 16, 17)]
+            t *= 2
+        shapes += [(MIN_TOKENS, 0, c, 0) for c in range(2, min(WARM_CHUNKS, seqs) + 1)]
+        shapes += [(MIN_TOKENS, 0, 1, m) for m in prefill_buckets(2 * largest + seqs)]
+        done = set()
+        for t, start, chunks, rows in shapes:
+            p = Packed()
+            for _ in range(chunks):
+                p.add([0] * t, list(range(start, start + t)), [-1] * t, start, [], t - 1)
+            pad_rows(p, seqs, rows)
+            if (t, start, chunks, p.rows) in done:
+                continue
+            done.add((t, start, chunks, p.rows))
+            self._set_rows([], pad_to=seqs)
+            self._forward(p)
+        self.forget_rows()
 
     def decode(self, reqs: list[Request]) -> None:
         """One token for each request: each feeds back its newest token."""
@@ -121,10 +166,13 @@ class ModelRunner:
         for r, t, lp in zip(reqs, tokens, logprobs):
             r.seq.append(t, lp)
 
-    def warm_up(self) -> None:
-        """Compile (and on a GPU capture) every decode bucket, greedy and sampled, before
-        the first request: their rows are padding, so the cache is not written."""
+    def warm_up(self, max_tokens: int) -> None:
+        """Compile (and on a GPU capture) every decode bucket, greedy and sampled, and every
+        shape of a prefill step of up to `max_tokens` tokens, before the first request: their
+        rows are padding, so the cache is not written."""
         self.decoder.warm_up()
+        if self.pad_prefill:
+            self.warm_up_prefill(max_tokens)
 
     def forget_rows(self) -> None:
         """Someone else wrote the sampler's rows (LLM.generate): set them again next step."""
