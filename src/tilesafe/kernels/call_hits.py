@@ -35,13 +35,15 @@ from .launch import start
 
 class CallHit:
     """The fast form of one CallPlan (see the module's docstring)."""
-    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news")
+    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news", "flat")
 
     def __init__(self, plan, launches: list, groups: int, extents: list):
         self.plan, self.launches, self.groups, self.extents = plan, launches, groups, extents
         # Allocated roots the call does not return: workspaces of its own launches.
         self.internal = frozenset(i for i, (kind, _) in enumerate(plan.roots)
                                   if kind == R.EMPTY and i not in _returned(plan.returned))
+        returned = plan.returned
+        self.flat = type(returned) is tuple and all(type(r) is int for r in returned)
         # Roots allocated as torch's new bytes (see __call__): torch.empty's arguments, made once.
         self.news = {i: (recipe[0], recipe[1].torch, torch.device(recipe[2]))
                      for i, (kind, recipe) in enumerate(plan.roots)
@@ -128,7 +130,11 @@ class CallHit:
                     args = {n: _tensor(v, roots, made) if type(v) is R.View else v for n, v in step.values.items()}
                     start(step.kernel, outputs, step.grid, args, step)
             returned = plan.returned
-            return handed[returned] if type(returned) is int else _result(returned, handed)
+            if type(returned) is int:
+                return handed[returned]
+            if self.flat:                      # a tuple of results (rms_norm's with its residual)
+                return tuple([handed[r] for r in returned])
+            return _result(returned, handed)
 
 
 def _planned(step) -> PlannedLaunch | None:

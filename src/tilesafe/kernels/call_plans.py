@@ -26,6 +26,7 @@ import functools
 import torch
 
 from ..backends.triton import targets
+from ..dtypes import DType
 from ..runtime.constructors import empty, from_torch
 from ..runtime.tensor import Tensor
 from ..settings import graph_var, launching_disabled_var, pdl_var
@@ -44,7 +45,7 @@ def layout_of(x):
         if x._handed_at is not None or (x._lender is not None and x._lender() is not None):
             return None                    # the full path raises the ownership error
         t = x._t
-        return (Tensor, x._dtype, t.shape, t.stride(), t.get_device())
+        return (Tensor, x._dtype.name, t.shape, t.stride(), t.get_device())   # a DType's hash is a Python call
     if isinstance(x, torch.Tensor):
         if x.layout is not torch.strided:
             return None
@@ -141,6 +142,8 @@ def call_key(name: str, args: tuple, kwargs: dict):
             parts.append(_NONE)
         elif type(v) in _VALUES:
             parts.append((type(v), v))
+        elif type(v) is DType:             # a dtype argument, by name (a DType's hash is a Python call)
+            parts.append((DType, v.name))
         elif type(v) is Tensor or isinstance(v, torch.Tensor):
             lay = layout_of(v)
             if lay is None:
@@ -158,7 +161,7 @@ def call_key(name: str, args: tuple, kwargs: dict):
                 hash(v)
             except TypeError:
                 return None, None, None    # a config dict: its call takes the full path
-            parts.append((type(v), v))     # a dtype, an activation name
+            parts.append((type(v), v))     # an activation name, a torch dtype
     # Per tensor, its place, and which tensors share a storage with an earlier
     # one, at what distance: the views a call makes of one are then views of the other too
     # (call_recording). In the same pass: both are read on every call.
@@ -192,10 +195,22 @@ _matmul_precision = getattr(torch._C, "_get_float32_matmul_precision", torch.get
 def _workspace(v) -> list | None:
     """The tensors of a workspace argument (a dataclass of tilesafe tensors), else None (a
     dtype is a dataclass too: it is a value)."""
-    if not dataclasses.is_dataclass(v) or isinstance(v, type):
+    kind = type(v)
+    names = _FIELDS.get(kind, _UNSEEN)
+    if names is _UNSEEN:        # per type, once: its field names (None: not a dataclass instance)
+        names = _FIELDS[kind] = (tuple(f.name for f in dataclasses.fields(v))
+                                 if dataclasses.is_dataclass(v) and not isinstance(v, type) else None)
+    if not names:
         return None
-    fields = [getattr(v, f.name) for f in dataclasses.fields(v)]
-    return fields if fields and all(type(f) is Tensor for f in fields) else None
+    fields = [getattr(v, name) for name in names]
+    for f in fields:
+        if type(f) is not Tensor:
+            return None
+    return fields
+
+
+_FIELDS: dict = {}      # type -> its dataclass field names, or None
+_UNSEEN = object()
 
 
 class CallPlan:
