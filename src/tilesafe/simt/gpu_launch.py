@@ -183,8 +183,13 @@ def _launcher(name: str | None = None):
 
 
 def _check(err, what: str, detail: str) -> None:
+    """`err`: a CUresult, or the int ctypes' call returns."""
     from cuda.bindings import driver
     if err != driver.CUresult.CUDA_SUCCESS:
         from ..errors import LaunchError
-        raise LaunchError(f"the CUDA driver could not {what} the SIMT kernel ({detail}): {err.name}",
+        try:
+            name = driver.CUresult(err).name
+        except ValueError:
+            name = f"CUresult {int(err)}"
+        raise LaunchError(f"the CUDA driver could not {what} the SIMT kernel ({detail}): {name}",
                           help="this is a tilesafe bug if the launch passed its checks; please report it")
