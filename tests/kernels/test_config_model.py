@@ -13,6 +13,7 @@ import tilesafe.kernels as tk
 from kernel_helpers import assert_close, f64, poisoned, randn
 from tilesafe.kernels import config_model as cm
 from tilesafe.kernels import configs, first_use
+from tilesafe.kernels import gemm_model as gm
 
 mm = importlib.import_module("tilesafe.kernels.matmul")
 HIDDEN = (777, 896, 1000, 1536, 2304, 3072, 3584, 4544, 5000, 11008, 14336, 50257)
@@ -40,7 +41,11 @@ def test_every_candidate_is_a_valid_config_the_lookup_accepts():
             with ts.backend("reference"):           # the override checks: positive ints, bools
                 configs.lookup(shape.family, "?", cfg)
         best = cm.choose(shape)
-        assert best == ranked[0] and cm.predict_us(shape, best) <= min(cm.predict_us(shape, c) for c in ranked)
+        assert best == ranked[0]
+        if (rule := gm.streaming_choice(shape, cm.H200)) is not None:    # 16 < m <= 128: the measured rule
+            assert best == rule and cm.valid(shape, rule)
+        else:
+            assert cm.predict_us(shape, best) <= min(cm.predict_us(shape, c) for c in ranked)
 
 
 def test_tensor_core_tiles_are_powers_of_two_of_at_least_16():
@@ -118,8 +123,12 @@ def _on_gpu(monkeypatch, table=None):
 def test_tuned_entries_refine_only_the_shapes_they_were_made_for(monkeypatch):
     table = {"matmul": {"bf16/1024/3072x1536": {"block_m": 32}, "bf16/1024/4096/2048": {"block_m": 16}}}
     _on_gpu(monkeypatch, table)
+    own = mm.matmul_keys(ts.bf16, 1024, 3072, 1536)
+    assert configs.lookup("matmul", own, shape=cm.Gemm(1024, 3072, 1536))["block_m"] == 32   # the weight's own
     keys = mm.matmul_keys(ts.bf16, 777, 3072, 1536)
-    assert configs.lookup("matmul", keys, shape=cm.Gemm(777, 3072, 1536))["block_m"] == 32   # the weight's own
+    # the same weight at another M of the bucket: the model (the entry was timed at M = 1024)
+    assert configs.lookup("matmul", keys, shape=cm.Gemm(777, 3072, 1536)) == \
+        dict(configs.GPU_DEFAULTS["matmul"], **cm.choose(cm.Gemm(777, 3072, 1536)))
     table["matmul"].pop("bf16/1024/3072x1536")
     assert configs.lookup("matmul", keys)["block_m"] == 16                   # no shape: the bucket, as before
     model = configs.lookup("matmul", keys, shape=cm.Gemm(777, 3072, 1536))    # a bucket that only contains it

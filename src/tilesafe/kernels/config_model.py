@@ -47,7 +47,9 @@ def _ranked_all(shape, gpu: Gpu) -> tuple:
     skips the lookup on later calls of one layout; a new layout of one shape lands here)."""
     make, _, predict = _MODELS[shape.family]
     scored = [(predict(shape, c, gpu)[0], i, c) for i, c in enumerate(make(shape, gpu))]
-    return tuple(c for _, _, c in sorted(scored, key=lambda t: t[:2]))
+    ranked = tuple(c for _, _, c in sorted(scored, key=lambda t: t[:2]))
+    rule = gm.streaming_choice(shape, gpu)      # 16 < m <= 128: a measured rule before the ranking
+    return ranked if rule is None else (rule, *(c for c in ranked if c != rule))
 
 
 def choose(shape, gpu: Gpu | None = None) -> dict:
@@ -109,9 +111,13 @@ def refinement(keys, shape, entries: dict) -> dict | None:
 
 
 def _exact(key: str, shape) -> bool:
-    """A weight's own class, or a class whose sizes are the shape's own; sizes up to 16 are
-    one class (the bucket floor: a decode group of 4 and of 8 share the tuned entry)."""
+    """A class whose sizes are the shape's own: a weight's own class (N x K exact) at the M
+    the tuner timed (its bucket's size: an entry timed at M = 128 ran M = 72 at 0.6 of the
+    model's choice on the H200), or a bucketed class of the shape's own sizes; sizes up to 16
+    are one class (the bucket floor: a decode group of 4 and of 8 share the tuned entry)."""
     parts = [p for p in key.split("/")[1:] if p != "gemv"]
+    sizes = tuple(max(16, s) if s <= 16 else s for s in shape.class_sizes())
     if any("x" in p for p in parts):
-        return True
-    return tuple(int(p) for p in parts) == tuple(max(16, s) if s <= 16 else s for s in shape.class_sizes())
+        rows = [int(p) for p in parts if "x" not in p]     # the bucketed sizes beside the weight (M)
+        return tuple(rows) == sizes[:len(rows)]
+    return tuple(int(p) for p in parts) == sizes

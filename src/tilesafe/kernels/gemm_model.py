@@ -62,6 +62,39 @@ PREFETCH_US = 0.5              # a GEMV whose next K tile loads before this one'
 SMEM_RESERVE = 16 * 1024       # shared memory Triton may take beside the pipeline (barriers, a layout change)
 
 
+# 16 < m <= 128 rows (a decode batch, a short prefill) stream the weight: the time is its bytes,
+# and the H200 measured one rule's tiles best at M = 32 and 72 on the Qwen3-4B/8B weights
+# (benchmarks/probes/shapes_probe.py, round 1 of session 16: tune-candidates-s16-shapes.json):
+# 32 x 64 x 128 tiles up to 32 rows, 64 x 128 x 64 above (both 4 warps), split over K only
+# when the output has few tiles (a block alone pulls ~40-55 GB/s: 40 tiles unsplit ran the 4B
+# down projection at M = 32 in 35 us, split in seven 23.6 us), the deepest pipeline that still
+# lets every tile run in one wave (304 tiles of the 4B gate_up projection at M = 72: 3 stages,
+# three blocks per SM, 37.2 us; 8 stages, one per SM, 43.1), where the model's ranking, which
+# prices a K step by its latency alone, took 1.1-1.7x the best time.
+STREAM_M = 128                 # rows up to which `streaming_choice` picks the config
+FEW_TILES = 48                 # output tiles below which a streaming product splits over K
+
+
+def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
+    """The config of a 16 < m <= 128 product by the rule above (None for other shapes)."""
+    if s.family != "matmul" or s.m > STREAM_M:
+        return None
+    es = element_bytes(s.dtype)
+    bm, bn, bk = (32, 64, 128) if s.m <= 32 else (64, 128, 64)
+    tiles = (_mma(bm, s.m), _mma(bn, s.n), _mma(bk * 2 // es, s.k))   # fp32: half the K tile
+    stages = _stage_options(*tiles, es, gpu)
+    if not stages:
+        return None
+    count, kt = cdiv(s.m, tiles[0]) * cdiv(s.n, tiles[1]), cdiv(s.k, tiles[2])
+    split = max(1, min(SPLITS[-1], cdiv(2 * gpu.sms, count), kt // 4)) if count < FEW_TILES else 1
+    per_sm = min(4, cdiv(count, gpu.sms)) if split == 1 else 1    # blocks one SM must hold for one wave
+    fit = (gpu.smem_per_sm // per_sm - 1024 - _smem(*tiles, 0, es)) // _smem(*tiles, 1, es)
+    depth = min(stages[0], fit) if per_sm > 1 and fit >= 3 else stages[0]
+    c = {"block_m": tiles[0], "block_n": tiles[1], "block_k": tiles[2], "group": 8, "persistent": False,
+         "split_k": split, "min_blocks": gpu.sms, "tail_split": False, "num_warps": 4, "num_stages": depth}
+    return c if valid_matmul(c, s, gpu) else None
+
+
 def matmul_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
     """Every valid `matmul` config the model considers for `s` (m > 16)."""
     es, out = element_bytes(s.dtype), []
