@@ -10,6 +10,7 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from kernel_helpers import assert_close, f64, poisoned, randn
+from tilesafe.kernels import attention_model as am
 
 ATT_TOL = {"f32": dict(rtol=1e-4, atol=1e-5), "f16": dict(rtol=1e-2, atol=1e-2), "bf16": dict(rtol=2e-2, atol=2e-2)}
 
@@ -216,6 +217,16 @@ def test_decode_splits_fill_the_gpu_without_empty_ones(backend, device):
     q, kc = randn((32, 16), "f32", 36, device), randn((8, 4096, 16), "f32", 37, device)
     assert tk.decode_workspace(q, kc, config=cfg).acc.shape == (32, 8 * 4, 16)
     assert tk.decode_workspace(q[:16], kc[:2, :1000], config=cfg).acc.shape == (16, 2 * 8, 16)   # 64 keys each
+
+
+@pytest.mark.reference_only
+def test_decode_splits_never_spill_into_a_second_round(backend, device):
+    # 25 KV heads (MHA) over 10918 keys, 264 block slots: 10 splits (250 blocks). Rounding the
+    # split count up gave 11 (275 blocks), whose last 11 ran alone in a second round.
+    cfg = {"block_n": 128, "splits": None, "target_blocks": 264}
+    q, kc = randn((25, 16), "f32", 38, device), randn((25, 10918, 16), "f32", 39, device)
+    assert tk.decode_workspace(q, kc, config=cfg).acc.shape == (10, 25, 16)
+    assert am.decode_splits(dict(cfg), am.Decode(25, 25, 10918, 16, "f32")) == (128, 10)   # the model agrees
 
 
 @pytest.mark.reference_only

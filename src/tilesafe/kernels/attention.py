@@ -494,12 +494,13 @@ def _decode_block(cfg, max_seq: int) -> int:
 
 
 def _splits(cfg, hkv: int, max_seq: int) -> int:
-    """How many pieces the sequence is cut into: enough (split, KV head) blocks to fill the
-    GPU (`target_blocks`), each a whole number of key tiles, none of them empty at max_seq."""
+    """How many pieces the sequence is cut into: as many (split, KV head) blocks as fill the
+    GPU (`target_blocks`) and no more (25 KV heads x 11 splits against 264 slots ran 11 blocks
+    in a second round), each a whole number of key tiles, none of them empty at max_seq."""
     bn = _decode_block(cfg, max_seq)
     if cfg["splits"]:
         return cfg["splits"]
-    want = max(1, min(cdiv(max_seq, bn), cdiv(cfg["target_blocks"], max(hkv, 1))))
+    want = max(1, min(cdiv(max_seq, bn), cfg["target_blocks"] // max(hkv, 1)))
     per = cdiv(cdiv(max_seq, want), bn) * bn                     # keys per split, as the kernel computes it
     return cdiv(max_seq, per)
 

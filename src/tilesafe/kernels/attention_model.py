@@ -121,7 +121,7 @@ def decode_splits(c: dict, s: Decode) -> tuple[int, int]:
     bn = max(16, min(c["block_n"], pow2(s.max_seq)))
     if c.get("splits"):
         return bn, c["splits"]
-    want = max(1, min(cdiv(s.max_seq, bn), cdiv(c["target_blocks"], max(s.kv_heads, 1))))
+    want = max(1, min(cdiv(s.max_seq, bn), c["target_blocks"] // max(s.kv_heads, 1)))
     per = cdiv(cdiv(s.max_seq, want), bn) * bn
     return bn, cdiv(s.max_seq, per)
 
