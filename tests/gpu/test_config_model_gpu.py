@@ -14,7 +14,9 @@ from tilesafe.kernels import config_model as cm
 from tilesafe.kernels import first_use
 
 pytestmark = pytest.mark.gpu
-GEMMS = [cm.Gemm(777, 3072, 1536), cm.Gemm(3001, 1600, 6400), cm.Gemm(5, 1600, 6400), cm.Gemm(1, 4672, 4544)]
+GEMMS = [cm.Gemm(777, 3072, 1536), cm.Gemm(3001, 1600, 6400), cm.Gemm(5, 1600, 6400), cm.Gemm(1, 4672, 4544),
+         # 16 < M <= 128, the streaming rule: split in seven, a 3-stage pipeline for one wave, 32-row tiles
+         cm.Gemm(72, 2560, 9728), cm.Gemm(72, 19456, 2560), cm.Gemm(25, 2560, 4096), cm.Gemm(83, 4608, 3584)]
 FLASH = [cm.Attention(2, 28, 4, 777, 777, 128, True), cm.Attention(1, 71, 1, 1211, 1211, 64, False)]
 
 
@@ -63,6 +65,19 @@ def test_model_decode_config_runs_and_matches_sdpa():
         _close(tk.decode_attention(q, kc, vc, ctx), want)
         for cfg in cm.ranked(cm.Decode(h, hkv, ctx, d), 4):
             _close(tk.decode_attention(q, kc, vc, ctx, config=cfg), want)
+
+
+def test_decode_splits_that_fill_the_slots_match_sdpa():
+    """MHA over a long cache (25 KV heads, 10918 keys: 10 splits of 1152 keys, the last ragged)."""
+    h, ctx, d = 25, 10918, 64
+    q = torch.randn(h, d, device="cuda").bfloat16()
+    kc, vc = (torch.randn(h, ctx, d, device="cuda").bfloat16() for _ in range(2))
+    want = F.scaled_dot_product_attention(q[None, :, None].float(), kc[None].float(), vc[None].float()).view(h, d)
+    with ts.backend("triton"):
+        _close(tk.decode_attention(q, kc, vc, ctx), want)
+        _close(tk.decode_attention(q, kc, vc, torch.tensor([ctx - 700], device="cuda")),
+               F.scaled_dot_product_attention(q[None, :, None].float(), kc[None, :, :ctx - 700].float(),
+                                              vc[None, :, :ctx - 700].float()).view(h, d))
 
 
 def test_first_use_tuning_caches_its_choice_and_a_graph_replays_it(tmp_path, monkeypatch):
