@@ -88,7 +88,8 @@ def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
     count, kt = cdiv(s.m, tiles[0]) * cdiv(s.n, tiles[1]), cdiv(s.k, tiles[2])
     split = max(1, min(SPLITS[-1], cdiv(2 * gpu.sms, count), kt // 4)) if count < FEW_TILES else 1
     per_sm = min(4, cdiv(count, gpu.sms)) if split == 1 else 1    # blocks one SM must hold for one wave
-    fit = (gpu.smem_per_sm // per_sm - 1024 - _smem(*tiles, 0, es)) // _smem(*tiles, 1, es)
+    epilogue, step = _smem(*tiles, 0, es), _smem(*tiles, 1, es) - _smem(*tiles, 0, es)
+    fit = (gpu.smem_per_sm // per_sm - 1024 - epilogue) // step   # stages that let per_sm blocks share an SM
     depth = min(stages[0], fit) if per_sm > 1 and fit >= 3 else stages[0]
     c = {"block_m": tiles[0], "block_n": tiles[1], "block_k": tiles[2], "group": 8, "persistent": False,
          "split_k": split, "min_blocks": gpu.sms, "tail_split": False, "num_warps": 4, "num_stages": depth}
