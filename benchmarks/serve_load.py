@@ -20,9 +20,15 @@ level: output tokens/s and requests/s over the level's wall time, p50/p90/p99.
 
 With --random-weights and --offline, the same requests also run through the offline engine
 in the same batches (`LLM.generate` of C requests at a time, one after another, on the
-engine thread between the server's levels), and the server's throughput is reported as a
-fraction of it. (An offline batch lasts as long as its longest request; the server refills
-freed slots at once, so with mixed output lengths it can beat the offline engine.)
+engine thread between the server's levels; the first batch once untimed, so that its
+shapes are compiled), and the server's throughput is reported as a fraction of it. (An
+offline batch lasts as long as its longest request; the server refills freed slots at
+once, so with mixed output lengths it can beat the offline engine. With one prompt and
+output length, `--prompt-len 128 --output-len 64`, every batch has the shapes of the first,
+so the offline engine compiles nothing while timed: the like-for-like comparison.) The
+in-process server warms up before the first level (every decode bucket and prefill shape,
+`startup_s` in the JSON with the weights' load) and reports `engine_steps` per level; a
+table of the levels ends the output.
 
 --png writes a plot of the levels (throughput, TTFT and ITL percentiles per concurrency, a
 line per prefix length) when matplotlib is installed; `--plot JSON` draws it from a JSON
@@ -59,7 +65,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--kv-blocks", type=int)
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
-    p.add_argument("--requests", type=int, help="requests per level (default 4 x concurrency, at least 8)")
+    p.add_argument("--requests", type=int, help="requests per level (default --requests-per-client x concurrency, "
+                                                  "at least 8)")
+    p.add_argument("--requests-per-client", type=int, default=4)
     p.add_argument("--prompt-len", default="128:512", help="LO:HI or N tokens (uniform)")
     p.add_argument("--output-len", default="128:256", help="LO:HI or N tokens (uniform)")
     p.add_argument("--vocab", type=int, default=1000, help="prompt token ids are drawn below this")
@@ -82,7 +90,9 @@ def main(argv=None) -> int:
     if args.url is None:
         if not args.random_weights:
             p.error("give --url of a running server, or --random-weights SIZE for an in-process one")
+        t = time.perf_counter()
         llm, server, args.url, args.model = _start(args)
+        startup = time.perf_counter() - t
     try:
         httpx = _httpx()
         model = args.model or httpx.get(args.url + "/v1/models").json()["data"][0]["id"]
@@ -91,22 +101,17 @@ def main(argv=None) -> int:
         report = {"url": args.url, "model": model, "random_weights": args.random_weights,
                   "max_num_seqs": args.max_num_seqs, "prompt_len": args.prompt_len, "output_len": args.output_len,
                   "shared_prefix": prefixes, "max_num_batched_tokens": args.max_num_batched_tokens, "levels": levels}
+        if server is not None:         # load + the engine's warm-up (every decode bucket and prefill shape)
+            report["startup_s"] = startup
         for shared, c in [(n, c) for n in prefixes for c in [int(x) for x in args.concurrency.split(",")]]:
-            n = args.requests or max(8, 4 * c)
+            n = args.requests or max(8, args.requests_per_client * c)
             prefix = _ids(random.Random(args.seed + 1 + shared), shared, args.vocab)
             reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
                     for _ in range(n)]
-            warm = [(ids, min(out, 16)) for ids, out in reqs[:c]]
-            asyncio.run(_level(args.url, model, warm, c))
-            hits = server.engine.stats()["prefix_cache_hits"] if server is not None else 0
-            t0 = time.perf_counter()
-            results = asyncio.run(_level(args.url, model, reqs, c))
-            level = {**_summary(c, results, time.perf_counter() - t0), "shared_prefix": shared}
-            if server is not None:     # prompt blocks whose KV the prefix cache held
-                level["prefix_cache_hit_blocks"] = server.engine.stats()["prefix_cache_hits"] - hits
-            if args.offline and server is not None:
-                level["offline_output_tokens_per_s"] = _offline(server, llm, reqs, c)
-                level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
+            try:
+                level = _measure(args, server, llm, model, reqs, c, shared)
+            except Exception as e:     # a failed level is recorded; the others still run
+                level = {"concurrency": c, "shared_prefix": shared, "error": f"{type(e).__name__}: {e}"}
             levels.append(level)
             print(json.dumps(level), flush=True)
             if args.out:               # after every level: a run cut short by a timeout keeps what it measured
@@ -119,7 +124,43 @@ def main(argv=None) -> int:
         print(f"wrote {args.out}", file=sys.stderr)
     if args.png:
         _plot(report, args.png)
+    _table(report)
     return 0
+
+
+def _measure(args, server, llm, model, reqs, c: int, shared: int) -> dict:
+    """One level: a short warm-up round, then the requests through the server (and the
+    offline engine)."""
+    warm = [(ids, min(out, 16)) for ids, out in reqs[:c]]
+    asyncio.run(_level(args.url, model, warm, c))
+    stats = server.engine.stats() if server is not None else {}
+    t0 = time.perf_counter()
+    results = asyncio.run(_level(args.url, model, reqs, c))
+    level = {**_summary(c, results, time.perf_counter() - t0), "shared_prefix": shared}
+    if server is not None:             # prompt blocks whose KV the prefix cache held; engine steps
+        after = server.engine.stats()
+        level["prefix_cache_hit_blocks"] = after["prefix_cache_hits"] - stats["prefix_cache_hits"]
+        level["engine_steps"] = after["steps"] - stats["steps"]
+    if args.offline and server is not None:
+        level["offline_output_tokens_per_s"] = _offline(server, llm, reqs, c)
+        level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
+    return level
+
+
+def _table(report: dict) -> None:
+    """The levels in a few columns (also when some failed)."""
+    print(f"\n{report['model']}  start-up {report.get('startup_s', float('nan')):.1f} s", file=sys.stderr)
+    print(f"{'clients':>7} {'prefix':>6} {'tok/s':>8} {'offline':>8} {'ratio':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
+          f"{'ITL p50':>8} {'ITL p99':>8}  (ms)", file=sys.stderr)
+    for lv in report["levels"]:
+        if "error" in lv:
+            print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6}  error: {lv['error'][:100]}", file=sys.stderr)
+            continue
+        ms = lambda d, k: d.get(k, float("nan")) * 1e3   # noqa: E731
+        print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6} {lv['output_tokens_per_s']:>8.0f} "
+              f"{lv.get('offline_output_tokens_per_s', float('nan')):>8.0f} {lv.get('server_vs_offline', float('nan')):>6.2f} "
+              f"{ms(lv['ttft_s'], 'p50'):>9.1f} {ms(lv['ttft_s'], 'p99'):>9.1f} {ms(lv['itl_s'], 'p50'):>8.2f} "
+              f"{ms(lv['itl_s'], 'p99'):>8.2f}", file=sys.stderr)
 
 
 def _httpx():
@@ -194,6 +235,7 @@ def _offline(server, llm, reqs, c: int) -> float:
     def run(core):
         prompts = [{"prompt_token_ids": ids} for ids, _ in reqs]
         params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
+        llm.generate(prompts[:c], params[:c])   # untimed: compiles the first batch's prefill and decode shapes
         if llm.device.startswith("cuda"):
             import torch
             torch.cuda.synchronize()

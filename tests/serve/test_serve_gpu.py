@@ -18,7 +18,8 @@ def test_async_engine_on_the_gpu_matches_the_offline_engine():
     prompts = [[100 + (37 * i + 11 * j) % 5000 for j in range(8 + 5 * i)] for i in range(12)]
     greedy = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
     want = [llm.generate({"prompt_token_ids": p}, greedy)[0].outputs[0].token_ids for p in prompts]
-    engine = AsyncLLM(llm, kv_blocks=40, block_size=16)     # 640 tokens: fewer than 8 requests reach
+    engine = AsyncLLM(llm, kv_blocks=40, block_size=16,     # 640 tokens: fewer than 8 requests reach
+                      max_num_batched_tokens=128)          # a small budget: a shorter start-up warm-up
     try:
         async def one(p, i):
             toks = []
@@ -84,24 +85,41 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
 @pytest.mark.gpu
 def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
     """EngineCore on the GPU warms up by default: every decode bucket captured greedy and
-    sampled before the first request; requests of every batch size then only replay."""
+    sampled, every prefill step shape run, before the first request; requests of every batch
+    size and prompt length then only replay and compile nothing."""
     from tilesafe.engine.decode_step import bucket_sizes
     from tilesafe.serve.engine_core import EngineCore
     from tilesafe.serve.request import Request
     llm = LLM.from_random("0.6b", device="cuda", max_model_len=256, max_num_seqs=8, progress=False)
-    core = EngineCore(llm, kv_blocks=64, block_size=16)
+    core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=64)
     steps = core.runner.decoder.steps
     assert sorted(steps) == bucket_sizes(8)
     graphs = {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)}
     runs = {b: dict(s.eager_runs) for b, s in steps.items()}
-    params = [SamplingParams(temperature=0 if i % 2 else 0.7, seed=i, max_tokens=6 + 3 * i, ignore_eos=True)
-              for i in range(6)]
-    outs = [[] for _ in params]
-    for i, sp in enumerate(params):
-        core.add(Request(f"w{i}", llm._sequences({"prompt_token_ids": [500 + i, 7, 9 + i]}, sp)[0],
-                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
-    while core.has_work():
-        core.step()
+    from tilesafe.runtime.specialize import Specializer
+    made = []
+    real = Specializer.compiled
+
+    def counting(self, bound, backend, schedule=None):
+        before = len(self.code)
+        code = real(self, bound, backend, schedule)
+        made.append(len(self.code) - before)
+        return code
+    Specializer.compiled = counting
+    try:
+        params = [SamplingParams(temperature=0 if i % 2 else 0.7, seed=i, max_tokens=6 + 3 * i, ignore_eos=True)
+                  for i in range(6)]
+        outs = [[] for _ in params]
+        for i, sp in enumerate(params):
+            prompt = [500 + i + 3 * j for j in range(1 + 11 * i)]           # 1 .. 56 tokens
+            core.add(Request(f"w{i}", llm._sequences({"prompt_token_ids": prompt}, sp)[0],
+                             sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+            core.step()
+        while core.has_work():
+            core.step()
+    finally:
+        Specializer.compiled = real
+    assert sum(made) == 0                                                     # no kernel compiled while serving
     assert [len(o) for o in outs] == [sp.max_tokens for sp in params]
     assert {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)} == graphs   # nothing new
     assert {b: dict(s.eager_runs) for b, s in steps.items()} == runs                       # no eager step

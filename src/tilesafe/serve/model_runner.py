@@ -121,8 +121,8 @@ class ModelRunner:
         """Run the packed forward of every shape a step of up to `max_tokens` tokens takes
         (prefill_pack) — each chunk bucket fresh and after a cached prefix (Triton
         specializes an int start of 1, of a multiple of 16, and any other), one to
-        WARM_CHUNKS chunks beside the decode rows, each row bucket up to two chunks of the
-        largest bucket — all rows padding (no cache write), outputs dropped, so that
+        WARM_CHUNKS chunks beside the decode rows (a step with more compiles its decode
+        rows' attention once), each row bucket a step can reach — all rows padding (no cache write), outputs dropped, so that
         serving compiles nothing."""
         seqs = self.llm.max_num_seqs
         largest = token_bucket(min(max_tokens, self.llm.max_model_len))
@@ -132,7 +132,9 @@ class ModelRunner:
             shapes += [(t, start, 1, 0) for start in (0, 1, 16, 17)]
             t *= 2
         shapes += [(MIN_TOKENS, 0, c, 0) for c in range(2, min(WARM_CHUNKS, seqs) + 1)]
-        shapes += [(MIN_TOKENS, 0, 1, m) for m in prefill_buckets(2 * largest + seqs)]
+        # Rows: chunks of n tokens take at most max(16, 2n - 1) rows, then the sequences' rows.
+        most = 2 * min(max_tokens, seqs * self.llm.max_model_len) + MIN_TOKENS * WARM_CHUNKS + seqs
+        shapes += [(MIN_TOKENS, 0, 1, m) for m in prefill_buckets(most)]
         done = set()
         for t, start, chunks, rows in shapes:
             p = Packed()
