@@ -100,3 +100,12 @@ def test_under_pdl_the_decode_gemvs_prefetch_before_the_wait(hopper, monkeypatch
         pre, wait, loads = _order(k.asm["ptx"])
         assert loads and min(loads) > wait, name
         assert (bool(pre) and max(pre) < wait) if setting else not pre, name
+
+
+def test_the_down_projection_has_its_own_setting(prefetching, monkeypatch):
+    monkeypatch.setattr(LF, "SILU_L2_PREFETCH", 0)
+    x, w = torch.randn(1, 32), torch.randn(16, 32)
+    with ts.backend("reference"), Observer([MM.skinny_kernel, LF.fused_skinny_kernel]) as seen:
+        tk.linear(x, w)
+        tk.silu_mul_linear(torch.randn(1, 64), w)
+    assert seen["skinny_kernel"].consts["L2P"] == 2 and seen["fused_skinny_kernel"].consts["L2P"] == 0

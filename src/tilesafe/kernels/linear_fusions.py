@@ -30,6 +30,10 @@ from .matmul import skinny_tiles, warm_slab
 from .norms import rms_norm
 
 PLAIN, NORM, SILU_MUL = 0, 1, 2                 # prologues
+# K tiles silu_mul_linear's GEMV prefetches before its PDL wait (None: matmul.GEMV_L2_PREFETCH).
+# A down projection follows the gate/up GEMV, whose stream (100 MB at 4B) can evict lines
+# prefetched that early before they are read.
+SILU_L2_PREFETCH = None
 NO_RES, RES_REF, RES_OWN = 0, 1, 2              # residual: none, another tensor, the output itself
 
 
@@ -260,7 +264,8 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     pro = NORM if gt is not None else SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
     common = dict(a=av, up=uv, g=gt if gt is not None else av[0], b=wt.T, PRO=pro,
-                  TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps, **l2_prefetch())
+                  TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps,
+                  **l2_prefetch(SILU_L2_PREFETCH if pro == SILU_MUL else None))
     ending = dict(bias=bias_t, res=resv, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation], RES=res)
     if splits > 1:
         per = cdiv(cdiv(k, bk), splits)                          # K tiles per split (skinny_tiles: none empty)

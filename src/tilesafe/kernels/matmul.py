@@ -29,9 +29,10 @@ GEMV_L2_PREFETCH = 0
 GEMV_L2_KEEP = False        # prefetch with L2 evict-last priority (ts.prefetch(keep=True))
 
 
-def l2_prefetch() -> dict:
-    """The GEMV kernels' L2P and L2K, as set at each launch (a probe may change them between captures)."""
-    return {"L2P": GEMV_L2_PREFETCH, "L2K": GEMV_L2_KEEP}
+def l2_prefetch(tiles: int | None = None) -> dict:
+    """The GEMV kernels' L2P (`tiles`, else GEMV_L2_PREFETCH) and L2K, as set at each launch
+    (a probe may change them between captures)."""
+    return {"L2P": GEMV_L2_PREFETCH if tiles is None else tiles, "L2K": GEMV_L2_KEEP}
 
 
 @ts.function
