@@ -6,7 +6,8 @@ A random tiny Qwen3 (Qwen3's tokenizer, so detokenizing is real) serves `batch` 
 requests that all decode; the model's decode and prefill are replaced by a stand-in that
 writes plausible tokens, so what is timed is everything the engine thread does around the
 GPU: scheduling, block tables and slot mapping, staging the inputs, sampler rows,
-appending tokens, detokenizing, stop checks, outputs to an asyncio loop on another thread
+appending tokens, stop checks (detokenizing too with --detok-on-engine: AsyncLLM leaves it
+to the event loop for requests without stop strings), outputs to an asyncio loop on another thread
 (through AsyncLLM's mailbox: one loop wake-up a step; `--wake-per-output` posts each with
 its own call_soon_threadsafe, as AsyncLLM did before), metrics. Prints the engine thread's CPU µs per decode step (median of the steady-state
 steps; CPU time, so other processes on a busy host do not count) and, with --profile, the top functions by own time.
@@ -39,7 +40,8 @@ class _Collected(list):
     put_nowait = list.append
 
 
-def measure(batch: int, steps: int, profile: bool, metrics: bool, wake_per_output: bool = False) -> dict:
+def measure(batch: int, steps: int, profile: bool, metrics: bool, wake_per_output: bool = False,
+            detok_on_engine: bool = False) -> dict:
     from tilesafe.engine import LLM, SamplingParams
     from tilesafe.serve.engine_core import EngineCore
     from tilesafe.serve.metrics import ServerMetrics
@@ -61,6 +63,8 @@ def measure(batch: int, steps: int, profile: bool, metrics: bool, wake_per_outpu
     params = SamplingParams(temperature=0, max_tokens=steps + 50, ignore_eos=True)
     for i in range(batch):
         seq = llm._sequences({"prompt_token_ids": [100 + i + 7 * j for j in range(40)]}, params)[0]
+        if not detok_on_engine:        # as AsyncLLM does for a request without stop strings: the loop detokenizes
+            seq.detokenizer = None
         core.add(Request(f"r{i}", seq, sink=sink))
     while any(r.uncomputed > 1 for r in core.scheduler.running) or core.scheduler.waiting:
         core.step()                                    # prefill: every request admitted and decoding
@@ -92,9 +96,10 @@ def main(argv=None) -> int:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--no-metrics", action="store_true")
     p.add_argument("--wake-per-output", action="store_true", help="one call_soon_threadsafe per output (the old sink)")
+    p.add_argument("--detok-on-engine", action="store_true", help="detokenize on the engine thread (as before)")
     args = p.parse_args(argv)
     stub_model()
-    rows = [measure(int(b), args.steps, args.profile, not args.no_metrics, args.wake_per_output)
+    rows = [measure(int(b), args.steps, args.profile, not args.no_metrics, args.wake_per_output, args.detok_on_engine)
             for b in args.batch.split(",")]
     print(f"\n{'batch':>6} {'host us/step':>13} {'us/token':>9}")
     for r in rows:

@@ -235,3 +235,40 @@ def test_an_engine_thread_that_dies_fails_its_requests_instead_of_hanging(llm, m
     seen: list = []
     engine.thread.add(req)                     # posted after the loop died: answered at once
     assert len(seen) == 1 and isinstance(seen[0], ValueError)
+
+
+def test_text_is_made_on_the_event_loop_unless_a_stop_string_needs_it(llm, alone, monkeypatch):
+    """Old code: every request was detokenized on the engine thread."""
+    from tilesafe.engine.detokenize import IncrementalDetokenizer
+    from tilesafe.serve.engine_core import EngineCore
+    threads = []
+    real = IncrementalDetokenizer.add
+
+    def add(self, token_id):
+        import threading
+        threads.append(threading.current_thread().name)
+        return real(self, token_id)
+    monkeypatch.setattr(IncrementalDetokenizer, "add", add)
+    seen = []
+    real_add = EngineCore.add
+
+    def core_add(self, req):
+        seen.append(req.seq.detokenizer is None)
+        return real_add(self, req)
+    monkeypatch.setattr(EngineCore, "add", core_add)
+    engine = AsyncLLM(llm)
+    try:
+        plain = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+        stopped = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, stop=["w3"])
+        text, tokens, last = asyncio.run(collect(engine, "w5 w6", plain, "p"))
+        on_engine = [t for t in threads if t == "tilesafe-engine"]
+        threads.clear()
+        stop_text, _, stop_last = asyncio.run(collect(engine, "w5 w6", stopped, "s"))
+    finally:
+        engine.shutdown()
+    want, want_stop = alone("w5 w6", plain), alone("w5 w6", stopped)
+    assert (text, tokens, last.finish_reason) == (want.text, want.token_ids, want.finish_reason)
+    assert (stop_text, stop_last.finish_reason, stop_last.stop_reason) == \
+        (want_stop.text, want_stop.finish_reason, want_stop.stop_reason)
+    assert seen == [True, False] and on_engine == []            # plain: on the loop; a stop string: on the engine
+    assert "tilesafe-engine" in threads

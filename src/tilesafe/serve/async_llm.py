@@ -8,7 +8,10 @@
 
 Every request is checked and tokenized by the offline engine's own rules (`RequestError`
 before anything runs, raised from `generate` at its first iteration); the engine thread
-(`EngineThread`) runs the batch. Closing the generator early — `aclose()`, leaving
+(`EngineThread`) runs the batch. A request without stop strings is detokenized here, on
+the event loop, not on the engine thread (whose host time between GPU steps is the step's
+critical path); stop strings need the text where the stop is decided, so those requests
+are detokenized by the engine. Closing the generator early — `aclose()`, leaving
 `async with contextlib.aclosing(engine.generate(...))`, a cancelled task, a client that
 disconnected — aborts the request. (A bare `break` closes it only when Python finalizes it:
 at garbage collection or the end of the event loop, whose closing also aborts it.)
@@ -48,6 +51,11 @@ class AsyncLLM:
     async def generate(self, prompt, params: SamplingParams | None = None, request_id: str | None = None):
         """Yield `StreamOutput`s of one request until (and including) the finished one."""
         seq = self.check(prompt, params)
+        detok = None
+        if seq.detokenizer is not None and not seq.params.stop:
+            # No stop string needs the text on the engine thread: this loop detokenizes, while
+            # the engine thread waits on the GPU (text_of).
+            detok, seq.detokenizer = seq.detokenizer, None
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         if request_id in self._live:
             raise request_error(f"AsyncLLM.generate: request id {request_id!r} is already in flight",
@@ -71,6 +79,8 @@ class AsyncLLM:
                     raise out
                 assert isinstance(out, StreamOutput)
                 finished = out.finished
+                if detok is not None:
+                    out.text = text_of(detok, out)
                 yield out
         finally:
             self._live.discard(request_id)
@@ -94,3 +104,12 @@ class AsyncLLM:
     def shutdown(self) -> None:
         """Cancel the requests in flight (they end with finish_reason 'abort') and stop the thread."""
         self.thread.stop()
+
+
+def text_of(detok, out: StreamOutput) -> str:
+    """The text of an output's new tokens, as the engine's Sequence would have made it: each
+    token's piece, then, when the request ends (not aborted), what the detokenizer held."""
+    text = "".join([detok.add(t) for t in out.token_ids])
+    if out.finished and out.finish_reason != "abort":
+        text += detok.finish()
+    return text
