@@ -2,9 +2,10 @@
 machine, with the device work stubbed out (profile_host_path.stub_device_work).
 
 For each call: host µs per call (the fastest of several rounds of process time, fresh torch
-views every call as host_overhead.py makes them) and Python function calls per call (counted
-by a profile hook over a few calls), once with call plans' fast form and once without it
-(`CallHit.of` returning None: every hit redoes the plan, the path before the fast form).
+views every call as host_overhead.py makes them) and function calls per call (counted by a
+profile hook over a few calls: all, and the Python functions among them), once with call
+plans' fast form and once without it (`CallHit.of` returning None: every hit redoes the
+plan, the path before the fast form).
 Also a user kernel launched with new tilesafe tensors from torch every call.
 
     cd benchmarks && PYTHONPATH=../src python host_path_hits.py                # reference backend
@@ -31,20 +32,26 @@ from tilesafe.kernels import call_hits
 CASES = ("linear M=1", "add", "rms_norm", "rope", "embedding", "argmax", "decode_attention")
 
 
-def us_and_calls(fn, tensors: dict, calls: int, repeats: int) -> tuple[float, float]:
+def us_and_calls(fn, tensors: dict, calls: int, repeats: int) -> tuple[float, float, float]:
+    """(µs per call, function calls per call, of them Python functions) — the stand-ins'
+    own functions (this script's) left out of the Python count."""
     best = us_per_call(fn, tensors, calls, repeats, warmup=30)
     fresh = Fresh(tensors, 20)                      # new views of the same memory for the count
-    counted = [0]
+    counted = [0, 0]
 
     def hook(frame, event, arg):
-        if event in ("call", "c_call"):
+        if event == "c_call":
             counted[0] += 1
+        elif event == "call":
+            counted[0] += 1
+            if frame.f_code.co_filename != __file__:
+                counted[1] += 1
     views = [fresh.next() for _ in range(20)]
     sys.setprofile(hook)
     for v in views:
         fn(v)
     sys.setprofile(None)
-    return best, counted[0] / 20
+    return best, counted[0] / 20, counted[1] / 20
 
 
 def user_kernel_case() -> tuple:
@@ -83,11 +90,11 @@ def main() -> None:
                 rows.append((f"{c.name} ({form})", *measured))
         call_hits.CallHit.of = fast_form
         fn, tensors = user_kernel_case()
-        us, n = us_and_calls(fn, tensors, a.calls, a.repeats)
-        rows.append(("user kernel, fresh tensors", (us, n), (us, n)))
-    print(f"{'call':32s} {'before us':>10s} {'calls':>7s} {'after us':>10s} {'calls':>7s}")
-    for name, (b_us, b_n), (f_us, f_n) in rows:
-        print(f"{name:32s} {b_us:10.1f} {b_n:7.0f} {f_us:10.1f} {f_n:7.0f}", flush=True)
+        measured = us_and_calls(fn, tensors, a.calls, a.repeats)
+        rows.append(("user kernel, fresh tensors", measured, measured))
+    print(f"{'call':32s} {'before us':>10s} {'calls':>7s} {'(py)':>5s} {'after us':>10s} {'calls':>7s} {'(py)':>5s}")
+    for name, (b_us, b_n, b_py), (f_us, f_n, f_py) in rows:
+        print(f"{name:32s} {b_us:10.1f} {b_n:7.0f} {b_py:5.0f} {f_us:10.1f} {f_n:7.0f} {f_py:5.0f}", flush=True)
 
 
 def gpu_stand_in() -> None:
