@@ -82,16 +82,21 @@ class PrefillGraphs:
 
     def run(self, ids: list[int], slot: int, row: int) -> tuple[int, float]:
         """Prefill one prompt (positions 0 ..) into cache slot `slot`; its next token."""
+        base = slot * self.model.cache.max_model_len
+        return self.run_rows(ids, np.arange(base, base + len(ids), dtype=np.int32), row)
+
+    def run_rows(self, ids: list[int], cache_rows, row: int) -> tuple[int, float]:
+        """Prefill one prompt (positions 0 ..) whose token i goes to cache row cache_rows[i]
+        (a paged cache's slot mapping: the serving engine); its next token."""
         n = len(ids)
         if not self.fits(n):
             raise ValueError(f"PrefillGraphs: {n} tokens, buckets hold 1 .. {self.max_tokens}")
         b = self._bucket(self.bucket(n))
         size = b.a.ids.shape[0]
-        base = slot * self.model.cache.max_model_len
         h = b.host                                         # (3 B + 1,): ids, positions (fixed), slots, last
         h[:n] = ids
         h[n:size] = 0
-        h[2 * size:2 * size + n] = np.arange(base, base + n, dtype=np.int32)
+        h[2 * size:2 * size + n] = cache_rows
         h[2 * size + n:3 * size] = -1                       # padding rows write no key or value
         h[3 * size] = n - 1
         self._forward(b, b.staged)

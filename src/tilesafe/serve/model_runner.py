@@ -18,6 +18,13 @@ join that pass as one-token chunks after it (a decoding request's next token is 
 uncomputed token), so the weights are read once a step, not twice; their attention is one
 `paged_decode_attention` over them.
 
+Split steps (on a GPU, where the packed forward would run eagerly: tens of ms of host
+time at 4B): when every prefill chunk of a step starts its prompt, the decode rows run in
+their captured bucket and each chunk through the offline engine's prefill graph of its
+token bucket (`engine.prefill_graphs`, writing through the request's slot mapping). Other
+steps (a cached prefix, a prompt's later chunk) run the packed forward, padded to
+bucketed shapes (`prefill_pack`) so that the start-up warm-up has compiled them.
+
 Decode: one token per decoding request, batched in the smallest bucket that holds them —
 the offline engine's decode steps over the paged cache (`engine.decode_step.DecodeSteps`,
 `run_paged`: pinned inputs with block tables updated incrementally, one host sync a step,
@@ -35,7 +42,9 @@ from ..engine.errors import request_error
 from ..engine.kv_cache import PagedKVCache, cache_bytes
 from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
+from ..engine.prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs
 from ..engine.prefill_graphs import bucket_sizes as prefill_buckets
+from ..engine.sampler import Sampler
 from .block_manager import BlockManager
 from .prefill_pack import MIN_TOKENS, Packed, pack, pad_rows, table_width, token_bucket
 from .request import Request
@@ -46,7 +55,7 @@ WARM_CHUNKS = 4       # prefill chunks in one step that warm-up covers (a burst 
 
 class ModelRunner:
     def __init__(self, llm, blocks: BlockManager, max_tokens: int, pad_decode: bool = True,
-                 pad_prefill: bool = True):
+                 pad_prefill: bool = True, split_prefill: bool | None = None):
         self.llm, self.blocks = llm, blocks
         self.pad_prefill = pad_prefill                       # prefill steps padded to bucketed shapes
         nb, bs = blocks.num_blocks, blocks.block_size
@@ -57,11 +66,20 @@ class ModelRunner:
             with llm._on_device():
                 cache = PagedKVCache.allocate(llm.config, nb, bs, llm.max_model_len, llm.dtype, llm.device)
         self.cache = cache
-        self.model = Qwen3Model(llm.config, llm.model.w, cache, llm.sampler)
+        # Its own sampler: rows 0.. for a decode bucket, the rows after them for the fresh
+        # prompts of a split step (up to max_num_seqs of each).
+        with llm._on_device():
+            self.sampler = Sampler(2 * llm.max_num_seqs, llm.device, llm.sampler.rng)
+        self.model = Qwen3Model(llm.config, llm.model.w, cache, self.sampler)
         self.max_blocks = -(-llm.max_model_len // bs)
-        self.table_width = table_width(self.max_blocks, bs, min(max_tokens, llm.max_model_len))   # packed forwards
-        self.decoder = DecodeSteps(self.model, llm.dtype, llm.device, llm.decode_steps.use_graph,
+        max_chunk = min(max_tokens, llm.max_model_len)
+        self.table_width = table_width(self.max_blocks, bs, max_chunk)       # packed forwards
+        use_graph = llm.decode_steps.use_graph
+        self.decoder = DecodeSteps(self.model, llm.dtype, llm.device, use_graph,
                                    llm.decode_steps.pdl, paged=(self.max_blocks, llm.max_num_seqs), pad=pad_decode)
+        self.split_prefill = use_graph if split_prefill is None else split_prefill
+        self.graphs = PrefillGraphs(self.model, llm.dtype, llm.device, min(max_chunk, MAX_GRAPH_TOKENS), use_graph) \
+            if self.split_prefill else None
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
         self.passes = 0                                      # forward passes run (one a step)
 
@@ -72,7 +90,30 @@ class ModelRunner:
         if not prefill:
             self.decode(decode)
             return list(decode)
+        if self.graphs is not None and all(not r.computed and self.graphs.fits(n) for r, n in prefill):
+            return self.split(prefill, decode)
         return self.prefill(list(prefill), list(decode))
+
+    def split(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
+        """A step whose prefill chunks all start a prompt (nothing cached): the decode rows in
+        their captured bucket, then each chunk through the prefill graph of its token bucket
+        (PrefillGraphs, writing through the request's slot mapping). The weights are read
+        once more per chunk, but every pass is a replay, where the packed forward runs
+        eagerly (tens of ms of host time at 4B). Returns the requests that got a token."""
+        b = self.decoder.bucket(len(decode)) if decode else 0
+        self._set_rows(decode, pad_to=b, extra=[r for r, _ in prefill])
+        done = []
+        if decode:
+            self._decode(decode)
+            done += decode
+        for j, (r, n) in enumerate(prefill):
+            ids = (r.seq.prompt_ids + r.seq.tokens)[:n]
+            token, logprob = self.graphs.run_rows(ids, self.blocks.slots(r.request_id, 0, n), b + j)
+            self.passes += 1
+            if r.uncomputed == n:                  # the whole prompt: its next token
+                r.seq.append(token, logprob)
+                done.append(r)
+        return done
 
     def prefill(self, chunks: list[tuple[Request, int]], decode: list[Request] = ()) -> list[Request]:
         """Compute the KV of each (request, n): its next n uncomputed tokens, and of each
@@ -150,9 +191,12 @@ class ModelRunner:
 
     def decode(self, reqs: list[Request]) -> None:
         """One token for each request: each feeds back its newest token."""
+        self._set_rows(reqs, pad_to=self.decoder.bucket(len(reqs)))
+        self._decode(reqs)
+
+    def _decode(self, reqs: list[Request]) -> None:
+        """The decode step of `reqs` (their sampler rows set: rows 0.., then the bucket's)."""
         bm = self.blocks
-        b = self.decoder.bucket(len(reqs))
-        self._set_rows(reqs, pad_to=b)
         bs = bm.block_size
         ids, positions, rows, tables = [], [], [], []
         for r in reqs:
@@ -173,6 +217,8 @@ class ModelRunner:
         shape of a prefill step of up to `max_tokens` tokens, before the first request: their
         rows are padding, so the cache is not written."""
         self.decoder.warm_up()
+        if self.graphs is not None:
+            self.graphs.warm_up()
         if self.pad_prefill:
             self.warm_up_prefill(max_tokens)
 
@@ -180,16 +226,18 @@ class ModelRunner:
         """Someone else wrote the sampler's rows (LLM.generate): set them again next step."""
         self._rows = None
 
-    def _set_rows(self, reqs: list[Request], pad_to: int = 0) -> None:
-        """Sampler row i: request i's parameters, seed and Philox step (tokens generated)."""
+    def _set_rows(self, reqs: list[Request], pad_to: int = 0, extra: list[Request] = ()) -> None:
+        """Sampler row i: request i's parameters, seed and Philox step (tokens generated);
+        then idle (greedy) rows up to pad_to, then the `extra` requests'."""
         pad = max(pad_to - len(reqs), 0)
-        key = (tuple(reqs), pad)
-        sampler = self.llm.sampler
+        key = (tuple(reqs), pad, tuple(extra))
+        rows = list(reqs) + [None] * pad + list(extra)
+        sampler = self.sampler
         if self._rows != key:
-            sampler.set_rows([r.seq.params for r in reqs] + [IDLE] * pad, [r.seq.seed for r in reqs] + [0] * pad)
+            sampler.set_rows([r.seq.params if r else IDLE for r in rows], [r.seq.seed if r else 0 for r in rows])
             self._rows = key
-        if not sampler.all_greedy(len(reqs) + pad):     # greedy rows draw no random number: no upload
-            sampler.set_steps([len(r.seq.tokens) for r in reqs] + [0] * pad)
+        if not sampler.all_greedy(len(rows)):     # greedy rows draw no random number: no upload
+            sampler.set_steps([len(r.seq.tokens) if r else 0 for r in rows])
 
 
 def _check_memory(llm, num_blocks: int, block_size: int) -> None:

@@ -1,0 +1,33 @@
+"""A step whose prefill chunks all start their prompt runs split (ModelRunner.split): the
+decode rows in their bucket's step, each fresh prompt through the prefill graph of its token
+bucket (engine/prefill_graphs.py, writing through the request's slot mapping; eager on the
+CPU, replayed on a GPU) — with the tokens each prompt gets alone, greedy and seeded; steps
+with a cached prefix or a later chunk keep the packed forward."""
+from tilesafe.engine import SamplingParams
+from tilesafe.serve.engine_core import EngineCore
+from tilesafe.serve.request import Request
+
+
+def test_fresh_prompts_beside_decodes_run_split_and_keep_their_tokens(llm, llm_one_seq):
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=8, split_prefill=True)
+    runner = core.runner
+    ways = []
+    split, packed = runner.split, runner.prefill
+    runner.split = lambda *a: ways.append("split") or split(*a)
+    runner.prefill = lambda *a: ways.append("packed") or packed(*a)
+    prompts = [[2, 4, 6], [8, 10, 12, 14, 16], [3, 5], [7, 9, 11, 13, 15, 17, 19, 21, 23, 25]]   # the last: 2 chunks
+    params = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+              SamplingParams(temperature=0.8, top_k=20, seed=4, max_tokens=5, ignore_eos=True)]
+    outs = [[] for _ in prompts]
+    for i, p in enumerate(prompts):          # one arrives per step: its prefill beside the others' decodes
+        core.add(Request(f"s{i}", llm._sequences({"prompt_token_ids": p}, params[i % 2])[0],
+                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+        core.step()
+    while core.has_work():
+        core.step()
+    want = [llm_one_seq.generate({"prompt_token_ids": p}, params[i % 2])[0].outputs[0].token_ids
+            for i, p in enumerate(prompts)]
+    assert outs == want
+    assert ways.count("split") >= 4 and "packed" in ways      # the long prompt's second chunk: packed
+    assert runner.passes > core.steps                          # a split step: one pass per fresh prompt more
+    assert sorted(runner.graphs.buckets) == [16]
