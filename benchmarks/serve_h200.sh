@@ -10,7 +10,7 @@
 # has the first's shapes (like for like: neither side compiles while timed).
 # Writes serve_load_{4b,8b}.json and .log to OUT; each JSON is rewritten after every level,
 # so a timeout keeps the levels measured.
-# Usage: bash benchmarks/serve_h200.sh OUT [SECONDS_4B [SECONDS_8B]]   (default 85, 60)
+# Usage: bash benchmarks/serve_h200.sh OUT [SECONDS_4B [SECONDS_8B]]   (default 95, 55)
 set -uo pipefail
 out=${1:?out dir}
 mkdir -p "$out"
@@ -26,6 +26,6 @@ run() {   # size, concurrency levels, seconds
         --requests-per-client 2 --out "$out/serve_load_$1.json" > "$out/serve_load_$1.log" 2>&1 || rc=$?
     tail -9 "$out/serve_load_$1.log"
 }
-run 4b 1,8,32,128 "${2:-85}"
-run 8b 128,32,1,8 "${3:-60}"
+run 4b 1,8,32,128 "${2:-95}"
+run 8b 128,32,8,1 "${3:-55}"
 exit $rc
