@@ -43,7 +43,7 @@ class PlannedLaunch:
     for the root itself)."""
     __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values",
                  "pointers", "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
-                 "items", "byte_strides", "writes", "offsets", "shapes")
+                 "items", "byte_strides", "writes", "offsets", "shapes", "launched")
 
     def __init__(self, kernel, entry, access, scalars: dict):
         plan = entry.plan
@@ -99,6 +99,10 @@ class PlannedLaunch:
             if mode == _NONE:
                 return False
             if mode == _GPU:
+                # What every GPU launch of this layout ran (the same facts each time), made once.
+                launched = self.launched = Launched.__new__(Launched)
+                launched.consts, launched.scalars, launched.grid, launched.compiled = \
+                    self.plan.consts, self.scalars, self.plan.grid, self.compiled
                 self._on_gpu(roots, args, ptrs)
                 return True
         execute(self.compiled, bound)
@@ -130,10 +134,7 @@ class PlannedLaunch:
             stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
         done = Completion(None, stream, tuple([a[0] for a in args]), stream_obj)   # event made lazily
         record_launch(states, sets, writes, done, stream)
-        launched = Launched.__new__(Launched)
-        launched.consts, launched.scalars, launched.grid, launched.compiled = \
-            self.plan.consts, self.scalars, self.plan.grid, self.compiled
-        self.kernel.last_launch = launched
+        self.kernel.last_launch = self.launched
 
     # -- views, when something needs one ---------------------------------------------------
     def _view(self, k: int, roots):
