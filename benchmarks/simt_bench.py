@@ -49,9 +49,10 @@ def _raw_kernels():
         n = x.shape[0]
         acc = float32(0.0)
         i = cuda.grid(1)
-        while i + 3 * stride < n:
-            acc += (x[i] + x[i + stride]) + (x[i + 2 * stride] + x[i + 3 * stride])
-            i += 4 * stride
+        while i + 7 * stride < n:      # the safe example's form: eight reads in flight a thread
+            for u in range(8):
+                acc += x[i + u * stride]
+            i += 8 * stride
         while i < n:
             acc += x[i]
             i += stride
@@ -125,20 +126,20 @@ def _raw_kernels():
             out[r, c] = tile[tx, ty]
 
     @cuda.jit
-    def transpose(out, x):      # the safe example's form: a 32 x 8 block, 4 elements a thread, loads first
-        tile = cuda.shared.array((32, 33), float32)
-        v = cuda.local.array(4, float32)
+    def transpose(out, x):      # the safe example's form: a 64 x 8 block, 8 elements a thread, loads first
+        tile = cuda.shared.array((64, 65), float32)
+        v = cuda.local.array(8, float32)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        r0, c0 = cuda.blockIdx.x * 32, cuda.blockIdx.y * 32
-        for j in range(4):
+        r0, c0 = cuda.blockIdx.x * 64, cuda.blockIdx.y * 64
+        for j in range(8):
             r, c = r0 + ty + j * 8, c0 + tx
             v[j] = x[r, c] if r < x.shape[0] and c < x.shape[1] else float32(0.0)
-        for j in range(4):
+        for j in range(8):
             tile[ty + j * 8, tx] = v[j]
         cuda.syncthreads()
-        for j in range(4):
+        for j in range(8):
             v[j] = tile[tx, ty + j * 8]
-        for j in range(4):
+        for j in range(8):
             r, c = c0 + ty + j * 8, r0 + tx
             if r < out.shape[0] and c < out.shape[1]:
                 out[r, c] = v[j]
@@ -245,7 +246,7 @@ def workloads(quick: bool):
         x = torch.randn(n, device="cuda")
         total = torch.zeros(1, device="cuda")
         dt, dx = arr(total), arr(x)
-        blocks = torch.cuda.get_device_properties(0).multi_processor_count * 8
+        blocks = torch.cuda.get_device_properties(0).multi_processor_count * block_sum.BLOCKS_PER_SM
         copy_out = torch.empty_like(x)
 
         def safe():
@@ -276,7 +277,7 @@ def workloads(quick: bool):
         copy_out = torch.empty_like(x)
         return dict(bytes=2 * 4 * r * c, copy_bytes=2 * 4 * r * c, out=out, want=lambda: x.t(),
                     safe=lambda: transpose.transpose(out, x),
-                    raw=lambda: RAW["transpose"][(r // 32, c // 32), (32, 8)](do, dx),
+                    raw=lambda: RAW["transpose"][(r // 64, c // 64), (64, 8)](do, dx),
                     raw_per_thread=lambda: RAW["transpose_per_thread"][(r // 32, c // 32), (32, 32)](do, dx),
                     torch=lambda: x.t().contiguous(), copy=lambda: copy_out.copy_(x))
 

@@ -381,9 +381,9 @@ def transposes(pr: Probe):
                 pr.case(group, f"raw {t_dim}x{t_dim} tile, block {t_dim}x8 loads-first, no index wraparound", nbytes,
                         build_plain, check)
             if dtype == torch.float32:
-                pr.case(group, "safe example transpose (32x32 tile, block 32x8)", nbytes,
+                pr.case(group, "safe example transpose (64x64 tile, block 64x8)", nbytes,
                         lambda: poisoned(lambda: example.transpose(out, x)), check)
-            for t_dim, rows in ((32, 8), (64, 8)) if dtype == torch.float16 else ((64, 8),):
+            for t_dim, rows in ((32, 8), (64, 8)) if dtype == torch.float16 else ((32, 8),):
                 def build(t_dim=t_dim, rows=rows):
                     k = safe_transpose(t_dim, rows, tsd)
                     return poisoned(lambda: k(out, x))
@@ -422,9 +422,9 @@ def sums(pr: Probe):
             k = raw_sum(unroll, vec)
             return zeroed(lambda: k[sms * per_sm, 256](dt, dx))
         pr.case(group, f"raw {'float4' if vec else 'scalar'} x{unroll}, {per_sm} blocks/SM", nbytes, build, check)
-    pr.case(group, "safe example sum_all (launch_sum's grid)", nbytes,
+    pr.case(group, f"safe example sum_all (launch_sum's grid: {example.BLOCKS_PER_SM} blocks/SM)", nbytes,
             lambda: zeroed(lambda: example.launch_sum(total, x)), check)
-    for unroll in (8,):
+    for unroll in (8, 16):
         for per_sm in (8, 16):
             def build(unroll=unroll, per_sm=per_sm):
                 k = safe_sum(unroll)
@@ -440,8 +440,6 @@ def sums(pr: Probe):
     def check_b():
         return None if torch.allclose(out, want_b, rtol=1e-3, atol=1e-2) else "block sums differ"
     pr.case(group, "torch.sum(x.view(-1, K), 1)", nbytes, lambda: (lambda: torch.sum(x.view(-1, k_slab), 1)))
-    pr.case(group, "raw (bench's: K a runtime argument)", nbytes,
-            lambda: (lambda: _bench_raw()["block_sum"][n // k_slab, 256](do, dx, k_slab)), check_b)
 
     for unrolled in (False, True):
         def build_const(unrolled=unrolled):
@@ -450,14 +448,6 @@ def sums(pr: Probe):
         pr.case(group, f"raw, K a compile-time constant{', unrolled (the safe form)' if unrolled else ''}", nbytes,
                 build_const, check_b)
     pr.case(group, "safe example block_sum", nbytes, lambda: (lambda: example.block_sum(out, x, K=k_slab)), check_b)
-
-
-def _bench_raw():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import simt_bench
-    if not simt_bench.RAW:
-        simt_bench._raw_kernels()
-    return simt_bench.RAW
 
 
 def table(pr: Probe) -> str:

@@ -119,9 +119,9 @@ def main():
     compiled(histogram.histogram256, {})[(1,), (256,)](bins, w, 700, err)
     check("histogram256", bins, np.bincount(w, minlength=256))
 
-    a = rng.standard_normal((36, 40), dtype=np.float32)     # tile (0, 0) whole (loads first), the others ragged
-    t = np.full((40, 36), np.nan, np.float32)
-    compiled(transpose.transpose, {})[(2, 2), (32, 8)](t, a, 36, 40, err)
+    a = rng.standard_normal((100, 64), dtype=np.float32)    # tile (0, 0) whole (loads first), tile (1, 0) ragged
+    t = np.full((64, 100), np.nan, np.float32)
+    compiled(transpose.transpose, {})[(2, 1), (64, 8)](t, a, 100, 64, err)
     check("transpose", t, a.T)
 
     a = rng.standard_normal((12, 21), dtype=np.float32)     # K = 21: two tiles, the second ragged

@@ -14,7 +14,7 @@ RATCHET = {
     sgemm.sgemm: (2, []),
     top_p.top_p_sample: (0, []),
     row_rotate.rotate_rows: (0, ["row", "x"]),
-    block_sum.sum_all: (0, ["x", "x"]),       # the four-wide loop and the rest: loads unconditional
+    block_sum.sum_all: (0, ["x", "x"]),       # the eight-wide loop and the rest: loads unconditional
 }
 
 

@@ -1,6 +1,6 @@
 """simt.chunk(k) on rank-2 targets (a column of k rows a thread, rows strided by block y), the
 `% T` bound that proves tile reads, and the loads-first lowering of such walks (issue 18: the
-transpose's 32 x 8 block moving 4 elements a thread)."""
+transpose's 64 x 8 block moving 8 elements a thread)."""
 import numpy as np
 import pytest
 import torch
@@ -81,13 +81,13 @@ def test_modulo_by_a_constant_bounds_a_negative_operand():
     assert rotate_left.checks()["checked_reads"] == []
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (32, 32), (37, 45), (64, 33)])
-def test_the_transpose_example_moves_four_elements_a_thread(shape):
+@pytest.mark.parametrize("shape", [(1, 1), (64, 64), (37, 45), (130, 70)])
+def test_the_transpose_example_moves_eight_elements_a_thread(shape):
     x = torch.randn(*shape)
     out = torch.full(shape[::-1], float("nan"))
     example.transpose(out, x).sync()
     torch.testing.assert_close(out, x.t(), rtol=0, atol=0)
-    assert example.transpose.contract.block == (32, 8)
+    assert example.transpose.contract.block == (64, 8)
     assert example.transpose.checks() == {"proven_reads": 1, "checked_reads": [], "checked_atomics": []}
 
 
@@ -96,9 +96,9 @@ def test_rank2_chunk_walks_read_first_and_store_after():
     text = example.transpose.numba_source(torch.empty(36, 40), x)
     body = text[text.index("def simt_transpose"):]
     fast = body[body.index("__v"):body.index("else:")]          # the tile's whole-chunk path
-    loads = [fast.index(f"__get2(x, bx * 32 + __p__h{k}") for k in (3, 4, 5, 6)]
-    stores = [fast.index(f"__put2(tile, __p__h{k}, __p__c2, ") for k in (3, 4, 5, 6)]
-    assert max(loads) < min(stores)                             # four reads in flight, then four stores
+    loads = [fast.index(f"__get2(x, bx * 64 + __p__h{k}") for k in range(3, 11)]
+    stores = [fast.index(f"__put2(tile, __p__h{k}, __p__c2, ") for k in range(3, 11)]
+    assert max(loads) < min(stores)                             # eight reads in flight, then eight stores
 
 
 def test_checked_reads_record_the_line_without_a_branch():
