@@ -100,12 +100,18 @@ class MemoryMap:
 
     def _settle(self) -> None:
         """Drop the entries whose storages all died (queued by the weakref callbacks)."""
-        while self._died:
-            entry = self._died.popleft()()
+        died = self._died
+        while died:
+            entry = died.popleft()()
             if entry is None:
                 continue
-            entry._storages = [r for r in entry._storages if r() is not None]
-            if not entry._storages:
+            storages = entry._storages
+            if len(storages) == 1:      # the common case: the one storage of new memory died
+                if storages[0]() is None:
+                    storages.clear()
+            else:
+                storages = entry._storages = [r for r in storages if r() is not None]
+            if not storages:
                 self.remove(entry)
 
     def __len__(self) -> int:
