@@ -65,12 +65,15 @@ SMEM_RESERVE = 16 * 1024       # shared memory Triton may take beside the pipeli
 # 16 < m <= 128 rows (a decode batch, a short prefill) stream the weight: the time is its bytes,
 # and the H200 measured one rule's tiles best at M = 32 and 72 on the Qwen3-4B/8B weights
 # (benchmarks/probes/shapes_probe.py, round 1 of session 16: tune-candidates-s16-shapes.json):
-# 32 x 64 x 128 tiles up to 32 rows, 64 x 128 x 64 above (both 4 warps), split over K only
-# when the output has few tiles (a block alone pulls ~40-55 GB/s: 40 tiles unsplit ran the 4B
-# down projection at M = 32 in 35 us, split in seven 23.6 us), the deepest pipeline that still
-# lets every tile run in one wave (304 tiles of the 4B gate_up projection at M = 72: 3 stages,
-# three blocks per SM, 37.2 us; 8 stages, one per SM, 43.1), where the model's ranking, which
-# prices a K step by its latency alone, took 1.1-1.7x the best time.
+# 32 x 64 x 128 tiles up to 32 rows, split over K when the output has few tiles (a block
+# alone pulls ~40-55 GB/s: 40 tiles unsplit ran the 4B down projection at M = 32 in 35 us,
+# split in seven 23.6 us); 64 x 128 x 64 above, where the output has >= 48 such tiles (with
+# fewer, round 2 timed the rule's split in seven slower than the model's own choice on all five
+# Qwen3 shapes, e.g. 4B o at M = 72: 21.1 against 15.1 us, so the model chooses there); both 4
+# warps, with the deepest pipeline that still lets every tile run in one wave (304 tiles of the
+# 4B gate_up projection at M = 32: 3 stages, three blocks per SM, 27.5 us; 8 stages, one per SM,
+# 34.8). Where it applies, the model's ranking, which prices a K step by its latency alone, took
+# 1.1-1.7x the rule's time.
 STREAM_M = 128                 # rows up to which `streaming_choice` picks the config
 FEW_TILES = 48                 # output tiles below which a streaming product splits over K
 
@@ -86,6 +89,8 @@ def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
     if not stages:
         return None
     count, kt = cdiv(s.m, tiles[0]) * cdiv(s.n, tiles[1]), cdiv(s.k, tiles[2])
+    if count < FEW_TILES and s.m > 32:
+        return None                    # few 64 x 128 tiles: split in seven they lost to the model's choice
     split = max(1, min(SPLITS[-1], cdiv(2 * gpu.sms, count), kt // 4)) if count < FEW_TILES else 1
     per_sm = min(4, cdiv(count, gpu.sms)) if split == 1 else 1    # blocks one SM must hold for one wave
     epilogue, step = _smem(*tiles, 0, es), _smem(*tiles, 1, es) - _smem(*tiles, 0, es)
