@@ -45,6 +45,8 @@ def place() -> tuple | None:
         if code not in _OURS:
             name = frame.f_globals.get("__name__", "")
             if not (name == "tilesafe" or name.startswith("tilesafe.")):
+                if len(_THEIRS) >= 4096:    # code made at run time (exec, notebook cells): start over
+                    _THEIRS.clear()
                 _THEIRS.add(code)
                 return (code.co_filename, frame.f_lineno)
             _OURS.add(code)
