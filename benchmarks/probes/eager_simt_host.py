@@ -3,8 +3,8 @@
 Side by side in one run (benchmarks/host_timing.py: rows of calls with the clock around the row,
 the device synchronised after it): safe SIMT vector add of 1M f32 with the same, fresh and
 rotating torch tensors and with tilesafe tensors; a 3-argument kernel (out, x, a float) with a
-fresh output; torch.add; the bare driver launch through tilesafe's gpu_launch and through a
-ctypes call of libcuda's cuLaunchKernel; torch's current-stream lookups. Outputs are checked
+fresh output; torch.add; the bare driver launch through tilesafe's gpu_launch (cuda.bindings) and
+through a ctypes call of libcuda's cuLaunchKernel; torch's current-stream lookups. Outputs are checked
 against torch after the timing, and cProfile counts the Python calls of one eager launch.
 
     PYTHONPATH=src python benchmarks/probes/eager_simt_host.py [OUT_DIR]
@@ -90,19 +90,6 @@ def main(out_dir: str) -> None:
             host[name] = None
     good = {k: v for k, v in fns.items() if k not in host}
     host.update(host_us_side_by_side(good, calls=1000, repeats=5, warmup=100))
-    try:    # the same launches through cuda.bindings' driver call instead of ctypes'
-        from cuda.bindings import driver
-        by_bindings = gpu_launch.bindings_launcher(driver)
-        address = params.address
-        gpu_launch.use_launcher("bindings")
-        host.update({f"{k}__bindings": v for k, v in host_us_side_by_side({
-            "driver_launch": lambda: by_bindings(plan.compiled, plan.config, handle, address),
-            "safe_fresh_output": fns["safe_fresh_output"]}, calls=1000, repeats=5, warmup=100).items()})
-    except Exception:
-        traceback.print_exc()
-    finally:
-        gpu_launch.use_launcher(None)
-
     checks = {}
     for name, run in (("safe_fresh_output", lambda o: vector_add(o, x, y).sync()),
                       ("safe_rotating", lambda o: vector_add(o, x, y).sync()),

@@ -144,15 +144,3 @@ def test_gpu_the_plan_refuses_an_output_sharing_memory_with_an_input():
     vector_add(out, buf[64:], y).sync()                          # one storage, no shared byte: accepted
     assert torch.equal(out, torch.full((64,), 2.0, device="cuda"))
     assert len(vector_add.plans) == 1
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("launcher", ["ctypes", "bindings"])
-def test_gpu_both_driver_calls_launch_the_plan(launcher):
-    gpu_launch.use_launcher(launcher)
-    try:
-        for out, x, y in _cuda_sets(3, 1000):
-            vector_add(out, x, y).sync()
-            assert torch.equal(out, x + y)
-    finally:
-        gpu_launch.use_launcher(None)

@@ -23,7 +23,7 @@ from ..runtime.byte_set_slots import ByteSetSlots
 from ..runtime.constructors import from_torch
 from ..runtime.future import Completion, Future
 from ..runtime.memory_map import MEMORY
-from ..runtime.storage_state import _ATTR, StorageState
+from ..runtime.storage_state import _ATTR, StorageState, record_launch
 from ..runtime.tensor import Tensor
 from . import gpu_launch, write_masks
 from .binding import covered_targets
@@ -33,7 +33,7 @@ from .simt_future import SimtFuture
 
 class GpuRepeat:
     __slots__ = ("kernel", "index", "slots", "outputs", "compiled", "config", "args", "err", "masks", "pairs",
-                 "names", "data", "sets", "streams", "plan", "mask_slots")
+                 "names", "data", "sets", "streams", "plan", "mask_slots", "writes")
 
     def __init__(self, kernel, plan, bound, index: int):
         self.kernel, self.index = kernel, index
@@ -50,6 +50,7 @@ class GpuRepeat:
             layouts.append((tuple(t.shape), tuple(s * item for s in t.stride()), item))
         self.slots = tuple(slots)
         self.names = tuple(s[0] for s in slots)
+        self.writes = tuple(s[3] for s in slots)
         self.sets = ByteSetSlots(layouts)
         self.pairs = plan.pairs
         self.outputs = tuple(plan.seen_at[at] if how == "kw" else at for how, at in plan.outputs)
@@ -67,10 +68,12 @@ class GpuRepeat:
         views, places, ptrs, states = [], [], [], []
         masked = False              # some state tracks initialisation (S14 has work to do)
         for name, at, _, _, _, extent in self.slots:           # S8, S13
-            a, t = seen[at]
+            a = seen[at]
+            ours = type(a) is Tensor
+            t = a._t if ours else a
             storage = t.untyped_storage()
             sptr, nbytes, ptr = storage.data_ptr(), storage.nbytes(), t.data_ptr()
-            if type(a) is Tensor:
+            if ours:
                 a._check_usable(name)
                 state = a._state
             else:
@@ -104,7 +107,7 @@ class GpuRepeat:
         else:
             with torch.cuda.device(index):
                 done, marks = self._start(views, states, sets, masked)
-        return SimtFuture(Future(tuple([seen[at][0] for at in self.outputs]), done), kernel, self.err, marks)
+        return SimtFuture(Future(tuple([seen[at] for at in self.outputs]), done), kernel, self.err, marks)
 
     def _start(self, views, states, sets, masked):
         index = self.index
@@ -129,10 +132,7 @@ class GpuRepeat:
         if stream_obj is None:      # the current stream's torch object, looked up once per stream
             stream_obj = self.streams[stream] = torch.cuda.current_stream(index)
         done = Completion(None, stream, tuple(views), stream_obj)   # event made lazily
-        k = 0
-        for state in states:                                    # S9/S10
-            state.record_on(sets[k], slots[k][3], done, stream)
-            k += 1
+        record_launch(states, sets, self.writes, done, stream)   # S9/S10
         return done, marks
 
 

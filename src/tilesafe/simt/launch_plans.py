@@ -25,49 +25,46 @@ MAX_PLANS = 64
 
 def layout(args, kwargs, grid):
     """(key, seen): the layout of a launch's arguments, or (None, None) when an argument has none we
-    can key on. `seen` lists, for the positional and then the (sorted) keyword arguments, each
-    tensor's (argument, torch view), or None for a scalar: the launch reads them from here
-    instead of asking again. The key holds no address, so new memory in a known layout hits.
-    Its parts are flat: a tensor's dtype, shape, strides and device; a scalar's type and value."""
+    can key on. `seen` is the arguments, positional then keyword (sorted by name): the launch finds
+    each tensor there by the plan's position. The key holds no address, so new memory in a known
+    layout hits. Its parts are flat: a tensor's dtype, shape, strides and device; a scalar's type
+    and value; a keyword argument's part follows its name."""
     key = [grid, len(args)]
-    seen = []
     try:
         for a in args:
             tp = type(a)
             if tp is torch.Tensor:          # the common cases first, without a call
                 key += (a.dtype, a.shape, a.stride(), a.device)
-                seen.append((a, a))
             elif tp is Tensor:
                 t = a._t
                 key += (t.dtype, t.shape, t.stride(), t.device)
-                seen.append((a, t))
-            elif not _part(a, key, seen):
+            elif not _part(a, key):
                 return None, None
-        if kwargs:
-            for name in sorted(kwargs):
-                key.append(name)
-                if not _part(kwargs[name], key, seen):
-                    return None, None
+        if not kwargs:
+            return tuple(key), args
+        names = sorted(kwargs)
+        for name in names:
+            key.append(name)
+            if not _part(kwargs[name], key):
+                return None, None
     except RuntimeError:         # no strides (a sparse tensor): binding refuses it with its own error
         return None, None
-    return tuple(key), seen
+    return tuple(key), (*args, *[kwargs[name] for name in names])
 
 
-def _part(a, key: list, seen: list) -> bool:
-    """Append `a`'s part of the key and its entry of `seen`; False when `a` has no layout to key on."""
+def _part(a, key: list) -> bool:
+    """Append `a`'s part of the key; False when `a` has no layout to key on."""
     tp = type(a)
     if tp is Tensor:
         t = a._t
     elif isinstance(a, torch.Tensor):
         t = a
     elif tp is int or tp is float or tp is bool:
-        seen.append(None)
         key += (tp, a)
         return True
     else:
         return False
     key += (t.dtype, t.shape, t.stride(), t.device)
-    seen.append((a, t))
     return True
 
 
