@@ -121,8 +121,8 @@ def launch(compiled: Compiled, launch_config: tuple, stream_handle: int, params:
     call measured 4.9 µs of host time on the H200, libcuda's own symbol called by ctypes 5.9 µs)."""
     driver = _DRIVER or _import_driver()     # an import statement here cost ~1 us a launch
     gx, gy, gz, bx, by, bz, shared = launch_config
-    err = driver.cuLaunchKernel(compiled.function, gx, gy, gz, bx, by, bz, shared, _stream(stream_handle),
-                                params.address, 0)[0]
+    stream = _STREAMS.get(stream_handle) or _stream(stream_handle)
+    err = driver.cuLaunchKernel(compiled.function, gx, gy, gz, bx, by, bz, shared, stream, params.address, 0)[0]
     if err:
         _check(err, "launch", f"a grid of {(gx, gy, gz)} blocks of {(bx, by, bz)} threads with {shared} bytes of "
                               "dynamic shared memory")

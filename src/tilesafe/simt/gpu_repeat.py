@@ -27,7 +27,7 @@ from ..runtime.storage_state import _ATTR, StorageState, record_launch
 from ..runtime.tensor import Tensor
 from . import gpu_launch, write_masks
 from .binding import covered_targets
-from .memory_checks import check_aliasing, refuse_unwritten, share_memory
+from .memory_checks import check_aliasing, refuse_unwritten
 from .simt_future import SimtFuture
 
 
@@ -91,8 +91,10 @@ class GpuRepeat:
             ptrs.append(ptr)
             states.append(state)
         sets = self.sets.placed(places, ptrs)
-        if self.pairs and share_memory(self.pairs, states):     # S7 by bytes only where memory is shared
-            check_aliasing(kernel, dict(zip(self.names, sets)))
+        for i, j in self.pairs:                                 # S7 by bytes only where memory is shared
+            if states[i].__dict__ is states[j].__dict__:        # (share_memory, inlined)
+                check_aliasing(kernel, dict(zip(self.names, sets)))
+                break
         if masked:                                              # S14
             for slot, state, t in zip(self.slots, states, views):
                 if slot[2] and state.init_mask is not None and not state.is_written(t):
@@ -112,11 +114,10 @@ class GpuRepeat:
     def _start(self, views, states, sets, masked):
         index = self.index
         stream = gpu_launch.current_stream(index)
-        slots = self.slots
         k = 0
         for state in states:                                    # S10
             if state._pending and state.pending_stream != stream:
-                state.order_device(sets[k], slots[k][3], stream)
+                state.order_device(sets[k], self.writes[k], stream)
             k += 1
         marks = []
         if self.config is not None:
@@ -125,7 +126,7 @@ class GpuRepeat:
                                                        if name in self.masks})
             gpu_launch.launch(self.compiled, self.config, stream, self.args)
             if masked:                                          # S14
-                for slot, state, t in zip(slots, states, views):
+                for slot, state, t in zip(self.slots, states, views):
                     if slot[4] and state.init_mask is not None:
                         state.mark_written(t)
         stream_obj = self.streams.get(stream)
