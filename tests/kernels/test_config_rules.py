@@ -242,3 +242,20 @@ def test_small_m_choices_on_round_twos_qwen3_shapes():
         assert best / got >= 0.88 and impls["F.linear"]["us"] / got >= 0.7, (name, c, got, best)
     assert seen >= 7
     assert gm.streaming_choice(cm.Gemm(72, 2560, 4096, "bf16"), cm.H200) is None       # 40 tiles: the model
+
+
+def test_tma_descriptors_only_where_the_target_has_them(monkeypatch):
+    """Ragged flash forces TMA (`tma=True`) only through `configs.tma_descriptors`: never on
+    the CPU backends, and on the Triton backend only for a target that has TMA (a forced
+    `tma=True` on one without it would be refused at compile)."""
+    from tilesafe.backends.triton import targets
+    with ts.backend("reference"):
+        assert not configs.tma_descriptors()
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(configs, "_device_target", lambda: None)
+    assert configs.tma_descriptors()                      # no GPU here: the H200's table, as gpu_defaults
+    with targets.compiling_for("sm_90"):
+        assert configs.tma_descriptors()
+    for name in ("sm_80", "gfx942"):
+        with targets.compiling_for(name):
+            assert not configs.tma_descriptors(), name
