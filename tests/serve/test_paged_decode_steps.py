@@ -95,7 +95,8 @@ def test_after_warm_up_serving_any_prompt_length_compiles_nothing(llm, llm_one_s
     """Every decode bucket (greedy and sampled) and every prefill step shape is run at
     start-up; then prompts of every length, chunked beside running decodes, with prefix
     hits, compile no kernel and still get the tokens of each prompt alone."""
-    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, warm_up=True)  # own pool
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, warm_up=True,  # own pool
+                      mixed_steps=True, split_prefill=True)       # every kind of step, as on a GPU
     steps = core.runner.decoder.steps
     assert sorted(steps) == bucket_sizes(4) == [1, 2, 4]
     assert all(s.eager_runs == {True: 1, False: 1} for s in steps.values())

@@ -122,13 +122,14 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
         Specializer.compiled = real
     assert sum(made) == 0                                                     # no kernel compiled while serving
     assert [len(o) for o in outs] == [sp.max_tokens for sp in params]
-    assert core.runner.passes > core.steps and core.runner.graphs.buckets    # fresh prompts ran split, replayed
-    assert all(b.graph is not None for b in core.runner.graphs.buckets.values())
+    mixed = core.runner.mixed.steps                                           # fresh prompts beside decodes:
+    assert mixed and all(m.graph is not None for m in mixed.values())          # one captured forward a step
+    assert core.runner.passes == core.steps
     greedy = [i for i, sp in enumerate(params) if sp.temperature == 0]
     want = {i: llm.generate({"prompt_token_ids": [500 + i + 3 * j for j in range(1 + 11 * i)]}, params[i])[0]
             .outputs[0].token_ids for i in greedy}
     same = sum(outs[i] == want[i] for i in greedy)
-    print(f"\nsplit steps (decode graph + prefill graphs), bf16 0.6b: {same}/{len(greedy)} greedy requests "
+    print(f"\nmixed steps (prompts and decodes in one captured forward), bf16 0.6b: {same}/{len(greedy)} greedy requests "
           f"token-identical to the offline engine")
     assert sum(outs[i][0] == want[i][0] for i in greedy) >= len(greedy) - 1   # the prefill's token (bf16 ties)
     assert {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)} == graphs   # nothing new

@@ -123,7 +123,8 @@ class Qwen3Model:
                                  for i, (s, e) in enumerate(zip(starts, starts[1:]))]))
         self.prefill_paged(a, starts, [0] * (len(starts) - 1), None)
 
-    def prefill_paged(self, a: Activations, starts: list[int], cached: list[int], tables, sample: bool = True) -> None:
+    def prefill_paged(self, a: Activations, starts: list[int], cached: list[int], tables, sample: bool = True,
+                      lens=None, workspace=None) -> None:
         """Prefill chunks of sequences through a paged cache: sequence i's rows starts[i] ..
         starts[i+1]-1 are its positions cached[i] .., each row's cache row is in a.slots (the
         caller's slot mapping), and its keys before cached[i] are in the cache already, read
@@ -138,14 +139,20 @@ class Qwen3Model:
 
         Rows past starts[-1] are padding (a step padded to a token bucket, so that its
         kernels see a fixed set of row counts): computed row by row like the others, attended
-        by nobody; give them slot -1 in a.slots so that they write no cache row."""
+        by nobody; give them slot -1 in a.slots so that they write no cache row.
+
+        `lens`: the decode rows' cache lengths (cached + 1) as a device tensor the caller
+        filled (a captured step reads them from its buffer; None: made here from `cached`),
+        `workspace`: their attention's scratch (tk.paged_decode_workspace; None: allocated per
+        call) — a capture allocates nothing."""
         n_chunks = len(starts) - 1
         tail = n_chunks                                   # chunks tail.. are one token after a prefix
         while tail > 0 and cached[tail - 1] and starts[tail] - starts[tail - 1] == 1:
             tail -= 1
         tail = tail if n_chunks - tail > 1 else n_chunks  # one such chunk: the prefill kernel serves it
-        lens = None
-        if tail < n_chunks:
+        if tail == n_chunks:
+            lens = None
+        elif lens is None:
             lens = torch.tensor([c + 1 for c in cached[tail:]], dtype=torch.int32, device=a.ids.device)
 
         def attend(n: int, layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -165,7 +172,8 @@ class Qwen3Model:
                                        out=a.attn[s:e].transpose(0, 1))   # (H, T_i, D) views
             if lens is not None:   # the decode rows: one query each, in one launch
                 s, e = starts[tail], starts[-1]
-                tk.paged_decode_attention(a.qr[s:e], k_cache, v_cache, tables[tail:], lens, out=a.attn[s:e])
+                tk.paged_decode_attention(a.qr[s:e], k_cache, v_cache, tables[tail:], lens, out=a.attn[s:e],
+                                          workspace=workspace)
         self._forward(a, attend, gather_last=True, sample=sample)
 
     def decode_workspace(self, a: Activations):

@@ -34,7 +34,8 @@ from .scheduler import Scheduler
 class EngineCore:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
-                 warm_up: bool | None = None, split_prefill: bool | None = None):
+                 warm_up: bool | None = None, split_prefill: bool | None = None,
+                 mixed_steps: bool | None = None):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -55,7 +56,7 @@ class EngineCore:
         self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
                                    max_num_batched_tokens, prefix_caching)
         self.runner = ModelRunner(llm, self.scheduler.blocks, self.scheduler.max_num_batched_tokens, pad_decode,
-                                  split_prefill=split_prefill)
+                                  split_prefill=split_prefill, mixed_steps=mixed_steps)
         if self.runner.decoder.use_graph if warm_up is None else warm_up:
             with llm._on_device(), torch.inference_mode():
                 self.runner.warm_up(self.scheduler.max_num_batched_tokens)

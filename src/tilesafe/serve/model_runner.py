@@ -18,12 +18,15 @@ join that pass as one-token chunks after it (a decoding request's next token is 
 uncomputed token), so the weights are read once a step, not twice; their attention is one
 `paged_decode_attention` over them.
 
-Split steps (on a GPU, where the packed forward would run eagerly: tens of ms of host
-time at 4B): when every prefill chunk of a step starts its prompt, the decode rows run in
-their captured bucket and each chunk through the offline engine's prefill graph of its
-token bucket (`engine.prefill_graphs`, writing through the request's slot mapping). Other
-steps (a cached prefix, a prompt's later chunk) run the packed forward, padded to
-bucketed shapes (`prefill_pack`) so that the start-up warm-up has compiled them.
+On a GPU the packed forward would run eagerly (tens of ms of host time at 4B). When every
+prefill chunk of a step starts its prompt, the step is one captured forward instead
+(`MixedSteps`, a graph per number of chunks and chunk bucket: chunks and decode rows
+together, weights read once); where that form does not exist (R - C = 1) the step runs
+split: the decode rows in their captured bucket and each chunk through the offline
+engine's prefill graph of its token bucket (`engine.prefill_graphs`, writing through the
+request's slot mapping). Other steps (a cached prefix, a prompt's later chunk) run the
+packed forward, padded to bucketed shapes (`prefill_pack`) so that the start-up warm-up has
+compiled them.
 
 Decode: one token per decoding request, batched in the smallest bucket that holds them —
 the offline engine's decode steps over the paged cache (`engine.decode_step.DecodeSteps`,
@@ -46,6 +49,7 @@ from ..engine.prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs
 from ..engine.prefill_graphs import bucket_sizes as prefill_buckets
 from ..engine.sampler import Sampler
 from .block_manager import BlockManager
+from .mixed_steps import MixedSteps
 from .prefill_pack import MIN_TOKENS, Packed, pack, pad_rows, table_width, token_bucket
 from .request import Request
 
@@ -55,7 +59,7 @@ WARM_CHUNKS = 4       # prefill chunks in one step that warm-up covers (a burst 
 
 class ModelRunner:
     def __init__(self, llm, blocks: BlockManager, max_tokens: int, pad_decode: bool = True,
-                 pad_prefill: bool = True, split_prefill: bool | None = None):
+                 pad_prefill: bool = True, split_prefill: bool | None = None, mixed_steps: bool | None = None):
         self.llm, self.blocks = llm, blocks
         self.pad_prefill = pad_prefill                       # prefill steps padded to bucketed shapes
         nb, bs = blocks.num_blocks, blocks.block_size
@@ -80,6 +84,9 @@ class ModelRunner:
         self.split_prefill = use_graph if split_prefill is None else split_prefill
         self.graphs = PrefillGraphs(self.model, llm.dtype, llm.device, min(max_chunk, MAX_GRAPH_TOKENS), use_graph) \
             if self.split_prefill else None
+        self.max_chunk = max_chunk
+        self.mixed = MixedSteps(self.model, llm.dtype, llm.device, llm.max_num_seqs, self.table_width, use_graph) \
+            if (use_graph if mixed_steps is None else mixed_steps) else None
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
         self.passes = 0                                      # forward passes run (one a step)
 
@@ -90,9 +97,28 @@ class ModelRunner:
         if not prefill:
             self.decode(decode)
             return list(decode)
-        if self.graphs is not None and all(not r.computed and self.graphs.fits(n) for r, n in prefill):
-            return self.split(prefill, decode)
+        if all(not r.computed for r, _ in prefill):
+            chunks = list(prefill) + [(r, 1) for r in decode if not r.computed]   # one-token prompts: chunks
+            rows = [r for r in decode if r.computed]
+            if self.mixed is not None and self.mixed.fits(len(chunks)):
+                return self.mixed_step(chunks, rows)
+            if self.graphs is not None and all(self.graphs.fits(n) for _, n in prefill):
+                return self.split(prefill, decode)
         return self.prefill(list(prefill), list(decode))
+
+    def mixed_step(self, chunks: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
+        """Fresh prompts' chunks and the decode rows in one captured forward (MixedSteps)."""
+        reqs = [r for r, _ in chunks] + decode
+        self._set_rows(reqs, pad_to=self.llm.max_num_seqs)
+        tokens, logprobs = self.mixed.run(chunks, decode, self.blocks)
+        self.passes += 1
+        done = []
+        for i, r in enumerate(reqs):
+            n = chunks[i][1] if i < len(chunks) else 1
+            if r.uncomputed == n:                  # the prompt's last chunk (or a decode row): its next token
+                r.seq.append(tokens[i], logprobs[i])
+                done.append(r)
+        return done
 
     def split(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
         """A step whose prefill chunks all start a prompt (nothing cached): the decode rows in
@@ -217,6 +243,10 @@ class ModelRunner:
         shape of a prefill step of up to `max_tokens` tokens, before the first request: their
         rows are padding, so the cache is not written."""
         self.decoder.warm_up()
+        if self.mixed is not None:
+            self._set_rows([], pad_to=self.llm.max_num_seqs)
+            self.mixed.warm_up(min(WARM_CHUNKS, self.llm.max_num_seqs), token_bucket(min(max_tokens, self.max_chunk)))
+            self.forget_rows()
         if self.graphs is not None:
             self.graphs.warm_up()
         if self.pad_prefill:
