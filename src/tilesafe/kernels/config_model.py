@@ -8,8 +8,8 @@ configs from the shape and the GPU, where the tuned table has no entry for that 
     cm.explain(shape, cfg)["limit"]           # "wave quantisation", "occupancy", "bandwidth", ...
 
 Where a config comes from (`configs.lookup`, on a GPU): a tuned entry made for *this* shape
-(the weight's exact N x K, or a bucketed class whose sizes are exactly the shape's) refines
-it; any other shape gets the model's choice (`choose`) instead of the bucketed defaults,
+(the weight's exact N x K at the M it was timed at, or a bucketed class whose sizes are exactly
+the shape's) refines it; any other shape gets the model's choice (`choose`) instead of the bucketed defaults,
 which lost a third of the speed on shapes nobody tuned (issue 22). The candidates the model
 ranks are each checked against what the kernels accept (power-of-two tiles of >= 16 where
 the tensor cores need it, split counts within the K tiles, the pipeline within shared
@@ -101,9 +101,9 @@ def valid(shape, config: dict, gpu: Gpu | None = None) -> bool:
 def refinement(keys, shape, entries: dict) -> dict | None:
     """The tuned entry (of one family's `entries`) made for this very shape, if any: the first
     of `keys` (most specific first) that is in the table and exact for `shape` — a weight's
-    own class (its N x K exact, M bucketed as the tuner meant), or a bucketed class whose
-    sizes are the shape's own (sizes up to 16 all count as 16, the bucket floor). A bucket
-    that merely contains the shape is not used: the model sizes that shape instead."""
+    own class (its N x K exact, at the M the tuner timed: its bucket's size), or a bucketed
+    class whose sizes are the shape's own (sizes up to 16 all count as 16, the bucket floor).
+    A bucket that merely contains the shape is not used: the model sizes that shape instead."""
     for key in keys:
         if key in entries and _exact(key, shape):
             return entries[key]
