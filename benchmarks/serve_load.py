@@ -158,7 +158,8 @@ def _table(report: dict) -> None:
             continue
         ms = lambda d, k: d.get(k, float("nan")) * 1e3   # noqa: E731
         print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6} {lv['output_tokens_per_s']:>8.0f} "
-              f"{lv.get('offline_output_tokens_per_s', float('nan')):>8.0f} {lv.get('server_vs_offline', float('nan')):>6.2f} "
+              f"{lv.get('offline_output_tokens_per_s', float('nan')):>8.0f} "
+              f"{lv.get('server_vs_offline', float('nan')):>6.2f} "
               f"{ms(lv['ttft_s'], 'p50'):>9.1f} {ms(lv['ttft_s'], 'p99'):>9.1f} {ms(lv['itl_s'], 'p50'):>8.2f} "
               f"{ms(lv['itl_s'], 'p99'):>8.2f}", file=sys.stderr)
 

@@ -9,8 +9,9 @@ GPU: scheduling, block tables and slot mapping, staging the inputs, sampler rows
 appending tokens, stop checks (detokenizing too with --detok-on-engine: AsyncLLM leaves it
 to the event loop for requests without stop strings), outputs to an asyncio loop on another thread
 (through AsyncLLM's mailbox: one loop wake-up a step; `--wake-per-output` posts each with
-its own call_soon_threadsafe, as AsyncLLM did before), metrics. Prints the engine thread's CPU µs per decode step (median of the steady-state
-steps; CPU time, so other processes on a busy host do not count) and, with --profile, the top functions by own time.
+its own call_soon_threadsafe, as AsyncLLM did before), metrics. Prints the engine thread's
+CPU µs per decode step (median of the steady-state steps; CPU time, so other processes on
+a busy host do not count) and, with --profile, the top functions by own time.
 """
 from __future__ import annotations
 

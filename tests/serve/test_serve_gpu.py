@@ -129,7 +129,8 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
     want = {i: llm.generate({"prompt_token_ids": [500 + i + 3 * j for j in range(1 + 11 * i)]}, params[i])[0]
             .outputs[0].token_ids for i in greedy}
     same = sum(outs[i] == want[i] for i in greedy)
-    print(f"\nmixed steps (prompts and decodes in one captured forward), bf16 0.6b: {same}/{len(greedy)} greedy requests "
+    print(f"\nmixed steps (prompts and decodes in one captured forward), bf16 0.6b: {same}/{len(greedy)} greedy "
+          f"requests "
           f"token-identical to the offline engine")
     assert sum(outs[i][0] == want[i][0] for i in greedy) >= len(greedy) - 1   # the prefill's token (bf16 ties)
     assert {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)} == graphs   # nothing new

@@ -186,11 +186,11 @@ class ModelRunner:
 
     def warm_up_prefill(self, max_tokens: int) -> None:
         """Run the packed forward of every shape a step of up to `max_tokens` tokens takes
-        (prefill_pack) — each chunk bucket fresh and after a cached prefix (Triton
+        (prefill_pack): each chunk bucket fresh and after a cached prefix (Triton
         specializes an int start of 1, of a multiple of 16, and any other), one to
         WARM_CHUNKS chunks beside the decode rows (a step with more compiles its decode
-        rows' attention once), each row bucket a step can reach — all rows padding (no cache write), outputs dropped, so that
-        serving compiles nothing."""
+        rows' attention once), each row bucket a step can reach. All rows are padding (no
+        cache write) and the outputs are dropped, so that serving compiles nothing."""
         seqs = self.llm.max_num_seqs
         largest = token_bucket(min(max_tokens, self.llm.max_model_len))
         shapes = []                                 # (chunk rows, prefix before it, chunks, rows)
