@@ -99,12 +99,13 @@ def _graphs(steps) -> list:
 
 
 def test_the_engine_decode_graph_with_pdl_gives_the_same_tokens():
-    from tilesafe.engine import LLM, SamplingParams
+    from tilesafe.engine import LLM, SamplingParams, decode_step
     llm = LLM.from_random("0.6b", device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=2, progress=False)
     prompts = [{"prompt_token_ids": [151, 2000, 30000, 7, 99, 1234, 5678, 42]}, {"prompt_token_ids": [77, 88]}]
     params = SamplingParams(temperature=0, max_tokens=24, logprobs=1)
     steps = llm.decode_steps
-    assert steps.pdl is ts.settings.pdl                        # TILESAFE_PDL's choice (off by default)
+    # TILESAFE_PDL's choice when set, else the engine's default (on: decode_step.DECODE_PDL)
+    assert steps.pdl is (ts.settings.pdl if ts.settings.pdl_text else decode_step.DECODE_PDL)
     steps.pdl, steps.steps = False, {}
     plain = llm.generate(prompts, params)
     assert _graphs(steps) and not any(g.pdl for g in _graphs(steps))
