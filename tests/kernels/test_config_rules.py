@@ -259,3 +259,15 @@ def test_tma_descriptors_only_where_the_target_has_them(monkeypatch):
     for name in ("sm_80", "gfx942"):
         with targets.compiling_for(name):
             assert not configs.tma_descriptors(), name
+
+
+def test_the_first_use_autotune_times_the_rule_beside_the_models_four_kinds():
+    """Where the streaming rule picks the config, the short autotune times it and still the
+    model's best four kinds (the rule must not push out a candidate the autotune used to time)."""
+    for shape in (cm.Gemm(72, 3584, 18944, "bf16"), cm.Gemm(45, 35840, 5120, "bf16")):
+        rule = gm.streaming_choice(shape, cm.H200)
+        got = cm.ranked(shape, 4, cm.H200)
+        assert rule is not None and got[0] == rule and len(got) == 5, (shape, got)
+        kinds = {(c["block_m"], c["block_n"], c["split_k"] > 1, c["tail_split"]) for c in got[1:]}
+        assert len(kinds) == 4
+    assert len(cm.ranked(cm.Gemm(777, 3072, 1536, "bf16"), 4, cm.H200)) == 4          # no rule there

@@ -66,9 +66,14 @@ def choice(shape, gpu: Gpu) -> dict:
 def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
     """The model's best `n` configs of distinct kinds (tile shape, split or not, tail split, a
     decode's one kernel or two), for a short autotune: near-ties of one kind (a stage more or
-    less) would teach it little."""
-    out, kinds = [], set()
-    for c in _ranked_all(shape, gpu or gpu_of(None)):
+    less) would teach it little. Where a rule picks the config (16 < m <= 128), its pick comes
+    first, beside the ranking's `n` (an autotune then never loses a candidate it used to time)."""
+    gpu = gpu or gpu_of(None)
+    rule = gm.streaming_choice(shape, gpu) if shape.family == "matmul" else None
+    everything = _ranked_all(shape, gpu)
+    out, kinds = ([dict(rule)], set()) if rule is not None else ([], set())
+    n += len(out)
+    for c in everything[len(out):]:
         kind = (c.get("block_m"), c.get("block_n"), (c.get("split_k") or 1) > 1, c.get("tail_split"),
                 c.get("target_blocks"), c.get("one_kernel"))     # decode: one launch or two is a kind
         if kind not in kinds:
