@@ -19,6 +19,7 @@ its own errors.
 import contextlib
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -30,7 +31,7 @@ import tilesafe.kernels as tk
 
 MM = importlib.import_module("tilesafe.kernels.matmul")
 T0 = time.perf_counter()
-BUDGET_S = 70.0
+BUDGET_S = float(os.environ.get("DEC_BUDGET_S", "70"))
 ALL = 1 << 20
 SHAPES = {  # hidden E, q heads x head_dim, kv heads x head_dim, intermediate I, layers
     "tiny": (64, 4 * 16, 2 * 16, 96, 2),     # a CPU dry run of the checks
@@ -46,7 +47,10 @@ DEFAULT_VARIANTS = "plain,pdl,P1,P2,P2keep,P4keep,P2-d0,P2keep-d0,P4keep-d0"
 
 
 def variant(name: str) -> tuple:
-    """(case name, pdl, P, keep, P of the down projection) of a variant's name."""
+    """(case name, pdl, P, keep, P of the down projection) of a variant's name ("default": PDL
+    with the library's own settings, GEMV_L2_PREFETCH and its weight-size limit)."""
+    if name == "default":
+        return "pdl+default", True, None, None, None
     if name in ("plain", "pdl"):
         return name, name == "pdl", 0, False, 0
     base, _, down = name.partition("-d")
@@ -60,6 +64,10 @@ def variant(name: str) -> tuple:
 def prefetching(p: int, keep: bool, down: int):
     """The library's GEMV prefetch setting for the calls inside; `down` for silu_mul_linear's."""
     plain_down = tk.silu_mul_linear
+    if p is None:                                         # the library's defaults
+        reset_plans()
+        yield
+        return
 
     def down_call(*args, **kwargs):
         MM.GEMV_L2_PREFETCH = down
@@ -67,7 +75,8 @@ def prefetching(p: int, keep: bool, down: int):
             return plain_down(*args, **kwargs)
         finally:
             MM.GEMV_L2_PREFETCH = p
-    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = p, keep
+    saved = MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP, MM.GEMV_L2_PREFETCH_BYTES
+    MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP, MM.GEMV_L2_PREFETCH_BYTES = p, keep, 1 << 40   # every weight
     if down != p:
         tk.silu_mul_linear = down_call                    # the engine and the chain call it through tk
     reset_plans()
@@ -75,7 +84,7 @@ def prefetching(p: int, keep: bool, down: int):
         yield
     finally:
         tk.silu_mul_linear = plain_down
-        MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP = 0, False
+        MM.GEMV_L2_PREFETCH, MM.GEMV_L2_KEEP, MM.GEMV_L2_PREFETCH_BYTES = saved
         reset_plans()
 
 
@@ -239,17 +248,18 @@ def engine_probe(size: str) -> list:
 
 
 def main():
-    sizes = [s for s in (sys.argv[2] if len(sys.argv) > 2 else "4b,0.6b").split(",") if s]
+    sizes = [s for s in (sys.argv[2] if len(sys.argv) > 2 else "4b,0.6b").split(",") if s]   # chain sizes ("": none)
     if len(sys.argv) > 3:                        # argv[3]: the variants, e.g. "plain,pdl,P2keep,P4keep"
         VARIANTS[:] = [variant(v) for v in sys.argv[3].split(",") if v]
-    engine_sizes = sys.argv[4].split(",") if len(sys.argv) > 4 else sizes[:1]   # argv[4]: engine sizes
+    engine_sizes = [s for s in sys.argv[4].split(",") if s] if len(sys.argv) > 4 else sizes[:1]   # argv[4]
     res = {"device": torch.cuda.get_device_name(), "chain": [], "engine": []}
-    for i, size in enumerate(sizes):            # the first size's chain, then its engine step, then the others'
+    for i, size in enumerate(dict.fromkeys(sizes + engine_sizes)):   # each size's chain, then its engine step
         if i and left() < 0:
-            res["chain"].append({"size": size, "case": "chain", "skipped": "budget"})
+            res["chain"].append({"size": size, "case": "all", "skipped": "budget"})
             continue
-        res["chain"] += chain_probe(size)
-        if size in engine_sizes and (i == 0 or left() > -20):
+        if size in sizes:
+            res["chain"] += chain_probe(size)
+        if size in engine_sizes:
             try:
                 res["engine"] += engine_probe(size)
             except Exception as e:

@@ -1,4 +1,5 @@
-"""The decode GEMVs' L2 prefetch before the PDL wait (matmul.GEMV_L2_PREFETCH, `ts.prefetch`).
+"""The decode GEMVs' L2 prefetch before the PDL wait (matmul.GEMV_L2_PREFETCH for weights of at
+most GEMV_L2_PREFETCH_BYTES, `ts.prefetch`).
 
 With it set, one-row `linear`, `silu_mul_linear` and `linear_argmax` compute what NumPy
 does on both CPU backends (the prefetch changes no value) and launch with L2P = the setting;
@@ -86,6 +87,7 @@ def _order(ptx: str) -> tuple[list[int], int, list[int]]:
 @pytest.mark.parametrize("setting", [2, 0])
 def test_under_pdl_the_decode_gemvs_prefetch_before_the_wait(hopper, monkeypatch, setting):
     monkeypatch.setattr(MM, "GEMV_L2_PREFETCH", setting)
+    monkeypatch.setattr(MM, "GEMV_L2_PREFETCH_BYTES", 1 << 40)                 # 4B's weights too
     e = lambda *s: torch.empty(s, dtype=torch.bfloat16)
     tk.linear(e(1, 2560), e(6144, 2560))                                        # qkv
     tk.silu_mul_linear(e(1, 2 * 9728), e(2560, 9728), residual=e(1, 2560))     # down, residual
@@ -109,3 +111,13 @@ def test_the_down_projection_has_its_own_setting(prefetching, monkeypatch):
         tk.linear(x, w)
         tk.silu_mul_linear(torch.randn(1, 64), w)
     assert seen["skinny_kernel"].consts["L2P"] == 2 and seen["fused_skinny_kernel"].consts["L2P"] == 0
+
+
+def test_weights_over_the_size_limit_are_not_prefetched(prefetching, monkeypatch):
+    monkeypatch.setattr(MM, "GEMV_L2_PREFETCH_BYTES", 16 * 32 * 4)             # a (16, 32) f32 weight
+    with ts.backend("reference"), Observer([MM.skinny_kernel]) as seen:
+        tk.linear(torch.randn(1, 32), torch.randn(16, 32))
+    assert seen["skinny_kernel"].consts["L2P"] == 2
+    with ts.backend("reference"), Observer([MM.skinny_kernel]) as seen:
+        tk.linear(torch.randn(1, 32), torch.randn(17, 32))
+    assert seen["skinny_kernel"].consts["L2P"] == 0

@@ -140,7 +140,7 @@ def _rows(xv, wt, gt, eps, ov, lv, cfg, dtype):
     launch(argmax_gemv_kernel, {"best": (best, (bm, 1)), "at": (at, (bm, 1)), "mass": (mass, (bm, 1))}, cfg=cfg,
            a=xv, g=gt if gt is not None else xv[0], b=wt.T, PRO=NORM if gt is not None else PLAIN,
            TF32=_tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True,
-           **l2_prefetch())
+           **l2_prefetch(wt.nbytes))
     # Programmatic dependent launch, as a split-K pair: the rows' pass launches while the GEMV ends.
     launch(argmax_rows_kernel, {"tok": (ov, (1,)), "logprob": (lv, (1,))}, cfg=None, best=best, at=at, mass=mass,
            BR=min(BLOCK_R, pow2(nb)), pdl=True)

@@ -265,7 +265,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
     common = dict(a=av, up=uv, g=gt if gt is not None else av[0], b=wt.T, PRO=pro,
                   TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps,
-                  **l2_prefetch(SILU_L2_PREFETCH if pro == SILU_MUL else None))
+                  **l2_prefetch(wt.nbytes, SILU_L2_PREFETCH if pro == SILU_MUL else None))
     ending = dict(bias=bias_t, res=resv, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation], RES=res)
     if splits > 1:
         per = cdiv(cdiv(k, bk), splits)                          # K tiles per split (skinny_tiles: none empty)

@@ -22,17 +22,23 @@ from .launch import cdiv, launch, pow2, workers
 
 ACTIVATIONS = {None: -1, "silu": SILU, "gelu": GELU}
 SKINNY_M = 16                        # rows up to which the weight-streaming path is used
-# K tiles of its weight slab each GEMV block prefetches into L2 before its PDL wait (0: none);
-# it only acts under programmatic dependent launch (ts.prefetch). Set from the H200's timings
-# of benchmarks/probes/pdl_prefetch_probe.py.
-GEMV_L2_PREFETCH = 0
+# K tiles of its weight slab each GEMV block prefetches into L2 before its PDL wait (0: none),
+# for weights of at most GEMV_L2_PREFETCH_BYTES; it only acts under programmatic dependent
+# launch (ts.prefetch). H200, batch-1 decode step (benchmarks/probes/pdl_prefetch_probe.py,
+# PDL on): one tile paid at 0.6B (all four weights <= 13 MB: 0.886 -> 0.861 ms) and every
+# setting lost at 4B (weights of 20-100 MB: 2.657 -> 3.045 ms with one tile, more tiles
+# worse, also with evict-last priority or without the down projection).
+GEMV_L2_PREFETCH = 1
+GEMV_L2_PREFETCH_BYTES = 16 << 20
 GEMV_L2_KEEP = False        # prefetch with L2 evict-last priority (ts.prefetch(keep=True))
 
 
-def l2_prefetch(tiles: int | None = None) -> dict:
-    """The GEMV kernels' L2P (`tiles`, else GEMV_L2_PREFETCH) and L2K, as set at each launch
-    (a probe may change them between captures)."""
-    return {"L2P": GEMV_L2_PREFETCH if tiles is None else tiles, "L2K": GEMV_L2_KEEP}
+def l2_prefetch(weight_bytes: int, tiles: int | None = None) -> dict:
+    """The GEMV kernels' L2P and L2K for a weight of `weight_bytes`: `tiles` (else
+    GEMV_L2_PREFETCH) if it is at most GEMV_L2_PREFETCH_BYTES, else none. Read at each launch
+    (a probe may change the settings between captures)."""
+    p = GEMV_L2_PREFETCH if tiles is None else tiles
+    return {"L2P": p if weight_bytes <= GEMV_L2_PREFETCH_BYTES else 0, "L2K": GEMV_L2_KEEP}
 
 
 @ts.function
@@ -308,7 +314,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
         else:
             launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk,
-                   PREFETCH=bool(cfg.get("prefetch")) and m == 1, **l2_prefetch(), **common)
+                   PREFETCH=bool(cfg.get("prefetch")) and m == 1, **l2_prefetch(bt.nbytes), **common)
         return o.returned
     cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype,
                          shape=configs.Gemm(m, n, k, dtype.name),
@@ -424,7 +430,7 @@ def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
     part, = scratch.views(a.device, (splits, m, n))
     # Programmatic dependent launch: the sum starts launching while the partials finish.
     launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per,
-           **(l2_prefetch() if m <= SKINNY_M else {"L2P": 0, "L2K": False}), pdl=True)
+           **(l2_prefetch(b.nbytes) if m <= SKINNY_M else {"L2P": 0, "L2K": False}), pdl=True)
     sm = min(pow2(m), 16)
     sn = max(16, min(pow2(n), 2048 // sm))
     launch(split_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT,
