@@ -120,7 +120,7 @@ def gpu_stand_in() -> None:
     launch_cache.prepare_layout = layout_launcher
     torch._C._cuda_getCurrentRawStream = lambda index: 7
     torch.cuda.current_stream = lambda device=None: Stream()
-    future.HOLDING.add = lambda completion: None      # nothing polls stand-in work
+    future.HOLDING.add = lambda completion: completion._finish()   # stand-in work is done at once: let go of its memory
     future.Completion._known_done = lambda self: True  # and it is done at once
     planned_launch.PlannedLaunch._prepare = prepare
 

@@ -29,12 +29,20 @@ class Entry(Protocol):
     _storages: list
 
 
+class _Held(weakref.ref):
+    """A torch storage an entry holds weakly; when it dies, `entry` (a weak reference to the
+    entry) is queued for its check (one object per storage, no closure)."""
+    __slots__ = ("entry",)
+
+
 class MemoryMap:
     def __init__(self):
         self.lock = threading.RLock()
         self._starts: dict = {}                       # torch.device -> sorted range starts
         self._entries: dict = {}                      # torch.device -> states, in the same order
         self._died: collections.deque = collections.deque()
+        died = self._died
+        self._on_death = lambda ref: died.append(ref.entry)   # made once: a weakref callback
 
     def overlapping(self, device, start: int, end: int) -> list[Entry]:
         """The live states whose range meets [start, end), in address order."""
@@ -70,8 +78,9 @@ class MemoryMap:
                 return False     # ranges are disjoint and sorted: only these two can meet it
             starts.insert(i, start)
             entries.insert(i, entry)
-            died = self._died
-            entry._storages.append(weakref.ref(storage, lambda _ref, e=weakref.ref(entry): died.append(e)))
+            held = _Held(storage, self._on_death)
+            held.entry = weakref.ref(entry)
+            entry._storages.append(held)
             return True
 
     def insert(self, entry: Entry) -> None:
@@ -95,8 +104,9 @@ class MemoryMap:
 
     def hold(self, entry: Entry, storage) -> None:
         """Keep `entry` in the map while `storage` (a torch UntypedStorage) is alive."""
-        died = self._died
-        entry._storages.append(weakref.ref(storage, lambda _ref, e=weakref.ref(entry): died.append(e)))
+        held = _Held(storage, self._on_death)
+        held.entry = weakref.ref(entry)
+        entry._storages.append(held)
 
     def _settle(self) -> None:
         """Drop the entries whose storages all died (queued by the weakref callbacks)."""

@@ -69,6 +69,11 @@ class StorageState:
     """Initialisation tracking (S14), lending (S8) and pending device accesses (S9) of one
     range of memory."""
 
+    # One lock over every state's pending registry (launches record under the runtime's lock
+    # already; this one guards a registry's updates from other readers), not a lock per state:
+    # a library call's new output makes a state, and a lock each cost an allocation per call.
+    _lock = threading.RLock()
+
     def __init__(self, nbytes: int, initialised: bool = True):
         # One flag per byte of the range, on the CPU so that marking never waits on a GPU;
         # None once every byte was written (the common case costs nothing).
@@ -78,7 +83,6 @@ class StorageState:
         # The one stream every pending access was recorded on, else None: a launch on that
         # stream is ordered after them by the stream itself (order_device has nothing to do).
         self.pending_stream: int | None = None
-        self._lock = threading.Lock()
         self.device: torch.device | None = None    # where the range is, once placed in the memory map
         self.base: int | None = None               # address of its first byte (None: not placed)
         self.nbytes = nbytes
