@@ -194,12 +194,12 @@ def test_a_decode_batch_is_exactly_the_running_requests(llm, alone, monkeypatch)
     finish and the long one then decodes alone, in the bucket of 1."""
     from tilesafe.engine.decode_step import DecodeSteps
     batches = []
-    run = DecodeSteps.run_paged
+    start = DecodeSteps.start_paged
 
     def record(self, ids, positions, rows, tables):
         batches.append((len(ids), self.bucket(len(ids))))
-        return run(self, ids, positions, rows, tables)
-    monkeypatch.setattr(DecodeSteps, "run_paged", record)
+        return start(self, ids, positions, rows, tables)
+    monkeypatch.setattr(DecodeSteps, "start_paged", record)
     engine = AsyncLLM(llm)
     try:
         params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (2, 2, 6)]
@@ -272,3 +272,30 @@ def test_text_is_made_on_the_event_loop_unless_a_stop_string_needs_it(llm, alone
         (want_stop.text, want_stop.finish_reason, want_stop.stop_reason)
     assert seen == [True, False] and on_engine == []            # plain: on the loop; a stop string: on the engine
     assert "tilesafe-engine" in threads
+
+
+def test_a_steps_outputs_go_out_while_the_next_decode_step_runs(llm, alone, monkeypatch):
+    """The engine thread sends step N's outputs after launching step N + 1 (overlapping the
+    GPU), in order, and the last ones when no work is left; a receiver that is gone then
+    aborts its request after the step, which frees its blocks."""
+    from tilesafe.serve.engine_core import EngineCore
+    events = []
+    core = EngineCore(llm, kv_blocks=32, block_size=4)
+    start, finish = core.runner.start_decode, core.runner.finish_decode
+    monkeypatch.setattr(core.runner, "start_decode", lambda reqs: events.append("launch") or start(reqs))
+    monkeypatch.setattr(core.runner, "finish_decode", lambda t: events.append("wait") or finish(t))
+    params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    got, gone = [], []
+    core.add(Request("o", llm._sequences({"prompt_token_ids": [4, 8, 15]}, params)[0],
+                     sink=lambda out: events.append("send") or got.extend(out.token_ids)))
+
+    def vanished(out):
+        gone.append(out)
+        raise RuntimeError("Event loop is closed")
+    core.add(Request("v", llm._sequences({"prompt_token_ids": [16, 23]}, SamplingParams(
+        temperature=0, max_tokens=8, ignore_eos=True))[0], sink=vanished))
+    while core.has_work():
+        core.step()
+    assert events == ["launch", "send", "wait", "launch", "send", "wait", "send"]
+    assert got == alone({"prompt_token_ids": [4, 8, 15]}, params).token_ids
+    assert len(gone) == 1 and core.scheduler.blocks.stats().used == 0      # v aborted after its first output

@@ -97,10 +97,18 @@ class DecodeSteps:
         row i; the batch runs in its bucket, whose padding rows' sampler rows must be set
         (greedy: an all-greedy bucket takes the LM head's argmax). Returns the n real rows'
         tokens and log-probabilities."""
-        n = len(ids)
-        step = self._step(self.bucket(n))
+        return self.finish(self.start_paged(ids, positions, cache_rows, tables))
+
+    def start_paged(self, ids: list[int], positions: list[int], cache_rows: list[int], tables: list[list[int]]):
+        """`run_paged` without waiting: stage and launch the step; `finish(ticket)` waits and
+        returns its tokens (the host may do other work while the device runs)."""
+        step = self._step(self.bucket(len(ids)))
         step.io.send_paged(ids, positions, cache_rows, tables)
         self._launch(step, step.io.batch)
+        return step, len(ids)
+
+    def finish(self, ticket) -> tuple[list[int], list[float]]:
+        step, n = ticket
         return step.io.receive(n)
 
     def warm_up(self, greedy=(True, False)) -> None:

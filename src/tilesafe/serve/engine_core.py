@@ -10,7 +10,8 @@ A step asks the scheduler for its plan — a token for each decoding request, pr
 of the prompts under way and of newly admitted requests, within the step's token budget,
 preempting the latest requests when KV blocks run short — then runs the chunks and the
 decodes in one forward pass (a pure decode step in its captured bucket), and emits every
-new token. A long
+new token: a step's outputs are sent while the next decode step runs on the GPU (or at
+once when no work is left), so the engine thread's host work overlaps the device's. A long
 prompt is thus prefilled over several steps while the running requests keep decoding;
 a prompt whose leading blocks are in the prefix cache computes only the rest. Finished and
 aborted requests free their blocks at once. `warm_up` (default: when the decode steps are
@@ -62,6 +63,8 @@ class EngineCore:
                 self.runner.warm_up(self.scheduler.max_num_batched_tokens)
         self.metrics = metrics
         self._order = 0
+        self._pending: list[Request] = []       # the last step's requests whose outputs are not sent yet
+        self._gone: list[Request] = []          # requests whose receiver went away inside this step
         self.steps = 0
         self.preemptions = 0
         self._gauges()
@@ -78,6 +81,7 @@ class EngineCore:
 
     def abort(self, request_id: str, notify: bool = False) -> None:
         """Drop a request (a client gone, a cancel): its capacity is free after this call."""
+        self._flush()                           # its held tokens go out before the abort
         req = self.scheduler.get(request_id)
         if req is not None:
             self.scheduler.finish(req)
@@ -95,13 +99,25 @@ class EngineCore:
         if plan.prefill:        # the gauges show the admitted requests' blocks before their first token goes out
             self._gauges()
         with self.llm._on_device(), torch.inference_mode():
-            if plan.prefill or plan.decode:     # one forward pass: the chunks and the decode rows together
+            if plan.prefill:                    # one forward pass: the chunks and the decode rows together
+                self._flush(in_step=True)
                 done = self.runner.step(plan.prefill, plan.decode)
+            elif plan.decode:                   # the last step's outputs go out while this one runs on the GPU
+                ticket = self.runner.start_decode(plan.decode)
+                self._flush(in_step=True)
+                done = self.runner.finish_decode(ticket)
+            if plan.prefill or plan.decode:
                 for r, n in plan.prefill:
                     s.computed(r, n)
                 for r in plan.decode:
                     s.computed(r, 1)
-                self._emit(done)
+            for r in self._gone:                # receivers gone during the step: aborted now, their
+                s.finish(r)                     # new token never sent
+            self._gone = []
+            if plan.prefill or plan.decode:
+                self._hold(done)
+        if not s.has_work():
+            self._flush()
         self.steps += 1
         self._gauges()
 
@@ -117,6 +133,10 @@ class EngineCore:
     def fail_all(self, error: BaseException) -> None:
         """An exception inside a step: every request gets it; the engine starts empty again."""
         s = self.scheduler
+        try:
+            self._flush()                       # the tokens made before it
+        except Exception:
+            self._pending = []
         for req in list(s.running) + list(s.waiting):
             s.finish(req)
             _send(req, error)
@@ -127,13 +147,40 @@ class EngineCore:
         for req in list(s.running) + list(s.waiting):
             self.abort(req.request_id, notify=True)
 
-    def _emit(self, reqs: list[Request]) -> None:
-        with one_wake_up():         # each receiving event loop is woken once for the step's outputs
-            self._emit_each(reqs)
+    def _hold(self, done: list[Request]) -> None:
+        """A step's outputs wait for the next step's launch (they go out while it runs); a
+        finished request leaves the scheduler now, so the next step does not run it."""
+        s = self.scheduler
+        keep = []
+        for r in done:
+            if r.request_id not in s:       # aborted during the step (its receiver was gone)
+                continue
+            if r.seq.finished:
+                s.finish(r)
+            keep.append(r)
+        self._pending = keep
 
-    def _emit_each(self, reqs: list[Request]) -> None:
+    def _flush(self, in_step: bool = False) -> None:
+        """Send the outputs held from the last step. A request whose receiver is gone is
+        aborted — after the step when this runs inside one (the step may be using its
+        blocks)."""
+        pending, self._pending = self._pending, []
+        if pending:
+            gone = self._emit(pending)
+            if in_step:
+                self._gone += gone
+            else:
+                for r in gone:
+                    self.scheduler.finish(r)
+
+    def _emit(self, reqs: list[Request]) -> list[Request]:
+        """Send each request's new output; returns those whose receiver is gone."""
+        with one_wake_up():         # each receiving event loop is woken once for the step's outputs
+            return self._emit_each(reqs)
+
+    def _emit_each(self, reqs: list[Request]) -> list[Request]:
         now = time.monotonic()
-        m, generated = self.metrics, 0
+        m, generated, gone = self.metrics, 0, []
         for r in reqs:
             new = len(r.seq.tokens) - r.sent
             if m and new:
@@ -145,10 +192,11 @@ class EngineCore:
             r.first_token_at = r.first_token_at or now
             r.last_token_at = now
             out = r.take_output()
-            if not _send(r, out) or out.finished:     # a receiver that is gone aborts its request
-                self.scheduler.finish(r)
+            if not _send(r, out):                     # a receiver that is gone aborts its request
+                gone.append(r)
         if generated:
             m.generated(generated)                    # one counter update a step
+        return gone
 
     def _gauges(self) -> None:
         if self.metrics:

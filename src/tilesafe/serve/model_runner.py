@@ -217,11 +217,28 @@ class ModelRunner:
 
     def decode(self, reqs: list[Request]) -> None:
         """One token for each request: each feeds back its newest token."""
+        self.finish_decode(self.start_decode(reqs))
+
+    def start_decode(self, reqs: list[Request]):
+        """Stage and launch the decode step of `reqs` without waiting for it; returns the
+        ticket `finish_decode` takes (which waits and appends the tokens)."""
         self._set_rows(reqs, pad_to=self.decoder.bucket(len(reqs)))
-        self._decode(reqs)
+        return reqs, self.decoder.start_paged(*self._decode_inputs(reqs))
+
+    def finish_decode(self, ticket) -> list[Request]:
+        reqs, started = ticket
+        tokens, logprobs = self.decoder.finish(started)
+        self.passes += 1
+        for r, t, lp in zip(reqs, tokens, logprobs):
+            r.seq.append(t, lp)
+        return list(reqs)
 
     def _decode(self, reqs: list[Request]) -> None:
         """The decode step of `reqs` (their sampler rows set: rows 0.., then the bucket's)."""
+        self.finish_decode((reqs, self.decoder.start_paged(*self._decode_inputs(reqs))))
+
+    def _decode_inputs(self, reqs: list[Request]):
+        """Each request's fed-back token, its position, cache row and live block table."""
         bm = self.blocks
         bs = bm.block_size
         ids, positions, rows, tables = [], [], [], []
@@ -233,10 +250,7 @@ class ModelRunner:
             positions.append(p)
             rows.append(table[p // bs] * bs + p % bs)
             tables.append(table)
-        tokens, logprobs = self.decoder.run_paged(ids, positions, rows, tables)
-        self.passes += 1
-        for r, t, lp in zip(reqs, tokens, logprobs):
-            r.seq.append(t, lp)
+        return ids, positions, rows, tables
 
     def warm_up(self, max_tokens: int) -> None:
         """Compile (and on a GPU capture) every decode bucket, greedy and sampled, and every
