@@ -235,6 +235,18 @@ def emit_gather(em: Emitter, op: Op) -> None:
     em.bind(op.result, f"tl.load({ptrs}, mask={' & '.join(parts)}, other={pad})", f"{tensor}_rows")
 
 
+def _scatter_compare(em: Emitter, k: int, n: str, ix, pos: str, src: str, keep: str) -> None:
+    """keep &= no other entry of the index names the same row, K entries a trip."""
+    c, other, same = em.fresh("scatter_chunk"), em.fresh("scatter_other"), em.fresh("scatter_same")
+    em.line(f"for {c} in range(0, {n}, {k}):")
+    em.enter()
+    em.line(f"{other} = {c} + tl.arange(0, {k})")
+    em.line(f"{same} = (({pos}[:, None] == tl.load({ix.ptr} + {other} * {ix.strides[0]}, mask={other} < {n}, "
+            f"other=-1).to(tl.int64)[None, :]) & ({other}[None, :] != {src}[:, None]) & ({other}[None, :] < {n}))")
+    em.line(f"{keep} = {keep} & (tl.max({same}.to(tl.int32), axis=1) == 0)")
+    em.leave()
+
+
 def emit_scatter(em: Emitter, op: Op) -> None:
     """Row i of the tile to row rows[start + i], masked to the entries that are in range and
     unique (lang/scatter.py): every other entry of `rows` is compared, K at a time, so no two
@@ -247,19 +259,22 @@ def emit_scatter(em: Emitter, op: Op) -> None:
     em.line(f"{src} = {_scaled(_index(em, index[0]), r)} + tl.arange(0, {r})")
     em.line(f"{pos} = tl.load({ix.ptr} + {src} * {ix.strides[0]}, mask={src} < {n}, other=-1).to(tl.int64)")
     em.line(f"{keep} = ({src} < {n}) & ({pos} >= 0) & ({pos} < {em.tensors[tensor].extents[0]})")
-    c, other = em.fresh("scatter_chunk"), em.fresh("scatter_other")
-    # Entries compared per step, (R, K) at once: up to 4096 pairs, so a tile of few rows takes
-    # few trips through a long index (a prefill's 2048 slots in 8-row tiles: 4 trips, not 32;
-    # the trips are latency-bound: paged_kv_write ran at ~130 GB/s on the H200 with K = 64).
-    k = max(64, min(1024, 4096 // r))
-    em.line(f"for {c} in range(0, {n}, {k}):")
-    em.enter()
-    em.line(f"{other} = {c} + tl.arange(0, {k})")
-    same = em.fresh("scatter_same")
-    em.line(f"{same} = (({pos}[:, None] == tl.load({ix.ptr} + {other} * {ix.strides[0]}, mask={other} < {n}, "
-            f"other=-1).to(tl.int64)[None, :]) & ({other}[None, :] != {src}[:, None]) & ({other}[None, :] < {n}))")
-    em.line(f"{keep} = {keep} & (tl.max({same}.to(tl.int32), axis=1) == 0)")
-    em.leave()
+    # Entries compared per trip, (R, K) at once. A short index (a decode step's few slots)
+    # takes one trip of 64-128; a long one (a prefill's 2048 slots in 8-row tiles) up to 4096
+    # pairs a trip: 4 trips instead of 32 (the trips are latency-bound: paged_kv_write ran at
+    # ~130 GB/s on the H200 with K = 64).
+    narrow = min(max(r, 64), 128)
+    wide = max(narrow, min(1024, 4096 // r))
+    if wide > narrow:
+        em.line(f"if {n} <= {narrow}:")
+        em.enter()
+    _scatter_compare(em, narrow, n, ix, pos, src, keep)
+    if wide > narrow:
+        em.leave()
+        em.line("else:")
+        em.enter()
+        _scatter_compare(em, wide, n, ix, pos, src, keep)
+        em.leave()
     offs, parts = [], [_expand(keep, 0, rank)]
     flags = _flags(em, op, rank)                               # axes 1..: the bounds plan's
     for a in range(rank):
