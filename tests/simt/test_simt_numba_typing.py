@@ -140,3 +140,21 @@ def test_runs_of_16_bytes_in_other_dtypes_vectorise_too(lower):
         t = getattr(torch, {"f64": "float64", "f16": "float16", "i32": "int32"}[dtype.name])
         ir = lower(scale, z(16, dtype=t), z(16, dtype=t), K=k).library.get_llvm_str()
         assert f"load {vector}" in ir and f"store {vector}" in ir, (dtype.name, ir[-3000:])
+
+
+def test_permit_writes_and_proven_reads_take_any_number_or_bool_and_need_no_wraparound(lower):
+    from tilesafe import simt
+
+    @simt.kernel(contract=simt.Contract(block=(64,)))
+    def positive(out: simt.Disjoint[ts.i32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: int):
+        for p in out.permits(simt.per_thread()):
+            out[p] = x[p] > 0              # a bool into an i32 output, through __put1
+    ir = lower(positive, z(8, dtype=torch.int32), z(8)).library.get_llvm_str()
+    assert "__put1" in positive.numba_source(z(8, dtype=torch.int32), z(8))
+    assert "store i32" in ir
+
+    @simt.kernel(contract=simt.Contract(block=(8, 8)))
+    def halve(out: simt.Disjoint[ts.f16, ("R", "C")], x: simt.Ref[ts.f16, ("R", "C")], R: int, C: int):
+        for p in out.permits(simt.chunk(2)):
+            out[p] = x[p] * 0.5            # f16 in, an f32 product, stored back as f16
+    lower(halve, z(5, 9, dtype=torch.float16), z(5, 9, dtype=torch.float16))

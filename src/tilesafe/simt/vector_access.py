@@ -72,7 +72,8 @@ def _element_store(rank: int):
     def typer(typingctx, array, *rest):
         indices, value = rest[:-1], rest[-1]
         if not isinstance(array, types.Array) or array.ndim != rank or len(indices) != rank \
-                or not all(isinstance(i, types.Integer) for i in indices) or not isinstance(value, types.Number):
+                or not all(isinstance(i, types.Integer) for i in indices) \
+                or not isinstance(value, (types.Number, types.Boolean)):
             return None
 
         def codegen(context, builder, sig, args):
