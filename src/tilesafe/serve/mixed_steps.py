@@ -11,7 +11,8 @@ their own keys (shapes only), the R - C one-token rows attend in one paged decod
 attention whose lengths are read on the device. Everything that changes between steps —
 tokens, positions, cache rows, each chunk's last row, the block tables, the decode rows'
 lengths — is data in one input buffer, staged on the host (pinned) and copied in before
-the step. So one graph per (C, T) serves every such step: the weights are read once for
+the step. So one graph per (C, T) serves every such step (C up to a few; the graphs share
+one set of activation buffers, each its first rows): the weights are read once for
 the prompts and the decodes together, and the host cost is one replay instead of an eager
 forward (tens of ms at 4B). Steps with R - C = 1 (that one row would take the prefill
 kernel, with its start baked into the graph) and steps with a cached prefix run otherwise.
@@ -47,16 +48,20 @@ class _Step:
 
 
 class MixedSteps:
-    def __init__(self, model: Qwen3Model, dtype, device: str, seqs: int, width: int, use_graph: bool):
+    def __init__(self, model: Qwen3Model, dtype, device: str, seqs: int, width: int, use_graph: bool,
+                 max_chunks: int, max_tokens: int):
         self.model, self.dtype, self.device, self.use_graph = model, dtype, device, use_graph
         self.seqs, self.width = seqs, width                # R, block table entries
+        self.max_chunks = min(max_chunks, seqs)            # C; a step with more runs otherwise
+        self.max_rows = rows_bucket(self.max_chunks * token_bucket(max_tokens) + seqs)
         self.cuda = str(device).startswith("cuda")
         self.steps: dict[tuple[int, int], _Step] = {}
-        self._acts: dict[int, Activations] = {}            # the big buffers, shared by the steps of one row count
+        self._shared: Activations | None = None            # the big buffers, max_rows of them; a step views its first
 
     def fits(self, chunks: int) -> bool:
-        """Whether a step of this many fresh chunks has a captured form (R - C != 1)."""
-        return 0 < chunks <= self.seqs and self.seqs - chunks != 1
+        """Whether a step of this many fresh chunks has a captured form (at most max_chunks,
+        and R - C != 1)."""
+        return 0 < chunks <= self.max_chunks and self.seqs - chunks != 1
 
     def run(self, prefill, decode, blocks) -> tuple[list[int], list[float]]:
         """Prefill each (request, n) of `prefill` (n tokens from position 0) and decode each
@@ -69,12 +74,12 @@ class MixedSteps:
         n = c + len(decode)
         return step.a.tokens[:n].tolist(), step.a.chosen[:n].tolist()     # the step's host sync
 
-    def warm_up(self, max_chunks: int, largest: int) -> None:
+    def warm_up(self, largest: int) -> None:
         """Run (and on a GPU capture) the steps of 1 .. max_chunks chunks of every token
         bucket up to `largest`, all rows padding: nothing is written to the cache."""
         t = token_bucket(1)
         while t <= largest:
-            for c in range(1, max_chunks + 1):
+            for c in range(1, self.max_chunks + 1):
                 if self.fits(c):
                     step = self._step(c, t)
                     if step.graph is None and not step.eager_runs:
@@ -138,16 +143,14 @@ class MixedSteps:
         if step is None:
             r, w = self.seqs, self.width
             m = rows_bucket(c * t + r - c)
-            shared = self._acts.get(m)
-            if shared is None:
-                shared = self._acts[m] = Activations.allocate(self.model.cfg, m, r, self.dtype, self.device)
+            shared = self._shared_buffers()
             size = 3 * m + r + r * w + (r - c)
             buf = torch.zeros(size, dtype=torch.int32, device=self.device)
+            rows = {k: getattr(shared, k)[:m] for k in ("residual", "x", "h", "qkv", "qr", "kr", "attn", "gu", "act")}
             a = dataclasses.replace(shared, inputs=buf, ids=buf[:m], positions=buf[m:2 * m], slots=buf[2 * m:3 * m],
-                                    last=buf[3 * m:3 * m + r])
+                                    last=buf[3 * m:3 * m + r], **rows)
             tables = buf[3 * m + r:3 * m + r + r * w].view(r, w)
             lens = buf[3 * m + r + r * w:]
-            a.attn.zero_()                                  # rows in no chunk are never attended: zeros
             workspace = tk.paged_decode_workspace(a.qr[c * t:c * t + r - c], self.model.cache.k[0],
                                                   max_len=w * self.model.cache.k[0].shape[1]) if r - c > 1 else None
             staged = torch.zeros(size, dtype=torch.int32, pin_memory=self.cuda)
@@ -155,3 +158,9 @@ class MixedSteps:
             step = self.steps[(c, t)] = _Step(a, starts, [0] * c + [1] * (r - c), tables, lens, workspace, staged,
                                               staged.numpy())
         return step
+
+    def _shared_buffers(self) -> Activations:
+        if self._shared is None:
+            self._shared = Activations.allocate(self.model.cfg, self.max_rows, self.seqs, self.dtype, self.device)
+            self._shared.attn.zero_()                       # rows in no chunk are never attended: zeros
+        return self._shared

@@ -54,7 +54,7 @@ from .prefill_pack import MIN_TOKENS, Packed, pack, pad_rows, table_width, token
 from .request import Request
 
 IDLE = SamplingParams(temperature=0).resolved({})
-WARM_CHUNKS = 4       # prefill chunks in one step that warm-up covers (a burst of arrivals; more compile once)
+WARM_CHUNKS = 4       # prefill chunks in one step that warm-up (and a mixed step) covers: a burst of arrivals
 
 
 class ModelRunner:
@@ -85,8 +85,8 @@ class ModelRunner:
         self.graphs = PrefillGraphs(self.model, llm.dtype, llm.device, min(max_chunk, MAX_GRAPH_TOKENS), use_graph) \
             if self.split_prefill else None
         self.max_chunk = max_chunk
-        self.mixed = MixedSteps(self.model, llm.dtype, llm.device, llm.max_num_seqs, self.table_width, use_graph) \
-            if (use_graph if mixed_steps is None else mixed_steps) else None
+        self.mixed = MixedSteps(self.model, llm.dtype, llm.device, llm.max_num_seqs, self.table_width, use_graph,
+                                WARM_CHUNKS, max_chunk) if (use_graph if mixed_steps is None else mixed_steps) else None
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
         self.passes = 0                                      # forward passes run (one a step)
 
@@ -259,7 +259,7 @@ class ModelRunner:
         self.decoder.warm_up()
         if self.mixed is not None:
             self._set_rows([], pad_to=self.llm.max_num_seqs)
-            self.mixed.warm_up(min(WARM_CHUNKS, self.llm.max_num_seqs), token_bucket(min(max_tokens, self.max_chunk)))
+            self.mixed.warm_up(token_bucket(min(max_tokens, self.max_chunk)))
             self.forget_rows()
         if self.graphs is not None:
             self.graphs.warm_up()
