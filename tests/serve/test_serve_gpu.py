@@ -60,7 +60,8 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
 
     def serve(graphs: bool):
         core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=32, warm_up=graphs,
-                          split_prefill=False)         # the packed forward both times: only the decode differs
+                          split_prefill=False, mixed_steps=False)   # the packed forward both times: only the
+                                                                    # decode differs
         core.runner.decoder.use_graph = graphs
         outs = [[] for _ in prompts]
         for i, (p, sp) in enumerate(zip(prompts, params)):
