@@ -5,7 +5,9 @@ The rewrite keeps the user's code and replaces what tilesafe owns:
   sets the element's byte in the target's write mask (a parameter after the error flag);
 - a permits walk becomes the index computation of its mapping plus the guard that drops the
   permits outside the target (the ragged last block holds none); `p[k]` becomes a coordinate;
-- `x[i]` reads proven in bounds (analysis.py) stay plain; the others go through `__ld`, which
+- permit writes go through `__put` and `x[i]` reads proven in bounds (analysis.py) through
+  `__at`: plain accesses without numba's negative-index wraparound (vector_access.py), as
+  their indices are in bounds by construction; the other reads go through `__ld`, which
   on a failed check records the kernel line and reads element 0 instead, so the thread still
   reaches every barrier. The line goes into a per-thread register (`__bad`, the max of the
   failed lines) without a branch, so checked reads stay straight-line code whose loads are in
