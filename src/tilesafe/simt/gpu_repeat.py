@@ -2,8 +2,8 @@
 
 A plan (launch_plans.py) is keyed by the arguments' layout, not their addresses, so the binding,
 the grid, the compiled kernel and its parameters but for the data pointers are fixed for it.
-What is left per launch is done here on the torch views the layout key already fetched, without
-wrapping torch tensors in tilesafe tensors, in the full path's order and with its refusals:
+What is left per launch is done here on the arguments as passed, without wrapping torch tensors
+in tilesafe tensors, in the full path's order and with its refusals:
 - S8/S13: a tilesafe tensor must not be lent or handed over; a torch tensor is borrowed as
   `ts.from_torch` borrows it: it lies inside its storage, its memory gets a storage state (new
   memory in one step), and its bytes count as written when torch made or wrote them;
@@ -12,8 +12,9 @@ wrapping torch tensors in tilesafe tensors, in the full path's order and with it
 - S14: what the kernel reads was written; the outputs its permits cover become written;
 - S9/S10: the current stream waits for conflicting work on other streams (only where some access
   is pending on another stream), and the launch is recorded as pending on its tensors' states.
-Then the data pointers go into the plan's parameter array and the driver launches it.
-test_simt_gpu_repeat.py checks the two paths refuse alike and leave the same state.
+Then the data pointers go into the plan's parameter array (an unsafe kernel's write masks follow
+their target's memory, LaunchPlan.own_masks) and the driver launches it. test_simt_plan_refusals.py
+checks that this path and the full one refuse alike; test_simt_gpu_repeat.py what it records.
 """
 from __future__ import annotations
 
