@@ -16,6 +16,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
+from tilesafe.bench.observe import Observer
 
 pytestmark = pytest.mark.gpu
 N, B = 1 << 20, 1024
@@ -72,6 +73,9 @@ def test_prefetching_what_the_kernel_before_writes_never_reads_it_stale(keep):
 
 def test_the_decode_gemvs_give_the_same_bits_with_their_prefetch(monkeypatch):
     mm = importlib.import_module("tilesafe.kernels.matmul")
+    lf = importlib.import_module("tilesafe.kernels.linear_fusions")
+    gemvs = [mm.skinny_kernel, mm.split_k_kernel, lf.fused_skinny_kernel, lf.fused_split_kernel]
+    monkeypatch.setattr(mm, "GEMV_L2_PREFETCH_BYTES", 1 << 40)   # these weights (50-100 MB) are over the default
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(1, 2560, device="cuda", generator=g).to(torch.bfloat16)
     w = (torch.randn(9728 * 2, 2560, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
@@ -82,10 +86,11 @@ def test_the_decode_gemvs_give_the_same_bits_with_their_prefetch(monkeypatch):
         monkeypatch.setattr(mm, "GEMV_L2_PREFETCH", p)
         monkeypatch.setattr(mm, "GEMV_L2_KEEP", keep)
         gu, res = torch.empty(1, 9728 * 2, device="cuda", dtype=torch.bfloat16), res0.clone()
-        with ts.pdl(True):                                # full path: the plans do not carry the setting over
+        with ts.pdl(True), Observer(gemvs) as seen:      # full path: the plans do not carry the setting over
             tk.linear(x, w, out=gu)
             tk.silu_mul_linear(gu, wd, residual=res, out=res)
         torch.cuda.synchronize()
+        assert len(seen) >= 2 and all(f.consts["L2P"] == p for f in seen.values()), seen   # the setting ran
         outs.append((gu.clone(), res.clone()))
     ref = (x.float() @ w.float().T).to(torch.bfloat16)
     assert torch.allclose(outs[0][0].float(), ref.float(), rtol=2e-2, atol=2e-2)
