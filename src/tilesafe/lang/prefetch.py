@@ -7,8 +7,8 @@ it depends on (codegen.py), so a block that starts while that kernel drains alre
 its weights into L2. That is sound whatever the earlier kernel writes: the prefetch returns
 nothing to the program, and L2 is where global writes meet, so a load after the wait sees
 those writes. Its addresses are bounds-checked like a load's (S11: the tile's elements
-outside x are not touched), and only a read-only input may be named (S2). Elsewhere (no
-PDL, CPU backends) it compiles to nothing.
+outside x are not touched), and, as with ts.load's tile index, only a ts.Ref may be named.
+Elsewhere (no PDL, CPU backends) it compiles to nothing.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def prefetch_handler(b: Builder, node, x, index, shape, keep=False):
     x = tensor_arg(b, node, x, "the first argument of ts.prefetch")
     if x.kind != REF:
         raise b.error(node, f"ts.prefetch names a read-only input (ts.Ref); `{x.name}` is {x.kind_name}",
-                      help="prefetch the weights and other inputs the kernel only reads; an output's "
-                           "bytes may still be written by the kernel before this one")
+                      help="prefetch the weights and other inputs the kernel only reads; an output is "
+                           "accessed only as the block's own tile")
     shape = static_shape(b, node, shape)
     if len(shape) != x.rank:
         raise b.error(node, f"the tile shape {shape} has rank {len(shape)}, but `{x.name}` has rank {x.rank}",
