@@ -164,3 +164,32 @@ def test_a_prefetch_after_a_load_leaves_the_wait_first():
     wait = next(i for i, ln in enumerate(body) if ln.startswith("griddepcontrol.wait"))
     assert not [ln for ln in body[:wait] if "prefetch" in ln or ACCESS.match(ln) and not NOT_GLOBAL.search(ln)]
     assert any("prefetch.global.L2" in ln for ln in body[wait:])
+
+
+@ts.kernel
+def mixed(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], BN: ts.Const[int], BK: ts.Const[int],
+          N: int, K: int):
+    acc = ts.zeros((BN,), ts.f32)
+    for k in range(2):                                            # a loop that also loads: after the wait
+        ts.prefetch(w, (ts.block_id(0), k + 1), shape=(BN, BK))
+        acc = acc + ts.sum(ts.load(w, (ts.block_id(0), k), shape=(BN, BK)).astype(ts.f32), axis=1)
+    y.store(acc)
+
+
+@ts.kernel
+def branched(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], BN: ts.Const[int], BK: ts.Const[int],
+             N: int, K: int):
+    if K > BK:                                                    # a branch of prefetches only: before the wait
+        ts.prefetch(w, (ts.block_id(0), 1), shape=(BN, BK))
+    y.store(ts.sum(ts.load(w, (ts.block_id(0), 0), shape=(BN, BK)).astype(ts.f32), axis=1))
+
+
+@hopper
+@pytest.mark.parametrize("kernel,early", [(mixed, False), (branched, True)])
+def test_only_regions_made_of_prefetches_and_arithmetic_go_before_the_wait(kernel, early):
+    specs = (ts.spec((64,), ts.f32, tile=(16,)), ts.spec((64, 256), ts.bf16))
+    body = _body(kernel.compile(*specs, BK=64, target="sm_90", schedule=ts.schedule(pdl=True)).asm["ptx"])
+    wait = next(i for i, ln in enumerate(body) if ln.startswith("griddepcontrol.wait"))
+    assert not [ln for ln in body[:wait] if ACCESS.match(ln) and not NOT_GLOBAL.search(ln)], body[:wait]
+    assert any("prefetch.global.L2" in ln for ln in body[:wait]) == early, body[:wait]
+    assert any("prefetch.global.L2" in ln for ln in body[wait:]) != early
