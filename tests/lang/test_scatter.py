@@ -94,6 +94,17 @@ def test_repeats_far_apart_in_a_long_index_are_dropped(backend):
     np.testing.assert_array_equal(run(put_rows, rows, src, 400, (16, 4), grid=(3,)), scattered(rows, 2.0 * src, 400))
 
 
+def test_a_long_index_is_compared_in_wide_trips():
+    """The Triton store compares a tile's rows with the whole index in trips: one narrow trip
+    of 64 entries for a short index (a decode step's slots), 4096 (row, entry) pairs a trip
+    for a long one (a prefill's: an 8-row tile takes 512 entries a trip, not 64)."""
+    rows = ts.tensor(np.arange(300, dtype=np.int32))
+    out = ts.tensor(np.zeros((400, 4), np.float32))
+    src = put_rows.source(out.partition((8, 4)), rows, ts.tensor(np.zeros((300, 4), np.float32)))
+    assert "if rows_n0 <= 64:" in src and "in range(0, rows_n0, 64):" in src
+    assert "in range(0, rows_n0, 512):" in src
+
+
 def test_rank3_output_one_head_per_tile(backend):
     """A KV-cache-shaped output (slots, heads, dim): tile (R, 1, C), i64 rows."""
     rng = np.random.default_rng(3)
