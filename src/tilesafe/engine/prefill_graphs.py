@@ -17,8 +17,8 @@ of n tokens runs padded to the smallest bucket B >= n of a fixed set (`bucket_si
 The next token is sampled after the replay with the sequence's sampler row (one launch;
 rows differ per sequence, the graph does not). The buckets share one set of activation
 buffers (views of its first rows), grown to the largest bucket used so far: replays run
-one at a time on one stream. Without graphs (a CPU, `use_graph=False`) the same padded passes run eagerly:
-that is how CI checks the padding.
+one at a time on one stream. Without graphs (a CPU, `use_graph=False`) the same padded
+passes run eagerly: that is how CI checks the padding.
 """
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ MAX_GRAPH_TOKENS = 8192
 def bucket_sizes(max_tokens: int) -> list[int]:
     """Buckets up to the first one >= max_tokens: 16, 32, 64, 128, 256, then steps of a
     quarter of the power of two below (384, 512, 640, ..., 1024, 1280, ..., 2048, 2560, ...):
-    padding wastes at most half of a prompt below 256 tokens and a quarter above; every size
-    from 256 on is a multiple of 128 (whole attention and GEMM row tiles)."""
+    padding is under half a bucket below 256 tokens, at most a third from there and a fifth
+    from 640; every size from 256 on is a multiple of 128 (whole attention and GEMM row
+    tiles)."""
     sizes, b = [], SMALLEST
     while b < max_tokens:
         sizes.append(b)
@@ -68,7 +69,7 @@ class PrefillGraphs:
         self.sizes = bucket_sizes(max_tokens)
         self.max_tokens = max_tokens
         self.buckets: dict[int, _Bucket] = {}
-        self._shared: Activations | None = None   # the largest bucket's buffers, allocated on first use
+        self._shared: Activations | None = None   # the largest used bucket's buffers (_shared_buffers)
         self.cuda = str(device).startswith("cuda")
         self.out_token = torch.empty(1, dtype=torch.int32, pin_memory=self.cuda)
         self.out_chosen = torch.empty(1, dtype=torch.float32, pin_memory=self.cuda)
