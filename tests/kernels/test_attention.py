@@ -10,7 +10,9 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from kernel_helpers import assert_close, f64, poisoned, randn
+from tilesafe.bench.observe import Observer
 from tilesafe.kernels import attention_model as am
+from tilesafe.kernels.attention import flash_kernel
 
 ATT_TOL = {"f32": dict(rtol=1e-4, atol=1e-5), "f16": dict(rtol=1e-2, atol=1e-2), "bf16": dict(rtol=2e-2, atol=2e-2)}
 
@@ -159,6 +161,20 @@ def test_flash_matrix_path_with_a_padded_head_dim_and_its_fallbacks(backend, dev
     assert_close(got, attention_ref(wide, k[:2], v[:2]), "f32", **ATT_TOL["f32"])
     got, seen = _launched(lambda: tk.flash_attention(q, k, v, config={"flat": False}))
     assert seen == {"flash_kernel"}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_ragged_lengths_through_tensor_descriptors(backend, device, causal):
+    # Lengths no multiple of the tiles run the 4-D kernel, which a Hopper GPU reads through rank-4
+    # TMA descriptors (attention.py forces tma=True there): the descriptors' zero fill past each
+    # sequence's end and the kernel's key masks must still give the oracle's result.
+    q = randn((2, 4, 33, 32), "f32", 60, device)
+    k, v = randn((2, 2, 45, 32), "f32", 61, device), randn((2, 2, 45, 32), "f32", 62, device)
+    with Observer([flash_kernel]) as seen:
+        got = tk.flash_attention(q, k, v, causal=causal, config={"block_m": 16, "block_n": 16, "tma": True})
+    assert_close(got, attention_ref(q, k, v, causal), "f32", **ATT_TOL["f32"])
+    if backend != "reference":                                   # the reference has no descriptors
+        assert {"q", "k", "v"} <= set(seen["flash_kernel"].tma), seen
 
 
 @pytest.mark.parametrize("causal", [False, True])
