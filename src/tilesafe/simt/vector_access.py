@@ -170,11 +170,23 @@ def simulated() -> dict:
             for k in range(width):
                 a[i + k] = values[k]
         return store
+
+    def inside(a, i):
+        """The GPU's __at/__put have no wraparound and no check: an index the lowering took for in
+        bounds that is not (negative too, which NumPy would wrap) fails the simulated run here."""
+        if len(i) != len(a.shape) or not all(0 <= k < n for k, n in zip(i, a.shape)):
+            raise IndexError(f"__at/__put at {tuple(i)} outside shape {tuple(a.shape)}: the lowering's "
+                             "in-bounds claim is wrong")
+        return i
+
+    def at(a, *i):
+        return a[inside(a, i)]
+
     def put(a, *rest):
-        a[rest[:-1]] = rest[-1]
+        a[inside(a, rest[:-1])] = rest[-1]
     out = {"__addr": lambda a: np.asarray(a).ctypes.data}
     for rank in (1, 2, 3):
-        out[f"__at{rank}"], out[f"__put{rank}"] = (lambda a, *i: a[i]), put
+        out[f"__at{rank}"], out[f"__put{rank}"] = at, put
     for width in sorted(set(WIDTHS.values())):
         out[f"__vld{width}"], out[f"__vst{width}"] = vld(width), vst(width)
     return out
