@@ -81,6 +81,34 @@ def test_modulo_by_a_constant_bounds_a_negative_operand():
     assert rotate_left.checks()["checked_reads"] == []
 
 
+@simt.kernel(contract=simt.Contract(block=(1024,)))
+def wide_products(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: int):
+    s = simt.shared((1024,), ts.f32)
+    for p in s.permits(simt.per_thread()):
+        s[p] = x.get(simt.global_id(), 0.0)
+    simt.barrier()
+    t = simt.thread_id()
+    a = s[(t * t * t * t) // 1073741824]     # E:int32-overflow (below 1024 as math; t * t * t * t overflows int32)
+    b = s[(t * t * t * t) % 1024]             # % bounds whatever its operand held
+    c = s[(t * t * t) // 1048576]              # below 2**31 at every step: proven
+    for p in out.permits(simt.per_thread()):
+        out[p] = a + b + c
+
+
+def test_a_static_range_beyond_int32_proves_nothing():
+    """Thread indices are int32 on the GPU (numba's threadIdx), so `t * t * t * t` wraps there (a
+    negative index, read without wraparound by a proven read's __at) while Python's ints do not:
+    a range that leaves int32 at any step proves nothing, and the read is checked instead."""
+    line = next(i for i, text in enumerate(open(HERE).read().splitlines(), 1) if "E:int32-overflow" in text)
+    assert wide_products.checks()["checked_reads"] == [("s", line)]
+    x = torch.arange(1024, dtype=torch.float32)
+    out = torch.full((1024,), float("nan"))
+    wide_products(out, x).sync()
+    t = torch.arange(1024, dtype=torch.float64)
+    want = (t ** 4 // 2 ** 30) + (t ** 4 % 1024) + (t ** 3 // 2 ** 20)
+    assert out.tolist() == want.float().tolist()
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (64, 64), (37, 45), (130, 70)])
 def test_the_transpose_example_moves_eight_elements_a_thread(shape):
     x = torch.randn(*shape)

@@ -5,12 +5,17 @@ thread index below the block size and `kk` a `range(T)` loop variable below the 
 rules are few and exact: constants; thread, lane and warp indices (from the contract's block);
 names assigned once in the kernel (or a range loop's variable with constant bounds) take their
 value's range; +, -, * and // by constants combine ranges; `a % b` (b a positive constant) is
-in [0, b) whatever `a` is, as Python's % (and numba's) is. Anything else is unknown, and the
-read is checked at run time instead.
+in [0, b) whatever `a` is, as Python's % (and numba's: a negative remainder gets b added) is.
+Anything else is unknown, and the read is checked at run time instead. A range is computed
+with Python's ints but the GPU computes in int32 where both operands are (thread indices
+are), so a range that leaves int32 at any step is unknown too: no step of a proven index
+wraps (a wrapped product could be negative, and a proven read has no wraparound).
 """
 from __future__ import annotations
 
 import ast
+
+INT32 = (-2 ** 31, 2 ** 31 - 1)
 
 
 class StaticBounds:
@@ -29,7 +34,11 @@ class StaticBounds:
                     self.sources[name] = value
 
     def range_of(self, e, depth=0):
-        """(lo, hi) inclusive, or None when unknown."""
+        """(lo, hi) inclusive, or None when unknown or not within int32."""
+        r = self._range(e, depth)
+        return r if r is None or INT32[0] <= r[0] and r[1] <= INT32[1] else None
+
+    def _range(self, e, depth):
         if depth > 20:
             return None
         if isinstance(e, ast.Constant) and type(e.value) is int:
