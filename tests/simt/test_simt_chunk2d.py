@@ -213,3 +213,26 @@ def test_gpu_block_sum_with_a_rest(k):
     block_sum.block_sum(out, x, K=k).sync()
     want = torch.nn.functional.pad(x, (0, b * k - x.numel())).view(b, k).double().sum(1).float()
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_modulo_of_a_negative_operand_stays_in_bounds():
+    """numba's % on signed ints is Python's (srem, then the divisor added to a negative remainder),
+    so `(tid - 5 - block) % 64` is in [0, 64) on the GPU too, where most operands are negative."""
+    x = torch.randn(64 * 40)
+    out = torch.full((64 * 40,), float("nan"), device="cuda")
+    rotate_left(out, x.cuda()).sync()
+    want = torch.full((64 * 40,), float("nan"))
+    rotate_left(want, x).sync()                          # the CPU executor is the specification
+    assert torch.equal(out.cpu(), want)
+    assert want.view(40, 64)[39].tolist() == x.view(40, 64)[39].roll(44).tolist()     # (t - 44) % 64
+
+
+@pytest.mark.gpu
+def test_gpu_wide_products_read_checked_and_right():
+    x = torch.arange(1024, dtype=torch.float32)
+    out = torch.full((1024,), float("nan"), device="cuda")
+    wide_products(out, x.cuda()).sync()                  # no failed check: every index is in bounds as math
+    want = torch.full((1024,), float("nan"))
+    wide_products(want, x).sync()
+    assert torch.equal(out.cpu(), want)
