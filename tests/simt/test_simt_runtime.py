@@ -1,5 +1,7 @@
 """SIMT launches obey the runtime's host rules (S7, S8, S13, S14) and the CPU sanitizer reports
 run-time failures at the kernel's line."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -167,6 +169,15 @@ def test_parameters_take_their_defaults():
     assert torch.all(out == 1.0)
     with pytest.raises(ts.LaunchError, match="is missing the argument `alpha`"):
         saxpy(out, torch.ones(100))                  # no default, no extent: it must be passed
+
+
+def test_a_float_scalar_of_either_sign_of_zero_reaches_the_kernel():
+    # 0.0 == -0.0 (and their hashes agree), so a plan keyed by the scalar's value alone ran -0.0
+    # with the 0.0 its first launch had bound (1 / value is -inf against inf)
+    for value in (0.0, -0.0, 0.0):
+        out = torch.full((8,), float("nan"))
+        fill(out, value=value).sync()
+        assert torch.signbit(out).tolist() == [math.copysign(1.0, value) < 0] * 8, value
 
 
 def test_a_sparse_or_meta_torch_tensor_is_refused_as_a_launch_error():

@@ -13,6 +13,8 @@ wherever the caching allocator places them.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..runtime.binding import ArgFacts, Bound
@@ -28,7 +30,7 @@ def layout(args, kwargs, grid):
     can key on. `seen` is the arguments, positional then keyword (sorted by name): the launch finds
     each tensor there by the plan's position. The key holds no address, so new memory in a known
     layout hits. Its parts are flat: a tensor's dtype, shape, strides and device; a scalar's type
-    and value; a keyword argument's part follows its name."""
+    and value (a float's sign too); a keyword argument's part follows its name."""
     key = [grid, len(args)]
     try:
         for a in args:
@@ -59,8 +61,11 @@ def _part(a, key: list) -> bool:
         t = a._t
     elif isinstance(a, torch.Tensor):
         t = a
-    elif tp is int or tp is float or tp is bool:
+    elif tp is int or tp is bool:
         key += (tp, a)
+        return True
+    elif tp is float:           # 0.0 == -0.0 with one hash: the sign keeps their plans apart
+        key += (tp, a, math.copysign(1.0, a))
         return True
     else:
         return False
