@@ -105,6 +105,21 @@ def test_a_long_index_is_compared_in_wide_trips():
     assert "in range(0, rows_n0, 512):" in src
 
 
+@pytest.mark.parametrize("t,tile_rows", [(64, 8), (65, 8), (513, 8), (65, 1)])
+def test_first_and_last_entry_repeated_at_every_trip_boundary(backend, t, tile_rows):
+    """Lengths at the Triton store's trip edges (8-row tiles: one narrow trip up to 64 entries,
+    then trips of 512; 1-row tiles: one of 64, then trips of 1024): the first entry's row repeated by the
+    last, which sits in the last (partial) trip, still drops both; everything else lands."""
+    rng = np.random.default_rng(t)
+    rows = rng.permutation(t + 50)[:t].astype(np.int32)
+    rows[-1] = rows[0]
+    src = rng.standard_normal((t, 4)).astype(np.float32)
+    got = run(put_rows, rows, src, t + 50, (tile_rows, 4), grid=(2,))
+    want = scattered(rows, 2.0 * src, t + 50)
+    assert (want == POISON).all(axis=1).sum() == 52                   # the oracle drops the pair
+    np.testing.assert_array_equal(got, want)
+
+
 def test_rank3_output_one_head_per_tile(backend):
     """A KV-cache-shaped output (slots, heads, dim): tile (R, 1, C), i64 rows."""
     rng = np.random.default_rng(3)
