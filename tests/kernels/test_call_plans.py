@@ -294,3 +294,14 @@ def test_the_timed_runs_of_first_use_tuning_are_no_part_of_a_plan(monkeypatch, t
         assert launched == ["skinny_kernel", "skinny_kernel"]     # the plan's calls: one launch each
     finally:
         first_use.forget()
+
+
+def test_a_plan_key_tells_a_negative_zero_from_zero():
+    # A plan replays the values its call recorded, and -0.0 == 0.0 in Python (with one hash):
+    # keyed by equality, a call with -0.0 would run with 0.0 (x * -0.0 is -0.0, x / -0.0 -inf).
+    from tilesafe.kernels.call_plans import call_key
+    x = torch.ones(4)
+    zero = call_key("f", (x, 0.0), {})[0]
+    assert zero is not None and zero == call_key("f", (x, 0.0), {})[0]
+    assert call_key("f", (x, -0.0), {})[0] != zero
+    assert call_key("f", (x, 0), {})[0] != call_key("f", (x, False), {})[0]   # types apart, as before

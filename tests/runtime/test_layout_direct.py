@@ -189,3 +189,24 @@ def test_pending_work_of_another_stream_is_ordered_before_a_direct_launch(gpu, s
     assert gpu.direct and gpu.waited == waits
     p.unpartition()
     x._state._pending.clear()
+
+
+@ts.kernel
+def times(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], s: float, B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * s)
+
+
+def test_a_launcher_serves_only_its_own_zero_and_not_the_other_sign(gpu):
+    # -0.0 == 0.0 in Python, but the launcher's argument tuple holds the value it was made
+    # for: a launch with -0.0 must not start the launcher of 0.0 (x * -0.0 is -0.0).
+    x = ts.tensor(np.abs(_values(64, 11)) + 0.5)
+    for _ in range(4):                                             # the third makes the launcher; the fourth uses it
+        p = ts.zeros(64).partition((16,))
+        times(p, x, 0.0)
+        p.unpartition()
+    assert len(gpu.started) == 1
+    p = ts.full(64, np.nan).partition((16,))
+    times(p, x, -0.0).sync()                                       # the reference backend runs it
+    z = p.unpartition().numpy()
+    assert len(gpu.started) == 1
+    np.testing.assert_array_equal(np.signbit(z) & (z == 0), np.ones(64, bool))

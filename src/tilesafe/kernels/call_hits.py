@@ -27,6 +27,7 @@ from ..runtime.host_lock import LOCK
 from ..runtime.planned_launch import PlannedLaunch
 from ..runtime.storage_state import StorageState, _ATTR
 from ..runtime.tensor import Tensor
+from ..runtime.value_keys import value_key
 from . import call_recording as R
 from . import scratch
 from .call_checks import check_aliasing
@@ -147,7 +148,7 @@ def _planned(step) -> PlannedLaunch | None:
     views = {n: v for n, (v, _) in step.outs.items()}
     views.update((n, v) for n, v in step.values.items() if type(v) is R.View)
     given = {n: v for n, v in step.values.items() if type(v) is not R.View and n in plan.given}
-    if tuple((type(given[n]), given[n]) for n in plan.given if n in given) != entry.scalars or \
+    if tuple(value_key(given[n]) for n in plan.given if n in given) != entry.scalars or \
             len(given) != len(plan.given):
         return None
     access = []

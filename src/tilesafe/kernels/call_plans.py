@@ -29,6 +29,7 @@ from ..backends.triton import targets
 from ..dtypes import DType
 from ..runtime.constructors import empty, from_torch
 from ..runtime.tensor import Tensor
+from ..runtime.value_keys import value_key
 from ..settings import graph_var, launching_disabled_var, pdl_var
 from . import call_recording as R
 from . import configs, scratch
@@ -141,7 +142,7 @@ def call_key(name: str, args: tuple, kwargs: dict):
         elif v is None:
             parts.append(_NONE)
         elif type(v) in _VALUES:
-            parts.append((type(v), v))
+            parts.append(value_key(v))     # -0.0 apart from 0.0: the plan replays the recorded value
         elif type(v) is DType:             # a dtype argument, by name (a DType's hash is a Python call)
             parts.append((DType, v.name))
         elif type(v) is Tensor or isinstance(v, torch.Tensor):

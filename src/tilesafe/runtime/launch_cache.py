@@ -39,6 +39,7 @@ from .prepared_launch import LayoutLauncher, prepare_layout
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
+from .value_keys import value_key
 
 MISS = object()          # "take the full path"
 _LIMIT = 256             # layouts remembered per kernel; a kernel launched with more starts over
@@ -206,7 +207,7 @@ def _key_part(keyed, v):
     if isinstance(v, torch.Tensor):
         return (torch.Tensor, v.dtype, v.shape, v.stride(), v.device, v.layout, v.data_ptr() & 15)
     if keyed:
-        return (t, v)            # Const values, inferred scalars and schedules are part of the layout
+        return value_key(v)      # Const values, inferred scalars and schedules are part of the layout
     if t is int:
         return (t, -2**31 <= v < 2**31)   # the scalar's dtype (i32 or i64) is in the IR key
     return t
@@ -281,7 +282,7 @@ class LayoutPlan:
                     return MISS
                 tensors[name] = v
             elif role == _GIVEN:
-                scalars.append((type(v), v))
+                scalars.append(value_key(v))
                 continue
             elif role == _TORCH:
                 return MISS
@@ -425,8 +426,9 @@ class Entry:
 
 
 def _scalars(form, values) -> tuple:
-    """The runtime scalars among a launch's values, with their types (1 and 1.0 are apart)."""
-    return tuple((type(v), v) for role, v in zip(form.roles, values) if role == _GIVEN)
+    """The runtime scalars among a launch's values, with their types (1 and 1.0 are apart) and
+    a zero's sign (value_keys)."""
+    return tuple(value_key(v) for role, v in zip(form.roles, values) if role == _GIVEN)
 
 
 def _own_code(plan, form, values) -> bool:
