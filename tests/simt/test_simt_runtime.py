@@ -171,6 +171,17 @@ def test_parameters_take_their_defaults():
         saxpy(out, torch.ones(100))                  # no default, no extent: it must be passed
 
 
+def test_a_grid_given_as_a_list_launches_and_takes_its_plan():
+    # the layout key held the list itself: hashing it raised a TypeError from tilesafe's internals
+    x, y = torch.ones(100), torch.ones(100)
+    for _ in range(2):
+        out = torch.full((100,), float("nan"))
+        vector_add.launch(out, x, y, grid=[1]).sync()
+        assert torch.equal(out, x + y)
+    with pytest.raises(ts.LaunchError, match=r"grid \(2, 1, 1\) does not cover the outputs of `vector_add` exactly"):
+        vector_add.launch(out, x, y, grid=[2])
+
+
 def test_a_float_scalar_of_either_sign_of_zero_reaches_the_kernel():
     # 0.0 == -0.0 (and their hashes agree), so a plan keyed by the scalar's value alone ran -0.0
     # with the 0.0 its first launch had bound (1 / value is -inf against inf)

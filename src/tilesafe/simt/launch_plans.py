@@ -31,7 +31,7 @@ def layout(args, kwargs, grid):
     each tensor there by the plan's position. The key holds no address, so new memory in a known
     layout hits. Its parts are flat: a tensor's dtype, shape, strides and device; a scalar's type
     and value (a float's sign too); a keyword argument's part follows its name."""
-    key = [grid, len(args)]
+    key = [tuple(grid) if type(grid) is list else grid, len(args)]    # bind takes a list grid as its tuple
     try:
         for a in args:
             tp = type(a)
