@@ -28,6 +28,7 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout
+from .attention_model import decode_tiling
 from .call_checks import check_aliasing, workspace_outputs
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
@@ -402,7 +403,7 @@ def decode_workspace(q, k_cache, config=None) -> DecodeWorkspace:
     hkv, max_seq, _ = kt.shape
     cfg = _decode_config(qt.dtype, d, h // max(hkv, 1), config,
                          configs.Decode(h, hkv, max_seq, d, qt.dtype.name))
-    splits = _splits(cfg, hkv, max_seq)
+    _, splits = decode_tiling(cfg, hkv, max_seq)
     rows = hkv * _stored_rows(h // max(hkv, 1))
     dev = qt.device
     return DecodeWorkspace(A.empty_scratch((splits, rows, d), ts.f32, dev),
@@ -440,7 +441,7 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     cfg = _decode_config(dtype, d, group, config, configs.Decode(h, hkv, max_seq, d, dtype.name))
     dp = max(16, pow2(d))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    bn = _decode_block(cfg, max_seq)
+    bn, _ = decode_tiling(cfg, hkv, max_seq)
     tiles = (1, gs, dp), (1, gs, 1)
     outs = {"acc_o": (ws.acc, tiles[0]), "m_o": (ws.m, tiles[1]), "l_o": (ws.l, tiles[1])}
     common = dict(cfg=cfg, q=layout.split_axis(qt, 0, hkv), lens=lens, qk_scale=scale * LOG2E, NEG_SCALE=scale < 0,
@@ -487,22 +488,6 @@ def _group_rows(group: int) -> int:
 def _stored_rows(group: int) -> int:
     """Rows per KV head in the decode workspace: the group, padded to a power of two."""
     return pow2(group)
-
-
-def _decode_block(cfg, max_seq: int) -> int:
-    return max(16, min(cfg["block_n"], pow2(max_seq)))
-
-
-def _splits(cfg, hkv: int, max_seq: int) -> int:
-    """How many pieces the sequence is cut into: as many (split, KV head) blocks as fill the
-    GPU (`target_blocks`) and no more (25 KV heads x 11 splits against 264 slots ran 11 blocks
-    in a second round), each a whole number of key tiles, none of them empty at max_seq."""
-    bn = _decode_block(cfg, max_seq)
-    if cfg["splits"]:
-        return cfg["splits"]
-    want = max(1, min(cdiv(max_seq, bn), cfg["target_blocks"] // max(hkv, 1)))
-    per = cdiv(cdiv(max_seq, want), bn) * bn                     # keys per split, as the kernel computes it
-    return cdiv(max_seq, per)
 
 
 def _decode_config(dtype, d, group, config, shape=None):

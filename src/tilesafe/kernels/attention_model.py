@@ -117,13 +117,21 @@ def valid_decode(c: dict, s: Decode, gpu: Gpu) -> bool:
 
 
 def decode_splits(c: dict, s: Decode) -> tuple[int, int]:
-    """(key tile, splits) as `attention._splits` derives them at the cache's full length."""
-    bn = max(16, min(c["block_n"], pow2(s.max_seq)))
+    """(key tile, splits) of `decode_attention` with config `c` over caches of `s.max_seq` keys."""
+    return decode_tiling(c, s.kv_heads, s.max_seq)
+
+
+def decode_tiling(c: dict, kv_heads: int, max_seq: int) -> tuple[int, int]:
+    """(key tile, splits): `attention.decode_attention` launches with these, so the model
+    predicts the very split it runs. The sequence is cut into as many (split, KV head) blocks as
+    fill the GPU (`target_blocks`) and no more (25 KV heads x 11 splits against 264 slots ran 11
+    blocks in a second round), each a whole number of key tiles, none of them empty at max_seq."""
+    bn = max(16, min(c["block_n"], pow2(max_seq)))
     if c.get("splits"):
         return bn, c["splits"]
-    want = max(1, min(cdiv(s.max_seq, bn), c["target_blocks"] // max(s.kv_heads, 1)))
-    per = cdiv(cdiv(s.max_seq, want), bn) * bn
-    return bn, cdiv(s.max_seq, per)
+    want = max(1, min(cdiv(max_seq, bn), c["target_blocks"] // max(kv_heads, 1)))
+    per = cdiv(cdiv(max_seq, want), bn) * bn                     # keys per split, as the kernel computes it
+    return bn, cdiv(max_seq, per)
 
 
 def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:
