@@ -96,3 +96,23 @@ def test_no_compile_after_warm_up(llm, monkeypatch):
     outs = llm.generate([{"prompt_token_ids": ids_of(n, n)} for n in (3, 40, 200)], one)   # sampler rows 0, 1, 2
     assert [len(o.outputs[0].token_ids) for o in outs] == [1, 1, 1]
     assert made == []
+
+
+def test_a_replay_writes_only_its_prompts_cache_rows(llm):
+    """A replay's padding rows write no cache row, whatever the bucket's earlier prompt held:
+    after a 60-token prompt (bucket 64), a 3-token prompt replayed into the same slot writes
+    rows 0..2 of it and leaves the poison in rows 3.. ; the other slots keep what they held."""
+    graphs = llm.prefill_graphs
+    caches = llm.model.cache.k + llm.model.cache.v                     # (slots, max_model_len, HKV, D) each
+    with torch.inference_mode():
+        graphs.run(ids_of(60, 3), slot=2, row=2)                        # captured here or at warm_up
+        assert graphs.buckets[64].graph is not None
+        for t in caches:
+            t[2].fill_(7.0)                                             # poison: what no prefill writes
+        others = [t[:2].clone() for t in caches]
+        graphs.run(ids_of(3, 4), slot=2, row=2)                         # a replay
+        torch.cuda.synchronize()
+        for t, before in zip(caches, others):
+            assert torch.equal(t[2, 3:], torch.full_like(t[2, 3:], 7.0))
+            assert not (t[2, :3] == 7.0).all()
+            assert torch.equal(t[:2], before)
