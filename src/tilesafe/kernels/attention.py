@@ -31,7 +31,7 @@ from . import configs, layout
 from .attention_model import decode_tiling
 from .call_checks import check_aliasing, workspace_outputs
 from .call_plans import planned
-from .launch import cdiv, launch, pow2
+from .launch import launch, pow2
 
 LOG2E = 1.4426950408889634
 NEG_INF = -float("inf")
