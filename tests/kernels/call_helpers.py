@@ -25,6 +25,14 @@ def assert_at_call(e, path: str, marker: str, *fragments: str) -> None:
         assert internal not in text, f"{internal!r} leaks into:\n{text}"
 
 
+def assert_located(e, path: str, marker: str) -> None:
+    """An error that points at the marked line of `path` and has a help line (the ownership
+    errors say what to unpartition, so `assert_at_call`'s list of internal words does not fit)."""
+    text = str(e)
+    assert e.loc is not None and e.loc.file == path and e.loc.line == marker_line(path, marker), text
+    assert text.startswith("error: ") and "= help: " in text, text
+
+
 def snapshot(*tensors: torch.Tensor) -> list[torch.Tensor]:
     """Host copies of the tensors' bytes (uint8), to compare after a refused call."""
     return [_bytes(t) for t in tensors]

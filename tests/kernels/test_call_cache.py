@@ -8,7 +8,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from call_helpers import assert_unchanged, marker_line, snapshot
+from call_helpers import assert_located, assert_unchanged, marker_line, snapshot
 
 HERE = __file__
 
@@ -16,12 +16,6 @@ HERE = __file__
 def _rand(shape, seed, device):
     g = torch.Generator().manual_seed(seed)
     return (torch.rand(shape, generator=g) * 4 - 2).to(device)
-
-
-def _at_call(e, marker: str) -> None:
-    text = str(e)
-    assert e.loc is not None and e.loc.file == HERE and e.loc.line == marker_line(HERE, marker), text
-    assert text.startswith("error: ") and "= help: " in text, text
 
 
 def test_fresh_torch_tensors_of_a_seen_layout_skip_the_launch_checks(backend, device, binds):
@@ -48,7 +42,7 @@ def test_an_out_partly_over_an_operand_in_a_seen_layout_is_refused(backend, devi
     with pytest.raises(ts.AliasError) as e:
         tk.add(x, y2, out=out)  # alias-call
     assert e.value.message == "add: `out` shares memory with the input `y`"
-    _at_call(e.value, "alias-call")
+    assert_located(e.value, HERE, "alias-call")
     assert_unchanged(before, base, x)
     _ = y
 
@@ -62,7 +56,7 @@ def test_an_out_whose_bytes_another_partition_holds_is_refused(backend, device):
         tk.add(x, y, out=out)  # lent-call
     assert e.value.message == (f"cannot partition this tensor: its bytes are lent to a partition "
                                f"(lent at {HERE}:{marker_line(HERE, 'lent-here')})")
-    _at_call(e.value, "lent-call")
+    assert_located(e.value, HERE, "lent-call")
     holder.unpartition()
     tk.add(x, y, out=out)
     torch.testing.assert_close(out.to_torch(), x + y)
@@ -76,7 +70,7 @@ def test_a_lent_input_in_a_seen_layout_is_refused(backend, device):
         tk.add(x, y)  # lent-input-call
     assert e.value.message == (f"cannot use `dtype`: this tensor is lent to a partition "
                                f"(lent at {HERE}:{marker_line(HERE, 'lent-input')})")
-    _at_call(e.value, "lent-input-call")
+    assert_located(e.value, HERE, "lent-input-call")
     lent.unpartition()
 
 
@@ -89,7 +83,7 @@ def test_an_unwritten_input_in_a_seen_layout_is_refused(backend, device):
         tk.add(x, u, out=out)  # unwritten-call
     assert e.value.message == ("argument `y` of `binary_kernel` is read, but it came from ts.empty and has "
                                "not been written")
-    _at_call(e.value, "unwritten-call")
+    assert_located(e.value, HERE, "unwritten-call")
     assert (out.numpy() == 3.0).all()
 
 
@@ -100,7 +94,7 @@ def test_a_torch_version_counter_decides_between_two_calls_of_one_layout(backend
     with pytest.raises(ts.OwnershipError) as e:
         tk.add(x, handed)  # handed-call
     assert "came from ts.empty and has not been written" in e.value.message
-    _at_call(e.value, "handed-call")
+    assert_located(e.value, HERE, "handed-call")
     handed.fill_(0.5)                                             # torch writes it: its counter moves
     torch.testing.assert_close(tk.add(x, handed), x + 0.5)
 

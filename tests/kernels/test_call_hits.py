@@ -10,7 +10,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from call_helpers import assert_unchanged, marker_line, snapshot
+from call_helpers import assert_located, assert_unchanged, marker_line, snapshot
 from tilesafe.kernels import call_hits
 from tilesafe.runtime import planned_launch
 from tilesafe.runtime.planned_launch import PlannedLaunch
@@ -26,12 +26,6 @@ def _rand(shape, seed, device="cpu"):
 
 def _rms(x, w, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def _at_call(e, marker: str) -> None:
-    text = str(e)
-    assert e.loc is not None and e.loc.file == HERE and e.loc.line == marker_line(HERE, marker), text
-    assert text.startswith("error: ") and "= help: " in text, text
 
 
 def _on_the_cpu(backend) -> None:
@@ -96,7 +90,7 @@ def test_two_storages_over_the_same_bytes_are_refused_as_a_first_call_is(backend
     with pytest.raises(ts.AliasError) as e:
         tk.rms_norm(x, w, out=out)  # hit-two-storages
     assert e.value.message == "rms_norm: `out` shares memory with the input `x`"
-    _at_call(e.value, "hit-two-storages")
+    assert_located(e.value, HERE, "hit-two-storages")
     assert_unchanged(before, base, w)
 
 
@@ -111,7 +105,7 @@ def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backen
         tk.rms_norm(x, w, out=out)  # hit-lent-call
     assert e.value.message == (f"cannot partition this tensor: its bytes are lent to a partition "
                                f"(lent at {HERE}:{marker_line(HERE, 'hit-lent-here')})")
-    _at_call(e.value, "hit-lent-call")
+    assert_located(e.value, HERE, "hit-lent-call")
     assert (out == 7.0).all()
     lent.unpartition()
     torch.testing.assert_close(tk.rms_norm(x, w, out=out), _rms(x, w), rtol=2e-4, atol=2e-5)
@@ -126,7 +120,7 @@ def test_unwritten_memory_handed_to_torch_is_refused_by_a_hit(backend):
     with pytest.raises(ts.OwnershipError) as e:
         tk.add(handed, w.expand(2, 32).contiguous())  # hit-unwritten
     assert "came from ts.empty and has not been written" in e.value.message
-    _at_call(e.value, "hit-unwritten")
+    assert_located(e.value, HERE, "hit-unwritten")
     handed.fill_(0.25)                                            # torch writes it: its counter moves
     torch.testing.assert_close(tk.add(handed, w.expand(2, 32)), handed + w)
 

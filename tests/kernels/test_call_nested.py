@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from call_helpers import assert_unchanged, marker_line, snapshot
+from call_helpers import assert_located, assert_unchanged, marker_line, snapshot
 from tilesafe.kernels import linear_fusions
 
 HERE = __file__
@@ -25,12 +25,6 @@ def _rand(shape, seed):
 
 def _rms(x, w, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def _at_call(e, marker: str) -> None:
-    text = str(e)
-    assert e.loc is not None and e.loc.file == HERE and e.loc.line == marker_line(HERE, marker), text
-    assert text.startswith("error: ") and "= help: " in text, text
 
 
 @pytest.fixture
@@ -82,7 +76,7 @@ def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backen
         tk.rms_norm_linear(x, nw, w, out=out)  # nested-lent-call
     assert e.value.message.startswith("cannot ") and "lent to a partition" in e.value.message
     assert f"{HERE}:{marker_line(HERE, 'nested-lent-here')}" in e.value.message
-    _at_call(e.value, "nested-lent-call")
+    assert_located(e.value, HERE, "nested-lent-call")
     assert (out == 7.0).all()
     assert_unchanged(before, x, nw, w)
     lent.unpartition()
@@ -98,7 +92,7 @@ def test_unwritten_memory_handed_to_torch_is_refused_as_a_first_call_is(backend)
     with pytest.raises(ts.OwnershipError) as e:
         tk.rms_norm_linear(handed, nw, w)  # nested-unwritten
     assert "came from ts.empty and has not been written" in e.value.message
-    _at_call(e.value, "nested-unwritten")
+    assert_located(e.value, HERE, "nested-unwritten")
     handed.fill_(0.5)                                              # torch writes it: its counter moves
     torch.testing.assert_close(tk.rms_norm_linear(handed, nw, w), F.linear(_rms(handed, nw), w),
                                rtol=1e-4, atol=1e-5)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from call_helpers import assert_unchanged, marker_line, snapshot
+from call_helpers import assert_located, assert_unchanged, marker_line, snapshot
 from tilesafe.kernels import configs
 
 HERE = __file__
@@ -138,12 +138,6 @@ def test_tilesafe_tensors_take_plans_and_get_tilesafe_tensors_back(backend, devi
     assert lookups[0] == first
 
 
-def _at_call(e, marker: str) -> None:
-    text = str(e)
-    assert e.loc is not None and e.loc.file == HERE and e.loc.line == marker_line(HERE, marker), text
-    assert text.startswith("error: ") and "= help: " in text, text
-
-
 def test_an_out_over_the_input_in_a_seen_layout_is_refused_before_any_launch(backend, device):
     w = _rand((32,), 1, device)
     x, o = _rand((1, 32), 2, device), torch.zeros(1, 32, device=device)
@@ -155,7 +149,7 @@ def test_an_out_over_the_input_in_a_seen_layout_is_refused_before_any_launch(bac
     with pytest.raises(ts.AliasError) as e:
         tk.rms_norm(x2, w, out=o2)  # alias-plan-call
     assert e.value.message == "rms_norm: `out` shares memory with the input `x`"
-    _at_call(e.value, "alias-plan-call")
+    assert_located(e.value, HERE, "alias-plan-call")
     assert_unchanged(before, flat, w)
 
 
@@ -168,7 +162,7 @@ def test_a_two_kernel_call_refuses_an_aliased_out_before_its_first_launch(backen
     with pytest.raises(ts.AliasError) as e:
         tk.argmax(raw, out=raw.view(torch.int32)[0, :2])  # argmax-alias-call
     assert e.value.message == "argmax: `out` shares memory with the input `x`"
-    _at_call(e.value, "argmax-alias-call")
+    assert_located(e.value, HERE, "argmax-alias-call")
     assert_unchanged(before, raw)
 
 
@@ -182,7 +176,7 @@ def test_a_lent_input_in_a_seen_layout_is_refused(backend, device):
         tk.rms_norm(x, w)  # plan-lent-call
     assert e.value.message == (f"cannot use `dtype`: this tensor is lent to a partition "
                                f"(lent at {HERE}:{marker_line(HERE, 'plan-lent-here')})")
-    _at_call(e.value, "plan-lent-call")
+    assert_located(e.value, HERE, "plan-lent-call")
     lent.unpartition()
     torch.testing.assert_close(tk.rms_norm(x, w).to_torch(), _rms(x.to_torch(copy=True), w.to_torch(copy=True)),
                                rtol=2e-4, atol=2e-5)
@@ -199,7 +193,7 @@ def test_an_unwritten_input_in_a_seen_layout_is_refused(backend, device):
     with pytest.raises(ts.OwnershipError) as e:
         tk.rope(u, pos, out=out)  # plan-unwritten-call
     assert "is read, but it came from ts.empty and has not been written" in e.value.message
-    _at_call(e.value, "plan-unwritten-call")
+    assert_located(e.value, HERE, "plan-unwritten-call")
     assert (out.numpy() == 3.0).all()
     _ = w
 
@@ -212,7 +206,7 @@ def test_a_torch_version_counter_decides_between_two_calls_of_one_layout(backend
     with pytest.raises(ts.OwnershipError) as e:
         tk.rms_norm(handed, w)  # plan-handed-call
     assert "came from ts.empty and has not been written" in e.value.message
-    _at_call(e.value, "plan-handed-call")
+    assert_located(e.value, HERE, "plan-handed-call")
     handed.fill_(0.5)                                             # torch writes it: its counter moves
     torch.testing.assert_close(tk.rms_norm(handed, w), _rms(handed, w), rtol=2e-4, atol=2e-5)
 
