@@ -134,6 +134,20 @@ def test_a_torch_view_of_unwritten_memory_in_a_known_layout(bound):
     if plan.repeat is None:                       # the CPU executor ran it
         assert torch.equal(out, torch.full((64,), 4.0))
 
+def test_a_torch_write_through_a_second_storage_counts_in_a_known_layout(bound):
+    y = torch.ones(64)
+    with_plan(bound, torch.empty(64), torch.ones(64), y)
+    handed = ts.empty(64).to_torch()              # tilesafe's unwritten bytes, handed to torch
+    alias = torch.from_numpy(handed.numpy())      # a second storage over them (as DLPack makes), new to tilesafe
+    alias.fill_(3.0)                              # torch wrote them through it: written, as from_torch finds (S13)
+    out = torch.empty(64)
+    vector_add(out, alias, y).sync()              # accepted by the plan, as by the full path
+    assert len(bound) == 1
+    (plan,) = vector_add.plans.values()
+    if plan.repeat is None:                       # the CPU executor ran it
+        assert torch.equal(out, torch.full((64,), 4.0))
+
+
 class _PendingEvent:
     """A CUDA event of stubbed device work still running."""
 

@@ -82,8 +82,8 @@ class GpuRepeat:
                     from_torch(a)        # reaches outside its storage: refused as a fresh borrow is
                 state = getattr(storage, _ATTR, None)
                 if state is None:
-                    state = _borrowed(storage, nbytes)
-                elif state.init_mask is not None and state.torch_wrote(t):
+                    state = _borrowed(storage, nbytes)     # may join tracked memory (a second storage)
+                if state.init_mask is not None and state.torch_wrote(t):     # as from_torch marks
                     state.mark_written(t)
             if state.init_mask is not None:
                 masked = True
