@@ -24,12 +24,15 @@ def _launch(z, x, y):
     return p.unpartition()
 
 
-def _direct_launchers() -> list:
-    return [got for plan in scale_add._layouts.plans.values() for got in plan.launchers.values()
-            if type(got) is LayoutLauncher and hasattr(got, "launched")]
+def test_new_tensors_every_launch_compute_right_through_the_direct_form(monkeypatch):
+    started = []                                                   # per direct try: whether it launched
+    real = LayoutLauncher.direct
 
-
-def test_new_tensors_every_launch_compute_right_through_the_direct_form():
+    def counting(self, tensors, objs):
+        future = real(self, tensors, objs)
+        started.append(future is not None)
+        return future
+    monkeypatch.setattr(LayoutLauncher, "direct", counting)
     with ts.backend("triton"):
         for seed in range(8):
             g = torch.Generator(device="cuda").manual_seed(seed)
@@ -37,7 +40,7 @@ def test_new_tensors_every_launch_compute_right_through_the_direct_form():
             z = torch.full((1000,), float("nan"), device="cuda")
             got = _launch(z, x, y).numpy()                         # a host read waits for the launch
             torch.testing.assert_close(torch.from_numpy(got), (x * 0.5 + y).cpu())
-    assert _direct_launchers(), "no launch took the direct form"
+    assert any(started), "no launch took the direct form"
 
 
 def test_another_streams_pending_write_is_ordered_before_a_direct_launch():
