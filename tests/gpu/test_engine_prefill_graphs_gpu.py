@@ -100,8 +100,8 @@ def test_no_compile_after_warm_up(llm, monkeypatch):
 
 def test_a_replay_writes_only_its_prompts_cache_rows(llm):
     """A replay's padding rows write no cache row, whatever the bucket's earlier prompt held:
-    after a 60-token prompt (bucket 64), a 3-token prompt replayed into the same slot writes
-    rows 0..2 of it and leaves the poison in rows 3.. ; the other slots keep what they held."""
+    after a 60-token prompt (bucket 64), a 40-token prompt replayed in that bucket into the same
+    slot writes rows 0..39 of it and leaves the poison in rows 40.. ; other slots keep theirs."""
     graphs = llm.prefill_graphs
     caches = llm.model.cache.k + llm.model.cache.v                     # (slots, max_model_len, HKV, D) each
     with torch.inference_mode():
@@ -110,9 +110,9 @@ def test_a_replay_writes_only_its_prompts_cache_rows(llm):
         for t in caches:
             t[2].fill_(7.0)                                             # poison: what no prefill writes
         others = [t[:2].clone() for t in caches]
-        graphs.run(ids_of(3, 4), slot=2, row=2)                         # a replay
+        graphs.run(ids_of(40, 4), slot=2, row=2)                        # a replay of bucket 64
         torch.cuda.synchronize()
         for t, before in zip(caches, others):
-            assert torch.equal(t[2, 3:], torch.full_like(t[2, 3:], 7.0))
-            assert not (t[2, :3] == 7.0).all()
+            assert torch.equal(t[2, 40:], torch.full_like(t[2, 40:], 7.0))
+            assert not (t[2, :40] == 7.0).all(dim=-1).all(dim=-1).any()   # every prompt row written
             assert torch.equal(t[:2], before)
