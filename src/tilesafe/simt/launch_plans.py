@@ -139,7 +139,6 @@ class LaunchPlan:
         owner = self.mask_owner
         for name, ptr in targets.items():
             if owner[name] != ptr:
-                import torch
                 mask = self.masks[name] = torch.zeros_like(self.masks[name])
                 self.args.values[self.mask_at[name]].value = mask.data_ptr()
                 owner[name] = ptr

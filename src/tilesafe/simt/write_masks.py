@@ -6,8 +6,9 @@ launch plan and target memory: a launch into other memory gets a new mask, Launc
 passed after the error flag), and a write that lands sets its byte (lower_numba.py's `__stw*`).
 Before a launch, the mask of each target not yet wholly written is cleared on the launch's
 stream; when the launch is synced, the elements whose byte is set count as written. A byte set
-by another launch with the same mask wrote the same memory, so what is marked was always written; what a launch wrote but nobody synced stays unmarked (a
-later read of it is refused, as for any tensor not known to be written).
+by another launch with the same mask wrote the same memory, so what is marked was always
+written; what a launch wrote but nobody synced stays unmarked (a later read of it is refused,
+as for any tensor not known to be written).
 """
 from __future__ import annotations
 
