@@ -103,6 +103,7 @@ class LayoutLauncher:
         self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._streams: dict = {}
         facts = [bound.tensors[name] for name, _ in self.writes]
+        self.launched = None     # what its launches run (launch_cache.Launched), set by its layout plan
         self._sets = ByteSetSlots((tuple(f.shape), tuple(s * f.dtype.itemsize for s in f.strides), f.dtype.itemsize)
                                   for f in facts)
 

@@ -302,11 +302,7 @@ class StorageState:
         stream runs them in order), so repeated launches keep the registry small. A graph's
         standing access is never superseded: its next replay comes after this launch.
         """
-        self.record_on(byteset, is_write, future, getattr(future, "stream", None))
-
-    def record_on(self, byteset: ByteSet, is_write: bool, future: Future, stream) -> None:
-        """`record` for a launcher that knows its future's stream (`future.stream`)."""
-        record_launch((self,), (byteset,), (is_write,), future, stream)
+        record_launch((self,), (byteset,), (is_write,), future, getattr(future, "stream", None))
 
     def stand(self, byteset: ByteSet, is_write: bool, future: Future) -> None:
         """Register a graph's access once for all its replays on one stream: `future` (the
