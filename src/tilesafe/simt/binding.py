@@ -57,10 +57,10 @@ def _tensor(kernel, p, arg, out: Bound) -> ArgFacts:
         raise LaunchError(f"argument `{p.name}` of `{kernel.name}` ({KIND_NAMES[p.kind]}) must be a tensor, got "
                           f"{type(arg).__name__}", help="pass a tilesafe or torch tensor")
     # hold the tensor strongly for the launch (facts_of holds it weakly, for cached plans)
-    return ArgFacts(_Strong(f.obj), f.shape, f.strides, f.dtype, None)
+    return ArgFacts(StrongRef(f.obj), f.shape, f.strides, f.dtype, None)
 
 
-class _Strong:
+class StrongRef:
     """A strong reference with weakref's call syntax (ArgFacts.obj calls its ref)."""
     __slots__ = ("obj",)
 

@@ -19,6 +19,7 @@ import torch
 
 from ..runtime.binding import ArgFacts, Bound
 from ..runtime.tensor import Tensor
+from .binding import StrongRef
 from .memory_checks import alias_pairs, check_aliasing, refuse_unwritten, share_memory
 from .params import WRITTEN
 
@@ -122,7 +123,7 @@ class LaunchPlan:
             if name in kernel.read_names and not (a._state.is_written(t) if is_written is None
                                                   else is_written(a._state, t)):
                 refuse_unwritten(kernel, name)
-            out.tensors[name] = ArgFacts(_Held(a), tuple(t.shape), t.stride(), dtype, None)
+            out.tensors[name] = ArgFacts(StrongRef(a), tuple(t.shape), t.stride(), dtype, None)
         return out
 
     def fill_pointers(self, bound) -> None:
@@ -146,13 +147,3 @@ class LaunchPlan:
     def passed_outputs(self, args, kwargs) -> tuple:
         return tuple(kwargs[at] if how == "kw" else args[at] for how, at in self.outputs)
 
-
-class _Held:
-    """A strong reference with weakref's call syntax (ArgFacts.obj calls its ref)."""
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __call__(self):
-        return self.obj
