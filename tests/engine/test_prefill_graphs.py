@@ -84,6 +84,22 @@ def test_padding_rows_write_nothing_to_the_cache(checkpoint):
         assert torch.allclose(bucketed[0, :2], eager[0, :2], atol=1e-5)
 
 
+def test_a_shorter_prompt_of_a_used_bucket_writes_only_its_rows(checkpoint):
+    """The bucket's input buffer keeps the previous prompt's slots: a 17-token prompt after a
+    30-token one (both bucket 32, slot 0) must still give rows 17.. slot -1."""
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=1, progress=False, prefill_graphs=True)
+    one = SamplingParams(temperature=0, max_tokens=1)                   # prefill only
+    llm.generate({"prompt_token_ids": list(range(30))}, one)
+    for t in llm.model.cache.k + llm.model.cache.v:
+        t.fill_(7.0)                                                   # poison: what no prefill writes
+    llm.generate({"prompt_token_ids": PROMPTS[2]}, one)                # 17 tokens, the same bucket
+    n = len(PROMPTS[2])
+    for t in llm.model.cache.k + llm.model.cache.v:                    # (slots, max_model_len, HKV, D)
+        assert torch.equal(t[0, n:], torch.full_like(t[0, n:], 7.0))
+        assert not (t[0, :n] == 7.0).all(dim=-1).all(dim=-1).any()    # every prompt row written
+
+
 @pytest.fixture
 def compiles(monkeypatch):
     """compiles() -> how many new specializations (code for a new layout) were made so far."""
