@@ -120,7 +120,7 @@ OPCODES = {
     "rand": "(seed, offsets) -> f32 tile of offsets' shape: Philox 4x32-10 uniform in [0, 1) (tl.rand)",
     "load": "(tensor, *index) -> tile; attrs shape, padding, mode (tile|block|subtile|member), sub",
     "valid": "(tensor, *index) -> bool tile; attrs as the load it describes",
-    "prefetch": "(tensor, *index); attrs shape, mode (tile): an L2 hint for a Ref tile, no value (prefetch.py)",
+    "prefetch": "(tensor, *index); attrs shape, mode (tile), keep: an L2 hint for a Ref tile, no value (prefetch.py)",
     "store": "(tensor, tile, *index); attrs mode (block|subtile|tile|group), sub",
     "gather": "(tensor, idx, *index) -> tile; attrs axis, shape, padding",
     "scatter": "(tensor, tile, rows, *index): row i of the tile to row rows[index[0] * tile[0] + i] where that "
