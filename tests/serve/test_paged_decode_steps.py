@@ -95,7 +95,7 @@ def test_after_warm_up_serving_any_prompt_length_compiles_nothing(llm, llm_one_s
     """Every decode bucket (greedy and sampled) and every prefill step shape is run at
     start-up; then prompts of every length, chunked beside running decodes, with prefix
     hits, compile no kernel and still get the tokens of each prompt alone."""
-    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, warm_up=True,  # own pool
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, warm_up="full",  # own pool
                       mixed_steps=True, split_prefill=True)       # every kind of step, as on a GPU
     steps = core.runner.decoder.steps
     assert sorted(steps) == bucket_sizes(4) == [1, 2, 4]
@@ -120,3 +120,9 @@ def test_after_warm_up_serving_any_prompt_length_compiles_nothing(llm, llm_one_s
     want = [llm_one_seq.generate({"prompt_token_ids": p}, seeded if j % 4 == 1 else greedy)[0].outputs[0].token_ids
             for j, p in enumerate(prompts)]
     assert outs == want
+
+
+def test_a_bad_warm_up_value_is_refused(llm):
+    from tilesafe.engine import RequestError
+    with pytest.raises(RequestError, match="warm_up must be True, False, 'full' or None, got 'all'"):
+        EngineCore(llm, kv_blocks=32, block_size=4, warm_up="all")

@@ -19,7 +19,7 @@ def test_async_engine_on_the_gpu_matches_the_offline_engine():
     greedy = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
     want = [llm.generate({"prompt_token_ids": p}, greedy)[0].outputs[0].token_ids for p in prompts]
     engine = AsyncLLM(llm, kv_blocks=40, block_size=16,     # 640 tokens: fewer than 8 requests reach
-                      max_num_batched_tokens=128)          # a small budget: a shorter start-up warm-up
+                      max_num_batched_tokens=128, warm_up=False)   # compiled on first use: a short test
     try:
         async def one(p, i):
             toks = []
@@ -59,7 +59,7 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
     want = [llm.generate({"prompt_token_ids": p}, sp)[0].outputs[0].token_ids for p, sp in zip(prompts, params)]
 
     def serve(graphs: bool):
-        core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=32, warm_up=graphs,
+        core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=32, warm_up=False,
                           split_prefill=False, mixed_steps=False)   # the packed forward both times: only the
                                                                     # decode differs
         core.runner.decoder.use_graph = graphs
@@ -86,16 +86,16 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
 
 @pytest.mark.gpu
 def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
-    """EngineCore on the GPU warms up by default: every decode bucket captured greedy and
-    sampled, every prefill step shape run, before the first request; requests of every batch
+    """EngineCore(warm_up="full") on the GPU: every decode bucket captured greedy and sampled,
+    every mixed step and prefill shape run, before the first request; requests of every batch
     size and prompt length then only replay and compile nothing."""
     from tilesafe.engine.decode_step import bucket_sizes
     from tilesafe.serve.engine_core import EngineCore
     from tilesafe.serve.request import Request
-    llm = LLM.from_random("0.6b", device="cuda", max_model_len=256, max_num_seqs=8, progress=False)
-    core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=64)
+    llm = LLM.from_random("0.6b", device="cuda", max_model_len=128, max_num_seqs=4, progress=False)
+    core = EngineCore(llm, kv_blocks=32, block_size=16, max_num_batched_tokens=32, warm_up="full")
     steps = core.runner.decoder.steps
-    assert sorted(steps) == bucket_sizes(8)
+    assert sorted(steps) == bucket_sizes(4)
     graphs = {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)}
     runs = {b: dict(s.eager_runs) for b, s in steps.items()}
     from tilesafe.runtime.specialize import Specializer
@@ -113,7 +113,7 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
                   for i in range(6)]
         outs = [[] for _ in params]
         for i, sp in enumerate(params):
-            prompt = [500 + i + 3 * j for j in range(1 + 11 * i)]           # 1 .. 56 tokens
+            prompt = [500 + i + 3 * j for j in range(1 + 5 * i)]            # 1 .. 26 tokens
             core.add(Request(f"w{i}", llm._sequences({"prompt_token_ids": prompt}, sp)[0],
                              sink=lambda out, i=i: outs[i].extend(out.token_ids)))
             core.step()
@@ -127,7 +127,7 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
     assert mixed and all(m.graph is not None for m in mixed.values())          # one captured forward a step
     assert core.runner.passes == core.steps
     greedy = [i for i, sp in enumerate(params) if sp.temperature == 0]
-    want = {i: llm.generate({"prompt_token_ids": [500 + i + 3 * j for j in range(1 + 11 * i)]}, params[i])[0]
+    want = {i: llm.generate({"prompt_token_ids": [500 + i + 3 * j for j in range(1 + 5 * i)]}, params[i])[0]
             .outputs[0].token_ids for i in greedy}
     same = sum(outs[i] == want[i] for i in greedy)
     print(f"\nmixed steps (prompts and decodes in one captured forward), bf16 0.6b: {same}/{len(greedy)} greedy "

@@ -32,9 +32,10 @@ from .request import Request
 
 class AsyncLLM:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
-                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True):
+                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True, warm_up=None):
         self.llm = llm
-        self.core = EngineCore(llm, kv_blocks, block_size, metrics, max_num_batched_tokens, prefix_caching)
+        self.core = EngineCore(llm, kv_blocks, block_size, metrics, max_num_batched_tokens, prefix_caching,
+                               warm_up=warm_up)
         self.thread = EngineThread(self.core)
         self._ids = itertools.count()
         self._live: set[str] = set()

@@ -14,9 +14,11 @@ new token: a step's outputs are sent while the next decode step runs on the GPU 
 once when no work is left), so the engine thread's host work overlaps the device's. A long
 prompt is thus prefilled over several steps while the running requests keep decoding;
 a prompt whose leading blocks are in the prefix cache computes only the rest. Finished and
-aborted requests free their blocks at once. `warm_up` (default: when the decode steps are
-captured in graphs, on a GPU) runs every decode bucket and prefill token bucket once before
-the first request, so serving compiles and captures nothing. `EngineCore` is not thread-safe: `EngineThread`
+aborted requests free their blocks at once. `warm_up` (default True when the decode steps
+are captured in graphs, on a GPU) compiles and captures, before the first request, every
+decode bucket and the mixed steps of one and two fresh prompts of every chunk bucket;
+`warm_up="full"` every step shape there is (ModelRunner.warm_up), so that serving compiles
+and captures nothing. `EngineCore` is not thread-safe: `EngineThread`
 owns it and calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .scheduler import Scheduler
 class EngineCore:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
-                 warm_up: bool | None = None, split_prefill: bool | None = None,
+                 warm_up: bool | str | None = None, split_prefill: bool | None = None,
                  mixed_steps: bool | None = None):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
@@ -58,9 +60,11 @@ class EngineCore:
                                    max_num_batched_tokens, prefix_caching)
         self.runner = ModelRunner(llm, self.scheduler.blocks, self.scheduler.max_num_batched_tokens, pad_decode,
                                   split_prefill=split_prefill, mixed_steps=mixed_steps)
+        if warm_up not in (None, True, False, "full"):
+            raise request_error(f"serve: warm_up must be True, False, 'full' or None, got {warm_up!r}")
         if self.runner.decoder.use_graph if warm_up is None else warm_up:
             with llm._on_device(), torch.inference_mode():
-                self.runner.warm_up(self.scheduler.max_num_batched_tokens)
+                self.runner.warm_up(self.scheduler.max_num_batched_tokens, full=warm_up == "full")
         self.metrics = metrics
         self._order = 0
         self._pending: list[Request] = []       # the last step's requests whose outputs are not sent yet

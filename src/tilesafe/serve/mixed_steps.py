@@ -74,12 +74,12 @@ class MixedSteps:
         n = c + len(decode)
         return step.a.tokens[:n].tolist(), step.a.chosen[:n].tolist()     # the step's host sync
 
-    def warm_up(self, largest: int) -> None:
-        """Run (and on a GPU capture) the steps of 1 .. max_chunks chunks of every token
-        bucket up to `largest`, all rows padding: nothing is written to the cache."""
+    def warm_up(self, largest: int, chunks: int | None = None) -> None:
+        """Run (and on a GPU capture) the steps of 1 .. `chunks` (default max_chunks) chunks of
+        every token bucket up to `largest`, all rows padding: nothing is written to the cache."""
         t = token_bucket(1)
         while t <= largest:
-            for c in range(1, self.max_chunks + 1):
+            for c in range(1, min(chunks or self.max_chunks, self.max_chunks) + 1):
                 if self.fits(c):
                     step = self._step(c, t)
                     if step.graph is None and not step.eager_runs:

@@ -252,18 +252,22 @@ class ModelRunner:
             tables.append(table)
         return ids, positions, rows, tables
 
-    def warm_up(self, max_tokens: int) -> None:
-        """Compile (and on a GPU capture) every decode bucket, greedy and sampled, and every
-        shape of a prefill step of up to `max_tokens` tokens, before the first request: their
-        rows are padding, so the cache is not written."""
+    def warm_up(self, max_tokens: int, full: bool = False) -> None:
+        """Compile (and on a GPU capture), before the first request, every decode bucket
+        (greedy and sampled) and the mixed steps of one and two fresh prompts of every chunk
+        bucket up to `max_tokens`: what a server of fresh prompts runs. `full` adds the mixed
+        steps of up to WARM_CHUNKS prompts, the prefill graphs of split steps and every
+        packed prefill shape (cached prefixes, later chunks), so that nothing at all compiles
+        later — at several times the start-up time. The rows are padding: the cache is not
+        written."""
         self.decoder.warm_up()
         if self.mixed is not None:
             self._set_rows([], pad_to=self.llm.max_num_seqs)
-            self.mixed.warm_up(token_bucket(min(max_tokens, self.max_chunk)))
+            self.mixed.warm_up(token_bucket(min(max_tokens, self.max_chunk)), None if full else 2)
             self.forget_rows()
-        if self.graphs is not None:
+        if full and self.graphs is not None:
             self.graphs.warm_up()
-        if self.pad_prefill:
+        if full and self.pad_prefill:
             self.warm_up_prefill(max_tokens)
 
     def forget_rows(self) -> None:
