@@ -3,6 +3,8 @@ direct on the GPU: from a layout's fourth launch with one set of runtime scalars
 starts Triton's compiled kernel straight from the objects). Every call computes what torch
 computes with new memory, a host read waits for it (S9), work of another stream is ordered
 before it (S10), and an alias of a seen layout is still refused. Run with `pytest -m gpu`."""
+import math
+
 import pytest
 import torch
 
@@ -18,9 +20,9 @@ def scale_add(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], y: ts.Ref[ts
     z.store(ts.load_tile_like(x, z) * s + ts.load_tile_like(y, z))
 
 
-def _launch(z, x, y):
+def _launch(z, x, y, s=0.5):
     p = ts.from_torch(z).partition((256,))
-    scale_add(p, ts.from_torch(x), ts.from_torch(y), 0.5)
+    scale_add(p, ts.from_torch(x), ts.from_torch(y), s)
     return p.unpartition()
 
 
@@ -72,3 +74,15 @@ def test_an_alias_in_a_layout_with_a_direct_launcher_is_refused():
         p.unpartition()
         torch.cuda.synchronize()
         assert torch.equal(base, before)
+
+
+def test_a_launcher_made_for_zero_does_not_serve_negative_zero():
+    # -0.0 == 0.0 in Python, but the launcher's argument tuple holds its own value: with
+    # y = -0.0, x * 0.0 + y is +0.0 and x * -0.0 + y is -0.0 (Triton passes floats unspecialized).
+    with ts.backend("triton"):
+        x = torch.rand(1000, device="cuda") + 0.5
+        y = torch.full((1000,), -0.0, device="cuda")
+        for s in (0.0, 0.0, 0.0, 0.0, -0.0, 0.0):                  # from the third, a launcher for 0.0
+            got = torch.from_numpy(_launch(torch.full((1000,), float("nan"), device="cuda"), x, y, s).numpy())
+            assert (got == 0).all()
+            assert torch.signbit(got).all() if math.copysign(1.0, s) < 0 else not torch.signbit(got).any(), s
