@@ -4,12 +4,15 @@ Shared arrays have static shapes, so `s[ty, kk]` needs no run-time check when `t
 thread index below the block size and `kk` a `range(T)` loop variable below the extent. The
 rules are few and exact: constants; thread, lane and warp indices (from the contract's block);
 names assigned once in the kernel (or a range loop's variable with constant bounds) take their
-value's range; +, -, * and // by constants combine ranges; `a % b` (b a positive constant) is
-in [0, b) whatever `a` is, as Python's % (and numba's: a negative remainder gets b added) is.
-Anything else is unknown, and the read is checked at run time instead. A range is computed
-with Python's ints but the GPU computes in int32 where both operands are (thread indices
-are), so a range that leaves int32 at any step is unknown too: no step of a proven index
-wraps (a wrapped product could be negative, and a proven read has no wraparound).
+value's range; a module-level int counts where no parameter or assigned name of the kernel
+hides it; +, -, * and // by constants combine ranges; `a % b` (b a positive constant) is in
+[0, b) whatever integer `a` is, as Python's % (and numba's: a negative remainder gets b added)
+is (a float `a` could round to b, but numba types no float index, and the CPU executor checks
+every read). Anything else is unknown, and the read is checked at run time instead.
+
+A range is computed with Python's ints but the GPU computes in int32 where both operands are
+(thread indices are), so a range that leaves int32 at any step is unknown too: no step of a
+proven index wraps (a wrapped product could be negative, and a proven read has no wraparound).
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ class StaticBounds:
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 stores[node.id] = stores.get(node.id, 0) + 1
+        # the kernel's own names hide module-level ints (the lowering makes literals of the others only)
+        self.own = set(stores) | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
         self.sources: dict = {}
         for node in ast.walk(tree):
             for name, value in _bindings(node):
@@ -45,7 +50,7 @@ class StaticBounds:
             return (e.value, e.value)
         if isinstance(e, ast.Name) and e.id in self.sources:
             return self.range_of(self.sources[e.id], depth + 1)
-        if isinstance(e, ast.Name) and type(self.scope.get(e.id)) is int:
+        if isinstance(e, ast.Name) and e.id not in self.own and type(self.scope.get(e.id)) is int:
             return (self.scope[e.id], self.scope[e.id])
         if isinstance(e, _Span):
             a, b = self.range_of(e.start, depth + 1), self.range_of(e.stop, depth + 1)

@@ -1,0 +1,82 @@
+"""Static ranges prove shared reads in bounds only from what the GPU computes: a module-level int
+counts only where the kernel's own name does not hide it (a parameter, `Const` or not, or a name
+the kernel assigns), as the lowering turns only unhidden names into literals. A read the
+analysis took for proven runs on the GPU without any check (`__at`)."""
+import pytest
+import torch
+from simt_helpers import marker_line
+
+import tilesafe as ts
+from tilesafe import simt
+
+HERE = __file__
+B8 = simt.Contract(block=(8,))
+T = 4            # module-level ints the kernels below hide with their own names
+J = 2
+K = 3
+
+
+@simt.kernel(contract=B8)
+def by_parameter(out: simt.Disjoint[ts.f32, ("N",)], T: int, N: int):
+    s = simt.shared((8,), ts.f32)
+    for p in s.permits(simt.per_thread()):
+        s[p] = p[0] * 1.0
+    simt.barrier()
+    v = s[T]  # E:parameter
+    for p in out.permits(simt.per_thread()):
+        out[p] = v
+
+
+@simt.kernel(contract=B8)
+def by_const(out: simt.Disjoint[ts.f32, ("N",)], N: int, T: simt.Const[int] = 6):
+    s = simt.shared((8,), ts.f32)
+    for p in s.permits(simt.per_thread()):
+        s[p] = p[0] * 1.0
+    simt.barrier()
+    v = s[T]  # E:const
+    for p in out.permits(simt.per_thread()):
+        out[p] = v
+
+
+@simt.kernel(contract=B8)
+def by_local(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+    s = simt.shared((8,), ts.f32)
+    for p in s.permits(simt.per_thread()):
+        s[p] = p[0] * 1.0
+    simt.barrier()
+    J = 1
+    J = J + 5
+    v = s[J] + s[K]  # s[K] reads the module's K, proven  # E:local
+    for p in out.permits(simt.per_thread()):
+        out[p] = v
+
+
+@pytest.mark.parametrize("kernel, marker", [(by_parameter, "E:parameter"), (by_const, "E:const"),
+                                            (by_local, "E:local")])
+def test_a_name_the_kernel_owns_is_not_the_module_int_it_hides(kernel, marker):
+    assert kernel.checks()["checked_reads"] == [("s", marker_line(HERE, marker))]
+
+
+def test_the_hidden_names_take_their_own_values():
+    out = torch.full((8,), float("nan"))
+    by_parameter(out, 5).sync()
+    assert out.tolist() == [5.0] * 8
+    by_const(out, T=7).sync()
+    assert out.tolist() == [7.0] * 8
+    by_local(out).sync()
+    assert out.tolist() == [6.0 + 3.0] * 8
+    assert by_local.checks()["proven_reads"] == 1       # s[K]: the module's K
+    with pytest.raises(ts.SanitizerError, match=r"out-of-bounds read of `s` at \(100,\)"):
+        by_parameter(out, 100).sync()
+
+
+@pytest.mark.gpu
+def test_gpu_a_hidden_name_out_of_range_is_caught_by_the_check():
+    out = torch.full((8,), float("nan"), device="cuda")
+    by_parameter(out, 5).sync()
+    assert out.tolist() == [5.0] * 8
+    with pytest.raises(ts.SanitizerError) as ei:
+        by_parameter(out, 100).sync()              # past the shared array: the checked read reports it
+    assert ei.value.loc.line == marker_line(HERE, "E:parameter")
+    by_const(out, T=7).sync()
+    assert out.tolist() == [7.0] * 8
