@@ -68,4 +68,5 @@ def _hold(a):
 def _same(a, held) -> bool:
     if isinstance(held, weakref.ref):
         return held() is a
-    return type(a) is type(held) and value_key(a) == value_key(held)   # -0.0 is not 0.0 to a kernel
+    # Equal, and for anything but an int (the common case) equal as a kernel sees it: -0.0 is not 0.0.
+    return type(a) is type(held) and a == held and (type(a) is int or value_key(a) == value_key(held))
