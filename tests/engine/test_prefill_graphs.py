@@ -100,6 +100,30 @@ def test_a_shorter_prompt_of_a_used_bucket_writes_only_its_rows(checkpoint):
         assert not (t[0, :n] == 7.0).all(dim=-1).all(dim=-1).any()    # every prompt row written
 
 
+def test_a_run_after_one_that_raised_waits_for_its_copy(checkpoint, monkeypatch):
+    """A run that raises between its (queued, on a GPU) input copy and its sync leaves the
+    copy possibly in flight: the next run synchronizes before it rewrites the pinned staging.
+    Here the GPU's side is stood in for: `cuda` is set for the failing run, and
+    torch.cuda.synchronize records its calls."""
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=40, max_num_seqs=1, progress=False, prefill_graphs=True)
+    graphs, one = llm.prefill_graphs, SamplingParams(temperature=0, max_tokens=1)
+    want = llm.generate({"prompt_token_ids": PROMPTS[1]}, one)[0].outputs[0].token_ids
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    sampler = llm.model.sampler
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("sampler failed")
+    graphs.cuda, llm.model.sampler = True, failing
+    with pytest.raises(RuntimeError, match="sampler failed"), torch.inference_mode():
+        graphs.run([1, 2, 3], slot=0, row=0)
+    graphs.cuda, llm.model.sampler = False, sampler
+    assert graphs.in_flight and synced == []
+    assert llm.generate({"prompt_token_ids": PROMPTS[1]}, one)[0].outputs[0].token_ids == want
+    assert synced == ["cpu"] and not graphs.in_flight
+
+
 @pytest.fixture
 def compiles(monkeypatch):
     """compiles() -> how many new specializations (code for a new layout) were made so far."""

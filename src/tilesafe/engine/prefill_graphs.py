@@ -73,6 +73,7 @@ class PrefillGraphs:
         self.cuda = str(device).startswith("cuda")
         self.out_token = torch.empty(1, dtype=torch.int32, pin_memory=self.cuda)
         self.out_chosen = torch.empty(1, dtype=torch.float32, pin_memory=self.cuda)
+        self.in_flight = False    # a copy from a bucket's pinned staging may still be queued
 
     def bucket(self, n: int) -> int:
         """The smallest bucket holding n tokens."""
@@ -92,6 +93,7 @@ class PrefillGraphs:
         n = len(ids)
         if not self.fits(n):
             raise ValueError(f"PrefillGraphs: {n} tokens, buckets hold 1 .. {self.max_tokens}")
+        self._wait_staging()
         b = self._bucket(self.bucket(n))
         size = b.a.ids.shape[0]
         h = b.host                                         # (3 B + 1,): ids, positions (fixed), slots, last
@@ -111,6 +113,7 @@ class PrefillGraphs:
         `tune`: the eager passes run inside `tk.first_use_tuning()`, so each GEMM and attention
         shape of a bucket times the config model's best few configs and the capture keeps the
         fastest (a bucket captured before is captured again)."""
+        self._wait_staging()
         for size in sorted(sizes or self.sizes, reverse=True):    # the largest first: it sizes the buffers
             b = self._bucket(size)
             h = b.host
@@ -126,7 +129,15 @@ class PrefillGraphs:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _wait_staging(self) -> None:
+        """Before the host rewrites a staging buffer: a run that raised before its sync may
+        have left its copy from one queued (each run's sync clears in_flight)."""
+        if self.in_flight:
+            torch.cuda.synchronize(self.device)
+            self.in_flight = False
+
     def _forward(self, b: _Bucket, staged: torch.Tensor) -> None:
+        self.in_flight = self.cuda
         b.a.inputs.copy_(staged, non_blocking=self.cuda)   # host -> device, one copy
         if b.graph is not None:
             b.graph.replay()
@@ -152,6 +163,7 @@ class PrefillGraphs:
         self.out_token.copy_(a.tokens, non_blocking=True)       # device -> pinned host, one sync
         self.out_chosen.copy_(a.chosen, non_blocking=True)
         torch.cuda.current_stream(a.tokens.device).synchronize()
+        self.in_flight = False
         return int(self.out_token[0]), float(self.out_chosen[0])
 
     def _bucket(self, size: int) -> _Bucket:
@@ -159,6 +171,8 @@ class PrefillGraphs:
         if b is None:
             shared = self._shared_buffers(size)
             buf = torch.empty(3 * size + 1, dtype=torch.int32, device=self.device)
+            # lens and tables are read only by decode rows, which a prefill from position 0 has
+            # none of: they are views of positions and slots, not inputs of their own.
             rows = dict(residual=shared.residual, x=shared.x, h=shared.h, qkv=shared.qkv, qr=shared.qr,
                         kr=shared.kr, attn=shared.attn, gu=shared.gu, act=shared.act)
             a = dataclasses.replace(shared, inputs=buf, ids=buf[:size], positions=buf[size:2 * size],
