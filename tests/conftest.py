@@ -1,4 +1,5 @@
-"""Shared fixtures: the CPU backends every kernel test runs on, and a count of full-path launches.
+"""Shared fixtures: the CPU backends every kernel test runs on, and counts of full-path launches
+and of compiled specializations.
 
 `backend` runs a test's launches on the reference interpreter and, once the Triton backend
 imports, on Triton's interpreter too. Triton 3.6's interpreter computes bf16 wrongly and
@@ -52,3 +53,19 @@ def binds(monkeypatch):
         return real(*a, **k)
     monkeypatch.setattr(binding, "bind", counting)
     return count
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """compiles() -> how many new specializations (code for a new layout) were made so far."""
+    from tilesafe.runtime.specialize import Specializer
+    count = [0]
+    real = Specializer.compiled
+
+    def counting(self, bound, backend, schedule=None):
+        before = len(self.code)
+        code = real(self, bound, backend, schedule)
+        count[0] += len(self.code) - before
+        return code
+    monkeypatch.setattr(Specializer, "compiled", counting)
+    return lambda: count[0]

@@ -13,7 +13,6 @@ import torch
 import tilesafe as ts
 from tilesafe.engine import LLM, RequestError, SamplingParams
 from tilesafe.engine.prefill_graphs import bucket_sizes
-from tilesafe.runtime.specialize import Specializer
 
 GREEDY = SamplingParams(temperature=0, max_tokens=2, logprobs=1)
 # Lengths around the buckets of max_model_len 40 (16, 32, 64): 1, a full bucket, one past it.
@@ -122,21 +121,6 @@ def test_a_run_after_one_that_raised_waits_for_its_copy(checkpoint, monkeypatch)
     assert graphs.in_flight and synced == []
     assert llm.generate({"prompt_token_ids": PROMPTS[1]}, one)[0].outputs[0].token_ids == want
     assert synced == ["cpu"] and not graphs.in_flight
-
-
-@pytest.fixture
-def compiles(monkeypatch):
-    """compiles() -> how many new specializations (code for a new layout) were made so far."""
-    count = [0]
-    real = Specializer.compiled
-
-    def counting(self, bound, backend, schedule=None):
-        before = len(self.code)
-        code = real(self, bound, backend, schedule)
-        count[0] += len(self.code) - before
-        return code
-    monkeypatch.setattr(Specializer, "compiled", counting)
-    return lambda: count[0]
 
 
 def test_no_compile_after_warm_up(checkpoint, compiles):
