@@ -116,3 +116,30 @@ def test_a_replay_writes_only_its_prompts_cache_rows(llm):
             assert torch.equal(t[2, 40:], torch.full_like(t[2, 40:], 7.0))
             assert not (t[2, :40] == 7.0).all(dim=-1).all(dim=-1).any()   # every prompt row written
             assert torch.equal(t[:2], before)
+
+
+def test_a_capture_that_fails_midway_leaves_the_prefill_eager(llm, monkeypatch):
+    """A capture that raises after the whole pass was recorded keeps the eager pass's token,
+    warns, and later prompts run eagerly, with the tokens the captured bucket gives; the
+    GPU stays usable (the module's graphs replay afterwards)."""
+    from tilesafe.engine.prefill_graphs import PrefillGraphs
+    from tilesafe.settings import graph_var
+    model = llm.model
+    graphs = PrefillGraphs(model, torch.bfloat16, "cuda", 100, use_graph=True)   # buckets 16 .. 128
+    real = model.prefill_paged
+
+    def failing(*args, **kwargs):
+        real(*args, **kwargs)
+        if graph_var.get() is not None:
+            raise RuntimeError("injected capture failure")
+    monkeypatch.setattr(model, "prefill_paged", failing)
+    ids = ids_of(50, 7)
+    with torch.inference_mode():
+        with pytest.warns(UserWarning, match="capture of the 64-token bucket failed .*injected"):
+            token, _ = graphs.run(ids, slot=2, row=2)
+        assert not graphs.use_graph and graphs.buckets[64].graph is None
+        again, _ = graphs.run(ids, slot=2, row=2)                      # eager from now on
+        monkeypatch.undo()
+        want, _ = llm.prefill_graphs.run(ids, slot=2, row=2)           # the module's bucket 64, replayed
+    assert llm.prefill_graphs.buckets[64].graph is not None
+    assert token == again == want
