@@ -4,7 +4,7 @@ the kernel assigns), as the lowering turns only unhidden names into literals. A 
 analysis took for proven runs on the GPU without any check (`__at`)."""
 import pytest
 import torch
-from simt_helpers import marker_line
+from simt_helpers import assert_diagnostic, marker_line
 
 import tilesafe as ts
 from tilesafe import simt
@@ -80,3 +80,34 @@ def test_gpu_a_hidden_name_out_of_range_is_caught_by_the_check():
     assert ei.value.loc.line == marker_line(HERE, "E:parameter")
     by_const(out, T=7).sync()
     assert out.tolist() == [7.0] * 8
+
+
+# -- axes named by module-level ints ----------------------------------------------------------------
+A = 1
+
+
+@simt.kernel(contract=simt.Contract(block=(2, 4)))
+def by_named_axis(out: simt.Disjoint[ts.f32, ("R", "C")], R: int, C: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = simt.thread_id(A) * 10.0 + p[A] + simt.block_dim(A) * 100.0
+
+
+def test_an_axis_named_by_a_module_int_is_that_axis_on_both_paths():
+    # the GPU lowering read only literal axes: thread_id(A) became threadIdx.x and p[A] failed with
+    # an AttributeError from tilesafe's internals
+    out = torch.full((8, 4), float("nan"))
+    by_named_axis(out).sync()
+    rows, cols = torch.meshgrid(torch.arange(8.0), torch.arange(4.0), indexing="ij")
+    assert torch.equal(out, (rows % 4) * 10 + cols + 400)
+    body = by_named_axis.numba_source(torch.empty(8, 4))
+    body = body[body.index("def simt_by_named_axis"):]
+    assert "cuda.threadIdx.y * __f32(10.0) + p__1 + 4 * __f32(100.0)" in body
+
+
+def test_an_axis_a_parameter_hides_is_not_a_compile_time_int():
+    with pytest.raises(ts.KernelError) as ei:
+        @simt.kernel(contract=simt.Contract(block=(2, 4)))
+        def k(out: simt.Disjoint[ts.f32, ("R", "C")], A: int, R: int, C: int):
+            for p in out.permits(simt.per_thread()):
+                out[p] = simt.thread_id(A) * 1.0  # E:hidden-axis
+    assert_diagnostic(ei.value, HERE, "E:hidden-axis", "an axis must be a compile-time int")

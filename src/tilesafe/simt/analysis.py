@@ -61,6 +61,7 @@ class _Checker:
         self.walked: set = set()
         self.in_walk: Walk | None = None
         self.bounds = StaticBounds(src.tree, contract, lambda f: resolve_op(f, scope), scope)
+        self.own = self.bounds.own        # the kernel's own names (static_values.py)
 
     def err(self, node, message, help=None):
         return self.src.error(node, message, help or "docs/simt.md lists what a SIMT kernel may do")

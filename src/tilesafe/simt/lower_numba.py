@@ -32,6 +32,7 @@ from . import shared_shadow as shadow
 from . import stubs, vector_access
 from .kernel_info import node_key, resolve_op
 from .params import CONST
+from .static_values import static_value
 
 FULL_MASK = 0xFFFFFFFF
 _AXES = ("x", "y", "z")
@@ -282,6 +283,9 @@ def _name(n, ctx=None):
     return ast.Name(n, ctx or ast.Load())
 
 
+_AXIS_OPS = ("thread_id", "block_id", "block_dim", "grid_dim")     # their argument: an axis
+
+
 class _Lower(ast.NodeTransformer):
     def __init__(self, src, info, params, scope, contract, consts, sanitize=False):
         self.src, self.info, self.params, self.scope = src, info, params, scope
@@ -293,10 +297,15 @@ class _Lower(ast.NodeTransformer):
         self.counter = 0
         self.vector_reads: dict = {}   # input -> (its run's tuple, element), inside a vectorised run
         self.locals = {n.id for n in ast.walk(src.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        self.own = self.locals | set(params)     # the kernel's own names (static_values.py)
 
     # -- pieces -----------------------------------------------------------------------------------
     def value(self, v):
         return self.consts[v] if isinstance(v, str) else v
+
+    def static(self, node) -> int:
+        """A compile-time int the analysis accepted (a literal, a module-level int, a Const)."""
+        return self.value(static_value(self, node))
 
     def fresh(self, stem):
         self.counter += 1
@@ -594,7 +603,7 @@ class _Lower(ast.NodeTransformer):
             t, j = self.vector_reads[base.id]         # element j of the input's 128-bit run
             return ast.copy_location(ast.Subscript(_name(t), _int(j), ast.Load()), node)
         if isinstance(base, ast.Name) and base.id in self.coords:
-            return ast.copy_location(_name(self.coords[base.id][node.slice.value]), node)
+            return ast.copy_location(_name(self.coords[base.id][self.static(node.slice)]), node)
         if isinstance(base, ast.Name) and isinstance(node.ctx, ast.Load) and \
                 (base.id in self.params and self.params[base.id].is_tensor or base.id in self.info.shared
                  or base.id in self.info.tables):
@@ -627,7 +636,7 @@ class _Lower(ast.NodeTransformer):
         return node
 
     def device(self, op, args, node):
-        axis = _AXES[node.args[0].value] if node.args and isinstance(node.args[0], ast.Constant) else "x"
+        axis = _AXES[self.static(node.args[0])] if node.args and op in _AXIS_OPS else "x"
         if op == "thread_id":
             return _attr("cuda", "threadIdx", axis)
         if op == "block_id":

@@ -76,9 +76,9 @@ class StaticBounds:
 
     def device(self, call):
         op = self.resolve(call.func)
-        axis = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else 0
         if op == "thread_id":
-            return (0, self.block[axis] - 1)
+            axis = self.range_of(call.args[0]) if call.args else (0, 0)     # a literal or a module-level int
+            return (0, self.block[axis[0]] - 1) if axis is not None and axis[0] == axis[1] in (0, 1, 2) else None
         if op == "lane":
             return (0, 31)
         if op == "warp_id":

@@ -1,7 +1,9 @@
 """Values known when a kernel is defined: literals, module-level numbers, `simt.Const` names.
 
-Used for mapping sizes, shared shapes and axes. A `simt.Const[int]` parameter stands for itself
-(its name, bound at launch); ints fold through + - * //.
+Used for mapping sizes, shared shapes and axes, by the analysis and the lowering alike (`ck`: either,
+with `params`, `scope` and `own`, the names the kernel binds). A `simt.Const[int]` parameter
+stands for itself (its name, bound at launch); ints fold through + - * //. A module-level name
+counts where the kernel does not hide it with a parameter or an assigned name of its own.
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ def static_value(ck, node):
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
-        if node.id in ck.params and ck.params[node.id].kind == CONST:
-            return node.id
+        if node.id in ck.params:            # a Const stands for itself; other parameters are run-time values
+            return node.id if ck.params[node.id].kind == CONST else None
+        if node.id in ck.own:               # a name the kernel assigns hides a module-level one
+            return None
         if node.id in ck.scope and not isinstance(ck.scope[node.id], types.ModuleType):
             return ck.scope[node.id]
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
