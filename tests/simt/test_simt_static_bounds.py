@@ -1,7 +1,8 @@
 """Static ranges prove shared reads in bounds only from what the GPU computes: a module-level int
 counts only where the kernel's own name does not hide it (a parameter, `Const` or not, or a name
 the kernel assigns), as the lowering turns only unhidden names into literals. A read the
-analysis took for proven runs on the GPU without any check (`__at`)."""
+analysis took for proven runs on the GPU without any check (`__at`). Axes and permit
+coordinates named by module-level ints mean the same axis on the CPU and in the GPU lowering."""
 import pytest
 import torch
 from simt_helpers import assert_diagnostic, marker_line
