@@ -75,22 +75,6 @@ def test_greedy_batches_take_the_argmax_step_and_sampled_ones_the_sampler(llm, l
     assert outs == alone
 
 
-@pytest.fixture
-def compiles(monkeypatch):
-    """compiles() -> how many new specializations (code for a new layout) were made so far."""
-    from tilesafe.runtime.specialize import Specializer
-    count = [0]
-    real = Specializer.compiled
-
-    def counting(self, bound, backend, schedule=None):
-        before = len(self.code)
-        code = real(self, bound, backend, schedule)
-        count[0] += len(self.code) - before
-        return code
-    monkeypatch.setattr(Specializer, "compiled", counting)
-    return lambda: count[0]
-
-
 def test_after_warm_up_serving_any_prompt_length_compiles_nothing(llm, llm_one_seq, compiles):
     """Every decode bucket (greedy and sampled) and every prefill step shape is run at
     start-up; then prompts of every length, chunked beside running decodes, with prefix
