@@ -85,7 +85,7 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
 
 
 @pytest.mark.gpu
-def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
+def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing(compiles):
     """EngineCore(warm_up="full") on the GPU: every decode bucket captured greedy and sampled,
     every mixed step and prefill shape run, before the first request; requests of every batch
     size and prompt length then only replay and compile nothing."""
@@ -98,30 +98,18 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing():
     assert sorted(steps) == bucket_sizes(4)
     graphs = {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)}
     runs = {b: dict(s.eager_runs) for b, s in steps.items()}
-    from tilesafe.runtime.specialize import Specializer
-    made = []
-    real = Specializer.compiled
-
-    def counting(self, bound, backend, schedule=None):
-        before = len(self.code)
-        code = real(self, bound, backend, schedule)
-        made.append(len(self.code) - before)
-        return code
-    Specializer.compiled = counting
-    try:
-        params = [SamplingParams(temperature=0 if i % 2 else 0.7, seed=i, max_tokens=6 + 3 * i, ignore_eos=True)
-                  for i in range(6)]
-        outs = [[] for _ in params]
-        for i, sp in enumerate(params):
-            prompt = [500 + i + 3 * j for j in range(1 + 5 * i)]            # 1 .. 26 tokens
-            core.add(Request(f"w{i}", llm._sequences({"prompt_token_ids": prompt}, sp)[0],
-                             sink=lambda out, i=i: outs[i].extend(out.token_ids)))
-            core.step()
-        while core.has_work():
-            core.step()
-    finally:
-        Specializer.compiled = real
-    assert sum(made) == 0                                                     # no kernel compiled while serving
+    before = compiles()
+    params = [SamplingParams(temperature=0 if i % 2 else 0.7, seed=i, max_tokens=6 + 3 * i, ignore_eos=True)
+              for i in range(6)]
+    outs = [[] for _ in params]
+    for i, sp in enumerate(params):
+        prompt = [500 + i + 3 * j for j in range(1 + 5 * i)]                # 1 .. 26 tokens
+        core.add(Request(f"w{i}", llm._sequences({"prompt_token_ids": prompt}, sp)[0],
+                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+        core.step()
+    while core.has_work():
+        core.step()
+    assert compiles() == before                                               # no kernel compiled while serving
     assert [len(o) for o in outs] == [sp.max_tokens for sp in params]
     mixed = core.runner.mixed.steps                                           # fresh prompts beside decodes:
     assert mixed and all(m.graph is not None for m in mixed.values())          # one captured forward a step
