@@ -3,22 +3,10 @@ import types
 
 import pytest
 import torch
+from simt_helpers import StubEvent
 
 from tilesafe.simt import gpu_launch
 from tilesafe.simt import launch as simt_launch
-
-
-class _DoneEvent:
-    """A CUDA event of stubbed device work: always done."""
-
-    def record(self, stream=None):
-        pass
-
-    def query(self):
-        return True
-
-    def synchronize(self):
-        pass
 
 
 @pytest.fixture
@@ -30,7 +18,7 @@ def stubbed_gpu(monkeypatch):
     monkeypatch.setattr(simt_launch, "_capability", lambda index: (9, 0))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
-    monkeypatch.setattr(torch.cuda, "Event", _DoneEvent)
+    monkeypatch.setattr(torch.cuda, "Event", StubEvent)
     monkeypatch.setattr(gpu_launch, "current_device", lambda: 0)
     monkeypatch.setattr(gpu_launch, "current_stream", lambda index: stream.cuda_stream)
     return stream

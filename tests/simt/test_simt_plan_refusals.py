@@ -8,7 +8,7 @@ import types
 
 import pytest
 import torch
-from simt_helpers import assert_diagnostic
+from simt_helpers import PendingEvent, assert_diagnostic
 from test_simt_gpu_repeat import device  # noqa: F401  (the fixture)
 
 import tilesafe as ts
@@ -148,23 +148,10 @@ def test_a_torch_write_through_a_second_storage_counts_in_a_known_layout(bound):
         assert torch.equal(out, torch.full((64,), 4.0))
 
 
-class _PendingEvent:
-    """A CUDA event of stubbed device work still running."""
-
-    def record(self, stream=None):
-        pass
-
-    def query(self):
-        return False
-
-    def synchronize(self):
-        pass
-
-
 def test_a_known_layout_on_another_stream_waits_for_the_writer(device, monkeypatch):
     x, y = torch.ones(64), torch.ones(64)
     with_plan(device.bound, torch.empty(64), x, y)
-    monkeypatch.setattr(torch.cuda, "Event", _PendingEvent)
+    monkeypatch.setattr(torch.cuda, "Event", PendingEvent)
     mid = torch.empty(64)
     vector_add(mid, x, y)                         # on stream 7, still running
     waits = []
