@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 
+from ..engine.errors import request_error
 from .engine_core import EngineCore
 from .request import Request
 
@@ -39,10 +40,16 @@ class EngineThread:
     def call(self, fn, timeout: float = 60.0):
         """Run fn(core) on the engine thread between steps; returns its result (blocking)."""
         if not self.alive:
-            raise RuntimeError("the engine thread is not running")
+            raise request_error("serve: the engine thread is not running",
+                                help="the engine was shut down (or its loop failed: see the log); start a new one")
         done = queue.Queue(maxsize=1)
         self._inbox.put(("call", (fn, done)))
-        ok, value = done.get(timeout=timeout)
+        try:
+            ok, value = done.get(timeout=timeout)
+        except queue.Empty:     # the call still runs later; its answer goes to a queue nobody reads
+            raise request_error(f"serve: the engine thread did not answer within {timeout} s",
+                                help="the engine is busy with a long step (or a compile); "
+                                     "retry, or give a longer timeout") from None
         if not ok:
             raise value
         return value
