@@ -55,6 +55,18 @@ def test_scheduler_preempts_the_latest_and_requeues_it_first():
     assert s.blocks.num_tokens("b") == len(b.kv_tokens) == 5     # recomputed: prompt + its generated tokens
 
 
+def test_finishing_a_request_again_leaves_a_new_request_of_its_id_running():
+    s = Scheduler(max_num_seqs=2, max_model_len=16, num_blocks=4, block_size=4)
+    old, new = req("x", 3, 1), req("x", 2, 2)
+    s.add(old)
+    s.schedule()
+    s.finish(old)
+    s.add(new)
+    s.schedule()
+    s.finish(old)                      # a late abort of the old one (its receiver found gone)
+    assert "x" in s and s.get("x") is new and s.running == [new] and s.blocks.stats().used == 1
+
+
 def test_scheduler_chunks_long_prompts_within_the_step_budget_beside_decodes():
     s = Scheduler(max_num_seqs=2, max_model_len=32, num_blocks=16, block_size=4, max_num_batched_tokens=4)
     short, long = req("s", 2, 1), req("l", 11, 2)
@@ -299,3 +311,35 @@ def test_a_steps_outputs_go_out_while_the_next_decode_step_runs(llm, alone, monk
     assert events == ["launch", "send", "wait", "launch", "send", "wait", "send"]
     assert got == alone({"prompt_token_ids": [4, 8, 15]}, params).token_ids
     assert len(gone) == 1 and core.scheduler.blocks.stats().used == 0      # v aborted after its first output
+
+
+def test_a_failed_step_leaves_no_stale_abort_for_a_later_request_of_the_same_id(llm, alone, monkeypatch):
+    """A receiver found gone inside a step that then fails: fail_all ends every request.
+    Old code kept the gone request for the next step's aborts, which dropped a new request
+    of the same id from the scheduler: its outputs were never sent."""
+    from tilesafe.serve.engine_core import EngineCore
+    core = EngineCore(llm, kv_blocks=32, block_size=4)
+    finish = core.runner.finish_decode
+
+    def vanished(out):
+        raise RuntimeError("Event loop is closed")
+
+    def device_lost(ticket):
+        raise ValueError("device lost")
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    core.add(Request("v", llm._sequences({"prompt_token_ids": [16, 23]}, params)[0], sink=vanished))
+    core.step()                                # prefill: v's first token is held
+    monkeypatch.setattr(core.runner, "finish_decode", device_lost)
+    with pytest.raises(ValueError):
+        core.step()                            # v's send fails inside this step, then the step fails
+    core.fail_all(ValueError("device lost"))   # what EngineThread does
+    monkeypatch.setattr(core.runner, "finish_decode", finish)
+    got = []
+    core.add(Request("v", llm._sequences({"prompt_token_ids": [4, 8, 15]}, params)[0],
+                     sink=lambda out: got.append(out)))
+    for _ in range(20):
+        if not core.has_work():
+            break
+        core.step()
+    assert [t for o in got for t in o.token_ids] == alone({"prompt_token_ids": [4, 8, 15]}, params).token_ids
+    assert got[-1].finished and not core.has_work() and core.scheduler.blocks.stats().used == 0

@@ -144,6 +144,7 @@ class EngineCore:
         for req in list(s.running) + list(s.waiting):
             s.finish(req)
             _send(req, error)
+        self._gone = []                         # finished above: a later step must not abort a new request of their id
         self._gauges()
 
     def abort_all(self) -> None:

@@ -93,8 +93,10 @@ class Scheduler:
         self.blocks.computed(req.request_id, req.computed)
 
     def finish(self, req: Request) -> None:
-        """A finished or cancelled request leaves; its blocks are free at once."""
-        self._by_id.pop(req.request_id, None)
+        """A finished or cancelled request leaves; its blocks are free at once. Finishing it
+        again is a no-op, even when a new request has taken its id since."""
+        if self._by_id.get(req.request_id) is req:
+            del self._by_id[req.request_id]
         if req in self.waiting:
             self.waiting.remove(req)
         if req.running:
