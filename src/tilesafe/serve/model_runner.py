@@ -112,13 +112,7 @@ class ModelRunner:
         self._set_rows(reqs, pad_to=self.llm.max_num_seqs)
         tokens, logprobs = self.mixed.run(chunks, decode, self.blocks)
         self.passes += 1
-        done = []
-        for i, r in enumerate(reqs):
-            n = chunks[i][1] if i < len(chunks) else 1
-            if r.uncomputed == n:                  # the prompt's last chunk (or a decode row): its next token
-                r.seq.append(tokens[i], logprobs[i])
-                done.append(r)
-        return done
+        return _append_sampled(chunks, reqs, tokens, logprobs)
 
     def split(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
         """A step whose prefill chunks all start a prompt (nothing cached): the decode rows in
@@ -154,13 +148,7 @@ class ModelRunner:
         self._set_rows(reqs, pad_to=r_rows)
         tokens, logprobs = self._forward(p)
         self.passes += 1
-        done = []
-        for i, r in enumerate(reqs):
-            n = chunks[i][1] if i < len(chunks) else 1
-            if r.uncomputed == n:                  # the prompt's last chunk (or a decode row): its next token
-                r.seq.append(tokens[i], logprobs[i])
-                done.append(r)
-        return done
+        return _append_sampled(chunks, reqs, tokens, logprobs)
 
     def _forward(self, p) -> tuple[list[int], list[float]]:
         """Run a packed forward; the sampled tokens and log-probabilities of its chunks."""
@@ -286,6 +274,19 @@ class ModelRunner:
             self._rows = key
         if not sampler.all_greedy(len(rows)):     # greedy rows draw no random number: no upload
             sampler.set_steps([len(r.seq.tokens) if r else 0 for r in rows])
+
+
+def _append_sampled(chunks: list[tuple[Request, int]], reqs: list[Request], tokens, logprobs) -> list[Request]:
+    """After a forward over `chunks` then decode rows (`reqs`: the chunks' requests, then the
+    decode rows', row i sampled tokens[i]): append its token to each request whose prompt
+    the step ended (its last chunk) and to each decode row; return those requests."""
+    done = []
+    for i, r in enumerate(reqs):
+        n = chunks[i][1] if i < len(chunks) else 1
+        if r.uncomputed == n:                  # the prompt's last chunk (or a decode row): its next token
+            r.seq.append(tokens[i], logprobs[i])
+            done.append(r)
+    return done
 
 
 def _check_memory(llm, num_blocks: int, block_size: int) -> None:
