@@ -56,6 +56,26 @@ def test_a_closed_loop_refuses_posts():
         box.post(Inbox(), 1)
 
 
+def test_a_loops_mailbox_does_not_keep_the_loop_alive():
+    """Old code: the mailbox held its loop, and the module's weak map of mailboxes (loop ->
+    mailbox) thereby every loop that ever received an output."""
+    import asyncio
+    import gc
+    import weakref
+
+    from tilesafe.serve.mailbox import mailbox_for
+    loop = asyncio.new_event_loop()
+    box = mailbox_for(loop)
+    assert mailbox_for(loop) is box
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        box.post(Inbox(), 1)                        # a request still holding the box: aborted, as when closed
+
+
 def test_an_engine_step_wakes_each_receiving_loop_once(llm, llm_one_seq):
     """Old code: one call_soon_threadsafe per request per step."""
     loop = FakeLoop()

@@ -21,14 +21,15 @@ _batch = threading.local()        # .boxes: the mailboxes posted to inside one_w
 
 class Mailbox:
     def __init__(self, loop):
-        self.loop = loop
+        self._loop = weakref.ref(loop)     # not the loop itself: _boxes' value would keep its key alive
         self._items: deque = deque()
         self._lock = threading.Lock()
         self._scheduled = False
 
     def post(self, queue, out) -> None:
         """On the engine thread: `queue.put_nowait(out)` on the loop, soon."""
-        if self.loop.is_closed():
+        loop = self._loop()
+        if loop is None or loop.is_closed():
             raise RuntimeError("Event loop is closed")
         with self._lock:
             self._items.append((queue, out))
@@ -45,8 +46,11 @@ class Mailbox:
                 return
             self._scheduled = True
         try:
-            self.loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:             # closed since the post: its requests' next post refuses
+            loop = self._loop()
+            if loop is None:
+                raise RuntimeError("Event loop is gone")
+            loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:             # closed (or gone) since the post: its requests' next post refuses
             with self._lock:
                 self._scheduled = False
 
