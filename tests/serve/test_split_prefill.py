@@ -8,6 +8,25 @@ from tilesafe.serve.engine_core import EngineCore
 from tilesafe.serve.request import Request
 
 
+PARAMS = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+          SamplingParams(temperature=0.8, top_k=20, seed=4, max_tokens=5, ignore_eos=True)]
+
+
+def serve_one_per_step(core, llm, llm_one_seq, prompts):
+    """Prompt i (greedy or seeded, alternately) arrives at step i, its prefill beside the
+    earlier ones' decodes; each prompt's tokens, and the tokens it gets alone."""
+    outs = [[] for _ in prompts]
+    for i, p in enumerate(prompts):
+        core.add(Request(f"r{i}", llm._sequences({"prompt_token_ids": p}, PARAMS[i % 2])[0],
+                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+        core.step()
+    while core.has_work():
+        core.step()
+    want = [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
+            for i, p in enumerate(prompts)]
+    return outs, want
+
+
 def test_fresh_prompts_beside_decodes_run_split_and_keep_their_tokens(llm, llm_one_seq):
     core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=8, split_prefill=True)
     runner = core.runner
@@ -16,17 +35,7 @@ def test_fresh_prompts_beside_decodes_run_split_and_keep_their_tokens(llm, llm_o
     runner.split = lambda *a: ways.append("split") or split(*a)
     runner.prefill = lambda *a: ways.append("packed") or packed(*a)
     prompts = [[2, 4, 6], [8, 10, 12, 14, 16], [3, 5], [7, 9, 11, 13, 15, 17, 19, 21, 23, 25]]   # the last: 2 chunks
-    params = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
-              SamplingParams(temperature=0.8, top_k=20, seed=4, max_tokens=5, ignore_eos=True)]
-    outs = [[] for _ in prompts]
-    for i, p in enumerate(prompts):          # one arrives per step: its prefill beside the others' decodes
-        core.add(Request(f"s{i}", llm._sequences({"prompt_token_ids": p}, params[i % 2])[0],
-                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
-        core.step()
-    while core.has_work():
-        core.step()
-    want = [llm_one_seq.generate({"prompt_token_ids": p}, params[i % 2])[0].outputs[0].token_ids
-            for i, p in enumerate(prompts)]
+    outs, want = serve_one_per_step(core, llm, llm_one_seq, prompts)
     assert outs == want
     assert ways.count("split") >= 4 and "packed" in ways      # the long prompt's second chunk: packed
     assert runner.passes > core.steps                          # a split step: one pass per fresh prompt more
@@ -44,17 +53,7 @@ def test_fresh_prompts_and_decodes_run_as_one_mixed_step_and_keep_their_tokens(l
     runner.mixed_step = lambda *a: ways.append("mixed") or mixed(*a)
     runner.prefill = lambda *a: ways.append("packed") or packed(*a)
     prompts = [[2, 4, 6], [8, 10, 12, 14, 16], [3], [7, 9, 11, 13, 15, 17, 19, 21, 23, 25], [5, 1]]
-    params = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
-              SamplingParams(temperature=0.8, top_k=20, seed=4, max_tokens=5, ignore_eos=True)]
-    outs = [[] for _ in prompts]
-    for i, p in enumerate(prompts):          # one arrives per step: its prefill beside the others' decodes
-        core.add(Request(f"m{i}", llm._sequences({"prompt_token_ids": p}, params[i % 2])[0],
-                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
-        core.step()
-    while core.has_work():
-        core.step()
-    want = [llm_one_seq.generate({"prompt_token_ids": p}, params[i % 2])[0].outputs[0].token_ids
-            for i, p in enumerate(prompts)]
+    outs, want = serve_one_per_step(core, llm, llm_one_seq, prompts)
     assert outs == want
     assert ways.count("mixed") >= 4 and "packed" in ways        # the long prompt's second chunk: packed
     assert runner.passes == core.steps                           # one forward a step
