@@ -5,8 +5,8 @@
 # machine, with the server's wheels carried in .whl/ (fastapi, starlette, pydantic(+core),
 # uvicorn, h11, anyio, sniffio, idna, click, prometheus_client, openai, jiter, httpx2,
 # httpcore2, ...). Random weights of the Qwen3-4B, then the 8B shape, each an in-process
-# server of 128 sequences that warms up (every decode bucket and prefill step shape) before
-# its first level; one prompt and output length (128, 64 tokens) so that every offline batch
+# server of 128 sequences that warms up (every decode bucket, the mixed steps of one and two
+# fresh prompts) before its first level; one prompt and output length (128, 64 tokens) so that every offline batch
 # has the first's shapes (like for like: neither side compiles while timed).
 # Writes serve_load_{4b,8b}.json and .log to OUT; each JSON is rewritten after every level,
 # so a timeout keeps the levels measured.

@@ -26,9 +26,10 @@ offline batch lasts as long as its longest request; the server refills freed slo
 once, so with mixed output lengths it can beat the offline engine. With one prompt and
 output length, `--prompt-len 128 --output-len 64`, every batch has the shapes of the first,
 so the offline engine compiles nothing while timed: the like-for-like comparison.) The
-in-process server warms up before the first level (every decode bucket and prefill shape,
-`startup_s` in the JSON with the weights' load) and reports `engine_steps` per level; a
-table of the levels ends the output.
+in-process server warms up before the first level (the engine's default start-up warm-up:
+every decode bucket and the mixed steps of one and two fresh prompts; `startup_s` in the
+JSON, with the weights' load) and reports `engine_steps` per level; a table of the levels
+ends the output.
 
 --png writes a plot of the levels (throughput, TTFT and ITL percentiles per concurrency, a
 line per prefix length) when matplotlib is installed; `--plot JSON` draws it from a JSON
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
         report = {"url": args.url, "model": model, "random_weights": args.random_weights,
                   "max_num_seqs": args.max_num_seqs, "prompt_len": args.prompt_len, "output_len": args.output_len,
                   "shared_prefix": prefixes, "max_num_batched_tokens": args.max_num_batched_tokens, "levels": levels}
-        if server is not None:         # load + the engine's warm-up (every decode bucket and prefill shape)
+        if server is not None:         # load + the engine's start-up warm-up
             report["startup_s"] = startup
         for shared, c in [(n, c) for n in prefixes for c in [int(x) for x in args.concurrency.split(",")]]:
             n = args.requests or max(8, args.requests_per_client * c)
