@@ -25,8 +25,8 @@ together, weights read once); where that form does not exist (R - C = 1) the ste
 split: the decode rows in their captured bucket and each chunk through the offline
 engine's prefill graph of its token bucket (`engine.prefill_graphs`, writing through the
 request's slot mapping). Other steps (a cached prefix, a prompt's later chunk) run the
-packed forward, padded to bucketed shapes (`prefill_pack`) so that the start-up warm-up has
-compiled them.
+packed forward, padded to bucketed shapes (`prefill_pack`): each compiles once, and the
+full start-up warm-up (warm_up="full") compiles them all before the first request.
 
 Decode: one token per decoding request, batched in the smallest bucket that holds them —
 the offline engine's decode steps over the paged cache (`engine.decode_step.DecodeSteps`,
