@@ -210,3 +210,16 @@ def test_a_launcher_serves_only_its_own_zero_and_not_the_other_sign(gpu):
     z = p.unpartition().numpy()
     assert len(gpu.started) == 1
     np.testing.assert_array_equal(np.signbit(z) & (z == 0), np.ones(64, bool))
+
+
+def test_the_same_objects_again_after_a_direct_launch_take_the_prepared_path(gpu):
+    """Objects launched twice in a row through the direct form are remembered as a LaunchPlan
+    (compiled code first, then the bound: the order `checked` hands back was once passed
+    swapped, and the next repeat failed with an AttributeError from our internals)."""
+    _warm()
+    x = ts.tensor(_values(64, 5))
+    p = ts.zeros(64).partition((16,))
+    for _ in range(4):
+        plus_one(p, x).sync()
+    assert plus_one._last_plan is not None and plus_one._last_plan.compiled is not plus_one._last_plan.bound
+    p.unpartition()

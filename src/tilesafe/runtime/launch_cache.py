@@ -108,7 +108,8 @@ class LaunchCache:
             return
         checked = plan.checked(plan.form, values)
         if checked is not MISS:
-            self.kernel._last_plan = LaunchPlan(args, kwargs, grid, backend, *checked)
+            bound, compiled = checked          # checked's order; LaunchPlan takes compiled first
+            self.kernel._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
 
     # -- a caller that keeps the verdicts of its launches (a library call's plan) ---------
     def entry(self, kwargs: dict, grid, backend) -> "Entry | None":
