@@ -43,15 +43,19 @@ class Observer:
         self._before: dict = {}
 
     def __enter__(self) -> dict[str, LaunchFacts]:
+        # Cleared, not compared by identity: a layout's GPU fast path hands back the same
+        # Launched record every launch (planned_launch, launch_cache), so only "set again" tells.
         self._before = {k.name: getattr(k, "last_launch", None) for k in self.kernels}
+        for k in self.kernels:
+            k.last_launch = None
         return self.seen
 
     def __exit__(self, *exc) -> None:
-        if exc[0] is not None:
-            return
         for k in self.kernels:
-            plan = getattr(k, "last_launch", None)   # new per launch (runtime/launch_cache.Launched)
-            if plan is not None and plan is not self._before[k.name]:
+            plan = getattr(k, "last_launch", None)   # set by every launch (runtime/launch_cache.Launched)
+            if plan is None:
+                k.last_launch = self._before[k.name]
+            elif exc[0] is None:
                 self.seen[k.name] = facts(k.name, plan)
 
 
