@@ -18,9 +18,17 @@ HERE = __file__
 M = 20                                                            # above the 16 rows of the fused GEMV
 
 
+DEV = {"dev": "cpu"}                                              # where the backend's tensors live
+
+
+@pytest.fixture(autouse=True)
+def _on_device(device):
+    DEV["dev"] = device
+
+
 def _rand(shape, seed):
     g = torch.Generator().manual_seed(seed)
-    return torch.rand(shape, generator=g) * 2 - 1
+    return (torch.rand(shape, generator=g) * 2 - 1).to(DEV["dev"])
 
 
 def _rms(x, w, eps=1e-6):
@@ -42,7 +50,7 @@ def test_a_fused_call_above_16_rows_keeps_a_plan_of_its_unfused_form(backend, in
     nw, w = _rand((32,), 1), _rand((24, 32), 2)
     tk.rms_norm_linear.plans.plans.clear()
     for seed in range(5):                                          # records, redoes, then its fast form
-        x, out = _rand((M, 32), 10 + seed), torch.full((M, 24), float("nan"))
+        x, out = _rand((M, 32), 10 + seed), torch.full((M, 24), float("nan"), device=DEV["dev"])
         eager = tk.rms_norm_linear(x, nw, w)
         got = tk.rms_norm_linear(x, nw, w, out=out)
         assert got is out
@@ -70,8 +78,8 @@ def test_silu_mul_linear_with_a_residual_above_16_rows_keeps_a_plan(backend, inn
 def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backend):
     nw, w, x = _rand((32,), 1), _rand((24, 32), 2), _rand((M, 32), 3)
     for _ in range(3):
-        tk.rms_norm_linear(x, nw, w, out=torch.zeros(M, 24))
-    out = torch.full((M, 24), 7.0)
+        tk.rms_norm_linear(x, nw, w, out=torch.zeros(M, 24, device=DEV["dev"]))
+    out = torch.full((M, 24), 7.0, device=DEV["dev"])
     lent = ts.from_torch(out).partition((4, 8))  # nested-lent-here
     before = snapshot(x, nw, w)
     with pytest.raises(ts.OwnershipError) as e:

@@ -32,23 +32,24 @@ def prefetching(monkeypatch):
     monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))   # every call takes its full path
 
 
-def test_prefetching_gemvs_compute_what_numpy_does(backend, prefetching):
+def test_prefetching_gemvs_compute_what_numpy_does(backend, device, prefetching):
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((1, 96)).astype(np.float32), rng.standard_normal((40, 96)).astype(np.float32)
     res = rng.standard_normal((1, 40)).astype(np.float32)
     gu = rng.standard_normal((1, 192)).astype(np.float32)
     with Observer([MM.skinny_kernel, LF.fused_skinny_kernel]) as seen:
-        y = tk.linear(torch.from_numpy(x), torch.from_numpy(w), config={"block_n": 16, "block_k": 32})
-    np.testing.assert_allclose(y.numpy(), x @ w.T, rtol=1e-5, atol=1e-5)
+        y = tk.linear(torch.from_numpy(x).to(device), torch.from_numpy(w).to(device),
+                      config={"block_n": 16, "block_k": 32})
+    np.testing.assert_allclose(y.cpu().numpy(), x @ w.T, rtol=1e-5, atol=1e-5)
     assert seen["skinny_kernel"].consts["L2P"] == 2
-    r = torch.from_numpy(res.copy())
+    r = torch.from_numpy(res.copy()).to(device)
     with Observer([LF.fused_skinny_kernel]) as seen:
-        tk.silu_mul_linear(torch.from_numpy(gu), torch.from_numpy(w), residual=r, out=r)
+        tk.silu_mul_linear(torch.from_numpy(gu).to(device), torch.from_numpy(w).to(device), residual=r, out=r)
     g, u = gu[:, :96].astype(np.float64), gu[:, 96:].astype(np.float64)
-    np.testing.assert_allclose(r.numpy(), res + (g / (1 + np.exp(-g)) * u) @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(r.cpu().numpy(), res + (g / (1 + np.exp(-g)) * u) @ w.T, rtol=1e-4, atol=1e-4)
     assert seen["fused_skinny_kernel"].consts["L2P"] == 2
     with Observer([LA.argmax_gemv_kernel]) as seen:
-        ids, _ = tk.linear_argmax(torch.from_numpy(x), torch.from_numpy(w))
+        ids, _ = tk.linear_argmax(torch.from_numpy(x).to(device), torch.from_numpy(w).to(device))
     assert ids.tolist() == [int(np.argmax(x.astype(np.float64) @ w.T.astype(np.float64)))]
     assert seen["argmax_gemv_kernel"].consts["L2P"] == 2
 
