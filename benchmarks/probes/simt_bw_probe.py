@@ -11,7 +11,6 @@ and writes DIR/simt_bw_probe.json. Raw kernels are plain `numba.cuda.jit`; the s
 import argparse
 import functools
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -19,6 +18,9 @@ from pathlib import Path
 
 import tilesafe as ts
 from tilesafe import simt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from simt_bench import gpu_ms  # noqa: E402  (one timing loop for the bench and this probe)
 
 
 # -- safe SIMT forms (configurations beside the examples) ---------------------------------------------
@@ -278,23 +280,6 @@ def raw_block_sum(k_const: int, unrolled: bool):
 
 
 # -- timing ----------------------------------------------------------------------------------------
-def gpu_ms(fn, iters=10, repeats=5) -> float:
-    import torch
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / iters)
-    return statistics.median(samples)
-
-
 class Probe:
     def __init__(self, budget_s: float):
         self.rows, self.deadline = [], time.perf_counter() + budget_s
