@@ -124,3 +124,29 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing(compile
     assert sum(outs[i][0] == want[i][0] for i in greedy) >= len(greedy) - 1   # the prefill's token (bf16 ties)
     assert {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)} == graphs   # nothing new
     assert {b: dict(s.eager_runs) for b, s in steps.items()} == runs                       # no eager step
+
+
+@pytest.mark.gpu
+def test_a_burst_after_the_default_warm_up_compiles_nothing_on_the_gpu(compiles):
+    """The DEFAULT warm-up on the GPU, then 8 prompts arriving together (one longer than a
+    step's 32 tokens, one with a prefix hit): the scheduler keeps to the warmed shapes
+    (Scheduler.max_fresh), so nothing compiles while serving and every request finishes."""
+    from tilesafe.serve.engine_core import EngineCore
+    from tilesafe.serve.request import Request
+    llm = LLM.from_random("0.6b", device="cuda", max_model_len=128, max_num_seqs=4, progress=False)
+    core = EngineCore(llm, kv_blocks=40, block_size=16, max_num_batched_tokens=32)   # default warm-up
+    assert core.scheduler.max_fresh == 2
+    before = compiles()
+    lengths = [3, 20, 45, 5, 9, 1, 24, 30]
+    prompts = [[200 + (7 * i + n) % 3000 for i in range(n)] for n in lengths]
+    prompts[6][:16] = prompts[1][:16]                       # one shared block: a prefix hit
+    sp = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    outs = [[] for _ in prompts]
+    for j, p in enumerate(prompts):
+        core.add(Request(f"b{j}", llm._sequences({"prompt_token_ids": p}, sp)[0],
+                         sink=lambda out, got=outs[j]: got.extend(out.token_ids)))
+    while core.has_work():
+        core.step()
+    assert compiles() == before                             # no kernel compiled while serving
+    assert [len(o) for o in outs] == [5] * len(prompts)
+    assert core.scheduler.blocks.stats().hits > 0

@@ -18,7 +18,9 @@ aborted requests free their blocks at once. `warm_up` (default True when the dec
 are captured in graphs, on a GPU) compiles and captures, before the first request, every
 decode bucket and the mixed steps of one and two fresh prompts of every chunk bucket;
 `warm_up="full"` every step shape there is (ModelRunner.warm_up), so that serving compiles
-and captures nothing. `EngineCore` is not thread-safe: `EngineThread`
+and captures nothing. After the default warm-up the scheduler keeps to the warmed shapes
+(`Scheduler.max_fresh`): at most two fresh prompts a step, a prefix hit recomputed as a
+fresh prompt; only a prompt longer than the step's budget still compiles (its later chunks). `EngineCore` is not thread-safe: `EngineThread`
 owns it and calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
@@ -65,6 +67,10 @@ class EngineCore:
         if self.runner.decoder.use_graph if warm_up is None else warm_up:
             with llm._on_device(), torch.inference_mode():
                 self.runner.warm_up(self.scheduler.max_num_batched_tokens, full=warm_up == "full")
+            mixed = self.runner.mixed
+            if warm_up != "full" and mixed is not None:
+                # Steps keep to the shapes the default warm-up ran: its mixed steps of 1-2 fresh prompts.
+                self.scheduler.max_fresh = 2 if mixed.fits(2) else 1
         self.metrics = metrics
         self._order = 0
         self._pending: list[Request] = []       # the last step's requests whose outputs are not sent yet

@@ -106,6 +106,7 @@ class MixedSteps:
             s = j * t
             ids[s:s + n] = (req.seq.prompt_ids + req.seq.tokens)[:n]
             slots[s:s + n] = blocks.slots(req.request_id, 0, n)
+            slots[s:s + min(req.cached, n)] = -1           # a prefix-cache hit recomputed: its blocks are shared
             last[j] = s + n - 1
         base = c * t
         pos[base:base + r - c] = 1                         # padding chunks: one token after one

@@ -128,7 +128,9 @@ class ModelRunner:
             done += decode
         for j, (r, n) in enumerate(prefill):
             ids = (r.seq.prompt_ids + r.seq.tokens)[:n]
-            token, logprob = self.graphs.run_rows(ids, self.blocks.slots(r.request_id, 0, n), b + j)
+            slots = self.blocks.slots(r.request_id, 0, n)
+            slots[:min(r.cached, n)] = [-1] * min(r.cached, n)   # a recomputed prefix hit: shared blocks kept
+            token, logprob = self.graphs.run_rows(ids, slots, b + j)
             self.passes += 1
             if r.uncomputed == n:                  # the whole prompt: its next token
                 r.seq.append(token, logprob)
@@ -172,24 +174,25 @@ class ModelRunner:
         self.model.prefill_paged(a, p.starts, p.cached, table_t)
         return a.tokens.tolist(), a.chosen.tolist()
 
-    def warm_up_prefill(self, max_tokens: int) -> None:
+    def warm_up_prefill(self, max_tokens: int, later_chunks_only: bool = False) -> None:
         """Run the packed forward of every shape a step of up to `max_tokens` tokens takes
         (prefill_pack): each chunk bucket fresh and after a cached prefix (Triton
         specializes an int start of 1, of a multiple of 16, and any other), one to
         WARM_CHUNKS chunks beside the decode rows (a step with more compiles its decode
         rows' attention once), each row bucket a step can reach. All rows are padding (no
-        cache write) and the outputs are dropped, so that serving compiles nothing."""
+        cache write) and the outputs are dropped, so that serving compiles nothing.
+        `later_chunks_only`: only one chunk after a prefix beside the decode rows — the later
+        chunks of a prompt longer than the step's budget, the one packed step the default
+        warm-up's scheduling leaves (Scheduler.max_fresh)."""
         seqs = self.llm.max_num_seqs
         largest = token_bucket(min(max_tokens, self.llm.max_model_len))
         shapes = []                                 # (chunk rows, prefix before it, chunks, rows)
         t = MIN_TOKENS
         while t <= largest:
-            shapes += [(t, start, 1, 0) for start in (0, 1, 16, 17)]
+            shapes += [(t, start, 1, 0) for start in ((1, 16, 17) if later_chunks_only else (0, 1, 16, 17))]
             t *= 2
-        shapes += [(MIN_TOKENS, 0, c, 0) for c in range(2, min(WARM_CHUNKS, seqs) + 1)]
-        # Rows: chunks of n tokens take at most max(16, 2n - 1) rows, then the sequences' rows.
-        most = 2 * min(max_tokens, seqs * self.llm.max_model_len) + MIN_TOKENS * WARM_CHUNKS + seqs
-        shapes += [(MIN_TOKENS, 0, 1, m) for m in prefill_buckets(most)]
+        if not later_chunks_only:
+            shapes += self._other_prefill_shapes(max_tokens, seqs)
         done = set()
         for t, start, chunks, rows in shapes:
             p = Packed()
@@ -202,6 +205,12 @@ class ModelRunner:
             self._set_rows([], pad_to=seqs)
             self._forward(p)
         self.forget_rows()
+
+    def _other_prefill_shapes(self, max_tokens: int, seqs: int) -> list[tuple[int, int, int, int]]:
+        shapes = [(MIN_TOKENS, 0, c, 0) for c in range(2, min(WARM_CHUNKS, seqs) + 1)]
+        # Rows: chunks of n tokens take at most max(16, 2n - 1) rows, then the sequences' rows.
+        most = 2 * min(max_tokens, seqs * self.llm.max_model_len) + MIN_TOKENS * WARM_CHUNKS + seqs
+        return shapes + [(MIN_TOKENS, 0, 1, m) for m in prefill_buckets(most)]
 
     def decode(self, reqs: list[Request]) -> None:
         """One token for each request: each feeds back its newest token."""
@@ -246,7 +255,10 @@ class ModelRunner:
         bucket up to `max_tokens`: what a server of fresh prompts runs. `full` adds the mixed
         steps of up to WARM_CHUNKS prompts, the prefill graphs of split steps and every
         packed prefill shape (cached prefixes, later chunks), so that nothing at all compiles
-        later — at several times the start-up time. The rows are padding: the cache is not
+        later — at several times the start-up time. Without `full`, the packed steps of a
+        prompt's later chunks (one chunk after a prefix, beside the decode rows) are run
+        when a prompt can be longer than `max_tokens`: with the scheduler's max_fresh
+        (EngineCore sets it) the default warm-up then covers every step. The rows are padding: the cache is not
         written."""
         self.decoder.warm_up()
         if self.mixed is not None:
@@ -255,8 +267,8 @@ class ModelRunner:
             self.forget_rows()
         if full and self.graphs is not None:
             self.graphs.warm_up()
-        if full and self.pad_prefill:
-            self.warm_up_prefill(max_tokens)
+        if self.pad_prefill and (full or (self.mixed is not None and self.llm.max_model_len > max_tokens)):
+            self.warm_up_prefill(max_tokens, later_chunks_only=not full)
 
     def forget_rows(self) -> None:
         """Someone else wrote the sampler's rows (LLM.generate): set them again next step."""

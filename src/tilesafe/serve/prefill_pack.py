@@ -84,7 +84,10 @@ def pack(prefill, decode, blocks, seqs: int, pad: bool = True) -> Packed:
         t = token_bucket(n) if pad else n
         seq = r.seq
         ids = (seq.prompt_ids + seq.tokens)[c:c + n]
-        p.add(ids + [0] * (t - n), list(range(c, c + t)), blocks.slots(r.request_id, c, c + n) + [-1] * (t - n),
+        slots = blocks.slots(r.request_id, c, c + n)
+        kept = min(max(r.cached - c, 0), n)      # positions of a recomputed prefix hit: shared blocks, not rewritten
+        slots[:kept] = [-1] * kept
+        p.add(ids + [0] * (t - n), list(range(c, c + t)), slots + [-1] * (t - n),
               c, blocks.live_table(r.request_id), n - 1)
     bs = blocks.block_size
     for r in decode:

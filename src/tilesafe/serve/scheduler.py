@@ -17,6 +17,13 @@ step (`schedule()`) gives
    blocks the prefix cache already has, whose KV is not computed again — plus one block of
    headroom per running sequence. The head of the queue is never overtaken.
 
+With `max_fresh` set (the server's default warm-up: its captured mixed steps hold up to
+that many fresh prompts), a step keeps to the shapes warm-up ran: it admits at most
+`max_fresh` prompts, none beside a prompt's later chunk and none that the budget left would
+cut (unless it is the step's only prefill: a prompt longer than the budget), and a prompt
+with a prefix-cache hit is recomputed from position 0 as a fresh prompt (its cached blocks
+are shared, not written again: the runner writes no KV before `req.cached`).
+
 The block manager owns the blocks: a request's block table and slot mapping come from it,
 and `computed()` names the blocks whose KV the step wrote so later prompts can share them.
 """
@@ -46,11 +53,13 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, max_num_seqs: int, max_model_len: int, num_blocks: int, block_size: int,
-                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True):
+                 max_num_batched_tokens: int | None = None, prefix_caching: bool = True,
+                 max_fresh: int | None = None):
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens or max(DEFAULT_BATCHED_TOKENS, max_num_seqs)
+        self.max_fresh = max_fresh        # None: any admission; else the module docstring's limits
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._by_id: dict[str, Request] = {}
@@ -78,8 +87,12 @@ class Scheduler:
             n = min(r.uncomputed, budget)
             prefill.append((r, n))
             budget -= n
+        if self.max_fresh is not None and prefill:      # a later chunk: fresh prompts wait (another shape)
+            return StepPlan(decode, prefill, preempted)
         for r in self._admit(budget):
             n = min(r.uncomputed, budget)
+            if self.max_fresh is not None and r.uncomputed <= self.max_num_batched_tokens:
+                n = r.uncomputed            # whole (the decode rows may pass the budget): no later chunk
             if r.uncomputed == 1:       # a one-token prompt, or all but its last token cached
                 decode.append(r)
             else:
@@ -127,8 +140,11 @@ class Scheduler:
     def _admit(self, budget: int) -> list[Request]:
         """Move the waiting requests that fit now, in order, to running; return them."""
         admitted = []
+        limit = self.max_fresh
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
+            if limit is not None and (len(admitted) >= limit or (admitted and req.uncomputed > budget)):
+                break                       # it would need a shape warm-up did not run: next step
             tokens = req.kv_tokens
             if not self.blocks.can_allocate(tokens, reserve=len(self.running)):
                 if self.running or not self.blocks.can_allocate(tokens):
@@ -136,6 +152,8 @@ class Scheduler:
                 # Nothing runs: the head fits the empty cache (its length is below max_model_len).
             self.waiting.popleft()
             req.cached = req.computed = self.blocks.allocate(req.request_id, tokens)
+            if limit is not None:
+                req.computed = 0            # recomputed as a fresh prompt (its cached KV not rewritten)
             req.running = True
             self.running.append(req)
             admitted.append(req)
