@@ -20,8 +20,9 @@ decode bucket and the mixed steps of one and two fresh prompts of every chunk bu
 `warm_up="full"` every step shape there is (ModelRunner.warm_up), so that serving compiles
 and captures nothing. After the default warm-up the scheduler keeps to the warmed shapes
 (`Scheduler.max_fresh`): at most two fresh prompts a step, a prefix hit recomputed as a
-fresh prompt; only a prompt longer than the step's budget still compiles (its later chunks). `EngineCore` is not thread-safe: `EngineThread`
-owns it and calls it from one thread (which then does all the device work).
+fresh prompt, and the later chunks of a prompt longer than the step's budget in the packed
+shapes the warm-up also ran. `EngineCore` is not thread-safe: `EngineThread` owns it and
+calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
 
