@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_side, beside this file
+from side_by_side import predicted_us, vs_fastest_sdpa  # noqa: E402
 
 BUDGET_S = {"gemm": 50.0, "flash": 45.0, "gemv": 30.0, "ragged": 45.0, "gemv-small": 40.0}   # seconds each part may start shapes in
 TOTAL_S = 140.0
@@ -150,7 +151,7 @@ def one_gemv(ts, cm, measure, result_check, rotation_sets, policy, sms, gpu, nam
             v["tb_s"] = (2 if key.startswith("unchecked") else 1) * weight / v["us"] / 1e6
         if key in configs:
             v["config"] = configs[key]
-            v["predicted_us"] = _predict(cm, shape, configs[key], gpu)
+            v["predicted_us"] = predicted_us(cm, shape, configs[key], gpu)
     report(name, entry, "vs_cublas", extra=lambda v: f" {v.get('tb_s', 0):5.2f} TB/s")
     return {"shape": [1, n, k], "impls": entry, "seconds": time.monotonic() - t0}
 
@@ -213,7 +214,7 @@ def one_gemm(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu, name
     for key, v in entry.items():
         if key in configs:
             v["config"] = configs[key]
-            v["predicted_us"] = _predict(cm, shape, configs[key], gpu)
+            v["predicted_us"] = predicted_us(cm, shape, configs[key], gpu)
             v["limit"] = _limit(cm, shape, configs[key], gpu)
     report(name, entry, "vs_cublas", extra=lambda v: f" pred {v['predicted_us']:7.2f}" if v.get("predicted_us")
            else "")
@@ -302,17 +303,14 @@ def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, nam
                                                                      config=c))(cfg), "tilesafe")
     entry = measure(impls, sets, result_check(os_[0], ref, unchecked=("unchecked",)), "unchecked sdpa",
                     "vs_sdpa", policy)
-    fastest = min((v["us"] for key, v in entry.items() if key.startswith("unchecked sdpa") and "us" in v),
-                  default=None)
+    fastest = vs_fastest_sdpa(entry)
     flops = am.flash_flops(shape)
     for key, v in entry.items():
         if "us" in v:
             v["tflops"] = flops / v["us"] / 1e6
-            if fastest:
-                v["vs_fastest_sdpa"] = fastest / v["us"]
         if key in configs:
             v["config"] = configs[key]
-            v["predicted_us"] = _predict(cm, shape, configs[key], gpu)
+            v["predicted_us"] = predicted_us(cm, shape, configs[key], gpu)
     report(name, entry, "vs_fastest_sdpa", extra=lambda v: f" {v.get('tflops', 0):5.0f} TF/s")
     return {"shape": [b, h, kv, s, d, causal], "impls": entry, "fastest_sdpa_us": fastest,
             "seconds": time.monotonic() - t0}
@@ -353,12 +351,6 @@ def _tag(c):
         t += " tail"
     return t
 
-
-def _predict(cm, shape, cfg, gpu):
-    try:
-        return round(cm.predict_us(shape, cfg, gpu), 3)
-    except Exception:                                # noqa: BLE001 - a probe records what it can
-        return None
 
 
 def _limit(cm, shape, cfg, gpu):

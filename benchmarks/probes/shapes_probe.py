@@ -27,6 +27,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_side, beside this file
+from side_by_side import predicted_us, vs_fastest_sdpa  # noqa: E402
 
 BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 55.0}
 TOTAL_S = 92.0
@@ -131,8 +132,8 @@ def one_small(ts, cm, gm, measure, result_check, policy, gpu, wname, ws, sets, m
             v["tb_s"] = n * k * 2 / v["us"] / 1e6
         if key in configs:
             v["config"] = configs[key]
-            v["predicted_us"] = _predict(cm, shape, configs[key], gpu)
-    entry["ts default"]["predicted_us"] = _predict(cm, shape, _default(cm, shape, gpu), gpu)
+            v["predicted_us"] = predicted_us(cm, shape, configs[key], gpu)
+    entry["ts default"]["predicted_us"] = predicted_us(cm, shape, _default(cm, shape, gpu), gpu)
     report(f"{wname} M={m} ({n}x{k})", entry, "vs_torch",
            extra=lambda v: f" gemv x{v.get('vs_gemv', 0):.3f} {v.get('tb_s', 0):4.2f} TB/s" +
            (f" pred {v['predicted_us']:6.2f}" if v.get("predicted_us") else ""))
@@ -197,18 +198,15 @@ def one_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, 
                       "tilesafe")
     entry = measure(impls, sets, result_check(os_[0], ref, unchecked=("unchecked",)), "unchecked sdpa", "vs_sdpa",
                     policy)
-    fastest = min((v["us"] for key, v in entry.items() if key.startswith("unchecked sdpa") and "us" in v),
-                  default=None)
+    fastest = vs_fastest_sdpa(entry)
     for key, v in entry.items():
         if "us" in v:
             v["tb_s"] = kv_bytes / v["us"] / 1e6
-            if fastest:
-                v["vs_fastest_sdpa"] = fastest / v["us"]
         cfg = configs.get(key) if key in configs else None
         if key in configs:
             cfg = cfg or _default(cm, shape, gpu)
             v["config"] = cfg
-            v["predicted_us"] = _predict(cm, shape, cfg, gpu) if cfg else None
+            v["predicted_us"] = predicted_us(cm, shape, cfg, gpu) if cfg else None
     report(name, entry, "vs_fastest_sdpa", extra=lambda v: f" {v.get('tb_s', 0):4.2f} TB/s" +
            (f" pred {v['predicted_us']:6.2f}" if v.get("predicted_us") else ""))
     return {"shape": [h, hkv, ctx, d], "impls": entry, "fastest_sdpa_us": fastest}
@@ -267,18 +265,15 @@ def one_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu, nam
                                                                      config=c))(cfg), "tilesafe")
     entry = measure(impls, sets, result_check(os_[0], ref, unchecked=("unchecked",)), "unchecked sdpa-flash",
                     "vs_sdpa_flash", policy)
-    fastest = min((v["us"] for key, v in entry.items() if key.startswith("unchecked sdpa") and "us" in v),
-                  default=None)
+    fastest = vs_fastest_sdpa(entry)
     flops = am.flash_flops(shape)
     for key, v in entry.items():
         if "us" in v:
             v["tflops"] = flops / v["us"] / 1e6
-            if fastest:
-                v["vs_fastest_sdpa"] = fastest / v["us"]
         if key in configs:
             v["config"] = configs[key]
-            v["predicted_us"] = _predict(cm, shape, configs[key], gpu)
-    entry["ts default"]["predicted_us"] = _predict(cm, shape, _default(cm, shape, gpu), gpu)
+            v["predicted_us"] = predicted_us(cm, shape, configs[key], gpu)
+    entry["ts default"]["predicted_us"] = predicted_us(cm, shape, _default(cm, shape, gpu), gpu)
     report(name, entry, "vs_fastest_sdpa", extra=lambda v: f" {v.get('tflops', 0):5.0f} TF/s" +
            (f" pred {v['predicted_us']:7.1f}" if v.get("predicted_us") else ""))
     return {"shape": [b, h, kv, s, d, causal], "impls": entry, "fastest_sdpa_us": fastest}
@@ -339,9 +334,9 @@ def one_verify(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, 
     for key, cfg in ranked.items():
         if key in entry:
             entry[key]["config"] = cfg
-            entry[key]["predicted_us"] = _predict(cm, shape, cfg, gpu)
+            entry[key]["predicted_us"] = predicted_us(cm, shape, cfg, gpu)
     entry["ts default"]["model"] = _default(cm, shape, gpu)
-    entry["ts default"]["predicted_us"] = _predict(cm, shape, _default(cm, shape, gpu), gpu)
+    entry["ts default"]["predicted_us"] = predicted_us(cm, shape, _default(cm, shape, gpu), gpu)
     for v in entry.values():
         if "us" in v:
             v["tb_s"] = n * k * 2 / v["us"] / 1e6
@@ -371,12 +366,6 @@ def over(part) -> bool:
 def _pow2(n):
     return 1 << max(0, int(n) - 1).bit_length()
 
-
-def _predict(cm, shape, cfg, gpu):
-    try:
-        return round(cm.predict_us(shape, cfg, gpu), 3)
-    except Exception:                                # noqa: BLE001 - a probe records what it can
-        return None
 
 
 SUMMARY = []

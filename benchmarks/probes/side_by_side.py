@@ -54,3 +54,22 @@ def show(title: str, entry: dict, ratio: str, width: int = 34) -> None:
     print(f"\n{title}")
     for name, v in sorted(entry.items(), key=lambda kv: -kv[1].get(ratio, 0)):
         print(f"   {name:{width}} " + (f"{v['us']:8.2f} us {v[ratio]:.3f}" if "us" in v else v["error"][:150]))
+
+
+def vs_fastest_sdpa(entry: dict, prefix: str = "unchecked sdpa"):
+    """Each timed implementation's `vs_fastest_sdpa` (the fastest SDPA backend's µs over its µs);
+    returns that fastest µs, or None where no SDPA backend ran."""
+    fastest = min((v["us"] for key, v in entry.items() if key.startswith(prefix) and "us" in v), default=None)
+    if fastest:
+        for v in entry.values():
+            if "us" in v:
+                v["vs_fastest_sdpa"] = fastest / v["us"]
+    return fastest
+
+
+def predicted_us(cm, shape, cfg, gpu):
+    """The config model's time for `cfg` on `shape`, or None where it has none (a probe records what it can)."""
+    try:
+        return round(cm.predict_us(shape, cfg, gpu), 3)
+    except Exception:                                # noqa: BLE001
+        return None
