@@ -296,11 +296,12 @@ def _kernel_args(kernel, bound, err, masks) -> tuple:
 def _start(kernel, bound, outputs, plan, stream):
     """On `stream`: wait for conflicting work elsewhere (S10), launch, mark (S14), record (S9/S10).
     Returns the runtime's future and the write masks to mark from at sync."""
-    ordering.order_before(kernel.runtime_view, bound, stream)
+    sets = ordering.byte_sets(kernel.runtime_view, bound)     # once, for the ordering and the record
+    ordering.order_before(kernel.runtime_view, bound, stream, sets=sets)
     marks = []
     if 0 not in bound.grid:
         marks = write_masks.clear(plan.masks, {n: (bound.tensors[n].tensor._torch(), bound.tensors[n].tensor._state)
                                                for n in plan.masks})
         gpu_launch.launch(plan.compiled, plan.config, stream.cuda_stream, plan.args)
     _mark_written(kernel, bound)
-    return ordering.record_after(kernel.runtime_view, bound, stream, outputs), marks
+    return ordering.record_after(kernel.runtime_view, bound, stream, outputs, sets=sets), marks
