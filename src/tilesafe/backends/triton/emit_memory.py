@@ -4,11 +4,8 @@ A tile access at element origin `o` (per axis) with tile shape `s` becomes
     offs_a = o_a + tl.arange(0, s_a)
     ptrs   = ptr + sum_a offs_a[expanded to axis a] * stride_a
 and a masked `tl.load(..., other=padding)` / `tl.store(..., mask=...)` — masked only on the
-axes `bounds.masks_for` flagged (S11). Origins follow the interpreter's `origin()`:
-    'block'   : block_id(a) * tile_a                     (the block's own tile)
-    'subtile' : block_id(a) * tile_a + j_a * sub_a       (a minted sub-tile)
-    'tile'    : index_a * shape_a                        (a tile-space index, may be anything)
-With 64-bit offsets (`wide`) the origins are cast to int64 first. A 'tile' index's product
+axes `bounds.masks_for` flagged (S11). The origins, per access mode, and the masks are built
+in `tile_geometry.py` (the prefetches of `emit_prefetch` address the same tiles). A 'tile' index's product
 `index_a * shape_a` wraps in 32 bits for a large index; where the launch could not show that it
 fits, the axis is flagged `bounds.GUARD` and its mask also requires
     0 <= index_a <= (extent_a - 1) // shape_a          (tile index_a overlaps the tensor)
@@ -28,77 +25,16 @@ S15: a load of an output that may follow a store to the same output in this bloc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from ...lang.bounds import GUARD
 from ...lang.ir import Block, Function, Op
 from .emitter import ArgSlot, Emitter, fold_value, literal
+from .tile_geometry import TileGeometry, access_flags, axis_mask, expand, geometry, index_expr, scaled, tile_guard
 
 _LOOPS = ("for", "while", "tiles", "subtiles")
 
 
-@dataclass(frozen=True)
-class _Geometry:
-    tensor: str
-    shape: tuple[int, ...]
-    origins: tuple[str, ...]   # element coordinates of the tile's first element, per axis
-    may_be_negative: bool      # a 'tile' index is arbitrary: check the lower bound too
-    indices: tuple = ()        # 'tile' mode: the index Value per axis (for bounds.GUARD)
-
-
-def _geometry(em: Emitter, op: Op) -> _Geometry:
-    t = op.args[0]
-    mode = op.attrs.get("mode", "tile")
-    if op.opcode == "store":
-        index = op.args[2:]
-        shape = op.attrs.get("sub") if mode == "subtile" else t.type.tile
-    else:
-        index = op.args[1:]
-        shape = tuple(op.attrs["shape"])
-    owner = op.attrs.get("owner")
-    tile = em.fn.param(owner).value.type.tile if owner else t.type.tile
-    origins = []
-    for a in range(len(shape)):
-        if mode == "block" or mode == "member" and a > 0:
-            terms = [_scaled(_pid(em, a), tile[a])]
-        elif mode == "member":     # member index[0] of the block's group (S16)
-            terms = [_scaled(_index(em, index[0]), tile[0])]
-        elif mode == "group":      # a MutLast tile: grid axes 1.. (S16)
-            terms = [_scaled(_pid(em, a + 1), tile[a]) if a + 1 < em.fn.grid_rank else "0"]
-        elif mode == "subtile":
-            terms = [_scaled(_pid(em, a), tile[a]), _scaled(_index(em, index[a]), op.attrs["sub"][a])]
-        else:
-            terms = [_scaled(_index(em, index[a]), shape[a])]
-        terms = [x for x in terms if x != "0"]
-        origins.append(" + ".join(terms) or "0")
-    tile_mode = mode == "tile"
-    return _Geometry(em.tensor_name(t), tuple(shape), tuple(origins), tile_mode, tuple(index) if tile_mode else ())
-
-
-def _pid(em: Emitter, axis: int) -> str:
-    pid = em.pid(axis)
-    return f"{pid}.to(tl.int64)" if em.wide else pid
-
-
-def _index(em: Emitter, v) -> str:
-    if em.wide:
-        return f"tl.cast({em.ref(v)}, tl.int64)"
-    return em.ref(v)
-
-
-def _scaled(expr: str, k: int) -> str:
-    if expr == "0" or k == 0:
-        return "0"
-    return expr if k == 1 else f"{expr} * {k}"
-
-
-def _expand(name: str, axis: int, rank: int) -> str:
-    if rank == 1:
-        return name
-    return f"{name}[{', '.join(':' if a == axis else 'None' for a in range(rank))}]"
-
-
-def _offsets(em: Emitter, g: _Geometry) -> list[str]:
+def _offsets(em: Emitter, g: TileGeometry) -> list[str]:
     names = []
     for a, (o, s) in enumerate(zip(g.origins, g.shape)):
         ar = f"tl.arange(0, {s})"
@@ -108,37 +44,20 @@ def _offsets(em: Emitter, g: _Geometry) -> list[str]:
 
 def _pointers(em: Emitter, tensor: str, offs: list[str]) -> str:
     names = em.tensors[tensor]
-    terms = [f"{_expand(o, a, len(offs))} * {names.strides[a]}" for a, o in enumerate(offs)]
+    terms = [f"{expand(o, a, len(offs))} * {names.strides[a]}" for a, o in enumerate(offs)]
     return f"{names.ptr} + {' + '.join(terms)}"
 
 
-def _axis_mask(em: Emitter, tensor: str, axis: int, offs: str, lower: bool) -> str:
-    upper = f"({offs} < {em.tensors[tensor].extents[axis]})"
-    return f"({offs} >= 0) & {upper}" if lower else upper
-
-
-def _tile_guard(em: Emitter, tensor: str, axis: int, index, shape: int) -> str:
-    """bounds.GUARD: tile `index` of `shape` elements overlaps the axis, computed without the
-    product index * shape (which may wrap): 0 <= index <= (extent - 1) // shape."""
-    i, n = em.strong(index), em.tensors[tensor].extents[axis]
-    return em.memo(f"({i} >= 0) & ({i} <= ({n} - 1) // {shape})", f"{tensor}_tile{axis}_ok")
-
-
-def _mask(em: Emitter, g: _Geometry, offs: list[str], flags) -> str | None:
+def _mask(em: Emitter, g: TileGeometry, offs: list[str], flags) -> str | None:
     """The in-bounds mask over the flagged axes, or None when no axis needs one."""
     parts = []
     for a, need in enumerate(flags):
         if need:
             if need == GUARD and g.indices:
-                parts.append(_tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
-            m = em.memo(_axis_mask(em, g.tensor, a, offs[a], g.may_be_negative), f"{g.tensor}_in{a}")
-            parts.append(_expand(m, a, len(offs)))
+                parts.append(tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
+            m = em.memo(axis_mask(em, g.tensor, a, offs[a], g.may_be_negative), f"{g.tensor}_in{a}")
+            parts.append(expand(m, a, len(offs)))
     return " & ".join(parts) if parts else None
-
-
-def _flags(em: Emitter, op: Op, rank: int) -> tuple:
-    """The bounds plan's per-axis flags; an access it does not cover is masked and guarded."""
-    return em.masks.get(id(op), (GUARD,) * rank)
 
 
 def _padding(op: Op) -> str:
@@ -150,8 +69,8 @@ def _padding(op: Op) -> str:
 def emit_load(em: Emitter, op: Op) -> None:
     if id(op) in em.barriers:
         em.line("tl.debug_barrier()   # S15: see this block's earlier stores")
-    g = _geometry(em, op)
-    flags = _flags(em, op, len(g.shape))
+    g = geometry(em, op)
+    flags = access_flags(em, op, len(g.shape))
     hint = f"{g.tensor}_tile"
     if _use_descriptor(em, op, g, flags):
         desc = _descriptor(em, g, op.args[0].dtype)
@@ -172,9 +91,9 @@ def emit_load(em: Emitter, op: Op) -> None:
 
 
 def emit_store(em: Emitter, op: Op) -> None:
-    g = _geometry(em, op)
+    g = geometry(em, op)
     value = op.args[1]
-    flags = _flags(em, op, len(g.shape))
+    flags = access_flags(em, op, len(g.shape))
     if _use_descriptor(em, op, g, flags):
         desc = _descriptor(em, g, op.args[0].dtype)
         if g.tensor in em.column_major:
@@ -191,14 +110,14 @@ def emit_store(em: Emitter, op: Op) -> None:
 def emit_valid(em: Emitter, op: Op) -> None:
     """The in-bounds mask of the load with the same operands and attributes (every axis; a
     'tile' index is guarded, as bounds.GUARD, since no plan covers `valid`)."""
-    g = _geometry(em, op)
+    g = geometry(em, op)
     offs = _offsets(em, g)
     lower = g.may_be_negative
     parts = []
     for a in range(len(g.shape)):
         if g.indices:
-            parts.append(_tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
-        parts.append(_expand(f"({_axis_mask(em, g.tensor, a, offs[a], lower)})", a, len(g.shape)))
+            parts.append(tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
+        parts.append(expand(f"({axis_mask(em, g.tensor, a, offs[a], lower)})", a, len(g.shape)))
     expr = " & ".join(parts)
     if len(g.shape) > 1:
         expr = f"tl.broadcast_to({expr}, {g.shape})"
@@ -209,7 +128,7 @@ def emit_gather(em: Emitter, op: Op) -> None:
     """Rows (along `axis`) at positions from a tile; other axes a tile at `index`."""
     x, pos, index = op.args[0], op.args[1], op.args[2:]
     tensor, axis, shape = em.tensor_name(x), op.attrs["axis"], tuple(op.attrs["shape"])
-    flags = _flags(em, op, len(shape))
+    flags = access_flags(em, op, len(shape))
     rank = len(shape)
     offs, parts = [], []
     for a in range(rank):
@@ -219,17 +138,17 @@ def emit_gather(em: Emitter, op: Op) -> None:
             em.line(f"{n} = {p}.to(tl.int64)" if em.wide else f"{n} = {p}")
             need, lower = True, True
         else:
-            origin = _scaled(_index(em, index[a]), shape[a])
+            origin = scaled(index_expr(em, index[a]), shape[a])
             ar = f"tl.arange(0, {shape[a]})"
             em.line(f"{n} = {ar if origin == '0' else f'{origin} + {ar}'}")
             need, lower = flags[a], True
         offs.append(n)
         if need:
             if need == GUARD and a != axis:
-                parts.append(_tile_guard(em, tensor, a, index[a], shape[a]))
+                parts.append(tile_guard(em, tensor, a, index[a], shape[a]))
             m = em.fresh(f"{tensor}_in{a}")
-            em.line(f"{m} = {_axis_mask(em, tensor, a, n, lower)}")
-            parts.append(_expand(m, a, rank))
+            em.line(f"{m} = {axis_mask(em, tensor, a, n, lower)}")
+            parts.append(expand(m, a, rank))
     ptrs = _pointers(em, tensor, offs)
     pad = literal(fold_value(op.attrs["padding"], op.result.dtype), op.result.dtype)
     em.bind(op.result, f"tl.load({ptrs}, mask={' & '.join(parts)}, other={pad})", f"{tensor}_rows")
@@ -256,7 +175,7 @@ def emit_scatter(em: Emitter, op: Op) -> None:
     shape, rank = tuple(value.shape), len(value.shape)
     r, n, ix = shape[0], em.tensors[itensor].extents[0], em.tensors[itensor]
     src, pos, keep = em.fresh("scatter_src"), em.fresh("scatter_rows"), em.fresh("scatter_keep")
-    em.line(f"{src} = {_scaled(_index(em, index[0]), r)} + tl.arange(0, {r})")
+    em.line(f"{src} = {scaled(index_expr(em, index[0]), r)} + tl.arange(0, {r})")
     em.line(f"{pos} = tl.load({ix.ptr} + {src} * {ix.strides[0]}, mask={src} < {n}, other=-1).to(tl.int64)")
     em.line(f"{keep} = ({src} < {n}) & ({pos} >= 0) & ({pos} < {em.tensors[tensor].extents[0]})")
     # Entries compared per trip, (R, K) at once. A short index (a decode step's few slots)
@@ -275,28 +194,28 @@ def emit_scatter(em: Emitter, op: Op) -> None:
         em.enter()
         _scatter_compare(em, wide, n, ix, pos, src, keep)
         em.leave()
-    offs, parts = [], [_expand(keep, 0, rank)]
-    flags = _flags(em, op, rank)                               # axes 1..: the bounds plan's
+    offs, parts = [], [expand(keep, 0, rank)]
+    flags = access_flags(em, op, rank)                               # axes 1..: the bounds plan's
     for a in range(rank):
         o = em.fresh(f"{tensor}_offs{a}")
         if a == 0:
             em.line(f"{o} = tl.where({keep}, {pos}, 0)")
         else:
-            origin = _scaled(_index(em, index[a]), shape[a])
+            origin = scaled(index_expr(em, index[a]), shape[a])
             ar = f"tl.arange(0, {shape[a]})"
             em.line(f"{o} = {ar if origin == '0' else f'{origin} + {ar}'}")
             if flags[a]:
                 if flags[a] == GUARD:
-                    parts.append(_tile_guard(em, tensor, a, index[a], shape[a]))
+                    parts.append(tile_guard(em, tensor, a, index[a], shape[a]))
                 m = em.fresh(f"{tensor}_in{a}")
-                em.line(f"{m} = {_axis_mask(em, tensor, a, o, True)}")
-                parts.append(_expand(m, a, rank))
+                em.line(f"{m} = {axis_mask(em, tensor, a, o, True)}")
+                parts.append(expand(m, a, rank))
         offs.append(o)
     em.line(f"tl.store({_pointers(em, tensor, offs)}, {em.strong(value)}, mask={' & '.join(parts)})")
 
 
 # --- tensor descriptors (TMA) -----------------------------------------------------------------
-def _use_descriptor(em: Emitter, op: Op, g: _Geometry, flags) -> bool:
+def _use_descriptor(em: Emitter, op: Op, g: TileGeometry, flags) -> bool:
     """TMA for a 2-D tile access of an eligible tensor. The copy engine bounds-checks every
     box itself: out-of-range elements of a load read as zero and those of a store are
     dropped, which is what a masked access with zero padding does. Other paddings (-inf of
@@ -318,7 +237,7 @@ def _zero(v) -> bool:
     return v == 0 and math.copysign(1.0, float(v)) > 0
 
 
-def _descriptor(em: Emitter, g: _Geometry, dtype) -> str:
+def _descriptor(em: Emitter, g: TileGeometry, dtype) -> str:
     """The kernel argument holding `g.tensor`'s descriptor for boxes of `g.shape`: built on
     the host at launch (see `ArgSlot`), so it reaches the kernel as a parameter and no block
     spends time building one (measured on the H200: 4-6% on large GEMMs)."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from ...lang.bounds import GUARD
 from ...lang.ir import Block, Op
-from .emit_memory import _axis_mask, _expand, _flags, _geometry, _tile_guard
 from .emitter import Emitter
+from .tile_geometry import access_flags, axis_mask, expand, geometry, tile_guard
 
 LINE_BYTES = 128   # an L2 line; a prefetch brings in the line holding its address
 
@@ -53,9 +53,9 @@ def emit_prefetch(em: Emitter, op: Op) -> None:
     if not em.pdl:
         em.line("pass   # ts.prefetch: issued only under programmatic dependent launch")
         return
-    g = _geometry(em, op)
+    g = geometry(em, op)
     rank = len(g.shape)
-    flags = _flags(em, op, rank)
+    flags = access_flags(em, op, rank)
     names = em.tensors[g.tensor]
     step = max(1, LINE_BYTES // op.args[0].dtype.itemsize)       # elements per line
     # Which axis is contiguous: Triton specializes a stride of 1 to a constant, so all but
@@ -84,11 +84,11 @@ def _issue(em: Emitter, op: Op, g, flags, contiguous: int | None, step: int, ind
         offs.append(name)
         if flags[a]:
             if flags[a] == GUARD and g.indices:
-                parts.append(_tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
-            parts.append(_expand(f"({_axis_mask(em, g.tensor, a, name, g.may_be_negative)})", a, rank))
+                parts.append(tile_guard(em, g.tensor, a, g.indices[a], g.shape[a]))
+            parts.append(expand(f"({axis_mask(em, g.tensor, a, name, g.may_be_negative)})", a, rank))
     names = em.tensors[g.tensor]
     insn = "prefetch.global.L2::evict_last" if op.attrs.get("keep") else "prefetch.global.L2"
-    ptrs = f"{names.ptr} + {' + '.join(f'{_expand(o, a, rank)} * {names.strides[a]}' for a, o in enumerate(offs))}"
+    ptrs = f"{names.ptr} + {' + '.join(f'{expand(o, a, rank)} * {names.strides[a]}' for a, o in enumerate(offs))}"
     p = em.fresh("pf_ptrs")
     em.line(f"{p} = {ptrs}")
     done = em.fresh("pf_done")
