@@ -20,9 +20,9 @@ import ast
 import builtins
 import math
 
-from .. import dtypes
 from ..dtypes import DType
 from . import stubs
+from .constant import Table
 from .kernel_info import KernelInfo, SharedDecl, Walk, node_key, resolve_op
 from .mapping_syntax import walk_of
 from .params import ATOMIC, DISJOINT, KIND_NAMES, REF, SCALAR
@@ -519,7 +519,6 @@ class _Checker:
 
     def table(self, name):
         """The constant table `name` refers to, unless a parameter, local or shared array shadows it."""
-        from .constant import Table
         if name in self.params or name in self.levels or name in self.info.shared or name in self.live:
             return None
         value = self.scope.get(name)
@@ -588,9 +587,6 @@ def static_elements(decl: SharedDecl, consts: dict) -> int:
     for entry in decl.shape:
         n *= consts.get(entry, 0) if isinstance(entry, str) else entry
     return n
-
-
-SUPPORTED_DTYPES = (dtypes.f16, dtypes.f32, dtypes.f64, dtypes.i8, dtypes.i16, dtypes.i32, dtypes.i64, dtypes.u8)
 
 
 def dynamic_shared_bytes(info: KernelInfo, scalars: dict) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import KernelError, caller_loc
+from .params import SUPPORTED_DTYPES
 
 CONSTANT_LIMIT = 64 * 1024     # bytes of constant memory a kernel may use (CUDA)
 
@@ -43,7 +44,6 @@ def table(values) -> Table:
         dtype = dtypes.from_numpy(array.dtype)
     except Exception:
         dtype = None
-    from .analysis import SUPPORTED_DTYPES
     if dtype not in SUPPORTED_DTYPES or not 1 <= array.ndim <= 3 or array.size == 0:
         raise KernelError(f"simt.table takes a non-empty array of rank 1 to 3 with a SIMT dtype, got {array.dtype} "
                           f"of shape {array.shape}", caller_loc(),

@@ -15,13 +15,13 @@ from ..errors import KernelError, LaunchError, TileSafeError, at_callers_line
 from ..lang.source import KernelSource
 from ..runtime.host_lock import LOCK
 from . import contract as C
-from .analysis import SUPPORTED_DTYPES, analyse, shared_bytes
+from .analysis import analyse, shared_bytes
 from .binding import bind
 from .constant import CONSTANT_LIMIT
 from .interpret import thread_function
 from .launch import RuntimeView, launch
 from .lower_numba import kernel_source, table_global, written_targets
-from .params import ATOMIC, CONST, REF, parse_params
+from .params import ATOMIC, CONST, REF, SUPPORTED_DTYPES, parse_params
 from .shared_phases import check_phases
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from .. import dtypes
 from ..dtypes import DType
 from ..lang.source import KernelSource
 
@@ -18,6 +19,8 @@ REF, DISJOINT, ATOMIC, CONST, SCALAR = "ref", "disjoint", "atomic", "const", "sc
 TENSORS = (REF, DISJOINT, ATOMIC)
 WRITTEN = (DISJOINT, ATOMIC)
 KIND_NAMES = {REF: "simt.Ref", DISJOINT: "simt.Disjoint", ATOMIC: "simt.Atomic", CONST: "simt.Const"}
+# Element types a tensor parameter or a constant table may have.
+SUPPORTED_DTYPES = (dtypes.f16, dtypes.f32, dtypes.f64, dtypes.i8, dtypes.i16, dtypes.i32, dtypes.i64, dtypes.u8)
 
 
 @dataclass(frozen=True, slots=True)
