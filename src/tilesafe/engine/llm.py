@@ -239,6 +239,19 @@ class LLM:
                    for c in convs]
         return self.generate(prompts, sampling_params)
 
+    def score(self, prompt_ids: list[int], continuation_ids: list[int], through: str = "prefill"):
+        """Teacher-forced: the model's prediction at each token of `continuation_ids` after
+        `prompt_ids` (row i from prompt + continuation[:i]), a `scoring.Score`. `through=
+        "prefill"`: one prefill pass; `.logits` (T, V) float32 on the host, `.logprobs` of the
+        continuation's tokens, `.greedy` / `.greedy_logprobs` each row's argmax. `"decode"`:
+        the prompt's prefill, then one decode step per token, as `generate` runs them (the
+        captured graph on a GPU); only `.greedy` and `.greedy_logprobs`. Uses cache slot 0."""
+        from . import scoring
+        prompt, continuation = scoring.check(self, prompt_ids, continuation_ids, through)
+        run = scoring.through_prefill if through == "prefill" else scoring.through_decode
+        with self._on_device(), torch.inference_mode():
+            return run(self, prompt, continuation)
+
     # -- one call ------------------------------------------------------------------------------
 
     def _sequences(self, prompts, sampling_params) -> list[Sequence]:
