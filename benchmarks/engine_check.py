@@ -5,13 +5,14 @@ With random bf16 weights greedy runs diverge at the first near-tie and then comp
 contexts, so comparing free-running tokens says little. Instead:
 - the baseline decodes greedily after a prompt, keeping every step's logits (rows r_0 .. r_{n-1},
   row i predicts token i);
-- the engine's prefill over prompt + those tokens gives the logits at the same positions: the
-  first-step error (row 0) and every row's error, max abs and relative to the row's largest |logit|;
-- teacher forcing through the engine's decode path (prefill the prompt, then feed the
-  baseline's token i and read the engine's next greedy token): each step's token against the
-  baseline's argmax, counted only where the baseline's top-2 margin exceeds `MARGIN_FACTOR`
-  times the bf16 error: two logit vectors within e of each other can only disagree on the
-  argmax where the margin is under 2e.
+- the engine's prefill over prompt + those tokens gives the logits at the same positions
+  (`LLM.score`): the first-step error (row 0) and every row's error, max abs and relative to
+  the row's largest |logit|;
+- teacher forcing through the engine's decode path (`LLM.score(..., through="decode")`: prefill
+  the prompt, then feed the baseline's token i and read the engine's next greedy token): each
+  step's token against the baseline's argmax, counted only where the baseline's top-2 margin
+  exceeds `MARGIN_FACTOR` times the bf16 error: two logit vectors within e of each other can
+  only disagree on the argmax where the margin is under 2e.
 The bf16 error is calibrated by references that compute the same model another way: the
 baseline's own one-pass prefill (`TorchQwen3Prefill`, all rows) and, where given,
 transformers; the tolerance is the largest row error among them and the engine's.
@@ -77,47 +78,13 @@ def verdict(first_rel: float, rows_rel: float, forced: dict, rel_limit: float,
                   f"{forced['decisive']} decisive teacher-forced steps agree")
 
 
-def engine_row_logits(llm, seq: list[int]) -> torch.Tensor:
-    """The engine's logits (T, V) at every position of `seq`, from one prefill through its own
-    kernels into cache slot 0 (a Qwen3Model over the same weights and cache, with no sampler,
-    so that every row's logits are kept: the engine has no public hook for this)."""
-    from tilesafe.engine.model import Activations, Qwen3Model
-    model = llm.model
-    probe = Qwen3Model(model.cfg, model.w, model.cache, None)
-    t = len(seq)
-    with llm._on_device(), torch.inference_mode():
-        a = Activations.allocate(model.cfg, t, t, llm.dtype, llm.device)
-        a.ids.copy_(torch.tensor(seq, dtype=torch.int32))
-        a.positions.copy_(torch.arange(t, dtype=torch.int32))
-        a.last.copy_(torch.arange(t, dtype=torch.int32))
-        probe.prefill(a, [0, t])
-        return a.logits.float().clone()
-
-
-def engine_forced_tokens(llm, prompt: list[int], forced: list[int]) -> list[int]:
-    """The engine's greedy token after the prompt (its prefill) and after each of forced[:-1]
-    fed one by one through its decode step (the captured graph on the GPU), in cache slot 0."""
-    from tilesafe.engine import SamplingParams
-    greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True).resolved(
-        llm.generation_config.sampling_defaults())
-    with llm._on_device(), torch.inference_mode():
-        llm.sampler.set_rows([greedy], [0])
-        llm.sampler.set_steps([0])
-        first, _ = llm._prefill_ids([prompt])
-        out = [first[0]]
-        for i, tok in enumerate(forced[:-1]):
-            toks, _ = llm._decode([tok], [len(prompt) + i], [0])
-            out.append(toks[0])
-    return out
-
-
 def check(llm, baseline, prompt: list[int], steps: int, hf=None) -> dict:
     """The whole gate (see the module doc): `baseline` a TorchQwen3Step (its weights are the
     references' too), `hf` an HFQwen3 on the same weights, or None."""
     base_tokens, base_logits = baseline.greedy_logits(prompt, steps)       # (steps, V)
     seq = prompt + base_tokens[:-1]
     p = len(prompt)
-    eng = engine_row_logits(llm, seq)[p - 1:]
+    eng = llm.score(prompt, base_tokens).logits.to(base_logits.device)         # one prefill: (steps, V)
     err = logit_error(eng, base_logits)
     out = {"prompt": p, "steps": steps, "baseline_tokens": base_tokens,
            "first_step": {"max_abs": err["row_abs"][0], "max_rel": err["row_rel"][0],
@@ -144,7 +111,7 @@ def check(llm, baseline, prompt: list[int], steps: int, hf=None) -> dict:
         rel_limit = max(rel_limit, 3 * hf_err["max_rel"])
         refs_rel = max(refs_rel, hf_err["max_rel"])
     out["prefill_rows"] = agreement(base_logits, eng.argmax(-1).tolist(), tolerance)
-    engine_tokens = engine_forced_tokens(llm, prompt, base_tokens)
+    engine_tokens = llm.score(prompt, base_tokens, through="decode").greedy   # the decode steps (graphs)
     out["teacher_forced"] = agreement(base_logits, engine_tokens, tolerance) | {"engine_tokens": engine_tokens}
     out["passed"], out["why"] = verdict(err["row_rel"][0], err["max_rel"], out["teacher_forced"], rel_limit,
                                         refs_rel)
