@@ -17,7 +17,10 @@ A failing candidate is recorded with its error and skipped; each part stops star
 its budget (the whole run stays under ~90 s on an H200). Prints a table; JSON to argv[1].
     PYTHONPATH=src python3 benchmarks/probes/shapes_probe.py "$OUT/shapes/shapes.json" [parts]
 parts: a comma list of small, decode, flash (the default) and verify (the library's own choice only, vs
-F.linear / SDPA: other Qwen3 sizes and the random run's worst draws, which are measured, never fitted).
+F.linear / SDPA: other Qwen3 sizes and the random run's worst draws, which are measured, never fitted);
+wave (session 17: 16 < M <= 128 products with few output tiles — each tile shape unsplit and split over K
+so that tiles x splits just fills / just overfills the SMs, on Qwen3 training weights, then the random
+run's worst draws to verify) and gemv (M = 1: column / K tiles, stages and warps on a short-K weight).
 """
 import json
 import os
@@ -29,7 +32,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_side, beside this file
 from side_by_side import predicted_us, vs_fastest_sdpa  # noqa: E402
 
-BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 55.0}
+BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 55.0, "wave": 58.0, "gemv": 18.0}
 TOTAL_S = 92.0
 START = time.monotonic()
 _PART_START: dict = {}
@@ -345,6 +348,109 @@ def one_verify(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, 
     return entry
 
 
+# --- wave: mid-M products with few output tiles (session 17) ------------------------------------
+
+# (name, M, N, K): Qwen3 training weights with as few output tiles as the held-out worst draws (fitting),
+# then those draws (held out: measured, never fitted) and the 4B down projection at M = 24..100
+WAVE_GEMM = (("8B o", 83, 4096, 4096), ("held-out", 83, 4608, 3584), ("4B down", 72, 2560, 9728),
+             ("8B qkv", 125, 6144, 4096), ("held-out", 125, 4608, 3584), ("4B o", 72, 2560, 4096),
+             ("4B down", 48, 2560, 9728), ("4B down", 100, 2560, 9728), ("4B qkv", 100, 6144, 2560),
+             ("4B down", 24, 2560, 9728), ("8B o", 125, 4096, 4096))
+# (BM, BN, BK, warps, stages): the tiles the model and the tuned table use at these sizes
+WAVE_TILES = ((32, 64, 128, 4, 8), (64, 128, 128, 4, 4), (64, 128, 64, 4, 8), (128, 128, 64, 8, 4),
+              (128, 64, 128, 4, 4), (64, 256, 64, 8, 4))
+
+
+def wave_configs(cm, shape, gpu):
+    """Each tile of WAVE_TILES unsplit, and split over K into floor(SMs / tiles) slices (one wave
+    that just fills the SMs; 2 where that is 1: just past them), each slice >= 4 K tiles."""
+    out = {}
+    for bm, bn, bk, warps, stages in WAVE_TILES:
+        if bm > max(32, _pow2(shape.m)) or (bm == 32 and shape.m > 32):   # padding rows only / many row tiles
+            continue
+        tiles, kt = -(-shape.m // bm) * -(-shape.n // bn), -(-shape.k // bk)
+        for split in sorted({1, max(2, gpu.sms // tiles)}):
+            if split > 1 and (kt // split < 4 or split > 16):
+                continue
+            c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
+                 "min_blocks": gpu.sms, "tail_split": False, "num_warps": warps, "num_stages": stages}
+            if cm.valid(shape, c, gpu):
+                out[f"{bm}x{bn}x{bk} w{warps} s{stages} sk{split} ({tiles * split})"] = c
+    return out
+
+
+def part_wave(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for wname, m, n, k in WAVE_GEMM:
+        name = f"{wname} M={m} ({n}x{k})"
+        if over("wave"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        shape = cm.Gemm(m, n, k, "bf16")
+        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
+                                            wave_configs(cm, shape, gpu)))
+    return out
+
+
+# (name, N, K): a short K (few K tiles per block) and many columns: training weights, then the held-out draw
+GEMV_WEIGHTS = (("4B qkv", 6144, 2560), ("held-out", 12800, 1600), ("4B gate_up", 19456, 2560))
+# (block_n, block_k, warps, stages, split): narrow and wide column tiles, K tiles that divide 1600 (64)
+GEMV_CANDS = ((32, 128, 4, 3, 1), (32, 64, 4, 3, 1), (32, 64, 4, 4, 1), (64, 64, 4, 3, 1), (16, 128, 4, 4, 1),
+              (16, 256, 4, 3, 1), (8, 512, 4, 3, 1), (64, 128, 8, 3, 1), (32, 128, 8, 4, 1), (128, 32, 4, 4, 1),
+              (32, 128, 4, 3, 2), (64, 64, 4, 4, 2))
+
+
+def part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for wname, n, k in GEMV_WEIGHTS:
+        name = f"gemv {wname} ({n}x{k})"
+        if over("gemv"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        shape = cm.Gemm(1, n, k, "bf16")
+        cands = {f"bn{bn} bk{bk} w{w} s{st} sp{sp}": {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1,
+                                                     "split_k": sp, "prefetch": False, "num_warps": w,
+                                                     "num_stages": st}
+                 for bn, bk, w, st, sp in GEMV_CANDS}
+        cands = {key: c for key, c in cands.items() if cm.valid(shape, c, gpu)}
+        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
+                                            cands, copy=True))
+    return out
+
+
+def one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape, configs, copy=False):
+    """The library's choice and each config of `configs` (through `linear(config=...)`) beside
+    F.linear, checked first; with `copy`, a plain read of the weight (the weight-read rate) too."""
+    m, n, k = shape.m, shape.n, shape.k
+    sets = rotation_sets((m * k + n * k + m * n) * 2)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(sets)]
+    cs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    ref = torch.nn.functional.linear(xs[0].float(), ws[0].float())
+    impls = {"F.linear": (lambda i: torch.nn.functional.linear(xs[i], ws[i], out=cs[i]), "torch"),
+             "ts default": (lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i]), "tilesafe")}
+    if copy:                                       # the bench's weight-read ceiling of a GEMV
+        from tilesafe.bench.twins import read as read_twin
+        sums = torch.empty(read_twin.partials(n * k), device="cuda")
+        impls["unchecked weight read"] = (lambda i: read_twin.read_all(sums, ws[i].view(-1)), "torch")
+    for key, cfg in configs.items():
+        impls[key] = ((lambda c: lambda i: ts.kernels.linear(xs[i], ws[i], out=cs[i], config=c))(cfg), "tilesafe")
+    entry = measure(impls, sets, result_check(cs[0], ref, error="max", runs=2, unchecked=("unchecked",)), "F.linear",
+                    "vs_torch", policy)
+    for key, cfg in configs.items():
+        if key in entry:
+            entry[key]["config"] = cfg
+            entry[key]["predicted_us"] = predicted_us(cm, shape, cfg, gpu)
+    entry["ts default"]["model"] = _default(cm, shape, gpu)
+    entry["ts default"]["predicted_us"] = predicted_us(cm, shape, entry["ts default"]["model"], gpu)
+    for v in entry.values():
+        if "us" in v:
+            v["tb_s"] = n * k * 2 / v["us"] / 1e6
+    report(name, entry, "vs_torch", extra=lambda v: f" {v.get('tb_s', 0):4.2f} TB/s" +
+           (f" pred {v['predicted_us']:6.2f}" if v.get("predicted_us") else ""))
+    return entry
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 def guarded(out, name, run):
@@ -373,8 +479,8 @@ SUMMARY = []
 
 def report(name, entry, ratio, extra=lambda v: ""):
     timed = {k: v for k, v in entry.items() if ratio in v}
-    best = max(((v[ratio], k) for k, v in timed.items() if k.startswith("ts") or k.startswith("sk")
-                or k.startswith("st")), default=(0.0, "-"))
+    best = max(((v[ratio], k) for k, v in timed.items() if k != "F.linear" and not k.startswith("unchecked")),
+               default=(0.0, "-"))
     dflt = entry.get("ts default", {})
     SUMMARY.append((name, dflt.get(ratio, 0.0), dflt.get("vs_gemv", 0.0), best[0], best[1]))
     print(f"\n{name}")
@@ -402,7 +508,9 @@ def main(out_path, parts=("small", "decode", "flash")):
     runners = {"small": lambda: part_small(ts, cm, gm, measure, result_check, rotation_sets, policy, gpu),
                "verify": lambda: part_verify(ts, cm, am, measure, result_check, rotation_sets, policy, gpu),
                "decode": lambda: part_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu),
-               "flash": lambda: part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu)}
+               "flash": lambda: part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu),
+               "wave": lambda: part_wave(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "gemv": lambda: part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu)}
     for part in parts:
         try:
             result[part] = runners[part]()
