@@ -139,13 +139,7 @@ def _bench(args, selected, backend: str) -> int:
     print(report.table(doc))
     if path is not None:
         print(f"\nresults: {path}  ({doc['elapsed_s']:.0f} s)")
-    return 1 if _broken(results) else 0
-
-
-def _broken(results) -> bool:
-    """Whether a tilesafe or twin implementation gave a wrong result or failed."""
-    return any(r.get("status") == "error" or any(i["role"] in ("tilesafe", "twin") and i["status"] != "ok"
-                                                  for i in r.get("impls", {}).values()) for r in results)
+    return 1 if report.broken(results) else 0
 
 
 def _cpu_backend() -> str:

@@ -43,7 +43,6 @@ def _run(args, families, backend: str) -> int:
 
     from ..kernels.first_use import first_use_tuning
     from . import machine, random_report, report
-    from .cli import _broken
     from .cuda_timer import CudaTimer
     from .families.random_shapes import GENERATOR
     from .families.random_workloads import counts, random_workloads
@@ -99,7 +98,7 @@ def _run(args, families, backend: str) -> int:
         print(f"\nresults: {path}  ({doc['elapsed_s']:.0f} s)")
         for png in _plots(doc, path):
             print(png)
-    return 1 if _broken(results) else 0
+    return 1 if report.broken(results) else 0
 
 
 def _plots(doc: dict, path: Path) -> list:

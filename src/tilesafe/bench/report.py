@@ -27,6 +27,12 @@ def document(results, machine: dict, versions: dict, git: dict, settings: dict, 
             "targets": [] if settings.get("dry_run") else T.evaluate(results, families)}
 
 
+def broken(results) -> bool:
+    """Whether a tilesafe or twin implementation gave a wrong result or failed (the run exits 1)."""
+    return any(r.get("status") == "error" or any(i["role"] in ("tilesafe", "twin") and i["status"] != "ok"
+                                                  for i in r.get("impls", {}).values()) for r in results)
+
+
 def file_name(doc: dict) -> str:
     stamp = doc["created"].replace(":", "").replace("-", "").replace("+0000", "Z")[:15]
     kind = "dry-run" if doc["settings"].get("dry_run") else "quick" if doc["settings"].get("quick") else "full"
