@@ -17,7 +17,7 @@ from .aliasing import byte_set, self_overlaps
 from .host_lock import LOCK
 from .torch_version import version_of
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # for annotations only: tensor.py imports this module, not the other way at run time
     from ..dtypes import DType
     from .tensor import Tensor
 
