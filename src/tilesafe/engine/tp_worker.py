@@ -15,7 +15,7 @@ def main(rank: int, world: int, device: str, init: str, spec: dict, timeout: flo
     start-up (the ranks exchange their status once the weights are loaded) or from its next
     collective."""
     from . import tp_group
-    from .llm import LLM
+    from .llm import LLM   # a rank is an LLM, and an LLM starts the ranks: this circle is the process model's own
     try:
         group = tp_group.join(rank, world, device, init, timeout)
     except BaseException:
