@@ -172,6 +172,69 @@ def raw_transpose_plain(tile_dim: int, rows: int, nbtype):
 
 
 @functools.cache
+def _raw_block_add():
+    """total[0] += the block's sum of acc (256 threads): warp shuffles, the 8 warps' partials through
+    shared memory, one atomic per block (the tail of every raw sum kernel here)."""
+    from numba import cuda, float32
+
+    @cuda.jit(device=True, inline=True)
+    def block_add(total, acc):
+        partial = cuda.shared.array(8, float32)
+        for off in (16, 8, 4, 2, 1):
+            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            partial[warp] = acc
+        cuda.syncthreads()
+        t = partial[lane] if lane < 8 else float32(0.0)
+        for off in (16, 8, 4, 2, 1):
+            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
+        if cuda.threadIdx.x == 0:
+            cuda.atomic.add(total, 0, t)
+    return block_add
+
+
+@functools.cache
+def raw_sum_checked(unroll: int, check: str):
+    """The scalar grid-stride sum with each read checked the way a lowering may check it: "signed"
+    (i >= 0 and i < n, the failed line kept as a max in a register: the safe lowering's __ld1),
+    "unsigned" (one unsigned compare, same bookkeeping); the line goes to `err` at the end."""
+    from numba import cuda, float32, int32, types
+    U = unroll
+    block_add = _raw_block_add()
+    signed = check == "signed"
+
+    @cuda.jit(device=True, inline=True)
+    def ld(x, i, bad, line):
+        if signed:
+            ok = i >= 0 and i < x.shape[0]
+        else:
+            ok = types.uint64(i) < types.uint64(x.shape[0])
+        bad[0] = max(bad[0], 0 if ok else line)
+        return x[i if ok else 0]
+
+    @cuda.jit
+    def sum_checked(total, x, err):
+        bad = cuda.local.array(1, int32)
+        bad[0] = 0
+        n = x.shape[0]
+        stride = cuda.gridDim.x * 256
+        acc = float32(0.0)
+        i = cuda.grid(1)
+        while i + (U - 1) * stride < n:
+            for u in range(U):
+                acc += ld(x, i + u * stride, bad, 42)
+            i += U * stride
+        while i < n:
+            acc += ld(x, i, bad, 45)
+            i += stride
+        block_add(total, acc)
+        if bad[0] != 0:
+            cuda.atomic.max(err, 0, bad[0])
+    return sum_checked
+
+
+@functools.cache
 def raw_sum(unroll: int, vec: bool):
     """Grid-stride sum, `unroll` loads in flight a thread (each 128-bit when vec), warp shuffles, one
     shared phase, one atomic per block."""
@@ -180,10 +243,10 @@ def raw_sum(unroll: int, vec: bool):
     from tilesafe.simt.vector_access import intrinsics
     vld4 = intrinsics()["__vld4"]
     U = unroll
+    block_add = _raw_block_add()
 
     @cuda.jit
     def sum_vec(total, x):
-        partial = cuda.shared.array(8, float32)
         n = x.shape[0]
         n4 = n // 4
         stride = cuda.gridDim.x * 256
@@ -201,21 +264,10 @@ def raw_sum(unroll: int, vec: bool):
         j = n4 * 4 + cuda.grid(1)
         if j < n:
             acc += x[j]
-        for off in (16, 8, 4, 2, 1):
-            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
-        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
-        if lane == 0:
-            partial[warp] = acc
-        cuda.syncthreads()
-        t = partial[lane] if lane < 8 else float32(0.0)
-        for off in (16, 8, 4, 2, 1):
-            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
-        if cuda.threadIdx.x == 0:
-            cuda.atomic.add(total, 0, t)
+        block_add(total, acc)
 
     @cuda.jit
     def sum_scalar(total, x):
-        partial = cuda.shared.array(8, float32)
         n = x.shape[0]
         stride = cuda.gridDim.x * 256
         acc = float32(0.0)
@@ -227,17 +279,7 @@ def raw_sum(unroll: int, vec: bool):
         while i < n:
             acc += x[i]
             i += stride
-        for off in (16, 8, 4, 2, 1):
-            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
-        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
-        if lane == 0:
-            partial[warp] = acc
-        cuda.syncthreads()
-        t = partial[lane] if lane < 8 else float32(0.0)
-        for off in (16, 8, 4, 2, 1):
-            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
-        if cuda.threadIdx.x == 0:
-            cuda.atomic.add(total, 0, t)
+        block_add(total, acc)
     return sum_vec if vec else sum_scalar
 
 
@@ -277,6 +319,105 @@ def raw_block_sum(k_const: int, unrolled: bool):
         if cuda.threadIdx.x == 0:
             out[cuda.blockIdx.x] = total
     return block_sum_const
+
+
+@functools.cache
+def safe_pairs(tc: int, rows: int):
+    """examples/transpose_half.py's transpose_pairs for any tile: block (tc, rows), 2*tc // rows words a thread."""
+    KP = 2 * tc // rows
+    TC = tc
+
+    @simt.kernel(contract=simt.Contract(block=(TC, rows)))
+    def transpose_pairs_tile(out: simt.Disjoint[ts.i32, ("C", "H")], x: simt.Ref[ts.i32, ("R", "W")],
+                             C: int, H: int, R: int, W: int):
+        tile = simt.shared((2 * TC, TC + 1), ts.i32)
+        bx, by = simt.block_id(0), simt.block_id(1)
+        for p in tile.permits(simt.chunk(KP)):
+            tile[p] = x.get((bx * 2 * TC + 2 * (p[0] % TC) + p[0] // TC, by * TC + p[1]), 0)
+        simt.barrier()
+        for p in out.permits(simt.chunk(KP)):
+            out[p] = ((tile[p[1] % TC, p[0] % (2 * TC) // 2] >> (16 * (p[0] % 2))) & 0xFFFF) \
+                | ((tile[p[1] % TC + TC, p[0] % (2 * TC) // 2] >> (16 * (p[0] % 2))) << 16)
+    return transpose_pairs_tile
+
+
+@functools.cache
+def raw_pairs(tc: int, rows: int):
+    """transpose_pairs as a plain numba kernel (int32 words, loads first): the safe one's raw twin."""
+    from numba import cuda, int32
+    T2, T1, K, R = 2 * tc, tc + 1, 2 * tc // rows, rows
+
+    @cuda.jit
+    def pairs(out, x):
+        tile = cuda.shared.array((T2, T1), int32)
+        v = cuda.local.array(K, int32)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        r0, w0 = cuda.blockIdx.x * T2, cuda.blockIdx.y * tc
+        for j in range(K):
+            a = ty + j * R
+            r, c = r0 + 2 * (a % tc) + a // tc, w0 + tx
+            v[j] = x[r, c] if r < x.shape[0] and c < x.shape[1] else 0
+        for j in range(K):
+            tile[ty + j * R, tx] = v[j]
+        cuda.syncthreads()
+        for j in range(K):
+            a = ty + j * R
+            sh, w = 16 * (a % 2), a // 2
+            v[j] = ((tile[tx, w] >> sh) & 0xFFFF) | ((tile[tx + tc, w] >> sh) << 16)
+        for j in range(K):
+            r, c = cuda.blockIdx.y * T2 + ty + j * R, cuda.blockIdx.x * tc + tx
+            if r < out.shape[0] and c < out.shape[1]:
+                out[r, c] = v[j]
+    return pairs
+
+
+@functools.cache
+def raw_softmax_staged(k: int):
+    """softmax_rows_staged as a plain numba kernel: a block of 256 per row, the row in shared memory."""
+    import math
+
+    from numba import cuda, float32
+    K = k
+
+    @cuda.jit(device=True, inline=True)
+    def block_reduce(v, part, is_max):
+        for off in (16, 8, 4, 2, 1):
+            o = cuda.shfl_xor_sync(0xFFFFFFFF, v, off)
+            v = max(v, o) if is_max else v + o
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            part[warp] = v
+        cuda.syncthreads()
+        t = part[lane] if lane < 8 else (float32(-math.inf) if is_max else float32(0.0))
+        for off in (16, 8, 4, 2, 1):
+            o = cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
+            t = max(t, o) if is_max else t + o
+        return t
+
+    @cuda.jit
+    def softmax_staged(out, x):
+        row = cuda.shared.array((K, 256), float32)
+        pm = cuda.shared.array(8, float32)
+        ps = cuda.shared.array(8, float32)
+        v = cuda.local.array(K, float32)
+        b, t, n = cuda.blockIdx.x, cuda.threadIdx.x, x.shape[1]
+        for j in range(K):
+            c = j * 256 + t
+            v[j] = x[b, c] if c < n else float32(-math.inf)
+        for j in range(K):
+            row[j, t] = v[j]
+        cuda.syncthreads()
+        m = float32(-math.inf)
+        for j in range(K):
+            m = max(m, row[j, t])
+        m = block_reduce(m, pm, True)
+        s = float32(0.0)
+        for j in range(K):
+            s += math.exp(row[j, t] - m)
+        inv = float32(1.0) / block_reduce(s, ps, False)
+        for c in range(t, n, 256):
+            out[b, c] = math.exp(row[c // 256, c % 256] - m) * inv
+    return softmax_staged
 
 
 # -- timing ----------------------------------------------------------------------------------------
@@ -435,6 +576,152 @@ def sums(pr: Probe):
     pr.case(group, "safe example block_sum", nbytes, lambda: (lambda: example.block_sum(out, x, K=k_slab)), check_b)
 
 
+def sums_at_bench_sizes(pr: Probe):
+    """sum_all where the bench runs it (64M f32) and at 268M: the safe example, the same raw form, the
+    raw form with the safe lowering's read check (signed) and with one unsigned compare, each with and
+    without the `total.zero_()` the bench times with it, and the grid."""
+    import torch
+    from numba import cuda
+
+    from tilesafe.simt.examples import block_sum as example
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    err = torch.zeros(1, dtype=torch.int32, device="cuda")
+    de = cuda.as_cuda_array(err)
+    for n in (1 << 26, 1 << 28):
+        x = torch.randn(n, device="cuda")
+        total = torch.zeros(1, device="cuda")
+        want = x.double().sum().item()
+        dx, dt = cuda.as_cuda_array(x), cuda.as_cuda_array(total)
+        nbytes = 4 * n
+        group = f"sum_all f32 {n >> 20}M"
+
+        def check():
+            got = total.item()
+            return None if abs(got - want) <= 1e-3 * max(1.0, abs(want)) + 1.0 else f"{got} vs {want}"
+
+        def zeroed(fn):
+            def run():
+                total.zero_()
+                fn()
+            return run
+
+        def once(fn):        # the kernel alone: checked after its first run from zero, then timed accumulating
+            total.zero_()
+            return fn
+        pr.case(group, "torch.sum", nbytes, lambda: (lambda: torch.sum(x)))
+        raw8 = raw_sum(8, False)
+        pr.case(group, "raw scalar x8 16/SM + zero_ (the bench's raw)", nbytes,
+                lambda: zeroed(lambda: raw8[sms * 16, 256](dt, dx)), check)
+        pr.case(group, "raw scalar x8 16/SM, kernel alone", nbytes,
+                lambda: once(lambda: raw8[sms * 16, 256](dt, dx)), check)
+        for chk in ("signed", "unsigned"):
+            def build_chk(chk=chk):
+                k = raw_sum_checked(8, chk)
+                return zeroed(lambda: k[sms * 16, 256](dt, dx, de))
+            pr.case(group, f"raw scalar x8 16/SM, reads checked ({chk}) + zero_", nbytes, build_chk, check)
+        pr.case(group, "safe example sum_all 16/SM + zero_ (the bench's safe)", nbytes,
+                lambda: zeroed(lambda: example.launch_sum(total, x, sms * 16)), check)
+        pr.case(group, "safe example sum_all 16/SM, kernel alone", nbytes,
+                lambda: once(lambda: example.launch_sum(total, x, sms * 16)), check)
+        if n == 1 << 26:
+            for per_sm in (8, 32):
+                pr.case(group, f"safe example sum_all {per_sm}/SM + zero_", nbytes,
+                        lambda per_sm=per_sm: zeroed(lambda: example.launch_sum(total, x, sms * per_sm)), check)
+            rawv = raw_sum(4, True)
+            pr.case(group, "raw float4 x4 8/SM + zero_", nbytes,
+                    lambda: zeroed(lambda: rawv[sms * 8, 256](dt, dx)), check)
+        del x, total
+        torch.cuda.empty_cache()
+
+
+def softmaxes(pr: Probe):
+    """Row softmax: the warp-per-row example, the staged one (a block per row, the row in shared
+    memory, read once), the staged raw twin, torch.softmax; % of a copy of the same bytes."""
+    import torch
+    from numba import cuda
+
+    from tilesafe.simt.examples import softmax_rows as example
+    for r, c in ((8192, 4096), (4000, 1000)):
+        x = torch.randn(r, c, device="cuda")
+        out = torch.empty_like(x)
+        want = torch.softmax(x, 1)
+        nbytes = 2 * 4 * r * c
+        group = f"softmax f32 {r}x{c}"
+        dx, do = cuda.as_cuda_array(x), cuda.as_cuda_array(out)
+        k = -(-c // 256)
+
+        def check():
+            return None if torch.allclose(out, want, rtol=1e-5, atol=1e-6) else \
+                f"max err {(out - want).abs().max().item()}"
+
+        def poisoned(fn):
+            out.fill_(float("nan"))
+            return fn
+        pr.case(group, "torch.softmax", nbytes, lambda: (lambda: torch.softmax(x, 1)))
+        pr.case(group, "safe softmax_rows (a warp a row, x read 3 times)", nbytes,
+                lambda: poisoned(lambda: example.softmax_rows(out, x)), check)
+        pr.case(group, f"safe softmax_rows_staged K={k} (a block a row, in shared)", nbytes,
+                lambda: poisoned(lambda: example.softmax_rows_staged(out, x, K=k)), check)
+        raw = raw_softmax_staged(k)
+        pr.case(group, f"raw staged twin K={k}", nbytes, lambda: poisoned(lambda: raw[r, 256](do, dx)), check)
+        del x, out, want, dx, do
+        torch.cuda.empty_cache()
+
+
+def half_transposes(pr: Probe):
+    """16-bit transposes: one half a thread (the example's transpose_halves, raw best form) and pairs of
+    halves as int32 words (transpose_pairs, several tiles, and its raw twin)."""
+    import torch
+    from numba import cuda
+    from numba.cuda.types import float16
+
+    from tilesafe.simt.examples import transpose_half as example
+    for dtype, r, c in ((torch.float16, 8192, 8192), (torch.float16, 5000, 3002), (torch.bfloat16, 8192, 8192)):
+        dn = str(dtype).split(".")[1]
+        x = torch.randn(r, c, device="cuda").to(dtype)
+        out = torch.empty(c, r, device="cuda", dtype=dtype)
+        want = x.t().contiguous()
+        nbytes = 2 * x.numel() * x.element_size()
+        group = f"transpose {dn} {r}x{c}"
+        x32, o32 = x.view(torch.int32), out.view(torch.int32)
+        dx32, do32 = cuda.as_cuda_array(x32), cuda.as_cuda_array(o32)
+
+        def check():
+            return None if torch.equal(out, want) else f"max err {(out.float() - want.float()).abs().max().item()}"
+
+        def poisoned(fn):
+            out.fill_(float("nan"))
+            return fn
+        scratch = torch.empty_like(want)
+        pr.case(group, "torch copy of x.t() into a buffer", nbytes, lambda: (lambda: scratch.copy_(x.t())))
+        if dtype == torch.float16:
+            dx, do = cuda.as_cuda_array(x), cuda.as_cuda_array(out)
+            grid64 = ((r + 63) // 64, (c + 63) // 64)
+
+            def build_plain():
+                k = raw_transpose_plain(64, 8, float16)
+                return poisoned(lambda: k[grid64, (64, 8)](do, dx))
+            pr.case(group, "raw halves 64x64 tile, block 64x8, no wraparound (best raw)", nbytes, build_plain, check)
+            pr.case(group, "safe transpose_halves (64x64, 64x8)", nbytes,
+                    lambda: poisoned(lambda: example.transpose_halves(out, x)), check)
+        pr.case(group, "safe transpose_f16 (the example: pairs 32, block 32x8)", nbytes,
+                lambda: poisoned(lambda: example.transpose_f16(out, x)), check)
+        for tc, rows in ((64, 8), (32, 16)):
+            def build_pairs(tc=tc, rows=rows):
+                k = safe_pairs(tc, rows)
+                return poisoned(lambda: k(o32, x32))
+            pr.case(group, f"safe pairs {tc}, block {tc}x{rows}", nbytes, build_pairs, check)
+        for tc, rows in ((32, 8), (64, 8)):
+            grid = ((r // 2 + tc - 1) // tc, (c + 2 * tc - 1) // (2 * tc))
+
+            def build_raw(tc=tc, rows=rows, grid=grid):
+                k = raw_pairs(tc, rows)
+                return poisoned(lambda: k[grid, (tc, rows)](do32, dx32))
+            pr.case(group, f"raw pairs {tc}, block {tc}x{rows} (twin)", nbytes, build_raw, check)
+        del x, out, want, scratch, x32, o32, dx32, do32
+        torch.cuda.empty_cache()
+
+
 def table(pr: Probe) -> str:
     lines = [f"{'case':58s} {'ms':>8s} {'GB/s':>8s} {'% copy':>7s}"]
     group = None
@@ -453,17 +740,19 @@ def main(argv) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--budget-s", type=float, default=75.0)
-    ap.add_argument("--only", choices=("transpose", "sum"), default=None)
+    ap.add_argument("--only", default=None,
+                    help="comma-separated parts: sum, transpose (session 16's), sum64, softmax, half (session 17's)")
     args = ap.parse_args(argv)
     import torch
     pr = Probe(args.budget_s)
     t0 = time.perf_counter()
-    for name, part in (("sum", sums), ("transpose", transposes)):
-        if args.only in (None, name):
-            try:
-                part(pr)
-            except Exception:
-                traceback.print_exc()
+    parts = {"sum": sums, "transpose": transposes, "sum64": sums_at_bench_sizes, "softmax": softmaxes,
+             "half": half_transposes}
+    for name in args.only.split(",") if args.only else list(parts):     # in the order given
+        try:
+            parts[name](pr)
+        except Exception:
+            traceback.print_exc()
     doc = {"device": torch.cuda.get_device_name(), "wall_s": time.perf_counter() - t0, "rows": pr.rows,
            "copy_gbps": {str(k): v for k, v in pr.copy_gbps.items()}}
     out = Path(args.out)
