@@ -69,3 +69,22 @@ def test_a_host_read_through_tilesafe_waits_for_a_fast_launch():
             tk.linear(x, w, out=h)                                # no synchronize before the read
             got = torch.from_numpy(ts.from_torch(h).numpy().astype("float32"))
             torch.testing.assert_close(got, F.linear(x, w).float().cpu(), rtol=3e-2, atol=3e-1)
+
+
+@pytest.mark.parametrize("form", ["eager", "out="])
+def test_tma_launches_take_the_gpu_form_at_new_addresses(form):
+    """Tensor-core calls address their operands through TMA descriptors on Hopper; the GPU form
+    makes each from its layout's template at the call's address (tma.LayoutDescriptor), the
+    weight described by columns (w.T). New memory every call; results against torch."""
+    tk.linear.plans.plans.clear()
+    with ts.backend("triton"), torch.no_grad():
+        for seed in range(6):
+            x, w = _r(128, 512, seed=seed), _r(256, 512, seed=seed + 50)
+            if form == "eager":
+                got = tk.linear(x, w)
+            else:
+                got = torch.full((128, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+                tk.linear(x, w, out=got)
+            torch.testing.assert_close(got.float(), F.linear(x, w).float(), rtol=3e-2, atol=3e-1)
+    launches = _gpu_launches(tk.linear)
+    assert launches and any(launch.descriptors for launch in launches), "no launch used a descriptor"

@@ -271,3 +271,23 @@ def test_the_argument_tuple_of_a_layout_leaves_out_the_launch_memory(monkeypatch
     assert [filled[i] for i, _ in pointers] == [call.tensors[param].data_ptr() for _, param in pointers]
     assert all(v == full[i] for i, v in enumerate(filled) if i not in dict(pointers))
     p.unpartition()
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["rows", "columns"])
+def test_a_layout_descriptor_is_what_the_full_path_describes(transposed):
+    """The GPU form builds a TMA descriptor from its layout's template at the call's address
+    (tma.LayoutDescriptor); Triton's launcher must read from it exactly what it reads from the
+    full path's `TensorDescriptor`, with and without the descriptor's lowering metadata."""
+    pytest.importorskip("triton")
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+    from tilesafe.backends.triton import tma
+    base = torch.zeros(64 * 96 + 8)
+    view = base[8:].as_strided((64, 48), (1, 128) if transposed else (96, 1))   # a view inside its storage
+    box = (16, 32)
+    full = tma.host_descriptor(view, box, transposed)
+    shape, strides, block = tma.layout_descriptor(view.shape, view.stride(), box, transposed)
+    fast = tma.LayoutDescriptor(tma.Address(view.data_ptr()), shape, strides, block, "zero")
+    assert (fast.base.data_ptr(), fast.shape, fast.strides, fast.block_shape, fast.padding) == \
+        (full.base.data_ptr(), full.shape, full.strides, full.block_shape, full.padding)
+    unlowered = make_tensordesc_arg(fast, None)                    # the base goes in as a pointer
+    assert unlowered[0] == view.data_ptr() and unlowered[1:] == make_tensordesc_arg(full, None)[1:]

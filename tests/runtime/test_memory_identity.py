@@ -295,3 +295,55 @@ def test_insert_fresh_places_only_memory_that_meets_no_entry():
         assert not m.insert_fresh(Entry(base, nbytes), holder)     # meets [100, 150)
     assert m.insert_fresh(Entry(150, 10), holder) and m.insert_fresh(Entry(50, 50), holder)
     assert [(e.base, e.nbytes) for e in m.overlapping("test", 0, 1000)] == [(50, 50), (100, 50), (150, 10)]
+
+
+# -- a library call's new result: placed in the map before the next lookup ----------------------
+
+def _eager_results(n: int) -> list:
+    """`n` eager rms_norm results (from the third call on, the plan's fast form allocates them)."""
+    import tilesafe.kernels as tk
+    w = torch.rand(32)
+    with ts.backend("reference"):
+        return [tk.rms_norm(torch.rand(2, 32), w) for _ in range(n)]
+
+
+@pytest.mark.parametrize("alias", ALIASES.values(), ids=ALIASES.keys())
+def test_an_eager_result_is_found_through_an_alias_before_anything_looked_it_up(alias):
+    y = _eager_results(5)[-1]
+    state = y.untyped_storage()._tilesafe_state
+    a = alias(y)                                                   # the first lookup by address
+    assert StorageState.of(a) is state
+    p = ts.from_torch(y).partition((1, 32))
+    with pytest.raises(ts.OwnershipError) as info:
+        line = here() + 1
+        ts.from_torch(a)[0, 0] = 1.0                               # S8 through the alias
+    assert "its bytes are lent to a partition" in info.value.message and info.value.loc.line == line
+    p.unpartition()
+
+
+def test_eager_results_that_die_unplaced_leave_no_entry_behind():
+    from tilesafe.runtime import memory_map
+    gc.collect()
+    before = len(MEMORY)
+    for _ in range(3):
+        del _eager_results(memory_map.PLACE_BATCH // 2)[:]          # more than a batch in all, all dropped
+    gc.collect()
+    assert len(MEMORY._placing) < memory_map.PLACE_BATCH
+    assert len(MEMORY) == before
+
+
+def test_new_memory_placed_late_that_meets_a_tracked_range_merges_when_placed():
+    # As attach's new memory that meets a tracked range (a widened merged state's freed part
+    # handed out again): placed late, it joins that state at the next lookup, lending seen.
+    arr = np.zeros(64, np.float32)
+    tracked = ts.from_torch(torch.from_numpy(arr[0:16]))
+    p = tracked.partition((16,))
+    view = torch.from_numpy(arr[8:40])
+    storage = view.untyped_storage()
+    state = StorageState.attach_new(storage, storage.nbytes(), view.data_ptr())
+    assert state.__dict__ is not tracked._state.__dict__            # not placed yet
+    entries = MEMORY.overlapping(torch.device("cpu"), arr.ctypes.data, arr.ctypes.data + arr.nbytes)
+    assert state.__dict__ is tracked._state.__dict__                # the lookup placed it: one state
+    assert len(entries) == 1 and entries[0].nbytes == 40 * 4
+    assert state.lender_of(ts.Tensor(view, state)._byte_set()) is p
+    p.unpartition()

@@ -97,9 +97,9 @@ class CallHit:
                         except RuntimeError:
                             t = empty(shape, dtype, device)._t    # refuses with ts.empty's error (too large)
                         storage = t.untyped_storage()
-                        nbytes = storage.nbytes()
-                        state = StorageState.attach_storage(storage, StorageState(nbytes))
-                        roots.append((t, state, t.data_ptr(), storage.data_ptr(), nbytes))
+                        nbytes, ptr = storage.nbytes(), t.data_ptr()
+                        state = StorageState.attach_new(storage, nbytes, ptr)
+                        roots.append((t, state, ptr, ptr, nbytes))
                         handed.append(t if torch_mode else None)
                         continue
                     t = empty(shape, dtype, device)

@@ -11,6 +11,13 @@ reference, and when the last dies the entry goes, because allocators hand the sa
 addresses out again. A dying storage only queues its entry's check (a weakref callback may
 run in the middle of a map update); every map operation first settles the queue, so no
 lookup ever sees memory that was freed.
+
+New memory a library call allocated for its result (torch's fresh bytes, which nothing else
+addresses yet) is placed lazily (`place_later`): its state is cached on its storage at once,
+and the map learns its range when any lookup next runs, or after a batch of such allocations.
+Only a lookup by address can find memory through the map (a second storage object over the
+same bytes, e.g. a DLPack alias), and every lookup places the queue first; a temporary that
+dies before then is never placed at all. So an eager call's result costs no map update.
 """
 from __future__ import annotations
 
@@ -29,6 +36,9 @@ class Entry(Protocol):
     _storages: list
 
 
+PLACE_BATCH = 256     # new memory queued unplaced at most (place_later): a lookup or a batch places it
+
+
 class _Held(weakref.ref):
     """A torch storage an entry holds weakly; when it dies, `entry` (a weak reference to the
     entry) is queued for its check (one object per storage, no closure)."""
@@ -43,10 +53,35 @@ class MemoryMap:
         self._died: collections.deque = collections.deque()
         died = self._died
         self._on_death = lambda ref: died.append(ref.entry)   # made once: a weakref callback
+        # (entry, weak reference to its storage): new memory not placed yet (place_later).
+        self._placing: collections.deque = collections.deque()
+        # How an entry that meets a tracked range joins it (storage_state sets it: `_join`).
+        self.merge = None
+
+    def place_later(self, entry: Entry, storage) -> None:
+        """Place `entry` (its device, base and bytes set; its storage's attribute already
+        naming it) before the next lookup: new memory from an allocator, which no other
+        storage object addresses yet. Placed as `insert_fresh` would place it, or merged by
+        `merge` when it meets a tracked range; dropped when its storage died first."""
+        placing = self._placing
+        placing.append((entry, weakref.ref(storage)))
+        if len(placing) >= PLACE_BATCH:
+            with self.lock:
+                self._place()
+
+    def _place(self) -> None:
+        placing = self._placing
+        while placing:
+            entry, ref = placing.popleft()
+            storage = ref()
+            if storage is not None and not self.insert_fresh(entry, storage):
+                self.merge(storage, entry)
 
     def overlapping(self, device, start: int, end: int) -> list[Entry]:
         """The live states whose range meets [start, end), in address order."""
         with self.lock:
+            if self._placing:
+                self._place()
             self._settle()
             starts, entries = self._starts.get(device, ()), self._entries.get(device, ())
             i = max(bisect.bisect_right(starts, start) - 1, 0)
@@ -64,6 +99,8 @@ class MemoryMap:
         allocator (a library call's result, `ts.empty`) meets none: this is `overlapping`,
         `insert` and `hold` in one search, under one lock, with nothing to merge."""
         with self.lock:
+            if self._placing:
+                self._place()
             if self._died:
                 self._settle()
             starts = self._starts.get(entry.device)
@@ -84,6 +121,8 @@ class MemoryMap:
             return True
 
     def insert(self, entry: Entry) -> None:
+        """Place `entry` where the caller found no live entry meeting it (`overlapping` just
+        before, under the lock, which placed the queue)."""
         with self.lock:
             starts = self._starts.setdefault(entry.device, [])
             entries = self._entries.setdefault(entry.device, [])
@@ -126,6 +165,8 @@ class MemoryMap:
 
     def __len__(self) -> int:
         with self.lock:
+            if self._placing:
+                self._place()
             self._settle()
             return sum(len(v) for v in self._entries.values())
 

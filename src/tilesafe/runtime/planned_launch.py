@@ -13,7 +13,7 @@ bound on a GPU: it checks what the layout cannot fix, per storage state —
   * alignment: each address has the 16-byte class the compiled kernel was specialised for;
 then orders after conflicting work of other streams (S10), starts Triton's compiled kernel
 with a prebuilt argument tuple (the layout's extents, strides, scalars and grid; the call's
-addresses), marks what it wrote (S14, masked states only) and registers its accesses as
+addresses, and TMA descriptors made from the layout's template at those addresses), marks what it wrote (S14, masked states only) and registers its accesses as
 pending (S9). Byte sets are made only when an address moved since the last launch of the
 slot (byte_set_slots). On the CPU backends the launch is the run itself: a bound is built
 from views and `execute` runs it. At the first doubt `run` returns False before anything happened, and the
@@ -25,6 +25,7 @@ import weakref
 
 import torch
 
+from ..backends.triton.tma import Address, LayoutDescriptor, layout_descriptor
 from .binding import ArgFacts, Bound
 from .byte_set_slots import ByteSetSlots
 from .execute import execute
@@ -35,6 +36,7 @@ from .storage_state import record_launch
 from .tensor import Tensor
 
 _UNKNOWN, _CPU, _GPU, _NONE = range(4)
+_new_tuple = tuple.__new__     # a named tuple without its Python-level constructor
 
 
 class PlannedLaunch:
@@ -113,9 +115,8 @@ class PlannedLaunch:
         values = list(self.values)
         for i, k in self.pointers:
             values[i] = ptrs[k]
-        for i, k, box, by_columns in self.descriptors:
-            from ..backends.triton import tma
-            values[i] = tma.host_descriptor(self._view(k, roots), box, by_columns)
+        for i, k, shape, strides, box in self.descriptors:   # the layout's descriptor at this address
+            values[i] = _new_tuple(LayoutDescriptor, (Address(ptrs[k]), shape, strides, box, "zero"))
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         sets = self.sets.placed(args, ptrs)
         writes = self.writes
@@ -179,7 +180,8 @@ class PlannedLaunch:
         names = [name for name, _, _ in self.access]
         self.values = values
         self.pointers = tuple((i, names.index(p)) for i, p in pointers)
-        self.descriptors = tuple((i, names.index(p), box, cols) for i, p, box, cols in descriptors)
+        self.descriptors = tuple((i, names.index(p), *layout_descriptor(*self.facts[names.index(p)][:2], box, cols))
+                                 for i, p, box, cols in descriptors)
         device = call.device
         self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         return _GPU

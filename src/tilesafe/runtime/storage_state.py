@@ -143,6 +143,21 @@ class StorageState:
             state.device = state.base = None
         return _join(storage, state)
 
+    @staticmethod
+    def attach_new(storage, nbytes: int, address: int) -> "StorageState":
+        """The state of memory a library call just allocated for its result (`storage`:
+        `nbytes` at `address`, torch's new bytes, all written): cached on the storage now,
+        placed in the memory map before its next lookup (`MemoryMap.place_later`). Nothing
+        else addresses these bytes yet, and any other storage object over them finds the
+        state through a lookup, which places it first."""
+        state = StorageState(nbytes)
+        if not nbytes:
+            return _join(storage, state)       # no bytes to share: a state of its own
+        state.device, state.base = storage.device, address
+        setattr(storage, _ATTR, state)
+        MEMORY.place_later(state, storage)
+        return state
+
     # -- growing over more memory ----------------------------------------------------------
 
     def _alive(self) -> bool:
@@ -423,3 +438,6 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
         MEMORY.hold(state, storage)
         setattr(storage, _ATTR, state)
         return state
+
+
+MEMORY.merge = _join     # new memory placed late that meets a tracked range joins it as attach would

@@ -7,6 +7,7 @@ each argument of a launch that uses descriptors, and the code generator
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 from ...lang.annotations import OUTPUTS, REF
 
@@ -73,3 +74,30 @@ def host_descriptor(t, box: tuple, transposed: bool):
     if transposed:
         return TensorDescriptor(t, [t.shape[1], t.shape[0]], [t.stride(1), 1], list(box))
     return TensorDescriptor(t, list(t.shape), list(t.stride()), list(box))
+
+
+class Address(int):
+    """A device address that answers `data_ptr()` as a tensor does: Triton's launcher asks a
+    descriptor's base for it (in C, no Python frame)."""
+    __slots__ = ()
+    data_ptr = int.__int__
+
+
+class LayoutDescriptor(NamedTuple):
+    """What Triton's launcher reads of a host TMA descriptor (`TensorDescriptor`'s fields),
+    for a launch whose layout was checked when its entry was made: the base's 16-byte
+    alignment (the launch checks its address's class), the line strides, the extents and
+    the box are the layout's, so the constructor's validation would find nothing new."""
+    base: Address
+    shape: list
+    strides: list
+    block_shape: list
+    padding: str
+
+
+def layout_descriptor(shape, strides, box, transposed: bool) -> tuple:
+    """(shape, strides, box) of the descriptor `host_descriptor` makes for a view of this
+    shape and these element strides; a launch puts its address in front (`LayoutDescriptor`)."""
+    if transposed:
+        return [shape[1], shape[0]], [strides[1], 1], list(box)
+    return list(shape), list(strides), list(box)
