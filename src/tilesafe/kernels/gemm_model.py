@@ -23,8 +23,6 @@ first-use autotune (`first_use.py`) or the tuned table correct it.
 """
 from __future__ import annotations
 
-import importlib
-
 from .launch import cdiv, pow2
 from .machine_model import Gpu, Gemm, element_bytes
 
@@ -238,11 +236,34 @@ def _stage_options(bm: int, bn: int, bk: int, es: int, gpu: Gpu) -> list[int]:
     return [st for st in dict.fromkeys((deep, half)) if st >= 2]
 
 
+def tail_split(cfg: dict, m: int, n: int, bm: int, bn: int, k_tiles: int, workers: int):
+    """(axis, kept, splits) when the config asks for a tail split (`tail_split`), else None.
+    The main launch gets whole waves of output tiles: the first `kept` rows (axis 0, whole
+    rows of tiles) or, with one row of tiles, the first `kept` columns (axis 1); the tiles
+    left, which would run as a partly empty last wave, run as `splits` K-slices each, one
+    block per slice. On the H200 a 2048 x 2560 output has 320 tiles of 128 x 128 on 132 SMs:
+    260 in two waves, the last 60 split in two (120 blocks); a 128 x 10240 output has 160
+    tiles of 128 x 64: 132 in one wave, the last 28 split in four (112 blocks)."""
+    if not cfg.get("tail_split"):
+        return None
+    tm, tn = cdiv(m, bm), cdiv(n, bn)
+    whole = (tm * tn) // workers * workers                    # tiles that fill whole waves
+    if tm > 1:
+        axis, kept, rest = 0, whole // tn, (tm - whole // tn) * tn   # whole rows of tiles
+        size = bm
+    else:
+        axis, kept, rest = 1, whole, tn - whole
+        size = bn
+    if kept == 0 or rest == 0:
+        return None
+    splits = min(workers // rest, k_tiles // 4)               # every slice keeps >= 4 K tiles
+    return (axis, kept * size, splits) if splits >= 2 else None
+
+
 def _tail(c: dict, s: Gemm, tiles, kt: int, gpu: Gpu):
     """(tiles in whole waves, tiles left, their K splits) when the config's tail split applies."""
-    mm = importlib.import_module("tilesafe.kernels.matmul")
     bm, bn = tiles
-    found = mm.tail_split(c, s.m, s.n, bm, bn, kt, gpu.sms)
+    found = tail_split(c, s.m, s.n, bm, bn, kt, gpu.sms)
     if found is None:
         return None
     axis, kept, splits = found

@@ -13,6 +13,7 @@ from ..runtime.host_lock import LOCK
 from ..runtime.partition import Partition
 from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
+from ..settings import current_backend
 from .call_recording import ACTIVE
 
 
@@ -89,11 +90,10 @@ def workers(device) -> int:
     """Blocks a GPU runs at once for a persistent or chunked launch: its SMs; on the CPU
     backends, their persistent grid."""
     from ..backends.triton import targets
-    from . import configs
     target = targets.compile_target()
     if target is not None:            # compiling ahead for a GPU that is not here: its SMs / CUs
         return target.units
-    if configs.current_backend() == "triton" and str(device).startswith("cuda"):
+    if current_backend() == "triton" and str(device).startswith("cuda"):
         import torch
         return torch.cuda.get_device_properties(torch.device(str(device))).multi_processor_count
     return REFERENCE_WORKERS

@@ -17,7 +17,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import GELU, SILU, unary_op
 from .gemm_model import auto_splits as _splits   # how many ways to split K (the model predicts the same)
-from .gemm_model import linear_tiles
+from .gemm_model import linear_tiles, tail_split
 from .launch import cdiv, launch, pow2, workers
 
 ACTIVATIONS = {None: -1, "silu": SILU, "gelu": GELU}
@@ -380,30 +380,6 @@ def _tiles(cv, tiles, persistent, cfg, common):
         launch(mm_persistent_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, GROUP=cfg["group"], BK=bk, **common)
     else:
         launch(mm_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, **common)
-
-
-def tail_split(cfg: dict, m: int, n: int, bm: int, bn: int, k_tiles: int, workers: int):
-    """(axis, kept, splits) when the config asks for a tail split (`tail_split`), else None.
-    The main launch gets whole waves of output tiles: the first `kept` rows (axis 0, whole
-    rows of tiles) or, with one row of tiles, the first `kept` columns (axis 1); the tiles
-    left, which would run as a partly empty last wave, run as `splits` K-slices each, one
-    block per slice. On the H200 a 2048 x 2560 output has 320 tiles of 128 x 128 on 132 SMs:
-    260 in two waves, the last 60 split in two (120 blocks); a 128 x 10240 output has 160
-    tiles of 128 x 64: 132 in one wave, the last 28 split in four (112 blocks)."""
-    if not cfg.get("tail_split"):
-        return None
-    tm, tn = cdiv(m, bm), cdiv(n, bn)
-    whole = (tm * tn) // workers * workers                    # tiles that fill whole waves
-    if tm > 1:
-        axis, kept, rest = 0, whole // tn, (tm - whole // tn) * tn   # whole rows of tiles
-        size = bm
-    else:
-        axis, kept, rest = 1, whole, tn - whole
-        size = bn
-    if kept == 0 or rest == 0:
-        return None
-    splits = min(workers // rest, k_tiles // 4)               # every slice keeps >= 4 K tiles
-    return (axis, kept * size, splits) if splits >= 2 else None
 
 
 def matmul_keys(dtype, m: int, n: int, k: int) -> tuple[str, str]:
