@@ -353,9 +353,9 @@ def one_verify(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, 
 # (name, M, N, K): Qwen3 training weights with as few output tiles as the held-out worst draws (fitting),
 # then those draws (held out: measured, never fitted) and the 4B down projection at M = 24..100
 WAVE_GEMM = (("8B o", 83, 4096, 4096), ("held-out", 83, 4608, 3584), ("4B down", 72, 2560, 9728),
-             ("8B qkv", 125, 6144, 4096), ("held-out", 125, 4608, 3584), ("4B o", 72, 2560, 4096),
-             ("4B down", 48, 2560, 9728), ("4B down", 100, 2560, 9728), ("4B qkv", 100, 6144, 2560),
-             ("4B down", 24, 2560, 9728), ("8B o", 125, 4096, 4096))
+             ("8B qkv", 125, 6144, 4096), ("4B down", 48, 2560, 9728), ("held-out", 125, 4608, 3584),
+             ("4B o", 72, 2560, 4096), ("4B down", 100, 2560, 9728), ("4B down", 24, 2560, 9728),
+             ("4B qkv", 100, 6144, 2560), ("8B o", 125, 4096, 4096))
 # (BM, BN, BK, warps, stages): the tiles the model and the tuned table use at these sizes
 WAVE_TILES = ((32, 64, 128, 4, 8), (64, 128, 128, 4, 4), (64, 128, 64, 4, 8), (128, 128, 64, 8, 4),
               (128, 64, 128, 4, 4), (64, 256, 64, 8, 4))
@@ -363,7 +363,8 @@ WAVE_TILES = ((32, 64, 128, 4, 8), (64, 128, 128, 4, 4), (64, 128, 64, 4, 8), (1
 
 def wave_configs(cm, shape, gpu):
     """Each tile of WAVE_TILES unsplit, and split over K into floor(SMs / tiles) slices (one wave
-    that just fills the SMs; 2 where that is 1: just past them), each slice >= 4 K tiles."""
+    that just fills the SMs; 2 where that is 1: just past them), each slice >= 4 K tiles, the
+    splits added up by a second kernel and ("1k") by the last split of each tile."""
     out = {}
     for bm, bn, bk, warps, stages in WAVE_TILES:
         if bm > max(32, _pow2(shape.m)) or (bm == 32 and shape.m > 32):   # padding rows only / many row tiles
@@ -376,6 +377,8 @@ def wave_configs(cm, shape, gpu):
                  "min_blocks": gpu.sms, "tail_split": False, "num_warps": warps, "num_stages": stages}
             if cm.valid(shape, c, gpu):
                 out[f"{bm}x{bn}x{bk} w{warps} s{stages} sk{split} ({tiles * split})"] = c
+                if split > 1:                     # the last split of each tile adds them up: one launch (S16)
+                    out[f"{bm}x{bn}x{bk} w{warps} s{stages} sk{split} ({tiles * split}) 1k"] = dict(c, one_kernel=True)
     return out
 
 
@@ -397,7 +400,7 @@ GEMV_WEIGHTS = (("4B qkv", 6144, 2560), ("held-out", 12800, 1600), ("4B gate_up"
 # (block_n, block_k, warps, stages, split): narrow and wide column tiles, K tiles that divide 1600 (64)
 GEMV_CANDS = ((32, 128, 4, 3, 1), (32, 64, 4, 3, 1), (32, 64, 4, 4, 1), (64, 64, 4, 3, 1), (16, 128, 4, 4, 1),
               (16, 256, 4, 3, 1), (8, 512, 4, 3, 1), (64, 128, 8, 3, 1), (32, 128, 8, 4, 1), (128, 32, 4, 4, 1),
-              (32, 128, 4, 3, 2), (64, 64, 4, 4, 2))
+              (32, 128, 4, 3, 2), (64, 64, 4, 4, 2), (64, 64, 4, 4, -2))     # -2: split in 2, one launch
 
 
 def part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu):
@@ -409,8 +412,8 @@ def part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu):
             continue
         shape = cm.Gemm(1, n, k, "bf16")
         cands = {f"bn{bn} bk{bk} w{w} s{st} sp{sp}": {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1,
-                                                     "split_k": sp, "prefetch": False, "num_warps": w,
-                                                     "num_stages": st}
+                                                     "split_k": abs(sp), "prefetch": False, "one_kernel": sp < 0,
+                                                     "num_warps": w, "num_stages": st}
                  for bn, bk, w, st, sp in GEMV_CANDS}
         cands = {key: c for key, c in cands.items() if cm.valid(shape, c, gpu)}
         guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,

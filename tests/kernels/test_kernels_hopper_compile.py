@@ -72,6 +72,11 @@ CALLS = {
     "linear_m16": lambda: tk.linear(e(16, 2560), e(9728, 2560)),
     "linear_gemv_split_k": lambda: tk.linear(e(1, 9728), e(2560, 9728)),     # 2560 outputs: K split
     "linear_m128_split_k": lambda: tk.linear(e(128, 4096), e(2560, 4096), config={"split_k": 4}),
+    # S16: the last split of each output tile adds the splits up (one launch)
+    "linear_m83_split_k_one_kernel": lambda: tk.linear(e(83, 3584), e(4608, 3584), config={
+        "block_m": 128, "block_n": 128, "block_k": 64, "split_k": 3, "one_kernel": True, "num_warps": 8,
+        "num_stages": 4}),
+    "linear_gemv_split_k_one_kernel": lambda: tk.linear(e(1, 9728), e(2560, 9728), config={"one_kernel": True}),
     "linear_m128_tail_columns": lambda: tk.linear(e(128, 5120), e(10240, 5120), config={
         "block_m": 128, "block_n": 64, "block_k": 64, "tail_split": True, "persistent": False, "num_warps": 4,
         "num_stages": 6}),
@@ -87,7 +92,7 @@ CALLS = {
     "argmax_vocab": lambda: tk.argmax(e(1, 151936)),
 }
 TENSOR_CORES = {"matmul", "matmul_tiled_bias_silu", "bmm", "flash_causal_gqa", "flash_ragged",
-                "linear_m128_split_k", "linear_m128_tail_columns"}
+                "linear_m128_split_k", "linear_m128_tail_columns", "linear_m83_split_k_one_kernel"}
 TMA = {"matmul", "matmul_tiled_bias_silu",   # 2-D GEMM operands (w.T too) through TMA
        "flash_causal_gqa", "decode_gqa", "decode_gqa_one_kernel",   # q, k, v / the caches read as 2-D matrices
        "flash_ragged"}                  # ragged lengths: q, k, v as 4-D tensors through rank-4 descriptors
@@ -108,7 +113,7 @@ def test_compiles_for_hopper(compiled, call):
             assert "cp.async.bulk.tensor" not in k.asm["ptx"] and "cp.async" in k.asm["ptx"], name
         # the kernels of a split computation launch with PDL: they wait for the kernel before
         # them before any memory access, and let the next one launch early
-        pdl = name in ("split_k_kernel", "split_sum_kernel", "decode_rows_kernel", "decode_partial_kernel",
+        pdl = name in ("split_k_kernel", "split_sum_kernel", "split_k_last_kernel", "decode_rows_kernel", "decode_partial_kernel",
                        "decode_combine_kernel", "row_stats_kernel", "softmax_apply_kernel", "decode_rows_last_kernel")
         # S16: the one-kernel decode's blocks take one acquire-release ticket each
         assert ("atom.global.gpu.acq_rel" in k.asm["ptx"]) == name.endswith("_last_kernel"), name
@@ -129,6 +134,11 @@ def test_one_kernel_decode_launches_one_kernel(compiled):
 def test_split_k_launches_partials_then_their_sum(compiled):
     CALLS["linear_m128_split_k"]()
     assert [name for name, _ in compiled] == ["split_k_kernel", "split_sum_kernel"]
+
+
+def test_one_kernel_split_k_launches_one_kernel(compiled):
+    CALLS["linear_m83_split_k_one_kernel"]()
+    assert [name for name, _ in compiled] == ["split_k_last_kernel"]
 
 
 def test_the_config_schedule_reaches_the_compiled_kernel(compiled):
@@ -154,7 +164,8 @@ def test_no_kernel_moves_a_whole_fp32_tile_between_layouts(compiled, call):
     the tile it is combined with (the long softmax's pass), so only small values move."""
     CALLS[call]()
     for name, k in compiled:
-        if name != "split_k_kernel":     # its fp32 partials leave the MMA layout as any fp32 GEMM store does
+        if name not in ("split_k_kernel", "split_k_last_kernel"):   # their fp32 partials leave the MMA layout
+            #                                                          as any fp32 GEMM store does
             assert _large_f32_layout_changes(k.asm["ttgir"]) == [], name
 
 

@@ -104,6 +104,27 @@ def test_split_k_partials_add_up_with_bias_and_activation(backend, device, m, sp
     assert_close(got, F.silu(F.linear(t64(x), t64(w), t64(bias))), dtype, **MM_TOL[dtype])
 
 
+@pytest.mark.parametrize("m, splits, dtype", [(1, 3, "f32"), (40, 3, "bf16"), (5, 50, "f32")])
+def test_one_kernel_split_k_adds_the_splits_in_the_last_block(backend, device, monkeypatch, m, splits, dtype):
+    """`one_kernel`: the last split of each output tile to finish adds the splits up and
+    stores the tile (S16), in one launch; the same result as the two-kernel form (ragged
+    last split, ragged M and N, bias and activation in the last block's epilogue)."""
+    mm = importlib.import_module("tilesafe.kernels.matmul")
+    x, w = randn((m, 150), dtype, 26, device), randn((72, 150), dtype, 27, device)
+    bias = randn((72,), dtype, 28, device)
+    launched = []
+    real = mm.launch
+    monkeypatch.setattr(mm, "launch", lambda kernel, outputs, **kw: (launched.append(kernel.name),
+                                                                       real(kernel, outputs, **kw))[1])
+    cfg = {"split_k": splits, "one_kernel": True}
+    out = poisoned((m, 72), dtype, device)
+    got = tk.linear(x, w, bias=bias, activation="silu", out=out, config=cfg)
+    assert got is out and launched == ["split_k_last_kernel"]
+    assert_close(got, F.silu(F.linear(t64(x), t64(w), t64(bias))), dtype, **MM_TOL[dtype])
+    again = tk.linear(x, w, bias=bias, activation="silu", out=poisoned((m, 72), dtype, device), config=cfg)
+    assert np.array_equal(f64(again), f64(got))      # the tickets are back at zero: the same sum again
+
+
 @pytest.mark.parametrize("m, cfg, tile", [
     (1, {"block_n": 4, "block_k": 64, "split_k": 1}, (1, 4)),       # GEMV: columns narrower than 16
     (1, {"block_n": 2, "block_k": 128, "split_k": 1}, (1, 2)),

@@ -46,8 +46,9 @@ CPU_DEFAULTS: dict[str, dict] = {
     "rows": {"block_m": 2, "row_elems": 256, "row_max": 1024, "sub": 64, "max_chunks": 4, "target_blocks": 6,
              "reverse_pass": True},
     "matmul": {"block_m": 32, "block_n": 32, "block_k": 32, "group": 8, "persistent": None, "split_k": 1,
-               "min_blocks": 1, "tail_split": False},
-    "linear": {"block_m": 16, "block_n": 32, "block_k": 32, "min_blocks": 1, "split_k": None, "prefetch": False},
+               "min_blocks": 1, "tail_split": False, "one_kernel": False},
+    "linear": {"block_m": 16, "block_n": 32, "block_k": 32, "min_blocks": 1, "split_k": None, "prefetch": False,
+               "one_kernel": False},
     "bmm": {"block_m": 32, "block_n": 32, "block_k": 32, "group": 8, "persistent": None},
     "attention": {"block_m": 16, "block_n": 16, "flat": True},
     "decode": {"block_n": 16, "splits": 3, "target_blocks": 8, "flat": True, "one_kernel": True},
@@ -60,13 +61,15 @@ GPU_DEFAULTS: dict[str, dict] = {
     "reduce": {"block_m": 4, "block_n": 1024, "num_warps": 4},
     "rows": {"block_m": 16, "row_elems": 4096, "row_max": 16384, "sub": 2048, "max_chunks": 64,
              "target_blocks": 1056, "reverse_pass": True, "num_warps": 4},
+    # one_kernel: a split-K product's last split of each output tile adds the splits up (S16)
+    # instead of a second kernel (matmul._split_k)
     "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "split_k": 1,
-               "min_blocks": 132, "tail_split": False, "num_warps": 8, "num_stages": 3},
+               "min_blocks": 132, "tail_split": False, "one_kernel": False, "num_warps": 8, "num_stages": 3},
     # tma False: the 2..16-row tensor-core path loads through pointers, 5-20% faster than TMA
     # on 10 of 11 weights in both H200 tuner runs of M = 16 (tune-candidates-linear-attention,
     # -m16-m128-m2048: e.g. 6144 x 2560 10.8 against 13.1 us); one row (FMAs) is the same either way
     "linear": {"block_m": 16, "block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "prefetch": False,
-               "num_warps": 4, "num_stages": 4, "tma": False},
+               "one_kernel": False, "num_warps": 4, "num_stages": 4, "tma": False},
     # persistent through rank-3 TMA descriptors: 0.95-1.02 of cuBLAS on the H200, where
     # either alone was slower than one tile per block on pointers (tune-bmm.log)
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "tma": True,

@@ -134,17 +134,11 @@ def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: 
     c.store(epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(TC))
 
 
-@ts.kernel
-def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
-                   T: ts.Const[ts.DType], TF32: ts.Const[bool], DOT: ts.Const[bool], BM: ts.Const[int],
-                   BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int], L2K: ts.Const[bool],
-                   PER: int, M: int, N: int, K: int):
-    """Split s of a split-K product: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of
-    output tile (i, j), into part[s]. Few output tiles (skinny M, small N) then still fill
-    every SM; `split_sum_kernel` adds the splits up."""
+@ts.function
+def k_slice(a, b, s, i, j, PER, TF32, DOT, BM, BN, BK, L2P, L2K):
+    """The fp32 (BM, BN) sum over K tiles [s * PER, (s + 1) * PER) of output tile (i, j)."""
     pa = a.partition((BM, BK))                                   # (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
-    s, i, j = ts.block_id(0), ts.block_id(1), ts.block_id(2)
     lo = s * PER
     hi = min(lo + PER, ts.num_tiles(pa, 1))                      # this split's K tiles: [lo, hi)
     warm_slab(b, lo, hi, j, L2P, L2K, BK, BN)                    # under PDL: before the wait
@@ -158,7 +152,40 @@ def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "
             xk = ts.reshape(pa.load((0, k)).astype(ts.f32), (BK, 1))
             prod = prod + xk * pb.load((k, j)).astype(ts.f32)
         acc = ts.reshape(ts.sum(prod, axis=0), (1, BN))          # (1, BN)
+    return acc
+
+
+@ts.kernel
+def split_k_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")],
+                   T: ts.Const[ts.DType], TF32: ts.Const[bool], DOT: ts.Const[bool], BM: ts.Const[int],
+                   BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int], L2K: ts.Const[bool],
+                   PER: int, M: int, N: int, K: int):
+    """Split s of a split-K product: the fp32 sum over K tiles [s * PER, (s + 1) * PER) of
+    output tile (i, j), into part[s]. Few output tiles (skinny M, small N) then still fill
+    every SM; `split_sum_kernel` adds the splits up."""
+    acc = k_slice(a, b, ts.block_id(0), ts.block_id(1), ts.block_id(2), PER, TF32, DOT, BM, BN, BK, L2P, L2K)
     part.store(ts.reshape(acc, (1, BM, BN)))
+
+
+@ts.kernel
+def split_k_last_kernel(c: ts.MutLast["TC", ("BM", "BN")], part: ts.Mut[ts.f32, (1, "BM", "BN")],
+                        a: ts.Ref["T", ("M", "K")], b: ts.Ref["T", ("K", "N")], bias: ts.Ref["TB", (-1,)],
+                        T: ts.Const[ts.DType], TC: ts.Const[ts.DType], TB: ts.Const[ts.DType],
+                        HAS_BIAS: ts.Const[bool], ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool],
+                        BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int],
+                        L2K: ts.Const[bool], PER: int, M: int, N: int, K: int):
+    """`split_k_kernel` in one launch: the last split of each output tile to finish adds the
+    splits' partials up, in split order (the same sum whichever block is last), and stores
+    the tile (S16, `ts.last_arrival`) — no second kernel, and the partials are read while
+    they are still in L2."""
+    j = ts.block_id(2)
+    acc = k_slice(a, b, ts.block_id(0), ts.block_id(1), j, PER, TF32, DOT, BM, BN, BK, L2P, L2K)
+    part.store(ts.reshape(acc, (1, BM, BN)))
+    if ts.last_arrival():
+        total = ts.zeros((BM, BN), ts.f32)                       # (BM, BN)
+        for s in part.members():
+            total = total + ts.reshape(part.load(s), (BM, BN))
+        c.store(epilogue(total, bias, j, BN, HAS_BIAS, ACT).astype(TC))
 
 
 @ts.kernel
@@ -398,15 +425,21 @@ def linear_keys(dtype, m: int, n: int, k: int) -> tuple[str, ...]:
 
 def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
     """c = epilogue(a @ b) as `splits` fp32 partial products (in the device's scratch,
-    `scratch.py`), then their sum."""
+    `scratch.py`), then their sum: by a second kernel, or (config `one_kernel`) by the last
+    split of each output tile to finish (`split_k_last_kernel`)."""
     bm, bn, bk = tiles
     (m, k), n = a.shape, b.shape[1]
     per = cdiv(cdiv(k, bk), splits)                              # K tiles per split
     splits = cdiv(cdiv(k, bk), per)                              # no empty split
     part, = scratch.views(a.device, (splits, m, n))
+    warm = l2_prefetch(b.nbytes) if m <= SKINNY_M else {"L2P": 0, "L2K": False}
+    if cfg.get("one_kernel"):
+        launch(split_k_last_kernel, {"c": (cv, (bm, bn)), "part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b,
+               bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT, TF32=TF32, DOT=DOT, BK=bk, PER=per, **warm, pdl=True)
+        return
     # Programmatic dependent launch: the sum starts launching while the partials finish.
     launch(split_k_kernel, {"part": (part, (1, bm, bn))}, cfg=cfg, a=a, b=b, TF32=TF32, DOT=DOT, BK=bk, PER=per,
-           **(l2_prefetch(b.nbytes) if m <= SKINNY_M else {"L2P": 0, "L2K": False}), pdl=True)
+           **warm, pdl=True)
     sm = min(pow2(m), 16)
     sn = max(16, min(pow2(n), 2048 // sm))
     launch(split_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, bias=bias, HAS_BIAS=HAS_BIAS, ACT=ACT,
