@@ -25,7 +25,7 @@ from .errors import checkpoint_error, request_error
 from .kv_cache import KVCache, cache_bytes
 from .model import Activations, Qwen3Model
 from .parallel import Shards, TensorParallel, check_splits, tp_error
-from .prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs
+from .prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs, buffer_bytes
 from .prompts import Prompt, normalize_prompts
 from .sampler import Sampler
 from .sampling_params import SamplingParams
@@ -127,14 +127,20 @@ class LLM:
         self.tokenizer, self.generation_config = text_side
         self.eos_ids = frozenset(self.generation_config.eos_token_ids) | (
             {self.tokenizer.eos_token_id} if self.tokenizer and self.tokenizer.eos_token_id is not None else set())
+        with self._on_device():
+            graph = self.device.startswith("cuda") and ts.current_backend() == "triton"
+        capture = graph and use_graph is not False
+        # prompts of each token bucket through one graph (prefill_graphs.py): not with tensor parallelism
+        use_prefill_graphs = (PREFILL_GRAPHS and capture if prefill_graphs is None else prefill_graphs) \
+            and self._tp is None
+        prefill_tokens = min(self.max_model_len - 1, MAX_GRAPH_TOKENS)
         try:
-            self._check_memory(local)
+            self._check_memory(local, prefill_tokens if use_prefill_graphs else 0)
             with self._on_device():
                 w = weights(shards)
                 cache = KVCache.allocate(local, self.max_num_seqs, self.max_model_len, self.dtype, self.device)
                 first = self._tp is None or self._tp.rank == 0
                 self.sampler = Sampler(self.max_num_seqs, self.device) if first else None
-                graph = self.device.startswith("cuda") and ts.current_backend() == "triton"
         except BaseException as e:
             if self._tp is not None:          # the other ranks learn it at the start-up exchange
                 self._tp.exchange(f"{type(e).__name__}: {e}")
@@ -143,11 +149,9 @@ class LLM:
         tp = None if shards is None else TensorParallel(shards)
         self.model = Qwen3Model(local, w, cache, self.sampler, tp)
         self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph if use_graph is None else use_graph)
-        self.prefill_graphs = None          # prompts of each token bucket through one graph (prefill_graphs.py)
-        capture = graph and use_graph is not False
-        if (PREFILL_GRAPHS and capture if prefill_graphs is None else prefill_graphs) and self._tp is None:
-            self.prefill_graphs = PrefillGraphs(self.model, self.dtype, self.device,
-                                                min(self.max_model_len - 1, MAX_GRAPH_TOKENS), capture)
+        self.prefill_graphs = None
+        if use_prefill_graphs:
+            self.prefill_graphs = PrefillGraphs(self.model, self.dtype, self.device, prefill_tokens, capture)
         if self._tp is not None:
             self._started(parallel)
 
@@ -350,20 +354,34 @@ class LLM:
     def _on_device(self):
         return ts.backend(self.backend) if self.backend else contextlib.nullcontext()
 
-    def _check_memory(self, cfg: Qwen3Config) -> None:
-        """Refuse, before allocating, weights + cache (of this rank's share `cfg`) that do not
-        fit the GPU's free memory."""
+    def _check_memory(self, cfg: Qwen3Config, prefill_tokens: int = 0) -> None:
+        """Refuse, before allocating, weights + cache (of this rank's share `cfg`) + the prefill
+        graphs' shared buffers (prompts up to `prefill_tokens`; 0: no prefill graphs) that do
+        not fit the GPU's free memory."""
         if not self.device.startswith("cuda"):
             return
-        size = torch.empty((), dtype=self.dtype).element_size()
-        weights = weight_bytes(cfg, size)
-        cache = cache_bytes(cfg, self.max_num_seqs, self.max_model_len, size)
+        need = memory_needed(cfg, self.dtype, self.max_num_seqs, self.max_model_len, prefill_tokens)
         free, _ = torch.cuda.mem_get_info(torch.device(self.device))
-        if weights + cache > free:
+        total = sum(need.values())
+        if total > free:
             gib = 2 ** 30
-            raise request_error(f"LLM: the weights ({weights / gib:.2f} GiB) and KV cache ({cache / gib:.2f} GiB) "
-                                f"need {(weights + cache) / gib:.2f} GiB, but {self.device} has {free / gib:.2f} GiB "
-                                "free", help="lower max_model_len or max_num_seqs, or use a smaller model")
+            parts = [f"the weights ({need['weights'] / gib:.2f} GiB)", f"KV cache ({need['cache'] / gib:.2f} GiB)"]
+            if prefill_tokens:
+                parts.append(f"prefill buffers ({need['prefill'] / gib:.2f} GiB, prompts up to {prefill_tokens} "
+                             "tokens)")
+            raise request_error(f"LLM: {', '.join(parts[:-1])} and {parts[-1]} need {total / gib:.2f} GiB, but "
+                                f"{self.device} has {free / gib:.2f} GiB free",
+                                help="lower max_model_len or max_num_seqs, or use a smaller model"
+                                     + (" (prefill_graphs=False drops the prefill buffers)" if prefill_tokens else ""))
+
+
+def memory_needed(cfg: Qwen3Config, dtype: torch.dtype, max_num_seqs: int, max_model_len: int,
+                  prefill_tokens: int = 0) -> dict[str, int]:
+    """Device bytes an LLM holds from its start: weights, KV cache, and the prefill graphs'
+    shared buffers once a prompt of `prefill_tokens` ran (0: no prefill graphs)."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return {"weights": weight_bytes(cfg, size), "cache": cache_bytes(cfg, max_num_seqs, max_model_len, size),
+            "prefill": buffer_bytes(cfg, prefill_tokens, dtype) if prefill_tokens else 0}
 
 
 class _Parallel:

@@ -52,6 +52,17 @@ def bucket_sizes(max_tokens: int) -> list[int]:
     return sizes + [b]
 
 
+def buffer_bytes(cfg, max_tokens: int, dtype) -> int:
+    """Device bytes PrefillGraphs(max_tokens=...) holds once its largest bucket has run: the
+    shared activations of that bucket's rows (`Activations.allocate` on the meta device, views
+    counted once) and every bucket's input buffer. LLM counts them before allocating."""
+    sizes = bucket_sizes(max_tokens)
+    a = Activations.allocate(cfg, sizes[-1], 1, dtype, "meta")
+    tensors = [getattr(a, f.name) for f in dataclasses.fields(a)]
+    shared = sum(t.numel() * t.element_size() for t in tensors if t._base is None)
+    return shared + sum(3 * size + 1 for size in sizes) * 4
+
+
 @dataclasses.dataclass(slots=True)
 class _Bucket:
     a: Activations            # views of the shared buffers' first `size` rows
