@@ -291,3 +291,53 @@ def test_a_layout_descriptor_is_what_the_full_path_describes(transposed):
         (full.base.data_ptr(), full.shape, full.strides, full.block_shape, full.padding)
     unlowered = make_tensordesc_arg(fast, None)                    # the base goes in as a pointer
     assert unlowered[0] == view.data_ptr() and unlowered[1:] == make_tensordesc_arg(full, None)[1:]
+
+
+def test_the_direct_launcher_calls_triton_s_c_launch_as_its_launcher_would():
+    """adapter.direct_launcher skips CudaLauncher.__call__ for a kernel without scratch memory:
+    the C launch must get exactly the arguments that call gives it (Triton 3.6's order); with
+    scratch memory, or launch hooks installed, it goes through the launcher itself."""
+    pytest.importorskip("triton")
+    from triton import knobs
+    from tilesafe.backends.triton import adapter
+    calls = []
+
+    class CudaLauncher:              # Triton 3.6's __call__, minus the allocator
+        launch_cooperative_grid, launch_pdl = False, True
+
+        def __init__(self, scratch):
+            self.global_scratch_size, self.profile_scratch_size = scratch, 0
+
+        def launch(self, *args):
+            calls.append(("c", args))
+
+        def __call__(self, gx, gy, gz, stream, function, *args):
+            calls.append(("py", None))
+            scratch = "scratch" if self.global_scratch_size else None
+            self.launch(gx, gy, gz, stream, function, self.launch_cooperative_grid, self.launch_pdl, scratch, None,
+                        *args)
+
+    class Kernel:
+        function, packed_metadata = 77, (4, 1, 0)
+
+        def __init__(self, scratch):
+            self.run = CudaLauncher(scratch)
+
+        def launch_metadata(self, grid, stream, *args):
+            return "metadata"
+
+    for scratch in (0, 128):
+        start = adapter.direct_launcher(Kernel(scratch), (3, 2, 1))
+        start(5, (10, 11))
+        through = [kind for kind, _ in calls]
+        assert through == (["c"] if not scratch else ["py", "c"])
+        assert calls[-1][1] == (3, 2, 1, 5, 77, False, True, "scratch" if scratch else None, None, (4, 1, 0),
+                                None, None, None, 10, 11)
+        calls.clear()
+    hook = lambda metadata: None                                   # noqa: E731 - a profiler's hook
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        adapter.direct_launcher(Kernel(0), (1, 1, 1))(5, (10,))
+        assert [kind for kind, _ in calls] == ["py", "c"] and calls[-1][1][10] == "metadata"
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)

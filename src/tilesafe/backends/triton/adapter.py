@@ -165,6 +165,20 @@ def compile_for(generated, values: list, cache_dir: Path, gpu_target, **options)
     return triton.compile(src, target=gpu_target, options=options or None)
 
 
+def _c_launch(run):
+    """(launch, cooperative, pdl): the C launch function behind Triton 3.6's CudaLauncher and
+    the flags its `__call__` passes, for a kernel that needs no scratch memory (the call then
+    allocates none and adds only these); None for anything else, which goes through `run`."""
+    if type(run).__name__ != "CudaLauncher":
+        return None
+    try:
+        if run.global_scratch_size or run.profile_scratch_size:
+            return None
+        return run.launch, run.launch_cooperative_grid, run.launch_pdl
+    except AttributeError:     # another Triton's launcher
+        return None
+
+
 def compiled_kernel(fn, grid, args, options: dict):
     """Triton's compiled kernel for these exact arguments and options (compiling it if needed)."""
     return fn.warmup(*args, grid=grid, **options)
@@ -179,12 +193,16 @@ def direct_launcher(kernel, grid3):
     g0, g1, g2 = grid3
 
     runtime = knobs.runtime
+    c_launch = _c_launch(run)
 
     def launch(stream: int, args: tuple) -> None:
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
         if getattr(enter, "calls", True) or getattr(leave, "calls", True):   # a profiler's hooks
             run(g0, g1, g2, stream, function, packed, kernel.launch_metadata(grid3, stream, *args), enter, leave,
                 *args)
+        elif c_launch is not None:   # CudaLauncher.__call__'s call, for a kernel without scratch memory
+            c_launch[0](g0, g1, g2, stream, function, c_launch[1], c_launch[2], None, None, packed, None, None, None,
+                        *args)
         else:   # Triton 3.6's hook chains are never None; empty ones need no metadata and no calls
             run(g0, g1, g2, stream, function, packed, None, None, None, *args)
     return launch
