@@ -44,6 +44,8 @@ MMA_SCALE, MMA_EXPONENT = 1.05, 0.34  # tile efficiency: MMA_SCALE * (its produc
 EPILOGUE_BYTES_PER_S = 88e9    # one SM writing its output tile
 LOAD_LATENCY_US = 1.3          # a K step's loads from HBM / L2, which the pipeline's other stages cover
 SPLIT_LAUNCH_US = 6.0          # the second kernel of a split-K or tail split, and its wait
+LAST_TICKET_US = 1.0           # one-kernel split-K: the last block's ticket (fence, atomic) ...
+LAST_READ_BYTES_PER_S = 150e9  # ... and its walk over the splits' partial tiles, from L2
 REREAD = 1.15                  # HBM bytes of the operands, over their size, when they overflow L2 ungrouped
 INFLIGHT_PER_SM = 31_000       # bytes in flight that keep one SM's share of HBM busy (~1 us)
 SM_STREAM_BYTES_PER_S = 210e9  # what one SM alone can pull from HBM
@@ -155,17 +157,20 @@ def matmul_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
     persistent = c.get("persistent")
     persistent = tiles > 2 * gpu.sms if persistent is None else bool(persistent) and splits == 1
     tail = _tail(c, s, (bm, bn), kt, gpu) if splits == 1 else None
+    one = bool(c.get("one_kernel"))                      # the last split of a tile adds the splits up (S16)
     if tail is not None:                                 # whole waves, then the rest split over K
         whole, rest, tail_splits = tail
         compute = _rounds_us(whole, kt, (bm, bn, bk), occ, persistent, es, gpu, c["num_stages"])
         compute += _rounds_us(rest * tail_splits, cdiv(kt, tail_splits), (bm, bn, bk), occ, False, es, gpu,
                               c["num_stages"])
-        partial_bytes, launches = 2 * rest * tail_splits * bm * bn * 4, 3
+        partial_bytes, launches = (0, 2) if one else (2 * rest * tail_splits * bm * bn * 4, 3)
+        compute += _last_us(tail_splits, bm, bn) if one else 0.0
     else:
         per = cdiv(kt, splits)
         compute = _rounds_us(tiles * cdiv(kt, per), per, (bm, bn, bk), occ, persistent, es, gpu, c["num_stages"])
-        partial_bytes = 2 * splits * s.m * s.n * 4 if splits > 1 else 0
-        launches = 2 if splits > 1 else 1
+        partial_bytes = 2 * splits * s.m * s.n * 4 if splits > 1 and not one else 0
+        launches = 2 if splits > 1 and not one else 1
+        compute += _last_us(splits, bm, bn) if splits > 1 and one else 0.0
     operands = (s.m * s.k + s.k * s.n) * es
     reread = 1.0 if operands <= gpu.l2_bytes // 2 or persistent else REREAD
     hbm = (operands * reread + s.m * s.n * es + partial_bytes) / gpu.hbm_bytes_per_s * 1e6
@@ -175,6 +180,12 @@ def matmul_us(s: Gemm, c: dict, gpu: Gpu) -> tuple[float, str]:
     if limit == "compute":
         limit = _compute_limit(tiles * splits, occ, persistent, (bm, bn, bk, c["num_stages"]), es, gpu)
     return limits[max(limits, key=limits.get)] + gpu.launch_us + (launches - 1) * SPLIT_LAUNCH_US, limit
+
+
+def _last_us(splits: int, bm: int, bn: int) -> float:
+    """What the one-kernel split adds: the last block of a tile takes its ticket (a fence and
+    an atomic), then reads every split's fp32 partial tile back from L2, one after another."""
+    return LAST_TICKET_US + splits * bm * bn * 4 / LAST_READ_BYTES_PER_S * 1e6
 
 
 def _rounds_us(blocks: int, k_steps: int, tiles, occ: int, persistent: bool, es: int, gpu: Gpu,
