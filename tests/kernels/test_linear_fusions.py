@@ -34,6 +34,19 @@ def norm_oracle(x, g, eps, dtype):
     return rounded(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t64(g), dtype)
 
 
+def late_norm_linear(x, g, w, eps, dtype):
+    """linear(rms_norm(x, g), w) as the one-launch fused GEMV computes it (NORM_LATE): the
+    tile x * g rounded to dtype, the product scaled by each row's 1 / rms (float64)."""
+    x = t64(x)
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return F.linear(rounded(x * t64(g), dtype), t64(w)) * r
+
+
+def fused_norm_linear(x, g, w, eps, dtype, m):
+    """The fused call's oracle: late normalisation up to 16 rows, the unfused sequence above."""
+    return late_norm_linear(x, g, w, eps, dtype) if m <= 16 else F.linear(norm_oracle(x, g, eps, dtype), t64(w))
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("m", [1, 5, 20])
 def test_rms_norm_linear(backend, device, m, dtype):
@@ -42,7 +55,21 @@ def test_rms_norm_linear(backend, device, m, dtype):
     out = poisoned((m, N), dtype, device)
     got = tk.rms_norm_linear(x, g, w, eps=1e-5, out=out)
     assert got is out
-    assert_close(got, F.linear(norm_oracle(x, g, 1e-5, dtype), t64(w)), dtype, **TOL[dtype])
+    assert_close(got, fused_norm_linear(x, g, w, 1e-5, dtype, m), dtype, **TOL[dtype])
+
+
+@pytest.mark.parametrize("m", [1, 5])
+def test_the_one_launch_norm_scales_the_product_once(backend, device, m):
+    """The one-launch GEMV rounds x * g and scales the product by 1 / rms (NORM_LATE), with no
+    pass over x before its loop: in f16 its outputs are the late oracle's rounded values,
+    which differ from the unfused sequence's where its rounding of x / rms * g lands elsewhere."""
+    x, w = randn((m, K), "f16", 80, device, scale=3.0), randn((N, K), "f16", 81, device, scale=0.2)
+    g = randn((K,), "f16", 82, device)
+    got = torch.as_tensor(f64(tk.rms_norm_linear(x, g, w)))
+    late = rounded(late_norm_linear(x, g, w, 1e-6, "f16"), "f16")
+    unfused = rounded(F.linear(norm_oracle(x, g, 1e-6, "f16"), t64(w)), "f16")
+    assert (late != unfused).sum() > 10 * m                            # the two roundings are told apart
+    assert (got != late).sum() <= 2 and (got - late).abs().max() <= 2 ** -7 * late.abs().max()   # fp32 sums
 
 
 @pytest.mark.parametrize("m, splits", [(1, 2), (5, 5)])
@@ -117,8 +144,8 @@ def test_linear_argmax(backend, device, m, dtype, norm):
     ids, lps = poisoned((m,), torch.int32, device), poisoned((m,), "f32", device)
     got = tk.linear_argmax(x, w, norm_weight=g, out=ids, logprobs_out=lps)
     assert got[0] is ids and got[1] is lps
-    xs = norm_oracle(x, g, 1e-6, dtype) if norm else t64(x)
-    want_ids, want_lp = argmax_oracle(rounded(F.linear(xs, t64(w)), dtype))
+    logits = late_norm_linear(x, g, w, 1e-6, dtype) if norm else F.linear(t64(x), t64(w))
+    want_ids, want_lp = argmax_oracle(rounded(logits, dtype))
     assert torch.equal(ids.cpu().long(), want_ids)
     assert_close(lps, want_lp, "f32", rtol=1e-4, atol=1e-4)
 

@@ -2,8 +2,8 @@
 log-probability of it — without writing the logits.
 
 Two launches per (at most) 16 rows:
-  1. the weight-streaming GEMV of `linear` (with `rms_norm_linear`'s norm prologue when
-     `norm_weight` is given); block j rounds its BN logits to x's dtype, as `linear` stores
+  1. the weight-streaming GEMV of `linear` (with `rms_norm_linear`'s norm prologue, in its
+     late form, when `norm_weight` is given); block j rounds its BN logits to x's dtype, as `linear` stores
      them, and keeps of each row their maximum, the first column holding it and
      sum(exp(logit - maximum)) — three floats per (row, block) in the device's scratch
      (a column index as f32 is exact below 2**24, far above any vocabulary);
@@ -17,10 +17,11 @@ import tilesafe as ts
 
 from . import arguments as A
 from . import layout, scratch
+from . import linear_fusions as fusions
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
-from .linear_fusions import NORM, PLAIN, fma_tile, input_tile, row_scale
+from .linear_fusions import NORM, NORM_LATE, PLAIN, add_squares, fma_tile, input_tile, late_scale, row_scale
 from .matmul import SKINNY_M, _tf32, l2_prefetch, mac, skinny_config, skinny_tiles, warm_slab
 
 NEG_INF = -float("inf")
@@ -41,15 +42,19 @@ def argmax_gemv_kernel(best: ts.Mut[ts.f32, ("BM", 1)], at: ts.Mut[ts.f32, ("BM"
     j = ts.block_id(1)
     warm_slab(b, 0, ts.num_tiles(pb, 0), j, L2P, L2K, BK, BN)    # under PDL: before the wait
     r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1)
+    ss = ts.zeros((BM, BK), ts.f32)                              # (BM, BK) NORM_LATE's sums of squares
     if DOT:
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
         for k in range(ts.num_tiles(pa, 1)):
             acc = mac(input_tile(pa, pa, g, k, r, T, BK, PRO), pb.load((k, j)), acc, TF32)
+            ss = add_squares(ss, pa, k, PRO)
     else:
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
         for k in range(ts.num_tiles(pa, 1)):
             part = part + fma_tile(input_tile(pa, pa, g, k, r, T, BK, PRO), pb.load((k, j)), BK)
+            ss = add_squares(ss, pa, k, PRO)
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
+    acc = late_scale(acc, ss, K, eps, PRO)
     cols = ts.reshape(j * BN + ts.arange(0, BN), (1, BN))        # (1, BN) column of each logit
     v = ts.where(cols < N, acc.astype(T).astype(ts.f32), NEG_INF)   # (BM, BN) the logits linear stores
     m = ts.max(v, axis=1, keepdims=True)                         # (BM, 1)
@@ -138,7 +143,8 @@ def _rows(xv, wt, gt, eps, ov, lv, cfg, dtype):
     nb = cdiv(n, bn)
     best, at, mass = scratch.views(xv.device, (m, nb), (m, nb), (m, nb))
     launch(argmax_gemv_kernel, {"best": (best, (bm, 1)), "at": (at, (bm, 1)), "mass": (mass, (bm, 1))}, cfg=cfg,
-           a=xv, g=gt if gt is not None else xv[0], b=wt.T, PRO=NORM if gt is not None else PLAIN,
+           a=xv, g=gt if gt is not None else xv[0], b=wt.T,
+           PRO=PLAIN if gt is None else NORM_LATE if fusions.LATE_NORM else NORM,
            TF32=_tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True,
            **l2_prefetch(wt.nbytes))
     # Programmatic dependent launch, as a split-K pair: the rows' pass launches while the GEMV ends.

@@ -8,14 +8,18 @@ decode step's projections without the small kernels between them.
 For M <= 16 rows each is one weight-streaming GEMV (`matmul.skinny_kernel`'s loop, or its
 split-K form) whose input tile is made from x as it is loaded — the prologue — and whose
 output tile gets the residual before it is stored — the epilogue:
-  NORM      each block first walks its rows of x for the sum of squares: every block
-            recomputes it from L2 (x is a few KB, the block's slab of W is far larger), which
-            costs less than a kernel boundary at decode sizes;
+  NORM      (split-K) each block first walks its rows of x for the sum of squares: every
+            block recomputes it from L2 (x is a few KB, the block's slab of W is far larger);
+  NORM_LATE (one launch) no pass before the loop: each K tile of x is multiplied by the
+            norm weight as it is loaded and its squares summed on the way, since the block's
+            loop sees the whole row; the product is scaled by 1 / rms once, before the
+            epilogue (linear(x * g, w) * r == linear(x * r * g, w) for the row's scalar r);
   SILU_MUL  silu(gate) * up from the two halves of the packed gate/up projection.
-The prologue's tile is rounded to x's dtype, as the separate kernel would store it, and the
-epilogue rounds the product before adding the residual, as `linear` then `residual_add`
-would: at M <= 16 the fused call computes what the unfused sequence computes. Larger M
-runs the unfused sequence (the prologue would be recomputed by every tile of a GEMM).
+The prologue's tile is rounded to x's dtype, as the separate kernel would store it (NORM_LATE
+rounds x * g, before the row's scale, so its products differ from the unfused sequence's by
+that rounding: within a few units of x's last place), and the epilogue rounds the product
+before adding the residual, as `linear` then `residual_add` would. Larger M runs the
+unfused sequence (the prologue would be recomputed by every tile of a GEMM).
 """
 import tilesafe as ts
 
@@ -29,7 +33,12 @@ from .matmul import ACTIVATIONS, SKINNY_M, _bias, _tf32, epilogue, l2_prefetch, 
 from .matmul import skinny_tiles, warm_slab
 from .norms import rms_norm
 
-PLAIN, NORM, SILU_MUL = 0, 1, 2                 # prologues
+PLAIN, NORM, SILU_MUL, NORM_LATE = 0, 1, 2, 3   # prologues
+# The one-launch GEMVs normalise late (NORM_LATE: statistics gathered in the weight loop, one
+# scale at the end) instead of a pass over x before the loop (NORM); the split-K form keeps
+# NORM (a split sees only its K slice). The pass before the loop is what lost at 4B and 8B
+# (every block of 2432 re-read x before its first weight tile; decode_fusions.py).
+LATE_NORM = True
 # K tiles silu_mul_linear's GEMV prefetches before its PDL wait (None: matmul.GEMV_L2_PREFETCH).
 # A down projection follows the gate/up GEMV, whose stream (100 MB at 4B) can evict lines
 # prefetched that early before they are read.
@@ -57,10 +66,31 @@ def input_tile(pa, pu, g, k, r, T, BK, PRO):
     if PRO == NORM:
         gk = ts.reshape(ts.load(g, (k,), shape=(BK,)).astype(ts.f32), (1, BK))
         t = (t.astype(ts.f32) * r * gk).astype(T)                # as rms_norm_kernel rounds it
+    elif PRO == NORM_LATE:                                       # x * g: the row's scale comes at the end
+        gk = ts.reshape(ts.load(g, (k,), shape=(BK,)).astype(ts.f32), (1, BK))
+        t = (t.astype(ts.f32) * gk).astype(T)
     elif PRO == SILU_MUL:
         gate = t.astype(ts.f32)
         t = (gate * ts.sigmoid(gate) * pu.load((0, k)).astype(ts.f32)).astype(T)   # as silu_mul rounds it
     return t
+
+
+@ts.function
+def add_squares(ss, pa, k, PRO):
+    """ss (BM, BK) f32 plus the squares of x's K tile k (NORM_LATE), else ss: the rows'
+    statistics gathered while the loop streams the weight (tile k is in L1 by then)."""
+    if PRO == NORM_LATE:
+        t = pa.load((0, k)).astype(ts.f32)                       # (BM, BK)
+        ss = ss + t * t
+    return ss
+
+
+@ts.function
+def late_scale(acc, ss, K, eps, PRO):
+    """acc (BM, BN) times each row's 1 / rms (NORM_LATE), from its sums of squares ss."""
+    if PRO == NORM_LATE:
+        acc = acc * ts.rsqrt(ts.sum(ss, axis=1, keepdims=True) / K + eps)   # (BM, 1)
+    return acc
 
 
 @ts.function
@@ -89,10 +119,12 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
     j = ts.block_id(1)
     warm_slab(b, 0, ts.num_tiles(pb, 0), j, L2P, L2K, BK, BN)    # under PDL: before the wait
     r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1)
+    ss = ts.zeros((BM, BK), ts.f32)                              # (BM, BK) NORM_LATE's sums of squares
     if DOT:                                                      # 2..16 rows: tensor cores
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
         for k in range(ts.num_tiles(pa, 1)):
             acc = mac(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), acc, TF32)
+            ss = add_squares(ss, pa, k, PRO)
     elif PREFETCH:                                               # one row, K tile k + 1 loaded before k's FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         last = ts.num_tiles(pa, 1) - 1
@@ -102,12 +134,15 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
             nxt = ts.minimum(k + 1, last)
             xn, wn = input_tile(pa, pu, g, nxt, r, T, BK, PRO), pb.load((nxt, j))
             part = part + fma_tile(xk, wk, BK)
+            ss = add_squares(ss, pa, k, PRO)
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
     else:                                                        # one row: FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
         for k in range(ts.num_tiles(pa, 1)):
             part = part + fma_tile(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), BK)
+            ss = add_squares(ss, pa, k, PRO)
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
+    acc = late_scale(acc, ss, K, eps, PRO)
     y = epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(T)      # (BM, BN) what linear stores
     if RES == RES_REF:
         y = plus(y, ts.load(res, (0, j), shape=(BM, BN)), T)
@@ -261,7 +296,8 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     # same operands, so the fused call can never stream the weight with other tiles).
     cfg = skinny_config(dtype, m, n, k, config, run=lambda c: linear(av, wt, config=c))
     bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
-    pro = NORM if gt is not None else SILU_MUL if upt is not None else PLAIN
+    pro = (NORM_LATE if LATE_NORM and splits == 1 else NORM) if gt is not None else \
+        SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
     common = dict(a=av, up=uv, g=gt if gt is not None else av[0], b=wt.T, PRO=pro,
                   TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps,
