@@ -21,7 +21,9 @@ Short engine:
 - the replayed decode step: one `ts.graph()` replay timed three ways — back to back on the
   device (CUDA events around many replays: host-bound if a replay's host cost exceeds its GPU
   time), on the GPU alone (the replays queued behind a GPU sleep, so the host's enqueueing is
-  hidden), and the host microseconds one `replay()` call takes — and its per-kernel profile;
+  hidden), and the host microseconds one `replay()` call takes — and its per-kernel profile
+  (`decode_profile.py`: with PDL as replayed and captured again without it, each kernel's
+  time against its bytes, the gaps, and the distance to 85% of the roofline);
 - the fraction of the nominal HBM roofline, counted as Grout counts it (every parameter plus
   the KV bytes read per token, over 4.8 TB/s) against the step's GPU time, and beside it the
   bytes the step actually reads (an untied embedding table is read one row a token);
@@ -52,7 +54,8 @@ from tilesafe.engine.checkpoint import weight_bytes
 from tilesafe.engine.kv_cache import cache_bytes
 from tilesafe.engine.random_checkpoint import qwen3_config
 
-import engine_check                                         # beside this file
+import decode_profile                                       # beside this file
+import engine_check
 from torch_qwen3 import TorchQwen3Prefill, TorchQwen3Step
 
 HBM_BYTES_PER_S = 4.8e12
@@ -144,29 +147,22 @@ def replayed_step(llm: LLM, context: int, reps: int = 50) -> dict | None:
             "host_us_per_replay": host_s / reps * 1e6, "host_hidden": hidden}
 
 
-def step_profile(llm: LLM, replays: int = 5) -> dict | None:
-    """Per kernel of one replayed batch-1 step: launches and device microseconds (CUPTI traces
-    the kernels of a graph replay), and the step's kernel time against its wall time (the
-    rest is gaps between kernels)."""
-    graph = decode_graph(llm)
-    if graph is None:
+def step_profile(llm: LLM, context: int, ideal_s: float | None, step_s: float | None) -> dict | None:
+    """The per-kernel profile of one replayed batch-1 step (`decode_profile.py`): traced as the
+    engine replays it (PDL) and captured again without PDL (each kernel's own time and the gaps
+    between kernels), each kernel's bytes and GB/s, summed into the GEMVs at their achieved
+    rate, the attention, the small kernels and the gaps, and the distance to 85% of the
+    roofline. `kernels` keeps the older per-name table (launches, µs under PDL)."""
+    if decode_graph(llm) is None:
         return None
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            graph.replay()
-        torch.cuda.synchronize()
-    kernels: dict[str, list] = {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in ev.name.lower():
-            k = kernels.setdefault(ev.name, [0, 0.0])
-            k[0] += 1
-            k[1] += ev.device_time / replays if hasattr(ev, "device_time") else ev.cuda_time / replays
-    per = {name: {"launches": n // replays, "us": round(us, 2)} for name, (n, us) in
-           sorted(kernels.items(), key=lambda kv: -kv[1][1])}
-    return {"kernels": per, "launches": sum(v["launches"] for v in per.values()),
-            "kernel_us": round(sum(v["us"] for v in per.values()), 1)}
+    p = decode_profile.profile_step(llm, context, ideal_s or 0.0, step_s)
+    if p is None:
+        return None
+    decode_profile.print_profile(f"{llm.config.num_layers} layers", p)
+    main = p.get("pdl") or p["plain"]
+    p["kernels"] = {n: {"launches": v["launches"], "us": v["us"]} for n, v in main["by_kernel"].items()}
+    p["launches"], p["kernel_us"] = main["launches"], main["kernel_us"]
+    return p
 
 
 def kv_bytes_per_token(cfg, itemsize: int = 2) -> int:
@@ -320,7 +316,9 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
     if r is not None:                             # its keys at the top level (readme_table, plot)
         out.update(out.pop("batch1"))
     del baseline
-    parts.run(out, "step_profile", 5 + 10 * est, lambda: step_profile(llm), tag)
+    parts.run(out, "step_profile", 10 + 20 * est,
+              lambda: step_profile(llm, 128 + args.tokens // 2, _get(out, "roofline_128", "ideal_step_s") or None,
+                                   _get(out, "replayed_step", "gpu_s") or None), tag)
     if size in args.hf_sizes:
         hf_est = 10 + 2.5 * args.hf_tokens * (est + cfg.num_layers * 400e-6)
         parts.run(out, "transformers", hf_est, lambda: hf_decode(llm, size, args.hf_tokens), tag)

@@ -1,0 +1,251 @@
+"""The per-kernel profile of one replayed batch-1 decode step (issue 17's "per-kernel profile
+of one decode step: time against bytes moved, gaps between kernels").
+
+`profile_step(llm, context)` traces the engine's greedy batch-1 graph twice with CUPTI
+(torch.profiler), each replay queued behind a GPU sleep so that the host's enqueueing is
+hidden:
+- `pdl`: the graph as the engine replays it (programmatic dependent launch: a kernel starts
+  while the one before it drains and waits for it inside, so its time includes that wait);
+- `plain`: the same step captured without PDL — each kernel's own time, and the idle gaps
+  between kernels.
+Per kernel of the step, in launch order: its median time over the replays, the bytes it moves
+(`step_bytes`: the weight a GEMV streams, the keys and values the attention reads, the small
+kernels' rows), GB/s and % of the nominal HBM bandwidth, and the gap to the next kernel.
+`summary` adds it up into the GEMVs at their achieved rate, the LM head, the attention, the
+small kernels, the gaps, and the distance to the target (85% of the roofline) in numbers.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+HBM = 4.8e12
+TARGET = 0.85
+SLEEP_US = 2000              # a trace's events this long are the GPU sleep in front of the replay
+# Kernels that stream a weight matrix (one launch each: a one-launch GEMV, or the first of a
+# split-K pair); each takes the next weight of the step, in the order the model reads them.
+WEIGHT_KERNELS = ("skinny_kernel", "fused_skinny_kernel", "split_k_kernel", "fused_split_kernel",
+                  "argmax_gemv_kernel")
+SUM_KERNELS = ("split_sum_kernel", "fused_sum_kernel")
+ATTENTION = ("paged_decode_kernel", "paged_decode_single_kernel", "paged_decode_last_kernel",
+             "decode_combine_kernel")
+
+
+def _kind(name: str) -> str:
+    if name.startswith("argmax_gemv"):
+        return "lm_head"
+    if name in WEIGHT_KERNELS or name in SUM_KERNELS:
+        return "gemv"
+    if name in ATTENTION:
+        return "attention"
+    return "small"
+
+
+def step_bytes(names: list[str], cfg, context: int, splits: int, itemsize: int = 2) -> list[int]:
+    """Bytes each kernel of a batch-1 step moves (reads + writes, counted once), in launch
+    order: a weight kernel streams the next of (qkv, o, gate_up, down) x layers, then the LM
+    head; the attention reads `context` keys and values of every KV head; the rest move their
+    rows (activations, norms, split partials)."""
+    e, d, inter, v = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
+    hq, hkv = cfg.num_heads * d, cfg.num_kv_heads * d
+    weights = []
+    for _ in range(cfg.num_layers):
+        weights += [(hq + 2 * hkv, e), (e, hq), (2 * inter, e), (e, inter)]
+    weights.append((v, e))
+    out, w = [], 0
+    last_n = 0
+    for name in names:
+        if name in WEIGHT_KERNELS:
+            n, k = weights[min(w, len(weights) - 1)]
+            w += 1
+            last_n = n
+            out.append(n * k * itemsize + (k + n) * itemsize)
+        elif name in SUM_KERNELS:
+            out.append(last_n * 4 * 4 + last_n * itemsize)              # a few fp32 partial rows
+        elif name.startswith("paged_decode"):
+            out.append(2 * context * hkv * itemsize + 2 * hq * itemsize)
+        elif name == "decode_combine_kernel":
+            out.append(splits * cfg.num_heads * (d + 2) * 4 + hq * itemsize)
+        elif name.startswith("rms_norm"):
+            out.append(3 * e * itemsize)
+        elif name.startswith("norm_rope_kv"):
+            out.append((hq + 2 * hkv) * itemsize * 2 + 2 * d * itemsize)
+        elif name.startswith("argmax_rows"):
+            out.append(3 * 4 * (v // 8))
+        else:
+            out.append(e * itemsize)
+    return out
+
+
+def trace(replay, replays: int = 5) -> list[dict]:
+    """Kernels of one replay in launch order: name, median start offset, duration and gap to
+    the next kernel (µs) over `replays` replays, each queued behind a GPU sleep."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(2):
+        replay()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(replays):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            torch.cuda._sleep(20_000_000)           # ~10 ms: the host queues the replay meanwhile
+            replay()
+            torch.cuda.synchronize()
+        ev = sorted((x for x in prof.events() if x.device_type == torch.autograd.DeviceType.CUDA
+                     and x.time_range.end - x.time_range.start < SLEEP_US       # not the sleep
+                     and "memcpy" not in x.name.lower() and "memset" not in x.name.lower()),
+                    key=lambda x: x.time_range.start)
+        runs.append([(x.name, x.time_range.start, x.time_range.end) for x in ev])
+    n = min(len(r) for r in runs)
+    runs = [r for r in runs if len(r) == n] or runs
+    rows = []
+    for i in range(n):
+        name = runs[0][i][0]
+        dur = statistics.median(r[i][2] - r[i][1] for r in runs)
+        gap = statistics.median(r[i + 1][1] - r[i][2] for r in runs) if i + 1 < n else 0.0
+        start = statistics.median(r[i][1] - r[0][1] for r in runs)
+        rows.append({"kernel": name, "start_us": round(start, 2), "us": round(dur, 2), "gap_us": round(gap, 2)})
+    return rows
+
+
+def table(rows: list[dict], nbytes: list[int]) -> dict:
+    """The trace with bytes and rates, summed by kind, and the span (first start to last end)."""
+    kinds: dict[str, dict] = {}
+    for r, b in zip(rows, nbytes):
+        r["bytes"] = b
+        r["GB_s"] = round(b / r["us"] / 1e3, 1) if r["us"] > 0 else None
+        r["pct_hbm"] = round(100 * b / r["us"] / 1e-6 / HBM, 1) if r["us"] > 0 else None
+        k = kinds.setdefault(_kind(r["kernel"]), {"launches": 0, "us": 0.0, "bytes": 0})
+        k["launches"] += 1
+        k["us"] += r["us"]
+        k["bytes"] += b
+    for k in kinds.values():
+        k["us"] = round(k["us"], 1)
+        k["TB_s"] = round(k["bytes"] / k["us"] / 1e6, 3) if k["us"] else None
+    by_name: dict[str, dict] = {}
+    for r in rows:
+        d = by_name.setdefault(r["kernel"], {"launches": 0, "us": 0.0, "bytes": 0})
+        d["launches"] += 1
+        d["us"] = round(d["us"] + r["us"], 2)
+        d["bytes"] += r["bytes"]
+    for d in by_name.values():
+        d["TB_s"] = round(d["bytes"] / d["us"] / 1e6, 3) if d["us"] else None
+    span = rows[-1]["start_us"] + rows[-1]["us"] - rows[0]["start_us"] if rows else 0.0
+    kernel_us = sum(r["us"] for r in rows)
+    gaps = [r["gap_us"] for r in rows[:-1]]
+    return {"launches": len(rows), "span_us": round(span, 1), "kernel_us": round(kernel_us, 1),
+            "gap_us": round(sum(g for g in gaps if g > 0), 1), "overlap_us": round(-sum(g for g in gaps if g < 0), 1),
+            "gap_median_us": round(statistics.median(gaps), 2) if gaps else None,
+            "by_kind": kinds, "by_kernel": dict(sorted(by_name.items(), key=lambda kv: -kv[1]["us"])),
+            "kernels": rows}
+
+
+def plain_graph(llm):
+    """The engine's batch-1 greedy step captured again without PDL (compiled first, eagerly)."""
+    import tilesafe as ts
+    steps = llm.decode_steps
+    step = steps.steps[1]
+    with torch.inference_mode():
+        with ts.pdl(False):
+            steps.model.decode(step.a, step.ws, True)
+        torch.cuda.synchronize()
+        with ts.graph(pdl=False) as g:
+            steps.model.decode(step.a, step.ws, True)
+    return g
+
+
+def summary(plain: dict, pdl: dict | None, step_s: float | None, ideal_s: float) -> dict:
+    """The profile added up: where a step's time goes without PDL (each kernel's own time and
+    the gaps), what PDL changes, and the distance to 85% of the roofline in numbers."""
+    kinds = plain["by_kind"]
+
+    def us(kind):
+        return kinds.get(kind, {}).get("us", 0.0)
+    gemv_bytes = kinds.get("gemv", {}).get("bytes", 0) + kinds.get("lm_head", {}).get("bytes", 0)
+    gemv_us = us("gemv") + us("lm_head")
+    target_s = ideal_s / TARGET
+    out = {"plain_span_us": plain["span_us"], "plain_kernel_us": plain["kernel_us"], "plain_gap_us": plain["gap_us"],
+           "gemv_us": round(gemv_us, 1), "gemv_bytes": gemv_bytes,
+           "gemv_TB_s": round(gemv_bytes / gemv_us / 1e6, 3) if gemv_us else None,
+           "layer_gemv_us": us("gemv"), "lm_head_us": us("lm_head"), "attention_us": us("attention"),
+           "small_us": us("small"), "ideal_us": round(ideal_s * 1e6, 1), "target_us": round(target_s * 1e6, 1)}
+    if pdl is not None:
+        out["pdl_span_us"] = pdl["span_us"]
+        out["pdl_saves_us"] = round(plain["span_us"] - pdl["span_us"], 1)
+    if step_s:
+        step_us = step_s * 1e6
+        out["step_us"] = round(step_us, 1)
+        out["distance_us"] = round(step_us - target_s * 1e6, 1)
+        # The step less its GEMVs' own time (plain): attention, small kernels and the gaps PDL
+        # leaves. If that stayed as it is, the GEMVs would have to stream at:
+        rest = step_us - gemv_us
+        out["non_gemv_us"] = round(rest, 1)
+        left = target_s * 1e6 - rest
+        out["gemv_TB_s_needed"] = round(gemv_bytes / left / 1e6, 3) if left > 0 else None
+        # ... and at 4.3 TB/s (about what a long weight stream reaches on the H200) the step
+        # would take, the rest unchanged:
+        out["step_us_if_gemv_at_4p3"] = round(rest + gemv_bytes / 4.3e6, 1)
+    return out
+
+
+def profile_step(llm, context: int, ideal_s: float, step_s: float | None, replays: int = 5,
+                 top: int = 12) -> dict | None:
+    """The step's profile with and without PDL, bytes per kernel and the summary (module doc)."""
+    steps = llm.decode_steps
+    step = steps.steps.get(1)
+    g = step.graphs.get(True) if step is not None else None
+    if g is None:
+        return None
+    with torch.inference_mode():                 # the step's buffers are inference tensors
+        step.a.positions.fill_(context - 1)
+        step.a.lens.fill_(context)
+        step.a.slots.fill_(context - 1)
+    splits = step.ws.attention.splits
+    cfg = llm.config
+    res = {"context": context, "attention_splits": splits, "engine_pdl": steps.pdl}
+    on = trace(g.replay, replays) if steps.pdl else None
+    plain = trace(plain_graph(llm).replay, replays)
+    res["plain"] = table(plain, step_bytes([r["kernel"] for r in plain], cfg, context, splits))
+    if on is not None:
+        res["pdl"] = table(on, step_bytes([r["kernel"] for r in on], cfg, context, splits))
+    res["summary"] = summary(res["plain"], res.get("pdl"), step_s, ideal_s)
+    for key in ("plain", "pdl"):                 # launch-order rows: the first layer's and the tail's
+        if key in res:
+            rows = res[key].pop("kernels")
+            res[key]["first_kernels"] = rows[:top]
+            res[key]["last_kernels"] = rows[-4:]
+            res[key]["per_position"] = _layer_positions(rows, cfg.num_layers)
+    return res
+
+
+def _layer_positions(rows: list[dict], layers: int) -> list[dict]:
+    """The median over layers of each kernel position within a layer (one embedding kernel
+    first, the final norm and LM head after the layers)."""
+    body = rows[1:]
+    per = (len(body) - 3) // layers if layers else 0
+    if per <= 0:
+        return []
+    out = []
+    for p in range(per):
+        col = [body[n * per + p] for n in range(layers) if n * per + p < len(body)]
+        out.append({"kernel": col[0]["kernel"], "us": round(statistics.median(r["us"] for r in col), 2),
+                    "gap_us": round(statistics.median(r["gap_us"] for r in col), 2),
+                    "bytes": col[0].get("bytes"),
+                    "GB_s": round(col[0]["bytes"] / statistics.median(r["us"] for r in col) / 1e3, 1)
+                    if col[0].get("bytes") else None})
+    return out
+
+
+def print_profile(tag: str, p: dict) -> None:
+    s = p["summary"]
+    print(f"[{tag}] step {s.get('step_us')} us, target {s['target_us']} us (ideal {s['ideal_us']}), "
+          f"distance {s.get('distance_us')} us", flush=True)
+    print(f"[{tag}] without PDL: span {s['plain_span_us']} us = kernels {s['plain_kernel_us']} + gaps "
+          f"{s['plain_gap_us']}; GEMVs {s['gemv_us']} us at {s['gemv_TB_s']} TB/s (LM head {s['lm_head_us']}), "
+          f"attention {s['attention_us']}, small {s['small_us']}; PDL saves {s.get('pdl_saves_us')} us; "
+          f"GEMVs would need {s.get('gemv_TB_s_needed')} TB/s", flush=True)
+    for key in ("plain", "pdl"):
+        if key in p:
+            for r in p[key]["per_position"]:
+                print(f"[{tag}]   {key:>5} {r['kernel']:<28} {r['us']:>7} us gap {r['gap_us']:>6} "
+                      f"{r['bytes'] or 0:>10} B {r['GB_s'] or 0:>8} GB/s", flush=True)

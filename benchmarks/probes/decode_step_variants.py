@@ -1,0 +1,200 @@
+"""Probe: the engine's batch-1 decode step with each candidate change, side by side, and the
+per-kernel profile (`benchmarks/decode_profile.py`) of the default and the fastest variant.
+
+For each size, one LLM (random bf16 weights, the short engine's max_model_len of
+`benchmarks/engine.py --quick`: contexts of 128 + 32 at the profile) runs a greedy prompt of
+128 tokens with each variant's switches set, the decode graphs captured afresh; then:
+GPU ms per replayed step (the replays queued behind a GPU sleep), whether its 8 greedy tokens
+equal the default's, and the largest difference of their log-probabilities (a fused norm that
+rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
+  default      the engine as committed
+  late_norm    NORM_PROLOGUE: each RMSNorm the prologue of the GEMV after it, in the late form
+               (linear_fusions.NORM_LATE: statistics gathered in the weight loop, no pass first)
+  pre_norm     NORM_PROLOGUE with the pass over x before the loop (what lost at 4B in s15)
+  one_split    decode attention in one split (no partials, no combine launch)
+  late+split   both
+Every case catches its own errors; variants stop starting past BUDGET_S.
+    PYTHONPATH=src python3 benchmarks/probes/decode_step_variants.py "$OUT/dec/variants.json" 4b,0.6b
+(argv[3]: the variants, comma-separated; argv[4]: "profile" sizes, default the first size)
+"""
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))       # benchmarks/: decode_profile
+
+import decode_profile  # noqa: E402
+
+import tilesafe.kernels as tk  # noqa: E402
+from tilesafe.engine import LLM, SamplingParams  # noqa: E402
+
+T0 = time.perf_counter()
+BUDGET_S = float(os.environ.get("DEC_BUDGET_S", "80"))
+MODEL = importlib.import_module("tilesafe.engine.model")
+FUSIONS = importlib.import_module("tilesafe.kernels.linear_fusions")
+AM = importlib.import_module("tilesafe.kernels.attention_model")
+MAX_LEN = 128 + 64 + 16 + 24 + 8            # engine.py --quick's short engine
+CONTEXT = 128 + 32
+VARIANTS = {
+    "default": {},
+    "late_norm": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True},
+    "pre_norm": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): False},
+    "one_split": {(AM, "PAGED_MAX_SPLITS"): 1},
+    "late+split": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True, (AM, "PAGED_MAX_SPLITS"): 1},
+}
+
+
+def left() -> float:
+    return BUDGET_S - (time.perf_counter() - T0)
+
+
+def reset_plans() -> None:
+    """Call plans keep a call's launch arguments (a prologue's kind among them): start over."""
+    for name in dir(tk):
+        plans = getattr(getattr(tk, name), "plans", None)
+        if plans is not None:
+            plans.plans.clear()
+
+
+class Switches:
+    def __init__(self, changes: dict):
+        self.changes, self.saved = changes, {}
+
+    def __enter__(self):
+        for (mod, name), value in self.changes.items():
+            self.saved[(mod, name)] = getattr(mod, name)
+            setattr(mod, name, value)
+        reset_plans()
+
+    def __exit__(self, *exc):
+        for (mod, name), value in self.saved.items():
+            setattr(mod, name, value)
+        reset_plans()
+
+
+def gpu_ms(replay, n=30) -> float:
+    for _ in range(3):
+        replay()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(300_000_000)
+    s.record()
+    for _ in range(n):
+        replay()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / n
+
+
+def ideal_s(llm) -> float:
+    from tilesafe.engine.checkpoint import weight_bytes
+    cfg = llm.config
+    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * CONTEXT
+    return (weight_bytes(cfg, 2) + kv) / decode_profile.HBM
+
+
+def run_variant(llm, name: str, base) -> dict:
+    steps = llm.decode_steps
+    prompt = [{"prompt_token_ids": list(range(1000, 1128))}]
+    params = SamplingParams(max_tokens=8, temperature=0.0, logprobs=1, ignore_eos=True)
+    t = time.perf_counter()
+    with Switches(VARIANTS[name]):
+        steps.steps = {}
+        out = llm.generate(prompt, params)[0].outputs[0]
+        step = steps.steps[1]
+        with torch.inference_mode():
+            step.a.positions.fill_(CONTEXT - 1)
+            step.a.lens.fill_(CONTEXT)
+            step.a.slots.fill_(CONTEXT - 1)
+        g = step.graphs[True]
+        ms = gpu_ms(g.replay)
+        lps = [next(iter(d.values())).logprob for d in out.logprobs]
+        row = {"case": name, "gpu_ms": round(ms, 4), "splits": step.ws.attention.splits,
+               "tokens": list(out.token_ids), "wall_s": round(time.perf_counter() - t, 1)}
+        if base is not None:
+            row["same_tokens"] = row["tokens"] == base["tokens"]
+            row["max_logprob_diff"] = round(max(abs(a - b) for a, b in zip(lps, base["lps"])), 5)
+        row["lps"] = lps
+        row["ideal_over_step"] = round(ideal_s(llm) / (ms / 1e3), 4)
+    return row
+
+
+def probe(size: str, names: list[str], profile: bool) -> dict:
+    res = {"size": size, "variants": []}
+    llm = LLM.from_random(size, device="cuda", dtype="bfloat16", max_model_len=MAX_LEN, max_num_seqs=1,
+                          progress=False)
+    base = None
+    for name in names:
+        if left() < 0 and base is not None:
+            res["variants"].append({"case": name, "skipped": "budget"})
+            continue
+        try:
+            row = run_variant(llm, name, base)
+            base = base or row
+        except Exception as e:
+            row = {"case": name, "error": repr(e)[:500], "trace": traceback.format_exc()[-1500:]}
+        print(size, {k: v for k, v in row.items() if k not in ("lps", "trace")}, flush=True)
+        res["variants"].append(row)
+    if profile:
+        timed = [r for r in res["variants"] if "gpu_ms" in r and r.get("same_tokens", True)]
+        for name in dict.fromkeys(["default"] + [min(timed, key=lambda r: r["gpu_ms"])["case"]] if timed else []):
+            if left() < -20:
+                break
+            t = time.perf_counter()
+            try:
+                with Switches(VARIANTS[name]):
+                    llm.decode_steps.steps = {}
+                    llm.generate([{"prompt_token_ids": list(range(1000, 1128))}],
+                                 SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+                    step_ms = next(r["gpu_ms"] for r in res["variants"] if r["case"] == name)
+                    p = decode_profile.profile_step(llm, CONTEXT, ideal_s(llm), step_ms / 1e3)
+                decode_profile.print_profile(f"{size} {name}", p)
+                res[f"profile_{name}"] = p
+                print(f"[{size} {name}] profile took {time.perf_counter() - t:.1f} s", flush=True)
+            except Exception as e:
+                res[f"profile_{name}"] = {"error": repr(e)[:500], "trace": traceback.format_exc()[-1500:]}
+                print(res[f"profile_{name}"], flush=True)
+    del llm
+    torch.cuda.empty_cache()
+    return res
+
+
+def main():
+    sizes = [s for s in (sys.argv[2] if len(sys.argv) > 2 else "4b,0.6b").split(",") if s]
+    names = [v for v in sys.argv[3].split(",") if v] if len(sys.argv) > 3 else list(VARIANTS)
+    prof = [s for s in sys.argv[4].split(",") if s] if len(sys.argv) > 4 else sizes[:1]
+    out = {"device": torch.cuda.get_device_name(), "runs": []}
+    for size in sizes:
+        if left() < 0 and out["runs"]:
+            out["runs"].append({"size": size, "skipped": "budget"})
+            continue
+        try:
+            out["runs"].append(probe(size, names, size in prof))
+        except Exception as e:
+            out["runs"].append({"size": size, "error": repr(e)[:500], "trace": traceback.format_exc()[-1500:]})
+    out["wall_s"] = round(time.perf_counter() - T0, 1)
+    if len(sys.argv) > 1:
+        Path(sys.argv[1]).parent.mkdir(parents=True, exist_ok=True)
+        Path(sys.argv[1]).write_text(json.dumps(out, indent=1, default=str))
+    print(f"\n{'size':>5} {'case':<12} {'gpu ms':>8} {'roof':>6} {'same':>5} {'dlp':>8} {'splits':>6} {'wall':>5}")
+    for r in out["runs"]:
+        for v in r.get("variants", []):
+            if "gpu_ms" in v:
+                print(f"{r['size']:>5} {v['case']:<12} {v['gpu_ms']:>8.4f} {v['ideal_over_step']:>6} "
+                      f"{str(v.get('same_tokens', '-')):>5} {v.get('max_logprob_diff', '-'):>8} {v['splits']:>6} "
+                      f"{v['wall_s']:>5}")
+            else:
+                print(f"{r['size']:>5} {v['case']:<12} {v.get('error', v.get('skipped', ''))[:100]}")
+        if "error" in r:
+            print(r["size"], r["error"])
+    print("wall", out["wall_s"], "s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The pure parts of `benchmarks/decode_profile.py` (the decode step's per-kernel profile) on a
+hand-made trace of a two-layer Qwen3 step: the bytes each kernel moves, the sums by kind, the
+gaps, the per-position table and the distance to 85% of the roofline. No GPU, no model."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import decode_profile as dp  # noqa: E402
+from engine import qwen3_config_of  # noqa: E402
+
+LAYER = ["rms_norm_kernel", "skinny_kernel", "norm_rope_kv_rows_kernel", "paged_decode_kernel",
+         "decode_combine_kernel", "fused_skinny_kernel", "rms_norm_kernel", "skinny_kernel", "fused_skinny_kernel"]
+
+
+class Cfg:
+    hidden_size, head_dim, intermediate_size, vocab_size = 64, 16, 96, 1000
+    num_heads, num_kv_heads, num_layers = 4, 2, 2
+
+
+def names(layers=2):
+    return ["embedding_kernel"] + LAYER * layers + ["rms_norm_kernel", "argmax_gemv_kernel", "argmax_rows_kernel"]
+
+
+def test_each_weight_kernel_streams_the_next_weight_in_the_models_order():
+    b = dp.step_bytes(names(), Cfg, context=10, splits=4)
+    e, hq, hkv, i = 64, 64, 32, 96
+    qkv, o, gu, down = (hq + 2 * hkv) * e, e * hq, 2 * i * e, e * i          # elements of each weight
+    assert b[2] == 2 * qkv + 2 * (e + hq + 2 * hkv)                            # qkv: weight + x and output rows
+    assert b[6] == 2 * o + 2 * (hq + e)
+    assert b[8] == 2 * gu + 2 * (e + 2 * i)
+    assert b[9] == 2 * down + 2 * (i + e)
+    assert b[11] == b[2]                                                       # layer 2's qkv
+    assert b[-2] == 2 * 1000 * e + 2 * (e + 1000)                              # the LM head
+    assert b[4] == 2 * 10 * hkv * 2 + 2 * hq * 2                               # 10 keys and values, q and out
+    assert b[1] == 3 * e * 2                                                   # an RMSNorm: x, g, out
+
+
+def test_a_split_k_pair_takes_one_weight():
+    seq = ["embedding_kernel", "rms_norm_kernel", "split_k_kernel", "split_sum_kernel", "fused_skinny_kernel"]
+    b = dp.step_bytes(seq, Cfg, context=1, splits=1)
+    assert b[2] == 2 * 128 * 64 + 2 * (64 + 128)                                # qkv
+    assert b[4] == 2 * 64 * 64 + 2 * (64 + 64)                                  # then o
+    assert b[3] < b[2] // 5                                                     # partials, not a weight
+
+
+def rows_of(durations, gap):
+    """A trace: kernels back to back with `gap` µs between them."""
+    rows, t = [], 0.0
+    for name, us in durations:
+        rows.append({"kernel": name, "start_us": t, "us": us, "gap_us": gap})
+        t += us + gap
+    rows[-1]["gap_us"] = 0.0
+    return rows
+
+
+def test_table_sums_kinds_gaps_and_rates():
+    seq = names()
+    rows = rows_of([(n, 10.0 if n in dp.WEIGHT_KERNELS else 2.0) for n in seq], gap=1.0)
+    b = dp.step_bytes(seq, Cfg, context=10, splits=4)
+    t = dp.table(rows, b)
+    assert t["launches"] == len(seq)
+    assert t["gap_us"] == pytest.approx(len(seq) - 1) and t["overlap_us"] == 0
+    assert t["span_us"] == pytest.approx(sum(r["us"] for r in rows) + len(seq) - 1)
+    assert t["by_kind"]["gemv"]["launches"] == 8 and t["by_kind"]["lm_head"]["launches"] == 1
+    assert t["by_kind"]["attention"]["launches"] == 4
+    assert t["by_kind"]["gemv"]["us"] == pytest.approx(80.0)
+    gemv_bytes = sum(x for n, x in zip(seq, b) if n in dp.WEIGHT_KERNELS[:-1])
+    assert t["by_kind"]["gemv"]["TB_s"] == pytest.approx(gemv_bytes / 80.0 / 1e6, abs=1e-3)   # 3 decimals
+    assert rows[2]["GB_s"] == pytest.approx(b[2] / 10.0 / 1e3, abs=0.05)                  # 1 decimal
+    pos = dp._layer_positions(rows, 2)
+    assert [p["kernel"] for p in pos] == LAYER
+
+
+def test_overlapping_kernels_count_as_overlap_not_gaps():
+    rows = rows_of([("a", 5.0), ("b", 5.0), ("c", 5.0)], gap=-1.0)
+    t = dp.table(rows, [0, 0, 0])
+    assert t["gap_us"] == 0 and t["overlap_us"] == pytest.approx(2.0)
+
+
+def test_summary_gives_the_distance_and_the_gemv_rate_it_would_take():
+    seq = names()
+    plain = dp.table(rows_of([(n, 10.0 if n in dp.WEIGHT_KERNELS else 2.0) for n in seq], gap=1.0),
+                     dp.step_bytes(seq, Cfg, context=10, splits=4))
+    s = dp.summary(plain, None, step_s=100e-6, ideal_s=68e-6)
+    assert s["target_us"] == pytest.approx(80.0)
+    assert s["distance_us"] == pytest.approx(20.0)
+    assert s["gemv_us"] == pytest.approx(90.0)             # 8 layer GEMVs and the LM head
+    assert s["non_gemv_us"] == pytest.approx(10.0)
+    assert s["gemv_TB_s_needed"] == pytest.approx(s["gemv_bytes"] / 70.0 / 1e6, abs=1e-3)
+
+
+def test_the_real_4b_step_moves_its_weights():
+    cfg = qwen3_config_of("4b")
+    seq = ["embedding_kernel"] + LAYER * cfg.num_layers + ["rms_norm_kernel", "argmax_gemv_kernel",
+                                                           "argmax_rows_kernel"]
+    b = dp.step_bytes(seq, cfg, context=160, splits=4)
+    weights = sum(x for n, x in zip(seq, b) if n in dp.WEIGHT_KERNELS)
+    assert weights == pytest.approx(8.05e9, rel=0.01)     # 36 layers of 202 MB and a 778 MB LM head
