@@ -15,6 +15,11 @@ are detokenized by the engine. Closing the generator early — `aclose()`, leavi
 `async with contextlib.aclosing(engine.generate(...))`, a cancelled task, a client that
 disconnected — aborts the request. (A bare `break` closes it only when Python finalizes it:
 at garbage collection or the end of the event loop, whose closing also aborts it.)
+
+A consumer that falls behind the engine (a slow client, an event loop busy with many
+streams) gets the outputs queued for it since its last read joined into one
+(`merge_queued`): one chunk with several tokens, so its cost per engine step shrinks exactly
+when it is the bottleneck; a consumer that keeps up gets one output per step.
 """
 from __future__ import annotations
 
@@ -73,12 +78,17 @@ class AsyncLLM:
         finished = False
         try:
             self.thread.add(Request(request_id, seq, sink))
+            held = None                 # an exception queued behind merged outputs: raised next
             while not finished:
-                out = await outs.get()
+                if held is None:
+                    out = await outs.get()
+                else:
+                    out, held = held, None
                 if isinstance(out, BaseException):
                     finished = True
                     raise out
                 assert isinstance(out, StreamOutput)
+                held = merge_queued(out, outs)
                 finished = out.finished
                 if detok is not None:
                     out.text = text_of(detok, out)
@@ -105,6 +115,26 @@ class AsyncLLM:
     def shutdown(self) -> None:
         """Cancel the requests in flight (they end with finish_reason 'abort') and stop the thread."""
         self.thread.stop()
+
+
+def merge_queued(out: StreamOutput, outs: asyncio.Queue):
+    """Join into `out` the outputs of later steps already queued behind it (its consumer fell
+    behind the engine: a slow client, a busy event loop): the text, tokens and
+    log-probabilities joined, the finish the last one's. One chunk then carries several
+    tokens instead of one chunk each, so the consumer's cost per step shrinks just when it is
+    the bottleneck. Returns an exception found queued behind them (else None): it must be
+    raised after `out` goes out."""
+    while not out.finished and not outs.empty():
+        nxt = outs.get_nowait()
+        if isinstance(nxt, BaseException):
+            return nxt
+        out.text += nxt.text
+        out.token_ids += nxt.token_ids
+        if out.logprobs is not None and nxt.logprobs is not None:
+            out.logprobs += nxt.logprobs
+        out.num_generated, out.finished = nxt.num_generated, nxt.finished
+        out.finish_reason, out.stop_reason = nxt.finish_reason, nxt.stop_reason
+    return None
 
 
 def text_of(detok, out: StreamOutput) -> str:

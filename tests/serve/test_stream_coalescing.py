@@ -1,0 +1,61 @@
+"""A stream consumer that falls behind the engine gets the outputs queued for it joined into
+one (AsyncLLM's merge_queued): fewer, larger outputs whose tokens and text are still exactly
+the offline engine's (old code: one output per step, however far behind)."""
+import asyncio
+import time
+
+import pytest
+
+from tilesafe.engine import RequestError, SamplingParams
+from tilesafe.serve import AsyncLLM
+from tilesafe.serve.async_llm import merge_queued
+from tilesafe.serve.outputs import StreamOutput
+
+
+def out(text, ids, n, finished=False, logprobs=None):
+    return StreamOutput("r", text, list(ids), logprobs, [1, 2], n, finished, "length" if finished else None)
+
+
+def test_merge_joins_what_is_queued_and_keeps_an_exception_for_later():
+    async def run():
+        q = asyncio.Queue()
+        for o in (out("b", [6], 2, logprobs=[-0.5]), out("c", [7], 3, logprobs=[-0.25])):
+            q.put_nowait(o)
+        error = RequestError("boom")
+        q.put_nowait(error)
+        q.put_nowait(out("d", [8], 4, finished=True))
+        first = out("a", [5], 1, logprobs=[-1.0])
+        held = merge_queued(first, q)
+        assert (first.text, first.token_ids, first.logprobs, first.num_generated, first.finished) == \
+            ("abc", [5, 6, 7], [-1.0, -0.5, -0.25], 3, False)
+        assert held is error and q.qsize() == 1            # what came after the exception stays queued
+        last = out("x", [9], 1, finished=True)
+        q2 = asyncio.Queue()
+        q2.put_nowait(out("y", [10], 2))
+        assert merge_queued(last, q2) is None and last.token_ids == [9] and q2.qsize() == 1   # finished: nothing joins
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("stop", [(), ["w99"]])     # detokenized on the event loop / on the engine thread
+def test_a_consumer_that_falls_behind_gets_the_rest_in_one_output(llm, llm_one_seq, stop):
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, **({"stop": stop} if stop else {}))
+    prompt = {"prompt_token_ids": [3, 9, 4]}
+    want = llm_one_seq.generate(prompt, params)[0].outputs[0]
+    engine = AsyncLLM(llm)
+    try:
+        async def run():
+            outs = []
+            async for o in engine.generate(prompt, params, "slow"):
+                outs.append(o)
+                if len(outs) == 1:          # block the loop until the engine has finished the request
+                    end = time.monotonic() + 20
+                    while engine.stats()["running"] and time.monotonic() < end:
+                        time.sleep(0.01)
+            return outs
+        outs = asyncio.run(run())
+    finally:
+        engine.shutdown()
+    assert len(outs) == 2 and outs[-1].finished and outs[-1].finish_reason == "length"
+    assert [t for o in outs for t in o.token_ids] == want.token_ids
+    assert "".join(o.text for o in outs) == want.text
+    assert outs[-1].num_generated == 10
