@@ -1,6 +1,7 @@
 """Where a library call's host time goes on the real device: cProfile of a few host_overhead.py
 cases (fresh torch views every call), eagerly and with `out=`, and the user kernel with fresh
-tilesafe tensors; beside each, µs per call with Python's garbage collector on and off (what
+tilesafe tensors (beside it the user's from_torch/partition/unpartition alone and the launch
+with reused objects, case 'user'); beside each, µs per call with Python's garbage collector on and off (what
 the objects a call allocates cost in collections).
 
     PYTHONPATH=src python benchmarks/host_profile.py --cases "linear M=1,add" --top 25
@@ -52,6 +53,22 @@ def user_case(device):
     return call, dict(x=x, y=y, z=z)
 
 
+def user_forms(device) -> list:
+    """The fresh-tensor user kernel, the user's own part of it alone (from_torch, partition,
+    unpartition: no launch), and the launch with reused objects: fresh minus parts minus
+    reused is what the launch pays for new objects."""
+    call, tensors = user_case(device)
+
+    def parts(t):
+        p = ts.from_torch(t["z"]).partition((1024,))
+        ts.from_torch(t["x"]), ts.from_torch(t["y"])
+        p.unpartition()
+    tx, ty = ts.from_torch(tensors["x"]), ts.from_torch(tensors["y"])
+    tp = ts.from_torch(torch.empty_like(tensors["z"])).partition((1024,))
+    return [("fresh", call, tensors), ("parts only", parts, tensors),
+            ("reused", lambda t: scale_add(tp, tx, ty, 0.5), tensors)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -71,7 +88,7 @@ def main() -> None:
         for name in wanted:
             try:
                 if name == "user":
-                    forms = [("fresh", *user_case(device))]
+                    forms = user_forms(device)
                 else:
                     c = found[name]
                     forms = [("eager", c.library, c.tensors), ("out=", c.library_out, c.tensors)]
