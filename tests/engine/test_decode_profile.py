@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import decode_profile as dp  # noqa: E402
@@ -98,3 +99,27 @@ def test_the_real_4b_step_moves_its_weights():
     b = dp.step_bytes(seq, cfg, context=160, splits=4)
     weights = sum(x for n, x in zip(seq, b) if n in dp.WEIGHT_KERNELS)
     assert weights == pytest.approx(8.05e9, rel=0.01)     # 36 layers of 202 MB and a 778 MB LM head
+
+
+@pytest.mark.parametrize("norm_prologue", [False, True])
+def test_a_real_steps_kernels_take_every_weight_once(checkpoint, launched_kernels, monkeypatch, norm_prologue):
+    """The byte model's order holds for the kernels a one-row greedy step launches (CPU, tiny
+    Qwen3): one weight kernel per projection, in the model's order, then the LM head."""
+    import tilesafe.engine.model as engine_model
+    from tilesafe.engine import LLM, SamplingParams
+    monkeypatch.setattr(engine_model, "NORM_PROLOGUE", norm_prologue)
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
+    llm.sampler.set_rows([SamplingParams(temperature=0).resolved({})], [0])
+    seen = launched_kernels()
+    with torch.inference_mode():
+        llm.decode_steps.run([5], [3])
+    cfg = llm.config
+    weights = [n for n in seen if n in dp.WEIGHT_KERNELS]
+    assert len(weights) == 4 * cfg.num_layers + 1 and weights[-1] == "argmax_gemv_kernel"
+    b = dp.step_bytes(seen, cfg, context=4, splits=2, itemsize=4)
+    e, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    per_layer = ((cfg.num_heads + 2 * cfg.num_kv_heads) * d * e + e * cfg.num_heads * d + 2 * i * e + e * i) * 4
+    streamed = sum(x for n, x in zip(seen, b) if n in dp.WEIGHT_KERNELS)
+    assert streamed >= cfg.num_layers * per_layer + cfg.vocab_size * e * 4
+    assert streamed < 1.1 * (cfg.num_layers * per_layer + cfg.vocab_size * e * 4)
