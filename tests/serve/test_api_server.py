@@ -107,6 +107,25 @@ def test_chat_and_streaming_equal_offline(server, client, offline):
     assert text == offline("w3 w17 w5", temperature=0, max_tokens=4).outputs[0].text
 
 
+def test_continuous_usage_stats_put_the_tokens_so_far_in_every_chunk(server, offline):
+    want = offline({"prompt_token_ids": [3, 17, 5]}, temperature=0, max_tokens=5).outputs[0]
+    body = {"model": NAME, "prompt": [3, 17, 5], "max_tokens": 5, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    counts = [c["usage"]["completion_tokens"] for c in chunks if c["choices"]]
+    assert counts == sorted(counts) and counts[-1] == 5 and counts[0] >= 1     # non-decreasing, ends at the total
+    assert all(c["usage"]["prompt_tokens"] == 3 for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == want.text
+    plain = {**body, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", server.url + "/v1/completions", json=plain) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert [("usage" in c) for c in chunks] == [False] * (len(chunks) - 1) + [True]   # only the last, as OpenAI's
+    bad = httpx.post(server.url + "/v1/completions",
+                     json={**body, "stream_options": {"include_usage": True, "continuous_usage_stats": "yes"}})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "stream_options"
+
+
 def test_stop_strings_and_seeds(server, client, offline):
     full = offline("w3 w17 w5", temperature=0, max_tokens=6).outputs[0]
     stop = f"w{full.token_ids[2]}"

@@ -109,7 +109,9 @@ def _chat_prompt(engine: AsyncLLM, p: ParsedRequest):
 
 
 async def _sse(shape: "_Shape", first, outputs):
-    """Server-sent events: one chunk per engine output, a usage chunk if asked, [DONE]."""
+    """Server-sent events: one chunk per engine output (the tokens of one step, or of several
+    when the stream fell behind: AsyncLLM joins what is queued), a usage chunk if asked,
+    [DONE]."""
     out = first
     try:
         while True:
@@ -182,7 +184,10 @@ class _Shape:
             choice["text"] = out.text
             kind = "text_completion"
         self.first_chunk = False
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [choice]}
+        chunk = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [choice]}
+        if self.p.continuous_usage:         # the tokens so far in every chunk: a client counts each chunk's
+            chunk["usage"] = self.usage()
+        return chunk
 
     def usage_chunk(self) -> dict:
         kind = "chat.completion.chunk" if self.chat else "text_completion"

@@ -103,13 +103,16 @@ class AsyncLLM:
 
     def stats(self) -> dict:
         """Running and waiting requests, KV blocks, prefix-cache hits and lookups (in blocks),
-        preemptions and steps, read between steps."""
+        preemptions and steps, read between steps; `step_timing`: per kind of step (decode,
+        mixed, split, packed) [steps, wall seconds, rows]; `decode_gaps`: [count, seconds] of
+        host time between a decode step's device sync and the next one's launch."""
         def read(core: EngineCore) -> dict:
             st = core.scheduler.blocks.stats()
             return dict(running=len(core.scheduler.running), waiting=len(core.scheduler.waiting),
                         kv_blocks_used=st.used, kv_blocks_total=st.total, prefix_cache_hits=st.hits,
                         prefix_cache_queries=st.queries, preemptions=core.preemptions,
-                        steps=core.steps)
+                        steps=core.steps, step_timing={k: list(v) for k, v in core.timing.items()},
+                        decode_gaps=list(core.decode_gaps))
         return self.thread.call(read)
 
     def shutdown(self) -> None:

@@ -78,6 +78,12 @@ class EngineCore:
         self._gone: list[Request] = []          # requests whose receiver went away inside this step
         self.steps = 0
         self.preemptions = 0
+        # Per kind of step ("decode", or the runner's prefill form: "mixed", "split", "packed"):
+        # [steps, wall seconds, rows]; and for back-to-back decode steps [gaps, seconds] of host
+        # time between one's device sync and the next one's launch (the device idles then).
+        self.timing: dict[str, list] = {}
+        self.decode_gaps = [0, 0.0]
+        self._synced: float | None = None
         self._gauges()
 
     def add(self, req: Request) -> None:
@@ -109,14 +115,22 @@ class EngineCore:
         self.preemptions += len(plan.preempted)
         if plan.prefill:        # the gauges show the admitted requests' blocks before their first token goes out
             self._gauges()
+        start = time.perf_counter()
+        synced, self._synced = self._synced, None
         with self.llm._on_device(), torch.inference_mode():
             if plan.prefill:                    # one forward pass: the chunks and the decode rows together
                 self._flush(in_step=True)
                 done = self.runner.step(plan.prefill, plan.decode)
+                self._time(self.runner.last_form, start, plan.num_tokens)
             elif plan.decode:                   # the last step's outputs go out while this one runs on the GPU
                 ticket = self.runner.start_decode(plan.decode)
+                if synced is not None:
+                    self.decode_gaps[0] += 1
+                    self.decode_gaps[1] += time.perf_counter() - synced
                 self._flush(in_step=True)
                 done = self.runner.finish_decode(ticket)
+                self._synced = time.perf_counter()
+                self._time("decode", start, len(plan.decode))
             if plan.prefill or plan.decode:
                 for r, n in plan.prefill:
                     s.computed(r, n)
@@ -131,6 +145,12 @@ class EngineCore:
             self._flush()
         self.steps += 1
         self._gauges()
+
+    def _time(self, kind: str, start: float, rows: int) -> None:
+        t = self.timing.setdefault(kind, [0, 0.0, 0])
+        t[0] += 1
+        t[1] += time.perf_counter() - start
+        t[2] += rows
 
     def reset_prefix_cache(self) -> None:
         """The model's buffers were used outside the server (an `LLM.generate` call on the

@@ -89,6 +89,7 @@ class ModelRunner:
                                 WARM_CHUNKS, max_chunk) if (use_graph if mixed_steps is None else mixed_steps) else None
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
         self.passes = 0                                      # forward passes run (one a step)
+        self.last_form = ""                                  # the last prefill step's form: mixed, split, packed
 
     def step(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
         """The step's one forward: the prefill chunks and the decode rows together (a decode
@@ -101,9 +102,12 @@ class ModelRunner:
             chunks = list(prefill) + [(r, 1) for r in decode if not r.computed]   # one-token prompts: chunks
             rows = [r for r in decode if r.computed]
             if self.mixed is not None and self.mixed.fits(len(chunks)):
+                self.last_form = "mixed"
                 return self.mixed_step(chunks, rows)
             if self.graphs is not None and all(self.graphs.fits(n) for _, n in prefill):
+                self.last_form = "split"
                 return self.split(prefill, decode)
+        self.last_form = "packed"
         return self.prefill(list(prefill), list(decode))
 
     def mixed_step(self, chunks: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:

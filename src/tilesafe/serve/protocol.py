@@ -37,6 +37,7 @@ class ParsedRequest:
     logprobs: bool
     messages: list | None = None   # chat only
     enable_thinking: bool | None = None
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats (vLLM's): usage in every chunk
 
 
 _MISSING = object()
@@ -108,8 +109,8 @@ def _parsed(body: dict, prompt, max_tokens, logprobs: bool) -> ParsedRequest:
     if not isinstance(stream, bool) and stream is not None:
         raise ApiError(400, f"'stream' must be a boolean, got {_json_type(stream)}", "stream")
     options = _field(body, "stream_options", None)
-    if options is not None and (not isinstance(options, dict) or not isinstance(options.get("include_usage", False),
-                                                                                   bool)):
+    if options is not None and (not isinstance(options, dict) or not all(
+            isinstance(options.get(k, False), bool) for k in ("include_usage", "continuous_usage_stats"))):
         raise ApiError(400, "'stream_options' must be an object like {\"include_usage\": true}", "stream_options")
     params = SamplingParams(
         temperature=_number(body, "temperature", 0.0, None, ">= 0"),
@@ -120,8 +121,9 @@ def _parsed(body: dict, prompt, max_tokens, logprobs: bool) -> ParsedRequest:
         stop=stop or [],
         ignore_eos=_bool(body, "ignore_eos"),
         logprobs=1 if logprobs else None)
-    return ParsedRequest(model, prompt, params, bool(stream), bool((options or {}).get("include_usage")),
-                         logprobs)
+    options = options or {}
+    return ParsedRequest(model, prompt, params, bool(stream), bool(options.get("include_usage")), logprobs,
+                         continuous_usage=bool(options.get("include_usage") and options.get("continuous_usage_stats")))
 
 
 def _object(body) -> dict:
