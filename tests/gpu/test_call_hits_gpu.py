@@ -88,3 +88,26 @@ def test_tma_launches_take_the_gpu_form_at_new_addresses(form):
             torch.testing.assert_close(got.float(), F.linear(x, w).float(), rtol=3e-2, atol=3e-1)
     launches = _gpu_launches(tk.linear)
     assert launches and any(launch.descriptors for launch in launches), "no launch used a descriptor"
+
+
+def test_a_kept_workspace_orders_calls_on_two_streams():
+    """decode_attention without `workspace=` keeps the workspace its first fast call allocated
+    (call_hits: CallHit.kept); calls alternating between two streams each compute their own
+    result: S10 orders a call after the other stream's use of that workspace."""
+    k, v = _r(8, 4096, 128, seed=1), _r(8, 4096, 128, seed=2)
+    n = torch.tensor([4000], device="cuda", dtype=torch.int32)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    results = []
+    with ts.backend("triton"), torch.no_grad():
+        for seed in range(8):
+            q = _r(32, 128, seed=10 + seed)
+            s = streams[seed % 2]
+            s.wait_stream(torch.cuda.current_stream())            # q was made on the current stream
+            with torch.cuda.stream(s):
+                results.append((q, tk.decode_attention(q, k, v, n)))
+    torch.cuda.synchronize()
+    assert any(p.hit and p.hit.kept for p in tk.decode_attention.plans.plans.values())
+    for q, got in results:
+        want = F.scaled_dot_product_attention(q[None, :, None], k[None, :, :4000], v[None, :, :4000],
+                                              enable_gqa=True)[0, :, 0]
+        torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)

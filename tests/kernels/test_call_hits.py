@@ -143,6 +143,26 @@ def test_a_two_launch_call_with_a_workspace_computes_right_every_call(backend):
         assert torch.equal(tk.argmax(x), x.argmax(-1).to(torch.int32))
 
 
+def test_a_workspace_the_call_allocates_itself_is_kept_for_its_next_calls(backend):
+    """A workspace only the call's own launches see (decode_attention without `workspace=`) is
+    allocated by the fast form's first call and used again by the next ones, as a caller's
+    `workspace=` is; every call still computes its own result."""
+    _on_the_cpu(backend)
+    k, v = _rand((2, 16, 8), 1), _rand((2, 16, 8), 2)
+    tk.decode_attention.plans.plans.clear()                       # only this backend's plan below
+    seen = []
+    for seed in range(6):
+        q = _rand((4, 8), 10 + seed)
+        got = tk.decode_attention(q, k, v, torch.tensor([11], dtype=torch.int32))
+        scores = torch.einsum("hd,hsd->hs", q, k.repeat_interleave(2, 0)[:, :11]) / 8 ** 0.5
+        want = torch.einsum("hs,hsd->hd", scores.softmax(-1), v.repeat_interleave(2, 0)[:, :11])
+        torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5)
+        kept = [root[2] for p in tk.decode_attention.plans.plans.values() if p.hit for root in p.hit.kept.values()]
+        if kept:
+            seen.append(kept)
+    assert len(seen) >= 3 and all(s == seen[0] for s in seen)      # the same workspace addresses every call
+
+
 class _Stream:
     """A stand-in torch stream (nothing polls it: the completions are finished by hand)."""
     device_index = None

@@ -36,7 +36,7 @@ from .launch import start
 
 class CallHit:
     """The fast form of one CallPlan (see the module's docstring)."""
-    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news", "flat")
+    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news", "flat", "kept")
 
     def __init__(self, plan, launches: list, groups: int, extents: list):
         self.plan, self.launches, self.groups, self.extents = plan, launches, groups, extents
@@ -49,6 +49,9 @@ class CallHit:
         self.news = {i: (recipe[0], recipe[1].torch, torch.device(recipe[2]))
                      for i, (kind, recipe) in enumerate(plan.roots)
                      if kind == R.EMPTY and (recipe[3] or i in self.internal)}
+        # The workspaces (internal roots), allocated by the first call and kept: every call's
+        # launches use them as a caller's `workspace=` would be used (see __call__).
+        self.kept: dict = {}
 
     @staticmethod
     def of(plan, tensors: list, places: list) -> "CallHit | None":
@@ -91,6 +94,14 @@ class CallHit:
                         # Torch's new bytes: all written (from_torch's state without its checks).
                         # A workspace only this call's launches see counts as written too: what
                         # they read of it, the recorded call's launches had written (S14 by layout).
+                        # It is kept for the next call, as a caller's `workspace=`: nothing else
+                        # sees it, and its registry orders the next call's launches after this
+                        # one's on another stream (S10), as for any tensor a call is passed.
+                        root = self.kept.get(i)
+                        if root is not None:
+                            roots.append(root)
+                            handed.append(None)
+                            continue
                         new = self.news[i]
                         try:
                             t = torch.empty(new[0], dtype=new[1], device=new[2])
@@ -99,7 +110,10 @@ class CallHit:
                         storage = t.untyped_storage()
                         nbytes, ptr = storage.nbytes(), t.data_ptr()
                         state = StorageState.attach_new(storage, nbytes, ptr)
-                        roots.append((t, state, ptr, ptr, nbytes))
+                        root = (t, state, ptr, ptr, nbytes)
+                        roots.append(root)
+                        if i in self.internal:
+                            self.kept[i] = root
                         handed.append(t if torch_mode else None)
                         continue
                     t = empty(shape, dtype, device)
