@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/engine.py --out benchmarks/results/h200/engine.json        # ~200 s
     PYTHONPATH=src python benchmarks/engine.py --quick --out ...      # ~90 s: 0.6B and 4B, fewer tokens
     PYTHONPATH=src python benchmarks/engine.py --sizes 4b,32b --long  # any sizes; a 4096-token prompt too
+    PYTHONPATH=src python benchmarks/engine.py --sizes '' --load-sizes 4b   # only LLM(path)'s load time
 
 Per size (default 4B, 32B, 0.6B, 8B, in that order: the first two carry the issue's targets),
 two engines are built in turn, each with its own random weights made on the GPU (so at most one
@@ -34,6 +35,8 @@ Short engine:
 Long engine: prefill tokens/s at 512, 2048 and 8192 prompt tokens through `generate` (one
 token) beside the PyTorch prefill (`TorchQwen3Prefill`); with --long, decode after 4096.
 Each engine's peak GPU memory against its weights + cache.
+Load time (--load-sizes, default 4b; `engine_load.py`): `LLM(path)` on a random checkpoint of
+that size written to disk (the Hub's safetensors layout), first out of the page cache, then warm.
 Every part runs in its own try/except (an error is recorded in the JSON, the run goes on) and
 is skipped (marked `skipped`) when its estimated time would pass --budget-s. Writes the JSON
 (--out) and a PNG beside it; `benchmarks/readme_table.py --engine` makes the README rows.
@@ -56,6 +59,7 @@ from tilesafe.engine.random_checkpoint import qwen3_config
 
 import decode_profile                                       # beside this file
 import engine_check
+import engine_load
 from torch_qwen3 import TorchQwen3Prefill, TorchQwen3Step
 
 HBM_BYTES_PER_S = 4.8e12
@@ -492,6 +496,10 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", help="~90 s: 0.6B and 4B, 64 tokens, batches 1 and 8, "
                                                          "prefill 512 and 2048, one timed run each")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (size tiny)")
+    ap.add_argument("--load-sizes", default=None, help="sizes whose LLM(path) load time is measured on a checkpoint "
+                                                       "written to disk (engine_load.py; default 4b, '' none)")
+    ap.add_argument("--ckpt-dir", default=None, help="where the load-time checkpoint is written (default: the "
+                                                     "temporary folder; deleted after)")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     if args.quick:
@@ -500,6 +508,9 @@ def parse_args(argv=None):
             args.sizes = "0.6b,4b"
         if args.budget_s == 200.0:
             args.budget_s = 90.0
+    if args.load_sizes is None:                    # a quick or CPU run writes no checkpoint unless asked
+        args.load_sizes = "" if args.quick or args.device == "cpu" else "4b"
+    args.load_sizes = [s for s in args.load_sizes.split(",") if s]
     args.sizes = [s for s in args.sizes.split(",") if s]
     args.hf_sizes = [s for s in args.hf_sizes.split(",") if s]
     args.batches = [int(b) for b in str(args.batches).split(",") if b]
@@ -513,6 +524,10 @@ def main() -> None:
     parts = Parts(args.budget_s)
     for size in args.sizes:
         results["runs"].append(bench_size(size, args, parts))
+    results["load"] = {}
+    for size in args.load_sizes:                  # LLM(path) on a checkpoint written to disk
+        parts.run(results["load"], size, engine_load.estimate_s(size),
+                  lambda size=size: engine_load.load_time(size, args.device, args.ckpt_dir), f"{size} load")
     results["wall_s"] = time.perf_counter() - parts.t0
     text = json.dumps(results, indent=2, default=str)
     print(text)

@@ -73,6 +73,15 @@ def test_writing_again_replaces_the_weights_of_a_sharded_checkpoint(tmp_path):
     assert torch.equal(model.state_dict()["model.norm.weight"].to(torch.bfloat16), expected)
 
 
+def test_without_tokenizer_and_the_marker_of_where_weights_were_drawn(tmp_path):
+    from tilesafe.engine.random_checkpoint import is_random_checkpoint
+    write_checkpoint(tmp_path, "tiny", seed=4, dtype="float32", tokenizer=False)
+    assert not (tmp_path / "tokenizer.json").exists() and (tmp_path / "config.json").is_file()
+    assert is_random_checkpoint(tmp_path, "tiny", 4, "float32")
+    assert not is_random_checkpoint(tmp_path, "tiny", 4, "float32", device="cuda")    # a GPU draws other values
+    assert not is_random_checkpoint(tmp_path, "tiny", 5, "float32")
+
+
 def test_a_seed_reproduces_its_weights_and_another_differs():
     config = qwen3_config("tiny")
     a, b, c = (dict(random_weights(config, seed=s, dtype="float32")) for s in (0, 0, 1))

