@@ -20,7 +20,8 @@ from .binding import bind
 from .constant import CONSTANT_LIMIT
 from .interpret import thread_function
 from .launch import RuntimeView, launch
-from .lower_numba import kernel_source, table_global, written_targets
+from .lower_numba import kernel_source, lowered_kernel, table_global, written_targets
+from .numba_errors import kernel_error
 from .params import ATOMIC, CONST, REF, SUPPORTED_DTYPES, parse_params
 from .shared_phases import check_phases
 
@@ -111,8 +112,15 @@ class SimtKernel:
         return self.source_for(bound.consts)
 
     def source_for(self, consts: dict) -> str:
-        return kernel_source(self.src, self.info, self.params, self.scope, self.contract, consts,
-                             f"simt_{self.name}", self.sanitize and bool(self.info.shared))
+        return kernel_source(*self._lowering(consts))
+
+    def lowered_for(self, consts: dict):
+        """`source_for`'s kernel function as a tree, with the user's line numbers (numba_errors.py)."""
+        return lowered_kernel(*self._lowering(consts))
+
+    def _lowering(self, consts: dict) -> tuple:
+        return (self.src, self.info, self.params, self.scope, self.contract, consts, f"simt_{self.name}",
+                self.sanitize and bool(self.info.shared))
 
     def gpu_compiled(self, bound, device_index: int):
         from . import gpu_launch
@@ -131,8 +139,14 @@ class SimtKernel:
             types.append(gpu_launch.array_type(i32, 1, True))
             for name in written_targets(self.info):     # an unsafe kernel's write masks
                 types.append(gpu_launch.array_type(u8, len(bound.tensors[name].shape), True))
-            kernel = gpu_launch.compile_kernel(self.source_for(bound.consts), f"simt_{self.name}", tuple(types),
-                                               device_index, self.table_globals())
+            try:
+                kernel = gpu_launch.compile_kernel(self.source_for(bound.consts), f"simt_{self.name}", tuple(types),
+                                                   device_index, self.table_globals())
+            except Exception as e:
+                refused = kernel_error(self, bound.consts, e)    # numba's refusal, at the user's line
+                if refused is None:
+                    raise
+                raise refused from None
             self._compiled[key] = kernel
         return kernel
 

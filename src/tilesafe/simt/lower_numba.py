@@ -214,6 +214,13 @@ def __warp_max(v):
 def kernel_source(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False) -> str:
     """The numba-cuda source of one specialization (`consts`: the Const parameters' values).
     `sanitize`: shared arrays get shadow "written" bits, checked on every read (shared_shadow.py)."""
+    lowered = lowered_kernel(src, info, params, scope, contract, consts, name, sanitize)
+    return PRELUDE + "\n\n" + ast.unparse(lowered) + "\n"
+
+
+def lowered_kernel(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False):
+    """`kernel_source`'s kernel function as a tree whose nodes keep the user's line numbers
+    (numba_errors.py maps a compile error's line back to the user's statement with it)."""
     tree = copy.deepcopy(src.tree)
     tree.decorator_list = []
     lowered = _Lower(src, info, {p.name: p for p in params}, scope, contract, consts, sanitize).visit(tree)
@@ -233,7 +240,7 @@ def kernel_source(src, info, params, scope, contract, consts: dict, name: str, s
         lowered.body += ast.parse(f"if {BAD}[0] != 0:\n    cuda.atomic.max(__err, 0, {BAD}[0])").body
     lowered.body[:0] = tables      # constant memory, filled from the module-level arrays at compile time
     ast.fix_missing_locations(lowered)
-    return PRELUDE + "\n\n" + ast.unparse(lowered) + "\n"
+    return lowered
 
 
 BAD = "__bad"     # the thread's failed-read line (0: none), a one-element local array numba keeps in a register
