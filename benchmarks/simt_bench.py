@@ -10,6 +10,7 @@ the GPU and L2 does not hold the operands). Host times are per call over a row o
 small tensors (benchmarks/host_timing.py), side by side in one run.
 """
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -166,6 +167,85 @@ def _raw_kernels():
                transpose_per_thread=transpose_per_thread, sgemm=sgemm)
 
 
+@functools.cache
+def raw_pairs(tc: int, rows: int):
+    """transpose_pairs as a plain numba kernel (int32 words, loads first): the safe one's raw twin."""
+    from numba import cuda, int32
+    T2, T1, K, R = 2 * tc, tc + 1, 2 * tc // rows, rows
+
+    @cuda.jit
+    def pairs(out, x):
+        tile = cuda.shared.array((T2, T1), int32)
+        v = cuda.local.array(K, int32)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        r0, w0 = cuda.blockIdx.x * T2, cuda.blockIdx.y * tc
+        for j in range(K):
+            a = ty + j * R
+            r, c = r0 + 2 * (a % tc) + a // tc, w0 + tx
+            v[j] = x[r, c] if r < x.shape[0] and c < x.shape[1] else 0
+        for j in range(K):
+            tile[ty + j * R, tx] = v[j]
+        cuda.syncthreads()
+        for j in range(K):
+            a = ty + j * R
+            sh, w = 16 * (a % 2), a // 2
+            v[j] = ((tile[tx, w] >> sh) & 0xFFFF) | ((tile[tx + tc, w] >> sh) << 16)
+        for j in range(K):
+            r, c = cuda.blockIdx.y * T2 + ty + j * R, cuda.blockIdx.x * tc + tx
+            if r < out.shape[0] and c < out.shape[1]:
+                out[r, c] = v[j]
+    return pairs
+
+
+@functools.cache
+def raw_softmax_staged(k: int):
+    """softmax_rows_staged as a plain numba kernel: a block of 256 per row, the row in shared memory."""
+    import math
+
+    from numba import cuda, float32
+    K = k
+
+    @cuda.jit(device=True, inline=True)
+    def block_reduce(v, part, is_max):
+        for off in (16, 8, 4, 2, 1):
+            o = cuda.shfl_xor_sync(0xFFFFFFFF, v, off)
+            v = max(v, o) if is_max else v + o
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            part[warp] = v
+        cuda.syncthreads()
+        t = part[lane] if lane < 8 else (float32(-math.inf) if is_max else float32(0.0))
+        for off in (16, 8, 4, 2, 1):
+            o = cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
+            t = max(t, o) if is_max else t + o
+        return t
+
+    @cuda.jit
+    def softmax_staged(out, x):
+        row = cuda.shared.array((K, 256), float32)
+        pm = cuda.shared.array(8, float32)
+        ps = cuda.shared.array(8, float32)
+        v = cuda.local.array(K, float32)
+        b, t, n = cuda.blockIdx.x, cuda.threadIdx.x, x.shape[1]
+        for j in range(K):
+            c = j * 256 + t
+            v[j] = x[b, c] if c < n else float32(-math.inf)
+        for j in range(K):
+            row[j, t] = v[j]
+        cuda.syncthreads()
+        m = float32(-math.inf)
+        for j in range(K):
+            m = max(m, row[j, t])
+        m = block_reduce(m, pm, True)
+        s = float32(0.0)
+        for j in range(K):
+            s += math.exp(row[j, t] - m)
+        inv = float32(1.0) / block_reduce(s, ps, False)
+        for c in range(t, n, 256):
+            out[b, c] = math.exp(row[c // 256, c % 256] - m) * inv
+    return softmax_staged
+
+
 def gpu_ms(fn, iters=10, repeats=5) -> float:
     """Median milliseconds per call of `fn` over loops of `iters` calls between CUDA events."""
     import torch
@@ -189,7 +269,7 @@ def workloads(quick: bool):
     import torch
     from numba import cuda
 
-    from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, transpose, vector_add
+    from tilesafe.simt.examples import block_sum, histogram, sgemm, softmax_rows, transpose, transpose_half, vector_add
     scale = 4 if quick else 1
 
     def arr(t):
@@ -264,10 +344,15 @@ def workloads(quick: bool):
         x = torch.randn(r, c, device="cuda")
         out = torch.empty(r, c, device="cuda")
         dx, do = arr(x), arr(out)
-        return dict(bytes=2 * 4 * r * c, out=out, want=lambda: torch.softmax(x, 1), tol=1e-5,
-                    safe=lambda: softmax_rows.softmax_rows(out, x),
-                    raw=lambda: RAW["softmax_rows"][(r + 3) // 4, 128](do, dx),
-                    torch=lambda: torch.softmax(x, 1))
+        copy_out = torch.empty_like(x)
+        k = -(-c // 256)
+        staged = raw_softmax_staged(k)
+        return dict(bytes=2 * 4 * r * c, copy_bytes=2 * 4 * r * c, out=out, want=lambda: torch.softmax(x, 1), tol=1e-5,
+                    safe=lambda: softmax_rows.softmax_rows_staged(out, x, K=k),      # a block a row, in shared
+                    safe_warp_per_row=lambda: softmax_rows.softmax_rows(out, x),
+                    raw=lambda: staged[r, 256](do, dx),
+                    raw_warp_per_row=lambda: RAW["softmax_rows"][(r + 3) // 4, 128](do, dx),
+                    torch=lambda: torch.softmax(x, 1), copy=lambda: copy_out.copy_(x))
 
     def w_transpose():
         r = c = 16384 // (2 if quick else 1)
@@ -279,6 +364,21 @@ def workloads(quick: bool):
                     safe=lambda: transpose.transpose(out, x),
                     raw=lambda: RAW["transpose"][(r // 64, c // 64), (64, 8)](do, dx),
                     raw_per_thread=lambda: RAW["transpose_per_thread"][(r // 32, c // 32), (32, 32)](do, dx),
+                    torch=lambda: x.t().contiguous(), copy=lambda: copy_out.copy_(x))
+
+    def w_transpose_f16():
+        r = c = 16384 // (2 if quick else 1)
+        x = torch.randn(r, c, device="cuda").half()
+        out = torch.empty(c, r, device="cuda", dtype=torch.float16)
+        dx32, do32 = arr(x.view(torch.int32)), arr(out.view(torch.int32))
+        copy_out = torch.empty_like(x)
+        tc, rows = transpose_half.TC, transpose_half.ROWS
+        pairs = raw_pairs(tc, rows)
+        grid = ((r // 2 + tc - 1) // tc, (c + 2 * tc - 1) // (2 * tc))
+        return dict(bytes=2 * 2 * r * c, copy_bytes=2 * 2 * r * c, out=out, want=lambda: x.t(), tol=0,
+                    safe=lambda: transpose_half.transpose_f16(out, x),          # pairs of halves as int32 words
+                    safe_halves=lambda: transpose_half.transpose_halves(out, x),
+                    raw=lambda: pairs[grid, (tc, rows)](do32, dx32),
                     torch=lambda: x.t().contiguous(), copy=lambda: copy_out.copy_(x))
 
     def w_sgemm():
@@ -320,7 +420,8 @@ def workloads(quick: bool):
 
     return [("vector_add", w_vector_add), ("histogram", w_histogram), ("block_sum", w_block_sum),
             ("sum_all", w_sum_all),
-            ("softmax_rows", w_softmax), ("transpose", w_transpose), ("sgemm", w_sgemm), ("top_p", w_top_p)]
+            ("softmax_rows", w_softmax), ("transpose", w_transpose), ("transpose_f16", w_transpose_f16),
+            ("sgemm", w_sgemm), ("top_p", w_top_p)]
 
 
 def run_workload(name, setup) -> dict:

@@ -20,7 +20,7 @@ import tilesafe as ts
 from tilesafe import simt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from simt_bench import gpu_ms  # noqa: E402  (one timing loop for the bench and this probe)
+from simt_bench import gpu_ms, raw_pairs, raw_softmax_staged  # noqa: E402  (one timing loop and raw twins)
 
 
 # -- safe SIMT forms (configurations beside the examples) ---------------------------------------------
@@ -339,85 +339,6 @@ def safe_pairs(tc: int, rows: int):
             out[p] = ((tile[p[1] % TC, p[0] % (2 * TC) // 2] >> (16 * (p[0] % 2))) & 0xFFFF) \
                 | ((tile[p[1] % TC + TC, p[0] % (2 * TC) // 2] >> (16 * (p[0] % 2))) << 16)
     return transpose_pairs_tile
-
-
-@functools.cache
-def raw_pairs(tc: int, rows: int):
-    """transpose_pairs as a plain numba kernel (int32 words, loads first): the safe one's raw twin."""
-    from numba import cuda, int32
-    T2, T1, K, R = 2 * tc, tc + 1, 2 * tc // rows, rows
-
-    @cuda.jit
-    def pairs(out, x):
-        tile = cuda.shared.array((T2, T1), int32)
-        v = cuda.local.array(K, int32)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        r0, w0 = cuda.blockIdx.x * T2, cuda.blockIdx.y * tc
-        for j in range(K):
-            a = ty + j * R
-            r, c = r0 + 2 * (a % tc) + a // tc, w0 + tx
-            v[j] = x[r, c] if r < x.shape[0] and c < x.shape[1] else 0
-        for j in range(K):
-            tile[ty + j * R, tx] = v[j]
-        cuda.syncthreads()
-        for j in range(K):
-            a = ty + j * R
-            sh, w = 16 * (a % 2), a // 2
-            v[j] = ((tile[tx, w] >> sh) & 0xFFFF) | ((tile[tx + tc, w] >> sh) << 16)
-        for j in range(K):
-            r, c = cuda.blockIdx.y * T2 + ty + j * R, cuda.blockIdx.x * tc + tx
-            if r < out.shape[0] and c < out.shape[1]:
-                out[r, c] = v[j]
-    return pairs
-
-
-@functools.cache
-def raw_softmax_staged(k: int):
-    """softmax_rows_staged as a plain numba kernel: a block of 256 per row, the row in shared memory."""
-    import math
-
-    from numba import cuda, float32
-    K = k
-
-    @cuda.jit(device=True, inline=True)
-    def block_reduce(v, part, is_max):
-        for off in (16, 8, 4, 2, 1):
-            o = cuda.shfl_xor_sync(0xFFFFFFFF, v, off)
-            v = max(v, o) if is_max else v + o
-        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
-        if lane == 0:
-            part[warp] = v
-        cuda.syncthreads()
-        t = part[lane] if lane < 8 else (float32(-math.inf) if is_max else float32(0.0))
-        for off in (16, 8, 4, 2, 1):
-            o = cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
-            t = max(t, o) if is_max else t + o
-        return t
-
-    @cuda.jit
-    def softmax_staged(out, x):
-        row = cuda.shared.array((K, 256), float32)
-        pm = cuda.shared.array(8, float32)
-        ps = cuda.shared.array(8, float32)
-        v = cuda.local.array(K, float32)
-        b, t, n = cuda.blockIdx.x, cuda.threadIdx.x, x.shape[1]
-        for j in range(K):
-            c = j * 256 + t
-            v[j] = x[b, c] if c < n else float32(-math.inf)
-        for j in range(K):
-            row[j, t] = v[j]
-        cuda.syncthreads()
-        m = float32(-math.inf)
-        for j in range(K):
-            m = max(m, row[j, t])
-        m = block_reduce(m, pm, True)
-        s = float32(0.0)
-        for j in range(K):
-            s += math.exp(row[j, t] - m)
-        inv = float32(1.0) / block_reduce(s, ps, False)
-        for c in range(t, n, 256):
-            out[b, c] = math.exp(row[c // 256, c % 256] - m) * inv
-    return softmax_staged
 
 
 # -- timing ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """A ratchet on the examples' run-time checks: each example's count of reads proven in bounds
 and its list of checked accesses may only improve (more proven, fewer checked)."""
-from tilesafe.simt.examples import block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose, vector_add
+from tilesafe.simt.examples import (block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose,
+                                    transpose_half, vector_add)
 
 # kernel -> (proven reads, checked reads by tensor)
 RATCHET = {
@@ -10,6 +11,9 @@ RATCHET = {
     histogram.histogram256: (1, ["x"]),
     block_sum.block_sum: (0, []),
     softmax_rows.softmax_rows: (1, []),
+    softmax_rows.softmax_rows_staged: (1, ["row", "row"]),    # row[j, t] for j in range(K): K is symbolic
+    transpose_half.transpose_pairs: (2, []),
+    transpose_half.transpose_halves: (1, []),
     transpose.transpose: (1, []),
     sgemm.sgemm: (2, []),
     top_p.top_p_sample: (0, []),

@@ -36,6 +36,20 @@ def test_softmax_rows():
     torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
 
 
+def test_softmax_rows_staged_in_shared_memory():
+    x = torch.randn(3, 300, generator=torch.Generator().manual_seed(7)) * 4     # 2 chunks a thread, the last ragged
+    out = torch.full((3, 300), float("nan"))
+    softmax_rows.softmax_staged(out, x).sync()
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_rows_staged_reads_columns_past_its_chunks_from_global_memory():
+    x = torch.randn(2, 600, generator=torch.Generator().manual_seed(8)) * 4
+    out = torch.full((2, 600), float("nan"))
+    softmax_rows.softmax_rows_staged(out, x, K=1).sync()        # 256 columns staged, 344 read from x
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
+
+
 def test_transpose_through_padded_shared_memory():
     x = torch.randn(40, 33, generator=torch.Generator().manual_seed(4))
     out = torch.full((33, 40), float("nan"))

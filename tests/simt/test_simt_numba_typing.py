@@ -12,7 +12,8 @@ import torch
 import tilesafe as ts
 from tilesafe.simt import gpu_launch
 from tilesafe.simt.binding import bind
-from tilesafe.simt.examples import block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose, vector_add
+from tilesafe.simt.examples import (block_sum, histogram, row_rotate, sgemm, softmax_rows, top_p, transpose,
+                                    transpose_half, vector_add)
 from tilesafe.simt.lower_numba import written_targets
 from tilesafe.simt.params import CONST
 from tilesafe.simt.vector_access import intrinsics
@@ -65,7 +66,10 @@ def test_the_examples_type_and_lower(lower):
     lower(block_sum.block_sum, z(2), z(600), K=256)
     lower(block_sum.sum_all, z(1), z(600), grid=(2,))
     lower(softmax_rows.softmax_rows, z(3, 5), z(3, 5))
+    lower(softmax_rows.softmax_rows_staged, z(3, 5), z(3, 5), K=2)
     lower(transpose.transpose, z(5, 3), z(3, 5))
+    lower(transpose_half.transpose_pairs, z(6, 2, dtype=i32), z(4, 3, dtype=i32))    # int32 words: shifts, masks
+    lower(transpose_half.transpose_halves, z(5, 3, dtype=torch.float16), z(3, 5, dtype=torch.float16))
     lower(sgemm.sgemm, z(3, 4), z(3, 5), z(5, 4))
     lower(top_p.top_p_sample, z(2, dtype=i32), z(2, 9), z(2, 9), 0.9)
     lower(vector_add.vector_add, z(8, 2)[:, 0], z(8), z(8))          # a strided output: layout 'A'
@@ -113,6 +117,13 @@ def test_a_run_of_16_bytes_is_one_vector_load_per_input_and_one_vector_store(low
     assert "<4 x float>" not in halves.library.get_llvm_str()
 
 
+def test_a_checked_read_is_one_unsigned_compare(lower):
+    # `0 <= i < n` as numba writes it is two signed compares and an `and` a read, which sum_all's
+    # eight-wide loop paid on every element (session 17: 10 PTX instructions a read against raw's 7)
+    ir = lower(block_sum.sum_all, z(1), z(600), grid=(2,)).library.get_llvm_str()
+    assert ir.count("icmp ult i64") >= 2 and "icmp sge i64" not in ir, ir[-3000:]     # old: 4 sge, no ult
+
+
 def test_every_shared_memory_example_sanitized_types_and_lowers(lower):
     from tilesafe import simt
 
@@ -123,6 +134,8 @@ def test_every_shared_memory_example_sanitized_types_and_lowers(lower):
     lower(sanitized(block_sum.block_sum), z(2), z(600), K=256)
     lower(sanitized(block_sum.sum_all), z(1), z(600), grid=(2,))
     lower(sanitized(softmax_rows.softmax_rows), z(3, 5), z(3, 5))
+    lower(sanitized(softmax_rows.softmax_rows_staged), z(3, 5), z(3, 5), K=2)
+    lower(sanitized(transpose_half.transpose_pairs), z(6, 2, dtype=i32), z(4, 3, dtype=i32))
     lower(sanitized(transpose.transpose), z(5, 3), z(3, 5))                                   # a padded 2-D tile
     lower(sanitized(sgemm.sgemm), z(3, 4), z(3, 5), z(5, 4))
     lower(sanitized(top_p.top_p_sample), z(2, dtype=i32), z(2, 9), z(2, 9), 0.9)

@@ -8,6 +8,12 @@ is there. The sanitizer checks every access: reads in bounds (a failed check is 
 GPU reports at the next sync), outputs written only through this thread's live permits, no
 element written by two threads, shared memory read only where written and never racing with
 a write of the same phase.
+
+Integers follow the GPU's arithmetic: numba computes with 64-bit ints (an int32 read is widened)
+and a store into a narrower integer tensor keeps the low bits. So an integer element read here is
+an int64, and an integer stored into an integer target wraps to its width (`hi << 16` into an
+int32 word, `w & 0xFFFF0000`), where numpy's int32 scalars would wrap at every step or refuse a
+wide constant.
 """
 from __future__ import annotations
 
@@ -32,10 +38,11 @@ class Permit:
 
 class View:
     """A tensor argument or shared array as the executor sees it."""
-    __slots__ = ("name", "array", "kind", "writer", "written", "phase")
+    __slots__ = ("name", "array", "kind", "writer", "written", "phase", "int_bits")
 
     def __init__(self, name, array, kind):
         self.name, self.array, self.kind = name, array, kind
+        self.int_bits = array.dtype.itemsize * 8 if array.dtype.kind in "iu" else 0
         self.writer = np.full(array.shape, -1, dtype=np.int64) if kind in ("disjoint", "shared") else None
         self.written = np.zeros(array.shape, dtype=bool) if kind == "shared" else None
         self.phase = np.full(array.shape, -1, dtype=np.int64) if kind == "shared" else None
@@ -124,7 +131,7 @@ class Thread:
             raise SanitizerError(f"race: element {c} of `{target.name}` is written by threads {other} and "
                                  f"{self.global_flat}", loc, help="give each element one writer")
         target.writer[c] = self.global_flat
-        target.array[c] = value
+        target.array[c] = _stored(target, value)
         if target.kind == "shared":
             target.written[c] = True
             target.phase[c] = self.block.phase
@@ -141,7 +148,7 @@ class Thread:
                                  f"{self.global_flat}", loc,
                                  help="give each element one writer (permits do), or accumulate with out.add(i, v)")
         target.writer[c] = self.global_flat
-        target.array[c] = value
+        target.array[c] = _stored(target, value)
 
     def _coords(self, x, index, loc):
         coords = index.coords if isinstance(index, Permit) else index if isinstance(index, tuple) else (index,)
@@ -157,7 +164,7 @@ class Thread:
                                  help=f"use {x.name}.get(i, default) where an index may fall outside")
         if x.kind == "shared":
             self._check_shared_read(x, coords, loc)
-        return x.array[coords]
+        return _loaded(x, x.array[coords])
 
     def _check_shared_read(self, x, coords, loc):
         if not x.written[coords]:
@@ -174,7 +181,7 @@ class Thread:
             return default
         if x.kind == "shared":
             self._check_shared_read(x, coords, loc)
-        return x.array[coords]
+        return _loaded(x, x.array[coords])
 
     def atomic(self, h, op, index, value, loc):
         coords, inside = self._coords(h, index, loc)
@@ -191,6 +198,22 @@ class Thread:
                                      help="put simt.barrier() between the write and the atomic update")
         old = h.array[coords]
         h.array[coords] = old + value if op == "add" else max(old, value) if op == "max" else min(old, value)
+
+
+def _loaded(view, value):
+    """An element as the GPU's code computes with it: integers widened to 64 bits."""
+    dt = view.array.dtype                   # a View, or a constant table (constant.py)
+    return np.int64(value) if dt.kind in "iu" and dt.itemsize < 8 else value
+
+
+def _stored(view, value):
+    """What a store of `value` leaves in an integer target: its low bits (two's complement), as the
+    GPU's store of a 64-bit int into a narrower element does."""
+    bits = view.int_bits
+    if not bits or isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return value
+    v = int(value) & ((1 << bits) - 1)
+    return v - (1 << bits) if view.array.dtype.kind == "i" and v >> (bits - 1) else v
 
 
 def run_kernel(thread_fn, run, args) -> None:

@@ -42,28 +42,28 @@ UNINITIALISED = 1 << 24    # added to the line in the error flag: a shared read 
 PRELUDE = '''
 @cuda.jit(device=True)
 def __ld1(a, i, bad, line):
-    ok = i >= 0 and i < a.shape[0]
+    ok = __inb(i, a.shape[0])
     bad[0] = max(bad[0], 0 if ok else line)
     return __at1(a, i if ok else 0)
 
 
 @cuda.jit(device=True)
 def __ld2(a, i, j, bad, line):
-    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]
+    ok = __inb(i, a.shape[0]) and __inb(j, a.shape[1])
     bad[0] = max(bad[0], 0 if ok else line)
     return __at2(a, i if ok else 0, j if ok else 0)
 
 
 @cuda.jit(device=True)
 def __ld3(a, i, j, k, bad, line):
-    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]
+    ok = __inb(i, a.shape[0]) and __inb(j, a.shape[1]) and __inb(k, a.shape[2])
     bad[0] = max(bad[0], 0 if ok else line)
     return __at3(a, i if ok else 0, j if ok else 0, k if ok else 0)
 
 
 @cuda.jit(device=True)
 def __stw1(a, w, i, v, err, line):
-    if i >= 0 and i < a.shape[0]:
+    if __inb(i, a.shape[0]):
         __put1(a, i, v)
         __put1(w, i, 1)
     else:
@@ -72,7 +72,7 @@ def __stw1(a, w, i, v, err, line):
 
 @cuda.jit(device=True)
 def __stw2(a, w, i, j, v, err, line):
-    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
+    if __inb(i, a.shape[0]) and __inb(j, a.shape[1]):
         __put2(a, i, j, v)
         __put2(w, i, j, 1)
     else:
@@ -81,7 +81,7 @@ def __stw2(a, w, i, j, v, err, line):
 
 @cuda.jit(device=True)
 def __stw3(a, w, i, j, k, v, err, line):
-    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
+    if __inb(i, a.shape[0]) and __inb(j, a.shape[1]) and __inb(k, a.shape[2]):
         __put3(a, i, j, k, v)
         __put3(w, i, j, k, 1)
     else:
@@ -90,28 +90,28 @@ def __stw3(a, w, i, j, k, v, err, line):
 
 @cuda.jit(device=True)
 def __get1(a, i, d):
-    if i >= 0 and i < a.shape[0]:
+    if __inb(i, a.shape[0]):
         return __at1(a, i)
     return d
 
 
 @cuda.jit(device=True)
 def __get2(a, i, j, d):
-    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
+    if __inb(i, a.shape[0]) and __inb(j, a.shape[1]):
         return __at2(a, i, j)
     return d
 
 
 @cuda.jit(device=True)
 def __get3(a, i, j, k, d):
-    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
+    if __inb(i, a.shape[0]) and __inb(j, a.shape[1]) and __inb(k, a.shape[2]):
         return __at3(a, i, j, k)
     return d
 
 
 @cuda.jit(device=True)
 def __atomic_add(h, i, v, err, line):
-    if i >= 0 and i < h.shape[0]:
+    if __inb(i, h.shape[0]):
         cuda.atomic.add(h, i, v)
     else:
         cuda.atomic.max(err, 0, line)
@@ -119,7 +119,7 @@ def __atomic_add(h, i, v, err, line):
 
 @cuda.jit(device=True)
 def __atomic_max(h, i, v, err, line):
-    if i >= 0 and i < h.shape[0]:
+    if __inb(i, h.shape[0]):
         cuda.atomic.max(h, i, v)
     else:
         cuda.atomic.max(err, 0, line)
@@ -127,7 +127,7 @@ def __atomic_max(h, i, v, err, line):
 
 @cuda.jit(device=True)
 def __atomic_min(h, i, v, err, line):
-    if i >= 0 and i < h.shape[0]:
+    if __inb(i, h.shape[0]):
         cuda.atomic.min(h, i, v)
     else:
         cuda.atomic.max(err, 0, line)
@@ -135,7 +135,7 @@ def __atomic_min(h, i, v, err, line):
 
 @cuda.jit(device=True)
 def __lds1(a, w, i, err, line):
-    ok = i >= 0 and i < a.shape[0]
+    ok = __inb(i, a.shape[0])
     if not ok:
         cuda.atomic.max(err, 0, line)
     elif __at1(w, i) == 0:
@@ -145,7 +145,7 @@ def __lds1(a, w, i, err, line):
 
 @cuda.jit(device=True)
 def __lds2(a, w, i, j, err, line):
-    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]
+    ok = __inb(i, a.shape[0]) and __inb(j, a.shape[1])
     if not ok:
         cuda.atomic.max(err, 0, line)
     elif __at2(w, i, j) == 0:
@@ -155,7 +155,7 @@ def __lds2(a, w, i, j, err, line):
 
 @cuda.jit(device=True)
 def __lds3(a, w, i, j, k, err, line):
-    ok = i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]
+    ok = __inb(i, a.shape[0]) and __inb(j, a.shape[1]) and __inb(k, a.shape[2])
     if not ok:
         cuda.atomic.max(err, 0, line)
     elif __at3(w, i, j, k) == 0:
@@ -165,7 +165,7 @@ def __lds3(a, w, i, j, k, err, line):
 
 @cuda.jit(device=True)
 def __gets1(a, w, i, d, err, line):
-    if i >= 0 and i < a.shape[0]:
+    if __inb(i, a.shape[0]):
         if __at1(w, i) == 0:
             cuda.atomic.max(err, 0, line + __UNINITIALISED)
         return __at1(a, i)
@@ -174,7 +174,7 @@ def __gets1(a, w, i, d, err, line):
 
 @cuda.jit(device=True)
 def __gets2(a, w, i, j, d, err, line):
-    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1]:
+    if __inb(i, a.shape[0]) and __inb(j, a.shape[1]):
         if __at2(w, i, j) == 0:
             cuda.atomic.max(err, 0, line + __UNINITIALISED)
         return __at2(a, i, j)
@@ -183,7 +183,7 @@ def __gets2(a, w, i, j, d, err, line):
 
 @cuda.jit(device=True)
 def __gets3(a, w, i, j, k, d, err, line):
-    if i >= 0 and i < a.shape[0] and j >= 0 and j < a.shape[1] and k >= 0 and k < a.shape[2]:
+    if __inb(i, a.shape[0]) and __inb(j, a.shape[1]) and __inb(k, a.shape[2]):
         if __at3(w, i, j, k) == 0:
             cuda.atomic.max(err, 0, line + __UNINITIALISED)
         return __at3(a, i, j, k)

@@ -25,7 +25,7 @@ WIDTHS = {1: 16, 2: 8, 4: 4, 8: 2}      # itemsize -> elements in 16 bytes
 @functools.cache
 def intrinsics() -> dict:
     """name -> intrinsic, for the namespace the generated source is compiled in."""
-    out = {"__addr": _address()}
+    out = {"__addr": _address(), "__inb": _in_bounds()}
     for rank in (1, 2, 3):
         out[f"__at{rank}"], out[f"__put{rank}"] = _element_load(rank), _element_store(rank)
     for width in sorted(set(WIDTHS.values())):
@@ -140,6 +140,25 @@ def _store(width: int):
     return vstore
 
 
+def _in_bounds():
+    """`__inb(i, n)`: 0 <= i < n as one unsigned compare (an extent is never negative, so a negative i
+    is a huge unsigned one); numba's `i >= 0 and i < n` is two signed compares and an `and`, per read."""
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def in_bounds(typingctx, i, n):
+        if not isinstance(i, types.Integer) or not isinstance(n, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a = context.cast(builder, args[0], sig.args[0], types.int64)
+            b = context.cast(builder, args[1], sig.args[1], types.int64)
+            return builder.icmp_unsigned("<", a, b)
+        return types.boolean(i, n), codegen
+    return in_bounds
+
+
 def _address():
     from llvmlite import ir
     from numba.cuda import types
@@ -184,7 +203,7 @@ def simulated() -> dict:
 
     def put(a, *rest):
         a[inside(a, rest[:-1])] = rest[-1]
-    out = {"__addr": lambda a: np.asarray(a).ctypes.data}
+    out = {"__addr": lambda a: np.asarray(a).ctypes.data, "__inb": lambda i, n: 0 <= i < n}
     for rank in (1, 2, 3):
         out[f"__at{rank}"], out[f"__put{rank}"] = at, put
     for width in sorted(set(WIDTHS.values())):

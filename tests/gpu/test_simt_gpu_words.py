@@ -1,0 +1,58 @@
+"""Session 17's SIMT forms on the GPU, against torch: the 16-bit transpose that moves int32 words
+(integer shifts and masks in 64 bits, the low 32 stored, as the CPU executor now computes them) and
+the row softmax staged in shared memory. Run with `pytest -m gpu`."""
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+from tilesafe import simt
+from tilesafe.simt.examples import softmax_rows, transpose_half
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 2), (70, 36), (1000, 3002), (4096, 2048)])
+def test_transpose_f16_through_words(dtype, shape):
+    x = torch.randn(*shape, device="cuda").to(dtype)
+    out = torch.full((shape[1], shape[0]), float("nan"), device="cuda", dtype=dtype)
+    transpose_half.transpose_f16(out, x).sync()
+    assert torch.equal(out, x.t())
+
+
+@pytest.mark.parametrize("shape", [(9, 70), (1001, 333)])
+def test_transpose_f16_with_an_odd_extent_moves_halves(shape):
+    x = torch.randn(*shape, device="cuda").half()
+    out = torch.full((shape[1], shape[0]), float("nan"), device="cuda", dtype=torch.float16)
+    transpose_half.transpose_f16(out, x).sync()
+    assert torch.equal(out, x.t())
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def bits(out: simt.Disjoint[ts.i32, ("N",)], x: simt.Ref[ts.i32, ("N",)], N: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = ((x[p] >> 16) & 0xFFFF) | (x[p] & 0xFFFF0000) | (p[0] << 31)
+
+
+def test_integer_masks_and_shifts_match_the_cpu_executor():
+    x = torch.tensor([-1, 0x12345678, -0x7FFF0000, 5], dtype=torch.int32)
+    cpu = torch.zeros(4, dtype=torch.int32)
+    bits(cpu, x).sync()
+    gpu = torch.zeros(4, dtype=torch.int32, device="cuda")
+    bits(gpu, x.cuda()).sync()
+    w = x.numpy().astype(np.int64)
+    want = (((w >> 16) & 0xFFFF) | (w & 0xFFFF0000) | (np.arange(4) << 31)).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(gpu.cpu().numpy(), want)
+    assert torch.equal(gpu.cpu(), cpu)
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (1000, 4096), (64, 5000)])
+def test_softmax_rows_staged(shape):
+    x = torch.randn(*shape, device="cuda") * 3
+    out = torch.full(shape, float("nan"), device="cuda")
+    softmax_rows.softmax_staged(out, x).sync()
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-4, atol=1e-5)
+    out.fill_(float("nan"))
+    softmax_rows.softmax_rows_staged(out, x, K=2).sync()       # 512 columns staged, the rest read from x
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-4, atol=1e-5)
