@@ -30,12 +30,12 @@ KP = 2 * TC // ROWS     # words a thread moves each way (8)
 def transpose_pairs(out: simt.Disjoint[ts.i32, ("C", "H")], x: simt.Ref[ts.i32, ("R", "W")],
                     C: int, H: int, R: int, W: int):
     """x: an (R, 2W) 16-bit matrix as (R, W) words; out: its (C = 2W, R = 2H) transpose as (C, H) words."""
-    tile = simt.shared((2 * TC, TC + 1), ts.i32)     # row a < TC: input row 2a of the block's; a >= TC: row 2(a-TC)+1
-    bx, by = simt.block_id(0), simt.block_id(1)     # out's words bx*TC.., rows by*2TC.. <-> x's rows bx*2TC.., words by*TC..
+    tile = simt.shared((2 * TC, TC + 1), ts.i32)     # row a < TC: the block's input row 2a; a >= TC: row 2(a-TC)+1
+    bx, by = simt.block_id(0), simt.block_id(1)     # out: words bx*TC.., rows by*2TC..; x: rows bx*2TC.., words by*TC..
     for p in tile.permits(simt.chunk(KP)):          # p = (ty + 8j, tx): coalesced along x's words
         tile[p] = x.get((bx * 2 * TC + 2 * (p[0] % TC) + p[0] // TC, by * TC + p[1]), 0)
     simt.barrier()
-    for p in out.permits(simt.chunk(KP)):           # p = (r, c): out row r is x's half-column r, word c its rows 2c, 2c+1
+    for p in out.permits(simt.chunk(KP)):           # p = (r, c): out row r is x's half-column r; word c, rows 2c, 2c+1
         out[p] = ((tile[p[1] % TC, p[0] % (2 * TC) // 2] >> (16 * (p[0] % 2))) & 0xFFFF) \
             | ((tile[p[1] % TC + TC, p[0] % (2 * TC) // 2] >> (16 * (p[0] % 2))) << 16)
 
