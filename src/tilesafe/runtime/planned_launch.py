@@ -74,6 +74,57 @@ class PlannedLaunch:
         """Launch with these roots ((torch view, storage state, first element's address,
         storage's address, storage's bytes) per root); False: nothing was done, the caller
         takes the full step."""
+        if self.mode != _GPU:
+            return self._run_here(roots)
+        # The GPU form: one pass over the arguments for the checks (S8, alignment), then S14's
+        # reads of masked states, and only then anything that acts.
+        args, ptrs, states = [], [], []
+        offsets, aligns = self.offsets, self.aligns
+        k = 0
+        for r in self.slots:
+            a = roots[r]
+            ptr = a[2] + offsets[k]
+            state = a[1]
+            if ptr & 15 != aligns[k] or state._lent and _lent(state):
+                return False
+            args.append(a)
+            ptrs.append(ptr)
+            states.append(state)
+            k += 1
+        for k in self.reads:                  # S14 (a masked state only: none means all written)
+            state = states[k]
+            if state.init_mask is not None and not state.is_written(self._view(k, roots)):
+                return False
+        values = list(self.values)
+        for i, k in self.pointers:
+            values[i] = ptrs[k]
+        for i, k, shape, strides, box in self.descriptors:   # the layout's descriptor at this address
+            values[i] = _new_tuple(LayoutDescriptor, (Address(ptrs[k]), shape, strides, box, "zero"))
+        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+        sets = self.sets.placed(args, ptrs)
+        writes = self.writes
+        k = 0
+        for state in states:
+            if state._pending and state.pending_stream != stream:   # S10: other streams' work
+                state.order_device(sets[k], writes[k], stream)
+            k += 1
+        self.start(stream, tuple(values))
+        for k in self.written:                # S14 (masked states only)
+            if states[k].init_mask is not None:
+                self._mark(k, roots)
+        stream_obj = self.streams.get(stream)
+        if stream_obj is None:    # the current stream's torch object, looked up once per stream
+            stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
+        keep = []                 # the launch's memory, held until it is done (S9)
+        for a in args:
+            keep.append(a[0])
+        record_launch(states, sets, writes, Completion(None, stream, tuple(keep), stream_obj), stream)
+        self.kernel.last_launch = self.launched
+        return True
+
+    def _run_here(self, roots: list) -> bool:
+        """`run` before the GPU form is known (the first launch decides it), and on the CPU
+        backends, where the launch is `execute` on a bound built from views."""
         mode = self.mode
         if mode == _NONE:
             return False
@@ -92,9 +143,6 @@ class PlannedLaunch:
             state = args[k][1]
             if state.init_mask is not None and not state.is_written(self._view(k, roots)):
                 return False
-        if mode == _GPU:
-            self._on_gpu(roots, args, ptrs)
-            return True
         bound = self._bound(roots)
         if mode == _UNKNOWN:
             mode = self.mode = self._prepare(bound)
@@ -105,37 +153,10 @@ class PlannedLaunch:
                 launched = self.launched = Launched.__new__(Launched)
                 launched.consts, launched.scalars, launched.grid, launched.compiled = \
                     self.plan.consts, self.scalars, self.plan.grid, self.compiled
-                self._on_gpu(roots, args, ptrs)
-                return True
+                return self.run(roots)
         execute(self.compiled, bound)
         self.kernel.last_launch = Launched(bound, self.compiled)
         return True
-
-    def _on_gpu(self, roots, args, ptrs) -> None:
-        values = list(self.values)
-        for i, k in self.pointers:
-            values[i] = ptrs[k]
-        for i, k, shape, strides, box in self.descriptors:   # the layout's descriptor at this address
-            values[i] = _new_tuple(LayoutDescriptor, (Address(ptrs[k]), shape, strides, box, "zero"))
-        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        sets = self.sets.placed(args, ptrs)
-        writes = self.writes
-        states = [a[1] for a in args]
-        k = 0
-        for state in states:
-            if state._pending and state.pending_stream != stream:   # S10: other streams' work
-                state.order_device(sets[k], writes[k], stream)
-            k += 1
-        self.start(stream, tuple(values))
-        for k in self.written:                # S14 (masked states only)
-            if states[k].init_mask is not None:
-                self._mark(k, roots)
-        stream_obj = self.streams.get(stream)
-        if stream_obj is None:    # the current stream's torch object, looked up once per stream
-            stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
-        done = Completion(None, stream, tuple([a[0] for a in args]), stream_obj)   # event made lazily
-        record_launch(states, sets, writes, done, stream)
-        self.kernel.last_launch = self.launched
 
     # -- views, when something needs one ---------------------------------------------------
     def _view(self, k: int, roots):

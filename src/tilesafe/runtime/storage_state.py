@@ -371,10 +371,10 @@ def record_launch(states, bytesets, writes, future: Future, stream) -> None:
     done. One call per launch instead of one per argument."""
     global _changes
     _changes += 1
-    for state, byteset, is_write in zip(states, bytesets, writes):
-        # Built without the named tuple's Python-level constructor (one per argument per launch).
-        entry = _new_access(PendingAccess, (byteset, is_write, future, False))
-        with state._lock:
+    with StorageState._lock:                      # the one lock of every registry: taken once a launch
+        for state, byteset, is_write in zip(states, bytesets, writes):
+            # Built without the named tuple's Python-level constructor (one per argument per launch).
+            entry = _new_access(PendingAccess, (byteset, is_write, future, False))
             pending = state._pending
             if not pending:
                 state.pending_stream = stream
