@@ -18,10 +18,11 @@ import torch
 
 import tilesafe as ts
 
+from . import hub
 from .checkpoint import load_weights, weight_bytes, weights_from_tensors
 from .config import Qwen3Config
 from .decode_step import DecodeSteps
-from .errors import checkpoint_error, request_error
+from .errors import request_error
 from .kv_cache import KVCache, cache_bytes
 from .model import Activations, Qwen3Model
 from .parallel import Shards, TensorParallel, check_splits, tp_error
@@ -42,7 +43,7 @@ class LLM:
                  max_model_len: int | None = None, max_num_seqs: int = 8, use_graph: bool | None = None,
                  progress: bool = True, tensor_parallel_size: int = 1, tp_timeout: float = 600.0,
                  prefill_graphs: bool | None = None):
-        self.model_dir = model_dir = _model_dir(model)
+        self.model_dir = model_dir = hub.model_dir(model)
         cfg = Qwen3Config.from_dir(model_dir)
         self._start(cfg, device, dtype, max_model_len, max_num_seqs, use_graph, _text_side(model_dir),
                     lambda shards: load_weights(model_dir, cfg, self.dtype, self.device, progress, shards),
@@ -408,22 +409,6 @@ class _Delta:
 
 def _is_ids(x) -> bool:
     return bool(x) and all(isinstance(i, int) for i in x)
-
-
-def _model_dir(model) -> Path:
-    """A local folder, or a hub id downloaded with huggingface_hub (when a network exists)."""
-    path = Path(model)
-    if path.exists() or str(model).startswith((".", "/", "~")) or str(model).count("/") != 1:
-        if not path.is_dir():
-            raise checkpoint_error(f"checkpoint folder {model} does not exist",
-                                   help="pass a folder holding config.json and *.safetensors, or a hub id")
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(str(model), allow_patterns=["*.json", "*.safetensors", "*.txt"]))
-    except Exception as e:   # offline, unknown id, no access: the hub client's many error types
-        raise checkpoint_error(f"cannot fetch {model!r} from the Hugging Face hub: {e}",
-                               help="download it first and pass the local folder") from None
 
 
 def _dtype(dtype, cfg: Qwen3Config, device: str) -> torch.dtype:
