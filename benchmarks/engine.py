@@ -488,7 +488,8 @@ def parse_args(argv=None):
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--prefills", default="512,2048,8192")
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--hf-sizes", default="0.6b,4b", help="sizes where transformers' generate runs too ('' none)")
+    ap.add_argument("--hf-sizes", default="0.6b,4b,8b",
+                    help="sizes where transformers' generate runs too (it fits up to 8B; '' none)")
     ap.add_argument("--hf-tokens", type=int, default=64)
     ap.add_argument("--long", action="store_true", help="also decode after a 4096-token prompt")
     ap.add_argument("--budget-s", type=float, default=200.0, help="skip parts that would run past this")
