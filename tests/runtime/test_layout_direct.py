@@ -47,7 +47,7 @@ def gpu(monkeypatch):
         return LayoutLauncher(compiled, bound, lambda stream, args: rec.started.append((stream, args)), fill,
                               torch.device("cuda", 0))
     real_direct = LayoutLauncher.direct
-    monkeypatch.setattr(LayoutLauncher, "direct", lambda self, t, o: (rec.direct.append(1), real_direct(self, t, o))[1])
+    monkeypatch.setattr(LayoutLauncher, "direct", lambda self, *a: (rec.direct.append(1), real_direct(self, *a))[1])
     monkeypatch.setattr(launch_cache, "prepare_layout", layout_launcher)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(rec.waited))
@@ -158,12 +158,12 @@ def test_a_torch_write_to_lent_memory_is_refused_as_a_first_launch_refuses_it(gp
 
 def test_an_output_that_tracks_initialisation_takes_the_bound_path_and_is_marked(gpu):
     # ts.empty's memory keeps an init mask: its marks need the launch's bound, so the
-    # direct launch hands over before starting anything, and the bound path marks it written.
+    # direct form hands over before its launcher starts anything, and the bound path marks it written.
     _warm()
     z = ts.empty(64)
     p = z.partition((16,))
     plus_one(p, ts.tensor(_values(64, 8)))
-    assert len(gpu.started) == 1 and gpu.direct                    # tried directly, started once
+    assert len(gpu.started) == 1 and not gpu.direct                # started once, by the bound path
     assert p.unpartition()._state.is_written(z._torch())
 
 

@@ -39,6 +39,7 @@ from .prepared_launch import LayoutLauncher, prepare_layout
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
+from .torch_version import version_of
 from .value_keys import value_key
 
 MISS = object()          # "take the full path"
@@ -217,8 +218,8 @@ def _key_part(keyed, v):
 class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
-                 "given", "outputs", "spans", "apart", "reads", "recheck_pre", "scalar_checks", "roles", "names",
-                 "launchers", "last", "form")
+                 "given", "outputs", "spans", "apart", "pairs", "reads", "recheck_pre", "scalar_checks", "roles",
+                 "names", "launchers", "last", "form")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -242,6 +243,11 @@ class LayoutPlan:
         # their distance: the full path found their bytes disjoint, and so are the bytes of
         # any later pair of this layout at the same distance (the same byte sets, moved).
         self.apart = _apart(bound, self.outputs, self.spans)
+        # The pairs `_disjoint` compares: (output, its span, other argument, its span, the
+        # distance at which they met in the accepted launch or None).
+        self.pairs = tuple((name, ext, other, oext, self.apart.get((name, other)))
+                           for name, ext in self.spans if name in self.outputs
+                           for other, oext in self.spans if other != name)
         self.launchers: dict = {}   # runtime scalars -> True (seen once), a LayoutLauncher, or False (none)
         self.last: tuple | None = None   # (ids, weak references) of the objects of the latest fast launch
         spec = kernel.specializer.spec(bound)
@@ -267,21 +273,25 @@ class LayoutPlan:
     def direct(self, values):
         """A launch with these argument values through the GPU launcher of their runtime
         scalars, from the objects themselves (no ArgFacts, no Bound: `checked`'s checks,
-        inline), or MISS with nothing done: no launcher for these scalars yet, a torch
-        argument (borrowed by `checked`), memory that tracks initialisation, any doubt.
-        A launcher exists only for scalars this layout ran on its own code, so their
-        preconditions and bounds conditions hold (as Entry's `scalars_seen`)."""
-        tensors, objs, scalars = {}, {}, []
+        inline, in one pass that reads each address once), or MISS with nothing done: no
+        launcher for these scalars yet, a torch argument (borrowed by `checked`), memory that
+        tracks initialisation (its marks need the bound), any doubt. A launcher exists only
+        for scalars this layout ran on its own code, so their preconditions and bounds
+        conditions hold (as Entry's `scalars_seen`)."""
+        tensors, objs, ptrs, scalars = {}, {}, {}, []
         for name, role, v in zip(self.names, self.roles, values):
             if role == _PART:
-                if type(v) is not Partition or not v._live or v.torch_touched():
+                if type(v) is not Partition or not v._live:
                     return MISS
-                tensors[name] = v._tensor
+                t = v._tensor
+                now = version_of(t._t)          # S13: Partition.torch_touched, inline
+                if now != v._version and now != t._state.own_write_version:
+                    return MISS
             elif role == _TENSOR:
                 if type(v) is not Tensor or v._handed_at is not None or \
                         (v._lender is not None and v._lender() is not None):
                     return MISS
-                tensors[name] = v
+                t = v
             elif role == _GIVEN:
                 scalars.append(value_key(v))
                 continue
@@ -289,15 +299,14 @@ class LayoutPlan:
                 return MISS
             else:
                 continue
-            objs[name] = v
+            if t._state.init_mask is not None:    # S14 by marks: the bound path reads and marks them
+                return MISS
+            tensors[name], objs[name], ptrs[name] = t, v, t._t.data_ptr()
         launcher = self.launchers.get(tuple(scalars))
-        if type(launcher) is not LayoutLauncher or not self._disjoint(tensors) or not self._written(tensors):
-            return MISS
-        future = launcher.direct(tensors, objs)
-        if future is None:
+        if type(launcher) is not LayoutLauncher or not self._apart_at(ptrs):
             return MISS
         self.kernel.last_launch = launcher.launched
-        return future
+        return launcher.direct(tensors, objs, ptrs)
 
     def launch(self, form, values):
         """(future, bound, compiled code) of a launch with these argument values, or MISS."""
@@ -381,15 +390,17 @@ class LayoutPlan:
     def _disjoint(self, held) -> bool:
         """S7 between arguments: no output's address span meets another argument's. (An
         output's overlap with itself is a fact of its layout: refused before any plan.)"""
-        if not self.outputs:
+        if not self.pairs:
             return True
-        spans = [(name, lo, lo + ext) for name, ext in self.spans for lo in (held[name]._t.data_ptr(),)]
-        for name, lo, hi in spans:
-            if name not in self.outputs:
-                continue
-            for other, olo, ohi in spans:
-                if other != name and olo < hi and lo < ohi and self.apart.get((name, other)) != olo - lo:
-                    return False
+        return self._apart_at({name: held[name]._t.data_ptr() for name, _ in self.spans})
+
+    def _apart_at(self, ptrs: dict) -> bool:
+        """`_disjoint` with each argument's first address in hand: every (output, other) pair
+        of spans either does not meet or meets at the distance of the accepted launch."""
+        for name, ext, other, oext, apart in self.pairs:
+            lo, olo = ptrs[name], ptrs[other]
+            if olo < lo + ext and lo < olo + oext and apart != olo - lo:
+                return False
         return True
 
     def _written(self, held) -> bool:

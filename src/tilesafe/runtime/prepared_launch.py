@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import weakref
 
+import torch
+
 from ..settings import graph_var
 from . import arrivals
 from .execute import execute
-from .byte_set_slots import ByteSetSlots
+from .aliasing import _DEVICE_NAMES, ByteSet
+from .byte_set_slots import ByteSetSlots, _new_set
 from .future import Completion, Future
 from .ordering import accesses, writes
 from .partition import Partition
@@ -38,7 +41,6 @@ def prepare(compiled, bound) -> "PreparedLaunch | None":
 
 class PreparedLaunch:
     def __init__(self, compiled, bound, start, args, device, counters=None):
-        import torch
         self.compiled, self.bound = compiled, bound
         self.start, self.args = start, args
         acc = accesses(compiled.kernel, bound, () if counters is None else (counters,))
@@ -56,7 +58,6 @@ class PreparedLaunch:
     def __call__(self) -> Future:
         if graph_var.get() is not None:
             return execute(self.compiled, self.bound)      # capture registers with the graph
-        import torch
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         for state, byteset, write in self.accesses:
             if state._pending and state.pending_stream != stream:   # S10: other streams' work
@@ -92,13 +93,13 @@ class LayoutLauncher:
     (launch_cache.Entry) has made the launch cache's per-call checks. Holds no tensor."""
 
     def __init__(self, compiled, bound, start, values, device):
-        import torch
         self.compiled, self.start, self.values = compiled, start, values
         kernel = compiled.kernel
         self.writes = tuple((name, writes(kernel, name)) for name in bound.tensors)
         self.write_flags = tuple(w for _, w in self.writes)
         names = [name for name, _ in self.writes]
         self.outputs = tuple(names.index(n) for n in kernel.outputs)    # argument positions
+        self.output_names = tuple(kernel.outputs)
         self.device = device
         self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._streams: dict = {}
@@ -106,6 +107,7 @@ class LayoutLauncher:
         self.launched = None     # what its launches run (launch_cache.Launched), set by its layout plan
         self._sets = ByteSetSlots((tuple(f.shape), tuple(s * f.dtype.itemsize for s in f.strides), f.dtype.itemsize)
                                   for f in facts)
+        self.nonempty = tuple(all(n for n in f.shape) for f in facts)
 
     def __call__(self, bound) -> Future:
         if graph_var.get() is not None:
@@ -116,19 +118,45 @@ class LayoutLauncher:
         held = [o._tensor if type(o) is Partition else o for o in objs]
         return self._start(held, objs, bound)
 
-    def direct(self, tensors: dict, objs: dict):
+    def direct(self, tensors: dict, objs: dict, ptrs: dict) -> Future:
         """A launch from the argument objects themselves (`tensors`: parameter -> tilesafe
-        tensor, `objs`: parameter -> what was passed), checked by the caller as for `__call__`
-        (launch_cache.LayoutPlan.direct); None when a memory tracks initialisation (its marks
-        need the launch's bound: the caller takes the bound path), before anything happened."""
-        held = [tensors[name] for name, _ in self.writes]
-        for t in held:
-            if t._state.init_mask is not None:
-                return None
-        return self._start(held, [objs[name] for name, _ in self.writes], None)
+        tensor, none of whose memory tracks initialisation; `objs`: parameter -> what was
+        passed; `ptrs`: parameter -> the address of its first element), checked by the caller
+        as for `__call__` (launch_cache.LayoutPlan.direct). `_start` in one pass: each byte set
+        is the slot's last one unless the memory moved (`ByteSetSlots.placed`, inline)."""
+        sets, layouts = self._sets.sets, self._sets.layouts
+        views, states = {}, []
+        k = 0
+        for name, _ in self.writes:
+            t = tensors[name]
+            v = views[name] = t._t
+            states.append(t._state)
+            s = v.untyped_storage()
+            sptr, nbytes = s.data_ptr(), s.nbytes()
+            # data_ptr() is 0 for an empty view: its offset comes from storage_offset()
+            offset = ptrs[name] - sptr if self.nonempty[k] else v.storage_offset() * v.element_size()
+            byteset = sets[k]
+            if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
+                shape, strides, item = layouts[k]
+                dev = _DEVICE_NAMES.get(v.device)
+                if dev is None:
+                    dev = _DEVICE_NAMES[v.device] = str(v.device)
+                sets[k] = _new_set(ByteSet, (dev, sptr, nbytes, offset, shape, strides, item))
+            k += 1
+        args = self.values(None, views)
+        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+        for state, byteset, write in zip(states, sets, self.write_flags):
+            if state._pending and state.pending_stream != stream:   # S10: other streams' work
+                state.order_device(byteset, write, stream)
+        self.start(stream, args)
+        stream_obj = self._streams.get(stream)
+        if stream_obj is None:    # the current stream's torch object, looked up once per stream
+            stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
+        done = Completion(None, stream, tuple(views.values()), stream_obj)   # event made lazily
+        record_launch(states, sets, self.write_flags, done, stream)
+        return Future(tuple([objs[n] for n in self.output_names]), done)
 
     def _start(self, held: list, objs: list, bound) -> Future:
-        import torch
         views = {name: t._t for (name, _), t in zip(self.writes, held)}
         args = self.values(bound, views)
         places = [(v, None, None, (s := v.untyped_storage()).data_ptr(), s.nbytes()) for v in views.values()]
