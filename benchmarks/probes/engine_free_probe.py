@@ -1,7 +1,11 @@
 """Probe: is an `LLM`'s GPU memory given back once the LLM is dropped?
 
 Round 0 (32B, `benchmarks/engine.py --long`) built its long engine with 68.2 GB still
-allocated: the short engine's weights and cache (68.07 GB) outlived it. Each scenario builds
+allocated: the short engine's weights and cache (68.07 GB) outlived it. The suspect: the
+runtime's HOLDING keeps the last launches' completions, and a graph replay's completion
+holds every tensor of the graph, until ~32 later launches sweep them; an LLM on a GPU now
+releases them when dropped (llm._release_when_dropped), which `_nofix` scenarios detach.
+Each scenario builds
 a random-weight model, does something with it, drops every name of it, collects, and prints
 whether the LLM and its embedding tensor are still alive and the bytes still allocated; where
 something survives, the chains of objects holding it (gc referrers, up to a module, a frame
@@ -91,6 +95,8 @@ def scenario(name: str, size: str, use: str, device: str) -> dict:
         kw = {"use_graph": False, "prefill_graphs": False} if use == "eager" else {}
         llm = LLM.from_random(size, device=device, max_model_len=128, max_num_seqs=2, progress=False, **kw)
         out["built_bytes"] = allocated() - before
+        if name.endswith("_nofix") and getattr(llm, "_release", None):   # as before the engine released it
+            llm._release.detach()
         if use in ("generate", "eager", "bench"):
             prompt = {"prompt_token_ids": list(range(100, 120))}
             llm.generate(prompt, GREEDY)
@@ -116,21 +122,30 @@ def scenario(name: str, size: str, use: str, device: str) -> dict:
     target = llm_ref() or embed_ref()
     if target is not None:
         out["holders"] = holders(target)
+    del target
+    if name.endswith("_nofix") and torch.cuda.is_available():    # what the LLM's release does
+        from tilesafe.runtime.future import synchronize_and_release
+        synchronize_and_release(torch.cuda.current_device())
+        gc.collect()
+        out["after_release_bytes"] = allocated() - before
+        out["embed_alive_after_release"] = embed_ref() is not None
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="tiny")
-    ap.add_argument("--scenarios", default="build,generate,eager,bench")
+    ap.add_argument("--scenarios", default="build,generate_nofix,generate,eager,bench",
+                    help="build, generate, eager, bench; _nofix: without the LLM's release when dropped")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     rows = []
-    for use in args.scenarios.split(","):
-        r = scenario(use, args.size, use, args.device)
+    for name in args.scenarios.split(","):
+        use = name.removesuffix("_nofix")
+        r = scenario(name, args.size, use, args.device)
         rows.append(r)
         for line in r.pop("holders", []):
-            print(f"  [{use}] {line}")
+            print(f"  [{name}] {line}")
         print(r, flush=True)
     print(f"{'scenario':10} {'built MB':>9} {'left MB':>8} llm_alive embed_alive")
     for r in rows:

@@ -96,3 +96,24 @@ def test_nothing_is_held_without_memory_and_nothing_polls_below_the_limit(holdin
     c = _launch(3, Buffer())
     _launch(3, Buffer())
     assert len(holding) == 2 and c.event.queries == 0   # below the limit: no CUDA call at all
+
+
+def test_release_synchronized_lets_go_of_launches_a_device_sync_finished(holding, monkeypatch):
+    """After a full device synchronisation (`device_synchronized`), what was issued before is
+    released at once, without polling (an engine dropped after its last replays); a launch
+    issued after the synchronisation keeps its memory."""
+    monkeypatch.setattr(future, "_synced", {})
+
+    class DeviceStream(Stream):
+        device_index = 0
+    stream = DeviceStream()
+    bufs = [Buffer() for _ in range(3)]
+    refs = [weakref.ref(b) for b in bufs]
+    before = [Completion(None, 7, (b,), stream) for b in bufs[:2]]     # no event: never polled
+    future.device_synchronized(0)
+    after = Completion(None, 7, (bufs[2],), stream)
+    del bufs
+    holding.release_synchronized()
+    gc.collect()
+    assert [r() is None for r in refs] == [True, True, False]
+    assert all(c._done for c in before) and not after._done and len(holding) == 1

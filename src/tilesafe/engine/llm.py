@@ -147,6 +147,8 @@ class LLM:
                 self._tp.exchange(f"{type(e).__name__}: {e}")
                 self._tp.close(kill=True)
             raise
+        if self.device.startswith("cuda"):
+            _release_when_dropped(self)
         tp = None if shards is None else TensorParallel(shards)
         self.model = Qwen3Model(local, w, cache, self.sampler, tp)
         self.decode_steps = DecodeSteps(self.model, self.dtype, self.device, graph if use_graph is None else use_graph)
@@ -409,6 +411,26 @@ class _Delta:
 
 def _is_ids(x) -> bool:
     return bool(x) and all(isinstance(i, int) for i in x)
+
+
+def _release_when_dropped(llm: LLM) -> None:
+    """When `llm` (on a GPU) is dropped, wait for the device and let go of the memory its last
+    launches and replays still hold (`runtime.future.synchronize_and_release`): without it the
+    weights and cache stayed allocated until some 32 later launches (round 0's 32B benchmark
+    built its second engine beside the first one's 68 GB). Not inside another graph's capture,
+    where nothing may wait: the runtime's own sweeps release it later."""
+    import weakref
+    index = torch.device(llm.device).index
+    index = torch.cuda.current_device() if index is None else index
+    llm._release = weakref.finalize(llm, _release_device, index)
+    llm._release.atexit = False
+
+
+def _release_device(index: int) -> None:
+    from ..runtime.future import synchronize_and_release
+    from ..settings import graph_var
+    if graph_var.get() is None:
+        synchronize_and_release(index)
 
 
 def _dtype(dtype, cfg: Qwen3Config, device: str) -> torch.dtype:

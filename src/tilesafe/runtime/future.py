@@ -144,8 +144,39 @@ class Holding:
         self._next = max(self.limit, len(kept) * 3 // 2)
 
 
+    def release_synchronized(self) -> None:
+        """Release, without polling, every completion issued before its device's last full
+        synchronisation (`device_synchronized`): the GPU has finished it."""
+        kept = collections.deque()
+        for c in self._held:
+            device = getattr(c.stream_obj, "device_index", None)
+            if c._done or (device is not None and c._epoch < _synced.get(device, 0)):
+                c._done, c._keep = True, ()
+            else:
+                kept.append(c)
+        self._held = kept
+        self._next = max(self.limit, len(kept) * 3 // 2)
+
+
 HOLDING = Holding()
 DONE = Completion()
+
+
+def synchronize_and_release(device_index: int) -> None:
+    """Wait for all work on CUDA device `device_index`, then let go at once of the memory held
+    by every launch and replay issued on it before. HOLDING otherwise sweeps only as later
+    launches register, so the memory of an object's last launches (an engine's weights,
+    through its last graph replays) stayed allocated after the object was dropped, until some
+    32 more launches. Under the runtime lock, so no launch slips in between the wait and the
+    release; not inside a capture (it waits for the GPU: S12)."""
+    import torch
+
+    from .host_lock import LOCK
+    refuse_poll_in_capture("releasing finished launches' memory")
+    with LOCK:
+        torch.cuda.synchronize(device_index)
+        device_synchronized(device_index)
+        HOLDING.release_synchronized()
 
 
 def refuse_poll_in_capture(what: str) -> None:
