@@ -102,7 +102,21 @@ def current_backend() -> str:
     chosen = backend_var.get()
     if chosen is not None:
         return chosen
-    return _environment_backend(SETTINGS)
+    settings, chosen = _from_environment
+    if settings is SETTINGS:      # every launch and library call asks: no hash of the settings
+        return chosen
+    return _remember_environment_backend()
+
+
+_from_environment: tuple = (None, None)    # (the settings, the backend they choose): one tuple, swapped whole
+
+
+def _remember_environment_backend() -> str:
+    global _from_environment
+    settings = SETTINGS
+    chosen = _environment_backend(settings)
+    _from_environment = (settings, chosen)
+    return chosen
 
 
 @functools.lru_cache(maxsize=8)
