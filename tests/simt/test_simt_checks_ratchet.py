@@ -11,7 +11,7 @@ RATCHET = {
     histogram.histogram256: (1, ["x"]),
     block_sum.block_sum: (0, []),
     softmax_rows.softmax_rows: (1, []),
-    softmax_rows.softmax_rows_staged: (1, ["row", "row"]),    # row[j, t] for j in range(K): K is symbolic
+    softmax_rows.softmax_rows_staged: (3, []),      # row[j, t], j in range(K): the axis K sizes
     transpose_half.transpose_pairs: (2, []),
     transpose_half.transpose_halves: (1, []),
     transpose.transpose: (1, []),

@@ -112,3 +112,39 @@ def test_an_axis_a_parameter_hides_is_not_a_compile_time_int():
             for p in out.permits(simt.per_thread()):
                 out[p] = simt.thread_id(A) * 1.0  # E:hidden-axis
     assert_diagnostic(ei.value, HERE, "E:hidden-axis", "an axis must be a compile-time int")
+
+
+
+B32 = simt.Contract(block=(32, 1))
+
+
+@simt.kernel(contract=B32)
+def rows_of_const(out: simt.Disjoint[ts.f32, ("N",)], N: int, F: int, R: simt.Const[int], S: simt.Const[int]):
+    s = simt.shared((R, 32), ts.f32)
+    for p in s.permits(simt.chunk(R)):       # column tx, rows 0..R-1: every element
+        s[p] = p[0] * 32.0 + p[1]
+    simt.barrier()
+    t = simt.thread_id()
+    acc = 0.0
+    for j in range(R):                        # the axis's own Const: proven
+        acc += s[j, t]
+    for j in range(R):                        # the same loop again (two bindings of j, one range): proven
+        acc += s[j, t] * 2.0
+    for i in range(1, R):                     # a start >= 0: proven
+        acc += s[i, t]
+    for k in range(R + F):
+        acc += s[k, t]  # E:past-the-end
+    for m in range(S):
+        acc += s[m, t]  # E:other-const
+    for p in out.permits(simt.per_block(1)):
+        out[p] = acc
+
+
+def test_a_range_over_the_const_an_axis_is_sized_by_proves_the_reads():
+    assert rows_of_const.checks()["checked_reads"] == [("s", marker_line(HERE, "E:past-the-end")),
+                                                       ("s", marker_line(HERE, "E:other-const"))]
+    out = torch.full((1,), float("nan"))
+    rows_of_const(out, F=0, R=3, S=2).sync()             # thread 0 holds out[0]: column 0, rows 0..2
+    assert out.item() == 96 + 2 * 96 + 96 + 96 + 32
+    with pytest.raises(ts.SanitizerError, match="out-of-bounds read of `s`"):
+        rows_of_const(out, F=1, R=3, S=2).sync()         # k = R: the checked read fails

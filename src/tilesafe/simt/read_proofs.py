@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 
+from .static_bounds import _Span
+
 
 def proven(ck, name, index, rank) -> bool:
     """In bounds by construction: a permit's coordinates on axes whose extents match by name,
@@ -35,8 +37,19 @@ def _fits_static(ck, name, axis, item) -> bool:
     if isinstance(item, ast.Subscript) and isinstance(item.value, ast.Name) and item.value.id in ck.live:
         walk = ck.live[item.value.id]
         return walk.target == name and isinstance(item.slice, ast.Constant) and item.slice.value == axis
+    if isinstance(extent, str):        # sized by a simt.Const[int] (or a dynamic array's int) parameter
+        return _counts_below(ck, item, extent)
     span = ck.bounds.range_of(item)
     return isinstance(extent, int) and span is not None and span[0] >= 0 and span[1] < extent
+
+def _counts_below(ck, item, extent: str) -> bool:
+    """`j` of `for j in range(n)` (or `range(a, n)`, a >= 0), bound by that loop alone, where the axis
+    has n elements: a parameter is never assigned in a kernel, so n is the extent the launch binds."""
+    span = ck.bounds.sources.get(item.id) if isinstance(item, ast.Name) else None
+    if not isinstance(span, _Span) or not (isinstance(span.stop, ast.Name) and span.stop.id == extent):
+        return False
+    start = ck.bounds.range_of(span.start)
+    return start is not None and start[0] >= 0
 
 def _same_extent(ck, name, axis, walk, walk_axis) -> bool:
     mine = _extent_entry(ck, name, axis)

@@ -32,11 +32,16 @@ class StaticBounds:
                 stores[node.id] = stores.get(node.id, 0) + 1
         # the kernel's own names hide module-level ints (the lowering makes literals of the others only)
         self.own = set(stores) | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
-        self.sources: dict = {}
+        # a name bound once, or only by loops over the same range (`for j in range(K)` in two passes)
+        bound: dict = {}
         for node in ast.walk(tree):
             for name, value in _bindings(node):
-                if stores.get(name) == 1:
-                    self.sources[name] = value
+                bound.setdefault(name, []).append(value)
+        self.sources: dict = {}
+        for name, values in bound.items():
+            if stores.get(name) == 1 or stores.get(name) == len(values) and all(isinstance(v, _Span) for v in values) \
+                    and len({ast.dump(ast.Tuple([v.start, v.stop], ast.Load())) for v in values}) == 1:
+                self.sources[name] = values[0]
 
     def range_of(self, e, depth=0):
         """(lo, hi) inclusive, or None when unknown or not within int32."""
