@@ -60,7 +60,19 @@ def engine_rows(doc: dict) -> str:
                     f"| {_f(torch_s and torch_s * 1e3, '.2f', ' ms')}{speed} "
                     f"| {_f(_num(r, 'transformers', 'decode_tokens_per_s'), '.0f')} | {batches} | {pre} "
                     f"| {_f(peak and peak / 2**30, '.1f', ' GiB')} |")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows) + "\n" + load_line(doc)
+
+
+def load_line(doc: dict) -> str:
+    """`LLM(path)`'s load time per size (engine_load.py), a sentence below the rows; '' without."""
+    parts = []
+    for size, r in doc.get("load", {}).items():
+        if isinstance(r, dict) and "first" in r and "second" in r:
+            gb = r["safetensors_bytes"] / 1e9
+            parts.append(f"{size.upper()}: {gb:.1f} GB of safetensors in {r['first']['seconds']:.1f} s from disk "
+                         f"({r['first']['safetensors_bytes_per_s'] / 1e9:.1f} GB/s), {r['second']['seconds']:.1f} s "
+                         "from the page cache")
+    return f"\nLoad time, `LLM(path)` on a random checkpoint written to disk: {'; '.join(parts)}.\n" if parts else ""
 
 
 def replace_between(text: str, start_marker: str, end_marker: str, body: str) -> str:

@@ -32,3 +32,15 @@ def test_load_sizes_default_to_4b_on_a_full_gpu_run_only():
     assert bench.parse_args(["--quick"]).load_sizes == []
     assert bench.parse_args(["--device", "cpu", "--sizes", "tiny"]).load_sizes == []
     assert bench.parse_args(["--sizes", "", "--load-sizes", "4b,0.6b"]).load_sizes == ["4b", "0.6b"]
+
+
+def test_readme_rows_end_with_the_load_time():
+    import readme_table
+    load = {"4b": {"safetensors_bytes": 8.05e9, "first": {"seconds": 4.0, "safetensors_bytes_per_s": 2.0125e9},
+                   "second": {"seconds": 2.5, "safetensors_bytes_per_s": 3.22e9}},
+            "8b": {"skipped": "estimated 80 s"}}
+    assert readme_table.load_line({"runs": [], "load": load}) == (
+        "\nLoad time, `LLM(path)` on a random checkpoint written to disk: 4B: 8.1 GB of safetensors in 4.0 s "
+        "from disk (2.0 GB/s), 2.5 s from the page cache.\n")
+    assert readme_table.load_line({"runs": []}) == ""
+    assert readme_table.engine_rows({"runs": [], "load": load}).endswith("from the page cache.\n")
