@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python benchmarks/engine.py --out benchmarks/results/h200/engine.json        # ~200 s
     PYTHONPATH=src python benchmarks/engine.py --quick --out ...      # ~90 s: 0.6B and 4B, fewer tokens
-    PYTHONPATH=src python benchmarks/engine.py --sizes 4b,32b --long  # any sizes; a 4096-token prompt too
+    PYTHONPATH=src python benchmarks/engine.py --sizes 4b,32b --no-long  # any sizes; no 4096-token prompt
     PYTHONPATH=src python benchmarks/engine.py --sizes '' --load-sizes 4b   # only LLM(path)'s load time
 
 Per size (default 4B, 32B, 0.6B, 8B, in that order: the first two carry the issue's targets),
@@ -33,7 +33,8 @@ Short engine:
   same tensors: `hf_qwen3.py`) at the --hf-sizes;
 - summed decode tokens/s at batch 8 and 32.
 Long engine: prefill tokens/s at 512, 2048 and 8192 prompt tokens through `generate` (one
-token) beside the PyTorch prefill (`TorchQwen3Prefill`); with --long, decode after 4096.
+token) beside the PyTorch prefill (`TorchQwen3Prefill`); decode after a 4096-token prompt (--long:
+the default of a full run, off with --quick or --no-long).
 Each engine's peak GPU memory against its weights + cache.
 Load time (--load-sizes, default 4b; `engine_load.py`): `LLM(path)` on a random checkpoint of
 that size written to disk (the Hub's safetensors layout), first out of the page cache, then warm.
@@ -491,7 +492,8 @@ def parse_args(argv=None):
     ap.add_argument("--hf-sizes", default="0.6b,4b,8b",
                     help="sizes where transformers' generate runs too (it fits up to 8B; '' none)")
     ap.add_argument("--hf-tokens", type=int, default=64)
-    ap.add_argument("--long", action="store_true", help="also decode after a 4096-token prompt")
+    ap.add_argument("--long", action=argparse.BooleanOptionalAction, default=None,
+                    help="also decode after a 4096-token prompt (default: on, off with --quick)")
     ap.add_argument("--budget-s", type=float, default=200.0, help="skip parts that would run past this")
     ap.add_argument("--ignore-check", action="store_true", help="report speeds even where the gate failed (marked)")
     ap.add_argument("--quick", action="store_true", help="~90 s: 0.6B and 4B, 64 tokens, batches 1 and 8, "
@@ -509,6 +511,8 @@ def parse_args(argv=None):
             args.sizes = "0.6b,4b"
         if args.budget_s == 200.0:
             args.budget_s = 90.0
+    if args.long is None:                          # the issue's second prompt length: a full run measures it
+        args.long = not args.quick
     if args.load_sizes is None:                    # a quick or CPU run writes no checkpoint unless asked
         args.load_sizes = "" if args.quick or args.device == "cpu" else "4b"
     args.load_sizes = [s for s in args.load_sizes.split(",") if s]

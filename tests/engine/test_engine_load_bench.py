@@ -44,3 +44,10 @@ def test_readme_rows_end_with_the_load_time():
         "from disk (2.0 GB/s), 2.5 s from the page cache.\n")
     assert readme_table.load_line({"runs": []}) == ""
     assert readme_table.engine_rows({"runs": [], "load": load}).endswith("from the page cache.\n")
+
+
+def test_a_full_run_decodes_after_4096_tokens_too():
+    assert bench.parse_args([]).long is True
+    assert bench.parse_args(["--quick"]).long is False
+    assert bench.parse_args(["--quick", "--long"]).long is True
+    assert bench.parse_args(["--no-long"]).long is False
