@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import dtypes
-from ..dtypes import DType, f32, i32
+from ..dtypes import _BY_TORCH, DType, f32, i32
 from ..errors import LaunchError, caller_loc
 from . import numpy_bridge, ordering
 from .host_lock import LOCK
@@ -119,10 +119,12 @@ def from_torch(t) -> Tensor:
         if t.layout is not torch.strided or not (t.is_cuda or t.is_cpu):
             raise LaunchError(f"ts.from_torch takes a dense CPU or CUDA tensor, got layout {t.layout} on {t.device}",
                               loc=caller_loc(), help="convert it with .to_dense() / .to('cuda') first")
-        try:
-            dt = dtypes.from_torch(t.dtype)         # one dict lookup (resolve_dtype words the refusal)
-        except ValueError:
-            dt = resolve_dtype(t.dtype)
+        dt = _BY_TORCH.get(t.dtype)                 # dtypes.from_torch's lookup, inline: a dtype seen before
+        if dt is None:
+            try:
+                dt = dtypes.from_torch(t.dtype)
+            except ValueError:
+                dt = resolve_dtype(t.dtype)         # words the refusal
         t = t.detach()                              # same storage, no autograd history
         storage = t.untyped_storage()               # asked once: the extent check and the state use it
         item = t.element_size()                     # dt's itemsize: dt is t's dtype

@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 import sys
 import warnings
+import weakref
 from typing import TYPE_CHECKING
 
 from ..errors import LaunchError, Loc, OwnershipError, caller_loc
@@ -75,9 +76,12 @@ class Partition:
         self._lent_at = lent_at
         self._live = True
         self._version = version_of(tensor._t)   # torch's version counter when lent (S13)
-        tensor._state.lend(None, self)      # its byte set is made when someone asks (lender_of)
         self._ended_at: Loc | None = None
-        tensor._lend(self)
+        # StorageState.lend(None, self) and Tensor._lend(self), inline (a partition is made per
+        # launch): its byte set is made when someone asks (lender_of).
+        ref = weakref.ref(self)
+        tensor._state._lent.append((None, ref))
+        tensor._lender = ref
 
     @classmethod
     def _within_step(cls, tensor: "Tensor", tile) -> "Partition":
@@ -127,11 +131,17 @@ class Partition:
         with LOCK:   # ends lending that other threads check (host_lock; serialized, without a wrapper call)
             if not self._live:
                 self._check_live()
-            self._check_torch_untouched(giving_back=True)
+            tensor = self._tensor
+            now = version_of(tensor._t)                # torch_touched, inline: warns when it moved
+            if now != self._version and now != tensor._state.own_write_version:
+                self._check_torch_untouched(giving_back=True)
             self._live = False
             self._ended_at = place()
-            tensor = self._tensor
-            tensor._state.unlend(self)
+            lent = tensor._state._lent
+            if lent and lent[-1][1]() is self:         # StorageState.unlend's common case: the latest lending
+                del lent[-1]
+            else:
+                tensor._state.unlend(self)
             lender = tensor._lender                    # Tensor._give_back, inline
             if lender is not None and lender() is self:
                 tensor._lender = None
