@@ -183,7 +183,7 @@ def call_key(name: str, args: tuple, kwargs: dict):
     parts.append(tuple(shared))
     # The decisions also depend on the backend and target (configs, workers), on autograd
     # (refusals) and on torch's fp32 matmul precision (tf32 by default or not).
-    parts += (configs.current_backend(), targets.compile_target(), torch.is_grad_enabled(),
+    parts += (configs.current_backend(), targets.compile_target_var.get(), torch.is_grad_enabled(),
               _matmul_precision())
     return tuple(parts), tensors, places
 

@@ -115,10 +115,8 @@ class PlannedLaunch:
         stream_obj = self.streams.get(stream)
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
-        keep = []                 # the launch's memory, held until it is done (S9)
-        for a in args:
-            keep.append(a[0])
-        record_launch(states, sets, writes, Completion(None, stream, tuple(keep), stream_obj), stream)
+        done = Completion(None, stream, tuple([a[0] for a in args]), stream_obj)   # holds the memory (S9)
+        record_launch(states, sets, writes, done, stream)
         self.kernel.last_launch = self.launched
         return True
 

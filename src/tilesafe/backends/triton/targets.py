@@ -122,6 +122,7 @@ def triton_options(target: Target, schedule) -> dict:
 # such a compile, the target is the current GPU's (`device_target`).
 _compiling_for: contextvars.ContextVar[Target | None] = contextvars.ContextVar("tilesafe_compile_target",
                                                                                 default=None)
+compile_target_var = _compiling_for     # read directly where every library call asks (call_plans.call_key)
 
 
 @contextlib.contextmanager
