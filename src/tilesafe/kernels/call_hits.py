@@ -57,6 +57,8 @@ class CallHit:
     def of(plan, tensors: list, places: list) -> "CallHit | None":
         """The fast form of `plan`, made after a call of it with `tensors` (its steps then
         hold the launch cache's entries); None when no launch of it can start fast."""
+        if any(type(t) is not Tensor and t.requires_grad for t in tensors):
+            return None        # the key fixes it for every call: each borrow is from_torch's (S13)
         launches = [_planned(step) if type(step) is not tuple else None for step in plan.steps]
         if not any(launches):
             return None
@@ -80,8 +82,7 @@ class CallHit:
                 else:
                     state = getattr(storage, _ATTR, None)
                     nbytes = storage.nbytes()
-                    if state is None or state.init_mask is not None or ptr - sptr + extent > nbytes \
-                            or t.requires_grad:
+                    if state is None or state.init_mask is not None or ptr - sptr + extent > nbytes:
                         m = made[i] = from_torch(t)   # S13 as a fresh call borrows it (and refuses what it refuses)
                         roots.append((m._t, m._state, ptr, sptr, nbytes))
                     else:

@@ -133,43 +133,54 @@ def call_key(name: str, args: tuple, kwargs: dict):
     (call_hits)."""
     tensors: list = []
     parts = [name, len(args), tuple(kwargs)]
+    # Per tensor, its place, and which tensors share a storage with an earlier one, at what
+    # distance: the views a call makes of one are then views of the other too (call_recording).
+    # Read in the same pass as the key: both are read on every call.
+    places: list = []
+    shared: list = []
     for v in (*args, *kwargs.values()):
         if type(v) is torch.Tensor:        # the common case: layout_of's, inline
             if v.layout is not _STRIDED:
                 return None, None, None
             parts.append((torch.Tensor, v.dtype, v.shape, v.stride(), v.get_device(), v.requires_grad))
             tensors.append(v)
+            tv = v
         elif v is None:
             parts.append(_NONE)
+            continue
+        elif type(v) is float and v:       # value_key's, inline: a nonzero float (a zero keeps its sign)
+            parts.append((float, v))
+            continue
         elif type(v) in _VALUES:
             parts.append(value_key(v))     # -0.0 apart from 0.0: the plan replays the recorded value
+            continue
         elif type(v) is DType:             # a dtype argument, by name (a DType's hash is a Python call)
             parts.append((DType, v.name))
+            continue
         elif type(v) is Tensor or isinstance(v, torch.Tensor):
             lay = layout_of(v)
             if lay is None:
                 return None, None, None
             parts.append(lay)
             tensors.append(v)
+            tv = v._t if type(v) is Tensor else v
         elif (fields := _workspace(v)) is not None:                       # a workspace of tensors
             lays = tuple(map(layout_of, fields))
             if None in lays:
                 return None, None, None
             parts.append((type(v), lays))
             tensors.extend(fields)
+            for f in fields:
+                _place(f._t, places, shared)
+            continue
         else:
             try:
                 hash(v)
             except TypeError:
                 return None, None, None    # a config dict: its call takes the full path
             parts.append((type(v), v))     # an activation name, a torch dtype
-    # Per tensor, its place, and which tensors share a storage with an earlier
-    # one, at what distance: the views a call makes of one are then views of the other too
-    # (call_recording). In the same pass: both are read on every call.
-    places, shared = [], []
-    for t in tensors:
-        tv = t._t if type(t) is Tensor else t
-        storage = tv.untyped_storage()
+            continue
+        storage = tv.untyped_storage()     # _place, inline
         sptr, ptr = storage.data_ptr(), tv.data_ptr()
         j = 0
         for place in places:
@@ -189,6 +200,20 @@ def call_key(name: str, args: tuple, kwargs: dict):
 
 
 _STRIDED = torch.strided
+
+
+def _place(tv: torch.Tensor, places: list, shared: list) -> None:
+    """Add a tensor's place (its torch view, storage, storage's and first element's addresses)
+    and which earlier tensor's storage it shares, at what distance (-1: none)."""
+    storage = tv.untyped_storage()
+    sptr, ptr = storage.data_ptr(), tv.data_ptr()
+    for j, place in enumerate(places):
+        if place[2] == sptr:
+            shared.append((j, ptr - place[3]))
+            break
+    else:
+        shared.append(-1)
+    places.append((tv, storage, sptr, ptr))
 # torch.get_float32_matmul_precision without its Python wrapper (one call fewer per library call).
 _matmul_precision = getattr(torch._C, "_get_float32_matmul_precision", torch.get_float32_matmul_precision)
 

@@ -26,6 +26,7 @@ import weakref
 import torch
 
 from ..backends.triton.tma import Address, LayoutDescriptor, layout_descriptor
+from .aliasing import ByteSet
 from .binding import ArgFacts, Bound
 from .byte_set_slots import ByteSetSlots
 from .execute import execute
@@ -45,7 +46,7 @@ class PlannedLaunch:
     for the root itself)."""
     __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values",
                  "pointers", "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
-                 "items", "byte_strides", "writes", "offsets", "shapes", "launched")
+                 "items", "byte_strides", "writes", "offsets", "shapes", "launched", "device_names")
 
     def __init__(self, kernel, entry, access, scalars: dict):
         plan = entry.plan
@@ -78,8 +79,11 @@ class PlannedLaunch:
             return self._run_here(roots)
         # The GPU form: one pass over the arguments for the checks (S8, alignment), then S14's
         # reads of masked states, and only then anything that acts.
+        # Each argument's byte set is made again only when its memory moved (ByteSetSlots'
+        # cache, read inline); the plan key fixes each argument's device, so its name too.
         args, ptrs, states = [], [], []
         offsets, aligns = self.offsets, self.aligns
+        sets, layouts, devices = self.sets.sets, self.sets.layouts, self.device_names
         k = 0
         for r in self.slots:
             a = roots[r]
@@ -87,6 +91,11 @@ class PlannedLaunch:
             state = a[1]
             if ptr & 15 != aligns[k] or state._lent and _lent(state):
                 return False
+            sptr = a[3]
+            byteset = sets[k]
+            if byteset is None or byteset[1] != sptr or byteset[3] != ptr - sptr or byteset[2] != a[4]:
+                shape, strides, item = layouts[k]
+                sets[k] = _new_tuple(ByteSet, (devices[k], sptr, a[4], ptr - sptr, shape, strides, item))
             args.append(a)
             ptrs.append(ptr)
             states.append(state)
@@ -101,7 +110,6 @@ class PlannedLaunch:
         for i, k, shape, strides, box in self.descriptors:   # the layout's descriptor at this address
             values[i] = _new_tuple(LayoutDescriptor, (Address(ptrs[k]), shape, strides, box, "zero"))
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        sets = self.sets.placed(args, ptrs)
         writes = self.writes
         k = 0
         for state in states:
@@ -151,6 +159,7 @@ class PlannedLaunch:
                 launched = self.launched = Launched.__new__(Launched)
                 launched.consts, launched.scalars, launched.grid, launched.compiled = \
                     self.plan.consts, self.scalars, self.plan.grid, self.compiled
+                self.device_names = tuple(str(a[0].device) for a in args)   # ByteSet's names
                 return self.run(roots)
         execute(self.compiled, bound)
         self.kernel.last_launch = Launched(bound, self.compiled)
