@@ -148,11 +148,18 @@ def call_key(name: str, args: tuple, kwargs: dict):
         elif v is None:
             parts.append(_NONE)
             continue
-        elif type(v) is float and v:       # value_key's, inline: a nonzero float (a zero keeps its sign)
-            parts.append((float, v))
+        elif (kind := type(v)) is int or kind is str or kind is bool or kind is float and v:
+            parts.append((kind, v))        # value_key's, inline (a float zero keeps its sign below)
             continue
-        elif type(v) in _VALUES:
+        elif kind in _VALUES:
             parts.append(value_key(v))     # -0.0 apart from 0.0: the plan replays the recorded value
+            continue
+        elif kind is tuple:                # names, shapes: hashable or a call for the full path
+            try:
+                hash(v)
+            except TypeError:
+                return None, None, None
+            parts.append((tuple, v))
             continue
         elif type(v) is DType:             # a dtype argument, by name (a DType's hash is a Python call)
             parts.append((DType, v.name))
