@@ -93,6 +93,9 @@ def _interpreting():
     3. Ints in [2**31, 2**32): the interpreter types such an argument i64 (as compiled Triton
        does, and tilesafe) but stores it as a NumPy uint32, so arithmetic on it wraps 32 bits
        (`s + s` of 2**31 is 0). They are passed as int64 data instead.
+    4. Floats: the interpreter keeps a float argument a Python number, which becomes a constant
+       inside (`semantic.scalar_constant`: -0.0 == 0, so +0.0); compiled Triton passes an fp32
+       value. They are passed as fp32 data, sign of zero and all.
     """
     import numpy as np
     import triton.language as tl
@@ -119,6 +122,8 @@ def _interpreting():
     def implicit_cvt(arg):
         if isinstance(arg, int) and not isinstance(arg, bool) and 2**31 <= arg < 2**32:
             return tl.tensor(interpreter.TensorHandle(np.array([arg], np.int64), tl.int64), tl.int64)
+        if isinstance(arg, float):
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], np.float32), tl.float32), tl.float32)
         return originals[2](arg)
 
     if library_compiled:

@@ -15,7 +15,7 @@ import numpy as np
 from ... import dtypes as dt
 from ...dtypes import DType
 from ...lang.ir import Op, Value
-from .emitter import Emitter, fold_value, literal, ttype
+from .emitter import Emitter, fold_value, is_negative_zero, literal, ttype
 
 NARROW = ("f16", "bf16", "f8e4m3fn", "f8e5m2")
 
@@ -26,7 +26,8 @@ def _all_weak(em: Emitter, op: Op) -> bool:
 
 # --- constants and geometry -------------------------------------------------------------------
 def emit_const(em: Emitter, op: Op) -> None:
-    em.alias(op.result, literal(fold_value(op.attrs["value"], op.result.dtype), op.result.dtype), weak=True)
+    v = fold_value(op.attrs["value"], op.result.dtype)
+    em.alias(op.result, literal(v, op.result.dtype), weak=not is_negative_zero(v))
 
 
 def emit_block_id(em: Emitter, op: Op) -> None:
@@ -49,9 +50,10 @@ def emit_num_tiles(em: Emitter, op: Op) -> None:
 
 def emit_full(em: Emitter, op: Op) -> None:
     d, shape = op.attrs["dtype"], tuple(op.attrs["shape"])
-    value = literal(fold_value(op.attrs["value"], d), d)
+    v = fold_value(op.attrs["value"], d)
+    value = literal(v, d)
     if shape == ():
-        em.alias(op.result, value, weak=True)
+        em.alias(op.result, value, weak=not is_negative_zero(v))
     elif value in ("0", "0.0", "False"):
         em.bind(op.result, f"tl.zeros({shape}, {ttype(d)})", "zeros")
     else:
@@ -138,7 +140,9 @@ _MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
 
 def emit_unary(em: Emitter, op: Op) -> None:
     kind, d, a = op.attrs["op"], op.result.dtype, op.args[0]
-    if kind == "neg":
+    if kind == "neg" and d.is_float and not em.is_weak(a):
+        em.bind(op.result, f"{em.ref(a)} * -1.0")     # Triton's -x is 0 - x: +0.0 for x = +0.0
+    elif kind == "neg":
         em.bind(op.result, f"-{em.ref(a)}", weak=_all_weak(em, op))
     elif kind == "not":
         em.bind(op.result, f"{em.ref(a)} == 0", "cond", weak=_all_weak(em, op))

@@ -208,9 +208,24 @@ def literal(value, d: DType) -> str:
             return 'float("nan")'
         if math.isinf(v):
             return 'float("inf")' if v > 0 else '(-float("inf"))'
+        if is_negative_zero(v):
+            return negative_zero(d)
         return repr(v) if v >= 0 else f"({v!r})"
     v = int(value)
     return str(v) if v >= 0 else f"({v})"
+
+
+def is_negative_zero(v) -> bool:
+    """-0.0: `literal` makes it a typed scalar, which is no weak (constexpr) value."""
+    return isinstance(v, float) and v == 0 and math.copysign(1.0, v) < 0
+
+
+def negative_zero(d: DType) -> str:
+    """-0.0 of float type `d` as a 0-d tensor. Triton 3.6 turns a literal -0.0 into +0.0
+    (`semantic.scalar_constant` takes any value == 0 for the type's null value; `-x` is
+    `0 - x`, +0.0 again), so the sign bit alone is bit-cast into `d`."""
+    bits = d.itemsize * 8
+    return f"tl.full((), {-(1 << (bits - 1))}, tl.int{bits}).to({ttype(d)}, bitcast=True)"
 
 
 def fold_value(value, d: DType):
