@@ -28,9 +28,9 @@ def _signs(z: np.ndarray) -> np.ndarray:
     return (z == 0) & np.signbit(z)
 
 
-# Reference only: Triton 3.6's interpreter computes x * -0.0 as +0.0 (a raw Triton kernel too),
-# whether -0.0 is an argument or a literal of the generated source.
-@pytest.mark.reference_only
+# Both backends: Triton 3.6 alone computes x * -0.0 as +0.0, whether -0.0 is an argument (its
+# interpreter) or a literal of the generated source; the Triton backend keeps the sign
+# (tests/lang/test_negative_zero.py).
 @pytest.mark.parametrize("first, then", [(0.0, -0.0), (-0.0, 0.0)])
 def test_the_same_objects_with_a_runtime_scalar_of_the_other_zero_compute_with_it(backend, first, then):
     times._layouts.plans.clear()
@@ -43,7 +43,6 @@ def test_the_same_objects_with_a_runtime_scalar_of_the_other_zero_compute_with_i
     np.testing.assert_array_equal(_signs(z), np.full(32, np.signbit(then)))
 
 
-@pytest.mark.reference_only
 def test_new_objects_with_a_const_of_the_other_zero_compute_with_it(backend):
     for c in (0.0, 0.0, -0.0, -0.0, 0.0):                        # new objects: the layout cache
         p = ts.full(32, np.nan).partition((16,))
