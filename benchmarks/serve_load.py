@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing as mp
 import random
 import statistics
 import sys
@@ -56,6 +57,17 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.plot:
+        return 0 if _plot(json.loads(Path(args.plot).read_text()), args.png or str(Path(args.plot).with_suffix(".png"))) \
+            else 1
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
+    return run(args, p)
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", help="a running server (default: start one in-process, needs --random-weights)")
     p.add_argument("--model", help="model id to send (default: the server's first /v1/models entry)")
@@ -78,13 +90,20 @@ def main(argv=None) -> int:
     p.add_argument("--max-num-batched-tokens", type=int, help="in-process server: tokens per step (chunked prefill)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--offline", action="store_true", help="also run each level's requests through LLM.generate")
+    p.add_argument("--client-procs", type=int, default=0,
+                   help="processes the clients run in (default: one per 32 clients of the largest level, at most 4)")
+    p.add_argument("--in-process-clients", action="store_true",
+                   help="run the clients on this process's event loop instead (sharing the in-process server's "
+                        "GIL, as serve_load did before: measures what the load generator costs the server)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--png", help="plot the levels here (needs matplotlib)")
     p.add_argument("--plot", metavar="JSON", help="only draw the plot of a JSON written before")
-    args = p.parse_args(argv)
-    if args.plot:
-        return 0 if _plot(json.loads(Path(args.plot).read_text()), args.png or str(Path(args.plot).with_suffix(".png"))) \
-            else 1
+    p.add_argument("--switch-interval", type=float, metavar="S",
+                   help="sys.setswitchinterval for this process (the in-process server's threads share its GIL)")
+    return p
+
+
+def run(args, p) -> int:
     prefixes = [int(x) for x in args.shared_prefix.split(",")]
 
     server = llm = None
@@ -94,6 +113,8 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         llm, server, args.url, args.model = _start(args)
         startup = time.perf_counter() - t
+    levels_c = [int(x) for x in args.concurrency.split(",")]
+    clients = Clients(args.client_procs or min(4, -(-max(levels_c) // 32)), args.in_process_clients)
     try:
         httpx = _httpx()
         model = args.model or httpx.get(args.url + "/v1/models").json()["data"][0]["id"]
@@ -101,24 +122,29 @@ def main(argv=None) -> int:
         levels = []
         report = {"url": args.url, "model": model, "random_weights": args.random_weights,
                   "max_num_seqs": args.max_num_seqs, "prompt_len": args.prompt_len, "output_len": args.output_len,
-                  "shared_prefix": prefixes, "max_num_batched_tokens": args.max_num_batched_tokens, "levels": levels}
+                  "shared_prefix": prefixes, "max_num_batched_tokens": args.max_num_batched_tokens,
+                  "client_procs": 0 if clients.in_process else len(clients.conns), "levels": levels}
         if server is not None:         # load + the engine's start-up warm-up
             report["startup_s"] = startup
-        for shared, c in [(n, c) for n in prefixes for c in [int(x) for x in args.concurrency.split(",")]]:
+        warm_rng = random.Random(args.seed + 10 ** 6)     # warm-up prompts of their own: no prefix-cache hits
+        for shared, c in [(n, c) for n in prefixes for c in levels_c]:
             n = args.requests or max(8, args.requests_per_client * c)
             prefix = _ids(random.Random(args.seed + 1 + shared), shared, args.vocab)
             reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
                     for _ in range(n)]
+            warm = [(prefix + _ids(warm_rng, len(ids) - shared, args.vocab), min(out, 16)) for ids, out in reqs[:c]]
             try:
-                level = _measure(args, server, llm, model, reqs, c, shared)
+                level = _measure(args, server, llm, model, reqs, warm, c, shared, clients)
             except Exception as e:     # a failed level is recorded; the others still run
                 level = {"concurrency": c, "shared_prefix": shared, "error": f"{type(e).__name__}: {e}"}
             levels.append(level)
+            _targets(report)
             print(json.dumps(level), flush=True)
             if args.out:               # after every level: a run cut short by a timeout keeps what it measured
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     finally:
+        clients.close()
         if server is not None:
             server.stop()
     if args.out:
@@ -129,40 +155,123 @@ def main(argv=None) -> int:
     return 0
 
 
-def _measure(args, server, llm, model, reqs, c: int, shared: int) -> dict:
-    """One level: a short warm-up round, then the requests through the server (and the
-    offline engine)."""
-    warm = [(ids, min(out, 16)) for ids, out in reqs[:c]]
-    asyncio.run(_level(args.url, model, warm, c))
+def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients: "Clients") -> dict:
+    """One level: a short warm-up round (prompts of its own), then the requests through the
+    server (and the offline engine). The server's side is read around the timed part: its
+    engine's steps by kind, the host gaps between decode steps, the CPU time of the engine and
+    HTTP threads (and of the whole process), and the clients' CPU time."""
+    clients.run(args.url, model, warm, c)
     stats = server.engine.stats() if server is not None else {}
-    t0 = time.perf_counter()
-    results = asyncio.run(_level(args.url, model, reqs, c))
-    level = {**_summary(c, results, time.perf_counter() - t0), "shared_prefix": shared}
+    cpu0 = _server_cpu(server)
+    results, wall, client_cpu = clients.run(args.url, model, reqs, c)
+    level = {**_summary(c, results, wall), "shared_prefix": shared, "client_cpu_s": client_cpu}
     if server is not None:             # prompt blocks whose KV the prefix cache held; engine steps
         after = server.engine.stats()
+        level["server_cpu_s"] = {k: v - cpu0[k] for k, v in _server_cpu(server).items()}
         level["prefix_cache_hit_blocks"] = after["prefix_cache_hits"] - stats["prefix_cache_hits"]
         level["engine_steps"] = after["steps"] - stats["steps"]
+        level["step_timing"] = {k: [a - b for a, b in zip(v, stats["step_timing"].get(k, [0, 0.0, 0]))]
+                                for k, v in after["step_timing"].items()}   # kind: [steps, wall s, rows]
+        gaps = [a - b for a, b in zip(after["decode_gaps"], stats["decode_gaps"])]
+        level["decode_gap_us"] = gaps[1] / gaps[0] * 1e6 if gaps[0] else None
+        level["hbm_roofline"] = _roofline(llm, reqs, c, level)
     if args.offline and server is not None:
-        level["offline_output_tokens_per_s"] = _offline(server, llm, reqs, c)
+        speed, warm_s = _offline(server, llm, reqs, c)
+        level["offline_output_tokens_per_s"], level["offline_warmup_s"] = speed, warm_s
         level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
     return level
 
 
+def _server_cpu(server) -> dict:
+    """CPU seconds so far of the in-process server's engine thread, HTTP thread, whole process."""
+    if server is None:
+        return {}
+
+    def thread(t):
+        return time.clock_gettime(time.pthread_getcpuclockid(t.ident)) if t.is_alive() else 0.0
+    return {"engine": thread(server.engine.thread._thread), "http": thread(server.thread),
+            "process": time.process_time()}
+
+
+HBM_BYTES_PER_S = 4.8e12      # the H200's nominal bandwidth (benchmarks/engine.py counts the same way)
+
+
+def _roofline(llm, reqs, c: int, level: dict) -> dict:
+    """Issue 19's decode target: the bytes a step of c sequences reads (every weight once, plus
+    the batch's KV at the level's mean context: prompt + half the output) over the nominal
+    bandwidth give the fastest step, c tokens each; `fraction`: the level's end-to-end output
+    tokens/s against that. `decode_step_fraction`: the engine's own decode steps (wall time,
+    host included) against the ideal step of their mean batch."""
+    from tilesafe.engine.checkpoint import weight_bytes
+    cfg = llm.config
+    size = torch_itemsize(llm.dtype)
+    weights = weight_bytes(cfg, size)
+    kv_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * size
+    context = statistics.fmean(len(ids) + out / 2 for ids, out in reqs)
+    ideal = (weights + c * context * kv_token) / HBM_BYTES_PER_S
+    out = {"weight_bytes": weights, "kv_bytes": c * context * kv_token, "ideal_step_s": ideal,
+           "roofline_tokens_per_s": c / ideal, "fraction": level["output_tokens_per_s"] * ideal / c}
+    steps, secs, rows = level["step_timing"].get("decode", [0, 0.0, 0])
+    if steps:
+        batch = rows / steps
+        out["decode_steps"], out["decode_mean_batch"], out["decode_step_s"] = steps, batch, secs / steps
+        out["decode_step_fraction"] = (weights + batch * context * kv_token) / HBM_BYTES_PER_S / (secs / steps)
+    return out
+
+
+def torch_itemsize(dtype) -> int:
+    import torch
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _targets(report: dict) -> None:
+    """Issue 19's targets, from the levels: the server within 5% of the offline engine at every
+    level; p99 inter-token latency at 32 clients under 2x the batch-1 step (the 1-client
+    level's mean decode step, host included); decode at >= 70% of the HBM roofline at 32 and
+    128 clients. The p99 is taken over the gaps between chunks (a chunk that joins several
+    steps' tokens counts as one gap: what the user waits), and over tokens."""
+    lv = {x["concurrency"]: x for x in report["levels"] if "error" not in x and x.get("shared_prefix", 0) == 0}
+    t = {"server_vs_offline": {c: x.get("server_vs_offline") for c, x in lv.items()}}
+    one = lv.get(1, {}).get("step_timing", {}).get("decode")
+    if one and one[0] and 32 in lv:
+        step = one[1] / one[0]
+        t["batch1_step_s"] = step
+        t["itl_p99_32_s"] = lv[32]["itl_s"].get("p99")
+        t["chunk_gap_p99_32_s"] = gap = lv[32]["chunk_gap_s"].get("p99")
+        t["itl_p99_32_over_2x_batch1_step"] = gap / (2 * step) if gap else None
+    t["roofline_fraction"] = {c: lv[c]["hbm_roofline"]["fraction"] for c in (32, 128)
+                              if c in lv and "hbm_roofline" in lv[c]}
+    report["targets"] = t
+
+
 def _table(report: dict) -> None:
-    """The levels in a few columns (also when some failed)."""
-    print(f"\n{report['model']}  start-up {report.get('startup_s', float('nan')):.1f} s", file=sys.stderr)
-    print(f"{'clients':>7} {'prefix':>6} {'tok/s':>8} {'offline':>8} {'ratio':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
-          f"{'ITL p50':>8} {'ITL p99':>8}  (ms)", file=sys.stderr)
+    """The levels in a few columns (also when some failed), then the targets."""
+    print(f"\n{report['model']}  start-up {report.get('startup_s', float('nan')):.1f} s  "
+          f"client processes {report.get('client_procs')}", file=sys.stderr)
+    print(f"{'clients':>7} {'prefix':>6} {'tok/s':>7} {'offline':>7} {'ratio':>5} {'TTFT50':>7} {'TTFT99':>7} "
+          f"{'ITL50':>6} {'ITL99':>6} {'gap99':>6} {'tok/ch':>6} {'roof':>5} {'steps':>5} {'gap us':>6} "
+          f"{'eng/http/cli cpu s':>19}  (ms)", file=sys.stderr)
+    nan = float("nan")
     for lv in report["levels"]:
         if "error" in lv:
             print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6}  error: {lv['error'][:100]}", file=sys.stderr)
             continue
-        ms = lambda d, k: d.get(k, float("nan")) * 1e3   # noqa: E731
-        print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6} {lv['output_tokens_per_s']:>8.0f} "
-              f"{lv.get('offline_output_tokens_per_s', float('nan')):>8.0f} "
-              f"{lv.get('server_vs_offline', float('nan')):>6.2f} "
-              f"{ms(lv['ttft_s'], 'p50'):>9.1f} {ms(lv['ttft_s'], 'p99'):>9.1f} {ms(lv['itl_s'], 'p50'):>8.2f} "
-              f"{ms(lv['itl_s'], 'p99'):>8.2f}", file=sys.stderr)
+        ms = lambda d, k: d.get(k, nan) * 1e3   # noqa: E731
+        cpu = lv.get("server_cpu_s", {})
+        print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6} {lv['output_tokens_per_s']:>7.0f} "
+              f"{lv.get('offline_output_tokens_per_s', nan):>7.0f} {lv.get('server_vs_offline', nan):>5.2f} "
+              f"{ms(lv['ttft_s'], 'p50'):>7.1f} {ms(lv['ttft_s'], 'p99'):>7.1f} {ms(lv['itl_s'], 'p50'):>6.2f} "
+              f"{ms(lv['itl_s'], 'p99'):>6.2f} {ms(lv['chunk_gap_s'], 'p99'):>6.2f} {lv['tokens_per_chunk']:>6.2f} "
+              f"{lv.get('hbm_roofline', {}).get('fraction', nan):>5.2f} {lv.get('engine_steps', 0):>5} "
+              f"{lv.get('decode_gap_us') or nan:>6.0f} {cpu.get('engine', nan):>6.2f}/{cpu.get('http', nan):.2f}/"
+              f"{lv.get('client_cpu_s') or nan:.2f}", file=sys.stderr)
+    for lv in report["levels"]:
+        if "step_timing" in lv:
+            kinds = ", ".join(f"{k} {v[0]} x {v[1] / max(v[0], 1) * 1e3:.2f} ms ({v[2] / max(v[0], 1):.0f} rows)"
+                              for k, v in sorted(lv["step_timing"].items()))
+            print(f"  {lv['concurrency']:>4} clients: {kinds}; offline warm-up "
+                  f"{lv.get('offline_warmup_s', nan):.2f} s", file=sys.stderr)
+    print(f"targets: {json.dumps(report.get('targets', {}))}", file=sys.stderr)
 
 
 def _httpx():
@@ -229,26 +338,94 @@ def _start(args):
     return llm, server, server.url, name
 
 
-def _offline(server, llm, reqs, c: int) -> float:
+def _offline(server, llm, reqs, c: int) -> tuple[float, float]:
     """Output tokens/s of the same requests through LLM.generate, c at a time, run on the
-    engine thread between steps (the two must not use the model at once)."""
+    engine thread between steps (the two must not use the model at once); and the seconds of
+    its untimed warm-up (the first batch once: its prefill and decode shapes compiled)."""
     from tilesafe.engine import SamplingParams
 
     def run(core):
         prompts = [{"prompt_token_ids": ids} for ids, _ in reqs]
         params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
+        sync = _sync(llm)
+        w = time.perf_counter()
         llm.generate(prompts[:c], params[:c])   # untimed: compiles the first batch's prefill and decode shapes
-        if llm.device.startswith("cuda"):
-            import torch
-            torch.cuda.synchronize()
+        sync()
+        warm = time.perf_counter() - w
         t, tokens = time.perf_counter(), 0
         for i in range(0, len(prompts), c):
             outs = llm.generate(prompts[i:i + c], params[i:i + c])
             tokens += sum(len(o.outputs[0].token_ids) for o in outs)
+        sync()
         speed = tokens / (time.perf_counter() - t)
         core.reset_prefix_cache()         # generate() rewrote the KV buffers and the sampler's rows
-        return speed
+        return speed, warm
     return server.engine.thread.call(run, timeout=3600)
+
+
+def _sync(llm):
+    if llm.device.startswith("cuda"):
+        import torch
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+class Clients:
+    """Where the load runs: `procs` worker processes (spawned once, each taking its share of a
+    level's clients and requests), so that the clients' CPU (HTTP parsing, JSON: about as much
+    per token as the server's) does not share the in-process server's GIL; or, `in_process`,
+    this process's own event loop. `run` returns the results, the wall time from sending the
+    level to the last answer, and the clients' CPU seconds."""
+
+    def __init__(self, procs: int, in_process: bool = False):
+        self.in_process, self.conns, self.procs = in_process, [], []
+        if not in_process:
+            ctx = mp.get_context("spawn")
+            for _ in range(max(procs, 1)):
+                mine, theirs = ctx.Pipe()
+                proc = ctx.Process(target=_client_worker, args=(theirs,), daemon=True)
+                proc.start()
+                self.conns.append(mine)
+                self.procs.append(proc)
+
+    def run(self, url: str, model: str, reqs, c: int):
+        if self.in_process:
+            t = time.perf_counter()
+            results = asyncio.run(_level(url, model, reqs, c))
+            return results, time.perf_counter() - t, None
+        n = min(len(self.conns), c)
+        t = time.perf_counter()
+        for i in range(n):
+            self.conns[i].send((url, model, reqs[i::n], c // n + (i < c % n)))
+        answers = [self.conns[i].recv() for i in range(n)]
+        wall = time.perf_counter() - t
+        for a in answers:
+            if isinstance(a, BaseException):
+                raise a
+        return [r for results, _ in answers for r in results], wall, sum(cpu for _, cpu in answers)
+
+    def close(self) -> None:
+        for conn, proc in zip(self.conns, self.procs):
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+            proc.join(5)
+
+
+def _client_worker(conn) -> None:
+    """A client process: runs each level it is sent, answers (results, CPU seconds) or the error."""
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        url, model, reqs, c = job
+        try:
+            cpu = time.process_time()
+            results = asyncio.run(_level(url, model, reqs, c))
+            conn.send((results, time.process_time() - cpu))
+        except Exception as e:
+            conn.send(RuntimeError(f"client process: {type(e).__name__}: {e}"))
 
 
 async def _level(url: str, model: str, reqs, concurrency: int):
@@ -266,11 +443,15 @@ async def _level(url: str, model: str, reqs, concurrency: int):
 
 
 async def _one(client, model: str, ids, max_tokens: int) -> dict:
+    """One streamed request. Each chunk's usage (continuous_usage_stats) says how many tokens
+    it brought (a server that fell behind joins several steps' tokens into one chunk); without
+    it a chunk with text counts one. `itl`: each token's share of the gap before its chunk;
+    `gaps`: the gaps between chunks (what the reader waits)."""
     body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     sent = time.perf_counter()
     first = last = None
-    itl, tokens = [], 0
+    itl, gaps, tokens, seen, chunks = [], [], 0, 0, 0
     async with client.stream("POST", "/v1/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -278,17 +459,24 @@ async def _one(client, model: str, ids, max_tokens: int) -> dict:
                 continue
             chunk = json.loads(line[6:])
             now = time.perf_counter()
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            if not chunk["choices"] or not chunk["choices"][0]["text"]:
+            usage = chunk.get("usage")
+            if usage:
+                tokens = usage["completion_tokens"]
+            if not chunk["choices"]:
                 continue
+            k = tokens - seen if usage else int(bool(chunk["choices"][0]["text"]))
+            if k <= 0:
+                continue
+            seen += k
+            chunks += 1
             if first is None:
                 first = now
             else:
-                itl.append(now - last)
+                gaps.append(now - last)
+                itl += [(now - last) / k] * k
             last = now
-    return {"ttft": (first or time.perf_counter()) - sent, "itl": itl, "e2e": time.perf_counter() - sent,
-            "tokens": tokens, "prompt": len(ids)}
+    return {"ttft": (first or time.perf_counter()) - sent, "itl": itl, "gaps": gaps, "chunks": chunks,
+            "e2e": time.perf_counter() - sent, "tokens": tokens or seen, "prompt": len(ids)}
 
 
 def _summary(c: int, results, wall: float) -> dict:
@@ -297,7 +485,9 @@ def _summary(c: int, results, wall: float) -> dict:
     return {"concurrency": c, "requests": len(results), "wall_s": wall, "output_tokens": tokens,
             "output_tokens_per_s": tokens / wall, "requests_per_s": len(results) / wall,
             "prompt_tokens": sum(r["prompt"] for r in results),
-            "ttft_s": _pct([r["ttft"] for r in results]), "itl_s": _pct(itl), "e2e_s": _pct([r["e2e"] for r in results])}
+            "tokens_per_chunk": tokens / max(sum(r["chunks"] for r in results), 1),
+            "ttft_s": _pct([r["ttft"] for r in results]), "itl_s": _pct(itl),
+            "chunk_gap_s": _pct([x for r in results for x in r["gaps"]]), "e2e_s": _pct([r["e2e"] for r in results])}
 
 
 def _pct(xs) -> dict:

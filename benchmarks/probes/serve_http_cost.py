@@ -54,7 +54,6 @@ def _client(url, model, reqs, c, q):
 def level(url, model, reqs, c, same_process: bool):
     import serve_load
     if same_process:
-        t = time.process_time()
         return asyncio.run(serve_load._level(url, model, reqs, c)), None
     q = mp.get_context("spawn").Queue()
     p = mp.get_context("spawn").Process(target=_client, args=(url, model, reqs, c, q))
