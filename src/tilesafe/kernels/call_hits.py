@@ -126,16 +126,7 @@ class CallHit:
                 made[i] = t
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.
-            # Counted pairwise: a call has a few roots, and this makes no set per call.
-            distinct = 0
-            for i, root in enumerate(roots):
-                memory = root[1].__dict__
-                for j in range(i):
-                    if roots[j][1].__dict__ is memory:
-                        break
-                else:
-                    distinct += 1
-            apart = distinct == self.groups
+            apart = len({id(root[1].__dict__) for root in roots}) == self.groups
             for step, launch in zip(plan.steps, self.launches):
                 if type(step) is tuple:
                     if not apart:
