@@ -42,7 +42,7 @@ def is_arrival_test(b: Builder, test: ast.expr) -> bool:
 
 
 def lower_arrival_if(b: Builder, node: ast.If) -> None:
-    from .statements import _branch
+    from .statements import lower_branch
     test = node.test
     if test.args or test.keywords:
         raise b.error(test, "ts.last_arrival() takes no arguments",
@@ -68,7 +68,7 @@ def lower_arrival_if(b: Builder, node: ast.If) -> None:
     flag = b.emit1("arrive", (), TileType((), dt.bool_))
     b.arrival = IN
     try:
-        _, body = _branch(b, node.body)
+        _, body = lower_branch(b, node.body)
     finally:
         b.arrival = AFTER
     body.ops.append(Op("yield", (), (), {}, (), b.loc))

@@ -45,6 +45,9 @@ def lower_stmt(b: Builder, node: ast.stmt) -> None:
 
 
 def _expr(b, node):
+    # Lowering is recursive descent: statements hold expressions, and an expression may inline a
+    # function's statements (inline.py), so the statement and expression walkers (with walks,
+    # last_arrival, methods and memory between them) import each other inside functions.
     from .expressions import lower_expr
     return lower_expr(b, node)
 
@@ -286,8 +289,8 @@ def _if(b: Builder, node: ast.If) -> None:
                       help="use ts.where(cond, a, b) for elementwise choice")
     cond = b.cast(cond, dt.bool_)
     names = assigned_names(node.body + node.orelse)
-    then_env, then_block = _branch(b, node.body)
-    else_env, else_block = _branch(b, node.orelse)
+    then_env, then_block = lower_branch(b, node.body)
+    else_env, else_block = lower_branch(b, node.orelse)
     merged, types = [], []
     for n in names:
         t, e = then_env.get(n), else_env.get(n)
@@ -309,7 +312,8 @@ def _if(b: Builder, node: ast.If) -> None:
         b.env[n] = v
 
 
-def _branch(b: Builder, stmts):
+def lower_branch(b: Builder, stmts):
+    """`stmts` lowered into a block of their own: (the names they leave bound, the block)."""
     outer_block, outer_env = b.block, b.env
     b.block, b.env = Block(), dict(outer_env)
     try:
