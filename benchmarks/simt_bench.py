@@ -168,6 +168,78 @@ def _raw_kernels():
 
 
 @functools.cache
+def _raw_block_add():
+    """total[0] += the block's sum of acc (256 threads): warp shuffles, the 8 warps' partials through
+    shared memory, one atomic per block (the tail of every raw sum kernel here)."""
+    from numba import cuda, float32
+
+    @cuda.jit(device=True, inline=True)
+    def block_add(total, acc):
+        partial = cuda.shared.array(8, float32)
+        for off in (16, 8, 4, 2, 1):
+            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
+        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+        if lane == 0:
+            partial[warp] = acc
+        cuda.syncthreads()
+        t = partial[lane] if lane < 8 else float32(0.0)
+        for off in (16, 8, 4, 2, 1):
+            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
+        if cuda.threadIdx.x == 0:
+            cuda.atomic.add(total, 0, t)
+    return block_add
+
+
+@functools.cache
+def raw_sum(unroll: int, vec: bool):
+    """Grid-stride sum, `unroll` loads in flight a thread (each 128-bit when vec), warp shuffles, one
+    shared phase, one atomic per block."""
+    from numba import cuda, float32
+
+    from tilesafe.simt.vector_access import intrinsics
+    vld4 = intrinsics()["__vld4"]
+    U = unroll
+    block_add = _raw_block_add()
+
+    @cuda.jit
+    def sum_vec(total, x):
+        n = x.shape[0]
+        n4 = n // 4
+        stride = cuda.gridDim.x * 256
+        acc = float32(0.0)
+        i = cuda.grid(1)
+        while i + (U - 1) * stride < n4:
+            for u in range(U):
+                a, b, c, d = vld4(x, (i + u * stride) * 4)
+                acc += (a + b) + (c + d)
+            i += U * stride
+        while i < n4:
+            a, b, c, d = vld4(x, i * 4)
+            acc += (a + b) + (c + d)
+            i += stride
+        j = n4 * 4 + cuda.grid(1)
+        if j < n:
+            acc += x[j]
+        block_add(total, acc)
+
+    @cuda.jit
+    def sum_scalar(total, x):
+        n = x.shape[0]
+        stride = cuda.gridDim.x * 256
+        acc = float32(0.0)
+        i = cuda.grid(1)
+        while i + (U - 1) * stride < n:
+            for u in range(U):
+                acc += x[i + u * stride]
+            i += U * stride
+        while i < n:
+            acc += x[i]
+            i += stride
+        block_add(total, acc)
+    return sum_vec if vec else sum_scalar
+
+
+@functools.cache
 def raw_pairs(tc: int, rows: int):
     """transpose_pairs as a plain numba kernel (int32 words, loads first): the safe one's raw twin."""
     from numba import cuda, int32
@@ -323,6 +395,7 @@ def workloads(quick: bool):
 
     def w_sum_all():
         n = (1 << 28) // scale
+        raw4 = raw_sum(block_sum.RUNS, True)           # the safe example's form: runs of 4 as float4 loads
         x = torch.randn(n, device="cuda")
         total = torch.zeros(1, device="cuda")
         dt, dx = arr(total), arr(x)
@@ -335,9 +408,14 @@ def workloads(quick: bool):
 
         def raw():
             total.zero_()
+            raw4[blocks, 256](dt, dx)
+
+        def raw_scalar_x8():       # session 16's form: eight scalar reads in flight a thread
+            total.zero_()
             RAW["sum_all"][blocks, 256](dt, dx)
         return dict(bytes=4 * n, copy_bytes=2 * 4 * n, out=total, want=lambda: x.double().sum().float().reshape(1),
-                    tol=1e-2, safe=safe, raw=raw, torch=lambda: torch.sum(x), copy=lambda: copy_out.copy_(x))
+                    tol=1e-2, safe=safe, raw=raw, raw_scalar_x8=raw_scalar_x8, torch=lambda: torch.sum(x),
+                    copy=lambda: copy_out.copy_(x))
 
     def w_softmax():
         r, c = 32768 // scale, 4096

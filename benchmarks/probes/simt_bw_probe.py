@@ -20,7 +20,7 @@ import tilesafe as ts
 from tilesafe import simt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from simt_bench import gpu_ms, raw_pairs, raw_softmax_staged  # noqa: E402  (one timing loop and raw twins)
+from simt_bench import _raw_block_add, gpu_ms, raw_pairs, raw_softmax_staged, raw_sum  # noqa: E402  (timing, twins)
 
 
 # -- safe SIMT forms (configurations beside the examples) ---------------------------------------------
@@ -44,7 +44,7 @@ def safe_transpose(tile_dim: int, rows: int, dtype):
 
 @functools.cache
 def safe_sum(unroll: int):
-    """sum_all with `unroll` scalar reads in flight a thread (the example has 4)."""
+    """sum_all with `unroll` scalar reads in flight a thread (session 16's example: 8; now runs of 4)."""
     B = 256
     W = B // 32
 
@@ -172,29 +172,6 @@ def raw_transpose_plain(tile_dim: int, rows: int, nbtype):
 
 
 @functools.cache
-def _raw_block_add():
-    """total[0] += the block's sum of acc (256 threads): warp shuffles, the 8 warps' partials through
-    shared memory, one atomic per block (the tail of every raw sum kernel here)."""
-    from numba import cuda, float32
-
-    @cuda.jit(device=True, inline=True)
-    def block_add(total, acc):
-        partial = cuda.shared.array(8, float32)
-        for off in (16, 8, 4, 2, 1):
-            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
-        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
-        if lane == 0:
-            partial[warp] = acc
-        cuda.syncthreads()
-        t = partial[lane] if lane < 8 else float32(0.0)
-        for off in (16, 8, 4, 2, 1):
-            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
-        if cuda.threadIdx.x == 0:
-            cuda.atomic.add(total, 0, t)
-    return block_add
-
-
-@functools.cache
 def raw_sum_checked(unroll: int, check: str):
     """The scalar grid-stride sum with each read checked the way a lowering may check it: "signed"
     (i >= 0 and i < n, the failed line kept as a max in a register: the safe lowering's __ld1),
@@ -232,55 +209,6 @@ def raw_sum_checked(unroll: int, check: str):
         if bad[0] != 0:
             cuda.atomic.max(err, 0, bad[0])
     return sum_checked
-
-
-@functools.cache
-def raw_sum(unroll: int, vec: bool):
-    """Grid-stride sum, `unroll` loads in flight a thread (each 128-bit when vec), warp shuffles, one
-    shared phase, one atomic per block."""
-    from numba import cuda, float32
-
-    from tilesafe.simt.vector_access import intrinsics
-    vld4 = intrinsics()["__vld4"]
-    U = unroll
-    block_add = _raw_block_add()
-
-    @cuda.jit
-    def sum_vec(total, x):
-        n = x.shape[0]
-        n4 = n // 4
-        stride = cuda.gridDim.x * 256
-        acc = float32(0.0)
-        i = cuda.grid(1)
-        while i + (U - 1) * stride < n4:
-            for u in range(U):
-                a, b, c, d = vld4(x, (i + u * stride) * 4)
-                acc += (a + b) + (c + d)
-            i += U * stride
-        while i < n4:
-            a, b, c, d = vld4(x, i * 4)
-            acc += (a + b) + (c + d)
-            i += stride
-        j = n4 * 4 + cuda.grid(1)
-        if j < n:
-            acc += x[j]
-        block_add(total, acc)
-
-    @cuda.jit
-    def sum_scalar(total, x):
-        n = x.shape[0]
-        stride = cuda.gridDim.x * 256
-        acc = float32(0.0)
-        i = cuda.grid(1)
-        while i + (U - 1) * stride < n:
-            for u in range(U):
-                acc += x[i + u * stride]
-            i += U * stride
-        while i < n:
-            acc += x[i]
-            i += stride
-        block_add(total, acc)
-    return sum_vec if vec else sum_scalar
 
 
 @functools.cache
@@ -530,27 +458,31 @@ def sums_at_bench_sizes(pr: Probe):
             total.zero_()
             return fn
         pr.case(group, "torch.sum", nbytes, lambda: (lambda: torch.sum(x)))
-        raw8 = raw_sum(8, False)
-        pr.case(group, "raw scalar x8 16/SM + zero_ (the bench's raw)", nbytes,
+        raw8, raw4 = raw_sum(8, False), raw_sum(4, True)
+        pr.case(group, "raw scalar x8 16/SM + zero_ (session 16's raw)", nbytes,
                 lambda: zeroed(lambda: raw8[sms * 16, 256](dt, dx)), check)
-        pr.case(group, "raw scalar x8 16/SM, kernel alone", nbytes,
-                lambda: once(lambda: raw8[sms * 16, 256](dt, dx)), check)
+        pr.case(group, "raw float4 x4 16/SM + zero_ (the bench's raw twin)", nbytes,
+                lambda: zeroed(lambda: raw4[sms * 16, 256](dt, dx)), check)
+        pr.case(group, "raw float4 x4 16/SM, kernel alone", nbytes,
+                lambda: once(lambda: raw4[sms * 16, 256](dt, dx)), check)
         for chk in ("signed", "unsigned"):
             def build_chk(chk=chk):
                 k = raw_sum_checked(8, chk)
                 return zeroed(lambda: k[sms * 16, 256](dt, dx, de))
             pr.case(group, f"raw scalar x8 16/SM, reads checked ({chk}) + zero_", nbytes, build_chk, check)
-        pr.case(group, "safe example sum_all 16/SM + zero_ (the bench's safe)", nbytes,
+        pr.case(group, "safe scalar x8 16/SM + zero_ (session 16's example)", nbytes,
+                lambda: zeroed(lambda: safe_sum(8).launch(total, x, grid=(sms * 16,))), check)
+        pr.case(group, "safe example sum_all (runs of 4) 16/SM + zero_", nbytes,
                 lambda: zeroed(lambda: example.launch_sum(total, x, sms * 16)), check)
         pr.case(group, "safe example sum_all 16/SM, kernel alone", nbytes,
                 lambda: once(lambda: example.launch_sum(total, x, sms * 16)), check)
         if n == 1 << 26:
-            for per_sm in (8, 32):
+            for per_sm in (7, 8, 14, 32):      # 36 registers a thread: 7 blocks of 256 resident an SM
                 pr.case(group, f"safe example sum_all {per_sm}/SM + zero_", nbytes,
                         lambda per_sm=per_sm: zeroed(lambda: example.launch_sum(total, x, sms * per_sm)), check)
-            rawv = raw_sum(4, True)
-            pr.case(group, "raw float4 x4 8/SM + zero_", nbytes,
-                    lambda: zeroed(lambda: rawv[sms * 8, 256](dt, dx)), check)
+            for per_sm in (7, 14):
+                pr.case(group, f"raw float4 x4 {per_sm}/SM + zero_", nbytes,
+                        lambda per_sm=per_sm: zeroed(lambda: raw4[sms * per_sm, 256](dt, dx)), check)
         del x, total
         torch.cuda.empty_cache()
 

@@ -1,13 +1,14 @@
 """Session 17's SIMT forms on the GPU, against torch: the 16-bit transpose that moves int32 words
-(integer shifts and masks in 64 bits, the low 32 stored, as the CPU executor now computes them) and
-the row softmax staged in shared memory. Run with `pytest -m gpu`."""
+(integer shifts and masks in 64 bits, the low 32 stored, as the CPU executor now computes them),
+the row softmax staged in shared memory, and sum_all's runs of 4 (`x.run(i, 4)`: 128-bit loads when
+aligned). Run with `pytest -m gpu`."""
 import numpy as np
 import pytest
 import torch
 
 import tilesafe as ts
 from tilesafe import simt
-from tilesafe.simt.examples import softmax_rows, transpose_half
+from tilesafe.simt.examples import block_sum, softmax_rows, transpose_half
 
 pytestmark = pytest.mark.gpu
 
@@ -56,3 +57,12 @@ def test_softmax_rows_staged(shape):
     out.fill_(float("nan"))
     softmax_rows.softmax_rows_staged(out, x, K=2).sync()       # 512 columns staged, the rest read from x
     torch.testing.assert_close(out, torch.softmax(x, dim=1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [5, 1000, (1 << 22) + 3])
+def test_sum_all_reads_runs_aligned_and_not(n):
+    base = torch.randn(n + 1, device="cuda")
+    for x in (base[:n], base[1:]):                   # 16-byte aligned (128-bit loads), then 4 bytes off (scalar)
+        total = torch.zeros(1, device="cuda")
+        block_sum.launch_sum(total, x).sync()
+        torch.testing.assert_close(total[0], x.double().sum().float(), rtol=1e-4, atol=1e-2)

@@ -60,6 +60,7 @@ class _Checker:
         self.control = [(UNIFORM, None)]   # (level, node) of each enclosing control-flow point
         self.walked: set = set()
         self.in_walk: Walk | None = None
+        self.unpacked_runs: set = set()   # the x.run(i, k) calls unpacked by an assignment
         self.bounds = StaticBounds(src.tree, contract, lambda f: resolve_op(f, scope), scope)
         self.own = self.bounds.own        # the kernel's own names (static_values.py)
 
@@ -184,6 +185,17 @@ class _Checker:
                 and all(isinstance(t, ast.Name) for t in target.elts):
             for t, v in zip(target.elts, value.elts):      # a, b = x, y: pairwise
                 self.assign(s, t, v, False)
+            return
+        if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts) \
+                and self.is_run_read(value):                # a, b, c, d = x.run(i, 4)
+            k = static_value(self, value.args[1])
+            if isinstance(k, int) and k != len(target.elts):
+                raise self.err(target, f"`{ast.unparse(value)}` gives {k} values, unpacked into {len(target.elts)}")
+            self.unpacked_runs.add(id(value))
+            level = self.expr(value)
+            for t in target.elts:
+                self.check_rebind(t, t.id)
+                self.note(t.id, level)
             return
         if not isinstance(target, ast.Name):
             raise self.err(target, "assign to a plain name, or write `out[p] = value` through a permit")
@@ -529,6 +541,11 @@ class _Checker:
         if op is not None:
             return self.device_call(e, op)
         f = e.func
+        if self.is_run_read(e):
+            if id(e) not in self.unpacked_runs:
+                raise self.err(e, f"unpack `{ast.unparse(e)}` into names: `a, b, c, d = {ast.unparse(e)}`",
+                               help="a run of values is not a value of its own")
+            return self.read(e, f.value.id, e.args[0])
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "get":
             if len(e.args) != 2 or e.keywords:
                 raise self.err(e, f"{f.value.id}.get(index, default) takes two arguments")
@@ -540,6 +557,23 @@ class _Checker:
             return max([self.expr(a) for a in e.args] + [UNIFORM])
         raise self.err(e, f"cannot call `{ast.unparse(f)}` in a SIMT kernel",
                        help="use simt operations, math functions, min, max, abs, int, float and bool")
+
+    def is_run_read(self, e) -> bool:
+        """`x.run(i, k)` on a rank-1 simt.Ref: x[i], ..., x[i + k - 1], each read checked (one 128-bit
+        load on the GPU when k elements are 16 bytes, aligned)."""
+        if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "run"
+                and isinstance(e.func.value, ast.Name) and e.func.value.id in self.params):
+            return False
+        p = self.params[e.func.value.id]
+        if p.kind != REF or len(p.shape) != 1:
+            raise self.err(e, f"`{e.func.value.id}.run(i, k)` reads a rank-1 simt.Ref",
+                           help="read k consecutive elements of a rank-1 input")
+        if len(e.args) != 2 or e.keywords:
+            raise self.err(e, f"{e.func.value.id}.run(i, k) takes an index and a compile-time length")
+        k = static_int(self, e.args[1], f"{e.func.value.id}.run's length")
+        if isinstance(k, int) and not 1 <= k <= 16:
+            raise self.err(e.args[1], f"{e.func.value.id}.run's length is {k}; it must be 1 to 16")
+        return True
 
     def device_call(self, e, op):
         if op in stubs.MAPPINGS:

@@ -166,6 +166,10 @@ class Thread:
             self._check_shared_read(x, coords, loc)
         return _loaded(x, x.array[coords])
 
+    def read_run(self, x, index, k, loc):
+        """x.run(i, k): x[i], ..., x[i + k - 1], each read checked."""
+        return tuple(self.read(x, int(index) + j, loc) for j in range(k))
+
     def _check_shared_read(self, x, coords, loc):
         if not x.written[coords]:
             raise SanitizerError(f"read of shared memory nobody wrote: `{x.name}` at {coords}", loc,

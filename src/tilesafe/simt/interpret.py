@@ -111,6 +111,9 @@ class _Rewrite(ast.NodeTransformer):
                                                           *args], ast.Load())), node)
         if op in stubs.DEVICE:
             return ast.copy_location(_call("__t", op, args), node)
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "run" \
+                and f.value.id in self.params:
+            return ast.copy_location(_call("__t", "read_run", [f.value, *args, self.loc(node)]), node)
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "get" \
                 and self.tensorish(f.value.id):
             return ast.copy_location(_call("__t", "get", [f.value, *args, self.loc(node)]), node)

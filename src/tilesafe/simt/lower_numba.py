@@ -211,11 +211,37 @@ def __warp_max(v):
 '''.replace("__UNINITIALISED", str(UNINITIALISED))
 
 
+def _run_reads() -> str:
+    """`__ldrun{k}(a, i, bad, line)`: x.run(i, k). When k elements are 16 bytes (`a.itemsize * k == 16`
+    folds at compile time), the array has unit stride, a 16-byte aligned start and at least k
+    elements, and i is a multiple of k — conditions a loop's compiler hoists out of it when they do
+    not change (numba-cuda/LLVM unswitch the loop; `i % k` is known where i steps by multiples of k)
+    — the run is one 128-bit load, its check a select as `__ld1`'s (a run not wholly inside reads
+    elements 0..k-1 instead and keeps the line): no branch between the loads, so unrolled runs stay
+    in flight together. Otherwise k checked loads (`__ld1`)."""
+    out = []
+    for k in range(1, 17):
+        scalar = ", ".join(f"__ld1(a, i + {j}, bad, line)" for j in range(k))
+        vector = f"""    if a.itemsize * {k} == 16 and a.shape[0] >= {k} and i % {k} == 0 and __addr(a) % 16 == 0 \\
+            and a.strides[0] == a.itemsize:
+        ok = __inb(i, a.shape[0]) and __inb(i + {k - 1}, a.shape[0])
+        bad[0] = max(bad[0], 0 if ok else line)
+        return __vld{k}(a, i if ok else 0)
+""" if k in (2, 4, 8, 16) else ""
+        out.append(f"""
+@cuda.jit(device=True)
+def __ldrun{k}(a, i, bad, line):
+{vector}    return ({scalar},)
+""")
+    return "\n".join(out)
+
+
+
 def kernel_source(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False) -> str:
     """The numba-cuda source of one specialization (`consts`: the Const parameters' values).
     `sanitize`: shared arrays get shadow "written" bits, checked on every read (shared_shadow.py)."""
     lowered = lowered_kernel(src, info, params, scope, contract, consts, name, sanitize)
-    return PRELUDE + "\n\n" + ast.unparse(lowered) + "\n"
+    return PRELUDE + _run_reads() + "\n\n" + ast.unparse(lowered) + "\n"
 
 
 def lowered_kernel(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False):
@@ -631,6 +657,10 @@ class _Lower(ast.NodeTransformer):
         args = [self.visit(a) for a in node.args]
         if op is not None:
             return ast.copy_location(self.device(op, args, node), node)
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "run" \
+                and f.value.id in self.params:
+            return ast.copy_location(_call(_name(f"__ldrun{self.static(node.args[1])}"), f.value, args[0], _name(BAD),
+                                           self.line(node)), node)
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "get":
             index = self.index(node.args[0])
             items = index.elts if isinstance(index, ast.Tuple) else [index]
