@@ -54,28 +54,29 @@ class CallHit:
         self.kept: dict = {}
 
     @staticmethod
-    def of(plan, tensors: list, places: list) -> "CallHit | None":
-        """The fast form of `plan`, made after a call of it with `tensors` (its steps then
-        hold the launch cache's entries); None when no launch of it can start fast."""
-        if any(type(t) is not Tensor and t.requires_grad for t in tensors):
+    def of(plan, places: list) -> "CallHit | None":
+        """The fast form of `plan`, made after a call of it with the tensors of `places`
+        (call_key's; its steps then hold the launch cache's entries); None when no launch of
+        it can start fast."""
+        if any(type(t) is not Tensor and t.requires_grad for *_, t in places):
             return None        # the key fixes it for every call: each borrow is from_torch's (S13)
         launches = [_planned(step) if type(step) is not tuple else None for step in plan.steps]
         if not any(launches):
             return None
-        allocated = len(plan.roots) - len(tensors)
-        groups = len({storage for _, _, storage, _ in places}) + allocated   # the key's storages
-        extents = [_extent(tv) for tv, _, _, _ in places]
+        allocated = len(plan.roots) - len(places)
+        groups = len({sptr for _, _, sptr, _, _ in places}) + allocated   # the key's storages
+        extents = [_extent(tv) for tv, *_ in places]
         return CallHit(plan, launches, groups, extents)
 
-    def __call__(self, tensors: list, places: list):
-        """The call with these tensors; `places`: theirs, from call_plans.call_key."""
+    def __call__(self, places: list):
+        """The call with the tensors of `places` (call_plans.call_key's)."""
         plan = self.plan
         with LOCK:
             # Per root: (torch view, storage state, first element's address, storage's address and bytes).
-            roots, handed = [], list(tensors)
+            roots, handed = [], [place[4] for place in places]
             made = [None] * len(plan.roots)     # tilesafe tensors of the roots, where a step needs one
             i = 0
-            for t, (tv, storage, sptr, ptr), extent in zip(tensors, places, self.extents):
+            for (tv, storage, sptr, ptr, t), extent in zip(places, self.extents):
                 if type(t) is Tensor:
                     roots.append((tv, t._state, ptr, sptr, storage.nbytes()))
                     made[i] = t
@@ -88,7 +89,7 @@ class CallHit:
                     else:
                         roots.append((tv, state, ptr, sptr, nbytes))
                 i += 1
-            for i, (kind, recipe) in enumerate(plan.roots[len(tensors):], len(tensors)):
+            for i, (kind, recipe) in enumerate(plan.roots[len(places):], len(places)):
                 if kind == R.EMPTY:
                     shape, dtype, device, torch_mode = recipe
                     if i in self.news:

@@ -103,16 +103,14 @@ def planned(fn):
                 R.ACTIVE.reset(token)
         if graph_var.get() is not None or launching_disabled_var.get() or pdl_var.get() is not None:
             return fn(*args, **kwargs)     # a capture (S12 checks every launch), `tilesafe check`, a PDL override
-        found = call_key(name, args, kwargs)
-        key = found[0]
+        key, places = call_key(name, args, kwargs)
         if key is None:
             return fn(*args, **kwargs)
-        tensors, places = found[1], found[2]
         plan = table.get(key)
         if plan is not None:
             hit = plan.hit
-            return hit(tensors, places) if hit else plan.call(tensors, places)
-        rec = R.Recording(tensors)
+            return hit(places) if hit else plan.call(places)
+        rec = R.Recording([place[4] for place in places])
         token = R.ACTIVE.set(rec)
         try:
             result = fn(*args, **kwargs)
@@ -127,23 +125,21 @@ def planned(fn):
 
 
 def call_key(name: str, args: tuple, kwargs: dict):
-    """(key, the call's tensors in key order, their places); key None when the call must take
+    """(key, the places of the call's tensors in key order); key None when the call must take
     the full path. A tensor's place: (its torch view, its storage, the storage's address, its
-    first element's address), read once per call for the key and the plan's fast form
-    (call_hits)."""
-    tensors: list = []
+    first element's address, the tensor as passed), read once per call for the key and the
+    plan's fast form (call_hits)."""
     parts = [name, len(args), tuple(kwargs)]
     # Per tensor, its place, and which tensors share a storage with an earlier one, at what
     # distance: the views a call makes of one are then views of the other too (call_recording).
     # Read in the same pass as the key: both are read on every call.
     places: list = []
-    shared: list = []
+    shared: list = []                      # (tensor, earlier tensor, distance) where they share one
     for v in (*args, *kwargs.values()):
         if type(v) is torch.Tensor:        # the common case: layout_of's, inline
             if v.layout is not _STRIDED:
-                return None, None, None
+                return None, None
             parts.append((torch.Tensor, v.dtype, v.shape, v.stride(), v.get_device(), v.requires_grad))
-            tensors.append(v)
             tv = v
         elif v is None:
             parts.append(_NONE)
@@ -158,7 +154,7 @@ def call_key(name: str, args: tuple, kwargs: dict):
             try:
                 hash(v)
             except TypeError:
-                return None, None, None
+                return None, None
             parts.append((tuple, v))
             continue
         elif type(v) is DType:             # a dtype argument, by name (a DType's hash is a Python call)
@@ -167,24 +163,22 @@ def call_key(name: str, args: tuple, kwargs: dict):
         elif type(v) is Tensor or isinstance(v, torch.Tensor):
             lay = layout_of(v)
             if lay is None:
-                return None, None, None
+                return None, None
             parts.append(lay)
-            tensors.append(v)
             tv = v._t if type(v) is Tensor else v
         elif (fields := _workspace(v)) is not None:                       # a workspace of tensors
             lays = tuple(map(layout_of, fields))
             if None in lays:
-                return None, None, None
+                return None, None
             parts.append((type(v), lays))
-            tensors.extend(fields)
             for f in fields:
-                _place(f._t, places, shared)
+                _place(f, places, shared)
             continue
         else:
             try:
                 hash(v)
             except TypeError:
-                return None, None, None    # a config dict: its call takes the full path
+                return None, None          # a config dict: its call takes the full path
             parts.append((type(v), v))     # an activation name, a torch dtype
             continue
         storage = tv.untyped_storage()     # _place, inline
@@ -192,35 +186,32 @@ def call_key(name: str, args: tuple, kwargs: dict):
         j = 0
         for place in places:
             if place[2] == sptr:
-                shared.append((j, ptr - place[3]))
+                shared.append((len(places), j, ptr - place[3]))
                 break
             j += 1
-        else:
-            shared.append(-1)
-        places.append((tv, storage, sptr, ptr))
+        places.append((tv, storage, sptr, ptr, v))
     parts.append(tuple(shared))
     # The decisions also depend on the backend and target (configs, workers), on autograd
     # (refusals) and on torch's fp32 matmul precision (tf32 by default or not).
     parts += (configs.current_backend(), targets.compile_target_var.get(), torch.is_grad_enabled(),
               _matmul_precision())
-    return tuple(parts), tensors, places
+    return tuple(parts), places
 
 
 _STRIDED = torch.strided
 
 
-def _place(tv: torch.Tensor, places: list, shared: list) -> None:
-    """Add a tensor's place (its torch view, storage, storage's and first element's addresses)
-    and which earlier tensor's storage it shares, at what distance (-1: none)."""
+def _place(t: Tensor, places: list, shared: list) -> None:
+    """Add a tilesafe tensor's place (its torch view, storage, storage's and first element's
+    addresses, the tensor) and which earlier tensor's storage it shares, at what distance."""
+    tv = t._t
     storage = tv.untyped_storage()
     sptr, ptr = storage.data_ptr(), tv.data_ptr()
     for j, place in enumerate(places):
         if place[2] == sptr:
-            shared.append((j, ptr - place[3]))
+            shared.append((len(places), j, ptr - place[3]))
             break
-    else:
-        shared.append(-1)
-    places.append((tv, storage, sptr, ptr))
+    places.append((tv, storage, sptr, ptr, t))
 # torch.get_float32_matmul_precision without its Python wrapper (one call fewer per library call).
 _matmul_precision = getattr(torch._C, "_get_float32_matmul_precision", torch.get_float32_matmul_precision)
 
@@ -256,13 +247,14 @@ class CallPlan:
         self.scratch_elems = rec.scratch_elems
         self.hit = None             # the fast form (call_hits.py), made after the first redo; False: none
 
-    def call(self, tensors: list, places: list):
+    def call(self, places: list):
+        """The call with the tensors of these places (call_key's)."""
         hit = self.hit
         if hit:
-            return hit(tensors, places)
-        result = self.redo(tensors)
+            return hit(places)
+        result = self.redo([place[4] for place in places])
         if hit is None:             # the steps now hold their launch cache entries
-            self.hit = CallHit.of(self, tensors, places) or False
+            self.hit = CallHit.of(self, places) or False
         return result
 
     def redo(self, tensors: list):
