@@ -18,7 +18,6 @@ from tilesafe import simt
 from tilesafe.simt import gpu_launch
 from tilesafe.simt.binding import bind
 from tilesafe.simt.examples.vector_add import vector_add
-from tilesafe.simt.vector_access import intrinsics
 
 numba_cuda = pytest.importorskip("numba_cuda", reason="numba-cuda (the `simt` extra) is not installed")
 
@@ -43,16 +42,13 @@ def halves(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: i
 @pytest.fixture
 def typing_compile(monkeypatch, stubbed_gpu):
     """The GPU compile as numba-cuda's typing and lowering only (no PTX, no GPU)."""
-    from numba import cuda
     from numba.cuda import dispatcher
     from numba.cuda import types as nt
     from numba.cuda.compiler import compile_cuda
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: types.SimpleNamespace(compute_capability=(9, 0)))
 
     def compile_kernel(source, name, argtypes, device_index, tables):
-        namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **intrinsics(), **tables}
-        exec(compile(source, f"<simt kernel {name}>", "exec"), namespace)
-        compile_cuda(namespace[name], nt.void, argtypes, cc=(9, 0))
+        compile_cuda(gpu_launch.python_kernel(source, name, tables), nt.void, argtypes, cc=(9, 0))
         return "compiled"
     monkeypatch.setattr(gpu_launch, "compile_kernel", compile_kernel)
     for k in (factorials, halves, vector_add):

@@ -35,16 +35,23 @@ def scalar_type(py_type):
     return {int: nt.int64, float: nt.float32, bool: nt.boolean}[py_type]
 
 
-def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int, tables: dict):
-    """Compile the generated source for these argument types; returns the launchable kernel.
+def python_kernel(source: str, name: str, tables: dict):
+    """The generated source's kernel `name` as a Python function, for numba-cuda to compile.
     `tables`: the constant tables' arrays, by the global names the source uses."""
     from numba import cuda
     from numba.cuda import types as nt
     from .vector_access import intrinsics
     namespace = {"cuda": cuda, "math": math, "__types": nt, "__f32": nt.float32, **intrinsics(), **tables}
     exec(compile(source, f"<simt kernel {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int, tables: dict):
+    """Compile the generated source for these argument types; returns the launchable kernel."""
+    from numba import cuda
+    fn = python_kernel(source, name, tables)
     with cuda.gpus[device_index]:
-        dispatcher = cuda.jit(argtypes)(namespace[name])    # compiles now, for these types only
+        dispatcher = cuda.jit(argtypes)(fn)                 # compiles now, for these types only
         overload = dispatcher.compile(argtypes)            # the specialized kernel (numba's _Kernel)
         return Compiled(overload._codelibrary.get_cufunc().kernel)   # numba's cuda.core Kernel (a CUkernel)
 
