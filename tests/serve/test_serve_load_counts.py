@@ -1,0 +1,81 @@
+"""benchmarks/serve_load.py's accounting, without a server: a stream chunk that joins several
+steps' tokens counts them all (continuous usage), its gap is one chunk gap and its tokens'
+inter-token latencies share it; issue 19's targets and the HBM roofline come out of the levels
+as defined (old code: one ITL per chunk, no chunk gaps, no targets)."""
+import asyncio
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_load.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("serve_load", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sse(chunks) -> bytes:
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
+
+
+def chunk(text, done, prompt=3):
+    return {"choices": [{"index": 0, "text": text}], "usage": {"prompt_tokens": prompt, "completion_tokens": done}}
+
+
+def test_a_chunk_of_several_tokens_counts_them_all():
+    mod = load()
+    httpx = mod._httpx()
+    body = sse([chunk("a", 1), chunk("bcd", 4), chunk("", 4), chunk("e", 5),
+                {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}])
+    seen = {}
+
+    def handler(request):
+        seen.update(json.loads(request.content))
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async def run():
+        async with httpx.AsyncClient(base_url="http://x", transport=httpx.MockTransport(handler)) as client:
+            return await mod._one(client, "m", [1, 2, 3], 5)
+    r = asyncio.run(run())
+    assert seen["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert (r["tokens"], r["chunks"], len(r["gaps"]), len(r["itl"])) == (5, 3, 2, 4)
+    assert r["itl"][0] == r["itl"][1] == r["itl"][2] == pytest.approx(r["gaps"][0] / 3)   # 3 tokens share one gap
+    s = mod._summary(1, [r], 1.0)
+    assert s["tokens_per_chunk"] == pytest.approx(5 / 3) and s["output_tokens"] == 5
+
+
+def level(c, tps, offline, gap_p99=None, decode=None):
+    lv = {"concurrency": c, "shared_prefix": 0, "output_tokens_per_s": tps, "server_vs_offline": tps / offline,
+          "itl_s": {"p99": 0.004}, "chunk_gap_s": {"p99": gap_p99} if gap_p99 else {},
+          "step_timing": {"decode": decode} if decode else {}}
+    return lv
+
+
+def test_targets_and_roofline_from_the_levels():
+    mod = load()
+    cfg = SimpleNamespace(num_layers=2, num_kv_heads=2, head_dim=4, hidden_size=8, intermediate_size=16,
+                          vocab_size=32, tie_word_embeddings=True, num_heads=2)
+    llm = SimpleNamespace(config=cfg, dtype=__import__("torch").bfloat16)
+    reqs = [([0] * 10, 4)] * 3                                 # context 10 + 4 / 2 = 12 tokens
+    lv32 = level(32, 3000.0, 3100.0, gap_p99=0.006, decode=[10, 0.03, 320])
+    lv32["hbm_roofline"] = mod._roofline(llm, reqs, 32, lv32)
+    from tilesafe.engine.checkpoint import weight_bytes
+    kv = 2 * 2 * 2 * 4 * 2 * 12                                # bytes of one sequence's KV at context 12
+    ideal = (weight_bytes(cfg, 2) + 32 * kv) / 4.8e12
+    assert lv32["hbm_roofline"]["ideal_step_s"] == pytest.approx(ideal)
+    assert lv32["hbm_roofline"]["fraction"] == pytest.approx(3000.0 * ideal / 32)
+    assert lv32["hbm_roofline"]["decode_step_fraction"] == pytest.approx(ideal / 0.003)   # 32 rows, 3 ms a step
+    report = {"levels": [level(1, 300.0, 310.0, decode=[100, 0.25, 100]), lv32,
+                         {"concurrency": 128, "shared_prefix": 0, "error": "boom"}]}
+    mod._targets(report)
+    t = report["targets"]
+    assert t["batch1_step_s"] == pytest.approx(0.0025)
+    assert t["itl_p99_32_over_2x_batch1_step"] == pytest.approx(0.006 / 0.005)
+    assert t["server_vs_offline"] == {1: pytest.approx(300 / 310), 32: pytest.approx(3000 / 3100)}
+    assert t["roofline_fraction"] == {32: lv32["hbm_roofline"]["fraction"]}
