@@ -103,9 +103,11 @@ def planned(fn):
                 R.ACTIVE.reset(token)
         if graph_var.get() is not None or launching_disabled_var.get() or pdl_var.get() is not None:
             return fn(*args, **kwargs)     # a capture (S12 checks every launch), `tilesafe check`, a PDL override
-        key, places = call_key(name, args, kwargs)
+        found = call_key(name, args, kwargs)
+        key = found[0]
         if key is None:
             return fn(*args, **kwargs)
+        places = found[1]
         plan = table.get(key)
         if plan is not None:
             hit = plan.hit
