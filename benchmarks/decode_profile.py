@@ -7,7 +7,10 @@ hidden:
 - `pdl`: the graph as the engine replays it (programmatic dependent launch: a kernel starts
   while the one before it drains and waits for it inside, so its time includes that wait);
 - `plain`: the same step captured without PDL — each kernel's own time, and the idle gaps
-  between kernels.
+  between kernels (the kernels that always launch with PDL — a split-K pair's sum, the
+  attention's combine, the LM head's second pass — still start early there).
+A kernel's `own_us` runs from the later of its start and the previous kernel's end: its time
+not spent waiting for the one before, so the own times and the gaps add up to the span.
 Per kernel of the step, in launch order: its median time over the replays, the bytes it moves
 (`step_bytes`: the weight a GEMV streams, the keys and values the attention reads, the small
 kernels' rows), GB/s and % of the nominal HBM bandwidth, and the gap to the next kernel.
@@ -80,31 +83,47 @@ def step_bytes(names: list[str], cfg, context: int, splits: int, itemsize: int =
 
 def trace(replay, replays: int = 5) -> list[dict]:
     """Kernels of one replay in launch order: name, median start offset, duration and gap to
-    the next kernel (µs) over `replays` replays, each queued behind a GPU sleep."""
+    the next kernel (µs) over `replays` replays, each queued behind a GPU sleep (one CUPTI
+    session: the sleeps, far longer than any kernel of a step, separate the replays)."""
     from torch.profiler import ProfilerActivity, profile
     for _ in range(2):
         replay()
     torch.cuda.synchronize()
-    runs = []
-    for _ in range(replays):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
             torch.cuda._sleep(20_000_000)           # ~10 ms: the host queues the replay meanwhile
             replay()
-            torch.cuda.synchronize()
-        ev = sorted((x for x in prof.events() if x.device_type == torch.autograd.DeviceType.CUDA
-                     and x.time_range.end - x.time_range.start < SLEEP_US       # not the sleep
-                     and "memcpy" not in x.name.lower() and "memset" not in x.name.lower()),
-                    key=lambda x: x.time_range.start)
-        runs.append([(x.name, x.time_range.start, x.time_range.end) for x in ev])
+        torch.cuda.synchronize()
+    ev = sorted((x for x in prof.events() if x.device_type == torch.autograd.DeviceType.CUDA
+                 and "memcpy" not in x.name.lower() and "memset" not in x.name.lower()),
+                key=lambda x: x.time_range.start)
+    runs: list[list] = []
+    for x in ev:
+        if x.time_range.end - x.time_range.start >= SLEEP_US:      # a sleep: the next replay starts
+            runs.append([])
+        elif runs:
+            runs[-1].append((x.name, x.time_range.start, x.time_range.end))
+    return rows_of_runs([r for r in runs if r])
+
+
+def rows_of_runs(runs: list[list[tuple]]) -> list[dict]:
+    """Replays' (name, start, end) kernels (µs) -> one row per kernel position: median start
+    offset, duration, own time and gap to the next kernel."""
+    if not runs:
+        return []
     n = min(len(r) for r in runs)
-    runs = [r for r in runs if len(r) == n] or runs
+    runs = [r for r in runs if len(r) == n]
     rows = []
     for i in range(n):
         name = runs[0][i][0]
         dur = statistics.median(r[i][2] - r[i][1] for r in runs)
         gap = statistics.median(r[i + 1][1] - r[i][2] for r in runs) if i + 1 < n else 0.0
         start = statistics.median(r[i][1] - r[0][1] for r in runs)
-        rows.append({"kernel": name, "start_us": round(start, 2), "us": round(dur, 2), "gap_us": round(gap, 2)})
+        # Its own time: from the later of its start and the previous kernel's end (a kernel
+        # launched early under PDL waits inside for the one before: that wait is not its own).
+        own = statistics.median(max(0.0, r[i][2] - max(r[i][1], r[i - 1][2] if i else r[i][1])) for r in runs)
+        rows.append({"kernel": name, "start_us": round(start, 2), "us": round(dur, 2), "own_us": round(own, 2),
+                     "gap_us": round(gap, 2)})
     return rows
 
 
@@ -112,16 +131,18 @@ def table(rows: list[dict], nbytes: list[int]) -> dict:
     """The trace with bytes and rates, summed by kind, and the span (first start to last end)."""
     kinds: dict[str, dict] = {}
     for r, b in zip(rows, nbytes):
+        r.setdefault("own_us", r["us"])
         r["bytes"] = b
         r["GB_s"] = round(b / r["us"] / 1e3, 1) if r["us"] > 0 else None
         r["pct_hbm"] = round(100 * b / r["us"] / 1e-6 / HBM, 1) if r["us"] > 0 else None
-        k = kinds.setdefault(_kind(r["kernel"]), {"launches": 0, "us": 0.0, "bytes": 0})
+        k = kinds.setdefault(_kind(r["kernel"]), {"launches": 0, "us": 0.0, "own_us": 0.0, "bytes": 0})
         k["launches"] += 1
         k["us"] += r["us"]
+        k["own_us"] += r["own_us"]
         k["bytes"] += b
     for k in kinds.values():
-        k["us"] = round(k["us"], 1)
-        k["TB_s"] = round(k["bytes"] / k["us"] / 1e6, 3) if k["us"] else None
+        k["us"], k["own_us"] = round(k["us"], 1), round(k["own_us"], 1)
+        k["TB_s"] = round(k["bytes"] / k["own_us"] / 1e6, 3) if k["own_us"] else None
     by_name: dict[str, dict] = {}
     for r in rows:
         d = by_name.setdefault(r["kernel"], {"launches": 0, "us": 0.0, "bytes": 0})
@@ -134,6 +155,7 @@ def table(rows: list[dict], nbytes: list[int]) -> dict:
     kernel_us = sum(r["us"] for r in rows)
     gaps = [r["gap_us"] for r in rows[:-1]]
     return {"launches": len(rows), "span_us": round(span, 1), "kernel_us": round(kernel_us, 1),
+            "own_us": round(sum(r["own_us"] for r in rows), 1),
             "gap_us": round(sum(g for g in gaps if g > 0), 1), "overlap_us": round(-sum(g for g in gaps if g < 0), 1),
             "gap_median_us": round(statistics.median(gaps), 2) if gaps else None,
             "by_kind": kinds, "by_kernel": dict(sorted(by_name.items(), key=lambda kv: -kv[1]["us"])),
@@ -159,12 +181,12 @@ def summary(plain: dict, pdl: dict | None, step_s: float | None, ideal_s: float)
     the gaps), what PDL changes, and the distance to 85% of the roofline in numbers."""
     kinds = plain["by_kind"]
 
-    def us(kind):
-        return kinds.get(kind, {}).get("us", 0.0)
+    def us(kind):                                # its own time: the kinds and the gaps add up to the span
+        return kinds.get(kind, {}).get("own_us", 0.0)
     gemv_bytes = kinds.get("gemv", {}).get("bytes", 0) + kinds.get("lm_head", {}).get("bytes", 0)
     gemv_us = us("gemv") + us("lm_head")
     target_s = ideal_s / TARGET
-    out = {"plain_span_us": plain["span_us"], "plain_kernel_us": plain["kernel_us"], "plain_gap_us": plain["gap_us"],
+    out = {"plain_span_us": plain["span_us"], "plain_kernel_us": plain["own_us"], "plain_gap_us": plain["gap_us"],
            "gemv_us": round(gemv_us, 1), "gemv_bytes": gemv_bytes,
            "gemv_TB_s": round(gemv_bytes / gemv_us / 1e6, 3) if gemv_us else None,
            "layer_gemv_us": us("gemv"), "lm_head_us": us("lm_head"), "attention_us": us("attention"),
@@ -172,6 +194,7 @@ def summary(plain: dict, pdl: dict | None, step_s: float | None, ideal_s: float)
     if pdl is not None:
         out["pdl_span_us"] = pdl["span_us"]
         out["pdl_saves_us"] = round(plain["span_us"] - pdl["span_us"], 1)
+        out["pdl_own_us"] = {k: v["own_us"] for k, v in pdl["by_kind"].items()}
     if step_s:
         step_us = step_s * 1e6
         out["step_us"] = round(step_us, 1)
@@ -229,6 +252,7 @@ def _layer_positions(rows: list[dict], layers: int) -> list[dict]:
     for p in range(per):
         col = [body[n * per + p] for n in range(layers) if n * per + p < len(body)]
         out.append({"kernel": col[0]["kernel"], "us": round(statistics.median(r["us"] for r in col), 2),
+                    "own_us": round(statistics.median(r["own_us"] for r in col), 2),
                     "gap_us": round(statistics.median(r["gap_us"] for r in col), 2),
                     "bytes": col[0].get("bytes"),
                     "GB_s": round(col[0]["bytes"] / statistics.median(r["us"] for r in col) / 1e3, 1)
@@ -247,5 +271,5 @@ def print_profile(tag: str, p: dict) -> None:
     for key in ("plain", "pdl"):
         if key in p:
             for r in p[key]["per_position"]:
-                print(f"[{tag}]   {key:>5} {r['kernel']:<28} {r['us']:>7} us gap {r['gap_us']:>6} "
+                print(f"[{tag}]   {key:>5} {r['kernel']:<28} {r['us']:>7} us own {r['own_us']:>7} gap {r['gap_us']:>6} "
                       f"{r['bytes'] or 0:>10} B {r['GB_s'] or 0:>8} GB/s", flush=True)

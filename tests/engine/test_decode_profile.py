@@ -74,6 +74,17 @@ def test_table_sums_kinds_gaps_and_rates():
     assert [p["kernel"] for p in pos] == LAYER
 
 
+def test_a_kernel_launched_early_owns_only_its_time_after_the_one_before():
+    """Under PDL b starts at 3 inside a (0..10) and waits: its own time is 10..14, not 3..14."""
+    runs = [[("a", 0.0, 10.0), ("b", 3.0, 14.0), ("c", 15.0, 17.0)]] * 3
+    rows = dp.rows_of_runs(runs)
+    assert [r["us"] for r in rows] == [10.0, 11.0, 2.0]
+    assert [r["own_us"] for r in rows] == [10.0, 4.0, 2.0]
+    assert [r["gap_us"] for r in rows] == [-7.0, 1.0, 0.0]
+    t = dp.table(rows, [0, 0, 0])
+    assert t["own_us"] + t["gap_us"] == pytest.approx(t["span_us"])
+
+
 def test_overlapping_kernels_count_as_overlap_not_gaps():
     rows = rows_of([("a", 5.0), ("b", 5.0), ("c", 5.0)], gap=-1.0)
     t = dp.table(rows, [0, 0, 0])
