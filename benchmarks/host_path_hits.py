@@ -115,7 +115,8 @@ def gpu_stand_in() -> None:
 
     def layout_launcher(compiled, bound):   # a user kernel's launches of a seen layout (launch_cache.run)
         names = tuple(bound.tensors)
-        fill = lambda bound, views: tuple(views[n].data_ptr() for n in names)   # noqa: E731
+        # A list, as Triton's fill builds it (a tuple from a generator costs garbage collections)
+        fill = lambda bound, views: tuple([views[n].data_ptr() for n in names])   # noqa: E731
         return prepared_launch.LayoutLauncher(compiled, bound, lambda stream, args: None, fill, Device())
     launch_cache.prepare_layout = layout_launcher
     torch._C._cuda_getCurrentRawStream = lambda index: 7

@@ -53,11 +53,11 @@ def gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(rec.waited))
     monkeypatch.setattr(future.HOLDING, "add", lambda completion: None)
     monkeypatch.setattr(future.Completion, "_known_done", lambda self: True)
-    plus_one._layouts.plans.clear()
+    plus_one._layouts.forget()
     plus_one._last_plan = None
     with ts.backend("reference"):
         yield rec
-    plus_one._layouts.plans.clear()
+    plus_one._layouts.forget()
     plus_one._last_plan = None
 
 

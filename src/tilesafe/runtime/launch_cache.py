@@ -43,6 +43,7 @@ from .torch_version import version_of
 from .value_keys import value_key
 
 MISS = object()          # "take the full path"
+OTHER = object()         # (LayoutPlan.direct checking the key's facts) "another layout: look its key up"
 _LIMIT = 256             # layouts remembered per kernel; a kernel launched with more starts over
 _LAUNCHERS = 16          # sets of runtime scalars a layout keeps GPU launchers for
 
@@ -76,19 +77,29 @@ class LaunchCache:
             if form is None:
                 return MISS
             values = (*args, *kwargs.values())
-            key = _layout_key(backend, grid, form, values)
-            plan = self.plans.get(key)
-        except Exception:      # an unhashable or odd argument: the full path says what is wrong
+            plan = form.last
+        except Exception:      # an odd argument: the full path says what is wrong
             return MISS
-        if plan is None:
-            self.missed = (tuple(map(id, values)), key)
-            return MISS
-        if plan.launchers:        # a GPU launcher of this layout may start it from the objects
-            future = plan.direct(values)
+        # The layout of this form's latest direct launch, checked on the objects as they are
+        # launched (no key built and hashed: the common loop launches one layout again).
+        future = OTHER if plan is None or plan.parts[0] != backend or plan.parts[1] != grid \
+            else plan.direct(values, True)
+        if future is OTHER:
+            try:
+                key = _layout_key(backend, grid, form, values)
+                plan = self.plans.get(key)
+            except Exception:      # an unhashable or odd argument: the full path says what is wrong
+                return MISS
+            if plan is None:
+                self.missed = (tuple(map(id, values)), key)
+                return MISS
+            future = plan.direct(values) if plan.launchers else MISS   # a GPU launcher may start it
             if future is not MISS:
-                if plan.repeated(values):
-                    self._repeat(plan, args, kwargs, grid, backend, values)
-                return future
+                form.last = plan
+        if future is not MISS:
+            if plan.repeated(values):
+                self._repeat(plan, args, kwargs, grid, backend, values)
+            return future
         done = plan.launch(form, values)
         if done is MISS:
             return MISS
@@ -152,13 +163,21 @@ class LaunchCache:
         except Exception:
             return
         if len(self.plans) >= _LIMIT:
-            self.plans.clear()
-        self.plans[key] = LayoutPlan(self.kernel, form, bound, compiled, backend, schedule)
+            self.forget()
+        self.plans[key] = LayoutPlan(self.kernel, form, bound, compiled, backend, schedule, key)
+        form.last = None           # its layout may have a new plan now: found by key again
+
+    def forget(self) -> None:
+        """Drop every layout plan (the next launch of each layout is checked in full)."""
+        self.plans.clear()
+        for form in self.forms.values():
+            if form is not None:
+                form.last = None
 
 
 class _Form:
     """How the positions of one call form (n positional, these keyword names) map to parameters."""
-    __slots__ = ("shape", "names", "roles", "keyed")
+    __slots__ = ("shape", "names", "roles", "keyed", "last")
 
     @staticmethod
     def of(kernel, shape, inferred) -> "_Form | None":
@@ -169,6 +188,7 @@ class _Form:
             return None
         f = _Form()
         f.shape, f.names = shape, names
+        f.last = None              # the layout plan of this form's latest direct launch
         f.roles, f.keyed = [], []
         for name in names:
             if name == "schedule" and name not in params:
@@ -219,10 +239,11 @@ class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
                  "given", "outputs", "spans", "apart", "pairs", "reads", "recheck_pre", "scalar_checks", "roles",
-                 "names", "launchers", "last", "form")
+                 "names", "launchers", "last", "form", "parts")
 
-    def __init__(self, kernel, form, bound, compiled, backend, schedule):
+    def __init__(self, kernel, form, bound, compiled, backend, schedule, key=None):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
+        self.parts = key            # the layout key it was remembered under (`direct` checks the facts)
         self.consts = dict(bound.consts)
         self.scalars = {n: v for n, v in bound.scalars.items() if n not in form.names
                         or form.roles[form.names.index(n)] == _KEYED}
@@ -249,7 +270,7 @@ class LayoutPlan:
                            for name, ext in self.spans if name in self.outputs
                            for other, oext in self.spans if other != name)
         self.launchers: dict = {}   # runtime scalars -> True (seen once), a LayoutLauncher, or False (none)
-        self.last: tuple | None = None   # (ids, weak references) of the objects of the latest fast launch
+        self.last: list | None = None    # per value of the latest fast launch: a weak reference, or its id
         spec = kernel.specializer.spec(bound)
         self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in spec.reads)
         self.given = tuple(n for n, r in zip(form.names, form.roles) if r == _GIVEN)
@@ -262,46 +283,86 @@ class LayoutPlan:
 
     def repeated(self, values) -> bool:
         """Whether `values` are the objects of this layout's previous fast launch (each
-        tensor and partition the same live object: a live object's id is its own)."""
-        ids = tuple(map(id, values))
+        tensor and partition the same live object, held weakly; other values by id).
+        No `tuple(map(...))`: a tuple built from an iterator of unknown length leaves
+        Python's young-generation count one higher, so a loop of launches would run the
+        garbage collector (full collections of a large heap) for nothing."""
         last = self.last
-        if last is not None and last[0] == ids and all(r() is not None for r in last[1]):
-            return True
-        self.last = (ids, tuple([weakref.ref(v) for v in values if type(v) is Tensor or type(v) is Partition]))
+        if last is not None and len(last) == len(values):
+            for v, held in zip(values, last):
+                if type(held) is int:
+                    if held != id(v):
+                        break
+                elif held() is not v:
+                    break
+            else:
+                return True
+        self.last = [weakref.ref(v) if type(v) is Tensor or type(v) is Partition else id(v) for v in values]
         return False
 
-    def direct(self, values):
+    def direct(self, values, keyed: bool = False):
         """A launch with these argument values through the GPU launcher of their runtime
         scalars, from the objects themselves (no ArgFacts, no Bound: `checked`'s checks,
         inline, in one pass that reads each address once), or MISS with nothing done: no
         launcher for these scalars yet, a torch argument (borrowed by `checked`), memory that
         tracks initialisation (its marks need the bound), any doubt. A launcher exists only
         for scalars this layout ran on its own code, so their preconditions and bounds
-        conditions hold (as Entry's `scalars_seen`)."""
+        conditions hold (as Entry's `scalars_seen`).
+        `keyed`: the values were not looked up by key; their facts are compared with this
+        plan's key in the same pass (`_layout_key`'s facts, compared as the dictionary would),
+        and OTHER, with nothing done, says they are another layout's."""
         tensors, objs, ptrs, scalars = {}, {}, {}, []
-        for name, role, v in zip(self.names, self.roles, values):
-            if role == _PART:
-                if type(v) is not Partition or not v._live:
-                    return MISS
-                t = v._tensor
-                now = version_of(t._t)          # S13: Partition.torch_touched, inline
-                if now != v._version and now != t._state.own_write_version:
-                    return MISS
-            elif role == _TENSOR:
-                if type(v) is not Tensor or v._handed_at is not None or \
-                        (v._lender is not None and v._lender() is not None):
-                    return MISS
-                t = v
-            elif role == _GIVEN:
-                scalars.append(value_key(v))
-                continue
-            elif role == _TORCH:
-                return MISS
-            else:
-                continue
-            if t._state.init_mask is not None:    # S14 by marks: the bound path reads and marks them
-                return MISS
-            tensors[name], objs[name], ptrs[name] = t, v, t._t.data_ptr()
+        doubt = False
+        parts = self.parts
+        k = 2
+        try:
+            for name, role, v in zip(self.names, self.roles, values):
+                k += 1
+                if role == _PART:
+                    if type(v) is not Partition:
+                        return OTHER if keyed else MISS
+                    t = v._tensor
+                    tv = t._t
+                    ptr = tv.data_ptr()
+                    if keyed:
+                        kp = parts[k]
+                        if kp[1] != v._tile or kp[2] != v._prefix or kp[3] != t._dtype.name or kp[4] != tv.shape \
+                                or kp[5] != tv.stride() or kp[6] != tv.device or kp[7] != ptr & 15:
+                            return OTHER
+                    now = version_of(tv)          # S13: Partition.torch_touched, inline
+                    if not v._live or now != v._version and now != t._state.own_write_version:
+                        doubt = True
+                elif role == _TENSOR:
+                    if type(v) is not Tensor:
+                        return OTHER if keyed else MISS
+                    t, tv = v, v._t
+                    ptr = tv.data_ptr()
+                    if keyed:
+                        kp = parts[k]
+                        if kp[1] != t._dtype.name or kp[2] != tv.shape or kp[3] != tv.stride() \
+                                or kp[4] != tv.device or kp[5] != ptr & 15:
+                            return OTHER
+                    if v._handed_at is not None or (v._lender is not None and v._lender() is not None):
+                        doubt = True
+                elif role == _GIVEN:
+                    if keyed and (parts[k] is not float if type(v) is float else _key_part(False, v) != parts[k]):
+                        return OTHER
+                    scalars.append(value_key(v))
+                    continue
+                else:
+                    if keyed and _key_part(role == _KEYED, v) != parts[k]:
+                        return OTHER
+                    doubt = doubt or role == _TORCH   # a torch argument is borrowed by `checked`
+                    continue
+                if t._state.init_mask is not None:    # S14 by marks: the bound path reads and marks them
+                    doubt = True
+                tensors[name], objs[name], ptrs[name] = t, v, ptr
+        except Exception:          # an odd value: the dictionary lookup decides
+            if keyed:
+                return OTHER
+            raise
+        if doubt:
+            return MISS
         launcher = self.launchers.get(tuple(scalars))
         if type(launcher) is not LayoutLauncher or not self._apart_at(ptrs):
             return MISS
@@ -440,7 +501,7 @@ class Entry:
 def _scalars(form, values) -> tuple:
     """The runtime scalars among a launch's values, with their types (1 and 1.0 are apart) and
     a zero's sign (value_keys)."""
-    return tuple(value_key(v) for role, v in zip(form.roles, values) if role == _GIVEN)
+    return tuple([value_key(v) for role, v in zip(form.roles, values) if role == _GIVEN])
 
 
 def _own_code(plan, form, values) -> bool:

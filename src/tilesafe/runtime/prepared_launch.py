@@ -68,9 +68,9 @@ class PreparedLaunch:
         stream_obj = self._streams.get(stream)
         if stream_obj is None:    # the current stream's torch object, looked up once per stream
             stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
-        done = Completion(None, stream, tuple(ref() for ref in self.tensors), stream_obj)   # event made lazily
+        done = Completion(None, stream, tuple([ref() for ref in self.tensors]), stream_obj)   # event made lazily
         record_launch(*self.columns, done, stream)
-        return Future(tuple(o() for o in self.outputs), done)
+        return Future(tuple([o() for o in self.outputs]), done)
 
 
 def prepare_layout(compiled, bound) -> "LayoutLauncher | None":
