@@ -28,10 +28,50 @@ def llm_with_cache(checkpoint):
     return llm
 
 
-def test_one_row_runs_the_fused_epilogues_with_the_norms_apart(checkpoint, launched_kernels):
-    """The defaults (FUSED_ROWS = 1, NORM_PROLOGUE = False): a one-row greedy step fuses the
-    residual adds and SiLU-mul into the o and down GEMVs, runs each norm as its own kernel
-    and takes the token from the LM head after the final norm."""
+def one_row_greedy_step(checkpoint, launched_kernels, temperature=0.0):
+    """The kernels of one one-row step (greedy by default)."""
+    llm = llm_with_cache(checkpoint)
+    llm.sampler.set_rows([params(temperature=temperature)], [0])
+    seen = launched_kernels()
+    with torch.inference_mode():
+        llm.decode_steps.run([5], [3])
+    return seen, llm.config.num_layers
+
+
+def fused_gemvs(seen):
+    return sum(k in ("fused_skinny_kernel", "fused_split_kernel") for k in seen)
+
+
+def test_a_small_model_folds_every_norm_into_its_gemv_by_default(checkpoint, launched_kernels):
+    """NORM_PROLOGUE = None: hidden 64 <= NORM_PROLOGUE_MAX_HIDDEN, so a one-row greedy step
+    is four fused GEMVs a layer (norms as the qkv and gate/up prologues, the residual adds and
+    SiLU-mul in o and down) and the LM head with the final norm: no norm kernel at all."""
+    seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
+    assert fused_gemvs(seen) == 4 * layers
+    assert not [k for k in seen if k in UNFUSED], seen
+    assert seen[-2:] == ["argmax_gemv_kernel", "argmax_rows_kernel"]
+
+
+def test_a_large_model_keeps_its_norms_apart_by_default(checkpoint, monkeypatch, launched_kernels):
+    """Above NORM_PROLOGUE_MAX_HIDDEN (here lowered below the tiny model's 64) each norm is
+    its own kernel: the late prologue lost at Qwen3-4B's weights."""
+    monkeypatch.setattr(engine_model, "NORM_PROLOGUE_MAX_HIDDEN", 32)
+    seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
+    assert fused_gemvs(seen) == 2 * layers and seen.count("rms_norm_kernel") == 2 * layers + 1
+
+
+def test_the_norm_prologue_can_be_chosen_per_gemv(checkpoint, monkeypatch, launched_kernels):
+    monkeypatch.setattr(engine_model, "NORM_PROLOGUE", {"qkv", "lm_head"})
+    seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
+    assert fused_gemvs(seen) == 3 * layers and seen.count("rms_norm_kernel") == layers      # before gate/up only
+    assert seen[-2:] == ["argmax_gemv_kernel", "argmax_rows_kernel"]
+
+
+def test_one_row_runs_the_fused_epilogues_with_the_norms_apart(checkpoint, monkeypatch, launched_kernels):
+    """FUSED_ROWS = 1, NORM_PROLOGUE = False: a one-row greedy step fuses the residual adds
+    and SiLU-mul into the o and down GEMVs, runs each norm as its own kernel and takes the
+    token from the LM head after the final norm."""
+    monkeypatch.setattr(engine_model, "NORM_PROLOGUE", False)
     llm = llm_with_cache(checkpoint)
     llm.sampler.set_rows([params(temperature=0)], [0])
     seen = launched_kernels()
@@ -71,14 +111,18 @@ def test_a_greedy_step_is_four_gemvs_a_layer_and_no_logits(checkpoint, monkeypat
     assert "sample_kernel" not in seen and "skinny_kernel" not in seen
 
 
-def test_a_sampled_step_still_samples_from_the_logits(checkpoint, launched_kernels):
+@pytest.mark.parametrize("fold", [False, True])
+def test_a_sampled_step_still_samples_from_the_logits(checkpoint, monkeypatch, launched_kernels, fold):
+    """With the final norm apart or as the LM head GEMV's prologue."""
+    monkeypatch.setattr(engine_model, "NORM_PROLOGUE", fold)
     llm = llm_with_cache(checkpoint)
     llm.sampler.set_rows([params(temperature=0.8)], [3])
     seen = launched_kernels()
     with torch.inference_mode():
         llm.decode_steps.run([5], [3])
-    assert seen[-3:] == ["rms_norm_kernel", "skinny_kernel", "sample_kernel"]
-    assert "argmax_gemv_kernel" not in seen
+    head = [seen[-2]] if fold else seen[-3:-1]
+    assert head == (["fused_skinny_kernel"] if fold else ["rms_norm_kernel", "skinny_kernel"]), seen[-3:]
+    assert seen[-1] == "sample_kernel" and "argmax_gemv_kernel" not in seen
 
 
 @pytest.mark.parametrize("variant", [{"NORM_PROLOGUE": False}, {"SILU_PROLOGUE": False}, {"FUSED_ROWS": 0}])

@@ -92,11 +92,16 @@ CPU_DECODE_SPLITS = 2
 # 2..16 rows ran a layer 2-4x slower than the unfused sequence (8B, 8 rows: 424 against
 # 111 us), while at one row the fused layer saves its launches.
 FUSED_ROWS = 1
-# True makes each RMSNorm the prologue of the GEMV after it (rms_norm_linear, linear_argmax's
-# norm_weight); False (the default) runs it as its own rms_norm kernel first. Every GEMV block
-# recomputes the row's statistics in the prologue, which lost on the H200 at 4B and 8B (8B:
-# 115.5 against 111.6 us a layer, LM head 410 against 319 us): decode_fusions.py times both.
-NORM_PROLOGUE = False
+# Which RMSNorms of a fused step are the prologue of the GEMV after them (rms_norm_linear's
+# late form, linear_fusions.NORM_LATE; linear_argmax's norm_weight): a set of "qkv",
+# "gate_up", "lm_head"; True: all three; False: none, each norm its own rms_norm kernel first.
+# None (the default): all three for models of hidden size <= NORM_PROLOGUE_MAX_HIDDEN, else
+# none. H200, batch-1 step (benchmarks/probes/decode_step_variants.py, round 1 of session 17):
+# 0.6B 0.872 -> 0.821 ms with all three; 4B 2.653 -> 2.750 ms (the late GEMVs of 20-100 MB
+# weights lose more than the 73 norm launches cost).
+NORM_PROLOGUE: bool | frozenset | set | None = None
+NORM_PROLOGUE_MAX_HIDDEN = 1024
+NORM_GEMVS = frozenset({"qkv", "gate_up", "lm_head"})
 # True makes SiLU-mul the prologue of the down projection (silu_mul_linear); False runs
 # silu_mul first, then the down GEMV with its residual epilogue. Every block of the down GEMV
 # recomputes silu over the whole row (8B: 1024 blocks of 4 columns, 12288 sigmoids each):
@@ -201,6 +206,13 @@ class Qwen3Model:
         else:
             self._forward(a, attend, gather_last=False)
 
+    def norm_prologue(self, gemv: str) -> bool:
+        """Whether the norm before `gemv` ("qkv", "gate_up", "lm_head") is its prologue (NORM_PROLOGUE)."""
+        chosen = NORM_PROLOGUE
+        if chosen is None:
+            chosen = self.cfg.hidden_size <= NORM_PROLOGUE_MAX_HIDDEN
+        return bool(chosen) if isinstance(chosen, bool) else gemv in chosen
+
     def _forward_fused(self, a: Activations, attend, greedy: bool) -> None:
         """`_forward` for a few rows (decode), in four GEMV launches a layer: each norm is the
         prologue of the projection after it, SiLU-mul the prologue of the down projection,
@@ -211,37 +223,40 @@ class Qwen3Model:
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
 
-        def norm_linear(g: torch.Tensor, wt: torch.Tensor, out: torch.Tensor) -> None:   # norm(residual) @ wt.T
-            if NORM_PROLOGUE:
+        def norm_linear(g: torch.Tensor, wt: torch.Tensor, out: torch.Tensor, gemv: str) -> None:   # norm(res) @ wt.T
+            if self.norm_prologue(gemv):
                 tk.rms_norm_linear(a.residual, g, wt, eps, out=out)
             else:
                 tk.rms_norm(a.residual, g, eps, out=a.x)
                 tk.linear(a.x, wt, out=out)
         tk.embedding(a.ids, w.embed, out=a.residual)                                # (M, E)
         for n, layer in enumerate(w.layers):
-            norm_linear(layer.input_norm, layer.qkv, a.qkv)                         # (M, (H + 2 HKV) D)
+            norm_linear(layer.input_norm, layer.qkv, a.qkv, "qkv")                  # (M, (H + 2 HKV) D)
             q = a.qkv[:, :hd].view(m, cfg.num_heads, cfg.head_dim)                  # (M, H, D) views
             k = a.qkv[:, hd:hd + kvd].view(m, cfg.num_kv_heads, cfg.head_dim)       # (M, HKV, D)
             v = a.qkv[:, hd + kvd:].view(m, cfg.num_kv_heads, cfg.head_dim)         # (M, HKV, D)
             attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, residual=a.residual, out=a.residual)   # residual += o(attn)
-            norm_linear(layer.post_norm, layer.gate_up, a.gu)                       # (M, 2 I)
+            norm_linear(layer.post_norm, layer.gate_up, a.gu, "gate_up")            # (M, 2 I)
             if SILU_PROLOGUE:
                 tk.silu_mul_linear(a.gu, layer.down, residual=a.residual, out=a.residual)  # residual += mlp
             else:
                 half = a.gu.shape[1] // 2
                 tk.silu_mul(a.gu[:, :half], a.gu[:, half:], out=a.act)
                 tk.linear(a.act, layer.down, residual=a.residual, out=a.residual)
-        head = CPU_LM_HEAD if self.on_cpu else None
-        if greedy and NORM_PROLOGUE:   # the token and its log-probability straight from the LM head
+        head, fold = CPU_LM_HEAD if self.on_cpu else None, self.norm_prologue("lm_head")
+        if greedy and fold:   # the token and its log-probability straight from the LM head
             tk.linear_argmax(a.residual, w.lm_head, norm_weight=w.norm, eps=eps, out=a.tokens,
                              logprobs_out=a.chosen, config=head)
         elif greedy:
             tk.rms_norm(a.residual, w.norm, eps, out=a.x)
             tk.linear_argmax(a.x, w.lm_head, out=a.tokens, logprobs_out=a.chosen, config=head)
         else:
-            tk.rms_norm(a.residual, w.norm, eps, out=a.x)
-            tk.linear(a.x, w.lm_head, out=a.logits, config=head)                    # (M, V)
+            if fold:
+                tk.rms_norm_linear(a.residual, w.norm, w.lm_head, eps, out=a.logits, config=head)   # (M, V)
+            else:
+                tk.rms_norm(a.residual, w.norm, eps, out=a.x)
+                tk.linear(a.x, w.lm_head, out=a.logits, config=head)                # (M, V)
             self.sampler(a.logits, a.tokens, a.chosen)                              # (M,)
 
     def _forward(self, a: Activations, attend, gather_last: bool, sample: bool = True) -> None:

@@ -21,7 +21,7 @@ from . import linear_fusions as fusions
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
-from .linear_fusions import NORM, NORM_LATE, PLAIN, add_squares, fma_tile, input_tile, late_scale, row_scale
+from .linear_fusions import NORM, NORM_LATE, PLAIN, fma_tile, late_scale, late_tile, row_scale
 from .matmul import SKINNY_M, _tf32, l2_prefetch, mac, skinny_config, skinny_tiles, warm_slab
 
 NEG_INF = -float("inf")
@@ -46,13 +46,13 @@ def argmax_gemv_kernel(best: ts.Mut[ts.f32, ("BM", 1)], at: ts.Mut[ts.f32, ("BM"
     if DOT:
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
         for k in range(ts.num_tiles(pa, 1)):
-            acc = mac(input_tile(pa, pa, g, k, r, T, BK, PRO), pb.load((k, j)), acc, TF32)
-            ss = add_squares(ss, pa, k, PRO)
+            xk, ss = late_tile(pa, pa, g, k, r, ss, T, BK, PRO)
+            acc = mac(xk, pb.load((k, j)), acc, TF32)
     else:
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
         for k in range(ts.num_tiles(pa, 1)):
-            part = part + fma_tile(input_tile(pa, pa, g, k, r, T, BK, PRO), pb.load((k, j)), BK)
-            ss = add_squares(ss, pa, k, PRO)
+            xk, ss = late_tile(pa, pa, g, k, r, ss, T, BK, PRO)
+            part = part + fma_tile(xk, pb.load((k, j)), BK)
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
     acc = late_scale(acc, ss, K, eps, PRO)
     cols = ts.reshape(j * BN + ts.arange(0, BN), (1, BN))        # (1, BN) column of each logit

@@ -76,6 +76,19 @@ def input_tile(pa, pu, g, k, r, T, BK, PRO):
 
 
 @ts.function
+def late_tile(pa, pu, g, k, r, ss, T, BK, PRO):
+    """`input_tile`, and ss plus the squares of x's tile for NORM_LATE, from the one load."""
+    if PRO == NORM_LATE:
+        t = pa.load((0, k)).astype(ts.f32)                       # (BM, BK)
+        ss = ss + t * t
+        gk = ts.reshape(ts.load(g, (k,), shape=(BK,)).astype(ts.f32), (1, BK))
+        x = (t * gk).astype(T)
+    else:
+        x = input_tile(pa, pu, g, k, r, T, BK, PRO)
+    return x, ss
+
+
+@ts.function
 def add_squares(ss, pa, k, PRO):
     """ss (BM, BK) f32 plus the squares of x's K tile k (NORM_LATE), else ss: the rows'
     statistics gathered while the loop streams the weight (tile k is in L1 by then)."""
@@ -123,8 +136,8 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
     if DOT:                                                      # 2..16 rows: tensor cores
         acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
         for k in range(ts.num_tiles(pa, 1)):
-            acc = mac(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), acc, TF32)
-            ss = add_squares(ss, pa, k, PRO)
+            xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
+            acc = mac(xk, pb.load((k, j)), acc, TF32)
     elif PREFETCH:                                               # one row, K tile k + 1 loaded before k's FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         last = ts.num_tiles(pa, 1) - 1
@@ -139,8 +152,8 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
     else:                                                        # one row: FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
         for k in range(ts.num_tiles(pa, 1)):
-            part = part + fma_tile(input_tile(pa, pu, g, k, r, T, BK, PRO), pb.load((k, j)), BK)
-            ss = add_squares(ss, pa, k, PRO)
+            xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
+            part = part + fma_tile(xk, pb.load((k, j)), BK)
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
     acc = late_scale(acc, ss, K, eps, PRO)
     y = epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(T)      # (BM, BN) what linear stores
