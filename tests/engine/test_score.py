@@ -69,7 +69,7 @@ def _line(marker: str) -> int:
         return next(i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}"))
 
 
-@pytest.mark.parametrize("args,fragment", [
+BAD = [
     (([], [1]), "prompt_ids is empty"),
     (([1], []), "continuation_ids is empty"),
     (([1, 96], [2]), "prompt_ids holds token id 96, outside the vocabulary [0, 96)"),
@@ -77,13 +77,24 @@ def _line(marker: str) -> int:
     (([1] * 10, [2] * 7), "hold 17 tokens, but max_model_len is 16"),
     (("12", [2]), "prompt_ids must be a list of ints, got str"),
     (([1], [2], "eager"), "through must be 'prefill' or 'decode', got 'eager'"),
-])
-def test_bad_requests_refused_and_llm_still_works(model, args, fragment):
+]
+
+
+@pytest.mark.parametrize("args,fragment", BAD)
+def test_bad_requests_are_refused_at_the_callers_line(model, args, fragment):
     llm, _ = model
-    params = SamplingParams(temperature=0, max_tokens=3)
-    before = llm.generate({"prompt_token_ids": PROMPT}, params)[0].outputs[0].token_ids
     with pytest.raises(RequestError) as e:
         llm.score(*args)  # score: bad
     assert isinstance(e.value, ts.TileSafeError) and fragment in e.value.message, e.value.message
     assert e.value.loc is not None and e.value.loc.file == __file__ and e.value.loc.line == _line("score: bad")
+
+
+def test_the_llm_still_works_after_refused_scores(model):
+    llm, _ = model
+    params = SamplingParams(temperature=0, max_tokens=3)
+    before = llm.generate({"prompt_token_ids": PROMPT}, params)[0].outputs[0].token_ids
+    for args, _ in BAD:
+        with pytest.raises(RequestError):
+            llm.score(*args)
     assert llm.generate({"prompt_token_ids": PROMPT}, params)[0].outputs[0].token_ids == before
+    assert llm.score(PROMPT, before).greedy == before
