@@ -429,7 +429,8 @@ def _release_when_dropped(llm: LLM) -> None:
 def _release_device(index: int) -> None:
     from ..runtime.future import synchronize_and_release
     from ..settings import graph_var
-    if graph_var.get() is None:
+    # Not while this thread captures a graph (ts.graph or a plain torch one): waiting there breaks it.
+    if graph_var.get() is None and not torch.cuda.is_current_stream_capturing():
         synchronize_and_release(index)
 
 
