@@ -52,6 +52,17 @@ def test_decode_path_gives_transformers_greedy_tokens(model):
     assert s.logits is None and s.logprobs is None
 
 
+def test_decode_path_through_prefill_graphs(checkpoint, model):
+    """With prefill graphs (padded bucket passes: the GPU's default) the decode path's prompt
+    prefill runs through a bucket; the tokens are the same."""
+    folder, _ = checkpoint()
+    llm, _ = model
+    bucketed = LLM(str(folder), device="cpu", max_model_len=16, max_num_seqs=2, prefill_graphs=True, progress=False)
+    assert bucketed.prefill_graphs is not None
+    assert bucketed.score(PROMPT, CONTINUATION, through="decode").greedy == \
+        llm.score(PROMPT, CONTINUATION, through="decode").greedy
+
+
 def test_greedy_generation_scores_as_its_own_tokens(model):
     """Scoring what greedy `generate` produced: every row's argmax is the generated token, and
     the log-probabilities are generate's."""
