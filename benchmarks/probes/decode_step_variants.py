@@ -8,11 +8,16 @@ GPU ms per replayed step (the replays queued behind a GPU sleep), whether its 8 
 equal the default's, and the largest difference of their log-probabilities (a fused norm that
 rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
   default      the engine as committed
-  late_norm    NORM_PROLOGUE: each RMSNorm the prologue of the GEMV after it, in the late form
-               (linear_fusions.NORM_LATE: statistics gathered in the weight loop, no pass first)
+  apart        NORM_PROLOGUE False: every norm its own kernel
+  late_norm    NORM_PROLOGUE True: each RMSNorm the prologue of the GEMV after it, in the late
+               form (linear_fusions.NORM_LATE: statistics gathered in the weight loop, no pass)
+  late_qkv / late_gu / late_head   the late prologue before that GEMV only
   pre_norm     NORM_PROLOGUE with the pass over x before the loop (what lost at 4B in s15)
-  one_split    decode attention in one split (no partials, no combine launch)
-  late+split   both
+  silu_apart   SILU_PROLOGUE False: silu_mul its own kernel, the down GEMV plain (+ residual)
+  one_split / two_split   decode attention in one / at most two splits
+  one_kernel   the splits combined by the last block of each KV head (no combine launch)
+  late+split   late_norm and one_split
+DEC_PROFILE=a,b names the variants to profile (default: the default and the fastest).
 Every case catches its own errors; variants stop starting past BUDGET_S.
     PYTHONPATH=src python3 benchmarks/probes/decode_step_variants.py "$OUT/dec/variants.json" 4b,0.6b
 (argv[3]: the variants, comma-separated; argv[4]: "profile" sizes, default the first size)
@@ -41,13 +46,31 @@ FUSIONS = importlib.import_module("tilesafe.kernels.linear_fusions")
 AM = importlib.import_module("tilesafe.kernels.attention_model")
 MAX_LEN = 128 + 64 + 16 + 24 + 8            # engine.py --quick's short engine
 CONTEXT = 128 + 32
+PK = importlib.import_module("tilesafe.kernels.paged_kv")
+_PAGED_CONFIG = PK._paged_config
+
+
+def _one_kernel_config(fn, config):
+    """paged_decode_attention's switches with the combine in the last block (`one_kernel`)."""
+    return {**_PAGED_CONFIG(fn, config), "one_kernel": True}
+
+
 VARIANTS = {
     "default": {},
+    "apart": {(MODEL, "NORM_PROLOGUE"): False},
     "late_norm": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True},
+    "late_qkv": {(MODEL, "NORM_PROLOGUE"): frozenset({"qkv"})},
+    "late_gu": {(MODEL, "NORM_PROLOGUE"): frozenset({"gate_up"})},
+    "late_head": {(MODEL, "NORM_PROLOGUE"): frozenset({"lm_head"})},
     "pre_norm": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): False},
+    "silu_apart": {(MODEL, "SILU_PROLOGUE"): False},
     "one_split": {(AM, "PAGED_MAX_SPLITS"): 1},
+    "two_split": {(AM, "PAGED_MAX_SPLITS"): 2},
+    "one_kernel": {(PK, "_paged_config"): _one_kernel_config},
     "late+split": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True, (AM, "PAGED_MAX_SPLITS"): 1},
 }
+PROFILE = [v for v in os.environ.get("DEC_PROFILE", "").split(",") if v]   # variants to profile (else default
+                                                                             # and the fastest)
 
 
 def left() -> float:
@@ -119,7 +142,10 @@ def run_variant(llm, name: str, base) -> dict:
                "tokens": list(out.token_ids), "wall_s": round(time.perf_counter() - t, 1)}
         if base is not None:
             row["same_tokens"] = row["tokens"] == base["tokens"]
-            row["max_logprob_diff"] = round(max(abs(a - b) for a, b in zip(lps, base["lps"])), 5)
+            same = next((i for i, (a, b) in enumerate(zip(row["tokens"], base["tokens"])) if a != b), len(lps))
+            row["first_different_token"] = None if same == len(lps) else same
+            # up to the first different token (after it the contexts differ)
+            row["max_logprob_diff"] = round(max([abs(a - b) for a, b in zip(lps[:same + 1], base["lps"])]), 5)
         row["lps"] = lps
         row["ideal_over_step"] = round(ideal_s(llm) / (ms / 1e3), 4)
     return row
@@ -142,8 +168,9 @@ def probe(size: str, names: list[str], profile: bool) -> dict:
         print(size, {k: v for k, v in row.items() if k not in ("lps", "trace")}, flush=True)
         res["variants"].append(row)
     if profile:
-        timed = [r for r in res["variants"] if "gpu_ms" in r and r.get("same_tokens", True)]
-        for name in dict.fromkeys(["default"] + [min(timed, key=lambda r: r["gpu_ms"])["case"]] if timed else []):
+        timed = [r for r in res["variants"] if "gpu_ms" in r and r.get("max_logprob_diff", 0) < 0.1]
+        chosen = PROFILE or (["default", min(timed, key=lambda r: r["gpu_ms"])["case"]] if timed else [])
+        for name in dict.fromkeys(c for c in chosen if any(r["case"] == c and "gpu_ms" in r for r in timed)):
             if left() < -20:
                 break
             t = time.perf_counter()
@@ -182,7 +209,8 @@ def main():
     if len(sys.argv) > 1:
         Path(sys.argv[1]).parent.mkdir(parents=True, exist_ok=True)
         Path(sys.argv[1]).write_text(json.dumps(out, indent=1, default=str))
-    print(f"\n{'size':>5} {'case':<12} {'gpu ms':>8} {'roof':>6} {'same':>5} {'dlp':>8} {'splits':>6} {'wall':>5}")
+    print(f"\n{'size':>5} {'case':<12} {'gpu ms':>8} {'roof':>6} {'same':>5} {'dlp':>8} {'splits':>6} {'wall':>5}"
+          "  (dlp: largest log-prob difference up to the first different token)")
     for r in out["runs"]:
         for v in r.get("variants", []):
             if "gpu_ms" in v:
