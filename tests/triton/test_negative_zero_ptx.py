@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lang"))
 from test_negative_zero import fill, negate, padded, times  # noqa: E402  (the CPU cases' kernels)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
-                                reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+                                reason="TRITON_INTERPRET=1 makes Triton's own library interpreted: it cannot compile")
 
 SIGN = "-2147483648"       # 0x80000000 as PTX writes a b32 integer
 
