@@ -5,7 +5,14 @@ themselves (no ArgFacts, no Bound). CPU stand-ins for the CUDA stream and Triton
 up to its launcher, then launches the same layout with only a memory fact changed —
 aliasing, lending, an ended partition, unwritten memory, a torch write to lent memory — and
 expects the refusal a first launch makes: class, message, the line of the call, nothing
-started. Pending work of another stream is ordered before a direct launch (S10)."""
+started. Pending work of another stream is ordered before a direct launch (S10).
+Each test runs twice: after a warm-up that ends on the layout's third launch (the next launch
+finds the layout by its key), and after one more launch that went direct (the next launch is
+checked against that layout's facts on the objects themselves, `LayoutPlan.direct(keyed=True)`).
+A loop of fresh launches leaves Python's garbage collector nothing to do."""
+import collections
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +23,7 @@ from tilesafe.runtime import future, launch_cache, prepared_launch
 from tilesafe.runtime.prepared_launch import LayoutLauncher
 
 HERE = __file__
+UNPARTITIONED = "argument `z` of `plus_one` is a plain tensor, but an output (ts.Mut) needs a partition"
 
 
 @ts.kernel
@@ -33,17 +41,19 @@ class _Stream:
         self.waited.append(event)
 
 
-@pytest.fixture
-def gpu(monkeypatch):
+@pytest.fixture(params=["by key", "after a direct launch"])
+def gpu(monkeypatch, request):
     """Stand-ins: each layout's third launch makes a LayoutLauncher whose start records
-    (stream, argument tuple) in `gpu.started`; completions count as done at once."""
+    (stream, argument tuple) in `gpu.started`; completions count as done at once. `route`:
+    whether `_warm` ends with a direct launch."""
     class Recorder:
         started, direct, waited = [], [], []
+        route = request.param
     rec = Recorder()
 
     def layout_launcher(compiled, bound):
         names = tuple(bound.tensors)
-        fill = lambda bound, views: tuple(views[n].data_ptr() for n in names)   # noqa: E731
+        fill = lambda bound, views: tuple([views[n].data_ptr() for n in names])   # noqa: E731 (as Triton's: a list)
         return LayoutLauncher(compiled, bound, lambda stream, args: rec.started.append((stream, args)), fill,
                               torch.device("cuda", 0))
     real_direct = LayoutLauncher.direct
@@ -53,8 +63,11 @@ def gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(rec.waited))
     monkeypatch.setattr(future.HOLDING, "add", lambda completion: None)
     monkeypatch.setattr(future.Completion, "_known_done", lambda self: True)
-    plus_one._layouts.forget()
-    plus_one._last_plan = None
+    for k in (plus_one, times):
+        k._layouts.forget()
+        k._last_plan = None
+    global _route
+    _route = rec
     with ts.backend("reference"):
         yield rec
     plus_one._layouts.forget()
@@ -65,12 +78,23 @@ def _values(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-3, 3, n).astype(np.float32)
 
 
+_route = None     # the `gpu` fixture's recorder: which warm-up this run takes
+
+
 def _warm(n: int = 64) -> None:
-    """Three launches of the layout (fresh objects): the third makes its launcher."""
+    """Three launches of the layout (fresh objects): the third makes its launcher; then, on
+    the second route, one that goes direct (what it recorded is forgotten)."""
     for seed in range(3):
         p = ts.zeros(n).partition((16,))
         plus_one(p, ts.tensor(_values(n, seed))).sync()
         p.unpartition()
+    if _route.route == "after a direct launch":
+        p = ts.zeros(n).partition((16,))
+        plus_one(p, ts.tensor(_values(n, 3)))
+        p.unpartition()
+        assert _route.direct and _route.started
+        _route.direct.clear()
+        _route.started.clear()
 
 
 def test_new_objects_of_a_layout_with_a_launcher_start_from_the_objects(gpu):
@@ -223,3 +247,56 @@ def test_the_same_objects_again_after_a_direct_launch_take_the_prepared_path(gpu
         plus_one(p, x).sync()
     assert plus_one._last_plan is not None and plus_one._last_plan.compiled is not plus_one._last_plan.bound
     p.unpartition()
+
+
+def test_another_layout_after_a_direct_launch_is_launched_as_its_own(gpu):
+    # Another length, then another 16-byte alignment class of the Ref: each is another layout
+    # (looked up by key, checked in full, run by the reference backend); then the warmed layout
+    # starts directly again.
+    _warm()
+    for n, off in ((32, 0), (64, 1)):
+        base = torch.from_numpy(_values(n + off, 20 + n))
+        x = ts.from_torch(base[off:])                              # off 1: 4 bytes past a 16-byte boundary
+        p = ts.zeros(n).partition((16,))
+        plus_one(p, x).sync()
+        np.testing.assert_allclose(p.unpartition().numpy(), base[off:].numpy() + 1)
+    assert gpu.started == []
+    p = ts.zeros(64).partition((16,))
+    plus_one(p, ts.tensor(_values(64, 30)))
+    assert len(gpu.started) == 1 and gpu.direct
+    p.unpartition()
+
+
+def test_a_tensor_where_the_layout_had_a_partition_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm()
+    with pytest.raises(ts.LaunchError) as e:
+        plus_one(ts.zeros(64), ts.tensor(_values(64, 31)))  # unpartitioned-call
+    assert e.value.message == UNPARTITIONED
+    assert_located(e.value, HERE, "unpartitioned-call")
+    assert gpu.started == []
+
+
+def test_a_loop_of_fresh_launches_leaves_the_garbage_collector_nothing_to_do(gpu):
+    # A tuple built from a generator or map() leaves Python's young-generation count one
+    # higher. The direct path built one per launch (LayoutPlan.repeated), so a loop of
+    # launches ran the collector, full collections of a large heap among them (the H200: 12
+    # of a fresh launch's 67 µs).
+    _warm()
+    gpu.started = collections.deque(maxlen=1)                     # the stand-in keeps no launch alive
+    z, x = torch.zeros(64), torch.from_numpy(_values(64, 40))
+
+    def fresh():
+        p = ts.from_torch(z).partition((16,))
+        plus_one(p, ts.from_torch(x))
+        p.unpartition()
+    for _ in range(5):
+        fresh()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        for _ in range(300):
+            fresh()
+        grew = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    assert len(gpu.direct) == 305 and grew < 30                   # grew by 300 before
