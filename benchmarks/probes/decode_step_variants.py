@@ -222,6 +222,12 @@ def main():
         if "error" in r:
             print(r["size"], r["error"])
     print("wall", out["wall_s"], "s")
+    def brief(p: dict) -> dict:
+        return {"summary": p.get("summary"), **{f"{part}_{key}": p.get(part, {}).get(key)
+                                                for part in ("plain", "pdl") for key in ("by_kind", "per_position")}}
+    compact = [{"size": r.get("size"), **{k: brief(v) for k, v in r.items()
+                                          if k.startswith("profile_") and isinstance(v, dict)}} for r in out["runs"]]
+    print("PROFILES", json.dumps(compact, default=str))          # the log alone carries them back
 
 
 if __name__ == "__main__":
