@@ -35,6 +35,20 @@ def test_append_takes_a_block_only_at_a_boundary():
     assert len(bm.block_table("a")) == 2 and bm.num_tokens("a") == 5
 
 
+def test_append_in_block_takes_only_a_slot_of_the_last_block():
+    bm = BlockManager(num_blocks=4, block_size=4)
+    bm.allocate("a", [1, 2, 3, 4, 5])                   # 2 blocks, 3 free slots in the second
+    table = bm.block_table("a")
+    assert bm.append_in_block("a", 5, 6) and bm.num_tokens("a") == 6
+    assert not bm.append_in_block("a", 5, 7) and bm.num_tokens("a") == 6     # not the count it has: no change
+    assert bm.append_in_block("a", 6, 7) and bm.append_in_block("a", 7, 8)
+    assert not bm.append_in_block("a", 8, 9)            # the next slot needs a new block: no change
+    assert bm.num_tokens("a") == 8 and bm.block_table("a") == table and bm.stats().used == 2
+    assert not bm.append_in_block("b", 0, 1)            # unknown: no change, no error
+    bm.append("a", [9])
+    assert bm.slot("a", 8) == bm.block_table("a")[2] * 4 and bm.slots("a", 5, 8) == [table[1] * 4 + i for i in (1, 2, 3)]
+
+
 def test_free_returns_every_block():
     bm = BlockManager(num_blocks=6, block_size=2)
     bm.allocate("a", range(5))

@@ -119,6 +119,17 @@ class BlockManager:
         seq = self._seq(seq_id)
         return self.blocks_needed(len(seq.tokens) + num_tokens) - len(seq.blocks) <= self.num_free_blocks
 
+    def append_in_block(self, seq_id, have: int, token: int) -> bool:
+        """A decode step's fast path: when the sequence has exactly `have` tokens and its last
+        block has room, give `token` its slot there and return True; else change nothing and
+        return False (a new block is needed: `can_append` / `append`)."""
+        seq = self._seqs.get(seq_id)
+        if seq is None or len(seq.tokens) != have or have % self.block_size == 0 \
+                or have >= len(seq.blocks) * self.block_size:
+            return False
+        seq.tokens.append(token)
+        return True
+
     def block_table(self, seq_id) -> list[int]:
         return list(self._seq(seq_id).blocks)
 

@@ -123,9 +123,14 @@ class Scheduler:
         """A slot for each running request's newest token (sampled last step), preempting the
         latest running requests while blocks are short; returns the preempted."""
         preempted = []
+        blocks = self.blocks
         for req in sorted(self.running, key=lambda r: r.order):
             if not req.running:
                 continue            # preempted by an earlier request of this loop
+            seq = req.seq
+            if seq.tokens and blocks.append_in_block(req.request_id, len(seq.prompt_ids) + len(seq.tokens) - 1,
+                                                     seq.tokens[-1]):
+                continue            # a decoding request whose newest token fits its last block (most steps)
             missing = _missing(req, self.blocks.num_tokens(req.request_id))
             while missing and not self.blocks.can_append(req.request_id, len(missing)):
                 victim = max(self.running, key=lambda r: r.order)
