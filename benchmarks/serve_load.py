@@ -60,8 +60,8 @@ def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
     if args.plot:
-        return 0 if _plot(json.loads(Path(args.plot).read_text()), args.png or str(Path(args.plot).with_suffix(".png"))) \
-            else 1
+        drawn = _plot(json.loads(Path(args.plot).read_text()), args.png or str(Path(args.plot).with_suffix(".png")))
+        return 0 if drawn else 1
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     return run(args, p)
