@@ -96,12 +96,13 @@ FUSED_ROWS = 1
 # late form, linear_fusions.NORM_LATE; linear_argmax's norm_weight): a set of "qkv",
 # "gate_up", "lm_head"; True: all three; False: none, each norm its own rms_norm kernel first.
 # None (the default): all three for models of hidden size <= NORM_PROLOGUE_MAX_HIDDEN, else
-# none. H200, batch-1 step (benchmarks/probes/decode_step_variants.py, round 1 of session 17):
-# 0.6B 0.872 -> 0.821 ms with all three; 4B 2.653 -> 2.750 ms (the late GEMVs of 20-100 MB
-# weights lose more than the 73 norm launches cost).
+# those of NORM_PROLOGUE_LARGE. H200, batch-1 step (benchmarks/probes/decode_step_variants.py,
+# round 1 of session 17): 0.6B 0.872 -> 0.821 ms with all three; 4B 2.653 -> 2.750 ms (the late
+# GEMVs of 20-100 MB weights lose more than the 73 norm launches cost).
 NORM_PROLOGUE: bool | frozenset | set | None = None
 NORM_PROLOGUE_MAX_HIDDEN = 1024
 NORM_GEMVS = frozenset({"qkv", "gate_up", "lm_head"})
+NORM_PROLOGUE_LARGE: frozenset = frozenset()
 # True makes SiLU-mul the prologue of the down projection (silu_mul_linear); False runs
 # silu_mul first, then the down GEMV with its residual epilogue. Every block of the down GEMV
 # recomputes silu over the whole row (8B: 1024 blocks of 4 columns, 12288 sigmoids each):
@@ -210,7 +211,7 @@ class Qwen3Model:
         """Whether the norm before `gemv` ("qkv", "gate_up", "lm_head") is its prologue (NORM_PROLOGUE)."""
         chosen = NORM_PROLOGUE
         if chosen is None:
-            chosen = self.cfg.hidden_size <= NORM_PROLOGUE_MAX_HIDDEN
+            chosen = NORM_GEMVS if self.cfg.hidden_size <= NORM_PROLOGUE_MAX_HIDDEN else NORM_PROLOGUE_LARGE
         return bool(chosen) if isinstance(chosen, bool) else gemv in chosen
 
     def _forward_fused(self, a: Activations, attend, greedy: bool) -> None:
