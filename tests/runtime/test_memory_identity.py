@@ -328,8 +328,22 @@ def test_eager_results_that_die_unplaced_leave_no_entry_behind():
     for _ in range(3):
         del _eager_results(memory_map.PLACE_BATCH // 2)[:]          # more than a batch in all, all dropped
     gc.collect()
-    assert len(MEMORY._placing) < memory_map.PLACE_BATCH
+    assert len(MEMORY._placing) <= memory_map.PLACE_BATCH
     assert len(MEMORY) == before
+
+
+def test_the_queue_keeps_no_state_alive_and_live_results_stay_findable():
+    import weakref
+    from tilesafe.runtime import memory_map
+    y = _eager_results(5)[-1]
+    gone = weakref.ref(y.untyped_storage()._tilesafe_state)
+    del y
+    gc.collect()
+    assert gone() is None                                          # no lookup ran: only the queue saw it
+    kept = _eager_results(memory_map.PLACE_BATCH + 50)             # live across the queue's check
+    states = [t.untyped_storage()._tilesafe_state for t in kept]
+    for t, state in zip(kept[::60], states[::60]):
+        assert StorageState.of(torch.from_dlpack(t)) is state      # a lookup by address finds each
 
 
 def test_new_memory_placed_late_that_meets_a_tracked_range_merges_when_placed():

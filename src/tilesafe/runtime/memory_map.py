@@ -17,7 +17,8 @@ addresses yet) is placed lazily (`place_later`): its state is cached on its stor
 and the map learns its range when any lookup next runs, or after a batch of such allocations.
 Only a lookup by address can find memory through the map (a second storage object over the
 same bytes, e.g. a DLPack alias), and every lookup places the queue first; a temporary that
-dies before then is never placed at all. So an eager call's result costs no map update.
+dies before then is never placed at all. So an eager call's result costs no map update, and
+the queue keeps no state alive (a weak reference to the storage, which names its state).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class Entry(Protocol):
     _storages: list
 
 
-PLACE_BATCH = 256     # new memory queued unplaced at most (place_later): a lookup or a batch places it
+PLACE_BATCH = 256     # new memory queued unplaced before the dead are dropped (place_later)
 
 
 class _Held(weakref.ref):
@@ -53,29 +54,42 @@ class MemoryMap:
         self._died: collections.deque = collections.deque()
         died = self._died
         self._on_death = lambda ref: died.append(ref.entry)   # made once: a weakref callback
-        # (entry, weak reference to its storage): new memory not placed yet (place_later).
+        # Weak references to the storages of new memory not placed yet (place_later); a
+        # storage's entry is its attribute named `attribute`. Checked for dead ones when the
+        # queue reaches `_check_at`.
         self._placing: collections.deque = collections.deque()
+        self._check_at = PLACE_BATCH
+        self.attribute = None        # storage_state sets it: the attribute naming a storage's state
         # How an entry that meets a tracked range joins it (storage_state sets it: `_join`).
         self.merge = None
 
-    def place_later(self, entry: Entry, storage) -> None:
-        """Place `entry` (its device, base and bytes set; its storage's attribute already
-        naming it) before the next lookup: new memory from an allocator, which no other
-        storage object addresses yet. Placed as `insert_fresh` would place it, or merged by
-        `merge` when it meets a tracked range; dropped when its storage died first."""
+    def place_later(self, storage) -> None:
+        """Place the entry of `storage` (its attribute, with device, base and bytes set)
+        before the next lookup: new memory from an allocator, which no other storage object
+        addresses yet. Placed as `insert_fresh` would place it, or merged by `merge` when it
+        meets a tracked range; never placed when its storage dies first. The queue holds
+        only a weak reference (no entry: a state lives as long as its memory), and a long
+        queue drops its dead references but places nothing."""
         placing = self._placing
-        placing.append((entry, weakref.ref(storage)))
-        if len(placing) >= PLACE_BATCH:
+        placing.append(weakref.ref(storage))
+        if len(placing) >= self._check_at:
             with self.lock:
-                self._place()
+                for _ in range(len(placing)):   # the live ones go back (appends meanwhile stay)
+                    ref = placing.popleft()
+                    if ref() is not None:
+                        placing.append(ref)
+                self._check_at = max(PLACE_BATCH, 2 * len(placing))
 
     def _place(self) -> None:
         placing = self._placing
         while placing:
-            entry, ref = placing.popleft()
-            storage = ref()
-            if storage is not None and not self.insert_fresh(entry, storage):
+            storage = placing.pop()()
+            if storage is None:
+                continue
+            entry = getattr(storage, self.attribute, None)
+            if entry is not None and not self.insert_fresh(entry, storage):
                 self.merge(storage, entry)
+        self._check_at = PLACE_BATCH
 
     def overlapping(self, device, start: int, end: int) -> list[Entry]:
         """The live states whose range meets [start, end), in address order."""

@@ -155,7 +155,7 @@ class StorageState:
             return _join(storage, state)       # no bytes to share: a state of its own
         state.device, state.base = storage.device, address
         setattr(storage, _ATTR, state)
-        MEMORY.place_later(state, storage)
+        MEMORY.place_later(storage)
         return state
 
     # -- growing over more memory ----------------------------------------------------------
@@ -441,3 +441,4 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
 
 
 MEMORY.merge = _join     # new memory placed late that meets a tracked range joins it as attach would
+MEMORY.attribute = _ATTR
