@@ -169,7 +169,7 @@ def call_key(name: str, args: tuple, kwargs: dict):
             parts.append(lay)
             tv = v._t if type(v) is Tensor else v
         elif (fields := _workspace(v)) is not None:                       # a workspace of tensors
-            lays = tuple(map(layout_of, fields))
+            lays = tuple([layout_of(f) for f in fields])   # not tuple(map): it leaves the GC's young count +1
             if None in lays:
                 return None, None
             parts.append((type(v), lays))
