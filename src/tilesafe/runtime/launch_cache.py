@@ -77,13 +77,14 @@ class LaunchCache:
             if form is None:
                 return MISS
             values = (*args, *kwargs.values())
+            # The layout of this form's latest direct launch, checked on the objects as they
+            # are launched (no key built and hashed: the common loop launches one layout again).
             plan = form.last
+            if plan is not None and (plan.parts[0] != backend or bool(plan.parts[1] != grid)):
+                plan = None
         except Exception:      # an odd argument: the full path says what is wrong
             return MISS
-        # The layout of this form's latest direct launch, checked on the objects as they are
-        # launched (no key built and hashed: the common loop launches one layout again).
-        future = OTHER if plan is None or plan.parts[0] != backend or plan.parts[1] != grid \
-            else plan.direct(values, True)
+        future = OTHER if plan is None else plan.direct(values, True)
         if future is OTHER:
             try:
                 key = _layout_key(backend, grid, form, values)
