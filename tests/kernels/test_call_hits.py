@@ -361,3 +361,43 @@ def test_the_direct_launcher_calls_triton_s_c_launch_as_its_launcher_would():
         assert [kind for kind, _ in calls] == ["py", "c"] and calls[-1][1][10] == "metadata"
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
+
+
+def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch):
+    """Python's young-generation count grows with the containers a call leaves alive (and by
+    one per tuple(map(...)) or tuple(generator), a CPython quirk); a loop of calls whose count
+    keeps growing runs collections. On the GPU form (stand-ins for the stream and Triton's
+    launcher, each launch done at once) `out=` calls leave it flat, and eager calls bounded by
+    the memory map's queue of weak references (no state kept alive there)."""
+    import gc
+    from tilesafe.runtime import future, memory_map
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    monkeypatch.setattr(future.HOLDING, "add", lambda completion: completion._finish())
+
+    def prepare(self, bound):
+        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
+        self.pointers = tuple((k, k) for k in range(len(self.access)))
+        self.descriptors, self.device_index = (), 0
+        return planned_launch._GPU
+    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+    tk.rms_norm.plans.plans.clear()
+    with ts.backend("reference"):
+        x, w, out = _rand((2, 32), 1), _rand((32,), 2), torch.zeros(2, 32)
+        for form, bound, call in (("out=", 5, lambda: tk.rms_norm(x.view(2, 32), w, out=out)),
+                                  ("eager", memory_map.PLACE_BATCH, lambda: tk.rms_norm(x.view(2, 32), w))):
+            for _ in range(20):
+                call()
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(100):
+                    call()
+                first = gc.get_count()[0]
+                for _ in range(600):
+                    call()
+                grown = gc.get_count()[0] - first
+            finally:
+                gc.enable()
+            assert grown <= bound, f"{form}: the young count grew by {grown} over 600 calls"
+    tk.rms_norm.plans.plans.clear()
