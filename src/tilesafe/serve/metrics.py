@@ -41,6 +41,7 @@ class ServerMetrics:
         self.prefix_hits = Counter("tilesafe_prefix_cache_hits", "Prompt blocks found in the prefix cache (their "
                                    "KV not computed again)", labels, registry=r).labels(model_name)
         self._prefix = (0, 0)
+        self._state = None              # the last state() written
 
     # -- called by the engine thread -----------------------------------------------------
     def request_added(self, prompt_tokens: int) -> None:
@@ -58,7 +59,12 @@ class ServerMetrics:
 
     def state(self, running: int, waiting: int, kv_used: int, kv_total: int, prefix_hits: int = 0,
               prefix_queries: int = 0) -> None:
-        """The engine's state after a step; the prefix-cache counts are totals since it started."""
+        """The engine's state after a step; the prefix-cache counts are totals since it started.
+        Unchanged since the last call (most decode steps): nothing to write."""
+        now = (running, waiting, kv_used, kv_total, prefix_hits, prefix_queries)
+        if now == self._state:
+            return
+        self._state = now
         hits, queries = self._prefix
         self.prefix_hits.inc(max(prefix_hits - hits, 0))
         self.prefix_queries.inc(max(prefix_queries - queries, 0))
