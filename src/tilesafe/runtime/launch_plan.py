@@ -45,7 +45,10 @@ class LaunchPlan:
                 or len(kwargs) != len(self.kwargs):
             return False
         for a, held in zip(args, self.args):
-            if not _same(a, held):
+            if type(held) is weakref.ref:       # a tensor or partition: `_same`'s test, inline
+                if held() is not a:
+                    return False
+            elif not _same(a, held):
                 return False
         for k, v in kwargs.items():
             if k not in self.kwargs or not _same(v, self.kwargs[k]):
