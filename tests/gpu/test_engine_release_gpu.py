@@ -25,8 +25,8 @@ GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 def test_a_dropped_llm_frees_its_weights_and_cache(use_graph):
     gc.collect()
     torch.cuda.synchronize()
-    llm = LLM.from_random("tiny", device="cuda", max_model_len=128, max_num_seqs=2, use_graph=use_graph,
-                          progress=False)
+    llm = LLM.from_random("0.6b", device="cuda", dtype="bfloat16", max_model_len=128, max_num_seqs=2,
+                          use_graph=use_graph, progress=False)
     prompt = {"prompt_token_ids": list(range(100, 120))}
     llm.generate([prompt, prompt], GREEDY)            # prefill and decode graphs captured and replayed
     llm.generate(prompt, GREEDY)
