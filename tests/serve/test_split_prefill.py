@@ -58,3 +58,21 @@ def test_fresh_prompts_and_decodes_run_as_one_mixed_step_and_keep_their_tokens(l
     assert ways.count("mixed") >= 4 and "packed" in ways        # the long prompt's second chunk: packed
     assert runner.passes == core.steps                           # one forward a step
     assert (1, 16) in runner.mixed.steps
+
+
+def test_split_rows_sends_steps_without_decode_rows_or_with_many_split(llm, llm_one_seq):
+    """With both forms built, `split_rows` picks per step: split when the step has no decode
+    rows or at least split_rows of them (or more chunks than a mixed step holds), mixed
+    otherwise — each prompt still gets its tokens alone (old code: mixed wherever it fits)."""
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=8, mixed_steps=True,
+                      split_prefill=True)
+    runner = core.runner
+    runner.split_rows = 2
+    ways = []
+    split, mixed = runner.split, runner.mixed_step
+    runner.split = lambda p, d: ways.append(("split", len(d))) or split(p, d)
+    runner.mixed_step = lambda c, d: ways.append(("mixed", len(d))) or mixed(c, d)
+    prompts = [[2, 4, 6], [8, 10, 12, 14, 16], [3, 5], [7, 9, 11]]
+    outs, want = serve_one_per_step(core, llm, llm_one_seq, prompts)
+    assert outs == want
+    assert ways == [("split", 0), ("mixed", 1), ("split", 2), ("split", 3)]

@@ -90,6 +90,9 @@ class ModelRunner:
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
         self.passes = 0                                      # forward passes run (one a step)
         self.last_form = ""                                  # the last prefill step's form: mixed, split, packed
+        # Steps of fresh prompts run split (decode bucket + a prefill graph per prompt) rather than
+        # mixed when they have no decode rows or at least this many (None: mixed wherever it fits).
+        self.split_rows: int | None = None
 
     def step(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
         """The step's one forward: the prefill chunks and the decode rows together (a decode
@@ -101,6 +104,12 @@ class ModelRunner:
         if all(not r.computed for r, _ in prefill):
             chunks = list(prefill) + [(r, 1) for r in decode if not r.computed]   # one-token prompts: chunks
             rows = [r for r in decode if r.computed]
+            if self.split_rows is not None and self.graphs is not None \
+                    and all(self.graphs.fits(n) for _, n in prefill) \
+                    and (not rows or len(rows) >= self.split_rows or self.mixed is None
+                         or not self.mixed.fits(len(chunks))):
+                self.last_form = "split"
+                return self.split(prefill, decode)
             if self.mixed is not None and self.mixed.fits(len(chunks)):
                 self.last_form = "mixed"
                 return self.mixed_step(chunks, rows)
