@@ -242,21 +242,28 @@ def profile_step(llm, context: int, ideal_s: float, step_s: float | None, replay
 
 
 def _layer_positions(rows: list[dict], layers: int) -> list[dict]:
-    """The median over layers of each kernel position within a layer (one embedding kernel
-    first, the final norm and LM head after the layers)."""
-    body = rows[1:]
-    per = (len(body) - 3) // layers if layers else 0
-    if per <= 0:
+    """The median over layers of each kernel position within a layer: the rows between the
+    embedding (first) and the tail (the LM head's GEMV and what follows it, and the final
+    norm before it when that is its own kernel)."""
+    heads = [i for i, r in enumerate(rows) if r["kernel"].startswith("argmax_gemv")] or \
+        [i for i, r in enumerate(rows) if r["kernel"] in WEIGHT_KERNELS][-1:]
+    if not heads or not layers:
+        return []
+    tail = heads[-1] - (rows[heads[-1] - 1]["kernel"].startswith("rms_norm") if heads[-1] > 0 else 0)
+    body = rows[1:tail]
+    per = len(body) // layers
+    if per <= 0 or per * layers != len(body):
         return []
     out = []
     for p in range(per):
-        col = [body[n * per + p] for n in range(layers) if n * per + p < len(body)]
-        out.append({"kernel": col[0]["kernel"], "us": round(statistics.median(r["us"] for r in col), 2),
+        col = [body[n * per + p] for n in range(layers)]
+        us = statistics.median(r["us"] for r in col)
+        out.append({"kernel": col[0]["kernel"], "us": round(us, 2),
                     "own_us": round(statistics.median(r["own_us"] for r in col), 2),
                     "gap_us": round(statistics.median(r["gap_us"] for r in col), 2),
                     "bytes": col[0].get("bytes"),
-                    "GB_s": round(col[0]["bytes"] / statistics.median(r["us"] for r in col) / 1e3, 1)
-                    if col[0].get("bytes") else None})
+                    "GB_s": round(col[0]["bytes"] / statistics.median(r["own_us"] for r in col) / 1e3, 1)
+                    if col[0].get("bytes") and statistics.median(r["own_us"] for r in col) > 0 else None})
     return out
 
 

@@ -74,6 +74,15 @@ def test_table_sums_kinds_gaps_and_rates():
     assert [p["kernel"] for p in pos] == LAYER
 
 
+def test_layer_positions_with_the_norms_folded():
+    """Seven kernels a layer and no final norm kernel: the tail is the LM head's two."""
+    layer = [n for n in LAYER if n != "rms_norm_kernel"]
+    seq = ["embedding_kernel"] + layer * 3 + ["argmax_gemv_kernel", "argmax_rows_kernel"]
+    rows = rows_of([(n, 1.0) for n in seq], gap=0.5)
+    dp.table(rows, dp.step_bytes(seq, Cfg, context=4, splits=4))
+    assert [p["kernel"] for p in dp._layer_positions(rows, 3)] == layer
+
+
 def test_a_kernel_launched_early_owns_only_its_time_after_the_one_before():
     """Under PDL b starts at 3 inside a (0..10) and waits: its own time is 10..14, not 3..14."""
     runs = [[("a", 0.0, 10.0), ("b", 3.0, 14.0), ("c", 15.0, 17.0)]] * 3

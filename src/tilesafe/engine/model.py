@@ -95,19 +95,21 @@ FUSED_ROWS = 1
 # Which RMSNorms of a fused step are the prologue of the GEMV after them (rms_norm_linear's
 # late form, linear_fusions.NORM_LATE; linear_argmax's norm_weight): a set of "qkv",
 # "gate_up", "lm_head"; True: all three; False: none, each norm its own rms_norm kernel first.
-# None (the default): all three for models of hidden size <= NORM_PROLOGUE_MAX_HIDDEN, else
-# those of NORM_PROLOGUE_LARGE. H200, batch-1 step (benchmarks/probes/decode_step_variants.py,
-# round 1 of session 17): 0.6B 0.872 -> 0.821 ms with all three; 4B 2.653 -> 2.750 ms (the late
-# GEMVs of 20-100 MB weights lose more than the 73 norm launches cost).
+# None (the default): by hidden size, the first row of NORM_PROLOGUE_BY_HIDDEN whose bound
+# holds it, none above. H200, batch-1 step (benchmarks/probes/decode_step_variants.py, session
+# 17 rounds 1-2): 0.6B 0.879 ms with the norms apart, 0.821 with all three folded; 4B 2.660
+# apart, 2.622 with the qkv norm folded, 2.761 with gate/up's (a GEMV of 2432 short blocks,
+# each paying the late norm's reduction), 2.749 with all three. Larger models: unmeasured, apart.
 NORM_PROLOGUE: bool | frozenset | set | None = None
-NORM_PROLOGUE_MAX_HIDDEN = 1024
 NORM_GEMVS = frozenset({"qkv", "gate_up", "lm_head"})
-NORM_PROLOGUE_LARGE: frozenset = frozenset()
+NORM_PROLOGUE_BY_HIDDEN = ((1024, NORM_GEMVS), (2560, frozenset({"qkv"})))
 # True makes SiLU-mul the prologue of the down projection (silu_mul_linear); False runs
 # silu_mul first, then the down GEMV with its residual epilogue. Every block of the down GEMV
-# recomputes silu over the whole row (8B: 1024 blocks of 4 columns, 12288 sigmoids each):
-# decode_fusions.py's "silu_apart" layer times it against the prologue.
-SILU_PROLOGUE = True
+# recomputes silu over the whole intermediate row, so the prologue costs more as it grows.
+# None (the default): the prologue up to SILU_PROLOGUE_MAX_INTERMEDIATE. H200 (round 2 as
+# above): 0.6B (I 3072) 0.821 ms with it, 0.830 apart; 4B (I 9728) 2.656 with it, 2.625 apart.
+SILU_PROLOGUE: bool | None = None
+SILU_PROLOGUE_MAX_INTERMEDIATE = 4096
 
 
 class Qwen3Model:
@@ -211,8 +213,14 @@ class Qwen3Model:
         """Whether the norm before `gemv` ("qkv", "gate_up", "lm_head") is its prologue (NORM_PROLOGUE)."""
         chosen = NORM_PROLOGUE
         if chosen is None:
-            chosen = NORM_GEMVS if self.cfg.hidden_size <= NORM_PROLOGUE_MAX_HIDDEN else NORM_PROLOGUE_LARGE
+            chosen = next((g for bound, g in NORM_PROLOGUE_BY_HIDDEN if self.cfg.hidden_size <= bound), frozenset())
         return bool(chosen) if isinstance(chosen, bool) else gemv in chosen
+
+    def silu_prologue(self) -> bool:
+        """Whether SiLU-mul is the down GEMV's prologue (SILU_PROLOGUE)."""
+        if SILU_PROLOGUE is None:
+            return self.cfg.intermediate_size <= SILU_PROLOGUE_MAX_INTERMEDIATE
+        return bool(SILU_PROLOGUE)
 
     def _forward_fused(self, a: Activations, attend, greedy: bool) -> None:
         """`_forward` for a few rows (decode), in four GEMV launches a layer: each norm is the
@@ -239,7 +247,7 @@ class Qwen3Model:
             attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, residual=a.residual, out=a.residual)   # residual += o(attn)
             norm_linear(layer.post_norm, layer.gate_up, a.gu, "gate_up")            # (M, 2 I)
-            if SILU_PROLOGUE:
+            if self.silu_prologue():
                 tk.silu_mul_linear(a.gu, layer.down, residual=a.residual, out=a.residual)  # residual += mlp
             else:
                 half = a.gu.shape[1] // 2
