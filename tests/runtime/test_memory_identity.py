@@ -361,3 +361,18 @@ def test_new_memory_placed_late_that_meets_a_tracked_range_merges_when_placed():
     assert len(entries) == 1 and entries[0].nbytes == 40 * 4
     assert state.lender_of(ts.Tensor(view, state)._byte_set()) is p
     p.unpartition()
+
+
+def test_many_live_results_queued_are_placed_without_recursion():
+    # Placing one queued result runs a map operation, which placed the rest of the queue from
+    # inside it: one nested pair of frames per live queued result, so ~500 results kept alive
+    # (a list of eager outputs) made the next lookup raise RecursionError, and the results it
+    # had popped were never placed: an alias of them then got a state of its own (S8/S9 missed).
+    kept = [torch.rand(4) for _ in range(sys.getrecursionlimit())]
+    states = []
+    for t in kept:
+        storage = t.untyped_storage()
+        states.append(StorageState.attach_new(storage, storage.nbytes(), storage.data_ptr()))
+    for t, state in zip(kept[::97], states[::97]):
+        assert StorageState.of(torch.from_dlpack(t)) is state      # the first lookup places them all
+    assert all(state._storages for state in states)                # each one placed

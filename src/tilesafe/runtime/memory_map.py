@@ -81,15 +81,28 @@ class MemoryMap:
                 self._check_at = max(PLACE_BATCH, 2 * len(placing))
 
     def _place(self) -> None:
+        """Place the queue (under the lock). It is emptied first: placing one entry is a map
+        operation, which would otherwise place the rest from inside it (two frames per queued
+        storage: RecursionError with some 500 live results queued). Should placing stop half
+        way (an exception), the rest goes back to the queue: an unplaced state would never be
+        found by address. Placing is idempotent (a placed entry holds its storage)."""
         placing = self._placing
+        storages = []
         while placing:
-            storage = placing.pop()()
-            if storage is None:
-                continue
-            entry = getattr(storage, self.attribute, None)
-            if entry is not None and not self.insert_fresh(entry, storage):
-                self.merge(storage, entry)
+            storage = placing.popleft()()
+            if storage is not None:
+                storages.append(storage)
         self._check_at = PLACE_BATCH
+        i = 0
+        try:
+            for storage in storages:
+                entry = getattr(storage, self.attribute, None)
+                if entry is not None and not entry._storages and not self.insert_fresh(entry, storage):
+                    self.merge(storage, entry)
+                i += 1
+        finally:
+            if i < len(storages):
+                placing.extend([weakref.ref(s) for s in storages[i:]])
 
     def overlapping(self, device, start: int, end: int) -> list[Entry]:
         """The live states whose range meets [start, end), in address order."""
