@@ -10,7 +10,9 @@ level, then the server again per variant: `auto` (uvicorn's default: httptools a
 when installed), `h11` (a second HTTP server of the same engine on h11 and asyncio, as the
 H200 ran before), `split` (the prefill graphs warmed first, timed; steps of fresh prompts
 run split when they have no decode rows or >= --split-rows, and up to 4 fresh prompts a
-step). Variants other than `auto` run only at the levels of --ab-levels (default 1,32,128).
+step), and at 64 clients or more `stream2` and `split+s2` (each request's tokens sent every
+other step while 64 or more run: EngineCore.stream_interval 2). Variants other than `auto`
+run only at the levels of --ab-levels (default 1,32,128).
 Prints serve_load's table (one row per variant) at the end.
 """
 from __future__ import annotations
@@ -51,12 +53,14 @@ def main(argv=None) -> int:
             reqs = [(serve_load._ids(rng, serve_load._draw(rng, args.prompt_len), args.vocab),
                      serve_load._draw(rng, args.output_len)) for _ in range(n)]
             warm = [(serve_load._ids(warm_rng, len(ids), args.vocab), min(out, 16)) for ids, out in reqs[:c]]
-            variants = [("auto", server.url, None)]
+            variants = [("auto", server.url, None, 1)]
             if c in ab:
-                variants += [("h11", h11.url, None), ("split", server.url, args.split_rows)]
-            for i, (name, url, split_rows) in enumerate(variants):
+                variants += [("h11", h11.url, None, 1), ("split", server.url, args.split_rows, 1)]
+                if c >= 64:
+                    variants += [("stream2", server.url, None, 2), ("split+s2", server.url, args.split_rows, 2)]
+            for i, (name, url, split_rows, interval) in enumerate(variants):
                 args.offline, args.url = i == 0, url
-                _split(server, split_rows)
+                _split(server, split_rows, interval)
                 try:
                     level = serve_load._measure(args, server, llm, model, reqs, warm, c, 0, procs)
                 except Exception as e:
@@ -104,10 +108,11 @@ def _warm_graphs(server) -> float | None:
         return None
 
 
-def _split(server, rows) -> None:
+def _split(server, rows, interval) -> None:
     def set_(core):
         core.runner.split_rows = rows
         core.scheduler.max_fresh = 4 if rows is not None else 2
+        core.stream_interval = interval
     server.engine.thread.call(set_)
 
 

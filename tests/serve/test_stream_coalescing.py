@@ -59,3 +59,25 @@ def test_a_consumer_that_falls_behind_gets_the_rest_in_one_output(llm, llm_one_s
     assert [t for o in outs for t in o.token_ids] == want.token_ids
     assert "".join(o.text for o in outs) == want.text
     assert outs[-1].num_generated == 10
+
+
+def test_a_stream_interval_sends_each_requests_tokens_every_other_step(llm, llm_one_seq):
+    from tilesafe.serve.engine_core import EngineCore
+    from tilesafe.serve.request import Request
+    params = SamplingParams(temperature=0, max_tokens=9, ignore_eos=True)
+    prompts = [[3, 9, 4], [5, 6], [7, 8, 10, 11]]
+    core = EngineCore(llm, stream_interval=2, stream_interval_from=2)
+    outs = [[] for _ in prompts]
+    for i, p in enumerate(prompts):
+        core.add(Request(f"r{i}", llm._sequences({"prompt_token_ids": p}, params)[0], sink=outs[i].append))
+    while core.has_work():
+        core.step()
+    for p, got in zip(prompts, outs):
+        want = llm_one_seq.generate({"prompt_token_ids": p}, params)[0].outputs[0]
+        assert [t for o in got for t in o.token_ids] == want.token_ids
+        assert len(got[0].token_ids) == 1 and got[-1].finished          # the first token and the last at once
+        assert len(got) <= 6 and max(len(o.token_ids) for o in got) == 2    # 9 tokens in 5-6 outputs, not 9
+    with pytest.raises(RequestError, match="stream_interval must be a positive int, got 0") as e:
+        EngineCore(llm, stream_interval=0)  # bad-interval
+    line = next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("# bad-interval"))
+    assert e.value.loc.line == line

@@ -41,7 +41,7 @@ class EngineCore:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
                  warm_up: bool | str | None = None, split_prefill: bool | None = None,
-                 mixed_steps: bool | None = None):
+                 mixed_steps: bool | None = None, stream_interval: int = 1, stream_interval_from: int = 64):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -72,6 +72,12 @@ class EngineCore:
             if warm_up != "full" and mixed is not None:
                 # Steps keep to the shapes the default warm-up ran: its mixed steps of 1-2 fresh prompts.
                 self.scheduler.max_fresh = 2 if mixed.fits(2) else 1
+        if not isinstance(stream_interval, int) or isinstance(stream_interval, bool) or stream_interval < 1:
+            raise request_error(f"serve: stream_interval must be a positive int, got {stream_interval!r}")
+        # While at least stream_interval_from requests run, each sends its tokens every
+        # stream_interval steps (staggered by arrival; the first and the last at once): the
+        # receivers' loop then has 1/stream_interval of the outputs a step to write.
+        self.stream_interval, self.stream_interval_from = stream_interval, stream_interval_from
         self.metrics = metrics
         self._order = 0
         self._pending: list[Request] = []       # the last step's requests whose outputs are not sent yet
@@ -183,12 +189,15 @@ class EngineCore:
         """A step's outputs wait for the next step's launch (they go out while it runs); a
         finished request leaves the scheduler now, so the next step does not run it."""
         s = self.scheduler
+        k = self.stream_interval if len(s.running) >= self.stream_interval_from else 1
         keep = []
         for r in done:
             if r.request_id not in s:       # aborted during the step (its receiver was gone)
                 continue
             if r.seq.finished:
                 s.finish(r)
+            elif k > 1 and r.sent and (self.steps + r.order) % k:
+                continue                    # not its turn: its tokens wait in the sequence for the next output
             keep.append(r)
         self._pending = keep
 
