@@ -98,6 +98,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--png", help="plot the levels here (needs matplotlib)")
     p.add_argument("--plot", metavar="JSON", help="only draw the plot of a JSON written before")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="in-process server: while 64+ requests run, send each one's tokens every N steps")
+    p.add_argument("--split-rows", type=int,
+                   help="in-process server: steps of fresh prompts with no or >= N decode rows run split "
+                        "(prefill graphs, warmed at start-up; up to 4 fresh prompts a step)")
     p.add_argument("--switch-interval", type=float, metavar="S",
                    help="sys.setswitchinterval for this process (the in-process server's threads share its GIL)")
     return p
@@ -125,7 +130,8 @@ def run(args, p) -> int:
                   "shared_prefix": prefixes, "max_num_batched_tokens": args.max_num_batched_tokens,
                   "client_procs": 0 if clients.in_process else len(clients.conns), "levels": levels}
         if server is not None:         # load + the engine's start-up warm-up
-            report["startup_s"] = startup
+            report["startup_s"], report["warm_up_s"] = startup, server.engine.core.warm_up_s
+            report["stream_interval"], report["split_rows"] = args.stream_interval, args.split_rows
         warm_rng = random.Random(args.seed + 10 ** 6)     # warm-up prompts of their own: no prefix-cache hits
         for shared, c in [(n, c) for n in prefixes for c in levels_c]:
             n = args.requests or max(8, args.requests_per_client * c)
@@ -246,7 +252,8 @@ def _targets(report: dict) -> None:
 
 def _table(report: dict) -> None:
     """The levels in a few columns (also when some failed), then the targets."""
-    print(f"\n{report['model']}  start-up {report.get('startup_s', float('nan')):.1f} s  "
+    print(f"\n{report['model']}  start-up {report.get('startup_s', float('nan')):.1f} s "
+          f"(engine warm-up {report.get('warm_up_s', float('nan')):.1f} s)  "
           f"client processes {report.get('client_procs')}", file=sys.stderr)
     print(f"{'clients':>7} {'prefix':>6} {'tok/s':>7} {'offline':>7} {'ratio':>5} {'TTFT50':>7} {'TTFT99':>7} "
           f"{'ITL50':>6} {'ITL99':>6} {'gap99':>6} {'tok/ch':>6} {'roof':>5} {'steps':>5} {'gap us':>6} "
@@ -331,7 +338,8 @@ def _start(args):
     name = f"qwen3-{args.random_weights}-random"
     metrics = ServerMetrics(name)
     engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, metrics=metrics,
-                      max_num_batched_tokens=args.max_num_batched_tokens)
+                      max_num_batched_tokens=args.max_num_batched_tokens,
+                      stream_interval=getattr(args, "stream_interval", 1), split_rows=getattr(args, "split_rows", None))
     server = BackgroundServer(build_app(engine, name, metrics))
     server.engine = engine
     print(f"in-process server for {name} at {server.url} ({time.perf_counter() - t:.1f} s to load)", file=sys.stderr)

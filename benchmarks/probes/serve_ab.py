@@ -34,8 +34,8 @@ DEFAULTS = ["--prompt-len", "128", "--output-len", "64", "--max-model-len", "256
 def main(argv=None) -> int:
     p = serve_load.parser()
     p.add_argument("--ab-levels", default="1,32,128")
-    p.add_argument("--split-rows", type=int, default=64)
     args = p.parse_args(DEFAULTS + list(sys.argv[1:] if argv is None else argv))
+    split_rows, args.split_rows = args.split_rows or 64, None     # the server starts without; the variant sets it
     ab = {int(x) for x in args.ab_levels.split(",")}
     t = time.perf_counter()
     llm, server, args.url, model = serve_load._start(args)
@@ -55,12 +55,12 @@ def main(argv=None) -> int:
             warm = [(serve_load._ids(warm_rng, len(ids), args.vocab), min(out, 16)) for ids, out in reqs[:c]]
             variants = [("auto", server.url, None, 1)]
             if c in ab:
-                variants += [("h11", h11.url, None, 1), ("split", server.url, args.split_rows, 1)]
+                variants += [("h11", h11.url, None, 1), ("split", server.url, split_rows, 1)]
                 if c >= 64:
-                    variants += [("stream2", server.url, None, 2), ("split+s2", server.url, args.split_rows, 2)]
-            for i, (name, url, split_rows, interval) in enumerate(variants):
+                    variants += [("stream2", server.url, None, 2), ("split+s2", server.url, split_rows, 2)]
+            for i, (name, url, rows, interval) in enumerate(variants):
                 args.offline, args.url = i == 0, url
-                _split(server, split_rows, interval)
+                _split(server, rows, interval)
                 try:
                     level = serve_load._measure(args, server, llm, model, reqs, warm, c, 0, procs)
                 except Exception as e:

@@ -32,7 +32,7 @@ import torch
 
 from ..engine.errors import request_error
 from .mailbox import one_wake_up
-from .model_runner import ModelRunner
+from .model_runner import WARM_CHUNKS, ModelRunner
 from .request import Request
 from .scheduler import Scheduler
 
@@ -41,7 +41,8 @@ class EngineCore:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
                  warm_up: bool | str | None = None, split_prefill: bool | None = None,
-                 mixed_steps: bool | None = None, stream_interval: int = 1, stream_interval_from: int = 64):
+                 mixed_steps: bool | None = None, stream_interval: int = 1, stream_interval_from: int = 64,
+                 split_rows: int | None = None):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -59,21 +60,32 @@ class EngineCore:
                                                    or max_num_batched_tokens < llm.max_num_seqs):
             raise request_error(f"serve: max_num_batched_tokens {max_num_batched_tokens!r} is below max_num_seqs "
                                 f"{llm.max_num_seqs}", help="a step must hold one decode token per running request")
+        if not isinstance(stream_interval, int) or isinstance(stream_interval, bool) or stream_interval < 1:
+            raise request_error(f"serve: stream_interval must be a positive int, got {stream_interval!r}")
+        if split_rows is not None and (not isinstance(split_rows, int) or isinstance(split_rows, bool)
+                                       or split_rows < 1):
+            raise request_error(f"serve: split_rows must be a positive int or None, got {split_rows!r}")
         self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
                                    max_num_batched_tokens, prefix_caching)
         self.runner = ModelRunner(llm, self.scheduler.blocks, self.scheduler.max_num_batched_tokens, pad_decode,
                                   split_prefill=split_prefill, mixed_steps=mixed_steps)
+        split = split_rows is not None and self.runner.graphs is not None
+        self.runner.split_rows = split_rows if split else None
         if warm_up not in (None, True, False, "full"):
             raise request_error(f"serve: warm_up must be True, False, 'full' or None, got {warm_up!r}")
+        start = time.perf_counter()
         if self.runner.decoder.use_graph if warm_up is None else warm_up:
             with llm._on_device(), torch.inference_mode():
                 self.runner.warm_up(self.scheduler.max_num_batched_tokens, full=warm_up == "full")
+                if split and warm_up != "full":          # the prefill graphs a split step replays
+                    self.runner.graphs.warm_up()
+                    self.runner.forget_rows()
             mixed = self.runner.mixed
             if warm_up != "full" and mixed is not None:
-                # Steps keep to the shapes the default warm-up ran: its mixed steps of 1-2 fresh prompts.
-                self.scheduler.max_fresh = 2 if mixed.fits(2) else 1
-        if not isinstance(stream_interval, int) or isinstance(stream_interval, bool) or stream_interval < 1:
-            raise request_error(f"serve: stream_interval must be a positive int, got {stream_interval!r}")
+                # Steps keep to the shapes the default warm-up ran: its mixed steps of 1-2 fresh prompts
+                # (with split_rows, split steps of up to WARM_CHUNKS: any count replays the prefill graphs).
+                self.scheduler.max_fresh = WARM_CHUNKS if split else 2 if mixed.fits(2) else 1
+        self.warm_up_s = time.perf_counter() - start
         # While at least stream_interval_from requests run, each sends its tokens every
         # stream_interval steps (staggered by arrival; the first and the last at once): the
         # receivers' loop then has 1/stream_interval of the outputs a step to write.
