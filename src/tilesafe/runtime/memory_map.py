@@ -14,7 +14,7 @@ lookup ever sees memory that was freed.
 
 New memory a library call allocated for its result (torch's fresh bytes, which nothing else
 addresses yet) is placed lazily (`place_later`): its state is cached on its storage at once,
-and the map learns its range when any lookup next runs, or after a batch of such allocations.
+and the map learns its range when any lookup next runs.
 Only a lookup by address can find memory through the map (a second storage object over the
 same bytes, e.g. a DLPack alias), and every lookup places the queue first; a temporary that
 dies before then is never placed at all. So an eager call's result costs no map update, and
