@@ -76,3 +76,25 @@ def test_split_rows_sends_steps_without_decode_rows_or_with_many_split(llm, llm_
     outs, want = serve_one_per_step(core, llm, llm_one_seq, prompts)
     assert outs == want
     assert ways == [("split", 0), ("mixed", 1), ("split", 2), ("split", 3)]
+
+
+def test_split_rows_lets_a_warmed_engine_admit_four_fresh_prompts_a_step(llm, llm_one_seq):
+    """EngineCore(split_rows=...): the warm-up also runs the prefill graphs, and the scheduler
+    admits up to 4 fresh prompts a step (old code: 2, the mixed steps' limit); a burst of 4
+    goes split in one step, each prompt with its tokens alone."""
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, mixed_steps=True,
+                      split_prefill=True, warm_up=True, split_rows=3)
+    assert core.scheduler.max_fresh == 4 and core.runner.split_rows == 3 and core.warm_up_s > 0
+    ways = []
+    split = core.runner.split
+    core.runner.split = lambda p, d: ways.append(len(p)) or split(p, d)
+    prompts = [[2, 4, 6], [8, 10], [3, 5, 7], [9, 11]]
+    outs = [[] for _ in prompts]
+    for i, p in enumerate(prompts):
+        core.add(Request(f"r{i}", llm._sequences({"prompt_token_ids": p}, PARAMS[i % 2])[0],
+                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+    while core.has_work():
+        core.step()
+    assert ways == [4]
+    assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
+                    for i, p in enumerate(prompts)]
