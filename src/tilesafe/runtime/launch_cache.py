@@ -242,7 +242,7 @@ class LayoutPlan:
                  "given", "outputs", "spans", "apart", "pairs", "reads", "recheck_pre", "scalar_checks", "roles",
                  "names", "launchers", "last", "form", "parts")
 
-    def __init__(self, kernel, form, bound, compiled, backend, schedule, key=None):
+    def __init__(self, kernel, form, bound, compiled, backend, schedule, key):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
         self.parts = key            # the layout key it was remembered under (`direct` checks the facts)
         self.consts = dict(bound.consts)
