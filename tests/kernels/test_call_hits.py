@@ -369,7 +369,7 @@ def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch):
     keeps growing runs collections. On the GPU form (stand-ins for the stream and Triton's
     launcher, each launch done at once) `out=` calls leave it flat, and eager calls bounded by
     the memory map's queue of weak references (no state kept alive there)."""
-    import gc
+    from gc_counts import young_growth
     from tilesafe.runtime import future, memory_map
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
@@ -388,16 +388,6 @@ def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch):
                                   ("eager", memory_map.PLACE_BATCH, lambda: tk.rms_norm(x.view(2, 32), w))):
             for _ in range(20):
                 call()
-            gc.collect()
-            gc.disable()
-            try:
-                for _ in range(100):
-                    call()
-                first = gc.get_count()[0]
-                for _ in range(600):
-                    call()
-                grown = gc.get_count()[0] - first
-            finally:
-                gc.enable()
+            grown = young_growth(call, 600, warm=100)
             assert grown <= bound, f"{form}: the young count grew by {grown} over 600 calls"
     tk.rms_norm.plans.plans.clear()

@@ -11,13 +11,13 @@ finds the layout by its key), and after one more launch that went direct (the ne
 checked against that layout's facts on the objects themselves, `LayoutPlan.direct(keyed=True)`).
 A loop of fresh launches leaves Python's garbage collector nothing to do."""
 import collections
-import gc
 
 import numpy as np
 import pytest
 import torch
 
 import tilesafe as ts
+from gc_counts import young_growth
 from runtime_helpers import assert_located, marker_line
 from tilesafe.runtime import future, launch_cache, prepared_launch
 from tilesafe.runtime.prepared_launch import LayoutLauncher
@@ -291,12 +291,5 @@ def test_a_loop_of_fresh_launches_leaves_the_garbage_collector_nothing_to_do(gpu
         p.unpartition()
     for _ in range(5):
         fresh()
-    gc.disable()
-    try:
-        before = gc.get_count()[0]
-        for _ in range(300):
-            fresh()
-        grew = gc.get_count()[0] - before
-    finally:
-        gc.enable()
+    grew = young_growth(fresh, 300)
     assert len(gpu.direct) == 305 and grew < 30                   # grew by 300 before
