@@ -47,7 +47,7 @@ def _said(e: BaseException) -> str:
         if text.startswith(("File ", "During:", "<source missing", "There are ")):
             break
         if text and not text.startswith("Failed in "):
-            kept.append(re.sub(r"<module '(\w+)' from '[^']*'>", r"\1", text))
+            kept.append(re.sub(r"<module '(\w+)'[^>]*>", r"\1", text))
     said = " ".join(kept[:_MAX_LINES]) + (" ..." if len(kept) > _MAX_LINES else "")
     return said or type(e).__name__
 
