@@ -223,11 +223,12 @@ class Qwen3Model:
         return bool(SILU_PROLOGUE)
 
     def _forward_fused(self, a: Activations, attend, greedy: bool) -> None:
-        """`_forward` for a few rows (decode), in four GEMV launches a layer: each norm is the
-        prologue of the projection after it, SiLU-mul the prologue of the down projection,
-        and the residual add the epilogue of the o and down projections (a.residual += h,
-        in place), so no norm, add or SiLU-mul kernel runs between them. It computes what
-        `_forward` computes: every fused step rounds where the separate kernel stores."""
+        """`_forward` for a few rows (decode), in as few as four GEMV launches a layer: each
+        norm the prologue of the projection after it (`norm_prologue`), SiLU-mul the prologue
+        of the down projection (`silu_prologue`), and the residual add the epilogue of the o
+        and down projections (a.residual += h, in place), so no add kernel runs between them.
+        It computes what `_forward` computes: every fused step rounds where the separate
+        kernel stores, except the late norm prologue (x * g rounded, the product scaled once)."""
         cfg, w = self.cfg, self.w
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
