@@ -53,3 +53,15 @@ def llm(word_model):
 def llm_one_seq(word_model):
     """The same model in an engine of one sequence: each prompt alone, the batched engines' oracle."""
     return _word_llm(word_model, 1)
+
+
+@pytest.fixture(scope="module")
+def serve_load():
+    """benchmarks/serve_load.py as a module (the load generator is a script, not a package)."""
+    import importlib.util
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_load.py"
+    spec = importlib.util.spec_from_file_location("serve_load", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

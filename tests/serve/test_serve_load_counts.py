@@ -3,21 +3,10 @@ steps' tokens counts them all (continuous usage), its gap is one chunk gap and i
 inter-token latencies share it; issue 19's targets and the HBM roofline come out of the levels
 as defined (old code: one ITL per chunk, no chunk gaps, no targets)."""
 import asyncio
-import importlib.util
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_load.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("serve_load", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def sse(chunks) -> bytes:
@@ -28,8 +17,8 @@ def chunk(text, done, prompt=3):
     return {"choices": [{"index": 0, "text": text}], "usage": {"prompt_tokens": prompt, "completion_tokens": done}}
 
 
-def test_a_chunk_of_several_tokens_counts_them_all():
-    mod = load()
+def test_a_chunk_of_several_tokens_counts_them_all(serve_load):
+    mod = serve_load
     httpx = mod._httpx()
     body = sse([chunk("a", 1), chunk("bcd", 4), chunk("", 4), chunk("e", 5),
                 {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}])
@@ -57,8 +46,8 @@ def level(c, tps, offline, gap_p99=None, decode=None):
     return lv
 
 
-def test_targets_and_roofline_from_the_levels():
-    mod = load()
+def test_targets_and_roofline_from_the_levels(serve_load):
+    mod = serve_load
     cfg = SimpleNamespace(num_layers=2, num_kv_heads=2, head_dim=4, hidden_size=8, intermediate_size=16,
                           vocab_size=32, tie_word_embeddings=True, num_heads=2)
     llm = SimpleNamespace(config=cfg, dtype=__import__("torch").bfloat16)
