@@ -19,7 +19,7 @@ import torch
 import tilesafe as ts
 from gc_counts import young_growth
 from runtime_helpers import assert_located, marker_line
-from tilesafe.runtime import future, launch_cache, prepared_launch
+from tilesafe.runtime import future, launch_cache
 from tilesafe.runtime.prepared_launch import LayoutLauncher
 
 HERE = __file__
