@@ -13,9 +13,9 @@ bound on a GPU: it checks what the layout cannot fix, per storage state —
   * alignment: each address has the 16-byte class the compiled kernel was specialised for;
 then orders after conflicting work of other streams (S10), starts Triton's compiled kernel
 with a prebuilt argument tuple (the layout's extents, strides, scalars and grid; the call's
-addresses, and TMA descriptors made from the layout's template at those addresses), marks what it wrote (S14, masked states only) and registers its accesses as
-pending (S9). Byte sets are made only when an address moved since the last launch of the
-slot (byte_set_slots). On the CPU backends the launch is the run itself: a bound is built
+addresses, and TMA descriptors made from the layout's template at those addresses), marks
+what it wrote (S14, masked states only) and registers its accesses as pending (S9). Byte
+sets are made only when an address moved since the last launch of the slot (byte_set_slots). On the CPU backends the launch is the run itself: a bound is built
 from views and `execute` runs it. At the first doubt `run` returns False before anything happened, and the
 caller takes the step's full path.
 """
@@ -159,7 +159,7 @@ class PlannedLaunch:
                 launched = self.launched = Launched.__new__(Launched)
                 launched.consts, launched.scalars, launched.grid, launched.compiled = \
                     self.plan.consts, self.scalars, self.plan.grid, self.compiled
-                self.device_names = tuple(str(a[0].device) for a in args)   # ByteSet's names
+                self.device_names = tuple([str(a[0].device) for a in args])   # ByteSet's names
                 return self.run(roots)
         execute(self.compiled, bound)
         self.kernel.last_launch = Launched(bound, self.compiled)
