@@ -82,13 +82,13 @@ def step_ms(step, steps: int, sync) -> float:
     return host
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=35)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     device, d = a.device, (SMOKE if a.smoke else QWEN3_4B)
     backend = "triton" if device == "cuda" else "reference"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
