@@ -192,14 +192,17 @@ def test_tail_split_runs_whole_waves_then_split_rows(backend, device, monkeypatc
     assert_close(got, F.silu(t64(a) @ t64(b) + t64(bias)), "f32", **MM_TOL["f32"])
 
 
+@pytest.mark.parametrize("one_kernel", [False, True])
 def test_tail_split_of_one_row_of_tiles_runs_whole_waves_of_columns_then_split_columns(backend, device,
-                                                                                       monkeypatch):
+                                                                                       monkeypatch, one_kernel):
     """One row of tiles (M = 24 under 32-row tiles): the first columns of tiles fill whole
-    waves, the last columns run as K-slices; the bias follows its columns."""
+    waves, the last columns run as K-slices; the bias follows its columns. `one_kernel`: the
+    K-slices' last block of each tile stores into the column view of the output (strided)."""
     mm = importlib.import_module("tilesafe.kernels.matmul")
     workers = importlib.import_module("tilesafe.kernels.launch").workers(device)
     m, k, n = 24, 256, 32 * (workers + 1) - 5                 # a ragged last column tile
-    cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False}
+    cfg = {"block_m": 32, "block_n": 32, "block_k": 32, "tail_split": True, "persistent": False,
+           "one_kernel": one_kernel}
     assert mm.tail_split(cfg, m, n, 32, 32, k // 32, workers) == (1, 32 * workers, 2)
     a, b, bias = randn((m, k), "f32", 41, device), randn((k, n), "f32", 42, device), randn((n,), "f32", 43, device)
     launched = []
@@ -208,9 +211,10 @@ def test_tail_split_of_one_row_of_tiles_runs_whole_waves_of_columns_then_split_c
                                                                        real(kernel, outputs, **kw))[1])
     out = poisoned((m, n), "f32", device)
     got = tk.matmul(a, b, bias=bias, activation="silu", out=out, config=cfg)
-    assert [name for name, _, _ in launched] == ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
+    names = ["mm_kernel", "split_k_last_kernel"] if one_kernel else ["mm_kernel", "split_k_kernel", "split_sum_kernel"]
+    assert [name for name, _, _ in launched] == names
     assert launched[0][1]["c"][0].shape == (m, 32 * workers) and launched[1][1]["part"][0].shape == (2, m, 27)
-    assert launched[2][2]["bias"].shape == (27,)
+    assert launched[-1][2]["bias"].shape == (27,)
     assert_close(got, F.silu(t64(a) @ t64(b) + t64(bias)), "f32", **MM_TOL["f32"])
 
 
