@@ -72,6 +72,21 @@ def test_the_one_launch_norm_scales_the_product_once(backend, device, m):
     assert (got != late).sum() <= 2 and (got - late).abs().max() <= 2 ** -7 * late.abs().max()   # fp32 sums
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_the_prefetching_gemv_sums_each_k_tile_once_for_the_late_norm(backend, device, dtype):
+    """One row with `prefetch`: tile k + 1 is loaded before tile k's FMAs and the last tile is
+    loaded twice, while the squares of each of the 5 K tiles (the last ragged) count once."""
+    x, w = randn((1, K), dtype, 83, device), randn((N, K), dtype, 84, device, scale=0.2)
+    g = randn((K,), dtype, 85, device)
+    cfg = {"split_k": 1, "prefetch": True, "block_n": 32, "block_k": 32}
+    got = tk.rms_norm_linear(x, g, w, eps=1e-5, out=poisoned((1, N), dtype, device), config=cfg)
+    assert_close(got, late_norm_linear(x, g, w, 1e-5, dtype), dtype, **TOL[dtype])
+    gu = randn((1, 2 * K), dtype, 86, device)
+    act = rounded(F.silu(t64(gu)[:, :K]) * t64(gu)[:, K:], dtype)
+    got = tk.silu_mul_linear(gu, w, out=poisoned((1, N), dtype, device), config=cfg)
+    assert_close(got, F.linear(act, t64(w)), dtype, **TOL[dtype])
+
+
 @pytest.mark.parametrize("m, splits", [(1, 2), (5, 5)])
 def test_the_norm_prologue_under_split_k(backend, device, m, splits):
     """Every K slice scales by the whole row's statistics (5 K tiles of 32 in 2 or 5 splits)."""
