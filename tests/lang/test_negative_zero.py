@@ -1,5 +1,5 @@
 """-0.0 keeps its sign on every backend: as a literal (fill, padding, `where`, an operand), a
-`Const[float]`, a float argument, and the result of negating +0.0.
+`Const[float]`, a float argument, and the result of negating +0.0 (a tile or a float argument).
 
 Triton 3.6 turns a literal -0.0 into +0.0 (`semantic.scalar_constant` takes any value == 0 for
 the type's null value), computes `-x` as `0 - x` (+0.0 for x = +0.0), and its interpreter
@@ -49,6 +49,11 @@ def times_arg(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], s: float, B:
 
 
 @ts.kernel
+def times_negated_arg(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], s: float, B: ts.Const[int], N: int):
+    z.store(ts.load_tile_like(x, z) * -s)          # -s of s = +0.0 is -0.0: the sign flips x * s's zeros
+
+
+@ts.kernel
 def negate(z: ts.Mut["T", ("B",)], x: ts.Ref["T", ("N",)], B: ts.Const[int], T: ts.Const[ts.DType], N: int):
     z.store(-ts.load_tile_like(x, z))
 
@@ -86,7 +91,10 @@ def literal_cases(dtype: str, device: str) -> dict:
 
 def argument_cases(device: str) -> dict:
     x = X.astype(np.float32)
-    return {s: (run(times_arg, "f32", device, ts.tensor(x, device=device), s), x * np.float32(s)) for s in (-0.0, 0.0)}
+    cases = {s: (run(times_arg, "f32", device, ts.tensor(x, device=device), s), x * np.float32(s)) for s in (-0.0, 0.0)}
+    for s in (-0.0, 0.0):
+        cases[f"-{s}"] = (run(times_negated_arg, "f32", device, ts.tensor(x, device=device), s), x * -np.float32(s))
+    return cases
 
 
 def padding_cases(dtype: str, device: str) -> dict:

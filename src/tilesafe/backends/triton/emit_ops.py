@@ -140,8 +140,10 @@ _MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
 
 def emit_unary(em: Emitter, op: Op) -> None:
     kind, d, a = op.attrs["op"], op.result.dtype, op.args[0]
-    if kind == "neg" and d.is_float and not em.is_weak(a):
-        em.bind(op.result, f"{em.ref(a)} * -1.0")     # Triton's -x is 0 - x: +0.0 for x = +0.0
+    if kind == "neg" and d.is_float:
+        # Triton's -x is 0 - x: +0.0 for x = +0.0. A weak x stays weak: a float argument (an fp32
+        # scalar at run time, compiled or interpreted) then flips its sign; a literal is folded.
+        em.bind(op.result, f"{em.ref(a)} * -1.0", weak=_all_weak(em, op))
     elif kind == "neg":
         em.bind(op.result, f"-{em.ref(a)}", weak=_all_weak(em, op))
     elif kind == "not":
