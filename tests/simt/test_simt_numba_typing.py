@@ -124,6 +124,11 @@ def test_a_checked_read_is_one_unsigned_compare(lower):
     assert ir.count("icmp ult i64") >= 2 and "icmp sge i64" not in ir, ir[-3000:]     # old: sge, no ult
 
 
+def test_masks_and_shifts_for_power_of_two_mods_type_and_lower(lower):
+    from test_simt_pow2_index import mods
+    lower(mods, z(40), z(40), S=7, C=4)
+
+
 def test_sum_all_reads_runs_of_four_as_one_vector_load_each(lower):
     ir = lower(block_sum.sum_all, z(1), z(600), grid=(2,)).library.get_llvm_str()
     assert "load <4 x float>" in ir and "align 16" in ir, ir[-3000:]

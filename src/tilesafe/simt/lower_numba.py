@@ -32,7 +32,11 @@ from . import shared_shadow as shadow
 from . import stubs, vector_access
 from .kernel_info import node_key, resolve_op
 from .params import CONST
+from .static_bounds import StaticBounds, _Span
 from .static_values import static_value
+
+_INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift,
+            ast.RShift)
 
 FULL_MASK = 0xFFFFFFFF
 _AXES = ("x", "y", "z")
@@ -330,6 +334,7 @@ class _Lower(ast.NodeTransformer):
         self.counter = 0
         self.vector_reads: dict = {}   # input -> (its run's tuple, element), inside a vectorised run
         self.locals = {n.id for n in ast.walk(src.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        self.sources = StaticBounds(src.tree, contract, lambda f: resolve_op(f, scope), scope).sources
         self.own = self.locals | set(params)     # the kernel's own names (static_values.py)
 
     # -- pieces -----------------------------------------------------------------------------------
@@ -358,6 +363,48 @@ class _Lower(ast.NodeTransformer):
 
     def line(self, node):
         return _int(self.src.loc(node).line)
+
+    # -- integer arithmetic -----------------------------------------------------------------------
+    def visit_BinOp(self, node):
+        """`a % c` and `a // c` of an integer `a` by a power-of-two compile-time c: `a & (c - 1)` and
+        `a >> log2(c)`, which are Python's floor % and // exactly, for negative `a` too (two's
+        complement). numba computes `%` and `//` on signed ints with fix-ups for negative operands:
+        five 64-bit instructions each, which tile indices (`p[0] % 64 // 2`) pay per element."""
+        if isinstance(node.op, (ast.Mod, ast.FloorDiv)):
+            c = static_value(self, node.right)
+            c = self.consts.get(c) if isinstance(c, str) else c
+            if type(c) is int and c > 0 and c & (c - 1) == 0 and self.integer(node.left):
+                left = self.visit(node.left)
+                if isinstance(node.op, ast.Mod):
+                    return ast.copy_location(_bin(left, ast.BitAnd(), _int(c - 1)), node)
+                return ast.copy_location(_bin(left, ast.RShift(), _int(c.bit_length() - 1)), node)
+        return self.generic_visit(node)
+
+    def integer(self, e, depth=0) -> bool:
+        """Is `e` an int by its form (a float would make `&` a type error): int literals, permit
+        coordinates, thread positions, int parameters and module-level ints, names bound once to
+        an int expression or by a range loop, and + - * // % & | ^ << >> of ints."""
+        if depth > 20:
+            return False
+        if isinstance(e, ast.Constant):
+            return type(e.value) is int
+        if isinstance(e, ast.Subscript):
+            return isinstance(e.value, ast.Name) and e.value.id in self.coords
+        if isinstance(e, ast.Call):
+            return resolve_op(e.func, self.scope) in ("thread_id", "block_id", "block_dim", "grid_dim", "global_id",
+                                                      "lane", "warp_id")
+        if isinstance(e, ast.BinOp):
+            return isinstance(e.op, _INT_OPS) and self.integer(e.left, depth + 1) and self.integer(e.right, depth + 1)
+        if isinstance(e, ast.Name):
+            p = self.params.get(e.id)
+            if p is not None:
+                return not p.is_tensor and p.dtype is int
+            source = self.sources.get(e.id)
+            if source is not None:
+                return self.integer(source.start, depth + 1) and self.integer(source.stop, depth + 1) \
+                    if isinstance(source, _Span) else self.integer(source, depth + 1)
+            return e.id not in self.locals and type(self.scope.get(e.id)) is int
+        return False
 
     # -- names and constants ----------------------------------------------------------------------
     def visit_Name(self, node):
@@ -607,9 +654,9 @@ class _Lower(ast.NodeTransformer):
         if m.kind == M.AT:
             e = _bin(_bin(g, ast.Mult(), _int(m.size)), ast.Add(), _int(m.offset))
             return [assign(0, e), guard([lt(0)], body)]
-        lane = _bin(self.flat_thread(), ast.Mod(), _int(32))
+        lane = _bin(self.flat_thread(), ast.BitAnd(), _int(31))      # % 32 and // 32 of a non-negative int
         if m.kind == M.WARP:
-            unit, stride = _bin(g, ast.FloorDiv(), _int(32)), 32
+            unit, stride = _bin(g, ast.RShift(), _int(5)), 32
             first = lane
         else:    # BLOCK
             unit, stride = bid, self.threads
@@ -685,9 +732,9 @@ class _Lower(ast.NodeTransformer):
         if op == "global_id":
             return self.global_thread()
         if op == "lane":
-            return _bin(self.flat_thread(), ast.Mod(), _int(32))
+            return _bin(self.flat_thread(), ast.BitAnd(), _int(31))
         if op == "warp_id":
-            return _bin(self.flat_thread(), ast.FloorDiv(), _int(32))
+            return _bin(self.flat_thread(), ast.RShift(), _int(5))
         if op in ("shfl_down", "shfl_xor"):
             return _call(_attr("cuda", f"{op}_sync"), _int(FULL_MASK), *args)
         if op == "ballot":     # numba-cuda types the vote as i32; CUDA's __ballot_sync is unsigned (u32)
