@@ -47,7 +47,7 @@ def typing_compile(monkeypatch, stubbed_gpu):
     from numba.cuda.compiler import compile_cuda
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: types.SimpleNamespace(compute_capability=(9, 0)))
 
-    def compile_kernel(source, name, argtypes, device_index, tables):
+    def compile_kernel(source, name, argtypes, device_index, tables, **options):
         compile_cuda(gpu_launch.python_kernel(source, name, tables), nt.void, argtypes, cc=(9, 0))
         return "compiled"
     monkeypatch.setattr(gpu_launch, "compile_kernel", compile_kernel)
@@ -78,7 +78,7 @@ def test_the_stand_in_compile_accepts_a_kernel_numba_can_type(typing_compile):
 
 
 def test_an_error_that_is_not_numbas_is_left_as_it_is(monkeypatch, stubbed_gpu):
-    def broken(*args):
+    def broken(*args, **options):
         raise RuntimeError("no CUDA driver")
     monkeypatch.setattr(gpu_launch, "compile_kernel", broken)
     monkeypatch.setattr(halves, "_compiled", {})
