@@ -35,7 +35,7 @@ def test_the_word_transpose_indexes_its_tile_with_masks():
     src = transpose_half.transpose_pairs.numba_source(torch.zeros(64, 32, dtype=torch.int32),
                                                       torch.zeros(64, 32, dtype=torch.int32))
     body = src[src.index("def simt_transpose_pairs"):]
-    assert " % " not in body and " // " not in body and "& 63) >> 1" in body, body
+    assert " % " not in body and " // " not in body and f"& {2 * transpose_half.TC - 1}) >> 1" in body, body
 
 
 def test_the_results_match_the_cpu_executor():

@@ -14,6 +14,7 @@ MAX_THREADS = 1024
 MAX_BLOCK = (1024, 1024, 64)
 STATIC_SHARED_LIMIT = 48 * 1024      # bytes of static shared memory a block may declare (CUDA)
 DEVICE_SHARED_LIMIT = 227 * 1024     # the most a Hopper block may opt in to
+MAX_SM_THREADS = 2048                # resident threads an SM holds (compute capability 7.0 to 9.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +24,14 @@ class Contract:
     block: threads per block, (x,) or (x, y) or (x, y, z) as in CUDA.
     shared_memory: the most shared memory (bytes) the kernel may declare; None: the device limit.
     capability: the least compute capability, e.g. (9, 0).
+    blocks_per_sm: None, or how many blocks an SM should hold at once: the GPU compile keeps each
+        thread's registers within what that many blocks leave (CUDA's launch bounds), e.g. 8 blocks
+        of 256 threads: 32 registers a thread. A performance hint: results are the same.
     """
     block: tuple = (256,)
     shared_memory: int | None = None
     capability: tuple = (7, 0)
+    blocks_per_sm: int | None = None
 
     @property
     def threads(self) -> int:
@@ -49,6 +54,11 @@ def check_definition(contract, shared_bytes: int, where, shared_where) -> None:
         raise KernelError(f"the contract's block {block} has {contract.threads} threads; a block holds at most "
                           f"{MAX_THREADS} (and at most {MAX_BLOCK} per axis)", where,
                           help="use a smaller block and more blocks")
+    per_sm = contract.blocks_per_sm
+    if per_sm is not None and not (type(per_sm) is int and 1 <= per_sm and per_sm * contract.threads <= MAX_SM_THREADS):
+        raise KernelError(f"the contract's blocks_per_sm={per_sm!r} must be a positive int with at most "
+                          f"{MAX_SM_THREADS} threads an SM ({contract.threads} a block)", where,
+                          help="ask for fewer blocks an SM, or leave blocks_per_sm=None")
     if contract.shared_memory is not None and contract.shared_memory > DEVICE_SHARED_LIMIT:
         raise KernelError(f"the contract's shared memory, {contract.shared_memory} bytes, is more than a block "
                           f"can have ({DEVICE_SHARED_LIMIT} bytes)", where)

@@ -46,12 +46,14 @@ def python_kernel(source: str, name: str, tables: dict):
     return namespace[name]
 
 
-def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int, tables: dict):
-    """Compile the generated source for these argument types; returns the launchable kernel."""
+def compile_kernel(source: str, name: str, argtypes: tuple, device_index: int, tables: dict, launch_bounds=None):
+    """Compile the generated source for these argument types; returns the launchable kernel.
+    `launch_bounds`: None or (threads a block, blocks an SM), as numba-cuda takes them."""
     from numba import cuda
     fn = python_kernel(source, name, tables)
+    bounds = {"launch_bounds": launch_bounds} if launch_bounds else {}
     with cuda.gpus[device_index]:
-        dispatcher = cuda.jit(argtypes)(fn)                 # compiles now, for these types only
+        dispatcher = cuda.jit(argtypes, **bounds)(fn)       # compiles now, for these types only
         overload = dispatcher.compile(argtypes)            # the specialized kernel (numba's _Kernel)
         return Compiled(overload._codelibrary.get_cufunc().kernel)   # numba's cuda.core Kernel (a CUkernel)
 

@@ -140,8 +140,10 @@ class SimtKernel:
             for name in written_targets(self.info):     # an unsafe kernel's write masks
                 types.append(gpu_launch.array_type(u8, len(bound.tensors[name].shape), True))
             try:
+                per_sm = self.contract.blocks_per_sm     # launch bounds: a register budget a thread
+                bounds = {"launch_bounds": (self.contract.threads, per_sm)} if per_sm else {}
                 kernel = gpu_launch.compile_kernel(self.source_for(bound.consts), f"simt_{self.name}", tuple(types),
-                                                   device_index, self.table_globals())
+                                                   device_index, self.table_globals(), **bounds)
             except Exception as e:
                 refused = kernel_error(self, bound.consts, e)    # numba's refusal, at the user's line
                 if refused is None:

@@ -29,7 +29,7 @@ ROW_BLOCK = 256
 ROW_WARPS = ROW_BLOCK // 32
 
 
-@simt.kernel(contract=simt.Contract(block=(ROW_BLOCK, 1)))
+@simt.kernel(contract=simt.Contract(block=(ROW_BLOCK, 1), blocks_per_sm=8))     # 32 registers: 2048 threads an SM
 def softmax_rows_staged(out: simt.Disjoint[ts.f32, ("R", "C")], x: simt.Ref[ts.f32, ("R", "C")], R: int, C: int,
                         K: simt.Const[int]):
     """A block per row, the row's first 256*K elements read once from global memory into shared

@@ -22,8 +22,8 @@ tensors are contiguous (the int32 views exist), else the one-half-a-thread kerne
 import tilesafe as ts
 from tilesafe import simt
 
-TC, ROWS = 32, 8        # a block: TC output words wide (threads x), ROWS threads y
-KP = 2 * TC // ROWS     # words a thread moves each way (8)
+TC, ROWS = 64, 8        # a block: TC output words wide (threads x), ROWS threads y (H200: 64 beat 32)
+KP = 2 * TC // ROWS     # words a thread moves each way (16)
 
 
 @simt.kernel(contract=simt.Contract(block=(TC, ROWS)))
