@@ -7,13 +7,16 @@
 # httpcore2, ...). Random weights of the Qwen3-4B, then the 8B shape, each an in-process
 # server of 128 sequences that warms up (every decode bucket, the mixed steps of one and two
 # fresh prompts) before its first level; one prompt and output length (128, 64 tokens) so that every offline batch
-# has the first's shapes (like for like: neither side compiles while timed); 3 requests per client (SERVE_RPC;
-# three waves), the clients in worker processes (not on the server's GIL). The 8B runs its levels largest first and
+# has the first's shapes (like for like: neither side compiles while timed); 2 requests per client (SERVE_RPC:
+# two waves, what fits the final run's budget), the clients in worker processes (not on the server's GIL), and the
+# server sending each request's tokens every other step while 64 or more run (SERVE_FLAGS, default
+# '--stream-interval 2': at 128 clients the HTTP loop's per-token work competes with the engine thread for
+# the GIL). The 8B runs its levels largest first and
 # starts from the compile cache the 4B run filled (TILESAFE_CACHE_DIR).
 # Writes serve_load_{4b,8b}.json and .log to OUT; each JSON is rewritten after every level,
 # so a timeout keeps the levels measured.
 # Usage: [SERVE_FLAGS='--stream-interval 2 ...'] bash benchmarks/serve_h200.sh OUT [SECONDS_4B [SECONDS_8B]]
-# (default 95, 55 s; SERVE_FLAGS are added to serve_load.py's flags)
+# (default 95, 55 s; SERVE_FLAGS replace the default '--stream-interval 2' in serve_load.py's flags)
 set -uo pipefail
 out=${1:?out dir}
 mkdir -p "$out"
@@ -26,7 +29,8 @@ rc=0
 run() {   # size, concurrency levels, seconds
     timeout "$3" python3 benchmarks/serve_load.py --random-weights "$1" --concurrency "$2" --offline \
         --prompt-len 128 --output-len 64 --max-model-len 256 --max-num-seqs 128 --max-num-batched-tokens 512 \
-        --requests-per-client ${SERVE_RPC:-3} ${SERVE_FLAGS:-} --out "$out/serve_load_$1.json" > "$out/serve_load_$1.log" 2>&1 || rc=$?
+        --requests-per-client "${SERVE_RPC:-2}" ${SERVE_FLAGS---stream-interval 2} \
+        --out "$out/serve_load_$1.json" > "$out/serve_load_$1.log" 2>&1 || rc=$?
     tail -16 "$out/serve_load_$1.log"
 }
 run 4b 1,8,32,128 "${2:-95}"
