@@ -2,11 +2,12 @@
 log-probability of it — without writing the logits.
 
 Two launches per (at most) 16 rows:
-  1. the weight-streaming GEMV of `linear` (with `rms_norm_linear`'s norm prologue, in its
-     late form, when `norm_weight` is given); block j rounds its BN logits to x's dtype, as `linear` stores
-     them, and keeps of each row their maximum, the first column holding it and
-     sum(exp(logit - maximum)) — three floats per (row, block) in the device's scratch
-     (a column index as f32 is exact below 2**24, far above any vocabulary);
+  1. the weight-streaming GEMV of `linear` (with `rms_norm_linear`'s one-launch norm
+     prologue, `linear_fusions.norm_prologue`, when `norm_weight` is given); block j rounds
+     its BN logits to x's dtype, as `linear` stores them, and keeps of each row their
+     maximum, the first column holding it and sum(exp(logit - maximum)) — three floats per
+     (row, block) in the device's scratch (a column index as f32 is exact below 2**24, far
+     above any vocabulary);
   2. one block per row walks those: the overall maximum, the least column among the blocks
      reaching it (ties go to the lowest index, as torch.argmax), and Z = sum over blocks of
      sum_b * exp(max_b - max), so the chosen token's log-probability is -log(Z).
@@ -21,7 +22,7 @@ from . import linear_fusions as fusions
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
-from .linear_fusions import NORM, NORM_LATE, PLAIN, fma_tile, late_scale, late_tile, row_scale
+from .linear_fusions import PLAIN, fma_tile, late_scale, late_tile, row_scale
 from .matmul import SKINNY_M, _tf32, l2_prefetch, mac, skinny_config, skinny_tiles, warm_slab
 
 NEG_INF = -float("inf")
@@ -144,7 +145,7 @@ def _rows(xv, wt, gt, eps, ov, lv, cfg, dtype):
     best, at, mass = scratch.views(xv.device, (m, nb), (m, nb), (m, nb))
     launch(argmax_gemv_kernel, {"best": (best, (bm, 1)), "at": (at, (bm, 1)), "mass": (mass, (bm, 1))}, cfg=cfg,
            a=xv, g=gt.reshape(1, k) if gt is not None else xv[:1], b=wt.T,
-           PRO=PLAIN if gt is None else NORM_LATE if fusions.LATE_NORM else NORM,
+           PRO=PLAIN if gt is None else fusions.norm_prologue(dtype, 1),
            TF32=_tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True,
            **l2_prefetch(wt.nbytes))
     # Programmatic dependent launch, as a split-K pair: the rows' pass launches while the GEMV ends.

@@ -10,10 +10,11 @@ split-K form) whose input tile is made from x as it is loaded — the prologue �
 output tile gets the residual before it is stored — the epilogue:
   NORM      (split-K) each block first walks its rows of x for the sum of squares: every
             block recomputes it from L2 (x is a few KB, the block's slab of W is far larger);
-  NORM_LATE (one launch) no pass before the loop: each K tile of x is multiplied by the
-            norm weight as it is loaded and its squares summed on the way, since the block's
-            loop sees the whole row; the product is scaled by 1 / rms once, before the
-            epilogue (linear(x * g, w) * r == linear(x * r * g, w) for the row's scalar r);
+  NORM_LATE (one launch, bf16 and f32 rows) no pass before the loop: each K tile of x is
+            multiplied by the norm weight as it is loaded and its squares summed on the way,
+            since the block's loop sees the whole row; the product is scaled by 1 / rms once,
+            before the epilogue (linear(x * g, w) * r == linear(x * r * g, w) for the row's
+            scalar r). f16 rows keep NORM: x * g may pass f16's 65504 where x * r * g does not;
   SILU_MUL  silu(gate) * up from the two halves of the packed gate/up projection.
 The prologue's tile is rounded to x's dtype, as the separate kernel would store it (NORM_LATE
 rounds x * g, before the row's scale, so its products differ from the unfused sequence's by
@@ -44,6 +45,13 @@ LATE_NORM = True
 # prefetched that early before they are read.
 SILU_L2_PREFETCH = None
 NO_RES, RES_REF, RES_OWN = 0, 1, 2              # residual: none, another tensor, the output itself
+
+
+def norm_prologue(dtype, splits: int) -> int:
+    """The norm prologue of a GEMV over rows of `dtype` in `splits` K splits: NORM_LATE in one
+    launch where x * g stays in range (bf16 and f32 share f32's exponent), else NORM. In f16
+    a large row times the weight (|x| ~ 3000, g ~ 40) is past 65504, the normed row is not."""
+    return NORM_LATE if LATE_NORM and splits == 1 and dtype != ts.f16 else NORM
 
 
 @ts.function
@@ -309,8 +317,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     # same operands, so the fused call can never stream the weight with other tiles).
     cfg = skinny_config(dtype, m, n, k, config, run=lambda c: linear(av, wt, config=c))
     bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
-    pro = (NORM_LATE if LATE_NORM and splits == 1 else NORM) if gt is not None else \
-        SILU_MUL if upt is not None else PLAIN
+    pro = norm_prologue(dtype, splits) if gt is not None else SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
     common = dict(a=av, up=uv, g=gt.reshape(1, k) if gt is not None else av[:1], b=wt.T, PRO=pro,
                   TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps,
