@@ -81,3 +81,18 @@ def test_a_stream_interval_sends_each_requests_tokens_every_other_step(llm, llm_
         EngineCore(llm, stream_interval=0)  # bad-interval
     line = next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("# bad-interval"))
     assert e.value.loc.line == line
+
+
+def test_an_abort_at_shutdown_sends_the_tokens_a_stream_interval_held(llm):
+    from tilesafe.serve.engine_core import EngineCore
+    from tilesafe.serve.request import Request
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    core = EngineCore(llm, stream_interval=3, stream_interval_from=1)
+    got = []
+    req = Request("r", llm._sequences({"prompt_token_ids": [3, 9, 4]}, params)[0], sink=got.append)
+    core.add(req)
+    for _ in range(5):
+        core.step()
+    core.abort_all()                   # shutdown: what was generated goes out, then the abort
+    assert [t for o in got for t in o.token_ids] == req.seq.tokens and len(req.seq.tokens) == 5
+    assert got[-1].finished and got[-1].finish_reason == "abort"

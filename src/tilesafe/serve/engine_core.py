@@ -121,6 +121,8 @@ class EngineCore:
         if req is not None:
             self.scheduler.finish(req)
             if notify:
+                if req.sent < len(req.seq.tokens):     # tokens a stream interval held back go out first
+                    _send(req, req.take_output())
                 _send(req, req.aborted_output())
             self._gauges()
 
