@@ -67,37 +67,64 @@ SMEM_RESERVE = 16 * 1024       # shared memory Triton may take beside the pipeli
 # (benchmarks/probes/shapes_probe.py, round 1 of session 16: tune-candidates-s16-shapes.json):
 # 32 x 64 x 128 tiles up to 32 rows, split over K when the output has few tiles (a block
 # alone pulls ~40-55 GB/s: 40 tiles unsplit ran the 4B down projection at M = 32 in 35 us,
-# split in seven 23.6 us); 64 x 128 x 64 above, where the output has >= 48 such tiles (with
-# fewer, round 2 timed the rule's split in seven slower than the model's own choice on all five
-# Qwen3 shapes, e.g. 4B o at M = 72: 21.1 against 15.1 us, so the model chooses there); both 4
+# split in seven 23.6 us); 64 x 128 x 64 above, where the output has >= 48 such tiles; both 4
 # warps, with the deepest pipeline that still lets every tile run in one wave (304 tiles of the
 # 4B gate_up projection at M = 32: 3 stages, three blocks per SM, 27.5 us; 8 stages, one per SM,
 # 34.8). Where it applies, the model's ranking, which prices a K step by its latency alone, took
 # 1.1-1.7x the rule's time.
+# Few tiles (< 48) are wave quantisation: the split that fills *one* wave of the SMs (SMs //
+# tiles slices, at most MAX_WAVE_SPLIT) is the one that pays. Session 17's probe round 1 (H200,
+# wave part): at M = 24 on the 4B down projection (40 tiles of 32 x 64) three slices added up by
+# the last slice of each tile (`one_kernel`) ran 0.95 of F.linear where the rule's old split in
+# seven (280 blocks, two kernels) ran 0.64; above 64 rows 64 x 128 x 128 tiles (4 warps, 4 stages)
+# in three slices (120 blocks) ran the 4B o projection at M = 72 at 0.86 (the model's unsplit
+# 64 x 64 choice 0.77) and the 4B down projection at M = 100 at 0.97 (model 0.85), as the H200
+# table's M = 128 entry ran M = 72 at 0.86 in session 16 (the model's split 0.65). Splits in
+# seven or eight lost everywhere they were timed (0.55-0.71 of F.linear, session 16 round 2),
+# so more slices than MAX_WAVE_SPLIT leave the choice to the old rule (<= 32 rows) or the model;
+# so do 33..64 rows, where the model's unsplit 64 x 64 tiles ran 1.0-1.19 of F.linear.
 STREAM_M = 128                 # rows up to which `streaming_choice` picks the config
 FEW_TILES = 48                 # output tiles below which a streaming product splits over K
+MAX_WAVE_SPLIT = 4             # most K slices of the one-wave split
 
 
 def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
-    """The config of a 16 < m <= 128 product by the rule above (None for other shapes)."""
+    """The config of a 16 < m <= 128 product by the rules above (None for other shapes)."""
     if s.family != "matmul" or s.m > STREAM_M:
         return None
     es = element_bytes(s.dtype)
     bm, bn, bk = (32, 64, 128) if s.m <= 32 else (64, 128, 64)
     tiles = (_mma(bm, s.m), _mma(bn, s.n), _mma(bk * 2 // es, s.k))   # fp32: half the K tile
+    count, kt = cdiv(s.m, tiles[0]) * cdiv(s.n, tiles[1]), cdiv(s.k, tiles[2])
+    wave = gpu.sms // count if count < FEW_TILES else 1           # slices that fill one wave
+    one = 2 <= wave <= MAX_WAVE_SPLIT and kt // wave >= 4
+    if count < FEW_TILES and s.m > 32:
+        if not one or s.m <= 64:
+            return None                # 33..64 rows, or too few tiles for a short split: the model
+        return _wave_split(s, (64, 128, 128 * 2 // es), wave, gpu)
     stages = _stage_options(*tiles, es, gpu)
     if not stages:
         return None
-    count, kt = cdiv(s.m, tiles[0]) * cdiv(s.n, tiles[1]), cdiv(s.k, tiles[2])
-    if count < FEW_TILES and s.m > 32:
-        return None                    # few 64 x 128 tiles: split in seven they lost to the model's choice
-    split = max(1, min(SPLITS[-1], cdiv(2 * gpu.sms, count), kt // 4)) if count < FEW_TILES else 1
+    if one:
+        split = wave
+    else:
+        split = max(1, min(SPLITS[-1], cdiv(2 * gpu.sms, count), kt // 4)) if count < FEW_TILES else 1
     per_sm = min(4, cdiv(count, gpu.sms)) if split == 1 else 1    # blocks one SM must hold for one wave
     epilogue, step = _smem(*tiles, 0, es), _smem(*tiles, 1, es) - _smem(*tiles, 0, es)
     fit = (gpu.smem_per_sm // per_sm - 1024 - epilogue) // step   # stages that let per_sm blocks share an SM
     depth = min(stages[0], fit) if per_sm > 1 and fit >= 3 else stages[0]
     c = {"block_m": tiles[0], "block_n": tiles[1], "block_k": tiles[2], "group": 8, "persistent": False,
-         "split_k": split, "min_blocks": gpu.sms, "tail_split": False, "num_warps": 4, "num_stages": depth}
+         "split_k": split, "min_blocks": gpu.sms, "tail_split": False, "one_kernel": one and split > 1,
+         "num_warps": 4, "num_stages": depth}
+    return c if valid_matmul(c, s, gpu) else None
+
+
+def _wave_split(s: Gemm, tiles, split: int, gpu: Gpu) -> dict | None:
+    """64 x 128 x 128 tiles (bf16; 64-wide K tiles in fp32), 4 warps, 4 stages, K in `split`
+    slices added up by a second kernel (which ran faster than `one_kernel` above 64 rows)."""
+    bm, bn, bk = (_mma(t, size) for t, size in zip(tiles, (s.m, s.n, s.k)))
+    c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
+         "min_blocks": gpu.sms, "tail_split": False, "one_kernel": False, "num_warps": 4, "num_stages": 4}
     return c if valid_matmul(c, s, gpu) else None
 
 
