@@ -15,8 +15,9 @@ from tilesafe.kernels import first_use
 
 pytestmark = pytest.mark.gpu
 GEMMS = [cm.Gemm(777, 3072, 1536), cm.Gemm(3001, 1600, 6400), cm.Gemm(5, 1600, 6400), cm.Gemm(1, 4672, 4544),
-         # 16 < M <= 128: the model's split in three, the streaming rule's 3-stage one-wave pipeline,
-         # its 32-row tiles split in seven, and its 64 x 128 tiles on a held-out weight
+         # 16 < M <= 128: few tiles split into one wave (64 x 128 x 128 in three, two kernels), the
+         # streaming rule's 3-stage one-wave pipeline, its 32-row tiles in three slices added up by the
+         # last one (one launch), and its 64 x 128 tiles on a held-out weight
          cm.Gemm(72, 2560, 9728), cm.Gemm(72, 19456, 2560), cm.Gemm(25, 2560, 4096), cm.Gemm(83, 4608, 3584)]
 FLASH = [cm.Attention(2, 28, 4, 777, 777, 128, True), cm.Attention(1, 71, 1, 1211, 1211, 64, False)]
 
