@@ -148,3 +148,27 @@ def test_a_range_over_the_const_an_axis_is_sized_by_proves_the_reads():
     assert out.item() == 96 + 2 * 96 + 96 + 96 + 32
     with pytest.raises(ts.SanitizerError, match="out-of-bounds read of `s`"):
         rows_of_const(out, F=1, R=3, S=2).sync()         # k = R: the checked read fails
+
+
+@simt.kernel(contract=B32)
+def after_the_loop(out: simt.Disjoint[ts.f32, ("N",)], N: int, R: simt.Const[int]):
+    s = simt.shared((R, 32), ts.f32)
+    for p in s.permits(simt.chunk(R)):
+        s[p] = 1.0
+    simt.barrier()
+    t = simt.thread_id()
+    acc = 0.0
+    for j in range(R):
+        acc += s[j, t]                        # inside the loop: j < R, and R >= 1 since the loop runs
+    acc += s[j, t]  # E:after-loop
+    for p in out.permits(simt.per_block(1)):
+        out[p] = acc
+
+
+def test_a_loop_variable_read_after_its_loop_is_checked():
+    # After `for j in range(R)`, j is unbound when R == 0 (numba then reads s[0] of a 0-element array):
+    # only reads inside a loop that binds j are proven by its range.
+    assert after_the_loop.checks()["checked_reads"] == [("s", marker_line(HERE, "E:after-loop"))]
+    out = torch.full((1,), float("nan"))
+    after_the_loop(out, R=2).sync()
+    assert out.item() == 3.0

@@ -43,10 +43,14 @@ def _fits_static(ck, name, axis, item) -> bool:
     return isinstance(extent, int) and span is not None and span[0] >= 0 and span[1] < extent
 
 def _counts_below(ck, item, extent: str) -> bool:
-    """`j` of `for j in range(n)` (or `range(a, n)`, a >= 0), bound by that loop alone, where the axis
-    has n elements: a parameter is never assigned in a kernel, so n is the extent the launch binds."""
+    """`j` of `for j in range(n)` (or `range(a, n)`, a >= 0), bound by such loops alone and read inside
+    one, where the axis has n elements: a parameter is never assigned in a kernel, so n is the extent
+    the launch binds. After the loop j is unbound when n == 0 (numba reads element 0 of no elements)."""
     span = ck.bounds.sources.get(item.id) if isinstance(item, ast.Name) else None
     if not isinstance(span, _Span) or not (isinstance(span.stop, ast.Name) and span.stop.id == extent):
+        return False
+    if not any(isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == item.id
+               for _, node in ck.control):
         return False
     start = ck.bounds.range_of(span.start)
     return start is not None and start[0] >= 0
