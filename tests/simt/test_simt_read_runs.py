@@ -95,3 +95,16 @@ def test_a_run_longer_than_16_is_refused():
                 a, = x.run(p[0], 17)  # E:long
                 out[p] = a
     refused("E:long", "must be 1 to 16", make)
+
+
+def test_a_runs_length_from_a_const_is_refused():
+    # The unpacking fixes k; a Const length would go unchecked until a launch (K=20: no 20-wide load
+    # on the GPU; K=3 unpacked into 2: numba's error, where the CPU executor raised Python's).
+    def make():
+        @simt.kernel(contract=B32)
+        def const_run(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: int,
+                      K: simt.Const[int]):
+            for p in out.permits(simt.per_thread()):
+                a, b = x.run(p[0], K)  # E:const
+                out[p] = a + b
+    refused("E:const", "x.run's length must be a literal or a module-level int", make)

@@ -571,7 +571,10 @@ class _Checker:
         if len(e.args) != 2 or e.keywords:
             raise self.err(e, f"{e.func.value.id}.run(i, k) takes an index and a compile-time length")
         k = static_int(self, e.args[1], f"{e.func.value.id}.run's length")
-        if isinstance(k, int) and not 1 <= k <= 16:
+        if isinstance(k, str):      # the unpacking fixes k: a Const would go unchecked until a launch
+            raise self.err(e.args[1], f"{e.func.value.id}.run's length must be a literal or a module-level int, "
+                                      f"not the simt.Const `{k}`", help="write the run's length as a number")
+        if not 1 <= k <= 16:
             raise self.err(e.args[1], f"{e.func.value.id}.run's length is {k}; it must be 1 to 16")
         return True
 
