@@ -44,3 +44,17 @@ def test_the_results_match_the_cpu_executor():
     mods(out, x, S=7, C=4).sync()
     p = torch.arange(40) - 7
     torch.testing.assert_close(out, (p % 4 + p // 8).float() + x % 2.0)
+
+
+@simt.kernel(contract=B)
+def by_const(out: simt.Disjoint[ts.f32, ("N",)], N: int, S: int, C: simt.Const[int]):
+    for p in out.permits(simt.per_thread()):
+        out[p] = ((p[0] - S) % C + (p[0] - S) // C) * 1.0
+
+
+def test_a_power_of_two_wider_than_64_bits_keeps_numbas_ops():
+    # a >> 64 of a 64-bit int is undefined (LLVM: poison) and 2**64 - 1 is no int64 mask
+    body = by_const.numba_source(torch.zeros(8), S=1, C=1 << 64)
+    assert "% 18446744073709551616" in body and "// 18446744073709551616" in body and ">>" not in body, body
+    body = by_const.numba_source(torch.zeros(8), S=1, C=1 << 63)     # still a shift by 63 and an int64 mask
+    assert "& 9223372036854775807" in body and ">> 63" in body, body

@@ -373,7 +373,8 @@ class _Lower(ast.NodeTransformer):
         if isinstance(node.op, (ast.Mod, ast.FloorDiv)):
             c = static_value(self, node.right)
             c = self.consts.get(c) if isinstance(c, str) else c
-            if type(c) is int and c > 0 and c & (c - 1) == 0 and self.integer(node.left):
+            # c <= 2**63: a shift by 64 or more is undefined, and a wider mask is no int64
+            if type(c) is int and 0 < c <= 1 << 63 and c & (c - 1) == 0 and self.integer(node.left):
                 left = self.visit(node.left)
                 if isinstance(node.op, ast.Mod):
                     return ast.copy_location(_bin(left, ast.BitAnd(), _int(c - 1)), node)
