@@ -96,3 +96,29 @@ def test_an_abort_at_shutdown_sends_the_tokens_a_stream_interval_held(llm):
     core.abort_all()                   # shutdown: what was generated goes out, then the abort
     assert [t for o in got for t in o.token_ids] == req.seq.tokens and len(req.seq.tokens) == 5
     assert got[-1].finished and got[-1].finish_reason == "abort"
+
+
+def test_tokens_a_stream_interval_held_each_count_in_the_inter_token_histogram(llm):
+    # Old code observed one gap an output: 4 of the 6 inter-token latencies, most two steps long.
+    pytest.importorskip("prometheus_client")
+    import re
+
+    from tilesafe.serve.engine_core import EngineCore
+    from tilesafe.serve.metrics import ServerMetrics
+    from tilesafe.serve.request import Request
+    metrics = ServerMetrics("m")
+    core = EngineCore(llm, metrics=metrics, stream_interval=2, stream_interval_from=1)
+    got = []
+    req = Request("r", llm._sequences({"prompt_token_ids": [3, 9, 4]},
+                                      SamplingParams(temperature=0, max_tokens=7, ignore_eos=True))[0],
+                  sink=got.append)
+    core.add(req)
+    while core.has_work():
+        core.step()
+    assert sum(len(o.token_ids) for o in got) == 7 and max(len(o.token_ids) for o in got) == 2
+    text = metrics.render().decode()
+
+    def read(name):
+        return float(re.search(rf"^{name}{{[^}}]*}} ([0-9.e+-]+)$", text, re.M).group(1))
+    assert read("tilesafe_inter_token_latency_seconds_count") == 6
+    assert read("tilesafe_inter_token_latency_seconds_sum") == pytest.approx(req.last_token_at - req.first_token_at)

@@ -241,8 +241,8 @@ class EngineCore:
             if m and new:
                 if r.first_token_at is None:
                     m.first_token(now - r.arrival)
-                else:
-                    m.inter_token(now - r.last_token_at)
+                else:                                 # one ITL a token, also for tokens held back together
+                    m.inter_token(now - r.last_token_at, new)
                 generated += new
             r.first_token_at = r.first_token_at or now
             r.last_token_at = now

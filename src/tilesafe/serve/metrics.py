@@ -51,8 +51,11 @@ class ServerMetrics:
     def first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
 
-    def inter_token(self, seconds: float) -> None:
-        self.itl.observe(seconds)
+    def inter_token(self, seconds: float, tokens: int = 1) -> None:
+        """`tokens` tokens went out together `seconds` after the request's previous ones (a
+        stream interval held them): each is observed with its share of the gap."""
+        for _ in range(tokens):
+            self.itl.observe(seconds / tokens)
 
     def generated(self, n: int) -> None:
         self.generation_tokens.inc(n)
