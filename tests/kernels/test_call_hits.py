@@ -11,7 +11,7 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from call_helpers import assert_located, assert_unchanged, marker_line, snapshot
-from tilesafe.kernels import call_hits
+from tilesafe.kernels import call_hits, call_plans
 from tilesafe.runtime import planned_launch
 from tilesafe.runtime.planned_launch import PlannedLaunch
 from tilesafe.runtime.storage_state import StorageState
@@ -391,3 +391,26 @@ def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch):
             grown = young_growth(call, 600, warm=100)
             assert grown <= bound, f"{form}: the young count grew by {grown} over 600 calls"
     tk.rms_norm.plans.plans.clear()
+
+
+@pytest.mark.parametrize("calls_before", [1, 3])     # the second call (redo) and a hit
+def test_a_tensor_handed_over_after_the_key_was_read_is_refused(backend, monkeypatch, calls_before):
+    """Another thread may hand a tilesafe tensor to torch between call_key reading its layout
+    and the plan launching it: the plan refuses it as the full path does."""
+    _on_the_cpu(backend)
+    w = _rand((2, 32), 1)
+    x = ts.from_torch(_rand((2, 32), 2))
+    for _ in range(calls_before):
+        tk.add(x, w)
+    real = call_plans.call_key
+
+    def racing(*args, **kwargs):
+        found = real(*args, **kwargs)
+        x.to_torch()                                   # the other thread's hand-over, just after
+        return found
+
+    monkeypatch.setattr(call_plans, "call_key", racing)
+    with pytest.raises(ts.OwnershipError) as e:
+        tk.add(x, w)  # raced-call
+    assert e.value.message.startswith("cannot use `dtype`: this tensor was handed to torch at ")
+    assert_located(e.value, HERE, "raced-call")

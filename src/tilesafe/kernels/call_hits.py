@@ -78,6 +78,10 @@ class CallHit:
             i = 0
             for (tv, storage, sptr, ptr, t), extent in zip(places, self.extents):
                 if type(t) is Tensor:
+                    if t._handed_at is not None or (t._lender is not None and t._lender() is not None):
+                        # Handed over or lent since call_key read it (another thread): refused as
+                        # the library function's first read of it refuses it on the full path.
+                        t._check_usable("dtype")
                     roots.append((tv, t._state, ptr, sptr, storage.nbytes()))
                     made[i] = t
                 else:

@@ -262,6 +262,8 @@ class CallPlan:
     def redo(self, tensors: list):
         roots, handed = [], []
         for t in tensors:                  # S13: torch tensors are borrowed afresh by every call
+            if type(t) is Tensor and layout_of(t) is None:
+                t._check_usable("dtype")   # handed over or lent since call_key (another thread): CallHit's rule
             roots.append(t if type(t) is Tensor else from_torch(t))
             handed.append(t)
         for kind, recipe in self.roots[len(tensors):]:
