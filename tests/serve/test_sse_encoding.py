@@ -42,3 +42,16 @@ def test_each_chunk_is_json_dumps_of_the_chunk(chat, continuous, logprobs):
         assert got == want
         assert json.loads(got)["choices"][0]["finish_reason"] == reason
     assert shape.completion_tokens == 5 and shape.prompt_tokens == 3
+
+
+def test_text_offsets_of_a_completion_stream_go_on_across_chunks():
+    # Old code started every chunk's text_offset at 0 (a chunk joining several tokens then overlapped the next).
+    p = ParsedRequest("m", {"prompt_token_ids": [1, 2, 3]}, SamplingParams(max_tokens=9), True, False, True)
+    shape = _Shape(Engine(), "m", "cmpl-1", False, p)
+    chunks = [StreamOutput("r", "<10><11>", [10, 11], [-0.5, -0.25], [1, 2, 3], 2),
+              StreamOutput("r", "<7>", [7], [-1.0], [1, 2, 3], 3, True, "length")]
+    got = [json.loads(shape.encode(o))["choices"][0]["logprobs"] for o in chunks]
+    assert [g["text_offset"] for g in got] == [[0, 4], [8]]
+    assert [g["tokens"] for g in got] == [["<10>", "<11>"], ["<7>"]]
+    whole = _Shape(Engine(), "m", "cmpl-1", False, p).whole(chunks)["choices"][0]["logprobs"]
+    assert whole["text_offset"] == [0, 4, 8]          # the same offsets as the request's whole answer

@@ -135,6 +135,7 @@ class _Shape:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.first_chunk = True
+        self._text_at = 0           # a completion stream's text so far: its chunks' text_offset go on from it
         kind = "chat.completion.chunk" if chat else "text_completion"
         # A stream chunk's fields that never change, as json.dumps writes them (without the closing brace).
         self._head = json.dumps({"id": request_id, "object": kind, "created": self.created, "model": model})[:-1]
@@ -179,7 +180,10 @@ class _Shape:
 
     def chunk(self, out) -> dict:
         self._count(out)
-        choice = {"index": 0, "logprobs": self._logprobs([out]), "finish_reason": out.finish_reason}
+        logprobs = self._logprobs([out], self._text_at)
+        if logprobs is not None and not self.chat:
+            self._text_at += sum(map(len, logprobs["tokens"]))
+        choice = {"index": 0, "logprobs": logprobs, "finish_reason": out.finish_reason}
         if self.chat:
             choice["delta"] = {"role": "assistant", "content": out.text} if self.first_chunk else {"content": out.text}
             kind = "chat.completion.chunk"
