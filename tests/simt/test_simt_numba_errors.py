@@ -94,3 +94,10 @@ def test_gpu_a_math_function_cuda_lacks_is_refused_at_its_line():
     assert_diagnostic(ei.value, HERE, "E:factorial",
                       "numba-cuda cannot compile this line of `factorials` for the GPU: Unknown attribute "
                       "'factorial' of type Module(math)")
+
+
+def test_the_cpu_executor_refuses_a_float_index_as_the_gpu_does():
+    # numba-cuda refuses `x[p[0] / 2]` (above); the CPU executor truncated it to an int and ran
+    with pytest.raises(ts.KernelError) as ei:
+        halves(torch.zeros(8), torch.ones(8)).sync()
+    assert_diagnostic(ei.value, HERE, "E:float-index", "index 0.0 of `x` is a float")

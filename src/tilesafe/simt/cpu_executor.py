@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import SanitizerError, TileSafeError
+from ..errors import KernelError, SanitizerError, TileSafeError
 from . import mappings as M
 
 _DONE = ("done",)
@@ -152,6 +152,11 @@ class Thread:
 
     def _coords(self, x, index, loc):
         coords = index.coords if isinstance(index, Permit) else index if isinstance(index, tuple) else (index,)
+        for i in coords:        # int() would truncate a float index; numba-cuda refuses to compile one
+            if not isinstance(i, (int, np.integer)):
+                raise KernelError(f"index {i!r} of `{x.name}` is a {type(i).__name__}, not an int: numba-cuda "
+                                  "refuses to compile a float index for the GPU", loc,
+                                  help="index with ints: `//` divides ints, int(v) truncates a float")
         coords = tuple(int(i) for i in coords)
         inside = len(coords) == x.array.ndim and all(0 <= i < n for i, n in zip(coords, x.array.shape))
         return coords, inside
