@@ -108,3 +108,16 @@ def test_a_runs_length_from_a_const_is_refused():
                 a, b = x.run(p[0], K)  # E:const
                 out[p] = a + b
     refused("E:const", "x.run's length must be a literal or a module-level int", make)
+
+
+@simt.kernel(contract=B32)
+def float_run(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: int):
+    for p in out.permits(simt.per_thread()):
+        a, b = x.run(p[0] / 2, 2)  # E:float-run
+        out[p] = a + b
+
+
+def test_a_run_at_a_float_index_is_refused_on_the_cpu_as_on_the_gpu():
+    with pytest.raises(ts.KernelError) as e:
+        float_run(torch.zeros(4), torch.ones(4)).sync()
+    assert_diagnostic(e.value, HERE, "E:float-run", "index 0.0 of `x` is a float")

@@ -173,7 +173,7 @@ class Thread:
 
     def read_run(self, x, index, k, loc):
         """x.run(i, k): x[i], ..., x[i + k - 1], each read checked."""
-        return tuple(self.read(x, int(index) + j, loc) for j in range(k))
+        return tuple(self.read(x, index + j, loc) for j in range(k))
 
     def _check_shared_read(self, x, coords, loc):
         if not x.written[coords]:
