@@ -43,6 +43,13 @@ def test_transpose_f16_with_an_odd_extent_moves_halves():
     assert torch.equal(out, x.t())
 
 
+def test_transpose_f16_refuses_an_output_of_the_wrong_shape():
+    # the word views' extents are not tied to each other: a wrong out ran and left words unwritten
+    x = torch.randn(70, 36, generator=torch.Generator().manual_seed(4)).half()
+    with pytest.raises(ts.LaunchError, match="R"):
+        example.transpose_f16(torch.zeros(36, 68, dtype=torch.float16), x).sync()
+
+
 B = simt.Contract(block=(32,))
 
 

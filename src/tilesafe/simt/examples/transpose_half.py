@@ -58,7 +58,8 @@ def transpose_halves(out: simt.Disjoint[ts.f16, ("C", "R")], x: simt.Ref[ts.f16,
 def transpose_f16(out, x):
     """out = x.t() for 16-bit torch tensors x (R, C) and out (C, R); returns the launch's future."""
     r, c = x.shape
-    if r % 2 == 0 and c % 2 == 0 and x.is_contiguous() and out.is_contiguous():
+    # the word views' extents are not tied by name: a wrong `out` takes the halves kernel, whose launch refuses it
+    if r % 2 == 0 and c % 2 == 0 and tuple(out.shape) == (c, r) and x.is_contiguous() and out.is_contiguous():
         import torch
         return transpose_pairs(out.view(torch.int32), x.view(torch.int32))
     return transpose_halves(out, x)
