@@ -98,3 +98,35 @@ def test_split_rows_lets_a_warmed_engine_admit_four_fresh_prompts_a_step(llm, ll
     assert ways == [4]
     assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
                     for i, p in enumerate(prompts)]
+
+
+def test_split_rows_runs_three_fresh_prompts_beside_few_decodes_split_after_the_default_warm_up(word_model,
+                                                                                                llm_one_seq):
+    """The default warm-up captures mixed steps of 1-2 fresh prompts; with split_rows a step
+    admits up to 4, so a step of 3 beside fewer than split_rows decode rows must run split
+    (old code: a mixed step of 3 chunks, a shape warm-up never ran: compiled mid-serving).
+    Six sequences: with four, a mixed step cannot hold 3 chunks (R - C == 1) anyway."""
+    from tilesafe.engine import LLM
+    llm = LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=6, progress=False)
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, mixed_steps=True,
+                      split_prefill=True, warm_up=True, split_rows=3)
+    ways = []
+    split, mixed = core.runner.split, core.runner.mixed_step
+    core.runner.split = lambda p, d: ways.append(("split", len(p), len(d))) or split(p, d)
+    core.runner.mixed_step = lambda c, d: ways.append(("mixed", len(c), len(d))) or mixed(c, d)
+    prompts = [[2, 4, 6], [8, 10], [3, 5, 7], [9, 11]]
+    outs = [[] for _ in prompts]
+
+    def add(i):
+        core.add(Request(f"r{i}", llm._sequences({"prompt_token_ids": prompts[i]}, PARAMS[i % 2])[0],
+                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+    add(0)
+    core.step()                        # r0's prompt: it decodes from now on
+    for i in (1, 2, 3):
+        add(i)
+    while core.has_work():
+        core.step()
+    assert ways[:2] == [("split", 1, 0), ("split", 3, 1)]
+    assert all(w[1] <= 2 for w in ways if w[0] == "mixed")
+    assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
+                    for i, p in enumerate(prompts)]

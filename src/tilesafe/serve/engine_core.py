@@ -84,7 +84,9 @@ class EngineCore:
             if warm_up != "full" and mixed is not None:
                 # Steps keep to the shapes the default warm-up ran: its mixed steps of 1-2 fresh prompts
                 # (with split_rows, split steps of up to WARM_CHUNKS: any count replays the prefill graphs).
-                self.scheduler.max_fresh = WARM_CHUNKS if split else 2 if mixed.fits(2) else 1
+                warmed = 2 if mixed.fits(2) else 1
+                self.scheduler.max_fresh = WARM_CHUNKS if split else warmed
+                self.runner.mixed_chunks = warmed      # more fresh prompts than that go split
         self.warm_up_s = time.perf_counter() - start
         # While at least stream_interval_from requests run, each sends its tokens every
         # stream_interval steps (staggered by arrival; the first and the last at once): the

@@ -93,6 +93,9 @@ class ModelRunner:
         # Steps of fresh prompts run split (decode bucket + a prefill graph per prompt) rather than
         # mixed when they have no decode rows or at least this many (None: mixed wherever it fits).
         self.split_rows: int | None = None
+        # With split_rows, a step of more fresh chunks than this runs split too: the mixed steps
+        # the warm-up captured (EngineCore lowers it to 1-2 without a full warm-up).
+        self.mixed_chunks = WARM_CHUNKS
 
     def step(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
         """The step's one forward: the prefill chunks and the decode rows together (a decode
@@ -107,7 +110,7 @@ class ModelRunner:
             if self.split_rows is not None and self.graphs is not None \
                     and all(self.graphs.fits(n) for _, n in prefill) \
                     and (not rows or len(rows) >= self.split_rows or self.mixed is None
-                         or not self.mixed.fits(len(chunks))):
+                         or not self.mixed.fits(len(chunks)) or len(chunks) > self.mixed_chunks):
                 self.last_form = "split"
                 return self.split(prefill, decode)
             if self.mixed is not None and self.mixed.fits(len(chunks)):
