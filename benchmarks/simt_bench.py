@@ -43,31 +43,22 @@ def _raw_kernels():
                 if i + j * 256 < n:
                     out[i + j * 256] = x[i + j * 256] + y[i + j * 256]
 
+    block_add = _raw_block_add()
+
     @cuda.jit
     def sum_all(total, x):
-        partial = cuda.shared.array(8, float32)
         stride = cuda.gridDim.x * 256
         n = x.shape[0]
         acc = float32(0.0)
         i = cuda.grid(1)
-        while i + 7 * stride < n:      # the safe example's form: eight reads in flight a thread
+        while i + 7 * stride < n:      # session 16's safe form: eight scalar reads in flight a thread
             for u in range(8):
                 acc += x[i + u * stride]
             i += 8 * stride
         while i < n:
             acc += x[i]
             i += stride
-        for off in (16, 8, 4, 2, 1):
-            acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
-        lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
-        if lane == 0:
-            partial[warp] = acc
-        cuda.syncthreads()
-        t = partial[lane] if lane < 8 else float32(0.0)
-        for off in (16, 8, 4, 2, 1):
-            t += cuda.shfl_xor_sync(0xFFFFFFFF, t, off)
-        if cuda.threadIdx.x == 0:
-            cuda.atomic.add(total, 0, t)
+        block_add(total, acc)
 
     @cuda.jit
     def histogram(hist, x):
