@@ -61,10 +61,12 @@ class EngineCore:
             raise request_error(f"serve: max_num_batched_tokens {max_num_batched_tokens!r} is below max_num_seqs "
                                 f"{llm.max_num_seqs}", help="a step must hold one decode token per running request")
         if not isinstance(stream_interval, int) or isinstance(stream_interval, bool) or stream_interval < 1:
-            raise request_error(f"serve: stream_interval must be a positive int, got {stream_interval!r}")
+            raise request_error(f"serve: stream_interval must be a positive int, got {stream_interval!r}",
+                                help="1 sends each request's tokens every step; N every N steps")
         if split_rows is not None and (not isinstance(split_rows, int) or isinstance(split_rows, bool)
                                        or split_rows < 1):
-            raise request_error(f"serve: split_rows must be a positive int or None, got {split_rows!r}")
+            raise request_error(f"serve: split_rows must be a positive int or None, got {split_rows!r}",
+                                help="None runs fresh prompts mixed wherever a mixed step fits")
         self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
                                    max_num_batched_tokens, prefix_caching)
         self.runner = ModelRunner(llm, self.scheduler.blocks, self.scheduler.max_num_batched_tokens, pad_decode,
