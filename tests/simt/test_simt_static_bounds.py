@@ -172,3 +172,19 @@ def test_a_loop_variable_read_after_its_loop_is_checked():
     out = torch.full((1,), float("nan"))
     after_the_loop(out, R=2).sync()
     assert out.item() == 3.0
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def empty_range(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+    s = simt.shared((0,), ts.f32)
+    acc = 0.0
+    for j in range(0):
+        acc += 1.0
+    acc += s[j]  # E:empty
+    for p in out.permits(simt.per_thread()):
+        out[p] = acc
+
+
+def test_an_empty_range_proves_no_read():
+    # range(0) is the span (0, -1), "inside" a 0-element axis; j is unbound after it (numba: 0)
+    assert empty_range.checks()["checked_reads"] == [("s", marker_line(HERE, "E:empty"))]

@@ -39,8 +39,8 @@ def _fits_static(ck, name, axis, item) -> bool:
         return walk.target == name and isinstance(item.slice, ast.Constant) and item.slice.value == axis
     if isinstance(extent, str):        # sized by a simt.Const[int] (or a dynamic array's int) parameter
         return _counts_below(ck, item, extent)
-    span = ck.bounds.range_of(item)
-    return isinstance(extent, int) and span is not None and span[0] >= 0 and span[1] < extent
+    span = ck.bounds.range_of(item)    # an empty span (range(0)'s loop variable, unbound after it) proves nothing
+    return isinstance(extent, int) and span is not None and 0 <= span[0] <= span[1] < extent
 
 def _counts_below(ck, item, extent: str) -> bool:
     """`j` of `for j in range(n)` (or `range(a, n)`, a >= 0), bound by such loops alone and read inside
