@@ -46,7 +46,8 @@ def test_append_in_block_takes_only_a_slot_of_the_last_block():
     assert bm.num_tokens("a") == 8 and bm.block_table("a") == table and bm.stats().used == 2
     assert not bm.append_in_block("b", 0, 1)            # unknown: no change, no error
     bm.append("a", [9])
-    assert bm.slot("a", 8) == bm.block_table("a")[2] * 4 and bm.slots("a", 5, 8) == [table[1] * 4 + i for i in (1, 2, 3)]
+    assert bm.slot("a", 8) == bm.block_table("a")[2] * 4
+    assert bm.slots("a", 5, 8) == [table[1] * 4 + i for i in (1, 2, 3)]
 
 
 def test_free_returns_every_block():
