@@ -66,3 +66,55 @@ def test_sum_all_reads_runs_aligned_and_not(n):
         total = torch.zeros(1, device="cuda")
         block_sum.launch_sum(total, x).sync()
         torch.testing.assert_close(total[0], x.double().sum().float(), rtol=1e-4, atol=1e-2)
+
+
+def _line(marker: str) -> int:
+    """The line of this file that ends with `# marker`."""
+    with open(__file__) as f:
+        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}"))
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def floor_ops(out: simt.Disjoint[ts.i64, ("N",)], N: int, S: int):
+    for p in out.permits(simt.per_thread()):
+        d = p[0] - S                        # negative for p[0] < S: the & and >> lowering must floor
+        out[p] = (d % 8) * 1000000 + (d // 4) * 1000 + d % 64 // 2
+
+
+def test_power_of_two_mods_and_divisions_floor_negative_ints():
+    d = np.arange(200, dtype=np.int64) - 100
+    want = (d % 8) * 1000000 + (d // 4) * 1000 + d % 64 // 2
+    gpu = torch.full((200,), -7, dtype=torch.int64, device="cuda")
+    floor_ops(gpu, S=100).sync()
+    np.testing.assert_array_equal(gpu.cpu().numpy(), want)
+    cpu = torch.full((200,), -7, dtype=torch.int64)
+    floor_ops(cpu, S=100).sync()
+    assert torch.equal(gpu.cpu(), cpu)
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def shifted_reads(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("M",)], N: int, M: int, D: int, E: int):
+    for p in out.permits(simt.per_thread()):
+        a, b, c, e = x.run(4 * p[0] - D, 4)  # E:gpu-run
+        v = x.get(p[0] - D, 100.0)          # a negative index reads the default
+        out[p] = a + b + c + e + v + x[p[0] - E]  # E:gpu-read
+
+
+@pytest.mark.parametrize("start", [0, 1])          # x 16-byte aligned (128-bit runs), then 4 bytes off
+def test_negative_indices_fail_the_unsigned_checks(start):
+    base = torch.randn(40, device="cuda")
+    x = base[start:start + 32]
+    m = x.cpu().numpy().astype(np.float64)
+    out = torch.full((8,), float("nan"), device="cuda")
+    shifted_reads(out, x, D=0, E=0).sync()
+    i = np.arange(8)
+    want = m[4 * i] + m[4 * i + 1] + m[4 * i + 2] + m[4 * i + 3] + m[i] + m[i]
+    np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    for d, e, marker in [(4, 0, "E:gpu-run"), (1, 0, "E:gpu-run"), (0, 1, "E:gpu-read")]:
+        with pytest.raises(ts.SanitizerError, match="a bounds check in `shifted_reads` failed on the GPU") as ei:
+            shifted_reads(out, x, D=d, E=e).sync()
+        assert ei.value.loc.line == _line(marker), (d, e)
+        with pytest.raises(ts.SanitizerError, match="out-of-bounds read of `x`") as ei:
+            shifted_reads(torch.zeros(8), x.cpu(), D=d, E=e).sync()    # the CPU executor agrees
+        assert ei.value.loc.line == _line(marker), (d, e)
+    shifted_reads(out, x, D=0, E=0).sync()              # the flag was cleared: a good launch passes
