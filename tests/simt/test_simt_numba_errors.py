@@ -39,6 +39,12 @@ def halves(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: i
         out[p] = x[h]  # E:float-index
 
 
+@simt.kernel(contract=BLOCK)
+def bool_index(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = x[p[0] > 3]
+
+
 @pytest.fixture
 def typing_compile(monkeypatch, stubbed_gpu):
     """The GPU compile as numba-cuda's typing and lowering only (no PTX, no GPU)."""
@@ -51,7 +57,7 @@ def typing_compile(monkeypatch, stubbed_gpu):
         compile_cuda(gpu_launch.python_kernel(source, name, tables), nt.void, argtypes, cc=(9, 0))
         return "compiled"
     monkeypatch.setattr(gpu_launch, "compile_kernel", compile_kernel)
-    for k in (factorials, halves, vector_add):
+    for k in (factorials, halves, vector_add, bool_index):
         monkeypatch.setattr(k, "_compiled", {})
 
 
@@ -101,3 +107,15 @@ def test_the_cpu_executor_refuses_a_float_index_as_the_gpu_does():
     with pytest.raises(ts.KernelError) as ei:
         halves(torch.zeros(8), torch.ones(8)).sync()
     assert_diagnostic(ei.value, HERE, "E:float-index", "index 0.0 of `x` is a float")
+
+
+def test_a_bool_index_compiles_as_on_the_cpu(typing_compile):
+    # a bool is an int to Python and numba; the unsigned read check (__inb) typed only ints
+    out, x = torch.zeros(8), torch.arange(8.0)
+    assert bool_index.gpu_compiled(bind(bool_index, (out, x), {}, None), 0) == "compiled"
+
+
+def test_a_bool_index_runs_on_the_cpu_executor():
+    out = torch.full((8,), float("nan"))
+    bool_index(out, torch.arange(8.0)).sync()
+    assert out.tolist() == [0.0] * 4 + [1.0] * 4

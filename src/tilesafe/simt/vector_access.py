@@ -148,8 +148,8 @@ def _in_bounds():
 
     @intrinsic
     def in_bounds(typingctx, i, n):
-        if not isinstance(i, types.Integer) or not isinstance(n, types.Integer):
-            return None
+        if not isinstance(i, (types.Integer, types.Boolean)) or not isinstance(n, types.Integer):
+            return None          # a bool index is 0 or 1, as Python's and numba's own compares take it
 
         def codegen(context, builder, sig, args):
             a = context.cast(builder, args[0], sig.args[0], types.int64)
