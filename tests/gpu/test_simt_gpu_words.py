@@ -118,3 +118,15 @@ def test_negative_indices_fail_the_unsigned_checks(start):
             shifted_reads(torch.zeros(8), x.cpu(), D=d, E=e).sync()    # the CPU executor agrees
         assert ei.value.loc.line == _line(marker), (d, e)
     shifted_reads(out, x, D=0, E=0).sync()              # the flag was cleared: a good launch passes
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def bool_index(out: simt.Disjoint[ts.f32, ("N",)], x: simt.Ref[ts.f32, ("N",)], N: int):
+    for p in out.permits(simt.per_thread()):
+        out[p] = x[p[0] > 3]                 # a bool index is 0 or 1 (the unsigned check types it too)
+
+
+def test_a_bool_index_reads_element_0_or_1():
+    out = torch.full((8,), float("nan"), device="cuda")
+    bool_index(out, torch.arange(8.0, device="cuda")).sync()
+    assert out.tolist() == [0.0] * 4 + [1.0] * 4
