@@ -32,7 +32,7 @@ BLOCK_R = 4096                 # the final pass's tile over a row's blocks
 
 @ts.kernel
 def argmax_gemv_kernel(best: ts.Mut[ts.f32, ("BM", 1)], at: ts.Mut[ts.f32, ("BM", 1)],
-                       mass: ts.Mut[ts.f32, ("BM", 1)], a: ts.Ref["T", ("M", "K")], g: ts.Ref["TG", (1, "K")],
+                       mass: ts.Mut[ts.f32, ("BM", 1)], a: ts.Ref["T", ("M", "K")], g: ts.Ref["TG", (-1,)],
                        b: ts.Ref["T", ("K", "N")], T: ts.Const[ts.DType], TG: ts.Const[ts.DType],
                        PRO: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool], BM: ts.Const[int],
                        BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int], L2K: ts.Const[bool], M: int,
@@ -144,7 +144,7 @@ def _rows(xv, wt, gt, eps, ov, lv, cfg, dtype):
     nb = cdiv(n, bn)
     best, at, mass = scratch.views(xv.device, (m, nb), (m, nb), (m, nb))
     launch(argmax_gemv_kernel, {"best": (best, (bm, 1)), "at": (at, (bm, 1)), "mass": (mass, (bm, 1))}, cfg=cfg,
-           a=xv, g=gt.reshape(1, k) if gt is not None else xv[:1], b=wt.T,
+           a=xv, g=gt if gt is not None else xv[0], b=wt.T,
            PRO=PLAIN if gt is None else fusions.norm_prologue(dtype, 1),
            TF32=_tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True,
            **l2_prefetch(wt.nbytes))

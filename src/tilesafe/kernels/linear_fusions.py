@@ -72,10 +72,10 @@ def input_tile(pa, pu, g, k, r, T, BK, PRO):
     """K tile k of the GEMV's input rows (BM, BK) in T, after the prologue."""
     t = pa.load((0, k))                                          # (BM, BK)
     if PRO == NORM:
-        gk = ts.load(g, (0, k), shape=(1, BK)).astype(ts.f32)    # (1, BK): laid out as x's tile
+        gk = ts.reshape(ts.load(g, (k,), shape=(BK,)).astype(ts.f32), (1, BK))
         t = (t.astype(ts.f32) * r * gk).astype(T)                # as rms_norm_kernel rounds it
     elif PRO == NORM_LATE:                                       # x * g: the row's scale comes at the end
-        gk = ts.load(g, (0, k), shape=(1, BK)).astype(ts.f32)
+        gk = ts.reshape(ts.load(g, (k,), shape=(BK,)).astype(ts.f32), (1, BK))
         t = (t.astype(ts.f32) * gk).astype(T)
     elif PRO == SILU_MUL:
         gate = t.astype(ts.f32)
@@ -89,7 +89,7 @@ def late_tile(pa, pu, g, k, r, ss, T, BK, PRO):
     if PRO == NORM_LATE:
         t = pa.load((0, k)).astype(ts.f32)                       # (BM, BK)
         ss = ss + t * t
-        gk = ts.load(g, (0, k), shape=(1, BK)).astype(ts.f32)    # (1, BK): laid out as x's tile
+        gk = ts.reshape(ts.load(g, (k,), shape=(BK,)).astype(ts.f32), (1, BK))
         x = (t * gk).astype(T)
     else:
         x = input_tile(pa, pu, g, k, r, T, BK, PRO)
@@ -128,7 +128,7 @@ def plus(y, r, T):
 
 @ts.kernel
 def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], up: ts.Ref["T", ("M", "K")],
-                        g: ts.Ref["TG", (1, "K")], b: ts.Ref["T", ("K", "N")], bias: ts.Ref["TB", (-1,)],
+                        g: ts.Ref["TG", (-1,)], b: ts.Ref["T", ("K", "N")], bias: ts.Ref["TB", (-1,)],
                         res: ts.Ref["T", (-1, -1)], T: ts.Const[ts.DType], TG: ts.Const[ts.DType],
                         TB: ts.Const[ts.DType], PRO: ts.Const[int], RES: ts.Const[int], HAS_BIAS: ts.Const[bool],
                         ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool], PREFETCH: ts.Const[bool],
@@ -174,7 +174,7 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
 
 @ts.kernel
 def fused_split_kernel(part: ts.Mut[ts.f32, (1, "BM", "BN")], a: ts.Ref["T", ("M", "K")],
-                       up: ts.Ref["T", ("M", "K")], g: ts.Ref["TG", (1, "K")], b: ts.Ref["T", ("K", "N")],
+                       up: ts.Ref["T", ("M", "K")], g: ts.Ref["TG", (-1,)], b: ts.Ref["T", ("K", "N")],
                        T: ts.Const[ts.DType], TG: ts.Const[ts.DType], PRO: ts.Const[int], TF32: ts.Const[bool],
                        DOT: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int],
                        L2P: ts.Const[int], L2K: ts.Const[bool], PER: int, M: int, N: int, K: int, eps: float):
@@ -319,7 +319,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
     pro = norm_prologue(dtype, splits) if gt is not None else SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
-    common = dict(a=av, up=uv, g=gt.reshape(1, k) if gt is not None else av[:1], b=wt.T, PRO=pro,
+    common = dict(a=av, up=uv, g=gt if gt is not None else av[0], b=wt.T, PRO=pro,
                   TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps,
                   **l2_prefetch(wt.nbytes, SILU_L2_PREFETCH if pro == SILU_MUL else None))
     ending = dict(bias=bias_t, res=resv, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation], RES=res)
