@@ -42,36 +42,29 @@ def fused_gemvs(seen):
     return sum(k in ("fused_skinny_kernel", "fused_split_kernel") for k in seen)
 
 
-def test_a_small_model_folds_every_norm_into_its_gemv_by_default(checkpoint, launched_kernels):
-    """NORM_PROLOGUE = SILU_PROLOGUE = None: hidden 64 and intermediate 96 are below the
-    bounds, so a one-row greedy step is four fused GEMVs a layer (norms as the qkv and gate/up
-    prologues, the residual adds and SiLU-mul in o and down) and the LM head with the final
-    norm: no norm or SiLU-mul kernel at all."""
+def test_an_unmeasured_shape_keeps_the_norms_apart_and_the_silu_prologue(checkpoint, launched_kernels):
+    """NORM_PROLOGUE = SILU_PROLOGUE = None and a shape DECODE_FORMS does not list (the tiny
+    model): each norm its own kernel, SiLU-mul the down GEMV's prologue (DEFAULT_FORM)."""
+    seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
+    assert fused_gemvs(seen) == 2 * layers and seen.count("rms_norm_kernel") == 2 * layers + 1
+    assert "binary_kernel" not in seen
+    assert seen[-3:] == ["rms_norm_kernel", "argmax_gemv_kernel", "argmax_rows_kernel"]
+
+
+def test_a_listed_shape_takes_its_measured_form(checkpoint, monkeypatch, launched_kernels):
+    """DECODE_FORMS[(hidden, intermediate)]: Qwen3-0.6B's form (every norm folded, SiLU-mul the
+    prologue: four fused GEMVs a layer and no small kernel between them), then 4B's (the qkv
+    norm folded, SiLU-mul its own kernel), given here to the tiny model's shape (64, 96)."""
+    monkeypatch.setitem(engine_model.DECODE_FORMS, (64, 96), engine_model.DECODE_FORMS[(1024, 3072)])
     seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
     assert fused_gemvs(seen) == 4 * layers
     assert not [k for k in seen if k in UNFUSED], seen
     assert seen[-2:] == ["argmax_gemv_kernel", "argmax_rows_kernel"]
-
-
-def test_a_mid_size_model_folds_only_the_qkv_norm_by_default(checkpoint, monkeypatch, launched_kernels):
-    """Hidden sizes in the second row of NORM_PROLOGUE_BY_HIDDEN (Qwen3-4B's 2560; here the
-    rows lowered around the tiny model's 64) fold the qkv norm only; above the last row every
-    norm is its own kernel."""
-    monkeypatch.setattr(engine_model, "NORM_PROLOGUE_BY_HIDDEN", ((32, engine_model.NORM_GEMVS), (64, {"qkv"})))
+    monkeypatch.setitem(engine_model.DECODE_FORMS, (64, 96), engine_model.DECODE_FORMS[(2560, 9728)])
     seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
     assert fused_gemvs(seen) == 3 * layers and seen.count("rms_norm_kernel") == layers + 1
-    monkeypatch.setattr(engine_model, "NORM_PROLOGUE_BY_HIDDEN", ((32, engine_model.NORM_GEMVS),))
-    seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
-    assert fused_gemvs(seen) == 2 * layers and seen.count("rms_norm_kernel") == 2 * layers + 1
-
-
-def test_a_wide_mlp_runs_silu_mul_apart_by_default(checkpoint, monkeypatch, launched_kernels):
-    """Intermediate sizes above SILU_PROLOGUE_MAX_INTERMEDIATE (Qwen3-4B's 9728; here lowered
-    below the tiny 96): SiLU-mul is its own kernel, the down GEMV keeps the residual epilogue."""
-    monkeypatch.setattr(engine_model, "SILU_PROLOGUE_MAX_INTERMEDIATE", 64)
-    seen, layers = one_row_greedy_step(checkpoint, launched_kernels)
     assert seen.count("binary_kernel") == layers                       # silu_mul, once a layer
-    assert fused_gemvs(seen) == 4 * layers                             # o and down keep their residual adds
+    assert seen[-3:] == ["rms_norm_kernel", "argmax_gemv_kernel", "argmax_rows_kernel"]
 
 
 def test_the_norm_prologue_can_be_chosen_per_gemv(checkpoint, monkeypatch, launched_kernels):

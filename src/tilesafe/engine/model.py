@@ -94,22 +94,22 @@ CPU_DECODE_SPLITS = 2
 FUSED_ROWS = 1
 # Which RMSNorms of a fused step are the prologue of the GEMV after them (rms_norm_linear's
 # late form, linear_fusions.NORM_LATE; linear_argmax's norm_weight): a set of "qkv",
-# "gate_up", "lm_head"; True: all three; False: none, each norm its own rms_norm kernel first.
-# None (the default): by hidden size, the first row of NORM_PROLOGUE_BY_HIDDEN whose bound
-# holds it, none above. H200, batch-1 step (benchmarks/probes/decode_step_variants.py, session
-# 17 rounds 1-2): 0.6B 0.879 ms with the norms apart, 0.821 with all three folded; 4B 2.660
-# apart, 2.622 with the qkv norm folded, 2.761 with gate/up's (a GEMV of 2432 short blocks,
-# each paying the late norm's reduction), 2.749 with all three. Larger models: unmeasured, apart.
+# "gate_up", "lm_head"; True: all three; False: none, each norm its own rms_norm kernel first;
+# None (the default): DECODE_FORMS' choice for the model's shape.
 NORM_PROLOGUE: bool | frozenset | set | None = None
 NORM_GEMVS = frozenset({"qkv", "gate_up", "lm_head"})
-NORM_PROLOGUE_BY_HIDDEN = ((1024, NORM_GEMVS), (2560, frozenset({"qkv"})))
 # True makes SiLU-mul the prologue of the down projection (silu_mul_linear); False runs
 # silu_mul first, then the down GEMV with its residual epilogue. Every block of the down GEMV
-# recomputes silu over the whole intermediate row, so the prologue costs more as it grows.
-# None (the default): the prologue up to SILU_PROLOGUE_MAX_INTERMEDIATE. H200 (round 2 as
-# above): 0.6B (I 3072) 0.821 ms with it, 0.830 apart; 4B (I 9728) 2.656 with it, 2.625 apart.
+# recomputes silu over the whole intermediate row. None (the default): DECODE_FORMS' choice.
 SILU_PROLOGUE: bool | None = None
-SILU_PROLOGUE_MAX_INTERMEDIATE = 4096
+# (hidden, intermediate) -> (the norms folded, SiLU-mul as the prologue): the fastest form the
+# H200 measured for that shape (batch-1 step, benchmarks/probes/decode_step_variants.py,
+# session 17 rounds 1-2); other shapes, unmeasured, keep DEFAULT_FORM (session 16's form).
+DECODE_FORMS = {
+    (1024, 3072): (NORM_GEMVS, True),           # Qwen3-0.6B: norms apart 0.879 ms, folded 0.821; SiLU apart 0.830
+    (2560, 9728): (frozenset({"qkv"}), False),  # Qwen3-4B: 2.660 apart; qkv's folded 2.622 (gate/up's 2.761,
+}                                               # all 2.749); SiLU apart 2.625 against 2.656
+DEFAULT_FORM = (frozenset(), True)
 
 
 class Qwen3Model:
@@ -211,16 +211,15 @@ class Qwen3Model:
 
     def norm_prologue(self, gemv: str) -> bool:
         """Whether the norm before `gemv` ("qkv", "gate_up", "lm_head") is its prologue (NORM_PROLOGUE)."""
-        chosen = NORM_PROLOGUE
-        if chosen is None:
-            chosen = next((g for bound, g in NORM_PROLOGUE_BY_HIDDEN if self.cfg.hidden_size <= bound), frozenset())
+        chosen = self._form()[0] if NORM_PROLOGUE is None else NORM_PROLOGUE
         return bool(chosen) if isinstance(chosen, bool) else gemv in chosen
 
     def silu_prologue(self) -> bool:
         """Whether SiLU-mul is the down GEMV's prologue (SILU_PROLOGUE)."""
-        if SILU_PROLOGUE is None:
-            return self.cfg.intermediate_size <= SILU_PROLOGUE_MAX_INTERMEDIATE
-        return bool(SILU_PROLOGUE)
+        return self._form()[1] if SILU_PROLOGUE is None else bool(SILU_PROLOGUE)
+
+    def _form(self) -> tuple:
+        return DECODE_FORMS.get((self.cfg.hidden_size, self.cfg.intermediate_size), DEFAULT_FORM)
 
     def _forward_fused(self, a: Activations, attend, greedy: bool) -> None:
         """`_forward` for a few rows (decode), in as few as four GEMV launches a layer: each
