@@ -68,7 +68,9 @@ def test_linear_argmax_picks_the_largest_logit_at_the_vocabulary(m):
     ulp = top.abs() * 2 ** -7                                           # one bf16 step
     assert (top - picked <= ulp).all(), (top, picked)                   # the maximum, or a bf16 tie of it
     want_lp = logits.log_softmax(-1).gather(1, ids.long()[:, None])[:, 0]
-    assert (lps - want_lp).abs().max().item() < 2e-2
+    # The fused head rounds x * g to bf16 before the 1/rms scale (NORM_LATE), the unfused one after:
+    # the picked logit may differ by one bf16 step of its size.
+    assert ((lps - want_lp).abs() <= ulp + 2e-2).all(), (lps, want_lp)
 
 
 def test_a_captured_fused_layer_replays_as_it_runs_eagerly():

@@ -15,7 +15,7 @@ from simt_helpers import assert_diagnostic
 
 import tilesafe as ts
 from tilesafe import simt
-from tilesafe.simt import gpu_launch
+from tilesafe.simt import gpu_launch, numba_errors
 from tilesafe.simt.binding import bind
 from tilesafe.simt.examples.vector_add import vector_add
 
@@ -67,6 +67,7 @@ def test_a_math_function_cuda_lacks_is_refused_at_its_line(typing_compile):
     assert_diagnostic(ei.value, HERE, "E:factorial",
                       "numba-cuda cannot compile this line of `factorials` for the GPU: Unknown attribute "
                       "'factorial' of type Module(math)")
+    assert "\x1b" not in ei.value.message                        # numba's terminal colours are dropped
     assert ei.value.__cause__ is None and ei.value.__suppress_context__
 
 
@@ -100,6 +101,7 @@ def test_gpu_a_math_function_cuda_lacks_is_refused_at_its_line():
     assert_diagnostic(ei.value, HERE, "E:factorial",
                       "numba-cuda cannot compile this line of `factorials` for the GPU: Unknown attribute "
                       "'factorial' of type Module(math)")
+    assert "\x1b" not in ei.value.message                        # numba's terminal colours are dropped
 
 
 def test_the_cpu_executor_refuses_a_float_index_as_the_gpu_does():
@@ -119,3 +121,10 @@ def test_a_bool_index_runs_on_the_cpu_executor():
     out = torch.full((8,), float("nan"))
     bool_index(out, torch.arange(8.0)).sync()
     assert out.tolist() == [0.0] * 4 + [1.0] * 4
+
+
+def test_numbas_terminal_colours_are_dropped_from_its_words():
+    class Coloured(Exception):
+        pass
+    said = numba_errors._said(Coloured("\x1b[1m\x1b[1mUnknown attribute 'factorial' of type Module(math) \x1b[0m"))
+    assert said == "Unknown attribute 'factorial' of type Module(math)"

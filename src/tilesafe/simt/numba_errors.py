@@ -34,6 +34,9 @@ def kernel_error(kernel, consts: dict, e: BaseException) -> KernelError | None:
                             "which does not type it)")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")      # a terminal colour code
+
+
 def _is_numba_error(e: BaseException) -> bool:
     """numba's errors (numba.core's and numba-cuda's copy of them) derive from a NumbaError."""
     return any(c.__name__ == "NumbaError" and c.__module__.startswith("numba") for c in type(e).__mro__)
@@ -42,7 +45,7 @@ def _is_numba_error(e: BaseException) -> bool:
 def _said(e: BaseException) -> str:
     """numba's own words, without its pipeline banner, source excerpts and module paths."""
     kept = []
-    for raw in str(e).splitlines():
+    for raw in _ANSI.sub("", str(e)).splitlines():      # numba colours its words on some terminals
         text = raw.strip()
         if text.startswith(("File ", "During:", "<source missing", "There are ")):
             break

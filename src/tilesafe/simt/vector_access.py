@@ -56,7 +56,7 @@ def _element_load(rank: int):
 
     def typer(typingctx, array, *indices):
         if not isinstance(array, types.Array) or array.ndim != rank or len(indices) != rank \
-                or not all(isinstance(i, types.Integer) for i in indices):
+                or not all(isinstance(i, (types.Integer, types.Boolean)) for i in indices):
             return None
 
         def codegen(context, builder, sig, args):
@@ -72,7 +72,7 @@ def _element_store(rank: int):
     def typer(typingctx, array, *rest):
         indices, value = rest[:-1], rest[-1]
         if not isinstance(array, types.Array) or array.ndim != rank or len(indices) != rank \
-                or not all(isinstance(i, types.Integer) for i in indices) \
+                or not all(isinstance(i, (types.Integer, types.Boolean)) for i in indices) \
                 or not isinstance(value, (types.Number, types.Boolean)):
             return None
 
