@@ -233,12 +233,7 @@ def test_the_gpu_form_orders_after_other_streams_work_only(monkeypatch):
     monkeypatch.setattr(StorageState, "order_device",
                         lambda self, *a: (ordered.append(a[2]), real_order(self, *a))[1])
 
-    def prepare(self, bound):
-        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
-        self.pointers = tuple((k, k) for k in range(len(self.access)))
-        self.descriptors, self.device_index = (), 0
-        return planned_launch._GPU
-    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+    _gpu_form_launching_nothing(monkeypatch)
     tk.rms_norm.plans.plans.clear()
 
     def finish(*tensors):                                          # the stand-in work is over
@@ -375,12 +370,7 @@ def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     monkeypatch.setattr(future.HOLDING, "add", lambda completion: completion._finish())
 
-    def prepare(self, bound):
-        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
-        self.pointers = tuple((k, k) for k in range(len(self.access)))
-        self.descriptors, self.device_index = (), 0
-        return planned_launch._GPU
-    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+    _gpu_form_launching_nothing(monkeypatch)
     tk.rms_norm.plans.plans.clear()
     with ts.backend("reference"):
         x, w, out = _rand((2, 32), 1), _rand((32,), 2), torch.zeros(2, 32)
@@ -414,3 +404,13 @@ def test_a_tensor_handed_over_after_the_key_was_read_is_refused(backend, monkeyp
         tk.add(x, w)  # raced-call
     assert e.value.message.startswith("cannot use `dtype`: this tensor was handed to torch at ")
     assert_located(e.value, HERE, "raced-call")
+
+
+def _gpu_form_launching_nothing(monkeypatch):
+    """Every fast launch takes the GPU form (on CPU tensors) with a start that launches nothing."""
+    def prepare(self, bound):
+        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
+        self.pointers = tuple((k, k) for k in range(len(self.access)))
+        self.descriptors, self.device_index = (), 0
+        return planned_launch._GPU
+    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
