@@ -1,23 +1,14 @@
 """benchmarks/host_decode_calls.py runs on the CPU (`--device cpu --smoke`): the eager decode
 step's library calls are timed one by one, and every launch of a warmed step takes its
 plan's fast form (none falls back to the full step). The times mean nothing here."""
-import importlib
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def host_decode_calls(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    module = importlib.import_module("host_decode_calls")
-    yield module
-    for name in ("host_decode_calls", "decode_step"):
-        sys.modules.pop(name, None)
+def host_decode_calls(benchmark_module):
+    return benchmark_module("host_decode_calls", "decode_step")
 
 
 def test_smoke_run_times_each_function_and_every_launch_takes_the_fast_form(host_decode_calls, capsys):

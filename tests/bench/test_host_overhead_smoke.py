@@ -3,23 +3,14 @@ H200 benchmark cannot rot: every call case, the user kernel and the Qwen3-shaped
 (whose tilesafe version must compute what the eager torch version computes) on the reference
 backend; and on Triton's interpreter, the recorded raw Triton launches of a one-kernel and a
 two-kernel call replay and are timed. The numbers themselves mean nothing here."""
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def host_overhead(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    module = importlib.import_module("host_overhead")
-    yield module
-    for name in ("host_overhead", "decode_step", "launch_recorder", "host_timing", "plot_host_overhead"):
-        sys.modules.pop(name, None)
+def host_overhead(benchmark_module):
+    return benchmark_module("host_overhead", "decode_step", "launch_recorder", "host_timing", "plot_host_overhead")
 
 
 def test_smoke_run_on_the_reference_backend_writes_every_section(host_overhead, tmp_path, capsys):
