@@ -198,16 +198,16 @@ def direct_launcher(kernel, grid3):
     g0, g1, g2 = grid3
 
     runtime = knobs.runtime
-    c_launch = _c_launch(run)
+    # The C launch and its flags, unpacked once (c_run None: go through `run`).
+    c_run, cooperative, pdl = _c_launch(run) or (None, None, None)
 
     def launch(stream: int, args: tuple) -> None:
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
         if getattr(enter, "calls", True) or getattr(leave, "calls", True):   # a profiler's hooks
             run(g0, g1, g2, stream, function, packed, kernel.launch_metadata(grid3, stream, *args), enter, leave,
                 *args)
-        elif c_launch is not None:   # CudaLauncher.__call__'s call, for a kernel without scratch memory
-            c_launch[0](g0, g1, g2, stream, function, c_launch[1], c_launch[2], None, None, packed, None, None, None,
-                        *args)
+        elif c_run is not None:   # CudaLauncher.__call__'s call, for a kernel without scratch memory
+            c_run(g0, g1, g2, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
         else:   # Triton 3.6's hook chains are never None; empty ones need no metadata and no calls
             run(g0, g1, g2, stream, function, packed, None, None, None, *args)
     return launch
