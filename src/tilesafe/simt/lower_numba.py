@@ -240,12 +240,14 @@ def __ldrun{k}(a, i, bad, line):
     return "\n".join(out)
 
 
+RUN_READS = _run_reads()      # the same for every kernel: built once, not per compile
+
 
 def kernel_source(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False) -> str:
     """The numba-cuda source of one specialization (`consts`: the Const parameters' values).
     `sanitize`: shared arrays get shadow "written" bits, checked on every read (shared_shadow.py)."""
     lowered = lowered_kernel(src, info, params, scope, contract, consts, name, sanitize)
-    return PRELUDE + _run_reads() + "\n\n" + ast.unparse(lowered) + "\n"
+    return PRELUDE + RUN_READS + "\n\n" + ast.unparse(lowered) + "\n"
 
 
 def lowered_kernel(src, info, params, scope, contract, consts: dict, name: str, sanitize: bool = False):
@@ -321,6 +323,7 @@ def _name(n, ctx=None):
 
 
 _AXIS_OPS = ("thread_id", "block_id", "block_dim", "grid_dim")     # their argument: an axis
+_INT_CALLS = _AXIS_OPS + ("global_id", "lane", "warp_id")          # the thread positions: ints
 
 
 class _Lower(ast.NodeTransformer):
@@ -371,8 +374,7 @@ class _Lower(ast.NodeTransformer):
         complement). numba computes `%` and `//` on signed ints with fix-ups for negative operands:
         five 64-bit instructions each, which tile indices (`p[0] % 64 // 2`) pay per element."""
         if isinstance(node.op, (ast.Mod, ast.FloorDiv)):
-            c = static_value(self, node.right)
-            c = self.consts.get(c) if isinstance(c, str) else c
+            c = self.static(node.right)
             # c <= 2**63: a shift by 64 or more is undefined, and a wider mask is no int64
             if type(c) is int and 0 < c <= 1 << 63 and c & (c - 1) == 0 and self.integer(node.left):
                 left = self.visit(node.left)
@@ -392,8 +394,7 @@ class _Lower(ast.NodeTransformer):
         if isinstance(e, ast.Subscript):
             return isinstance(e.value, ast.Name) and e.value.id in self.coords
         if isinstance(e, ast.Call):
-            return resolve_op(e.func, self.scope) in ("thread_id", "block_id", "block_dim", "grid_dim", "global_id",
-                                                      "lane", "warp_id")
+            return resolve_op(e.func, self.scope) in _INT_CALLS
         if isinstance(e, ast.BinOp):
             return isinstance(e.op, _INT_OPS) and self.integer(e.left, depth + 1) and self.integer(e.right, depth + 1)
         if isinstance(e, ast.Name):
