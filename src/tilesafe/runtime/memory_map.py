@@ -142,9 +142,7 @@ class MemoryMap:
                 return False     # ranges are disjoint and sorted: only these two can meet it
             starts.insert(i, start)
             entries.insert(i, entry)
-            held = _Held(storage, self._on_death)
-            held.entry = weakref.ref(entry)
-            entry._storages.append(held)
+            self.hold(entry, storage)
             return True
 
     def insert(self, entry: Entry) -> None:
