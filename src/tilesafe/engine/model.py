@@ -122,14 +122,15 @@ class Qwen3Model:
         self.vocab_start = 0 if tp is None else tp.vocab_start
         self.on_cpu = weights.embed.device.type == "cpu"
 
-    def prefill(self, a: Activations, starts: list[int]) -> None:
+    def prefill(self, a: Activations, starts: list[int], sample: bool = True) -> None:
         """Run prompts packed in a.ids — prompt i at rows starts[i] .. starts[i+1]-1, positions
         0.. — into cache slots 0, 1, ...; a.last holds each prompt's last row. Each prompt's
-        next token (sampled with its slot's sampler row) lands in a.tokens / a.chosen."""
+        next token (sampled with its slot's sampler row) lands in a.tokens / a.chosen; with
+        `sample` False only the a.last rows' logits are written (`prefill_paged`)."""
         L = self.cache.max_model_len
         a.slots.copy_(torch.cat([i * L + torch.arange(e - s, dtype=torch.int32)             # host -> device
                                  for i, (s, e) in enumerate(zip(starts, starts[1:]))]))
-        self.prefill_paged(a, starts, [0] * (len(starts) - 1), None)
+        self.prefill_paged(a, starts, [0] * (len(starts) - 1), None, sample)
 
     def prefill_paged(self, a: Activations, starts: list[int], cached: list[int], tables, sample: bool = True,
                       lens=None, workspace=None) -> None:

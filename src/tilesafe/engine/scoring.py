@@ -74,9 +74,8 @@ def through_prefill(llm, prompt: list[int], continuation: list[int]) -> Score:
     a = Activations.allocate(model.cfg, t, n, llm.dtype, llm.device)
     a.ids.copy_(torch.tensor(seq, dtype=torch.int32))                           # host -> device
     a.positions.copy_(torch.arange(t, dtype=torch.int32))
-    a.slots.copy_(torch.arange(t, dtype=torch.int32))                           # slot 0: cache row = position
     a.last.copy_(torch.arange(p - 1, t, dtype=torch.int32))
-    model.prefill_paged(a, [0, t], [0], None, sample=False)
+    model.prefill(a, [0, t], sample=False)                                      # into cache slot 0
     logits = a.logits.cpu().float()                                             # (T, V), on the host
     logprobs = torch.log_softmax(logits.double(), -1)
     greedy = logits.argmax(-1)
