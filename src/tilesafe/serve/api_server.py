@@ -136,9 +136,10 @@ class _Shape:
         self.completion_tokens = 0
         self.first_chunk = True
         self._text_at = 0           # a completion stream's text so far: its chunks' text_offset go on from it
-        kind = "chat.completion.chunk" if chat else "text_completion"
+        self.chunk_kind = "chat.completion.chunk" if chat else "text_completion"     # a stream chunk's "object"
         # A stream chunk's fields that never change, as json.dumps writes them (without the closing brace).
-        self._head = json.dumps({"id": request_id, "object": kind, "created": self.created, "model": model})[:-1]
+        self._head = json.dumps({"id": request_id, "object": self.chunk_kind, "created": self.created,
+                                 "model": model})[:-1]
 
     def usage(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
@@ -186,12 +187,11 @@ class _Shape:
         choice = {"index": 0, "logprobs": logprobs, "finish_reason": out.finish_reason}
         if self.chat:
             choice["delta"] = {"role": "assistant", "content": out.text} if self.first_chunk else {"content": out.text}
-            kind = "chat.completion.chunk"
         else:
             choice["text"] = out.text
-            kind = "text_completion"
         self.first_chunk = False
-        chunk = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [choice]}
+        chunk = {"id": self.id, "object": self.chunk_kind, "created": self.created, "model": self.model,
+                 "choices": [choice]}
         if self.p.continuous_usage:         # the tokens so far in every chunk: a client counts each chunk's
             chunk["usage"] = self.usage()
         return chunk
@@ -216,6 +216,5 @@ class _Shape:
                 f'{json.dumps(out.finish_reason)}, {body}}}]{usage}}}')
 
     def usage_chunk(self) -> dict:
-        kind = "chat.completion.chunk" if self.chat else "text_completion"
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [],
+        return {"id": self.id, "object": self.chunk_kind, "created": self.created, "model": self.model, "choices": [],
                 "usage": self.usage()}
