@@ -210,31 +210,30 @@ class Qwen3Model:
         else:
             self._forward(a, attend, gather_last=False)
 
-    def norm_prologue(self, gemv: str) -> bool:
-        """Whether the norm before `gemv` ("qkv", "gate_up", "lm_head") is its prologue (NORM_PROLOGUE)."""
-        chosen = self._form()[0] if NORM_PROLOGUE is None else NORM_PROLOGUE
-        return bool(chosen) if isinstance(chosen, bool) else gemv in chosen
-
-    def silu_prologue(self) -> bool:
-        """Whether SiLU-mul is the down GEMV's prologue (SILU_PROLOGUE)."""
-        return self._form()[1] if SILU_PROLOGUE is None else bool(SILU_PROLOGUE)
-
-    def _form(self) -> tuple:
-        return DECODE_FORMS.get((self.cfg.hidden_size, self.cfg.intermediate_size), DEFAULT_FORM)
+    def decode_form(self) -> tuple[frozenset, bool]:
+        """(the GEMVs of NORM_GEMVS whose norm is their prologue, whether SiLU-mul is the down
+        GEMV's prologue): NORM_PROLOGUE and SILU_PROLOGUE where set, else DECODE_FORMS' entry
+        for this model's shape (DEFAULT_FORM where it has none). Read once per step."""
+        norms, silu = DECODE_FORMS.get((self.cfg.hidden_size, self.cfg.intermediate_size), DEFAULT_FORM)
+        if NORM_PROLOGUE is not None:
+            norms = (NORM_GEMVS if NORM_PROLOGUE else frozenset()) if isinstance(NORM_PROLOGUE, bool) \
+                else NORM_PROLOGUE
+        return norms, silu if SILU_PROLOGUE is None else bool(SILU_PROLOGUE)
 
     def _forward_fused(self, a: Activations, attend, greedy: bool) -> None:
         """`_forward` for a few rows (decode), in as few as four GEMV launches a layer: each
-        norm the prologue of the projection after it (`norm_prologue`), SiLU-mul the prologue
-        of the down projection (`silu_prologue`), and the residual add the epilogue of the o
+        norm the prologue of the projection after it, SiLU-mul the prologue of the down
+        projection (as `decode_form` says), and the residual add the epilogue of the o
         and down projections (a.residual += h, in place), so no add kernel runs between them.
         It computes what `_forward` computes: every fused step rounds where the separate
         kernel stores, except the late norm prologue (x * g rounded, the product scaled once)."""
         cfg, w = self.cfg, self.w
         eps, m = cfg.rms_norm_eps, a.ids.shape[0]
         hd, kvd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        folded, silu_prologue = self.decode_form()
 
         def norm_linear(g: torch.Tensor, wt: torch.Tensor, out: torch.Tensor, gemv: str) -> None:   # norm(res) @ wt.T
-            if self.norm_prologue(gemv):
+            if gemv in folded:
                 tk.rms_norm_linear(a.residual, g, wt, eps, out=out)
             else:
                 tk.rms_norm(a.residual, g, eps, out=a.x)
@@ -248,13 +247,13 @@ class Qwen3Model:
             attend(n, layer, q, k, v)                                               # a.attn (M, H, D)
             tk.linear(a.attn.view(m, hd), layer.o, residual=a.residual, out=a.residual)   # residual += o(attn)
             norm_linear(layer.post_norm, layer.gate_up, a.gu, "gate_up")            # (M, 2 I)
-            if self.silu_prologue():
+            if silu_prologue:
                 tk.silu_mul_linear(a.gu, layer.down, residual=a.residual, out=a.residual)  # residual += mlp
             else:
                 half = a.gu.shape[1] // 2
                 tk.silu_mul(a.gu[:, :half], a.gu[:, half:], out=a.act)
                 tk.linear(a.act, layer.down, residual=a.residual, out=a.residual)
-        head, fold = CPU_LM_HEAD if self.on_cpu else None, self.norm_prologue("lm_head")
+        head, fold = CPU_LM_HEAD if self.on_cpu else None, "lm_head" in folded
         if greedy and fold:   # the token and its log-probability straight from the LM head
             tk.linear_argmax(a.residual, w.lm_head, norm_weight=w.norm, eps=eps, out=a.tokens,
                              logprobs_out=a.chosen, config=head)
