@@ -155,15 +155,14 @@ class EngineCore:
                 done = self.runner.finish_decode(ticket)
                 self._synced = time.perf_counter()
                 self._time("decode", start, len(plan.decode))
-            if plan.prefill or plan.decode:
-                for r, n in plan.prefill:
-                    s.computed(r, n)
-                for r in plan.decode:
-                    s.computed(r, 1)
+            for r, n in plan.prefill:
+                s.computed(r, n)
+            for r in plan.decode:
+                s.computed(r, 1)
             for r in self._gone:                # receivers gone during the step: aborted now, their
                 s.finish(r)                     # new token never sent
             self._gone = []
-            if plan.prefill or plan.decode:
+            if plan.prefill or plan.decode:     # (a step without either keeps the last one's outputs held)
                 self._hold(done)
         if not s.has_work():
             self._flush()
