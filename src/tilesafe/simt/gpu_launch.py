@@ -156,13 +156,9 @@ def _import_driver():
 
 
 def _check(err, what: str, detail: str) -> None:
-    """`err`: a CUresult, or the int ctypes' call returns."""
+    """`err`: the CUresult a cuda.bindings driver call returned."""
     from cuda.bindings import driver
     if err != driver.CUresult.CUDA_SUCCESS:
         from ..errors import LaunchError
-        try:
-            name = driver.CUresult(err).name
-        except ValueError:
-            name = f"CUresult {int(err)}"
-        raise LaunchError(f"the CUDA driver could not {what} the SIMT kernel ({detail}): {name}",
+        raise LaunchError(f"the CUDA driver could not {what} the SIMT kernel ({detail}): {err.name}",
                           help="this is a tilesafe bug if the launch passed its checks; please report it")
