@@ -34,15 +34,8 @@ def intrinsics() -> dict:
     return out
 
 
-def _element_pointer(context, builder, array_type, array, index, index_type):
-    from numba.cuda import cgutils
-    from numba.cuda import types
-    ary = context.make_array(array_type)(context, builder, value=array)
-    i = context.cast(builder, index, index_type, types.intp)
-    return cgutils.get_item_pointer(context, builder, array_type, ary, [i], wraparound=False)
-
-
 def _pointer(context, builder, array_type, array, indices, index_types):
+    """The address of an element, without wraparound (its indices are in bounds by the caller's check)."""
     from numba.cuda import cgutils
     from numba.cuda import types
     ary = context.make_array(array_type)(context, builder, value=array)
@@ -105,7 +98,7 @@ def _load(width: int):
 
         def codegen(context, builder, sig, args):
             array_type, index_type = sig.args
-            ptr = _element_pointer(context, builder, array_type, args[0], args[1], index_type)
+            ptr = _pointer(context, builder, array_type, args[0], [args[1]], [index_type])
             vector = ir.VectorType(context.get_value_type(array_type.dtype), width)
             loaded = builder.load(builder.bitcast(ptr, vector.as_pointer()), align=16)
             items = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(width)]
@@ -128,7 +121,7 @@ def _store(width: int):
 
         def codegen(context, builder, sig, args):
             array_type, index_type, values_type = sig.args
-            ptr = _element_pointer(context, builder, array_type, args[0], args[1], index_type)
+            ptr = _pointer(context, builder, array_type, args[0], [args[1]], [index_type])
             element = context.get_value_type(array_type.dtype)
             vector = ir.Constant(ir.VectorType(element, width), ir.Undefined)
             for k in range(width):
