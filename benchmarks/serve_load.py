@@ -210,7 +210,7 @@ def _roofline(llm, reqs, c: int, level: dict) -> dict:
     host included) against the ideal step of their mean batch."""
     from tilesafe.engine.checkpoint import weight_bytes
     cfg = llm.config
-    size = torch_itemsize(llm.dtype)
+    size = llm.dtype.itemsize
     weights = weight_bytes(cfg, size)
     kv_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * size
     context = statistics.fmean(len(ids) + out / 2 for ids, out in reqs)
@@ -223,11 +223,6 @@ def _roofline(llm, reqs, c: int, level: dict) -> dict:
         out["decode_steps"], out["decode_mean_batch"], out["decode_step_s"] = steps, batch, secs / steps
         out["decode_step_fraction"] = (weights + batch * context * kv_token) / HBM_BYTES_PER_S / (secs / steps)
     return out
-
-
-def torch_itemsize(dtype) -> int:
-    import torch
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def _targets(report: dict) -> None:
