@@ -20,7 +20,10 @@ parts: a comma list of small, decode, flash (the default) and verify (the librar
 F.linear / SDPA: other Qwen3 sizes and the random run's worst draws, which are measured, never fitted);
 wave (session 17: 16 < M <= 128 products with few output tiles — each tile shape unsplit and split over K
 so that tiles x splits just fills / just overfills the SMs, on Qwen3 training weights, then the random
-run's worst draws to verify) and gemv (M = 1: column / K tiles, stages and warps on a short-K weight).
+run's worst draws to verify) and gemv (M = 1: column / K tiles, stages and warps on a short-K weight);
+session 18: split (K split in 1..8 slices, one launch or two, per tile shape, on the few-tile products),
+bigm (M ~ 3000 rows by a short K: tile shapes, persistent or not) and gemv2 (M = 1, short K: narrow column
+tiles of short K tiles).
 """
 import json
 import os
@@ -32,7 +35,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_side, beside this file
 from side_by_side import predicted_us, vs_fastest_sdpa  # noqa: E402
 
-BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 55.0, "wave": 58.0, "gemv": 18.0}
+BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 55.0, "wave": 58.0, "gemv": 18.0, "split": 50.0,
+            "bigm": 14.0, "gemv2": 12.0}
 TOTAL_S = 92.0
 START = time.monotonic()
 _PART_START: dict = {}
@@ -454,6 +458,109 @@ def one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, sh
     return entry
 
 
+# --- split: a split-K sweep of mid-M products with few output tiles (session 18) ------------------
+
+# (name, M, N, K): Qwen3 training weights whose tile counts match the held-out worst draws (fitting),
+# then those draws (held out: measured, never fitted)
+# (each training shape beside the draw it stands for: a case past the budget is dropped)
+SPLIT_GEMM = (("8B o", 83, 4096, 4096), ("held-out", 83, 4608, 3584), ("8B qkv", 125, 6144, 4096),
+              ("held-out", 125, 4608, 3584), ("4B down", 72, 2560, 9728), ("held-out", 72, 3584, 18944),
+              ("4B qkv", 100, 6144, 2560))
+# (BM, BN, BK, warps, stages): shallow enough pipelines for two or three blocks per SM; 64 x 256 for long K
+SPLIT_TILES = ((64, 128, 64, 4, 4), (64, 64, 128, 4, 3), (128, 64, 64, 4, 4), (64, 256, 64, 8, 4))
+SPLIT_ONE = (1, 2, 3, 4, 5, 6, 8)           # K slices added up by the last slice of each tile (1: unsplit)
+SPLIT_TWO = (3, 4, 6)                       # ... by a second kernel
+
+
+def split_configs(cm, shape, gpu):
+    out = {}
+    for bm, bn, bk, warps, stages in SPLIT_TILES:
+        if bn == 256 and shape.k < 8192:
+            continue
+        tiles, kt = -(-shape.m // bm) * -(-shape.n // bn), -(-shape.k // bk)
+        for split, one in [(s, True) for s in SPLIT_ONE] + [(s, False) for s in SPLIT_TWO]:
+            if kt // split < 3:
+                continue
+            c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
+                 "min_blocks": gpu.sms, "tail_split": False, "one_kernel": one and split > 1, "num_warps": warps,
+                 "num_stages": stages}
+            if cm.valid(shape, c, gpu):
+                out[f"{bm}x{bn}x{bk} w{warps} s{stages} sk{split}{' 1k' if one and split > 1 else ''} "
+                    f"({tiles * split})"] = c
+    return out
+
+
+def part_split(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for wname, m, n, k in SPLIT_GEMM:
+        name = f"{wname} M={m} ({n}x{k})"
+        if over("split"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        shape = cm.Gemm(m, n, k, "bf16")
+        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
+                                            split_configs(cm, shape, gpu)))
+    return out
+
+
+# --- bigm: many rows, a short K (session 18) -------------------------------------------------------
+
+# (name, M, N, K): training squares of short K at prefill lengths, then the held-out draw
+BIGM_GEMM = (("square 1024", 3197, 1024, 1024), ("square 1024", 2500, 1024, 1024),
+             ("held-out", 3197, 1152, 896))
+# (BM, BN, BK, warps, stages, persistent)
+BIGM_TILES = ((128, 128, 64, 4, 5, True), (128, 128, 64, 4, 5, False), (128, 128, 64, 8, 4, False),
+              (128, 256, 64, 8, 3, False), (256, 128, 64, 8, 3, False), (128, 64, 64, 4, 5, False),
+              (128, 128, 32, 4, 6, False), (128, 256, 32, 8, 5, False))
+
+
+def part_bigm(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for wname, m, n, k in BIGM_GEMM:
+        name = f"{wname} M={m} ({n}x{k})"
+        if over("bigm"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        shape = cm.Gemm(m, n, k, "bf16")
+        cands = {}
+        for bm, bn, bk, w, st, pers in BIGM_TILES:
+            c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": pers, "split_k": 1,
+                 "min_blocks": gpu.sms, "tail_split": False, "one_kernel": False, "num_warps": w, "num_stages": st}
+            tiles = -(-m // bm) * -(-n // bn)
+            if cm.valid(shape, c, gpu):
+                cands[f"{bm}x{bn}x{bk} w{w} s{st}{' pers' if pers else ''} ({tiles})"] = c
+        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
+                                            cands))
+    return out
+
+
+# --- gemv2: one row, short K: narrow column tiles of short K tiles (session 18) --------------------
+
+# (name, N, K): training weights of short K (squares, the 4B's hidden size), then held-out draws
+GEMV2_WEIGHTS = (("square 1024", 1024, 1024), ("square 2048", 2048, 2048), ("4B qkv", 6144, 2560),
+                 ("held-out", 12800, 1600), ("held-out", 896, 896))
+GEMV2_CANDS = ((16, 128, 4, 4), (16, 128, 4, 3), (32, 64, 4, 4), (16, 64, 4, 4), (8, 256, 4, 4), (32, 128, 4, 3),
+               (16, 256, 4, 3), (8, 512, 4, 3))
+
+
+def part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    out = {}
+    for wname, n, k in GEMV2_WEIGHTS:
+        name = f"gemv {wname} ({n}x{k})"
+        if over("gemv2"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        shape = cm.Gemm(1, n, k, "bf16")
+        cands = {f"bn{bn} bk{bk} w{w} s{st}": {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1,
+                                               "split_k": 1, "prefetch": False, "one_kernel": False,
+                                               "num_warps": w, "num_stages": st}
+                 for bn, bk, w, st in GEMV2_CANDS}
+        cands = {key: c for key, c in cands.items() if cm.valid(shape, c, gpu)}
+        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
+                                            cands, copy=True))
+    return out
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 def guarded(out, name, run):
@@ -513,7 +620,10 @@ def main(out_path, parts=("small", "decode", "flash")):
                "decode": lambda: part_decode(ts, cm, measure, result_check, rotation_sets, policy, gpu),
                "flash": lambda: part_flash(ts, cm, am, measure, result_check, rotation_sets, policy, gpu),
                "wave": lambda: part_wave(ts, cm, measure, result_check, rotation_sets, policy, gpu),
-               "gemv": lambda: part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu)}
+               "gemv": lambda: part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "split": lambda: part_split(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "bigm": lambda: part_bigm(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "gemv2": lambda: part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu)}
     for part in parts:
         try:
             result[part] = runners[part]()
