@@ -17,6 +17,11 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
   one_split / two_split   decode attention in one / at most two splits
   one_kernel   the splits combined by the last block of each KV head (no combine launch)
   late+split   late_norm and one_split
+  gemv_pf      every one-row GEMV in its PREFETCH form (the weight tile k + 1 loaded before k's FMAs)
+  hoist        gemv_pf, and the first weight tile loaded into registers BEFORE the PDL wait (codegen
+               patched here for skinny_kernel / fused_skinny_kernel, whose `b` is the step's weight)
+  o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
+  o_narrow     the o projection in 2-column tiles (1280 blocks)
 DEC_PROFILE=a,b names the variants to profile (default: the default and the fastest).
 Every case catches its own errors; variants stop starting past BUDGET_S.
     PYTHONPATH=src python3 benchmarks/probes/decode_step_variants.py "$OUT/dec/variants.json" 4b,0.6b
@@ -50,6 +55,62 @@ PK = importlib.import_module("tilesafe.kernels.paged_kv")
 _PAGED_CONFIG = PK._paged_config
 
 
+MM = importlib.import_module("tilesafe.kernels.matmul")
+CODEGEN = importlib.import_module("tilesafe.backends.triton.codegen")
+EP = importlib.import_module("tilesafe.backends.triton.emit_prefetch")
+_SKINNY_CONFIG = MM.skinny_config
+_GENERATE = CODEGEN.generate
+_HEAD = EP.head_before_wait
+# Kernels whose Ref `b` is a decode weight (read-only for the whole step): the hoist variant
+# lets their leading loads of it go before the PDL wait (a measurement of session 18's idea,
+# done here by patching codegen; the library form keys it on frozen weights).
+WEIGHT_KERNELS = frozenset({"skinny_kernel", "fused_skinny_kernel"})
+_HOISTING = {"fn": None}
+
+
+def _with_config(change):
+    """skinny_config returning the tuned config updated by change(n, k) for one-row GEMVs."""
+    def config(dtype, m, n, k, cfg, run=None):
+        c = _SKINNY_CONFIG(dtype, m, n, k, cfg, run)
+        return {**c, **change(n, k)} if m == 1 else c
+    return config
+
+
+def _weight_load(op) -> bool:
+    return op.opcode == "load" and getattr(op.args[0], "name", None) == "b" \
+        and getattr(op.args[0].type, "kind", None) == "ref"
+
+
+def _hoisting_head(body) -> int:
+    """head_before_wait, also taking the leading loads of the weight `b` (WEIGHT_KERNELS)."""
+    if _HOISTING["fn"] not in WEIGHT_KERNELS:
+        return _HEAD(body)
+    n = 0
+    while n < len(body.ops) and (EP._touches_no_memory(body.ops[n]) or _weight_load(body.ops[n])):
+        n += 1
+    while n > 0 and not (EP._prefetches(body.ops[n - 1]) or _weight_load(body.ops[n - 1])):
+        n -= 1
+    return n
+
+
+def _hoisting_generate(kernel, spec, *args, **kwargs):
+    _HOISTING["fn"] = spec.fn.name
+    try:
+        return _GENERATE(kernel, spec, *args, **kwargs)
+    finally:
+        _HOISTING["fn"] = None
+
+
+_PREFETCH = _with_config(lambda n, k: {"prefetch": True})
+# L2K (no L2 prefetch at 4B: it is a no-op there) only makes the hoisted kernels a specialization
+# of their own, so that they are generated afresh with the patched codegen.
+HOIST = {(MM, "skinny_config"): _PREFETCH, (FUSIONS, "skinny_config"): _PREFETCH, (MM, "GEMV_L2_KEEP"): True,
+         (CODEGEN, "generate"): _hoisting_generate, (EP, "head_before_wait"): _hoisting_head}
+SPLIT_O = _with_config(lambda n, k: {"split_k": 2} if (n, k) == (2560, 4096) else {})
+SPLIT_DOWN = _with_config(lambda n, k: {"split_k": 2} if (n, k) == (2560, 9728) else {})
+O_NARROW = _with_config(lambda n, k: {"block_n": 2, "block_k": 2048} if (n, k) == (2560, 4096) else {})
+
+
 def _one_kernel_config(fn, config):
     """paged_decode_attention's switches with the combine in the last block (`one_kernel`)."""
     return {**_PAGED_CONFIG(fn, config), "one_kernel": True}
@@ -68,6 +129,11 @@ VARIANTS = {
     "two_split": {(AM, "PAGED_MAX_SPLITS"): 2},
     "one_kernel": {(PK, "_paged_config"): _one_kernel_config},
     "late+split": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True, (AM, "PAGED_MAX_SPLITS"): 1},
+    "gemv_pf": {(MM, "skinny_config"): _PREFETCH, (FUSIONS, "skinny_config"): _PREFETCH},
+    "hoist": HOIST,
+    "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},
+    "down_split2": {(MM, "skinny_config"): SPLIT_DOWN, (FUSIONS, "skinny_config"): SPLIT_DOWN},
+    "o_narrow": {(MM, "skinny_config"): O_NARROW, (FUSIONS, "skinny_config"): O_NARROW},
 }
 PROFILE = [v for v in os.environ.get("DEC_PROFILE", "").split(",") if v]   # variants to profile (else default
                                                                              # and the fastest)

@@ -149,7 +149,8 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
     elif PREFETCH:                                               # one row, K tile k + 1 loaded before k's FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         last = ts.num_tiles(pa, 1) - 1
-        xn, wn = input_tile(pa, pu, g, 0, r, T, BK, PRO), pb.load((0, j))
+        wn = pb.load((0, j))                                     # the weight first: it may precede a PDL wait
+        xn = input_tile(pa, pu, g, 0, r, T, BK, PRO)
         for k in range(ts.num_tiles(pa, 1)):
             xk, wk = xn, wn
             nxt = ts.minimum(k + 1, last)

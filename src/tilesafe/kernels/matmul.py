@@ -118,7 +118,8 @@ def skinny_kernel(c: ts.Mut["TC", ("BM", "BN")], a: ts.Ref["T", ("M", "K")], b: 
     elif PREFETCH:                                               # one row, K tile k + 1 loaded before k's FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         last = ts.num_tiles(pa, 1) - 1
-        xn, wn = pa.load((0, 0)), pb.load((0, j))
+        wn = pb.load((0, j))                                     # the weight first: it may precede a PDL wait
+        xn = pa.load((0, 0))
         for k in range(ts.num_tiles(pa, 1)):
             xk, wk = xn, wn
             nxt = ts.minimum(k + 1, last)                        # the last tile again at the end: in range
