@@ -20,6 +20,7 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
   gemv_pf      every one-row GEMV in its PREFETCH form (the weight tile k + 1 loaded before k's FMAs)
   hoist        gemv_pf, and the first weight tile loaded into registers BEFORE the PDL wait (codegen
                patched here for skinny_kernel / fused_skinny_kernel, whose `b` is the step's weight)
+  hoist_small  hoist for the 4B qkv, o and down GEMVs only (gate/up as tuned)
   o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
   o_narrow     the o projection in 2-column tiles (1280 blocks)
 DEC_PROFILE=a,b names the variants to profile (default: the default and the fastest).
@@ -106,6 +107,9 @@ _PREFETCH = _with_config(lambda n, k: {"prefetch": True})
 # of their own, so that they are generated afresh with the patched codegen.
 HOIST = {(MM, "skinny_config"): _PREFETCH, (FUSIONS, "skinny_config"): _PREFETCH, (MM, "GEMV_L2_KEEP"): True,
          (CODEGEN, "generate"): _hoisting_generate, (EP, "head_before_wait"): _hoisting_head}
+SMALL = {(6144, 2560), (2560, 4096), (2560, 9728)}      # Qwen3-4B's qkv, o and down weights (N, K)
+_PREFETCH_SMALL = _with_config(lambda n, k: {"prefetch": True} if (n, k) in SMALL else {})
+HOIST_SMALL = {**HOIST, (MM, "skinny_config"): _PREFETCH_SMALL, (FUSIONS, "skinny_config"): _PREFETCH_SMALL}
 SPLIT_O = _with_config(lambda n, k: {"split_k": 2} if (n, k) == (2560, 4096) else {})
 SPLIT_DOWN = _with_config(lambda n, k: {"split_k": 2} if (n, k) == (2560, 9728) else {})
 O_NARROW = _with_config(lambda n, k: {"block_n": 2, "block_k": 2048} if (n, k) == (2560, 4096) else {})
@@ -131,6 +135,7 @@ VARIANTS = {
     "late+split": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True, (AM, "PAGED_MAX_SPLITS"): 1},
     "gemv_pf": {(MM, "skinny_config"): _PREFETCH, (FUSIONS, "skinny_config"): _PREFETCH},
     "hoist": HOIST,
+    "hoist_small": HOIST_SMALL,
     "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},
     "down_split2": {(MM, "skinny_config"): SPLIT_DOWN, (FUSIONS, "skinny_config"): SPLIT_DOWN},
     "o_narrow": {(MM, "skinny_config"): O_NARROW, (FUSIONS, "skinny_config"): O_NARROW},
