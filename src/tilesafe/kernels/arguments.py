@@ -86,6 +86,37 @@ def float_operands(fn: str, **named) -> tuple[list[Tensor], DType, str]:
     return list(tensors.values()), dtype, same_device(fn, **tensors)
 
 
+def int_vector(fn: str, x, name: str, n: int, device: str) -> Tensor:
+    """An (n,) int32/int64 tensor on `device` (slot mappings, sequence lengths)."""
+    t = tensor(x, name, fn)
+    dtype_in(t, INTS, name, fn)
+    if t.shape != (n,) or t.device != device:
+        raise fail(fn, f"`{name}` must be ({n},) on {device}; got {t.shape} on {t.device}")
+    return t
+
+
+def bias_vector(fn: str, bias, n: int, a_view: Tensor) -> Tensor:
+    """A GEMM's (n,) bias; without one, a stand-in 1-D view of a (never read: HAS_BIAS is False)."""
+    if bias is None:
+        return a_view[0]
+    bt = tensor(bias, "bias", fn)
+    dtype_in(bt, FLOATS, "bias", fn)
+    same_device(fn, a=a_view, bias=bt)
+    if bt.shape != (n,):
+        raise fail(fn, f"`bias` must have shape ({n},), got {bt.shape}")
+    return bt
+
+
+def tf32(fn: str, dtype: DType, precision) -> bool:
+    """tf32 products for fp32 inputs: `precision` "tf32"/"high"/"medium", or torch's default."""
+    if precision is None:
+        precision = torch.get_float32_matmul_precision()
+    if precision not in ("ieee", "highest", "tf32", "high", "medium"):
+        raise fail(fn, f"precision must be \"ieee\" or \"tf32\" (or torch's \"highest\"/\"high\"/\"medium\"), "
+                       f"got {precision!r}")
+    return dtype == dtypes.f32 and precision in ("tf32", "high", "medium")
+
+
 def row_views(fn: str, inputs, outputs, shape):
     """`layout.rows3` of a row kernel's tensors, or the error when their leading axes do not merge."""
     views = layout.rows3(inputs, outputs, shape)

@@ -22,7 +22,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
 from .linear_fusions import PLAIN, fma_tile, late_scale, late_tile, norm_prologue, row_scale
-from .matmul import SKINNY_M, _tf32, l2_prefetch, mac, skinny_config, skinny_tiles, warm_slab
+from .matmul import SKINNY_M, l2_prefetch, mac, skinny_config, skinny_tiles, warm_slab
 
 NEG_INF = -float("inf")
 EXACT_INDEX = 1 << 24          # columns below this are exact as f32
@@ -145,7 +145,7 @@ def _rows(xv, wt, gt, eps, ov, lv, cfg, dtype):
     launch(argmax_gemv_kernel, {"best": (best, (bm, 1)), "at": (at, (bm, 1)), "mass": (mass, (bm, 1))}, cfg=cfg,
            a=xv, g=gt if gt is not None else xv[0], b=wt.T,
            PRO=PLAIN if gt is None else norm_prologue(dtype, 1),
-           TF32=_tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True,
+           TF32=A.tf32("linear_argmax", dtype, None), DOT=m > 1, BN=bn, BK=bk, eps=float(eps), pdl=True,
            **l2_prefetch(wt.nbytes))
     # Programmatic dependent launch, as a split-K pair: the rows' pass launches while the GEMV ends.
     launch(argmax_rows_kernel, {"tok": (ov, (1,)), "logprob": (lv, (1,))}, cfg=None, best=best, at=at, mass=mass,

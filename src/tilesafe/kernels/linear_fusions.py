@@ -30,7 +30,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import residual_add, silu_mul
 from .launch import cdiv, launch, pow2
-from .matmul import ACTIVATIONS, SKINNY_M, _bias, _tf32, epilogue, l2_prefetch, linear, mac, skinny_config
+from .matmul import ACTIVATIONS, SKINNY_M, epilogue, l2_prefetch, linear, mac, skinny_config
 from .matmul import skinny_tiles, warm_slab
 from .norms import rms_norm
 
@@ -309,7 +309,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     av, uv, cv = views[0], views[1] if upt is not None else views[0], views[1 + (upt is not None)]
     resv = views[-1] if rt is not None and not own else av
     m = av.shape[0]
-    bias_t = _bias(fn, bias, n, device, av)
+    bias_t = A.bias_vector(fn, bias, n, av)
     check_aliasing(fn, dict(inputs, bias=bias_t if bias is not None else None,
                             residual=rt), {"out": o.passed}, {"out": ("residual",)})
     if m == 0 or n == 0:
@@ -321,7 +321,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     pro = norm_prologue(dtype, splits) if gt is not None else SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
     common = dict(a=av, up=uv, g=gt if gt is not None else av[0], b=wt.T, PRO=pro,
-                  TF32=_tf32(fn, dtype, precision), DOT=m > 1, eps=eps,
+                  TF32=A.tf32(fn, dtype, precision), DOT=m > 1, eps=eps,
                   **l2_prefetch(wt.nbytes, SILU_L2_PREFETCH if pro == SILU_MUL else None))
     ending = dict(bias=bias_t, res=resv, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation], RES=res)
     if splits > 1:

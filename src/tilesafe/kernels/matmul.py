@@ -7,8 +7,6 @@ bias and activation. fp32 inputs use IEEE products unless `precision` (default: 
 so a transposed view (`w.T`) is used as it is, never copied. Ragged M, N and K are padded
 with zeros by the tile loads, which add nothing to the products.
 """
-import torch
-
 import tilesafe as ts
 
 from . import arguments as A
@@ -298,7 +296,7 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
         return o.returned
     cfg = configs.lookup("bmm", configs.shape_class(dtype, m, n, k), config, dtype)
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
-    args = dict(a=at, b=bv, TF32=_tf32(fn, dtype, precision), BK=bk)
+    args = dict(a=at, b=bv, TF32=A.tf32(fn, dtype, precision), BK=bk)
     persistent = cfg["persistent"]
     if persistent is None:
         persistent = z * cdiv(m, bm) * cdiv(n, bn) > 2 * workers(device)
@@ -328,11 +326,11 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
     m = av.shape[0]
     if m == 0 or n == 0:
         return o.returned
-    bias_t = _bias(fn, bias, n, device, av)
+    bias_t = A.bias_vector(fn, bias, n, av)
     # The whole call, before its first launch (split-K and tail splits run two or three).
     check_aliasing(fn, dict(zip(names, (at, bt)), bias=bias_t if bias is not None else None), {"out": o.passed})
     common = dict(a=av, b=bt, bias=bias_t, HAS_BIAS=bias is not None, ACT=ACTIVATIONS[activation],
-                  TF32=_tf32(fn, dtype, precision))
+                  TF32=A.tf32(fn, dtype, precision))
     if m <= SKINNY_M:
         cfg = skinny_config(dtype, m, n, k, config,
                             run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
@@ -450,25 +448,3 @@ def _split_k(cv, tiles, splits, cfg, a, b, bias, HAS_BIAS, ACT, TF32, DOT):
 def _mma_tile(want: int, size: int) -> int:
     """The config's tile, shrunk for small sizes but never below 16 (tensor-core minimum)."""
     return max(16, min(want, pow2(size)))
-
-
-def _bias(fn, bias, n, device, a_view):
-    """The bias as a tensor; without one, a stand-in 1-D view (never read: HAS_BIAS is False)."""
-    if bias is None:
-        return a_view[0]
-    bt = A.tensor(bias, "bias", fn)
-    A.dtype_in(bt, A.FLOATS, "bias", fn)
-    A.same_device(fn, a=a_view, bias=bt)
-    if bt.shape != (n,):
-        raise A.fail(fn, f"`bias` must have shape ({n},), got {bt.shape}")
-    return bt
-
-
-def _tf32(fn, dtype, precision) -> bool:
-    """tf32 products for fp32 inputs: `precision` "tf32"/"high"/"medium", or torch's default."""
-    if precision is None:
-        precision = torch.get_float32_matmul_precision()
-    if precision not in ("ieee", "highest", "tf32", "high", "medium"):
-        raise A.fail(fn, f"precision must be \"ieee\" or \"tf32\" (or torch's \"highest\"/\"high\"/\"medium\"), "
-                         f"got {precision!r}")
-    return dtype == ts.f32 and precision in ("tf32", "high", "medium")

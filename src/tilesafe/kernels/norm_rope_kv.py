@@ -27,7 +27,6 @@ from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
-from .paged_kv import _int_vector
 
 # Whole heads per tile (three walks) from this many tokens on (the probe sets it to time the
 # five-walk form). Measured on the H200 (Qwen3 heads of 128, benchmarks/probes/
@@ -153,7 +152,7 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
     if wq.shape != (d,) or wk.shape != (d,) or pt.shape != (t,):
         raise A.fail(fn, f"needs q_weight and k_weight ({d},) and positions ({t},); got {wq.shape}, {wk.shape} and "
                          f"{pt.shape}", help="one norm weight per head_dim element, one position per token")
-    st = _int_vector(fn, slots, "slots", t, device)
+    st = A.int_vector(fn, slots, "slots", t, device)
     A.same_device(fn, q=qt, q_weight=wq, k_weight=wk, positions=pt)
     if not theta > 1:
         raise A.fail(fn, f"theta must be > 1, got {theta!r}", help="Qwen3 uses rope_theta 1e6")

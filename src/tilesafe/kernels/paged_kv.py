@@ -83,7 +83,7 @@ def paged_kv_write(k_cache, v_cache, k, v, slot_mapping, check="host", dropped=N
             or kt.shape[1:] != kc.shape[2:]:
         raise A.fail(fn, f"needs caches (num_blocks, block_size, HKV, D) of one shape and k, v (T, HKV, D); got "
                          f"k_cache {kc.shape}, v_cache {vc.shape}, k {kt.shape}, v {vt.shape}")
-    slots = _int_vector(fn, slot_mapping, "slot_mapping", kt.shape[0], device)
+    slots = A.int_vector(fn, slot_mapping, "slot_mapping", kt.shape[0], device)
     nb, bs, hkv, d = kc.shape
     if check not in ("host", "device"):
         raise A.fail(fn, f"check must be 'host' or 'device', got {check!r}")
@@ -330,7 +330,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     b, h, d = qt.shape
     nb, bs, hkv, _ = kc.shape
     tables = _int_matrix(fn, block_tables, "block_tables", b, device)
-    lens = _int_vector(fn, seq_lens, "seq_lens", b, device)
+    lens = A.int_vector(fn, seq_lens, "seq_lens", b, device)
     cfg = _paged_config(fn, config)
     o = A.output(out, (b, h, d), dtype, device, torch_mode, fn)
     ws = workspace if workspace is not None else paged_decode_workspace(qt, kc, max_len=tables.shape[1] * bs)
@@ -346,7 +346,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     dp = max(16, pow2(d))
     bn = max(16, min(pow2(cfg["block_n"]), pow2(nb * bs))) if "block_n" in cfg else _block_n(nb * bs)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    args = dict(q=qt.reshape(b * hkv, group, d), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables, lens=lens,
+    args = dict(q=qt.reshape(b * hkv, group, d), k=slot_rows(fn, kc), v=slot_rows(fn, vc), tables=tables, lens=lens,
                 qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GP=max(16, pow2(group)), BN=bn,
                 PREFETCH=cfg["prefetch"])
     heads = (o.tensor.reshape(b * hkv, group, d), (1, gs, dp))          # each (sequence, KV head)'s G heads
@@ -397,7 +397,7 @@ def _rows(fn, t, name: str, w: int):
                      help="pass a contiguous tensor") from None
 
 
-def _rows3(fn, cache):
+def slot_rows(fn, cache):
     """A cache (blocks, block_size, HKV, D) as (slots, HKV, D)."""
     nb, bs, hkv, d = cache.shape
     try:
@@ -405,14 +405,6 @@ def _rows3(fn, cache):
     except ts.TileSafeError:
         raise A.fail(fn, f"the cache's (block, position) axes must merge; its strides are {cache.strides}",
                      help="pass a contiguous cache") from None
-
-
-def _int_vector(fn, x, name: str, n: int, device):
-    t = A.tensor(x, name, fn)
-    A.dtype_in(t, A.INTS, name, fn)
-    if t.shape != (n,) or t.device != device:
-        raise A.fail(fn, f"`{name}` must be ({n},) on {device}; got {t.shape} on {t.device}")
-    return t
 
 
 def _int_matrix(fn, x, name: str, rows: int, device):

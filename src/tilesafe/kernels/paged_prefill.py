@@ -24,7 +24,7 @@ from . import arguments as A
 from .attention import LOG2E, NEG_INF, online_step
 from .call_checks import check_aliasing
 from .launch import launch, pow2
-from .paged_kv import _rows3, gather_rows, paged_operands, tile_slots
+from .paged_kv import gather_rows, paged_operands, slot_rows, tile_slots
 
 
 @ts.kernel
@@ -105,6 +105,6 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, start: int, row: 
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     cfg = {"num_warps": 8} if g * bm * dp >= 128 * 128 else {}   # a 128-row tile of D 128: more warps
     launch(paged_prefill_kernel, {"o": (o.tensor.transpose(0, 1), (g, bm, dp))}, cfg=cfg,
-           q=qt.transpose(0, 1), k=_rows3(fn, kc), v=_rows3(fn, vc), tables=tables, b=row, start=start,
+           q=qt.transpose(0, 1), k=slot_rows(fn, kc), v=slot_rows(fn, vc), tables=tables, b=row, start=start,
            qk_scale=scale * LOG2E, block_size=bs, NEG_SCALE=scale < 0, GROUP=group, BN=bn)
     return o.returned
