@@ -1,7 +1,7 @@
-"""The per-kernel profile of one replayed batch-1 decode step (issue 17's "per-kernel profile
-of one decode step: time against bytes moved, gaps between kernels").
+"""The per-kernel profile of one replayed decode step (issue 17's "per-kernel profile of one
+decode step: time against bytes moved, gaps between kernels"), at batch 1 or any batch B.
 
-`profile_step(llm, context)` traces the engine's greedy batch-1 graph twice with CUPTI
+`profile_step(llm, context, batch=B)` traces the engine's greedy batch-B graph twice with CUPTI
 (torch.profiler), each replay queued behind a GPU sleep so that the host's enqueueing is
 hidden:
 - `pdl`: the graph as the engine replays it (programmatic dependent launch: a kernel starts
@@ -27,29 +27,42 @@ HBM = 4.8e12
 TARGET = 0.85
 SLEEP_US = 2000              # a trace's events this long are the GPU sleep in front of the replay
 # Kernels that stream a weight matrix (one launch each: a one-launch GEMV, or the first of a
-# split-K pair); each takes the next weight of the step, in the order the model reads them.
+# split-K pair; above 16 rows a GEMM); each takes the next weight of the step, in the order the
+# model reads them.
 WEIGHT_KERNELS = ("skinny_kernel", "fused_skinny_kernel", "split_k_kernel", "fused_split_kernel",
-                  "argmax_gemv_kernel")
+                  "mm_kernel", "mm_persistent_kernel", "split_k_last_kernel", "argmax_gemv_kernel")
 SUM_KERNELS = ("split_sum_kernel", "fused_sum_kernel")
 ATTENTION = ("paged_decode_kernel", "paged_decode_single_kernel", "paged_decode_last_kernel",
              "decode_combine_kernel")
 
 
-def _kind(name: str) -> str:
-    if name.startswith("argmax_gemv"):
+def _kind(name: str, last_weight: bool = False) -> str:
+    """A kernel's kind; `last_weight`: it is the step's last weight kernel, the LM head (a plain
+    GEMV or GEMM at batch > 1, `argmax_gemv_kernel` at batch 1)."""
+    if name.startswith("argmax_gemv") or last_weight:
         return "lm_head"
     if name in WEIGHT_KERNELS or name in SUM_KERNELS:
         return "gemv"
     if name in ATTENTION:
         return "attention"
+    if name.startswith("sample") or name.startswith("argmax_rows"):
+        return "sampler"
     return "small"
 
 
-def step_bytes(names: list[str], cfg, context: int, splits: int, itemsize: int = 2) -> list[int]:
-    """Bytes each kernel of a batch-1 step moves (reads + writes, counted once), in launch
-    order: a weight kernel streams the next of (qkv, o, gate_up, down) x layers, then the LM
-    head; the attention reads `context` keys and values of every KV head; the rest move their
-    rows (activations, norms, split partials)."""
+def kinds_of(names: list[str]) -> list[str]:
+    """`_kind` of each kernel of a step, its last weight kernel the LM head."""
+    last = max((i for i, n in enumerate(names) if n in WEIGHT_KERNELS), default=-1)
+    return [_kind(n, i == last) for i, n in enumerate(names)]
+
+
+def step_bytes(names: list[str], cfg, context: int, splits: int, itemsize: int = 2, batch: int = 1) -> list[int]:
+    """Bytes each kernel of a step of `batch` rows moves (reads + writes, counted once), in
+    launch order: a weight kernel streams the next of (qkv, o, gate_up, down) x layers, then
+    the LM head, once for all rows (and each row's input and output); the attention reads
+    `context` keys and values of every KV head per row; the rest move their rows
+    (activations, norms, split partials, the sampler's logits)."""
+    b = batch
     e, d, inter, v = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
     hq, hkv = cfg.num_heads * d, cfg.num_kv_heads * d
     weights = []
@@ -63,21 +76,23 @@ def step_bytes(names: list[str], cfg, context: int, splits: int, itemsize: int =
             n, k = weights[min(w, len(weights) - 1)]
             w += 1
             last_n = n
-            out.append(n * k * itemsize + (k + n) * itemsize)
+            out.append(n * k * itemsize + b * (k + n) * itemsize)
         elif name in SUM_KERNELS:
-            out.append(last_n * 4 * 4 + last_n * itemsize)              # a few fp32 partial rows
+            out.append(b * (last_n * 4 * 4 + last_n * itemsize))        # a few fp32 partial rows
         elif name.startswith("paged_decode"):
-            out.append(2 * context * hkv * itemsize + 2 * hq * itemsize)
+            out.append(b * (2 * context * hkv * itemsize + 2 * hq * itemsize))
         elif name == "decode_combine_kernel":
-            out.append(splits * cfg.num_heads * (d + 2) * 4 + hq * itemsize)
-        elif name.startswith("rms_norm"):
-            out.append(3 * e * itemsize)
+            out.append(b * (splits * cfg.num_heads * (d + 2) * 4 + hq * itemsize))
+        elif name.startswith("rms_norm") or name.startswith("add_rms_norm"):
+            out.append(b * 3 * e * itemsize)
         elif name.startswith("norm_rope_kv"):
-            out.append((hq + 2 * hkv) * itemsize * 2 + 2 * d * itemsize)
+            out.append(b * ((hq + 2 * hkv) * itemsize * 2 + 2 * d * itemsize))
         elif name.startswith("argmax_rows"):
-            out.append(3 * 4 * (v // 8))
+            out.append(b * 3 * 4 * (v // 8))
+        elif name.startswith("sample"):
+            out.append(b * v * itemsize)                                 # each row's logits, once
         else:
-            out.append(e * itemsize)
+            out.append(b * e * itemsize)
     return out
 
 
@@ -130,12 +145,12 @@ def rows_of_runs(runs: list[list[tuple]]) -> list[dict]:
 def table(rows: list[dict], nbytes: list[int]) -> dict:
     """The trace with bytes and rates, summed by kind, and the span (first start to last end)."""
     kinds: dict[str, dict] = {}
-    for r, b in zip(rows, nbytes):
+    for r, b, kind in zip(rows, nbytes, kinds_of([r["kernel"] for r in rows])):
         r.setdefault("own_us", r["us"])
         r["bytes"] = b
         r["GB_s"] = round(b / r["us"] / 1e3, 1) if r["us"] > 0 else None
         r["pct_hbm"] = round(100 * b / r["us"] / 1e-6 / HBM, 1) if r["us"] > 0 else None
-        k = kinds.setdefault(_kind(r["kernel"]), {"launches": 0, "us": 0.0, "own_us": 0.0, "bytes": 0})
+        k = kinds.setdefault(kind, {"launches": 0, "us": 0.0, "own_us": 0.0, "bytes": 0})
         k["launches"] += 1
         k["us"] += r["us"]
         k["own_us"] += r["own_us"]
@@ -162,17 +177,17 @@ def table(rows: list[dict], nbytes: list[int]) -> dict:
             "kernels": rows}
 
 
-def plain_graph(llm):
-    """The engine's batch-1 greedy step captured again without PDL (compiled first, eagerly)."""
+def plain_graph(llm, batch: int = 1, greedy: bool = True):
+    """The engine's batch-`batch` step captured again without PDL (compiled first, eagerly)."""
     import tilesafe as ts
     steps = llm.decode_steps
-    step = steps.steps[1]
+    step = steps.steps[batch]
     with torch.inference_mode():
         with ts.pdl(False):
-            steps.model.decode(step.a, step.ws, True)
+            steps.model.decode(step.a, step.ws, greedy)
         torch.cuda.synchronize()
         with ts.graph(pdl=False) as g:
-            steps.model.decode(step.a, step.ws, True)
+            steps.model.decode(step.a, step.ws, greedy)
     return g
 
 
@@ -190,7 +205,7 @@ def summary(plain: dict, pdl: dict | None, step_s: float | None, ideal_s: float)
            "gemv_us": round(gemv_us, 1), "gemv_bytes": gemv_bytes,
            "gemv_TB_s": round(gemv_bytes / gemv_us / 1e6, 3) if gemv_us else None,
            "layer_gemv_us": us("gemv"), "lm_head_us": us("lm_head"), "attention_us": us("attention"),
-           "small_us": us("small"), "ideal_us": round(ideal_s * 1e6, 1), "target_us": round(target_s * 1e6, 1)}
+           "small_us": us("small"), "sampler_us": us("sampler"), "ideal_us": round(ideal_s * 1e6, 1), "target_us": round(target_s * 1e6, 1)}
     if pdl is not None:
         out["pdl_span_us"] = pdl["span_us"]
         out["pdl_saves_us"] = round(plain["span_us"] - pdl["span_us"], 1)
@@ -211,26 +226,37 @@ def summary(plain: dict, pdl: dict | None, step_s: float | None, ideal_s: float)
     return out
 
 
+def set_context(step, context: int, max_model_len: int) -> None:
+    """Every row of a slot-cache step at cache length `context`: row i in slot i (its table),
+    its new key written at position context - 1 of that slot."""
+    a = step.a
+    rows = torch.arange(a.ids.shape[0], dtype=torch.int32, device=a.ids.device)
+    with torch.inference_mode():                 # the step's buffers are inference tensors
+        a.positions.fill_(context - 1)
+        a.lens.fill_(context)
+        a.slots.copy_(rows * max_model_len + context - 1)
+        a.tables[:, 0].copy_(rows)
+
+
 def profile_step(llm, context: int, ideal_s: float, step_s: float | None, replays: int = 5,
-                 top: int = 12) -> dict | None:
-    """The step's profile with and without PDL, bytes per kernel and the summary (module doc)."""
+                 top: int = 12, batch: int = 1, greedy: bool = True) -> dict | None:
+    """The batch-`batch` step's profile with and without PDL, bytes per kernel and the summary
+    (module doc); `greedy`: the graph of an all-greedy batch (batch 1 takes its token from
+    the LM head), else the sampled one."""
     steps = llm.decode_steps
-    step = steps.steps.get(1)
-    g = step.graphs.get(True) if step is not None else None
+    step = steps.steps.get(batch)
+    g = step.graphs.get(greedy) if step is not None else None
     if g is None:
         return None
-    with torch.inference_mode():                 # the step's buffers are inference tensors
-        step.a.positions.fill_(context - 1)
-        step.a.lens.fill_(context)
-        step.a.slots.fill_(context - 1)
+    set_context(step, context, steps.model.cache.max_model_len)
     splits = step.ws.attention.splits
     cfg = llm.config
-    res = {"context": context, "attention_splits": splits, "engine_pdl": steps.pdl}
+    res = {"context": context, "batch": batch, "attention_splits": splits, "engine_pdl": steps.pdl}
     on = trace(g.replay, replays) if steps.pdl else None
-    plain = trace(plain_graph(llm).replay, replays)
-    res["plain"] = table(plain, step_bytes([r["kernel"] for r in plain], cfg, context, splits))
+    plain = trace(plain_graph(llm, batch, greedy).replay, replays)
+    res["plain"] = table(plain, step_bytes([r["kernel"] for r in plain], cfg, context, splits, batch=batch))
     if on is not None:
-        res["pdl"] = table(on, step_bytes([r["kernel"] for r in on], cfg, context, splits))
+        res["pdl"] = table(on, step_bytes([r["kernel"] for r in on], cfg, context, splits, batch=batch))
     res["summary"] = summary(res["plain"], res.get("pdl"), step_s, ideal_s)
     for key in ("plain", "pdl"):                 # launch-order rows: the first layer's and the tail's
         if key in res:

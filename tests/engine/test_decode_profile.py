@@ -143,3 +143,34 @@ def test_a_real_steps_kernels_take_every_weight_once(checkpoint, launched_kernel
     streamed = sum(x for n, x in zip(seen, b) if n in dp.WEIGHT_KERNELS)
     assert streamed >= cfg.num_layers * per_layer + cfg.vocab_size * e * 4
     assert streamed < 1.1 * (cfg.num_layers * per_layer + cfg.vocab_size * e * 4)
+
+
+def test_a_batch_step_reads_each_weight_once_and_every_rows_keys():
+    """At batch B a weight kernel streams its weight once (plus B rows in and out), attention
+    and the small kernels move B rows, and the last weight kernel (a GEMM above 16 rows) is
+    the LM head, followed by the sampler."""
+    seq = (["embedding_kernel"] + ["add_rms_norm_kernel", "mm_kernel", "norm_rope_kv_rows_kernel",
+                                    "paged_decode_kernel", "decode_combine_kernel", "split_k_last_kernel",
+                                    "add_rms_norm_kernel", "mm_kernel", "binary_kernel", "mm_kernel"] * 2
+           + ["add_rms_norm_kernel", "mm_kernel", "sample_kernel"])
+    one = dp.step_bytes(seq, Cfg, context=10, splits=4)
+    b = dp.step_bytes(seq, Cfg, context=10, splits=4, batch=8)
+    e, hq, hkv = 64, 64, 32
+    assert b[2] == 2 * (hq + 2 * hkv) * e + 8 * 2 * (e + hq + 2 * hkv)       # qkv once, 8 rows in and out
+    assert b[4] == 8 * one[4] and b[1] == 8 * one[1] and b[-1] == 8 * 1000 * 2
+    assert b[-2] == 2 * 1000 * e + 8 * 2 * (e + 1000)                          # the LM head
+    kinds = dp.kinds_of(seq)
+    assert kinds[-2] == "lm_head" and kinds[-1] == "sampler" and kinds.count("lm_head") == 1
+    assert kinds[2] == kinds[6] == "gemv" and kinds[4] == "attention"
+
+
+def test_set_context_puts_every_row_in_its_slot():
+    class Step:
+        class a:
+            ids = torch.zeros(3, dtype=torch.int32)
+            positions, lens, slots = torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), \
+                torch.zeros(3, dtype=torch.int32)
+            tables = torch.full((3, 1), 7, dtype=torch.int32)
+    dp.set_context(Step, context=5, max_model_len=16)
+    assert Step.a.positions.tolist() == [4, 4, 4] and Step.a.lens.tolist() == [5, 5, 5]
+    assert Step.a.slots.tolist() == [4, 20, 36] and Step.a.tables[:, 0].tolist() == [0, 1, 2]
