@@ -76,7 +76,8 @@ def step_case(llm, b: int) -> dict:
     steps.run(list(range(1000, 1000 + b)), [CONTEXT - 1] * b)          # eager (compiles), then captured
     step = steps.steps[b]
     dp.set_context(step, CONTEXT, llm.max_model_len)
-    ms = gpu_ms(step.graphs[True].replay)
+    g = step.graphs.get(True)                  # None on the CPU (a smoke run): the step eagerly
+    ms = gpu_ms(g.replay if g is not None else lambda: steps.model.decode(step.a, step.ws, True))
     w = weight_bytes(cfg, 2)
     ideal = (w + kv_bytes(cfg, b)) / HBM
     return {"batch": b, "gpu_ms": round(ms, 4), "tok_s": round(b / ms * 1e3, 1),
@@ -112,8 +113,8 @@ def weights_of(llm):
 def rotating(ws, m: int, call):
     """A function running `call(x, w, out)` over every weight of `ws` once (each its own x, out)."""
     n, k = ws[0].shape
-    xs = [torch.randn(m, k, dtype=ws[0].dtype, device="cuda") for _ in ws]
-    outs = [torch.empty(m, n, dtype=ws[0].dtype, device="cuda") for _ in ws]
+    xs = [torch.randn(m, k, dtype=ws[0].dtype, device=ws[0].device) for _ in ws]
+    outs = [torch.empty(m, n, dtype=ws[0].dtype, device=ws[0].device) for _ in ws]
 
     def run():
         for x, w, o in zip(xs, ws, outs):
