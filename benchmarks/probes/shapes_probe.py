@@ -536,11 +536,12 @@ def part_bigm(ts, cm, measure, result_check, rotation_sets, policy, gpu):
 
 # --- gemv2: one row, short K: narrow column tiles of short K tiles (session 18) --------------------
 
-# (name, N, K): training weights of short K (squares, the 4B's hidden size), then held-out draws
-GEMV2_WEIGHTS = (("square 1024", 1024, 1024), ("square 2048", 2048, 2048), ("4B qkv", 6144, 2560),
-                 ("held-out", 12800, 1600), ("held-out", 896, 896))
-GEMV2_CANDS = ((16, 128, 4, 4), (16, 128, 4, 3), (32, 64, 4, 4), (16, 64, 4, 4), (8, 256, 4, 4), (32, 128, 4, 3),
-               (16, 256, 4, 3), (8, 512, 4, 3))
+# (name, N, K): weights of short K with many columns — synthetic ones (neither training nor held out:
+# the rule's fit) and 4B qkv (training) — then held-out draws (measured, never fitted)
+GEMV2_WEIGHTS = (("synthetic", 16384, 1024), ("synthetic", 10240, 1536), ("4B qkv", 6144, 2560),
+                 ("held-out", 12800, 1600), ("synthetic", 24576, 2048), ("square 1024", 1024, 1024))
+GEMV2_CANDS = ((16, 128, 4, 4), (16, 128, 4, 3), (32, 128, 4, 4), (32, 64, 4, 4), (16, 64, 4, 4), (8, 256, 4, 4),
+               (32, 128, 4, 3), (16, 256, 4, 3), (8, 512, 4, 3))
 
 
 def part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu):
