@@ -205,7 +205,8 @@ def summary(plain: dict, pdl: dict | None, step_s: float | None, ideal_s: float)
            "gemv_us": round(gemv_us, 1), "gemv_bytes": gemv_bytes,
            "gemv_TB_s": round(gemv_bytes / gemv_us / 1e6, 3) if gemv_us else None,
            "layer_gemv_us": us("gemv"), "lm_head_us": us("lm_head"), "attention_us": us("attention"),
-           "small_us": us("small"), "sampler_us": us("sampler"), "ideal_us": round(ideal_s * 1e6, 1), "target_us": round(target_s * 1e6, 1)}
+           "small_us": us("small"), "sampler_us": us("sampler"), "ideal_us": round(ideal_s * 1e6, 1),
+           "target_us": round(target_s * 1e6, 1)}
     if pdl is not None:
         out["pdl_span_us"] = pdl["span_us"]
         out["pdl_saves_us"] = round(plain["span_us"] - pdl["span_us"], 1)

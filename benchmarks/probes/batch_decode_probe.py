@@ -146,11 +146,11 @@ def candidates(m: int) -> list[dict]:
     """Other configs, the likeliest first: narrow column tiles give the 2560-wide outputs more
     blocks than SMs without split-K (N / 32 = 80 blocks leave 52 SMs idle)."""
     if m <= 16:      # the weight-streaming tensor-core path (linear's config family)
-        return [{"block_n": 16, "block_k": 256, "num_stages": 4, "num_warps": 4, "min_blocks": 1, "split_k": 1},
-                {"block_n": 16, "block_k": 512, "num_stages": 3, "num_warps": 4, "min_blocks": 1, "split_k": 1},
-                {"block_n": 32, "block_k": 256, "num_stages": 4, "num_warps": 4, "min_blocks": 1, "split_k": 2, "one_kernel": True},
-                {"block_m": 64, "block_n": 64, "block_k": 128, "num_stages": 4, "num_warps": 4, "min_blocks": 1, "split_k": 1},
-                {"block_n": 64, "block_k": 128, "num_stages": 4, "num_warps": 4, "min_blocks": 1, "split_k": 1}]
+        one = {"num_warps": 4, "min_blocks": 1, "split_k": 1}
+        return [dict(one, block_n=16, block_k=256, num_stages=4), dict(one, block_n=16, block_k=512, num_stages=3),
+                dict(one, block_n=32, block_k=256, num_stages=4, split_k=2, one_kernel=True),
+                dict(one, block_m=64, block_n=64, block_k=128, num_stages=4),
+                dict(one, block_n=64, block_k=128, num_stages=4)]
     bm = max(16, 1 << (m - 1).bit_length())
     return [{"block_m": bm, "block_n": 16, "block_k": 256, "num_stages": 4, "num_warps": 4, "split_k": 1},
             {"block_m": bm, "block_n": 32, "block_k": 128, "num_stages": 5, "num_warps": 4, "split_k": 1},
