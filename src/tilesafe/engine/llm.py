@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import traceback
 from pathlib import Path
 
 import torch
@@ -71,9 +72,15 @@ class LLM:
         return llm
 
     @classmethod
+    def _serve_rank(cls, spec: dict, group) -> int:
+        """A spawned rank > 0 (tp_group starts a process for each): build it, serve rank 0;
+        the process's exit status."""
+        return cls._rank(spec, group)._follow()
+
+    @classmethod
     def _rank(cls, spec: dict, group) -> "LLM":
-        """Rank group.rank (> 0) of a tensor-parallel LLM, as rank 0 described it in `spec`
-        (tp_worker): the same settings, this rank's shards, no tokenizer or sampler."""
+        """Rank group.rank (> 0) of a tensor-parallel LLM, as rank 0 described it in `spec`:
+        the same settings, this rank's shards, no tokenizer or sampler."""
         from .generation_config import GenerationConfig
         llm = cls.__new__(cls)
         with ts.backend(spec["backend"]):
@@ -119,8 +126,8 @@ class LLM:
         self.backend = _backend(self.device)
         shards = None
         if world > 1:
-            self._tp = parallel.group or tp_group.start(world, env, self.device,
-                                                        parallel.worker_spec(self, use_graph), parallel.timeout)
+            self._tp = parallel.group or tp_group.start(world, env, self.device, parallel.worker_spec(self, use_graph),
+                                                        parallel.timeout, LLM._serve_rank)
             self.device = self._tp.device
             self._tp.set_rows(self.max_num_seqs)
             shards = Shards.of(cfg, self._tp.rank, world)
@@ -171,8 +178,30 @@ class LLM:
             import weakref
             weakref.finalize(self, self._tp.close)       # the workers exit with the LLM (or at exit)
         elif self._tp.torchrun:
-            from .tp_worker import serve
-            raise SystemExit(serve(self))
+            raise SystemExit(self._follow())
+
+    def _follow(self) -> int:
+        """A rank > 0: run rank 0's commands until "exit"; the process's exit status."""
+        group = self._tp
+        try:
+            with self._on_device(), torch.inference_mode():
+                while True:
+                    command = group.recv()
+                    kind = command[0]
+                    if kind == "prefill":
+                        self._prefill_ids(command[1])
+                    elif kind == "decode":
+                        self.decode_steps.run(*command[1:])
+                    elif kind == "weight_bytes":
+                        group.exchange(self._weight_bytes())
+                    elif kind == "exit":
+                        break
+        except BaseException:
+            traceback.print_exc()
+            group.close(kill=True)
+            return 1
+        group.close()                    # this rank's groups (the default one too, unless torchrun's script made it)
+        return 0
 
     def close(self) -> None:
         """End a tensor-parallel LLM's other ranks and its process group (nothing otherwise)."""

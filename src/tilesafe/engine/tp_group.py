@@ -2,7 +2,7 @@
 
 Two ways to get N ranks:
 - `LLM(..., tensor_parallel_size=N)` in a plain process: this process is rank 0 (the driver)
-  and starts ranks 1..N-1 itself (torch.multiprocessing, spawn), each a `tp_worker`;
+  and starts ranks 1..N-1 itself (torch.multiprocessing, spawn), each running `_rank_main`;
 - under `torchrun --nproc-per-node N` (its RANK / WORLD_SIZE / MASTER_ADDR variables are
   set): every process runs the script; rank 0's `LLM(...)` returns the LLM, the other
   ranks' `LLM(...)` serve rank 0 until it closes, then exit the process.
@@ -21,6 +21,8 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import sys
+import traceback
 from dataclasses import dataclass, field
 
 from .parallel import tp_error
@@ -166,15 +168,18 @@ def torchrun_env() -> dict | None:
         raise tp_error("torchrun's RANK / WORLD_SIZE / LOCAL_RANK are not integers") from None
 
 
-def start(world: int, env: dict | None, device: str, spec: dict, timeout: float) -> RankGroup:
-    """Rank 0 of a new group (its workers spawned), or this torchrun process's rank."""
+def start(world: int, env: dict | None, device: str, spec: dict, timeout: float, run) -> RankGroup:
+    """Rank 0 of a new group (its workers spawned), or this torchrun process's rank.
+
+    Each spawned worker joins the group and calls `run(spec, group)` (the LLM's: build this
+    rank's share, then serve rank 0; its exit status): the LLM hands it in, so this module
+    starts ranks without importing the LLM that starts it."""
     if env is not None:
         return join(env["rank"], world, _device(device, env["local_rank"]), "env://", timeout, torchrun=True)
     import torch.multiprocessing as mp
-    from . import tp_worker
     init = f"tcp://127.0.0.1:{_free_port()}"
     ctx = mp.get_context("spawn")
-    processes = [ctx.Process(target=tp_worker.main, args=(r, world, _device(device, r), init, spec, timeout),
+    processes = [ctx.Process(target=_rank_main, args=(r, world, _device(device, r), init, spec, timeout, run),
                              daemon=True, name=f"tilesafe-tp-rank{r}") for r in range(1, world)]
     for p in processes:
         p.start()
@@ -188,6 +193,19 @@ def start(world: int, env: dict | None, device: str, spec: dict, timeout: float)
     if device != "cpu":
         _watch(group)
     return group
+
+
+def _rank_main(rank: int, world: int, device: str, init: str, spec: dict, timeout: float, run) -> None:
+    """A spawned rank's process: join the group, then `run(spec, group)` until rank 0 says
+    exit. An error is printed and ends the process with status 1; rank 0 learns of it at
+    start-up (the ranks exchange their status once the weights are loaded) or from its next
+    collective."""
+    try:
+        status = run(spec, join(rank, world, device, init, timeout))
+    except BaseException:
+        traceback.print_exc()
+        sys.exit(1)
+    sys.exit(status)
 
 
 def _watch(group: RankGroup) -> None:
