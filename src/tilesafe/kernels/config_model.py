@@ -49,7 +49,7 @@ def _ranked_all(shape, gpu: Gpu) -> tuple:
     scored = [(predict(shape, c, gpu)[0], i, c) for i, c in enumerate(make(shape, gpu))]
     ranked = tuple(c for _, _, c in sorted(scored, key=lambda t: t[:2]))
     rule = gm.streaming_choice(shape, gpu)      # 16 < m <= 128: a measured rule before the ranking
-    return ranked if rule is None else (rule, *(c for c in ranked if c != rule))
+    return ranked if rule is None else (rule, *(c for c in ranked if not _same(c, rule)))
 
 
 def choose(shape, gpu: Gpu | None = None) -> dict:
@@ -67,21 +67,37 @@ def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
     """The model's best `n` configs of distinct kinds (tile shape, split or not, tail split, a
     decode's one kernel or two), for a short autotune: near-ties of one kind (a stage more or
     less) would teach it little. Where a rule picks the config (16 < m <= 128), its pick comes
-    first, beside the ranking's `n` (an autotune then never loses a candidate it used to time)."""
+    first, beside the ranking's `n` of other kinds (an autotune then never loses a candidate it
+    used to time); a one-row product of short K also gets the short-K GEMV candidate
+    (`gemm_model.short_k_gemv`), last, where the ranking's `n` do not hold it already."""
     gpu = gpu or gpu_of(None)
     rule = gm.streaming_choice(shape, gpu) if shape.family == "matmul" else None
+    extra = gm.short_k_gemv(shape, gpu) if shape.family == "linear" else None
     everything = _ranked_all(shape, gpu)
-    out, kinds = ([dict(rule)], set()) if rule is not None else ([], set())
+    out, kinds = ([dict(rule)], {_kind(rule)}) if rule is not None else ([], set())
     n += len(out)
     for c in everything[len(out):]:
-        kind = (c.get("block_m"), c.get("block_n"), (c.get("split_k") or 1) > 1, c.get("tail_split"),
-                c.get("target_blocks"), c.get("one_kernel"))     # decode: one launch or two is a kind
-        if kind not in kinds:
-            kinds.add(kind)
+        if _kind(c) not in kinds:
+            kinds.add(_kind(c))
             out.append(dict(c))
         if len(out) == n:
             break
+    if extra is not None and not any(_same(extra, c) for c in out):
+        out.append(dict(extra))
     return out
+
+
+def _kind(c: dict) -> tuple:
+    """What sets a config apart for the autotune: its output tile, whether it splits K, tail
+    split, a decode's block count and one kernel or two (a stage more or less is a near-tie)."""
+    return (c.get("block_m"), c.get("block_n"), (c.get("split_k") or 1) > 1, c.get("tail_split"),
+            c.get("target_blocks"), bool(c.get("one_kernel")))
+
+
+def _same(a: dict, b: dict) -> bool:
+    """One config, whichever keys either leaves at their defaults."""
+    return all(a.get(k) == b.get(k) for k in set(a) | set(b) if k not in ("one_kernel",)) and \
+        bool(a.get("one_kernel")) == bool(b.get("one_kernel"))
 
 
 def predict_us(shape, config: dict, gpu: Gpu | None = None) -> float:

@@ -338,6 +338,32 @@ def linear_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
     return [c for c in out if valid_linear(c, s, gpu)]
 
 
+# One row by a short K (<= SHORT_K): each block's chain of K tiles is short, so what keeps the HBM
+# busy is blocks, not pipeline depth. The model's candidates (>= 4096 elements a load) give such a
+# weight few blocks per SM; 128-wide K tiles with the column tile narrowed until every SM holds
+# GEMV_BLOCKS_PER_SM blocks did better: 12800 x 1600 at 16 x 128 (800 blocks, 4 stages) ran 0.953 of
+# F.linear where the model's 32 x 128 (400 blocks) ran 0.921 (session 17, probe round 1). The
+# model prices a partly full second round of such short blocks as a whole round, so it ranks
+# them last: the first-use autotune times this candidate beside the model's (`config_model.ranked`).
+SHORT_K = 2048
+GEMV_BLOCKS_PER_SM = 4
+
+
+def short_k_gemv(s: Gemm, gpu: Gpu) -> dict | None:
+    """The short-K GEMV candidate above for `s` (None unless m = 1, K <= SHORT_K and a column
+    tile of >= 16 gives GEMV_BLOCKS_PER_SM blocks per SM)."""
+    if s.m != 1 or s.k > SHORT_K:
+        return None
+    bn = 32
+    while bn > 16 and cdiv(s.n, bn) < GEMV_BLOCKS_PER_SM * gpu.sms:
+        bn //= 2
+    if cdiv(s.n, bn) < GEMV_BLOCKS_PER_SM * gpu.sms:
+        return None
+    c = {"block_m": 16, "block_n": bn, "block_k": 128 * 2 // element_bytes(s.dtype), "min_blocks": 1, "split_k": 1,
+         "prefetch": False, "num_warps": 4, "num_stages": 4}
+    return c if valid_linear(c, s, gpu) else None
+
+
 def valid_linear(c: dict, s: Gemm, gpu: Gpu) -> bool:
     """Whether the weight-streaming kernels accept `c` and it fits: power-of-two tiles (a
     GEMV's column tile may be under 16: FMAs), one block's pipeline in shared memory."""

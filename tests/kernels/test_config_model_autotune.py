@@ -1,0 +1,59 @@
+"""What the first-use autotune times (`config_model.ranked`): distinct configs only, and the
+rule candidates the model alone would rank too low (issue 22: the random-shape benchmark's
+misses were configs the autotune never tried)."""
+import pytest
+import torch
+
+import tilesafe.kernels as tk
+from kernel_helpers import assert_close, f64, poisoned, randn
+from tilesafe.kernels import config_model as cm
+from tilesafe.kernels import configs
+from tilesafe.kernels import gemm_model as gm
+
+
+def _whole(family: str, c: dict) -> dict:
+    """A config as the lookup completes it (the family's defaults around it)."""
+    return dict(configs.GPU_DEFAULTS[family], **c)
+
+
+@pytest.mark.parametrize("m,n,k", [(125, 6144, 4096), (100, 6144, 2560), (83, 6144, 4096), (125, 4096, 4096)])
+def test_the_autotune_never_times_one_config_twice(m, n, k):
+    """The streaming rule's pick carries `one_kernel` and the ranking's copy of it did not, so the
+    two compared unequal and the autotune timed one config twice in place of another kind
+    (Qwen3 8B qkv at M = 125: the rule's 64 x 128 x 64 unsplit, then the same again)."""
+    shape = cm.Gemm(m, n, k, "bf16")
+    got = [_whole("matmul", c) for c in cm.ranked(shape, 4, cm.H200)]
+    assert gm.streaming_choice(shape, cm.H200) is not None and len(got) == 5
+    assert all(got[i] != got[j] for i in range(len(got)) for j in range(i)), got
+    kinds = {(c["block_m"], c["block_n"], c["split_k"] > 1, c["tail_split"]) for c in got}
+    assert len(kinds) == 5, got                       # the rule's kind and four others
+
+
+def test_a_short_k_gemv_gets_narrow_column_tiles_of_short_k_tiles_timed():
+    """One row by a short K with many columns: 128-wide K tiles, the column tile narrowed until
+    every SM holds four blocks, is timed beside the model's four kinds (the model ranks it last)."""
+    g = cm.H200
+    shape = cm.Gemm(1, 16384, 1024, "bf16")
+    rule = gm.short_k_gemv(shape, g)
+    assert (rule["block_n"], rule["block_k"], rule["split_k"], rule["num_stages"]) == (16, 128, 1, 4)
+    assert 16384 // 32 < gm.GEMV_BLOCKS_PER_SM * g.sms <= 16384 // 16
+    got = cm.ranked(shape, 4, g)
+    assert len(got) == 5 and got[-1] == rule and got[0] == cm.choose(shape, g)
+    assert cm.valid(shape, rule, g)
+    wide = gm.short_k_gemv(cm.Gemm(1, 19456, 2048, "bf16"), g)     # 32 columns already give 608 blocks
+    assert (wide["block_n"], wide["block_k"]) == (32, 128)
+    assert gm.short_k_gemv(cm.Gemm(1, 1024, 1024, "bf16"), g) is None      # 64 blocks: too few for the rule
+    assert gm.short_k_gemv(cm.Gemm(1, 16384, 4096, "bf16"), g) is None     # a long K: the model's
+    assert gm.short_k_gemv(cm.Gemm(2, 16384, 1024, "bf16"), g) is None     # tensor cores: not a GEMV
+    assert len(cm.ranked(cm.Gemm(1, 16384, 4096, "bf16"), 4, g)) == 4
+
+
+def test_the_short_k_gemv_candidate_computes_the_product(backend, device):
+    """The rule's config launches and computes x @ w.T on both CPU backends (a small weight of
+    short K: 16 x 128 tiles, several K tiles, a ragged last column tile)."""
+    rule = gm.short_k_gemv(cm.Gemm(1, 16384, 1024, "f32"), cm.H200)
+    assert (rule["block_n"], rule["block_k"]) == (16, 64)          # fp32: half the K tile
+    x, w = randn((1, 300), "f32", 1, device), randn((70, 300), "f32", 2, device)
+    out = poisoned((1, 70), "f32", device)
+    got = tk.linear(x, w, out=out, config=rule)
+    assert_close(got, torch.as_tensor(f64(x)) @ torch.as_tensor(f64(w)).T, "f32", rtol=1e-4, atol=1e-4)
