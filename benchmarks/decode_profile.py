@@ -270,13 +270,14 @@ def profile_step(llm, context: int, ideal_s: float, step_s: float | None, replay
 
 def _layer_positions(rows: list[dict], layers: int) -> list[dict]:
     """The median over layers of each kernel position within a layer: the rows between the
-    embedding (first) and the tail (the LM head's GEMV and what follows it, and the final
-    norm before it when that is its own kernel)."""
+    embedding (first) and the tail (the LM head's GEMV — at batch > 1 the last weight kernel —
+    and what follows it, and the final norm before it when that is its own kernel)."""
     heads = [i for i, r in enumerate(rows) if r["kernel"].startswith("argmax_gemv")] or \
         [i for i, r in enumerate(rows) if r["kernel"] in WEIGHT_KERNELS][-1:]
     if not heads or not layers:
         return []
-    tail = heads[-1] - (rows[heads[-1] - 1]["kernel"].startswith("rms_norm") if heads[-1] > 0 else 0)
+    final_norm = heads[-1] > 0 and rows[heads[-1] - 1]["kernel"].startswith(("rms_norm", "add_rms_norm"))
+    tail = heads[-1] - final_norm
     body = rows[1:tail]
     per = len(body) // layers
     if per <= 0 or per * layers != len(body):

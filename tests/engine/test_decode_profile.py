@@ -174,3 +174,15 @@ def test_set_context_puts_every_row_in_its_slot():
     dp.set_context(Step, context=5, max_model_len=16)
     assert Step.a.positions.tolist() == [4, 4, 4] and Step.a.lens.tolist() == [5, 5, 5]
     assert Step.a.slots.tolist() == [4, 20, 36] and Step.a.tables[:, 0].tolist() == [0, 1, 2]
+
+
+def test_layer_positions_of_a_batch_step():
+    """Batch > 1: unfused layers (the first norm without a residual), the LM head a plain
+    GEMM after the final add + norm, then the sampler."""
+    layer = ["add_rms_norm_kernel", "mm_kernel", "norm_rope_kv_rows_kernel", "paged_decode_single_kernel",
+             "mm_kernel", "add_rms_norm_kernel", "mm_kernel", "binary_kernel", "mm_kernel"]
+    first = ["rms_norm_kernel"] + layer[1:]
+    seq = ["embedding_kernel"] + first + layer * 2 + ["add_rms_norm_kernel", "mm_kernel", "sample_kernel"]
+    rows = rows_of([(n, 1.0) for n in seq], gap=0.5)
+    dp.table(rows, dp.step_bytes(seq, Cfg, context=4, splits=1, batch=32))
+    assert [p["kernel"] for p in dp._layer_positions(rows, 3)] == first

@@ -43,3 +43,21 @@ def test_the_profile_of_a_real_step():
     assert after == before
     del llm
     torch.cuda.empty_cache()
+
+
+def test_the_profile_of_a_batch_step():
+    """Batch 4 (the unfused layer, the LM head a plain GEMM, then the sampler): the weight
+    kernels stream the weights once for all four rows, one LM head, the sampler its own kind."""
+    llm = LLM.from_random("0.6b", device="cuda", dtype="bfloat16", max_model_len=128, max_num_seqs=4,
+                          progress=False)
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    llm.generate([{"prompt_token_ids": list(range(1000 + i, 1032 + i))} for i in range(4)], params)
+    p = dp.profile_step(llm, context=40, ideal_s=1e-4, step_s=None, replays=3, batch=4)
+    assert p is not None and p["batch"] == 4
+    plain = p["plain"]
+    assert plain["by_kind"]["lm_head"]["launches"] == 1 and plain["by_kind"]["sampler"]["launches"] >= 1
+    streamed = plain["by_kind"]["gemv"]["bytes"] + plain["by_kind"]["lm_head"]["bytes"]
+    assert streamed == pytest.approx(weight_bytes(llm.config, 2), rel=0.02)
+    assert any(r["kernel"].startswith("paged_decode") for r in plain["per_position"])
+    del llm
+    torch.cuda.empty_cache()
