@@ -468,17 +468,21 @@ SPLIT_GEMM = (("8B o", 83, 4096, 4096), ("held-out", 83, 4608, 3584), ("8B qkv",
               ("4B qkv", 100, 6144, 2560))
 # (BM, BN, BK, warps, stages): shallow enough pipelines for two or three blocks per SM; 64 x 256 for long K
 SPLIT_TILES = ((64, 128, 64, 4, 4), (64, 64, 128, 4, 3), (128, 64, 64, 4, 4), (64, 256, 64, 8, 4))
-SPLIT_ONE = (1, 2, 3, 4, 5, 6, 8)           # K slices added up by the last slice of each tile (1: unsplit)
-SPLIT_TWO = (3, 4, 6)                       # ... by a second kernel
+SPLIT_ONE = (1, 2, 3, 4, 6)                 # K slices added up by the last slice of each tile (1: unsplit)
+SPLIT_TWO = (3,)                            # ... by a second kernel
 
 
 def split_configs(cm, shape, gpu):
+    """Each tile with the splits above and the ones that fill one, two or three blocks per SM
+    (floor(w x SMs / tiles)), added up by the last slice (1k) and, for those, by a second kernel."""
     out = {}
     for bm, bn, bk, warps, stages in SPLIT_TILES:
         if bn == 256 and shape.k < 8192:
             continue
         tiles, kt = -(-shape.m // bm) * -(-shape.n // bn), -(-shape.k // bk)
-        for split, one in [(s, True) for s in SPLIT_ONE] + [(s, False) for s in SPLIT_TWO]:
+        fills = {w * gpu.sms // tiles for w in (1, 2, 3)} - {0, 1}
+        ones, twos = sorted(set(SPLIT_ONE) | fills), sorted(set(SPLIT_TWO) | fills)
+        for split, one in [(s, True) for s in ones if s <= 16] + [(s, False) for s in twos if s <= 16]:
             if kt // split < 3:
                 continue
             c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
