@@ -21,6 +21,7 @@ from .runtime.autotune import Autotuned, autotune
 from .runtime.autotune_config import AUTO as auto, Config
 from .runtime import distributed
 from .runtime.constructors import arange, empty, from_torch, full, ones, rand, randn, tensor, zeros
+from .runtime.freeze import freeze
 from .runtime.future import Future
 from .runtime.graph import Graph, graph
 from .runtime.streams import stream

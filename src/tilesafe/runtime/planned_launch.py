@@ -89,8 +89,8 @@ class PlannedLaunch:
             a = roots[r]
             ptr = a[2] + offsets[k]
             state = a[1]
-            if ptr & 15 != aligns[k] or state._lent and _lent(state):
-                return False
+            if ptr & 15 != aligns[k] or state._lent and _lent(state) or state.frozen and self.writes[k]:
+                return False                  # (frozen memory written: the full step refuses it)
             sptr = a[3]
             byteset = sets[k]
             if byteset is None or byteset[1] != sptr or byteset[3] != ptr - sptr or byteset[2] != a[4]:
@@ -140,7 +140,7 @@ class PlannedLaunch:
         k = 0
         for a in args:
             state = a[1]
-            if state._lent and _lent(state):
+            if state._lent and _lent(state) or state.frozen and self.writes[k]:
                 return False
             if ptrs[k] & 15 != aligns[k]:
                 return False

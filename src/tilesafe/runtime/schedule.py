@@ -21,6 +21,9 @@ class Schedule:
     reverse_blocks: tuple = ()    # grid axes whose blocks run last-index first
     pdl: bool = False             # programmatic dependent launch (Hopper+): see `schedule`
     waves_per_eu: int | None = None   # AMD only: wavefronts per execution unit to aim for
+    # Not a hint: the ts.Ref arguments of this launch in frozen memory (runtime/freeze.py), whose
+    # leading loads may precede the PDL wait. Set by the runtime per launch, never by `schedule`.
+    early: frozenset = frozenset()
 
     def options(self) -> dict:
         """Triton launch options (only the hints that were set; `tma` and `reverse_blocks` are

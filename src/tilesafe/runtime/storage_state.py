@@ -91,6 +91,7 @@ class StorageState:
         self._lent: list = []                      # (ByteSet or None, weakref to Partition): bytes lent (S8)
         self.handed_version: int | None = None     # torch version counter when last handed to torch (to_torch)
         self.handed: tuple | None = None           # (weakref to the torch tensor, to its storage) then
+        self.frozen: list = []                     # [start, end) addresses no launch may write (ts.freeze)
 
     # -- finding the state of some memory -------------------------------------------------
 
@@ -186,6 +187,7 @@ class StorageState:
             self._pending.extend(o._pending)
             self.pending_stream = None
             self._lent.extend(o._lent)
+            self.frozen.extend(o.frozen)
             for ref in o._storages:
                 storage = ref()
                 if storage is not None:
@@ -251,6 +253,22 @@ class StorageState:
     def _covers_all(self, view: torch.Tensor) -> bool:
         return (view.is_contiguous() and self._offset_of(view) == 0
                 and view.numel() * view.element_size() == self.nbytes)
+
+    # -- frozen bytes (ts.freeze, runtime/freeze.py) -----------------------------------------
+
+    def frozen_covers(self, view: torch.Tensor) -> bool:
+        """Every byte `view` reaches (from its first to its last) lies in one frozen range."""
+        if not self.frozen or view.numel() == 0:
+            return False
+        bs = byte_set(view)
+        return any(a <= bs.start and bs.end <= b for a, b in self.frozen)
+
+    def touches_frozen(self, view: torch.Tensor) -> bool:
+        """Some byte between `view`'s first and last is frozen: a write of it is refused."""
+        if not self.frozen or view.numel() == 0:
+            return False
+        bs = byte_set(view)
+        return any(bs.start < b and a < bs.end for a, b in self.frozen)
 
     # -- S13/S14: memory handed to torch ----------------------------------------------------
 

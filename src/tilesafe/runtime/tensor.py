@@ -92,6 +92,17 @@ class Tensor:
         self._check_usable(what)
         if self._state._lent:
             self._check_not_lent_elsewhere(self._t, "partition this tensor")
+        if self._state.frozen:
+            self._check_not_frozen(self._t, "partition this tensor (a partition is a kernel's output)")
+
+    def _check_not_frozen(self, view: torch.Tensor, what: str) -> None:
+        """Frozen bytes (ts.freeze, runtime/freeze.py) are never written again."""
+        if self._state.touches_frozen(view):
+            raise OwnershipError(
+                f"cannot {what}: its bytes are frozen (ts.freeze), and frozen memory is never written again",
+                loc=caller_loc(),
+                help="write a copy instead: a frozen tensor (a model's weights) stays read-only, which "
+                     "lets kernels under ts.pdl() read it before they wait")
 
     def _check_read(self, what: str) -> None:
         """S14 then S9: the bytes were written, and no pending launch still writes them."""
@@ -227,6 +238,8 @@ class Tensor:
     def _host_write(self, target: torch.Tensor, value, what: str) -> None:
         refuse_in_capture(f"writing `{what}` from the host")
         self._check_not_lent_elsewhere(target, f"write through `{what}`")
+        if self._state.frozen:
+            self._check_not_frozen(target, f"write through `{what}`")
         if self_overlaps(byte_set(target)):
             raise AliasError(f"cannot write through `{what}`: the view's elements share bytes "
                              "(stride 0 or overlapping strides)", loc=caller_loc(),
@@ -286,7 +299,7 @@ class Tensor:
     def partition(self, tile) -> Partition:
         """Lend this tensor to a partition into `tile`-shaped blocks (S8)."""
         with LOCK:   # (serialized, without its wrapper's call: a partition is made per launch)
-            if self._handed_at is not None or self._lender is not None or self._state._lent:
+            if self._handed_at is not None or self._lender is not None or self._state._lent or self._state.frozen:
                 self._check_lendable("partition()")   # (nothing to refuse otherwise: no calls)
             return Partition(self, tile, prefix=False, lent_at=place())
 

@@ -38,7 +38,8 @@ def compile_spec(kernel, spec, masks, wide: bool, bound, target, descriptors: bo
         rows, cols = tma.choose(kernel, loaded_outputs(spec.fn), arrays, any_rank)
     pdl = schedule is not None and schedule.pdl and target.pdl
     gen = codegen.generate(kernel, spec, masks, wide, rows, column_major=cols,
-                           reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl)
+                           reversed_axes=schedule.reverse_blocks if schedule is not None else (), pdl=pdl,
+                           early=schedule.early if pdl else frozenset())
     values = [_value(slot, bound) for slot in gen.args]
     try:
         compiled = adapter.compile_for(gen, values, SETTINGS.cache_dir, target.gpu_target(),

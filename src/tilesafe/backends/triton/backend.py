@@ -73,6 +73,7 @@ class TritonCompiled:
         if self.pdl:
             self.options = dict(self.options, launch_pdl=True)
         self.tma = schedule.tma if schedule is not None else None
+        self.early = schedule.early if self.pdl else frozenset()   # frozen Refs read before the PDL wait
         self.reversed_axes = schedule.reverse_blocks if schedule is not None else ()
         self.multiplies = any(op.opcode == "mma" for op in walk(spec.fn.body))
         self.kernel = kernel
@@ -101,7 +102,7 @@ class TritonCompiled:
         v = self._variants.get(key)
         if v is None:
             gen = codegen.generate(self.kernel, self.spec, self.masks, self.wide, descriptors, linear_grid,
-                                   column_major, self.reversed_axes, self.pdl)
+                                   column_major, self.reversed_axes, self.pdl, self.early)
             v = self._variants[key] = (gen, self.backend.load(gen))
         self.last_generated = v[0]   # what the latest launch ran (the benchmark twins mirror it)
         return v

@@ -43,7 +43,7 @@ class Generated:
 
 # --- the function ------------------------------------------------------------------------------
 def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), linear_grid: bool = False,
-             column_major=frozenset(), reversed_axes=(), pdl: bool = False) -> Generated:
+             column_major=frozenset(), reversed_axes=(), pdl: bool = False, early=frozenset()) -> Generated:
     """The Triton source of one specialization (`descriptors`: tensors eligible for TMA;
     `column_major`: those of them whose columns, not rows, are contiguous, e.g. `w.T`).
 
@@ -55,11 +55,14 @@ def generate(kernel, spec, masks: dict, wide: bool, descriptors=frozenset(), lin
     visible), so no access of this kernel can see the earlier one unfinished; the second
     lets the next PDL kernel start launching (it waits likewise). Only a kernel that begins
     with `ts.prefetch` statements (and the index arithmetic they need) runs those first: they
-    touch no memory but L2 lines of read-only inputs (emit_prefetch.py)."""
+    touch no memory but L2 lines of read-only inputs (emit_prefetch.py); and with `early`
+    (names of ts.Ref parameters the launch binds to frozen memory, runtime/freeze.py: no
+    kernel writes it, so the one before cannot be) the loads of those it begins with."""
     fn: Function = spec.fn
     em = Emitter(fn, masks, wide, frozenset(descriptors), frozenset(column_major), tuple(reversed_axes), pdl=pdl,
                  handlers=HANDLERS)
-    head = emit_prefetch.head_before_wait(fn.body) if pdl else 0
+    frozen = frozenset(id(p.value) for p in fn.params if p.name in early and p.value is not None)
+    head = emit_prefetch.head_before_wait(fn.body, frozen) if pdl else 0
     if pdl and not head:
         em.prologue += _PDL_WAIT
     slots = _signature(em, fn)

@@ -8,10 +8,14 @@ Triton specializes on, so the branch below folds away), the other axes element b
 are masked off through a predicate, as a load's are (S11: the bounds plan's flags).
 Elsewhere it compiles to nothing: without PDL the loads that follow fetch the same lines.
 
-`head_before_wait(body)` says how many of the kernel's first statements may run before
-`gdc_wait()`: a run of statements that touch no memory except through prefetches (index
-arithmetic, and loops or branches made only of such statements), ending in at least one
-prefetch. The wait then follows them; with no prefetch it stays the kernel's first statement.
+`head_before_wait(body, frozen)` says how many of the kernel's first statements may run
+before `gdc_wait()`: a run of statements that touch no memory except through prefetches and
+loads of frozen inputs (index arithmetic, and loops or branches made only of such
+statements), ending in at least one prefetch or such load. The wait then follows them; with
+neither it stays the kernel's first statement. `frozen` holds the IR values of the ts.Ref
+parameters the launch binds to frozen memory (runtime/freeze.py): no kernel writes those
+bytes any more, so the kernel before this one cannot be writing them, and a load of them
+needs no wait — its tile is in registers when the wait returns.
 """
 from __future__ import annotations
 
@@ -29,22 +33,28 @@ _NO_MEMORY = frozenset({"const", "block_id", "num_blocks", "extent", "num_tiles"
 _REGIONS = frozenset({"for", "if"})
 
 
-def _touches_no_memory(op: Op) -> bool:
+def _frozen_load(op: Op, frozen: frozenset) -> bool:
+    return op.opcode == "load" and bool(op.args) and id(op.args[0]) in frozen
+
+
+def _touches_no_memory(op: Op, frozen: frozenset = frozenset()) -> bool:
+    """No memory but prefetches and loads of frozen inputs (`frozen`: their IR values' ids)."""
     if op.opcode in _REGIONS:
-        return all(_touches_no_memory(inner) for r in op.regions for inner in r.ops)
-    return op.opcode in _NO_MEMORY
+        return all(_touches_no_memory(inner, frozen) for r in op.regions for inner in r.ops)
+    return op.opcode in _NO_MEMORY or _frozen_load(op, frozen)
 
 
-def _prefetches(op: Op) -> bool:
-    return op.opcode == "prefetch" or any(_prefetches(inner) for r in op.regions for inner in r.ops)
+def _prefetches(op: Op, frozen: frozenset = frozenset()) -> bool:
+    return op.opcode == "prefetch" or _frozen_load(op, frozen) \
+        or any(_prefetches(inner, frozen) for r in op.regions for inner in r.ops)
 
 
-def head_before_wait(body: Block) -> int:
+def head_before_wait(body: Block, frozen: frozenset = frozenset()) -> int:
     """How many leading top-level ops of `body` go before the PDL wait (0: the wait comes first)."""
     n = 0
-    while n < len(body.ops) and _touches_no_memory(body.ops[n]):
+    while n < len(body.ops) and _touches_no_memory(body.ops[n], frozen):
         n += 1
-    while n > 0 and not _prefetches(body.ops[n - 1]):   # nothing to overlap after the last prefetch
+    while n > 0 and not _prefetches(body.ops[n - 1], frozen):   # nothing to overlap after the last one
         n -= 1
     return n
 

@@ -1,0 +1,84 @@
+"""`ts.freeze(t)`: memory that no launch writes again, so that a kernel may read it early.
+
+Under programmatic dependent launch (`ts.pdl()`, `ts.graph(pdl=True)`) a kernel starts
+while the kernel before it on the stream still runs, and waits for it (griddepcontrol.wait)
+before its first memory access. A read of memory that kernel cannot be writing need not
+wait: a decode step's weights are read-only for the whole step, and loading their first
+tiles while the kernel before drains hides the GEMV's ramp-up. Frozen memory is the
+runtime's guarantee that no such write exists:
+
+* `freeze` waits for every write already queued (tilesafe's pending launches and the
+  device's streams, so also torch's), then records the view's bytes — from its first to
+  its last element — as frozen for as long as the memory lives;
+* from then on every write of those bytes through tilesafe is refused (OwnershipError): a
+  partition that reaches them (a kernel's output, a library call's `out=`) and host writes
+  (`x[...] = v`, `copy_`). Writes through torch are outside tilesafe's view (S13): freezing
+  is also the caller's promise not to make them;
+* a launch under PDL whose `ts.Ref` argument lies inside frozen bytes may issue that
+  argument's leading loads — the tile loads a kernel starts with, before it touches any other
+  memory — ahead of its wait (backends/triton/emit_prefetch.py). Only launches checked in
+  full take that form (in a capture or under `ts.pdl()`): the launch caches reuse a
+  layout's code for other tensors, which need not be frozen, so their launches wait first.
+
+A frozen view never thaws; the memory's state (and the record) ends when its storage is
+freed, so reused addresses start unfrozen.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from ..errors import LaunchError, OwnershipError, caller_loc
+from ..lang.annotations import REF
+from .aliasing import byte_set
+from .graph import refuse_in_capture
+from .host_lock import LOCK
+from .storage_state import StorageState
+from .tensor import Tensor
+
+
+def freeze(x):
+    """Make the bytes of `x` (a ts.Tensor or a torch tensor) read-only for the rest of their
+    memory's life, after the writes already queued; returns `x`. See the module docstring."""
+    with LOCK:
+        refuse_in_capture("ts.freeze (it waits for the queued writes)")
+        if isinstance(x, Tensor):
+            x._check_usable("ts.freeze")
+            view, state = x._t, x._state
+        elif isinstance(x, torch.Tensor):
+            if x.layout is not torch.strided:
+                raise LaunchError(f"ts.freeze takes a dense tensor, got layout {x.layout}", loc=caller_loc(),
+                                  help="freeze the dense tensor the kernels read")
+            view, state = x.detach(), StorageState.of(x)
+        else:
+            raise LaunchError(f"ts.freeze takes a ts.Tensor or a torch.Tensor, got {type(x).__name__}",
+                              loc=caller_loc(), help="freeze the weights a step reads: ts.freeze(w)")
+        if view.numel() == 0:
+            return x
+        if not state.is_written(view):
+            raise OwnershipError("ts.freeze of a tensor that has not been written (it came from ts.empty)",
+                                 loc=caller_loc(), help="write it first: frozen memory is never written again")
+        bs = byte_set(view)
+        lender = state.lender_of(bs) if state._lent else None
+        if lender is not None:
+            raise OwnershipError("ts.freeze of a tensor whose bytes are lent to a partition", loc=caller_loc(),
+                                 help="call .unpartition() first: a partition is a pending write")
+        state.wait_for_host(bs, write=False, what="`ts.freeze`")     # tilesafe's queued writers (S9)
+        if view.is_cuda:
+            torch.cuda.synchronize(view.device)                       # and every stream's, torch's too
+        state.frozen.append((bs.start, bs.end))
+    return x
+
+
+def early_reads(kernel, bound, sched):
+    """`sched` with `early`: the kernel's ts.Ref arguments that lie in frozen memory, whose
+    leading loads may precede the PDL wait. The caller launches in full (no launch cache)."""
+    names = []
+    for name, f in bound.tensors.items():
+        if kernel.param(name).kind != REF:
+            continue
+        t = f.ref() if callable(f.ref) else None
+        if isinstance(t, Tensor) and t._state.frozen_covers(t._t):
+            names.append(name)
+    return replace(sched, early=frozenset(names)) if names else sched

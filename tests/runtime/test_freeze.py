@@ -1,0 +1,125 @@
+"""`ts.freeze`: frozen memory is never written again (runtime/freeze.py).
+
+Every way a launch or the host could write frozen bytes is refused with an OwnershipError at
+the caller's line — a kernel's output partition, a library call's `out=` (also when the call's
+plan was made with another tensor), host writes, a view of the same storage and another
+storage over the same memory — while reads, and writes of the bytes around a frozen view, go
+on; a tensor not yet written cannot be frozen. Under PDL a launch whose ts.Ref argument is
+frozen may load it before its wait (the Hopper code below, compiled on any machine)."""
+import dataclasses
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+from runtime_helpers import assert_located
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+
+HERE = __file__
+
+
+@ts.kernel
+def double(y: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int], N: int):
+    y.store(ts.load_tile_like(x, y) * 2.0)
+
+
+def test_a_kernel_output_in_frozen_memory_is_refused():
+    w = ts.freeze(torch.arange(8, dtype=torch.float32))
+    t = ts.from_torch(w)
+    with pytest.raises(ts.OwnershipError) as ei:
+        t.partition((4,))  # E:partition
+    assert "its bytes are frozen (ts.freeze)" in ei.value.message
+    assert_located(ei.value, HERE, "E:partition")
+    assert w.tolist() == list(range(8))
+
+
+def test_a_library_out_in_frozen_memory_is_refused_also_after_a_plan_was_made():
+    x, w = torch.randn(1, 8), torch.randn(4, 8)
+    out = torch.empty(1, 4)
+    for _ in range(3):                               # the call's plan, made with an unfrozen out
+        tk.linear(x, w, out=out)
+    frozen = ts.freeze(torch.full((1, 4), 7.0))
+    with pytest.raises(ts.OwnershipError) as ei:
+        tk.linear(x, w, out=frozen)  # E:linear
+    assert "frozen" in ei.value.message
+    assert_located(ei.value, HERE, "E:linear")
+    assert (frozen == 7.0).all()
+
+
+def test_host_writes_and_other_handles_of_frozen_bytes_are_refused():
+    base = torch.zeros(16)
+    ts.freeze(base[4:12])
+    t = ts.from_torch(base)
+    with pytest.raises(ts.OwnershipError) as ei:
+        t[6] = 1.0  # E:host
+    assert "frozen" in ei.value.message
+    assert_located(ei.value, HERE, "E:host")
+    with pytest.raises(ts.OwnershipError):
+        ts.from_torch(base[10:14]).partition((4,))   # overlaps the frozen span
+    alias = torch.from_numpy(base.numpy())           # another storage over the same memory
+    with pytest.raises(ts.OwnershipError):
+        ts.from_torch(alias[0:8]).partition((8,))
+    t[0:4] = np.ones(4, np.float32)                  # bytes before and after it stay writable
+    double(ts.from_torch(base[12:16]).partition((4,)), ts.from_torch(base[4:8]), B=4)
+    assert base[:4].tolist() == [1.0] * 4 and base[12:].tolist() == [0.0] * 4
+
+
+def test_frozen_memory_is_read_as_before(backend):
+    x = ts.freeze(ts.tensor(np.arange(10, dtype=np.float32)))
+    y = ts.empty((10,), ts.f32)
+    double(y.partition((4,)), x, B=4).sync()
+    np.testing.assert_array_equal(y.numpy(), np.arange(10) * 2.0)
+    w = ts.freeze(torch.randn(6, 8))
+    xs = torch.randn(1, 8)
+    np.testing.assert_allclose(tk.linear(xs, w).numpy(), (xs @ w.T).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_memory_not_yet_written_cannot_be_frozen():
+    e = ts.empty((8,), ts.f32)
+    with pytest.raises(ts.OwnershipError) as ei:
+        ts.freeze(e)  # E:unwritten
+    assert "has not been written" in ei.value.message
+    assert_located(ei.value, HERE, "E:unwritten")
+
+
+def test_freeze_takes_a_tensor():
+    with pytest.raises(ts.LaunchError) as ei:
+        ts.freeze([1.0, 2.0])  # E:list
+    assert "ts.freeze takes a ts.Tensor or a torch.Tensor, got list" in ei.value.message
+    assert_located(ei.value, HERE, "E:list")
+
+
+# --- Hopper code: a frozen Ref's leading loads go before the PDL wait -------------------------
+hopper = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                            reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+GLOBAL_LOAD = re.compile(r"^(@!?%\w+\s+)?ld\.global")
+
+
+@ts.kernel
+def gemv(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], x: ts.Ref[ts.bf16, ("K",)],
+         BN: ts.Const[int], BK: ts.Const[int], N: int, K: int):
+    j = ts.block_id(0)
+    w0 = ts.load(w, (j, 0), shape=(BN, BK)).astype(ts.f32)       # the weight first
+    acc = ts.sum(w0 * ts.expand_dims(ts.load(x, (0,), shape=(BK,)).astype(ts.f32), 0), axis=1)
+    y.store(acc)
+
+
+def _loads_before_wait(early) -> tuple[int, int]:
+    specs = (ts.spec((64,), ts.f32, tile=(16,)), ts.spec((64, 64), ts.bf16), ts.spec((64,), ts.bf16))
+    sched = dataclasses.replace(ts.schedule(pdl=True), early=frozenset(early))
+    ptx = gemv.compile(*specs, BK=64, target="sm_90", schedule=sched).asm["ptx"]
+    lines = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
+    wait = next(i for i, ln in enumerate(lines) if ln.startswith("griddepcontrol.wait"))
+    loads = [i for i, ln in enumerate(lines) if GLOBAL_LOAD.match(ln)]
+    return sum(i < wait for i in loads), sum(i > wait for i in loads)
+
+
+@hopper
+def test_under_pdl_a_frozen_refs_leading_load_precedes_the_wait_and_the_rest_follows():
+    before, after = _loads_before_wait({"w"})
+    assert before >= 1 and after >= 1              # w's tile before, x's after
+    assert _loads_before_wait(())[0] == 0          # nothing frozen: the wait comes first
+    assert _loads_before_wait({"x"})[0] == 0       # x is loaded after w: the head stops at w's load
