@@ -39,7 +39,6 @@ from .prepared_launch import LayoutLauncher, prepare_layout
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
-from .torch_version import version_of
 from .value_keys import value_key
 
 MISS = object()          # "take the full path"
@@ -310,7 +309,8 @@ class LayoutPlan:
         for scalars this layout ran on its own code, so their preconditions and bounds
         conditions hold (as Entry's `scalars_seen`).
         `keyed`: the values were not looked up by key; their facts are compared with this
-        plan's key in the same pass (`_layout_key`'s facts, compared as the dictionary would),
+        plan's key in the same pass (`_layout_key`'s facts, compared as the dictionary would;
+        the device as the memory's state knows it, the tensor's own where the state has none),
         and OTHER, with nothing done, says they are another layout's."""
         tensors, objs, ptrs, scalars = {}, {}, {}, []
         doubt = False
@@ -328,9 +328,9 @@ class LayoutPlan:
                     if keyed:
                         kp = parts[k]
                         if kp[1] != v._tile or kp[2] != v._prefix or kp[3] != t._dtype.name or kp[4] != tv.shape \
-                                or kp[5] != tv.stride() or kp[6] != tv.device or kp[7] != ptr & 15:
+                                or kp[5] != tv.stride() or kp[6] != (t._state.device or tv.device) or kp[7] != ptr & 15:
                             return OTHER
-                    now = version_of(tv)          # S13: Partition.torch_touched, inline
+                    now = 0 if tv.is_inference() else tv._version   # S13: Partition.torch_touched, inline
                     if not v._live or now != v._version and now != t._state.own_write_version:
                         doubt = True
                 elif role == _TENSOR:
@@ -341,12 +341,17 @@ class LayoutPlan:
                     if keyed:
                         kp = parts[k]
                         if kp[1] != t._dtype.name or kp[2] != tv.shape or kp[3] != tv.stride() \
-                                or kp[4] != tv.device or kp[5] != ptr & 15:
+                                or kp[4] != (t._state.device or tv.device) or kp[5] != ptr & 15:
                             return OTHER
                     if v._handed_at is not None or (v._lender is not None and v._lender() is not None):
                         doubt = True
                 elif role == _GIVEN:
-                    if keyed and (parts[k] is not float if type(v) is float else _key_part(False, v) != parts[k]):
+                    if type(v) is float:           # value_key's float case, inline: a scale passed per launch
+                        if keyed and parts[k] is not float:
+                            return OTHER
+                        scalars.append((float, v) if v else value_key(v))
+                        continue
+                    if keyed and _key_part(False, v) != parts[k]:
                         return OTHER
                     scalars.append(value_key(v))
                     continue

@@ -69,13 +69,14 @@ class Partition:
     __slots__ = ("_tensor", "_tile", "_prefix", "_lent_at", "_live", "_ended_at", "_version", "__weakref__")
 
     def __init__(self, tensor: "Tensor", tile, prefix: bool, lent_at: "Loc | tuple | None"):
-        shape = tuple(tensor._t.shape)
-        self._tile = check_tile(tile, shape)
+        t = tensor._t
+        self._tile = check_tile(tile, t.shape)
         self._tensor = tensor
         self._prefix = prefix
         self._lent_at = lent_at
         self._live = True
-        self._version = version_of(tensor._t)   # torch's version counter when lent (S13)
+        # torch's version counter when lent (S13): version_of, inline (a partition is made per launch)
+        self._version = 0 if t.is_inference() else t._version
         self._ended_at: Loc | None = None
         # StorageState.lend(None, self) and Tensor._lend(self), inline (a partition is made per
         # launch): its byte set is made when someone asks (lender_of).
@@ -91,7 +92,7 @@ class Partition:
         not recorded by bytes nor by place: S8 protects other users, and there are none. The
         caller has checked that no other partition holds the bytes."""
         p = cls.__new__(cls)
-        p._tile = check_tile(tile, tuple(tensor._torch().shape))
+        p._tile = check_tile(tile, tensor._torch().shape)
         p._tensor, p._prefix, p._lent_at, p._live, p._ended_at = tensor, False, None, True, None
         p._version = version_of(tensor._torch())   # S13: a torch write during the step is still seen
         return p
@@ -132,7 +133,8 @@ class Partition:
             if not self._live:
                 self._check_live()
             tensor = self._tensor
-            now = version_of(tensor._t)                # torch_touched, inline: warns when it moved
+            t = tensor._t
+            now = 0 if t.is_inference() else t._version   # torch_touched, inline: warns when it moved
             if now != self._version and now != tensor._state.own_write_version:
                 self._check_torch_untouched(giving_back=True)
             self._live = False
@@ -208,8 +210,9 @@ def _describe(t) -> str:
     return f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
 
 
-def check_tile(tile, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The tile as a tuple of ints, or a LaunchError naming the bad entry."""
+def check_tile(tile, shape) -> tuple[int, ...]:
+    """The tile as a tuple of ints, or a LaunchError naming the bad entry. `shape`: a tuple
+    or a torch.Size (a tuple that hashes and compares as one: looked up without a copy)."""
     if type(tile) is tuple:             # a tile checked before for this shape: a lookup
         checked = _CHECKED.get((tile, shape))
         if checked is not None:
@@ -218,6 +221,7 @@ def check_tile(tile, shape: tuple[int, ...]) -> tuple[int, ...]:
                     break
             else:
                 return checked
+    shape = tuple(shape)                # messages print it as a tuple
     checked = _check_tile(tile, shape)
     if type(tile) is tuple:
         if len(_CHECKED) >= 1024:

@@ -301,7 +301,7 @@ class Tensor:
         with LOCK:   # (serialized, without its wrapper's call: a partition is made per launch)
             if self._handed_at is not None or self._lender is not None or self._state._lent or self._state.frozen:
                 self._check_lendable("partition()")   # (nothing to refuse otherwise: no calls)
-            return Partition(self, tile, prefix=False, lent_at=place())
+            return Partition(self, tile, False, place())
 
     @serialized
     def partition_prefix(self, tile) -> Partition:
