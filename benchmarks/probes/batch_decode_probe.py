@@ -9,6 +9,7 @@ order, until BATCH_BUDGET_S (default 85 s) is spent:
 2. profiles: the per-kernel profile of the step at the batches in BATCH_PROFILE (default
    8,32,128; `benchmarks/decode_profile.py` at batch B: captured without PDL, each kernel's
    own time against its bytes, summed by kind; per layer position);
+   then the step variants of BATCH_VARIANTS (VARIANTS below; default fused8), timed as in 1;
 3. gemms: each projection of the model (qkv, o, gate_up, down: the 36 layers' weights in turn,
    as a step reads them, so L2 holds none; the LM head) at M = each batch: `tk.linear` with
    its default config against F.linear (cuBLAS) and against the weight bytes at 4.8 TB/s;
@@ -18,6 +19,7 @@ Every case catches its own errors. Prints a short table at the end (and a JSON l
 profiles); argv[1] is the JSON written.
     PYTHONPATH=src python3 benchmarks/probes/batch_decode_probe.py "$OUT/batch.json" 4b 1,8,32,64,128
 """
+import importlib
 import json
 import os
 import sys
@@ -42,6 +44,7 @@ CONTEXT = 200
 MAX_LEN = 256
 HBM = dp.HBM
 PROFILE = [int(b) for b in os.environ.get("BATCH_PROFILE", "8,32,128").split(",") if b]
+VARIANT_NAMES = [v for v in os.environ.get("BATCH_VARIANTS", "fused8").split(",") if v]
 CAND_M = [int(b) for b in os.environ.get("BATCH_CAND_M", "8,64").split(",") if b]
 SLEEP = 60_000_000                       # GPU cycles (~30 ms): the host queues a timed loop meanwhile
 
@@ -67,6 +70,38 @@ def gpu_ms(fn, n: int = 20) -> float:
 
 def kv_bytes(cfg, batch: int) -> int:
     return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * CONTEXT * batch
+
+
+# Step variants (name -> (batch, {(module, attribute): value})), timed after the plain steps:
+# "fused8": the fused layer (norms and SiLU-mul as GEMV prologues, residual epilogues) at 8
+# rows, in the tensor-core form (session 15 measured it 2-4x slower per layer with the norm's
+# pass before the loop; the late norm has replaced that pass since).
+MODEL = importlib.import_module("tilesafe.engine.model")
+VARIANTS = {"fused8": (8, {(MODEL, "FUSED_ROWS"): 16})}
+
+
+def reset_plans() -> None:
+    """Call plans keep a call's launch arguments: start over after a switch changes."""
+    for name in dir(tk):
+        plans = getattr(getattr(tk, name), "plans", None)
+        if plans is not None:
+            plans.plans.clear()
+
+
+def variant_case(llm, name: str) -> dict:
+    b, changes = VARIANTS[name]
+    saved = {key: getattr(*key) for key in changes}
+    llm.decode_steps.steps.pop(b, None)
+    try:
+        for (mod, attr), value in changes.items():
+            setattr(mod, attr, value)
+        reset_plans()
+        return {"variant": name, **step_case(llm, b)}
+    finally:
+        for (mod, attr), value in saved.items():
+            setattr(mod, attr, value)
+        reset_plans()
+        llm.decode_steps.steps.pop(b, None)
 
 
 def step_case(llm, b: int) -> dict:
@@ -198,6 +233,8 @@ def main():
             if b in step_ms:
                 guarded(res["profiles"], f"profile B={b}",
                         lambda b=b: {"batch": b, "profile": profile_case(llm, b, step_ms[b])})
+        for name in VARIANT_NAMES:
+            guarded(res["steps"], f"variant {name}", lambda name=name: variant_case(llm, name))
         ws = weights_of(llm)
         for m in batches:
             for name, w in ws.items():
@@ -224,7 +261,7 @@ def _table(res: dict) -> None:
     for r in res["steps"]:
         if "gpu_ms" in r:
             print(f"{r['batch']:>4} {r['gpu_ms']:>8.4f} {r['tok_s']:>9.1f} {r['roofline']:>10.3f} "
-                  f"{r['weights_roofline']:>8.3f} {r['kv_MB']:>7} {r['attention_splits']:>6}")
+                  f"{r['weights_roofline']:>8.3f} {r['kv_MB']:>7} {r['attention_splits']:>6} {r.get('variant', '')}")
         else:
             print(r.get("case"), r.get("error", r.get("skipped")))
     for p in res["profiles"]:
