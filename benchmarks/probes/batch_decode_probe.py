@@ -13,6 +13,7 @@ order, until BATCH_BUDGET_S (default 85 s) is spent:
 3. gemms: each projection of the model (qkv, o, gate_up, down: the 36 layers' weights in turn,
    as a step reads them, so L2 holds none; the LM head) at M = each batch: `tk.linear` with
    its default config against F.linear (cuBLAS) and against the weight bytes at 4.8 TB/s;
+   (BATCH_GEMMS=0 skips this part);
 4. candidates: a few other configs of `tk.linear` at M in BATCH_CAND_M (default 8,64), each
    checked against F.linear before it is timed.
 Every case catches its own errors. Prints a short table at the end (and a JSON line of the
@@ -45,6 +46,7 @@ MAX_LEN = 256
 HBM = dp.HBM
 PROFILE = [int(b) for b in os.environ.get("BATCH_PROFILE", "8,32,128").split(",") if b]
 VARIANT_NAMES = [v for v in os.environ.get("BATCH_VARIANTS", "fused8").split(",") if v]
+GEMMS = os.environ.get("BATCH_GEMMS", "1") == "1"          # part 3 (0: skip it)
 CAND_M = [int(b) for b in os.environ.get("BATCH_CAND_M", "8,64").split(",") if b]
 SLEEP = 60_000_000                       # GPU cycles (~30 ms): the host queues a timed loop meanwhile
 
@@ -236,7 +238,7 @@ def main():
         for name in VARIANT_NAMES:
             guarded(res["steps"], f"variant {name}", lambda name=name: variant_case(llm, name))
         ws = weights_of(llm)
-        for m in batches:
+        for m in batches if GEMMS else []:
             for name, w in ws.items():
                 guarded(res["gemms"], f"gemm {name} M={m}", lambda name=name, w=w, m=m: gemm_case(name, w, m))
         for m in CAND_M:
