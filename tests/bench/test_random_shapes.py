@@ -78,6 +78,22 @@ def test_summary_gives_geomean_worst_eager_and_the_limit_of_each_miss():
     assert random_report.summarize([_rec("random-gemm", 0.99, "a")])["random-gemm"]["met"]
 
 
+def test_decode_summary_names_whose_goal_it_is_and_gives_sdpa_beside_it():
+    """Issue 22 sets no decode-attention number: the summary says the copy-rate goal is the fixed
+    benchmark's, and gives the ratio to SDPA beside it (a decode faster than SDPA but at 0.4 of
+    the copy rate read as a plain miss before)."""
+    rec = _rec("random-decode", 1.5, "d", limit="occupancy")
+    rec["ratios"]["vs_baseline"] = 0.4
+    row = random_report.summarize([rec])["random-decode"]
+    assert row["ratio"] == "vs_baseline" and row["worst"] == 0.4 and not row["met"]
+    assert row["vs_torch_geomean"] == pytest.approx(1.5) and "issue 22 sets none" in row["goal_source"]
+    text = random_report.text({"random-decode": row})
+    assert "MISS (the fixed benchmark's decode target; issue 22 sets none); vs_torch geomean 1.500" in text
+    assert "limit occupancy" in text
+    gemm = random_report.summarize([_rec("random-gemm", 0.9, "g")])["random-gemm"]
+    assert "goal_source" not in gemm and "vs_torch_geomean" not in gemm
+
+
 def test_model_record_names_the_config_and_its_limit():
     params = {"shape_kind": "Gemm", "m": 777, "n": 3072, "k": 1536, "dtype": "bf16"}
     rec = random_report.model_record(params, on_gpu=False)

@@ -14,6 +14,10 @@ from ..kernels import configs, first_use
 # family -> (the ratio judged, what each shape must reach, what the geometric mean must reach)
 GOALS = {"random-gemm": ("vs_torch", 0.85, 0.97), "random-gemv": ("vs_torch", 0.95, 0.95),
          "random-flash": ("vs_torch", 0.85, 0.85), "random-decode": ("vs_baseline", 0.85, 0.85)}
+# Issue 22 sets no number for decode attention: its goal above is the fixed benchmark's (85% of
+# the copy rate over the KV bytes), which a few heads over a short context cannot reach (too few
+# blocks to keep the HBM busy). The summary says so, and gives the ratio to SDPA beside it.
+NOT_ISSUE_GOALS = {"random-decode": "the fixed benchmark's decode target; issue 22 sets none"}
 
 
 def shape_of(params: dict):
@@ -67,6 +71,12 @@ def summarize(results: list[dict]) -> dict:
             row["geomean"] = _geomean(v for v, _ in have)
             row["worst"], row["worst_shape"] = min(have)
             row["met"] = row["geomean"] >= mean and row["worst"] >= each and len(have) == len(recs)
+        if ratio != "vs_torch":
+            beside = [r["ratios"]["vs_torch"] for r in recs if r.get("ratios", {}).get("vs_torch") is not None]
+            if beside:
+                row["vs_torch_geomean"], row["vs_torch_worst"] = _geomean(beside), min(beside)
+        if family in NOT_ISSUE_GOALS:
+            row["goal_source"] = NOT_ISSUE_GOALS[family]
         eager = [r["eager_vs_torch"] for r in recs if r.get("eager_vs_torch")]
         if eager:
             row["eager_geomean_vs_torch"] = _geomean(eager)
@@ -106,8 +116,12 @@ def text(summary: dict) -> str:
             lines.append(f"  {family}: nothing timed")
             continue
         verdict = "pass" if row["met"] else "MISS"
+        if "goal_source" in row:
+            verdict += f" ({row['goal_source']})"
+        beside = f"; vs_torch geomean {row['vs_torch_geomean']:.3f}, worst {row['vs_torch_worst']:.3f}" \
+            if "vs_torch_geomean" in row else ""
         lines.append(f"  {family:<14} {row['ratio']} geomean {row['geomean']:.3f} (need {row['need_geomean']:.2f}), "
-                     f"worst {row['worst']:.3f} (need {row['need_each']:.2f}) {verdict}; eager geomean "
+                     f"worst {row['worst']:.3f} (need {row['need_each']:.2f}) {verdict}{beside}; eager geomean "
                      f"{row.get('eager_geomean_vs_torch', float('nan')):.3f}; predicted/measured "
                      f"{row.get('predicted_over_measured_geomean', float('nan')):.2f}")
         for m in row["misses"]:
@@ -121,9 +135,9 @@ def plot(doc: dict, out_dir, stem: str) -> list:
     (log-log, the diagonal drawn), colored by family; empty without matplotlib."""
     from pathlib import Path
 
-    from .plot import MatplotlibMissing, _pyplot
+    from .plot import MatplotlibMissing, pyplot
     try:
-        plt = _pyplot()
+        plt = pyplot()
     except MatplotlibMissing:
         return []
     fig, ax = plt.subplots(figsize=(6, 6))
