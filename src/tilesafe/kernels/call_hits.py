@@ -127,7 +127,7 @@ class CallHit:
                     t = scratch.views(recipe, (plan.scratch_elems,))[0]
                 tv = t._t
                 storage = tv.untyped_storage()
-                roots.append((tv, t._state, tv.data_ptr(), storage.data_ptr(), storage.nbytes()))
+                roots.append((tv, t._state, R.first_address(tv), storage.data_ptr(), storage.nbytes()))
                 made[i] = t
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.

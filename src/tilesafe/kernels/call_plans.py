@@ -130,7 +130,9 @@ def call_key(name: str, args: tuple, kwargs: dict):
     """(key, the places of the call's tensors in key order); key None when the call must take
     the full path. A tensor's place: (its torch view, its storage, the storage's address, its
     first element's address, the tensor as passed), read once per call for the key and the
-    plan's fast form (call_hits)."""
+    plan's fast form (call_hits). An empty view's first element has an address too (its
+    storage's plus its offset; torch's `data_ptr()` is 0 there): distances between tensors
+    of one storage, and the byte sets of a fast launch, are exact for it."""
     parts = [name, len(args), tuple(kwargs)]
     # Per tensor, its place, and which tensors share a storage with an earlier one, at what
     # distance: the views a call makes of one are then views of the other too (call_recording).
@@ -184,7 +186,8 @@ def call_key(name: str, args: tuple, kwargs: dict):
             parts.append((type(v), v))     # an activation name, a torch dtype
             continue
         storage = tv.untyped_storage()     # _place, inline
-        sptr, ptr = storage.data_ptr(), tv.data_ptr()
+        sptr = storage.data_ptr()
+        ptr = tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()   # 0: an empty view's
         j = 0
         for place in places:
             if place[2] == sptr:
@@ -208,7 +211,8 @@ def _place(t: Tensor, places: list, shared: list) -> None:
     addresses, the tensor) and which earlier tensor's storage it shares, at what distance."""
     tv = t._t
     storage = tv.untyped_storage()
-    sptr, ptr = storage.data_ptr(), tv.data_ptr()
+    sptr = storage.data_ptr()
+    ptr = tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()   # 0: an empty view's
     for j, place in enumerate(places):
         if place[2] == sptr:
             shared.append((len(places), j, ptr - place[3]))

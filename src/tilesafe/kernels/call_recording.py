@@ -59,7 +59,7 @@ class Recording:
 
     def _add(self, kind, recipe, tv: torch.Tensor, returned) -> int:
         self.roots.append((kind, recipe))
-        self.places.append((tv.device, tv.untyped_storage().data_ptr(), tv.data_ptr(), tv.dtype, tv.shape,
+        self.places.append((tv.device, tv.untyped_storage().data_ptr(), first_address(tv), tv.dtype, tv.shape,
                             tv.stride()))
         self.returned.append(returned)
         return len(self.roots) - 1
@@ -94,7 +94,7 @@ class Recording:
         if not isinstance(tv, torch.Tensor):
             self.spoiled = True
             return None
-        device, storage, ptr = tv.device, tv.untyped_storage().data_ptr(), tv.data_ptr()
+        device, storage, ptr = tv.device, tv.untyped_storage().data_ptr(), first_address(tv)
         shared = False
         for i, (rdev, rstorage, rptr, rdtype, rshape, rstrides) in enumerate(self.places):
             if rstorage == storage and rdev == device:
@@ -138,6 +138,12 @@ class Recording:
                 return i
         self.spoiled = True
         return None
+
+
+def first_address(tv: torch.Tensor) -> int:
+    """The address of a view's first element, also for an empty view (torch's `data_ptr()` is
+    0 there: distances to other views of its storage would be garbage)."""
+    return tv.data_ptr() or tv.untyped_storage().data_ptr() + tv.storage_offset() * tv.element_size()
 
 
 def active() -> Recording | None:

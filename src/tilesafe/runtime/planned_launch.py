@@ -11,29 +11,29 @@ bound on a GPU: it checks what the layout cannot fix, per storage state —
   * S8: no live partition holds any byte of the memory (else the full step decides);
   * S14: the bytes it reads were written (states with an `init_mask` only; none: all were);
   * alignment: each address has the 16-byte class the compiled kernel was specialised for;
-then orders after conflicting work of other streams (S10), starts Triton's compiled kernel
-with a prebuilt argument tuple (the layout's extents, strides, scalars and grid; the call's
-addresses, and TMA descriptors made from the layout's template at those addresses), marks
-what it wrote (S14, masked states only) and registers its accesses as pending (S9). Byte
-sets are made only when an address moved since the last launch of the slot (byte_set_slots). On the CPU backends the launch is the run itself: a bound is built
-from views and `execute` runs it. At the first doubt `run` returns False before anything happened, and the
-caller takes the step's full path.
+then starts Triton's compiled kernel with a prebuilt argument tuple (the layout's extents,
+strides, scalars and grid; the call's addresses, and TMA descriptors made from the layout's
+template at those addresses), ordered after conflicting work of other streams (S10), marks
+what it wrote (S14, masked states only) and registers its accesses as pending (S9): the tail
+every GPU fast launch shares (pending_start). Byte sets are made only when an address moved
+since the last launch of the slot (byte_set_slots). On the CPU backends the launch is the run
+itself: a bound is built from views and `execute` runs it. At the first doubt `run` returns
+False before anything happened, and the caller takes the step's full path.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
 
 from ..backends.triton.tma import Address, LayoutDescriptor, layout_descriptor
-from .aliasing import ByteSet
 from .binding import ArgFacts, Bound
 from .byte_set_slots import ByteSetSlots
 from .execute import execute
-from .future import Completion
 from .launch_cache import Launched
 from .ordering import writes
-from .storage_state import record_launch
+from .pending_start import start_pending
 from .tensor import Tensor
 
 _UNKNOWN, _CPU, _GPU, _NONE = range(4)
@@ -46,7 +46,7 @@ class PlannedLaunch:
     for the root itself)."""
     __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values",
                  "pointers", "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
-                 "items", "byte_strides", "writes", "offsets", "shapes", "launched", "device_names")
+                 "items", "byte_strides", "writes", "offsets", "shapes", "launched")
 
     def __init__(self, kernel, entry, access, scalars: dict):
         plan = entry.plan
@@ -78,12 +78,9 @@ class PlannedLaunch:
         if self.mode != _GPU:
             return self._run_here(roots)
         # The GPU form: one pass over the arguments for the checks (S8, alignment), then S14's
-        # reads of masked states, and only then anything that acts.
-        # Each argument's byte set is made again only when its memory moved (ByteSetSlots'
-        # cache, read inline); the plan key fixes each argument's device, so its name too.
+        # reads of masked states, and only then anything that acts (byte_set_slots, pending_start).
         args, ptrs, states = [], [], []
         offsets, aligns = self.offsets, self.aligns
-        sets, layouts, devices = self.sets.sets, self.sets.layouts, self.device_names
         k = 0
         for r in self.slots:
             a = roots[r]
@@ -91,11 +88,6 @@ class PlannedLaunch:
             state = a[1]
             if ptr & 15 != aligns[k] or state._lent and _lent(state) or state.frozen and self.writes[k]:
                 return False                  # (frozen memory written: the full step refuses it)
-            sptr = a[3]
-            byteset = sets[k]
-            if byteset is None or byteset[1] != sptr or byteset[3] != ptr - sptr or byteset[2] != a[4]:
-                shape, strides, item = layouts[k]
-                sets[k] = _new_tuple(ByteSet, (devices[k], sptr, a[4], ptr - sptr, shape, strides, item))
             args.append(a)
             ptrs.append(ptr)
             states.append(state)
@@ -109,24 +101,23 @@ class PlannedLaunch:
             values[i] = ptrs[k]
         for i, k, shape, strides, box in self.descriptors:   # the layout's descriptor at this address
             values[i] = _new_tuple(LayoutDescriptor, (Address(ptrs[k]), shape, strides, box, "zero"))
-        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        writes = self.writes
-        k = 0
-        for state in states:
-            if state._pending and state.pending_stream != stream:   # S10: other streams' work
-                state.order_device(sets[k], writes[k], stream)
-            k += 1
-        self.start(stream, tuple(values))
+        mark = None
         for k in self.written:                # S14 (masked states only)
             if states[k].init_mask is not None:
-                self._mark(k, roots)
-        stream_obj = self.streams.get(stream)
-        if stream_obj is None:    # the current stream's torch object, looked up once per stream
-            stream_obj = self.streams[stream] = torch.cuda.current_stream(self.device_index)
-        done = Completion(None, stream, tuple([a[0] for a in args]), stream_obj)   # holds the memory (S9)
-        record_launch(states, sets, writes, done, stream)
+                mark = functools.partial(self._marks, states, roots)
+                break
+        # Byte sets made again only where the memory moved; roots carry each first element's
+        # address, an empty view's too (call_plans.call_key), so every offset is exact.
+        start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index), tuple(values), states,
+                      self.sets.placed(args, ptrs), self.writes, tuple([a[0] for a in args]), self.streams,
+                      self.device_index, mark)
         self.kernel.last_launch = self.launched
         return True
+
+    def _marks(self, states: list, roots: list) -> None:
+        for k in self.written:
+            if states[k].init_mask is not None:
+                self._mark(k, roots)
 
     def _run_here(self, roots: list) -> bool:
         """`run` before the GPU form is known (the first launch decides it), and on the CPU
@@ -159,7 +150,6 @@ class PlannedLaunch:
                 launched = self.launched = Launched.__new__(Launched)
                 launched.consts, launched.scalars, launched.grid, launched.compiled = \
                     self.plan.consts, self.scalars, self.plan.grid, self.compiled
-                self.device_names = tuple([str(a[0].device) for a in args])   # ByteSet's names
                 return self.run(roots)
         execute(self.compiled, bound)
         self.kernel.last_launch = Launched(bound, self.compiled)

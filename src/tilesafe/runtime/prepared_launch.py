@@ -4,11 +4,13 @@ launching new memory in a layout launched before (LayoutLauncher, for library ca
 Same argument objects mean the same pointers, extents, strides and grid, so everything
 Triton's dispatcher would recompute (argument binding, specialization key, cache lookup)
 is done once, by the backend (`Launch.direct`), and each call goes straight to the compiled
-kernel's launcher. What safety needs per call stays here: ordering after conflicting work on
-other streams (S10), initialisation marking (S14), and registering the launch as pending (S9).
+kernel's launcher. What safety needs per call stays: ordering after conflicting work on
+other streams (S10), initialisation marking (S14), and registering the launch as pending (S9),
+in the tail every GPU fast launch shares (pending_start.start_pending).
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
@@ -16,13 +18,12 @@ import torch
 from ..settings import graph_var
 from . import arrivals
 from .execute import execute
-from .aliasing import _DEVICE_NAMES, ByteSet
-from .byte_set_slots import ByteSetSlots, _new_set
-from .future import Completion, Future
+from .byte_set_slots import ByteSetSlots
+from .future import Future
 from .ordering import accesses, writes
 from .partition import Partition
+from .pending_start import start_pending
 from .safety import mark_written
-from .storage_state import record_launch
 
 
 def prepare(compiled, bound) -> "PreparedLaunch | None":
@@ -58,18 +59,13 @@ class PreparedLaunch:
     def __call__(self) -> Future:
         if graph_var.get() is not None:
             return execute(self.compiled, self.bound)      # capture registers with the graph
-        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        for state, byteset, write in self.accesses:
-            if state._pending and state.pending_stream != stream:   # S10: other streams' work
-                state.order_device(byteset, write, stream)
-        self.start(stream, self.args)
+        mark = None
         if any(ref()._state.init_mask is not None for ref in self.written):
-            mark_written(self.bound, self.compiled.written)   # prefix partitions mark their prefix only
-        stream_obj = self._streams.get(stream)
-        if stream_obj is None:    # the current stream's torch object, looked up once per stream
-            stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
-        done = Completion(None, stream, tuple([ref() for ref in self.tensors]), stream_obj)   # event made lazily
-        record_launch(*self.columns, done, stream)
+            # prefix partitions mark their prefix only
+            mark = functools.partial(mark_written, self.bound, self.compiled.written)
+        done = start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index), self.args,
+                             *self.columns, tuple([ref() for ref in self.tensors]), self._streams,
+                             self.device_index, mark)
         return Future(tuple([o() for o in self.outputs]), done)
 
 
@@ -107,7 +103,6 @@ class LayoutLauncher:
         self.launched = None     # what its launches run (launch_cache.Launched), set by its layout plan
         self._sets = ByteSetSlots((tuple(f.shape), tuple(s * f.dtype.itemsize for s in f.strides), f.dtype.itemsize)
                                   for f in facts)
-        self.nonempty = tuple(all(n for n in f.shape) for f in facts)
 
     def __call__(self, bound) -> Future:
         if graph_var.get() is not None:
@@ -122,38 +117,20 @@ class LayoutLauncher:
         """A launch from the argument objects themselves (`tensors`: parameter -> tilesafe
         tensor, none of whose memory tracks initialisation; `objs`: parameter -> what was
         passed; `ptrs`: parameter -> the address of its first element), checked by the caller
-        as for `__call__` (launch_cache.LayoutPlan.direct). `_start` in one pass: each byte set
-        is the slot's last one unless the memory moved (`ByteSetSlots.placed`, inline)."""
-        sets, layouts = self._sets.sets, self._sets.layouts
-        views, states = {}, []
-        k = 0
+        as for `__call__` (launch_cache.LayoutPlan.direct): `_start` without its masks (S14)
+        and bound."""
+        views, states, places, addresses = {}, [], [], []
         for name, _ in self.writes:
             t = tensors[name]
             v = views[name] = t._t
             states.append(t._state)
             s = v.untyped_storage()
-            sptr, nbytes = s.data_ptr(), s.nbytes()
-            # data_ptr() is 0 for an empty view: its offset comes from storage_offset()
-            offset = ptrs[name] - sptr if self.nonempty[k] else v.storage_offset() * v.element_size()
-            byteset = sets[k]
-            if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
-                shape, strides, item = layouts[k]
-                dev = _DEVICE_NAMES.get(v.device)
-                if dev is None:
-                    dev = _DEVICE_NAMES[v.device] = str(v.device)
-                sets[k] = _new_set(ByteSet, (dev, sptr, nbytes, offset, shape, strides, item))
-            k += 1
-        args = self.values(None, views)
-        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        for state, byteset, write in zip(states, sets, self.write_flags):
-            if state._pending and state.pending_stream != stream:   # S10: other streams' work
-                state.order_device(byteset, write, stream)
-        self.start(stream, args)
-        stream_obj = self._streams.get(stream)
-        if stream_obj is None:    # the current stream's torch object, looked up once per stream
-            stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
-        done = Completion(None, stream, tuple(views.values()), stream_obj)   # event made lazily
-        record_launch(states, sets, self.write_flags, done, stream)
+            places.append((v, None, None, s.data_ptr(), s.nbytes()))
+            addresses.append(ptrs[name])      # 0 for an empty view: ByteSetSlots.placed reads its offset
+        sets = self._sets.placed(places, addresses)
+        done = start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index),
+                             self.values(None, views), states, sets, self.write_flags, tuple(views.values()),
+                             self._streams, self.device_index)
         return Future(tuple([objs[n] for n in self.output_names]), done)
 
     def _start(self, held: list, objs: list, bound) -> Future:
@@ -161,19 +138,12 @@ class LayoutLauncher:
         args = self.values(bound, views)
         places = [(v, None, None, (s := v.untyped_storage()).data_ptr(), s.nbytes()) for v in views.values()]
         sets = self._sets.placed(places, [p[3] + p[0].storage_offset() * p[0].element_size() for p in places])
-        stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-        masked = False
-        for (_, write), t, byteset in zip(self.writes, held, sets):
-            state = t._state
-            if state._pending and state.pending_stream != stream:   # S10: other streams' work
-                state.order_device(byteset, write, stream)
-            masked = masked or state.init_mask is not None
-        self.start(stream, args)
-        if masked:
-            mark_written(bound, self.compiled.written)
-        stream_obj = self._streams.get(stream)
-        if stream_obj is None:    # the current stream's torch object, looked up once per stream
-            stream_obj = self._streams[stream] = torch.cuda.current_stream(self.device)
-        done = Completion(None, stream, tuple(views.values()), stream_obj)   # event made lazily
-        record_launch([t._state for t in held], sets, self.write_flags, done, stream)
+        states = [t._state for t in held]
+        mark = None
+        for state in states:
+            if state.init_mask is not None:
+                mark = functools.partial(mark_written, bound, self.compiled.written)
+                break
+        done = start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index), args, states, sets,
+                             self.write_flags, tuple(views.values()), self._streams, self.device_index, mark)
         return Future(tuple([objs[k] for k in self.outputs]), done)
