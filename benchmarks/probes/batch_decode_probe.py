@@ -9,7 +9,7 @@ order, until BATCH_BUDGET_S (default 85 s) is spent:
 2. profiles: the per-kernel profile of the step at the batches in BATCH_PROFILE (default
    8,32,128; `benchmarks/decode_profile.py` at batch B: captured without PDL, each kernel's
    own time against its bytes, summed by kind; per layer position);
-   then the step variants of BATCH_VARIANTS (VARIANTS below; default fused8), timed as in 1;
+   then the step variants of BATCH_VARIANTS (see SWITCHES below; default fused@8), timed as in 1;
 3. gemms: each projection of the model (qkv, o, gate_up, down: the 36 layers' weights in turn,
    as a step reads them, so L2 holds none; the LM head) at M = each batch: `tk.linear` with
    its default config against F.linear (cuBLAS) and against the weight bytes at 4.8 TB/s;
@@ -45,7 +45,7 @@ CONTEXT = 200
 MAX_LEN = 256
 HBM = dp.HBM
 PROFILE = [int(b) for b in os.environ.get("BATCH_PROFILE", "8,32,128").split(",") if b]
-VARIANT_NAMES = [v for v in os.environ.get("BATCH_VARIANTS", "fused8").split(",") if v]
+VARIANT_NAMES = [v for v in os.environ.get("BATCH_VARIANTS", "fused@8").split(",") if v]
 GEMMS = os.environ.get("BATCH_GEMMS", "1") == "1"          # part 3 (0: skip it)
 CAND_M = [int(b) for b in os.environ.get("BATCH_CAND_M", "8,64").split(",") if b]
 SLEEP = 60_000_000                       # GPU cycles (~30 ms): the host queues a timed loop meanwhile
@@ -74,12 +74,16 @@ def kv_bytes(cfg, batch: int) -> int:
     return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * CONTEXT * batch
 
 
-# Step variants (name -> (batch, {(module, attribute): value})), timed after the plain steps:
-# "fused8": the fused layer (norms and SiLU-mul as GEMV prologues, residual epilogues) at 8
-# rows, in the tensor-core form (session 15 measured it 2-4x slower per layer with the norm's
-# pass before the loop; the late norm has replaced that pass since).
+# Step variants, "<kind>@<batch>", timed after the plain steps:
+#   fused@B  the fused layer (norms and SiLU-mul as GEMV prologues, residual epilogues) at B <= 16
+#            rows, in the tensor-core form (session 15 measured it 2-4x slower per layer with the
+#            norm's pass before the loop; the late norm has replaced that pass since);
+#   table@B  the tuned table with BATCH_TABLE's entries (JSON {family: {shape class: config}})
+#            added or replaced, e.g. configs for the model's weights at M = B.
 MODEL = importlib.import_module("tilesafe.engine.model")
-VARIANTS = {"fused8": (8, {(MODEL, "FUSED_ROWS"): 16})}
+CONFIGS = importlib.import_module("tilesafe.kernels.configs")
+SWITCHES = {"fused": {(MODEL, "FUSED_ROWS"): 16}, "table": {}}
+TABLE = json.loads(os.environ.get("BATCH_TABLE", "{}"))
 
 
 def reset_plans() -> None:
@@ -90,9 +94,33 @@ def reset_plans() -> None:
             plans.plans.clear()
 
 
+def patched_table(patch: dict) -> dict:
+    """Add `patch`'s entries to the current GPU's tuned table (in memory); returns what they replaced."""
+    table = CONFIGS.tuned_table(CONFIGS.gpu_name())
+    old = {}
+    for family, entries in patch.items():
+        fam = table.setdefault(family, {})
+        for key, cfg in entries.items():
+            old.setdefault(family, {})[key] = fam.get(key)
+            fam[key] = cfg
+    return old
+
+
+def restore_table(old: dict) -> None:
+    table = CONFIGS.tuned_table(CONFIGS.gpu_name())
+    for family, entries in old.items():
+        for key, cfg in entries.items():
+            if cfg is None:
+                table[family].pop(key, None)
+            else:
+                table[family][key] = cfg
+
+
 def variant_case(llm, name: str) -> dict:
-    b, changes = VARIANTS[name]
+    kind, b = name.split("@")
+    b, changes = int(b), SWITCHES[kind]
     saved = {key: getattr(*key) for key in changes}
+    old = patched_table(TABLE) if kind == "table" else {}
     llm.decode_steps.steps.pop(b, None)
     try:
         for (mod, attr), value in changes.items():
@@ -102,6 +130,7 @@ def variant_case(llm, name: str) -> dict:
     finally:
         for (mod, attr), value in saved.items():
             setattr(mod, attr, value)
+        restore_table(old)
         reset_plans()
         llm.decode_steps.steps.pop(b, None)
 
