@@ -10,12 +10,11 @@ order, until BATCH_BUDGET_S (default 85 s) is spent:
    8,32,128; `benchmarks/decode_profile.py` at batch B: captured without PDL, each kernel's
    own time against its bytes, summed by kind; per layer position);
    then the step variants of BATCH_VARIANTS (see SWITCHES below; default fused@8), timed as in 1;
-3. gemms: each projection of the model (qkv, o, gate_up, down: the 36 layers' weights in turn,
-   as a step reads them, so L2 holds none; the LM head) at M = each batch: `tk.linear` with
-   its default config against F.linear (cuBLAS) and against the weight bytes at 4.8 TB/s;
-   (BATCH_GEMMS=0 skips this part);
-4. candidates: a few other configs of `tk.linear` at M in BATCH_CAND_M (default 8,64), each
-   checked against F.linear before it is timed.
+3. gemms, per M of BATCH_CAND_M (default 8,64,32,128, in that order): each projection of the
+   model (qkv, o, gate_up, down: the 36 layers' weights in turn, as a step reads them, so L2
+   holds none; the LM head): `tk.linear` with its default config against cuBLAS and against
+   the weight bytes at 4.8 TB/s, then a few other configs (`candidates`), each checked against
+   cuBLAS before it is timed (BATCH_GEMMS=0 skips this part).
 Every case catches its own errors. Prints a short table at the end (and a JSON line of the
 profiles); argv[1] is the JSON written.
     PYTHONPATH=src python3 benchmarks/probes/batch_decode_probe.py "$OUT/batch.json" 4b 1,8,32,64,128
@@ -47,7 +46,7 @@ HBM = dp.HBM
 PROFILE = [int(b) for b in os.environ.get("BATCH_PROFILE", "8,32,128").split(",") if b]
 VARIANT_NAMES = [v for v in os.environ.get("BATCH_VARIANTS", "fused@8").split(",") if v]
 GEMMS = os.environ.get("BATCH_GEMMS", "1") == "1"          # part 3 (0: skip it)
-CAND_M = [int(b) for b in os.environ.get("BATCH_CAND_M", "8,64").split(",") if b]
+CAND_M = [int(b) for b in os.environ.get("BATCH_CAND_M", "8,64,32,128").split(",") if b]
 SLEEP = 60_000_000                       # GPU cycles (~30 ms): the host queues a timed loop meanwhile
 
 
@@ -267,14 +266,12 @@ def main():
         for name in VARIANT_NAMES:
             guarded(res["steps"], f"variant {name}", lambda name=name: variant_case(llm, name))
         ws = weights_of(llm)
-        for m in batches if GEMMS else []:
+        for m in CAND_M if GEMMS else []:      # per M: each weight's default, cuBLAS, then the candidates
             for name, w in ws.items():
                 guarded(res["gemms"], f"gemm {name} M={m}", lambda name=name, w=w, m=m: gemm_case(name, w, m))
-        for m in CAND_M:
-            for name in ("qkv", "o", "gate_up", "down"):
-                for c in candidates(m):
+                for c in candidates(m) if name != "lm_head" else []:
                     guarded(res["candidates"], f"cand {name} M={m} {c}",
-                            lambda name=name, m=m, c=c: gemm_case(name, ws[name], m, c))
+                            lambda name=name, m=m, c=c: gemm_case(name, w, m, c))
     res["wall_s"] = round(time.perf_counter() - T0, 1)
     _write(out_path, res)
     _table(res)
