@@ -17,10 +17,11 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
   one_split / two_split   decode attention in one / at most two splits
   one_kernel   the splits combined by the last block of each KV head (no combine launch)
   late+split   late_norm and one_split
-  gemv_pf      every one-row GEMV in its PREFETCH form (the weight tile k + 1 loaded before k's FMAs)
-  hoist        gemv_pf, and the first weight tile loaded into registers BEFORE the PDL wait (codegen
-               patched here for skinny_kernel / fused_skinny_kernel, whose `b` is the step's weight)
-  hoist_small  hoist for the 4B qkv, o and down GEMVs only (gate/up as tuned)
+  no_early     matmul.GEMV_EARLY off: the GEMVs in their tuned form, each waiting before its first load
+               (the default is session 18's: the weights frozen, each one-row GEMV in its PREFETCH loop, whose
+               first weight tile loads before the PDL wait)
+  pf_waits     the default's PREFETCH loops, but every launch waiting first (runtime early reads off)
+  early_small  the early form for the 4B qkv, o and down GEMVs only (gate/up as tuned)
   o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
   o_narrow     the o projection in 2-column tiles (1280 blocks)
 DEC_PROFILE=a,b names the variants to profile (default: the default and the fastest).
@@ -57,16 +58,8 @@ _PAGED_CONFIG = PK._paged_config
 
 
 MM = importlib.import_module("tilesafe.kernels.matmul")
-CODEGEN = importlib.import_module("tilesafe.backends.triton.codegen")
-EP = importlib.import_module("tilesafe.backends.triton.emit_prefetch")
+RK = importlib.import_module("tilesafe.runtime.kernel")
 _SKINNY_CONFIG = MM.skinny_config
-_GENERATE = CODEGEN.generate
-_HEAD = EP.head_before_wait
-# Kernels whose Ref `b` is a decode weight (read-only for the whole step): the hoist variant
-# lets their leading loads of it go before the PDL wait (a measurement of session 18's idea,
-# done here by patching codegen; the library form keys it on frozen weights).
-WEIGHT_KERNELS = frozenset({"skinny_kernel", "fused_skinny_kernel"})
-_HOISTING = {"fn": None}
 
 
 def _with_config(change):
@@ -77,39 +70,13 @@ def _with_config(change):
     return config
 
 
-def _weight_load(op) -> bool:
-    return op.opcode == "load" and getattr(op.args[0], "name", None) == "b" \
-        and getattr(op.args[0].type, "kind", None) == "ref"
+def _no_early_reads(kernel, bound, sched):
+    """runtime/kernel.py's early_reads, off: every launch waits before its first load."""
+    return sched
 
 
-def _hoisting_head(body) -> int:
-    """head_before_wait, also taking the leading loads of the weight `b` (WEIGHT_KERNELS)."""
-    if _HOISTING["fn"] not in WEIGHT_KERNELS:
-        return _HEAD(body)
-    n = 0
-    while n < len(body.ops) and (EP._touches_no_memory(body.ops[n]) or _weight_load(body.ops[n])):
-        n += 1
-    while n > 0 and not (EP._prefetches(body.ops[n - 1]) or _weight_load(body.ops[n - 1])):
-        n -= 1
-    return n
-
-
-def _hoisting_generate(kernel, spec, *args, **kwargs):
-    _HOISTING["fn"] = spec.fn.name
-    try:
-        return _GENERATE(kernel, spec, *args, **kwargs)
-    finally:
-        _HOISTING["fn"] = None
-
-
-_PREFETCH = _with_config(lambda n, k: {"prefetch": True})
-# L2K (no L2 prefetch at 4B: it is a no-op there) only makes the hoisted kernels a specialization
-# of their own, so that they are generated afresh with the patched codegen.
-HOIST = {(MM, "skinny_config"): _PREFETCH, (FUSIONS, "skinny_config"): _PREFETCH, (MM, "GEMV_L2_KEEP"): True,
-         (CODEGEN, "generate"): _hoisting_generate, (EP, "head_before_wait"): _hoisting_head}
 SMALL = {(6144, 2560), (2560, 4096), (2560, 9728)}      # Qwen3-4B's qkv, o and down weights (N, K)
 _PREFETCH_SMALL = _with_config(lambda n, k: {"prefetch": True} if (n, k) in SMALL else {})
-HOIST_SMALL = {**HOIST, (MM, "skinny_config"): _PREFETCH_SMALL, (FUSIONS, "skinny_config"): _PREFETCH_SMALL}
 SPLIT_O = _with_config(lambda n, k: {"split_k": 2} if (n, k) == (2560, 4096) else {})
 SPLIT_DOWN = _with_config(lambda n, k: {"split_k": 2} if (n, k) == (2560, 9728) else {})
 O_NARROW = _with_config(lambda n, k: {"block_n": 2, "block_k": 2048} if (n, k) == (2560, 4096) else {})
@@ -133,9 +100,10 @@ VARIANTS = {
     "two_split": {(AM, "PAGED_MAX_SPLITS"): 2},
     "one_kernel": {(PK, "_paged_config"): _one_kernel_config},
     "late+split": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True, (AM, "PAGED_MAX_SPLITS"): 1},
-    "gemv_pf": {(MM, "skinny_config"): _PREFETCH, (FUSIONS, "skinny_config"): _PREFETCH},
-    "hoist": HOIST,
-    "hoist_small": HOIST_SMALL,
+    "no_early": {(MM, "GEMV_EARLY"): False},
+    "pf_waits": {(RK, "early_reads"): _no_early_reads},
+    "early_small": {(MM, "GEMV_EARLY"): False, (MM, "skinny_config"): _PREFETCH_SMALL,
+                    (FUSIONS, "skinny_config"): _PREFETCH_SMALL},
     "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},
     "down_split2": {(MM, "skinny_config"): SPLIT_DOWN, (FUSIONS, "skinny_config"): SPLIT_DOWN},
     "o_narrow": {(MM, "skinny_config"): O_NARROW, (FUSIONS, "skinny_config"): O_NARROW},

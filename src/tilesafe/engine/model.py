@@ -19,10 +19,11 @@ Per layer (E hidden, H/HKV heads of D, I intermediate):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
+import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe.kernels.paged_prefill import paged_prefill_attention
 
@@ -112,6 +113,21 @@ DECODE_FORMS = {
 DEFAULT_FORM = (frozenset(), True)
 
 
+# The weights are frozen (ts.freeze) when a model is made: no kernel writes them again, so under
+# PDL each decode GEMV loads its first weight tile before it waits for the kernel before it
+# (matmul.GEMV_EARLY); a write of a weight through tilesafe is refused from then on.
+FREEZE_WEIGHTS = True
+
+
+def freeze_weights(w: Weights) -> None:
+    """ts.freeze every tensor of `w` (waits for the writes still queued, once)."""
+    for t in (w.embed, w.norm, w.lm_head):
+        ts.freeze(t)
+    for layer in w.layers:
+        for f in fields(layer):
+            ts.freeze(getattr(layer, f.name))
+
+
 class Qwen3Model:
     """The decoder over packed weights and a KV cache."""
 
@@ -119,6 +135,8 @@ class Qwen3Model:
         # With tensor parallelism (`tp`, a parallel.TensorParallel) cfg, weights and cache are
         # this rank's share, a.ids are shifted by `vocab_start`, and only rank 0 has a sampler.
         self.cfg, self.w, self.cache, self.sampler, self.tp = cfg, weights, cache, sampler, tp
+        if FREEZE_WEIGHTS:
+            freeze_weights(weights)
         self.vocab_start = 0 if tp is None else tp.vocab_start
         self.on_cpu = weights.embed.device.type == "cpu"
 

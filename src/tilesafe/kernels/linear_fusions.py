@@ -31,7 +31,7 @@ from .call_plans import planned
 from .elementwise import residual_add, silu_mul
 from .launch import cdiv, launch, pow2
 from .matmul import ACTIVATIONS, SKINNY_M, epilogue, l2_prefetch, linear, mac, skinny_config
-from .matmul import skinny_tiles, warm_slab
+from .matmul import prefetch_form, skinny_tiles, warm_slab
 from .norms import rms_norm
 
 PLAIN, NORM, SILU_MUL, NORM_LATE = 0, 1, 2, 3   # prologues
@@ -333,7 +333,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
         launch(fused_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, pdl=True, **ending)
     else:
         launch(fused_skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk,
-               PREFETCH=bool(cfg.get("prefetch")) and m == 1, **common, **ending)
+               PREFETCH=prefetch_form(cfg, m, wt), **common, **ending)
     return o.returned
 
 

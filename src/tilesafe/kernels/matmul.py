@@ -9,6 +9,8 @@ with zeros by the tile loads, which add nothing to the products.
 """
 import tilesafe as ts
 
+from ..runtime.freeze import is_frozen
+from ..settings import pdl_launches
 from . import arguments as A
 from . import configs, layout, scratch
 from .call_checks import check_aliasing
@@ -29,6 +31,20 @@ SKINNY_M = 16                        # rows up to which the weight-streaming pat
 GEMV_L2_PREFETCH = 1
 GEMV_L2_PREFETCH_BYTES = 16 << 20
 GEMV_L2_KEEP = False        # prefetch with L2 evict-last priority (ts.prefetch(keep=True))
+
+
+# One-row GEMVs over a frozen weight (ts.freeze; the engine freezes a model's weights) take the
+# PREFETCH form under PDL whatever their config says: its first weight tile is the kernel's
+# first access, which such a launch issues before its wait (runtime/freeze.py), so that tile
+# streams in while the kernel before it drains.
+GEMV_EARLY = True
+
+
+def prefetch_form(cfg: dict, m: int, w) -> bool:
+    """Whether a GEMV of m rows by the weight `w` (a ts.Tensor) runs its PREFETCH loop."""
+    if m != 1:
+        return False
+    return bool(cfg.get("prefetch")) or GEMV_EARLY and pdl_launches() and is_frozen(w)
 
 
 def l2_prefetch(weight_bytes: int, tiles: int | None = None) -> dict:
@@ -340,7 +356,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
         else:
             launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk,
-                   PREFETCH=bool(cfg.get("prefetch")) and m == 1, **l2_prefetch(bt.nbytes), **common)
+                   PREFETCH=prefetch_form(cfg, m, bt), **l2_prefetch(bt.nbytes), **common)
         return o.returned
     cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype,
                          shape=configs.Gemm(m, n, k, dtype.name),

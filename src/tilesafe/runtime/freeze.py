@@ -54,8 +54,8 @@ def freeze(x):
         else:
             raise LaunchError(f"ts.freeze takes a ts.Tensor or a torch.Tensor, got {type(x).__name__}",
                               loc=caller_loc(), help="freeze the weights a step reads: ts.freeze(w)")
-        if view.numel() == 0:
-            return x
+        if view.numel() == 0 or state.frozen_covers(view):
+            return x                                                  # frozen already: nothing to wait for
         if not state.is_written(view):
             raise OwnershipError("ts.freeze of a tensor that has not been written (it came from ts.empty)",
                                  loc=caller_loc(), help="write it first: frozen memory is never written again")
@@ -82,3 +82,8 @@ def early_reads(kernel, bound, sched):
         if isinstance(t, Tensor) and t._state.frozen_covers(t._t):
             names.append(name)
     return replace(sched, early=frozenset(names)) if names else sched
+
+
+def is_frozen(t: Tensor) -> bool:
+    """Whether every byte of the ts.Tensor `t` (from its first element to its last) is frozen."""
+    return bool(t._state.frozen) and t._state.frozen_covers(t._t)

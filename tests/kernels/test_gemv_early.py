@@ -1,0 +1,62 @@
+"""One-row GEMVs over a frozen weight run their PREFETCH loop under PDL (matmul.GEMV_EARLY):
+the weight's first tile is then the kernel's first access, which a PDL launch issues before
+its wait (runtime/freeze.py). The form changes no result (against NumPy, both CPU backends);
+an unfrozen weight, more rows, or no PDL keep the config's form."""
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from tilesafe.engine.checkpoint import LayerWeights, Weights
+from tilesafe.engine.model import freeze_weights
+from tilesafe.kernels import linear_fusions
+from tilesafe.runtime.freeze import is_frozen
+
+matmul = importlib.import_module("tilesafe.kernels.matmul")    # (the package's `matmul` is the function)
+
+K, N = 96, 40
+
+
+def _weights(frozen: bool):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(N, K, generator=g)
+    return ts.freeze(w) if frozen else w, torch.randn(1, K, generator=g)
+
+
+@pytest.mark.parametrize("frozen,pdl,rows,early", [(True, True, 1, True), (False, True, 1, False),
+                                                   (True, False, 1, False), (True, True, 3, False)])
+def test_a_frozen_weight_under_pdl_takes_the_prefetch_loop(backend, frozen, pdl, rows, early):
+    w, x = _weights(frozen)
+    x = x.repeat(rows, 1)
+    cfg = {"block_n": 8, "block_k": 32, "prefetch": False}
+    with ts.pdl(pdl):
+        got = tk.linear(x, w, config=cfg)
+    assert matmul.skinny_kernel.last_launch.consts["PREFETCH"] is early
+    np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_fused_gemvs_take_it_too(backend):
+    w, x = _weights(True)
+    res = torch.randn(1, N)
+    with ts.pdl():
+        got = tk.linear(x, w, residual=res, config={"block_n": 8, "block_k": 32})
+    assert linear_fusions.fused_skinny_kernel.last_launch.consts["PREFETCH"] is True
+    np.testing.assert_allclose(got.numpy(), (x @ w.T + res).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_freeze_weights_freezes_every_tensor_of_a_model():
+    def t(*shape):
+        return torch.randn(shape)
+    layers = [LayerWeights(qkv=t(12, 4), o=t(4, 8), q_norm=t(2), k_norm=t(2), gate_up=t(16, 4), down=t(4, 8),
+                           input_norm=t(4), post_norm=t(4)) for _ in range(2)]
+    w = Weights(embed=t(10, 4), layers=layers, norm=t(4), lm_head=t(10, 4))
+    freeze_weights(w)
+    every = [w.embed, w.norm, w.lm_head] + [getattr(la, f) for la in layers for f in
+                                             ("qkv", "o", "q_norm", "k_norm", "gate_up", "down", "input_norm",
+                                              "post_norm")]
+    assert all(is_frozen(ts.from_torch(x)) for x in every)
+    with pytest.raises(ts.OwnershipError):
+        tk.linear(t(1, 4), t(4, 4), out=w.norm.view(1, 4))
