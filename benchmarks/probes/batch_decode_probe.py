@@ -77,12 +77,14 @@ def kv_bytes(cfg, batch: int) -> int:
 #   fused@B  the fused layer (norms and SiLU-mul as GEMV prologues, residual epilogues) at B <= 16
 #            rows, in the tensor-core form (session 15 measured it 2-4x slower per layer with the
 #            norm's pass before the loop; the late norm has replaced that pass since);
-#   table@B  the tuned table with BATCH_TABLE's entries (JSON {family: {shape class: config}})
-#            added or replaced, e.g. configs for the model's weights at M = B.
+#   table@B  the tuned table with BATCH_TABLE's entries (JSON {family: {shape class: config}}, or
+#            the file BATCH_TABLE_FILE names) added or replaced, e.g. configs for the model's
+#            weights at M = B.
 MODEL = importlib.import_module("tilesafe.engine.model")
 CONFIGS = importlib.import_module("tilesafe.kernels.configs")
 SWITCHES = {"fused": {(MODEL, "FUSED_ROWS"): 16}, "table": {}}
-TABLE = json.loads(os.environ.get("BATCH_TABLE", "{}"))
+TABLE = json.loads(Path(os.environ["BATCH_TABLE_FILE"]).read_text() if os.environ.get("BATCH_TABLE_FILE")
+                   else os.environ.get("BATCH_TABLE", "{}"))
 
 
 def reset_plans() -> None:
