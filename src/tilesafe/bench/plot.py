@@ -16,7 +16,7 @@ class MatplotlibMissing(RuntimeError):
 
 def render(doc: dict, out_dir: Path, stem: str) -> list[Path]:
     """Write `<stem>-<family>.png` into `out_dir` for each family with timed results."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -50,7 +50,8 @@ def render(doc: dict, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot drawing off-screen (Agg), or MatplotlibMissing."""
     try:
         import matplotlib
         matplotlib.use("Agg")

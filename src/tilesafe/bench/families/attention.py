@@ -29,9 +29,9 @@ def flash_workloads(setup: Setup) -> list[Workload]:
 
 def decode_workloads(setup: Setup) -> list[Workload]:
     if setup.tiny:
-        return [_decode("tiny", 8, 2, 128, 100, setup), _decode("tiny", 4, 4, 64, 64, setup)]
+        return [decode_workload("tiny", 8, 2, 128, 100, setup), decode_workload("tiny", 4, 4, 64, 64, setup)]
     contexts = (4096, 32768) if setup.size == "quick" else (4096, 8192, 16384, 32768)
-    return [_decode(name, MODELS[name].heads, MODELS[name].kv_heads, ctx, ctx, setup)
+    return [decode_workload(name, MODELS[name].heads, MODELS[name].kv_heads, ctx, ctx, setup)
             for name in ("4B", "32B") for ctx in contexts]
 
 
@@ -73,14 +73,15 @@ def _flash(heads: int, kv_heads: int, s: int, d: int, causal: bool, setup: Setup
         "flash", f"flash {dt} {mask} h={heads} s={s} d={d}", {"heads": heads, "kv_heads": kv_heads, "seq": s,
                                                               "head_dim": d, "causal": causal},
         dt, FLOPS, 4 * heads * s * d * element_bytes(dt), 4.0 * heads * s * s * d * (0.5 if causal else 1.0), make,
-        lambda b: _attention_reference(b["q"][0], b["k"][0], b["v"][0], causal, scale)[None],
+        lambda b: attention_reference(b["q"][0], b["k"][0], b["v"][0], causal, scale)[None],
         [Impl("tilesafe", TILESAFE, lambda b: tk.flash_attention(b["q"], b["k"], b["v"], causal=causal, out=b["out"]),
               capture="tilesafe"), *torch_impls],
         observe=(_kernels.flash_kernel, _kernels.flash_rows_kernel), twin=twin)
 
 
-def _decode(model: str, heads: int, kv_heads: int, max_seq: int, length: int, setup: Setup,
-            d: int | None = None) -> Workload:
+def decode_workload(model: str, heads: int, kv_heads: int, max_seq: int, length: int, setup: Setup,
+                    d: int | None = None) -> Workload:
+    """One decode-attention workload: `length` cached positions of `max_seq` per sequence."""
     dt = "f32" if setup.tiny else "bf16"
     dev, d = setup.device, d or (HEAD_DIM if not setup.tiny else 64)
     scale = 1.0 / math.sqrt(d)
@@ -108,7 +109,7 @@ def _decode(model: str, heads: int, kv_heads: int, max_seq: int, length: int, se
 
     def reference(b):
         k, v = b["k"][:, :length], b["v"][:, :length]
-        return _attention_reference(b["q"][:, None], k, v, False, scale)[:, 0]
+        return attention_reference(b["q"][:, None], k, v, False, scale)[:, 0]
     torch_impls = [Impl(name, TORCH, lambda b, f=f: f(b["q"][None, :, None], b["k"][None, :, :length],
                                                       b["v"][None, :, :length]).view(heads, d))
                    for name, f in sdpa_impls(dev, default=True, enable_gqa=heads != kv_heads)]
@@ -123,7 +124,7 @@ def _decode(model: str, heads: int, kv_heads: int, max_seq: int, length: int, se
         twin=twin)
 
 
-def _attention_reference(q, k, v, causal: bool, scale: float) -> torch.Tensor:
+def attention_reference(q, k, v, causal: bool, scale: float) -> torch.Tensor:
     """softmax(q k^T * scale) v in fp32, one head at a time: q (H, S, D), k/v (HKV, S_k, D) -> (H, S, D)."""
     group = q.shape[0] // k.shape[0]
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)

@@ -83,7 +83,8 @@ def _square(n: int, setup: Setup) -> Workload:
         observe=GEMM_KERNELS, twin=_twin(setup, "b"))
 
 
-def _linear_buffers(m: int, n: int, k: int, dt: str, dev: str):
+def linear_buffers(m: int, n: int, k: int, dt: str, dev: str):
+    """The buffers of x (M, K) @ w (N, K).T: a maker of seeded inputs."""
     def make(seed):
         return {"x": randn((m, k), dt, seed, dev), "w": randn((n, k), dt, seed + 1000, dev, scale=k ** -0.5),
                 "out": empty((m, n), dt, dev)}
@@ -95,7 +96,7 @@ def _linear(model: str, proj: str, m: int, n: int, k: int, setup: Setup) -> Work
     es = element_bytes(dt)
     return Workload(
         "gemm", f"gemm {dt} {model} {proj} M={m} ({n}x{k})", {"model": model, "proj": proj, "m": m, "n": n, "k": k},
-        dt, FLOPS, (m * k + n * k + m * n) * es, 2.0 * m * n * k, _linear_buffers(m, n, k, dt, setup.device),
+        dt, FLOPS, (m * k + n * k + m * n) * es, 2.0 * m * n * k, linear_buffers(m, n, k, dt, setup.device),
         lambda b: b["x"].float() @ b["w"].float().T,
         [Impl("tilesafe", TILESAFE, lambda b: tk.linear(b["x"], b["w"], out=b["out"]), capture="tilesafe"),
          Impl("F.linear", TORCH, lambda b: F.linear(b["x"], b["w"]))],
@@ -126,7 +127,7 @@ def _gemv(model: str, proj: str, n: int, k: int, setup: Setup) -> Workload:
     es = element_bytes(dt)
     return Workload(
         "gemv", f"gemv {dt} {model} {proj} ({n}x{k})", {"model": model, "proj": proj, "m": 1, "n": n, "k": k}, dt,
-        BANDWIDTH, (k + n * k + n) * es, 2.0 * n * k, _linear_buffers(1, n, k, dt, setup.device),
+        BANDWIDTH, (k + n * k + n) * es, 2.0 * n * k, linear_buffers(1, n, k, dt, setup.device),
         lambda b: b["x"].float() @ b["w"].float().T,
         [Impl("tilesafe", TILESAFE, lambda b: tk.linear(b["x"], b["w"], out=b["out"]), capture="tilesafe"),
          Impl("F.linear", TORCH, lambda b: F.linear(b["x"], b["w"])),

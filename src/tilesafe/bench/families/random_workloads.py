@@ -15,8 +15,8 @@ from ...kernels import config_model as cm
 from ...kernels.attention_model import flash_flops
 from ..workload import BANDWIDTH, FLOPS, TILESAFE, TORCH, Impl, Setup, Workload, element_bytes, empty, randn
 from . import baselines
-from .attention import _attention_reference, _decode, sdpa_impls
-from .gemm import _linear_buffers
+from .attention import attention_reference, decode_workload, sdpa_impls
+from .gemm import linear_buffers
 from .random_shapes import draw
 
 FAMILIES = ("gemm", "gemv", "flash", "decode")
@@ -47,7 +47,7 @@ def _gemm(s: cm.Gemm, i: int, seed: int, setup: Setup) -> Workload:
     return Workload(
         "random-gemm", f"gemm {s.dtype} M={s.m} ({s.n}x{s.k}) #{i}", _params(s, i, seed), s.dtype, FLOPS,
         (s.m * s.k + s.n * s.k + s.m * s.n) * es, 2.0 * s.m * s.n * s.k,
-        _linear_buffers(s.m, s.n, s.k, s.dtype, setup.device), lambda b: b["x"].float() @ b["w"].float().T,
+        linear_buffers(s.m, s.n, s.k, s.dtype, setup.device), lambda b: b["x"].float() @ b["w"].float().T,
         [Impl("tilesafe", TILESAFE, lambda b: tk.linear(b["x"], b["w"], out=b["out"]), capture="tilesafe"),
          Impl("F.linear", TORCH, lambda b: F.linear(b["x"], b["w"]))])
 
@@ -56,7 +56,7 @@ def _gemv(s: cm.Gemm, i: int, seed: int, setup: Setup) -> Workload:
     es = element_bytes(s.dtype)
     return Workload(
         "random-gemv", f"gemv {s.dtype} ({s.n}x{s.k}) #{i}", _params(s, i, seed), s.dtype, BANDWIDTH,
-        (s.k + s.n * s.k + s.n) * es, 2.0 * s.n * s.k, _linear_buffers(1, s.n, s.k, s.dtype, setup.device),
+        (s.k + s.n * s.k + s.n) * es, 2.0 * s.n * s.k, linear_buffers(1, s.n, s.k, s.dtype, setup.device),
         lambda b: b["x"].float() @ b["w"].float().T,
         [Impl("tilesafe", TILESAFE, lambda b: tk.linear(b["x"], b["w"], out=b["out"]), capture="tilesafe"),
          Impl("F.linear", TORCH, lambda b: F.linear(b["x"], b["w"])), baselines.read((s.n, s.k), s.dtype,
@@ -72,7 +72,7 @@ def _flash(s: cm.Attention, i: int, seed: int, setup: Setup) -> Workload:
                 "v": randn(kv_shape, s.dtype, sd + 2000, dev), "out": empty(q_shape, s.dtype, dev)}
 
     def reference(b):
-        return torch.stack([_attention_reference(b["q"][z], b["k"][z], b["v"][z], s.causal, scale)
+        return torch.stack([attention_reference(b["q"][z], b["k"][z], b["v"][z], s.causal, scale)
                             for z in range(s.batch)])
     torch_impls = [Impl(name, TORCH, lambda b, f=f: f(b["q"], b["k"], b["v"]))
                    for name, f in sdpa_impls(dev, is_causal=s.causal, enable_gqa=s.heads != s.kv_heads)]
@@ -87,7 +87,7 @@ def _flash(s: cm.Attention, i: int, seed: int, setup: Setup) -> Workload:
 
 
 def _decode_draw(s: cm.Decode, i: int, seed: int, setup: Setup) -> Workload:
-    w = _decode("random", s.heads, s.kv_heads, s.max_seq, s.max_seq, setup, d=s.d)
+    w = decode_workload("random", s.heads, s.kv_heads, s.max_seq, s.max_seq, setup, d=s.d)
     w.family, w.name = "random-decode", f"decode {w.dtype} h={s.heads}/{s.kv_heads} ctx={s.max_seq} d={s.d} #{i}"
     w.params = _params(s, i, seed)
     w.twin, w.observe = None, ()
