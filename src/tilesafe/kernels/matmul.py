@@ -9,8 +9,7 @@ with zeros by the tile loads, which add nothing to the products.
 """
 import tilesafe as ts
 
-from ..runtime.freeze import is_frozen
-from ..settings import pdl_launches
+from ..runtime.freeze import is_frozen, reads_early
 from . import arguments as A
 from . import configs, layout, scratch
 from .call_checks import check_aliasing
@@ -44,7 +43,7 @@ def prefetch_form(cfg: dict, m: int, w) -> bool:
     """Whether a GEMV of m rows by the weight `w` (a ts.Tensor) runs its PREFETCH loop."""
     if m != 1:
         return False
-    return bool(cfg.get("prefetch")) or GEMV_EARLY and pdl_launches() and is_frozen(w)
+    return bool(cfg.get("prefetch")) or GEMV_EARLY and reads_early() and is_frozen(w)
 
 
 def l2_prefetch(weight_bytes: int, tiles: int | None = None) -> dict:

@@ -16,9 +16,12 @@ runtime's guarantee that no such write exists:
   is also the caller's promise not to make them;
 * a launch under PDL whose `ts.Ref` argument lies inside frozen bytes may issue that
   argument's leading loads — the tile loads a kernel starts with, before it touches any other
-  memory — ahead of its wait (backends/triton/emit_prefetch.py). Only launches checked in
-  full take that form (in a capture or under `ts.pdl()`): the launch caches reuse a
-  layout's code for other tensors, which need not be frozen, so their launches wait first.
+  memory — ahead of its wait (backends/triton/emit_prefetch.py). Only launches whose PDL is
+  chosen by `ts.pdl(True)` or `ts.graph(pdl=True)` against the environment's default
+  (`reads_early`) take that form: those are checked in full and never cached, while the
+  launch caches reuse a layout's code for other tensors, which need not be frozen (with
+  TILESAFE_PDL=1 eager launches keep their fast paths, and so every launch waits first —
+  the same code eagerly and in a capture, which cannot compile).
 
 A frozen view never thaws; the memory's state (and the record) ends when its storage is
 freed, so reused addresses start unfrozen.
@@ -31,6 +34,7 @@ import torch
 
 from ..errors import LaunchError, OwnershipError, caller_loc
 from ..lang.annotations import REF
+from ..settings import pdl_var
 from .aliasing import byte_set
 from .graph import refuse_in_capture
 from .host_lock import LOCK
@@ -69,6 +73,12 @@ def freeze(x):
             torch.cuda.synchronize(view.device)                       # and every stream's, torch's too
         state.frozen.append((bs.start, bs.end))
     return x
+
+
+def reads_early() -> bool:
+    """Whether a PDL launch now may read frozen inputs before its wait: PDL chosen by the
+    context against the environment (settings.override_of_pdl), so checked in full."""
+    return pdl_var.get() is True
 
 
 def early_reads(kernel, bound, sched):

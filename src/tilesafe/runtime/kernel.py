@@ -30,7 +30,7 @@ from ..settings import current_backend, graph_var, launching_disabled_var, pdl_l
 from . import binding, safety
 from .autotune_config import AUTO
 from .execute import execute
-from .freeze import early_reads
+from .freeze import early_reads, reads_early
 from .host_lock import LOCK
 from .launch_cache import MISS, LaunchCache, Launched
 from .launch_plan import LaunchPlan
@@ -173,7 +173,7 @@ class Kernel:
         bound = binding.bind(self, args, plain_kwargs, grid, unsafe)
         if capture is not None:
             capture.admit_arguments(self.name, bound)
-        if sched is not None and sched.pdl and not unsafe and (capture is not None or pdl_var.get() is not None):
+        if sched is not None and sched.pdl and not unsafe and reads_early():
             sched = early_reads(self, bound, sched)   # frozen inputs read before the wait (never cached below)
         self._check_preconditions(bound)
         compiled = self.specializer.compiled(bound, backend, sched)
