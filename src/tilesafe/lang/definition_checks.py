@@ -12,6 +12,7 @@ from .annotations import REF
 from .signature import ParamInfo
 from .source import KernelSource
 from .stubs import UNSAFE_OPS
+from .unsupported_syntax import help_for
 
 ALLOWED_NODES = (
     ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.AugAssign, ast.Expr, ast.Pass, ast.For, ast.While,
@@ -26,11 +27,7 @@ def check_definition(src: KernelSource, params: list[ParamInfo], unsafe: bool) -
     rebound = _assigned(src.tree)
     for node in _body_nodes(src.tree):
         if isinstance(node, ast.FunctionDef) or not isinstance(node, ALLOWED_NODES):
-            from .statements import _UNSUPPORTED_HELP
-            from .expressions import _HELP
-            what = type(node).__name__
-            help = _UNSUPPORTED_HELP.get(type(node)) or _HELP.get(type(node)) or "rewrite it with supported syntax"
-            raise src.error(node, f"`{what}` is not supported in a kernel", help=help)
+            raise src.error(node, f"`{type(node).__name__}` is not supported in a kernel", help=help_for(node))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             _check_call(src, node, refs - rebound, unsafe)
     _check_captures(src, params, rebound)

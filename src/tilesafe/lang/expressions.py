@@ -14,6 +14,7 @@ from . import typing_rules as rules
 from .builder import PY_SCALARS, Builder, describe
 from .ir import TileType, Value
 from .objects import BoundMethod, DeviceFunction, MintedIndex
+from .unsupported_syntax import EXPRESSION_HELP
 
 BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
           ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",
@@ -27,7 +28,7 @@ def lower_expr(b: Builder, node: ast.expr):
     handler = _HANDLERS.get(type(node))
     if handler is None:
         raise b.error(node, f"`{type(node).__name__}` expressions are not supported in a kernel",
-                      help=_HELP.get(type(node), "use tile operations from the ts namespace"))
+                      help=EXPRESSION_HELP.get(type(node), "use tile operations from the ts namespace"))
     try:
         return handler(b, node)
     except rules.TypingError as e:
@@ -265,12 +266,4 @@ _HANDLERS = {
     ast.Constant: _constant, ast.Name: _name, ast.Attribute: _attribute, ast.Subscript: _subscript,
     ast.BinOp: _binop, ast.UnaryOp: _unaryop, ast.Compare: _compare, ast.BoolOp: _boolop,
     ast.IfExp: _ifexp, ast.Tuple: _tuple, ast.List: _tuple, ast.Call: _call,
-}
-
-_HELP = {
-    ast.Lambda: "define a helper with @ts.function instead",
-    ast.ListComp: "build tiles with ts operations (ts.arange, ts.where, ...)",
-    ast.Dict: "kernels have no dictionaries",
-    ast.JoinedStr: "use ts.print(\"name\", value) to print",
-    ast.NamedExpr: "assign on its own line",
 }

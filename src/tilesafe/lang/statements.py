@@ -15,6 +15,7 @@ from . import typing_rules as rules
 from .builder import PY_SCALARS, Builder, describe
 from .ir import Block, TileType, Value
 from .objects import MintedIndex, TensorArg
+from .unsupported_syntax import STATEMENT_HELP
 
 
 class ReturnValue(Exception):
@@ -33,7 +34,7 @@ def lower_stmt(b: Builder, node: ast.stmt) -> None:
     handler = _HANDLERS.get(type(node))
     if handler is None:
         raise b.error(node, f"`{type(node).__name__}` statements are not supported in a kernel",
-                      help=_UNSUPPORTED_HELP.get(type(node), "rewrite it with assignments, if, for and while"))
+                      help=STATEMENT_HELP.get(type(node), "rewrite it with assignments, if, for and while"))
     saved = b.loc
     b.loc = b.src.loc(node)
     try:
@@ -347,20 +348,4 @@ def _yield_for(b: Builder, env, names, types, block, node):
 _HANDLERS = {
     ast.Assign: _assign, ast.AugAssign: _aug_assign, ast.Expr: _expr_stmt, ast.Pass: _pass,
     ast.For: _for, ast.While: _while, ast.If: _if, ast.Return: _return,
-}
-
-_UNSUPPORTED_HELP = {
-    ast.Break: "kernel loops cannot break early; use a `while` loop with a condition",
-    ast.Continue: "use `if` around the rest of the loop body",
-    ast.Assert: "use ts.static_assert(cond) for compile-time checks, or a kernel precondition",
-    ast.With: "kernels have no context managers",
-    ast.Try: "kernels cannot raise or catch exceptions",
-    ast.Raise: "kernels cannot raise exceptions; use ts.static_assert for compile-time checks",
-    ast.Global: "kernels cannot write module state",
-    ast.Nonlocal: "kernels cannot write enclosing state",
-    ast.FunctionDef: "define helpers at module level with @ts.function",
-    ast.AnnAssign: "drop the annotation: types are inferred",
-    ast.Delete: "names in a kernel cannot be deleted",
-    ast.Import: "import at module level",
-    ast.ImportFrom: "import at module level",
 }
