@@ -16,10 +16,10 @@ from .annotations import REF
 from .builder import Builder, describe
 from .calls import REGISTRY, static_shape
 from .memory import index_values, tensor_arg
-from .stubs import _stub
+from .stubs import stub
 
 
-@_stub
+@stub
 def prefetch(x, index, shape, keep=False):
     """Hint that this block will read tile `index` (counted in tiles) of shape `shape` of the
     ts.Ref `x`: `ts.prefetch(w, (k, j), shape=(64, 32))`. No value, no effect on results;

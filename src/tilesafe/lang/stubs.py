@@ -13,7 +13,7 @@ import functools
 from ..errors import KernelError, caller_loc
 
 
-def _stub(fn):
+def stub(fn):
     @functools.wraps(fn)
     def host_call(*args, **kwargs):
         raise KernelError(f"`ts.{fn.__name__}` is a device-side operation and only works inside a @ts.kernel",
@@ -24,145 +24,145 @@ def _stub(fn):
 
 
 # --- launch geometry ---------------------------------------------------------------------
-@_stub
+@stub
 def block_id(axis: int):
     """This block's index along grid `axis` (i32). `i = ts.block_id(0)`"""
 
 
-@_stub
+@stub
 def num_blocks(axis: int):
     """The grid's size along `axis` (i32). `n = ts.num_blocks(0)`"""
 
 
 # --- elementwise math ------------------------------------------------------------------
-@_stub
+@stub
 def where(cond, a, b):
     """Elementwise `a if cond else b`, broadcasting. `y = ts.where(x > 0, x, 0.0)`"""
 
 
-@_stub
+@stub
 def maximum(a, b):
     """Elementwise maximum. `y = ts.maximum(x, 0.0)`"""
 
 
-@_stub
+@stub
 def minimum(a, b):
     """Elementwise minimum. `y = ts.minimum(x, 1.0)`"""
 
 
-@_stub
+@stub
 def exp(x):
     """e**x (computed in f32 for half types). `y = ts.exp(x)`"""
 
 
-@_stub
+@stub
 def exp2(x):
     """2**x. `y = ts.exp2(x)`"""
 
 
-@_stub
+@stub
 def log(x):
     """Natural logarithm. `y = ts.log(x)`"""
 
 
-@_stub
+@stub
 def log2(x):
     """Base-2 logarithm. `y = ts.log2(x)`"""
 
 
-@_stub
+@stub
 def sqrt(x):
     """Square root. `y = ts.sqrt(x)`"""
 
 
-@_stub
+@stub
 def rsqrt(x):
     """1 / sqrt(x). `y = ts.rsqrt(ms + eps)`"""
 
 
-@_stub
+@stub
 def sin(x):
     """Sine. `y = ts.sin(x)`"""
 
 
-@_stub
+@stub
 def cos(x):
     """Cosine. `y = ts.cos(x)`"""
 
 
-@_stub
+@stub
 def tanh(x):
     """Hyperbolic tangent (an exp-based form on every backend). `y = ts.tanh(x)`"""
 
 
-@_stub
+@stub
 def sigmoid(x):
     """1 / (1 + exp(-x)). `y = ts.sigmoid(x)`"""
 
 
-@_stub
+@stub
 def erf(x):
     """The error function (a polynomial form on every backend). `y = ts.erf(x)`"""
 
 
-@_stub
+@stub
 def abs(x):
     """Absolute value. `y = ts.abs(x)`"""
 
 
-@_stub
+@stub
 def floor(x):
     """Round toward -inf (floats). `y = ts.floor(x)`"""
 
 
-@_stub
+@stub
 def ceil(x):
     """Round toward +inf (floats). `y = ts.ceil(x)`"""
 
 
-@_stub
+@stub
 def fma(a, b, c):
     """a * b + c. `y = ts.fma(x, w, b)`"""
 
 
-@_stub
+@stub
 def astype(x, dtype):
     """Convert, rounding to nearest-even and saturating. `h = ts.astype(x, ts.bf16)`"""
 
 
 # --- reductions and scans ----------------------------------------------------------------
-@_stub
+@stub
 def sum(x, axis=None, keepdims=False):
     """Sum over `axis` (all axes when None). `s = ts.sum(x, axis=1)`"""
 
 
-@_stub
+@stub
 def max(x, axis=None, keepdims=False):
     """Maximum over `axis`. `m = ts.max(x, axis=1, keepdims=True)`"""
 
 
-@_stub
+@stub
 def min(x, axis=None, keepdims=False):
     """Minimum over `axis`. `m = ts.min(x, axis=0)`"""
 
 
-@_stub
+@stub
 def argmax(x, axis, keepdims=False):
     """Index of the maximum along `axis` (i32; the first on ties). `i = ts.argmax(x, 0)`"""
 
 
-@_stub
+@stub
 def argmin(x, axis, keepdims=False):
     """Index of the minimum along `axis` (i32; the first on ties). `i = ts.argmin(x, 0)`"""
 
 
-@_stub
+@stub
 def cumsum(x, axis=0):
     """Inclusive prefix sum along `axis`. `c = ts.cumsum(x, 0)`"""
 
 
 # --- matrix multiply -------------------------------------------------------------------
-@_stub
+@stub
 def mma(a, b, acc, precision=None):
     """acc + a @ b on tensor cores; returns the new accumulator. `acc = ts.mma(a, b, acc)`
 
@@ -170,49 +170,49 @@ def mma(a, b, acc, precision=None):
     """
 
 
-@_stub
+@stub
 def dot(a, b, precision=None):
     """a @ b with an fp32 (float inputs) or i32 (int8 inputs) result. `c = ts.dot(a, b)`"""
 
 
 # --- shape manipulation -----------------------------------------------------------------
-@_stub
+@stub
 def reshape(x, shape):
     """Same elements, new static shape. `y = ts.reshape(x, (16, 8))`"""
 
 
-@_stub
+@stub
 def permute(x, dims):
     """Reorder axes. `y = ts.permute(x, (1, 0))`"""
 
 
-@_stub
+@stub
 def transpose(x, dims=None):
     """Swap the two axes of a 2-D tile (or permute by `dims`). `y = ts.transpose(x)`"""
 
 
-@_stub
+@stub
 def broadcast_to(x, shape):
     """Repeat along size-1 axes. `y = ts.broadcast_to(row, (64, 128))`"""
 
 
-@_stub
+@stub
 def expand_dims(x, axis):
     """Insert a size-1 axis. `col = ts.expand_dims(v, 1)`"""
 
 
-@_stub
+@stub
 def join(a, b):
     """Stack two equal-shape tiles along a new last axis of size 2. `y = ts.join(re, im)`"""
 
 
-@_stub
+@stub
 def scalar(x):
     """A one-element tile as a scalar. `s = ts.scalar(ts.sum(x))`"""
 
 
 # --- memory: tile-space loads ---------------------------------------------------------------
-@_stub
+@stub
 def load(x, index, shape, padding=0):
     """Load the tile `index` (counted in tiles) of shape `shape` from a ts.Ref.
 
@@ -221,12 +221,12 @@ def load(x, index, shape, padding=0):
     """
 
 
-@_stub
+@stub
 def load_tile_like(x, out, padding=0):
     """Load the tile of `x` at this block's position in output `out`. `t = ts.load_tile_like(x, z)`"""
 
 
-@_stub
+@stub
 def gather(x, idx, axis=0, shape=None, index=None, padding=0):
     """Read `x` at positions `idx` (an integer tile) along `axis`; out-of-range positions read `padding`.
 
@@ -234,18 +234,18 @@ def gather(x, idx, axis=0, shape=None, index=None, padding=0):
     """
 
 
-@_stub
+@stub
 def num_tiles(view, axis):
     """How many tiles a device-side partition has along `axis`. `n = ts.num_tiles(px, 1)`"""
 
 
-@_stub
+@stub
 def valid(tile):
     """The in-bounds mask (bool tile) of a tile that was loaded. `m = ts.valid(t)`"""
 
 
 # --- the last block of a group (S16) ---------------------------------------------------------
-@_stub
+@stub
 def last_arrival():
     """True in exactly one block of each group (the blocks that share every grid index but
     axis 0), once every block of the group has stored its `ts.Mut` tiles. Only as the
@@ -255,43 +255,43 @@ def last_arrival():
 
 
 # --- compile-time helpers and debugging -------------------------------------------------------
-@_stub
+@stub
 def static_assert(cond, msg=""):
     """Fail compilation when a compile-time condition is false. `ts.static_assert(B % 16 == 0)`"""
 
 
-@_stub
+@stub
 def print(fmt, *values):
     """Print from the device (every block prints). `ts.print("m", m)`"""
 
 
 # --- unsafe: pointers and atomics (only in @ts.kernel(unsafe=True)) ----------------------------
-@_stub
+@stub
 def load_ptr(p, offsets, mask=None, other=0):
     """Read `p[offsets]` where `mask` (unsafe kernels only). `v = ts.load_ptr(p, offs, mask=offs < n)`"""
 
 
-@_stub
+@stub
 def store_ptr(p, offsets, values, mask=None):
     """Write `p[offsets] = values` where `mask` (unsafe kernels only)."""
 
 
-@_stub
+@stub
 def atomic_add(p, offsets, values, mask=None):
     """Atomically add and return the old values (unsafe kernels only)."""
 
 
-@_stub
+@stub
 def atomic_max(p, offsets, values, mask=None):
     """Atomic maximum, returning the old values (unsafe kernels only)."""
 
 
-@_stub
+@stub
 def atomic_min(p, offsets, values, mask=None):
     """Atomic minimum, returning the old values (unsafe kernels only)."""
 
 
-@_stub
+@stub
 def atomic_cas(p, offsets, cmp, values):
     """Atomic compare-and-swap, returning the old values (unsafe kernels only)."""
 
