@@ -103,6 +103,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--split-rows", type=int,
                    help="in-process server: steps of fresh prompts with no or >= N decode rows run split "
                         "(prefill graphs, warmed at start-up; up to 4 fresh prompts a step)")
+    p.add_argument("--decode-step-tokens", default="auto", metavar="T[,T...]",
+                   help="in-process server: rows of a step beside decodes (auto, off or N); a comma-separated "
+                        "list runs every level once per value, on one server")
     p.add_argument("--switch-interval", type=float, metavar="S",
                    help="sys.setswitchinterval for this process (the in-process server's threads share its GIL)")
     return p
@@ -110,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args, p) -> int:
     prefixes = [int(x) for x in args.shared_prefix.split(",")]
+    settings = [_step_tokens(x) for x in args.decode_step_tokens.split(",")]
 
     server = llm = None
     if args.url is None:
@@ -132,17 +136,24 @@ def run(args, p) -> int:
         if server is not None:         # load + the engine's start-up warm-up
             report["startup_s"], report["warm_up_s"] = startup, server.engine.core.warm_up_s
             report["stream_interval"], report["split_rows"] = args.stream_interval, args.split_rows
+            core = server.engine.core
+            report["decode_step_times_s"] = core.decode_step_times
+            report["auto_decode_step_tokens"] = core.auto_step_tokens
         warm_rng = random.Random(args.seed + 10 ** 6)     # warm-up prompts of their own: no prefix-cache hits
-        for shared, c in [(n, c) for n in prefixes for c in levels_c]:
+        offline = {}                   # (prefix, clients): the offline engine's result, run once
+        for setting, shared, c in [(t, n, c) for t in settings for n in prefixes for c in levels_c]:
+            if server is not None:
+                server.engine.thread.call(lambda core: core.set_decode_step_tokens(setting))
             n = args.requests or max(8, args.requests_per_client * c)
             prefix = _ids(random.Random(args.seed + 1 + shared), shared, args.vocab)
             reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
                     for _ in range(n)]
             warm = [(prefix + _ids(warm_rng, len(ids) - shared, args.vocab), min(out, 16)) for ids, out in reqs[:c]]
             try:
-                level = _measure(args, server, llm, model, reqs, warm, c, shared, clients)
+                level = _measure(args, server, llm, model, reqs, warm, c, shared, clients, offline)
             except Exception as e:     # a failed level is recorded; the others still run
                 level = {"concurrency": c, "shared_prefix": shared, "error": f"{type(e).__name__}: {e}"}
+            level["decode_step_tokens"] = str(setting) if server is not None else None
             levels.append(level)
             _targets(report)
             print(json.dumps(level), flush=True)
@@ -161,7 +172,13 @@ def run(args, p) -> int:
     return 0
 
 
-def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients: "Clients") -> dict:
+def _step_tokens(text: str):
+    """A --decode-step-tokens value: "auto", None (off) or a row count."""
+    return None if text == "off" else text if text == "auto" else int(text)
+
+
+def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients: "Clients",
+             offline: dict | None = None) -> dict:
     """One level: a short warm-up round (prompts of its own), then the requests through the
     server (and the offline engine). The server's side is read around the timed part: its
     engine's steps by kind, the host gaps between decode steps, the CPU time of the engine and
@@ -182,7 +199,12 @@ def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients:
         level["decode_gap_us"] = gaps[1] / gaps[0] * 1e6 if gaps[0] else None
         level["hbm_roofline"] = _roofline(llm, reqs, c, level)
     if args.offline and server is not None:
-        speed, warm_s = _offline(server, llm, reqs, c)
+        key = (shared, c)
+        if offline is None or key not in offline:       # the same requests at every decode_step_tokens
+            result = _offline(server, llm, reqs, c)
+            if offline is not None:
+                offline[key] = result
+        speed, warm_s = offline[key] if offline is not None else result
         level["offline_output_tokens_per_s"], level["offline_warmup_s"] = speed, warm_s
         level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
     return level
@@ -230,11 +252,23 @@ def _targets(report: dict) -> None:
     level; p99 inter-token latency at 32 clients under 2x the batch-1 step (the 1-client
     level's mean decode step, host included); decode at >= 70% of the HBM roofline at 32 and
     128 clients. The p99 is taken over the gaps between chunks (a chunk that joins several
-    steps' tokens counts as one gap: what the user waits), and over tokens."""
-    lv = {x["concurrency"]: x for x in report["levels"] if "error" not in x and x.get("shared_prefix", 0) == 0}
+    steps' tokens counts as one gap: what the user waits), and over tokens. With several
+    --decode-step-tokens values, per value (`targets_by_decode_step_tokens`); `targets`: the
+    first value's."""
+    levels = [x for x in report["levels"] if "error" not in x and x.get("shared_prefix", 0) == 0]
+    one = next((x["step_timing"]["decode"] for x in levels if x["concurrency"] == 1
+                and x.get("step_timing", {}).get("decode", [0])[0]), None)
+    settings = list(dict.fromkeys(x.get("decode_step_tokens") for x in levels))
+    by = {str(v): _targets_of({x["concurrency"]: x for x in levels if x.get("decode_step_tokens") == v}, one)
+          for v in settings}
+    report["targets"] = by[str(settings[0])] if settings else {}
+    if len(settings) > 1:
+        report["targets_by_decode_step_tokens"] = by
+
+
+def _targets_of(lv: dict, one) -> dict:
     t = {"server_vs_offline": {c: x.get("server_vs_offline") for c, x in lv.items()}}
-    one = lv.get(1, {}).get("step_timing", {}).get("decode")
-    if one and one[0] and 32 in lv:
+    if one and 32 in lv:
         step = one[1] / one[0]
         t["batch1_step_s"] = step
         t["itl_p99_32_s"] = lv[32]["itl_s"].get("p99")
@@ -242,25 +276,28 @@ def _targets(report: dict) -> None:
         t["itl_p99_32_over_2x_batch1_step"] = gap / (2 * step) if gap else None
     t["roofline_fraction"] = {c: lv[c]["hbm_roofline"]["fraction"] for c in (32, 128)
                               if c in lv and "hbm_roofline" in lv[c]}
-    report["targets"] = t
+    return t
 
 
 def _table(report: dict) -> None:
     """The levels in a few columns (also when some failed), then the targets."""
     print(f"\n{report['model']}  start-up {report.get('startup_s', float('nan')):.1f} s "
           f"(engine warm-up {report.get('warm_up_s', float('nan')):.1f} s)  "
-          f"client processes {report.get('client_procs')}", file=sys.stderr)
-    print(f"{'clients':>7} {'prefix':>6} {'tok/s':>7} {'offline':>7} {'ratio':>5} {'TTFT50':>7} {'TTFT99':>7} "
-          f"{'ITL50':>6} {'ITL99':>6} {'gap99':>6} {'tok/ch':>6} {'roof':>5} {'steps':>5} {'gap us':>6} "
+          f"client processes {report.get('client_procs')}  decode step ms by rows "
+          f"{_step_times(report)} (auto: {report.get('auto_decode_step_tokens')} rows)", file=sys.stderr)
+    print(f"{'rows':>4} {'clients':>7} {'prefix':>6} {'tok/s':>7} {'offline':>7} {'ratio':>5} {'TTFT50':>7} "
+          f"{'TTFT99':>7} {'ITL50':>6} {'ITL99':>6} {'gap99':>6} {'tok/ch':>6} {'roof':>5} {'steps':>5} {'gap us':>6} "
           f"{'eng/http/cli cpu s':>19}  (ms)", file=sys.stderr)
     nan = float("nan")
     for lv in report["levels"]:
         if "error" in lv:
-            print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6}  error: {lv['error'][:100]}", file=sys.stderr)
+            print(f"{str(lv.get('decode_step_tokens')):>4} {lv['concurrency']:>7} {lv['shared_prefix']:>6}  "
+                  f"error: {lv['error'][:100]}", file=sys.stderr)
             continue
         ms = lambda d, k: d.get(k, nan) * 1e3   # noqa: E731
         cpu = lv.get("server_cpu_s", {})
-        print(f"{lv['concurrency']:>7} {lv['shared_prefix']:>6} {lv['output_tokens_per_s']:>7.0f} "
+        print(f"{str(lv.get('decode_step_tokens')):>4} {lv['concurrency']:>7} {lv['shared_prefix']:>6} "
+              f"{lv['output_tokens_per_s']:>7.0f} "
               f"{lv.get('offline_output_tokens_per_s', nan):>7.0f} {lv.get('server_vs_offline', nan):>5.2f} "
               f"{ms(lv['ttft_s'], 'p50'):>7.1f} {ms(lv['ttft_s'], 'p99'):>7.1f} {ms(lv['itl_s'], 'p50'):>6.2f} "
               f"{ms(lv['itl_s'], 'p99'):>6.2f} {ms(lv['chunk_gap_s'], 'p99'):>6.2f} {lv['tokens_per_chunk']:>6.2f} "
@@ -271,9 +308,19 @@ def _table(report: dict) -> None:
         if "step_timing" in lv:
             kinds = ", ".join(f"{k} {v[0]} x {v[1] / max(v[0], 1) * 1e3:.2f} ms ({v[2] / max(v[0], 1):.0f} rows)"
                               for k, v in sorted(lv["step_timing"].items()))
-            print(f"  {lv['concurrency']:>4} clients: {kinds}; offline warm-up "
+            print(f"  {str(lv.get('decode_step_tokens')):>4} rows, {lv['concurrency']:>4} clients: {kinds}; "
+                  f"offline warm-up "
                   f"{lv.get('offline_warmup_s', nan):.2f} s", file=sys.stderr)
     print(f"targets: {json.dumps(report.get('targets', {}))}", file=sys.stderr)
+    for v, t in report.get("targets_by_decode_step_tokens", {}).items():
+        print(f"  rows {v}: ratio {json.dumps(t['server_vs_offline'])}, ITL p99 at 32 / 2x batch-1 step "
+              f"{t.get('itl_p99_32_over_2x_batch1_step')}, roofline {json.dumps(t['roofline_fraction'])}",
+              file=sys.stderr)
+
+
+def _step_times(report: dict) -> str:
+    times = report.get("decode_step_times_s") or {}
+    return " ".join(f"{b}:{t * 1e3:.2f}" for b, t in times.items()) or "-"
 
 
 def _httpx():
@@ -352,7 +399,10 @@ def _offline(server, llm, reqs, c: int) -> tuple[float, float]:
         params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
         sync = _sync(llm)
         w = time.perf_counter()
-        llm.generate(prompts[:c], params[:c])   # untimed: compiles the first batch's prefill and decode shapes
+        # Untimed: the first batch's prefill and decode shapes compiled and captured (a few tokens
+        # run each decode step eagerly, then captured; the outputs' length changes no shape).
+        llm.generate(prompts[:c], [SamplingParams(temperature=0, max_tokens=min(out, 4), ignore_eos=True)
+                                   for _, out in reqs[:c]])
         sync()
         warm = time.perf_counter() - w
         t, tokens = time.perf_counter(), 0

@@ -294,7 +294,8 @@ def test_a_steps_outputs_go_out_while_the_next_decode_step_runs(llm, alone, monk
     events = []
     core = EngineCore(llm, kv_blocks=32, block_size=4)
     start, finish = core.runner.start_decode, core.runner.finish_decode
-    monkeypatch.setattr(core.runner, "start_decode", lambda reqs: events.append("launch") or start(reqs))
+    monkeypatch.setattr(core.runner, "start_decode",
+                        lambda reqs, prefill=(): events.append("launch") or start(reqs, prefill))
     monkeypatch.setattr(core.runner, "finish_decode", lambda t: events.append("wait") or finish(t))
     params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     got, gone = [], []

@@ -21,7 +21,11 @@ decode bucket and the mixed steps of one and two fresh prompts of every chunk bu
 and captures nothing. After the default warm-up the scheduler keeps to the warmed shapes
 (`Scheduler.max_fresh`): at most two fresh prompts a step, a prefix hit recomputed as a
 fresh prompt, and the later chunks of a prompt longer than the step's budget in the packed
-shapes the warm-up also ran. `EngineCore` is not thread-safe: `EngineThread` owns it and
+shapes the warm-up also ran. `decode_step_tokens` (default "auto": the most rows whose decode step the warm-up measured
+at <= 2x the batch-1 step; None: off) makes every step that carries decode rows one captured
+decode step of at most that many rows (or of the bucket its decode rows fill): prompts join it
+as chunks of rows (Scheduler's row steps), so a new prompt delays the running requests' next
+token by a bounded step, not by its whole prefill. `EngineCore` is not thread-safe: `EngineThread` owns it and
 calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
@@ -42,7 +46,7 @@ class EngineCore:
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
                  warm_up: bool | str | None = None, split_prefill: bool | None = None,
                  mixed_steps: bool | None = None, stream_interval: int = 1, stream_interval_from: int = 64,
-                 split_rows: int | None = None):
+                 split_rows: int | None = None, decode_step_tokens: int | str | None = "auto"):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -67,6 +71,13 @@ class EngineCore:
                                        or split_rows < 1):
             raise request_error(f"serve: split_rows must be a positive int or None, got {split_rows!r}",
                                 help="None runs fresh prompts mixed wherever a mixed step fits")
+        if decode_step_tokens != "auto" and decode_step_tokens is not None and (
+                not isinstance(decode_step_tokens, int) or isinstance(decode_step_tokens, bool)
+                or not 1 <= decode_step_tokens <= llm.max_num_seqs):
+            raise request_error(f"serve: decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs "
+                                f"({llm.max_num_seqs}), got {decode_step_tokens!r}",
+                                help="it counts the rows of one decode step (decode rows + prompt tokens); "
+                                     "None takes fresh prompts whole beside the decodes")
         self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
                                    max_num_batched_tokens, prefix_caching)
         self.runner = ModelRunner(llm, self.scheduler.blocks, self.scheduler.max_num_batched_tokens, pad_decode,
@@ -89,6 +100,14 @@ class EngineCore:
                 warmed = 2 if mixed.fits(2) else 1
                 self.scheduler.max_fresh = WARM_CHUNKS if split else warmed
                 self.runner.mixed_chunks = warmed      # more fresh prompts than that go split
+        # Decode-step rows (Scheduler.row_budget): "auto" takes the most rows whose measured step
+        # is at most twice the batch-1 step (issue 19's inter-token latency bound); without
+        # captured steps to measure (the CPU, no warm-up) it is off.
+        self.decode_step_times = self.runner.time_decode_buckets() if self.runner.decoder.use_graph and (
+            self.runner.decoder.use_graph if warm_up is None else warm_up) else {}
+        self.auto_step_tokens = _rows_within(self.decode_step_times, 2.0)
+        self.scheduler.row_buckets = self.runner.decoder.sizes
+        self.set_decode_step_tokens(decode_step_tokens)
         self.warm_up_s = time.perf_counter() - start
         # While at least stream_interval_from requests run, each sends its tokens every
         # stream_interval steps (staggered by arrival; the first and the last at once): the
@@ -107,6 +126,11 @@ class EngineCore:
         self.decode_gaps = [0, 0.0]
         self._synced: float | None = None
         self._gauges()
+
+    def set_decode_step_tokens(self, tokens: int | str | None) -> None:
+        """The rows of a step beside decodes ("auto": the measured default; None: off)."""
+        self.decode_step_tokens = self.auto_step_tokens if tokens == "auto" else tokens
+        self.scheduler.row_budget = self.decode_step_tokens
 
     def add(self, req: Request) -> None:
         if req.request_id in self.scheduler:
@@ -142,19 +166,19 @@ class EngineCore:
         start = time.perf_counter()
         synced, self._synced = self._synced, None
         with self.llm._on_device(), torch.inference_mode():
-            if plan.prefill:                    # one forward pass: the chunks and the decode rows together
+            if plan.prefill and not plan.rows:  # one forward pass: the chunks and the decode rows together
                 self._flush(in_step=True)
                 done = self.runner.step(plan.prefill, plan.decode)
                 self._time(self.runner.last_form, start, plan.num_tokens)
-            elif plan.decode:                   # the last step's outputs go out while this one runs on the GPU
-                ticket = self.runner.start_decode(plan.decode)
+            elif plan.decode or plan.prefill:   # the last step's outputs go out while this one runs on the GPU
+                ticket = self.runner.start_decode(plan.decode, plan.prefill)
                 if synced is not None:
                     self.decode_gaps[0] += 1
                     self.decode_gaps[1] += time.perf_counter() - synced
                 self._flush(in_step=True)
                 done = self.runner.finish_decode(ticket)
                 self._synced = time.perf_counter()
-                self._time("decode", start, len(plan.decode))
+                self._time("rows" if plan.prefill else "decode", start, plan.num_tokens)
             for r, n in plan.prefill:
                 s.computed(r, n)
             for r in plan.decode:
@@ -261,6 +285,15 @@ class EngineCore:
             st = self.scheduler.blocks.stats()
             self.metrics.state(len(self.scheduler.running), len(self.scheduler.waiting), st.used, st.total, st.hits,
                                st.queries)
+
+
+def _rows_within(times: dict[int, float], factor: float) -> int | None:
+    """The largest bucket whose step takes at most `factor` times the smallest bucket's step
+    (None without timings)."""
+    if not times:
+        return None
+    base = times[min(times)]
+    return max(b for b, t in times.items() if t <= factor * base)
 
 
 def _send(req: Request, out) -> bool:

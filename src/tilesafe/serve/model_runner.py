@@ -37,6 +37,8 @@ change, padding rows greedy.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -232,23 +234,73 @@ class ModelRunner:
         """One token for each request: each feeds back its newest token."""
         self.finish_decode(self.start_decode(reqs))
 
-    def start_decode(self, reqs: list[Request]):
+    def start_decode(self, reqs: list[Request], prefill: list[tuple[Request, int]] = ()):
         """Stage and launch the decode step of `reqs` without waiting for it; returns the
-        ticket `finish_decode` takes (which waits and appends the tokens)."""
-        self._set_rows(reqs, pad_to=self.decoder.bucket(len(reqs)))
-        return reqs, self.decoder.start_paged(*self._decode_inputs(reqs))
+        ticket `finish_decode` takes (which waits and appends the tokens). Each (request, n)
+        of `prefill` adds its next n uncomputed tokens as n more rows (Scheduler's row
+        steps): row j at its position, written to its cache row, attending through the
+        request's block table to every key before it — the KV of the rows before it in the
+        same step included, since a layer writes every row's KV before its attention — so
+        the rows compute what a prefill chunk would. Only the row that ends a prompt is
+        sampled with the request's parameters (the others are idle greedy rows, dropped)."""
+        ids, positions, rows, tables = self._decode_inputs(reqs)
+        sampled = list(reqs)
+        for r, n in prefill:
+            c = r.computed
+            slots = self.blocks.slots(r.request_id, c, c + n)
+            kept = min(max(r.cached - c, 0), n)       # a prefix hit's positions: shared blocks, not rewritten
+            slots[:kept] = [-1] * kept
+            ids += r.kv_tokens[c:c + n]
+            positions += range(c, c + n)
+            rows += slots
+            tables += [self.blocks.live_table(r.request_id)] * n
+            sampled += [None] * (n - 1) + [r if r.uncomputed == n else None]
+        self._set_rows(sampled, pad_to=self.decoder.bucket(len(sampled)))
+        return reqs, prefill, self.decoder.start_paged(ids, positions, rows, tables)
 
     def finish_decode(self, ticket) -> list[Request]:
-        reqs, started = ticket
+        """Wait for a started step; append each decode row's token and the token of each
+        prompt the step ended; returns those requests."""
+        reqs, prefill, started = ticket
         tokens, logprobs = self.decoder.finish(started)
         self.passes += 1
         for r, t, lp in zip(reqs, tokens, logprobs):
             r.seq.append(t, lp)
-        return list(reqs)
+        done = list(reqs)
+        i = len(reqs)
+        for r, n in prefill:
+            i += n
+            if r.uncomputed == n:                     # its prompt's last row: the first token
+                r.seq.append(tokens[i - 1], logprobs[i - 1])
+                done.append(r)
+        return done
 
     def _decode(self, reqs: list[Request]) -> None:
         """The decode step of `reqs` (their sampler rows set: rows 0.., then the bucket's)."""
-        self.finish_decode((reqs, self.decoder.start_paged(*self._decode_inputs(reqs))))
+        self.finish_decode((reqs, (), self.decoder.start_paged(*self._decode_inputs(reqs))))
+
+    def time_decode_buckets(self, reps: int = 5) -> dict[int, float]:
+        """Seconds per replay of each warmed decode bucket's greedy step (all rows padding: no
+        cache write, outputs dropped): what a step of that many rows costs on this device,
+        which sets EngineCore's decode_step_tokens="auto". Empty without captured steps."""
+        dec = self.decoder
+        if not dec.use_graph or not dec.sizes:
+            return {}
+        times = {}
+        for b in dec.sizes:
+            step = dec.steps.get(b)
+            if step is None or step.graphs.get(True) is None:
+                continue
+            step.io.send_paged([], [], [], [])
+            dec._launch(step, b, True)                  # once untimed: the timed replays start warm
+            step.io.receive(0)
+            start = time.perf_counter()
+            for _ in range(reps):
+                step.io.send_paged([], [], [], [])
+                dec._launch(step, b, True)
+                step.io.receive(0)
+            times[b] = (time.perf_counter() - start) / reps
+        return times
 
     def _decode_inputs(self, reqs: list[Request]):
         """Each request's fed-back token, its position, cache row and live block table."""

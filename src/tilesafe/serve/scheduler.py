@@ -24,6 +24,16 @@ cut (unless it is the step's only prefill: a prompt longer than the budget), and
 with a prefix-cache hit is recomputed from position 0 as a fresh prompt (its cached blocks
 are shared, not written again: the runner writes no KV before `req.cached`).
 
+With `row_budget` set (EngineCore's `decode_step_tokens`), a step that carries decode rows —
+or a prompt already partly computed — is planned as rows of the captured decode step: its
+decode rows, then prompt chunks (a prompt's next n uncomputed tokens, n rows, fresh or not)
+up to `row_budget` rows in all, or up to the decode bucket the decode rows fill anyway
+(`row_buckets`), never past max_num_seqs (the largest bucket). The step then costs a decode
+step of that many rows, so a prompt arriving beside running requests delays their next
+token by at most the budget's step time; a longer prompt goes over several steps. A prefix
+hit keeps its cached positions (the rows attend through the block table). Steps with
+neither decode rows nor a prompt under way take whole fresh prompts as above.
+
 The block manager owns the blocks: a request's block table and slot mapping come from it,
 and `computed()` names the blocks whose KV the step wrote so later prompts can share them.
 """
@@ -45,6 +55,7 @@ class StepPlan:
     decode: list[Request]
     prefill: list[tuple[Request, int]]
     preempted: list[Request]
+    rows: bool = False          # every token a row of the decode step (row_budget), decode rows first
 
     @property
     def num_tokens(self) -> int:
@@ -54,12 +65,15 @@ class StepPlan:
 class Scheduler:
     def __init__(self, max_num_seqs: int, max_model_len: int, num_blocks: int, block_size: int,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True,
-                 max_fresh: int | None = None):
+                 max_fresh: int | None = None, row_budget: int | None = None,
+                 row_buckets: list[int] | None = None):
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens or max(DEFAULT_BATCHED_TOKENS, max_num_seqs)
         self.max_fresh = max_fresh        # None: any admission; else the module docstring's limits
+        self.row_budget = row_budget      # None: no decode-step rows; else rows of a step beside decodes
+        self.row_buckets = row_buckets    # the decode step's row buckets (None: any row count)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._by_id: dict[str, Request] = {}
@@ -79,6 +93,8 @@ class Scheduler:
         request in it are allocated. Call `computed` for each once the step has run."""
         preempted = self._reserve()
         decode = [r for r in self.running if r.uncomputed == 1]
+        if self.row_budget is not None and (decode or any(r.computed for r in self.running if r.uncomputed > 1)):
+            return self._rows_plan(decode, preempted)
         budget = self.max_num_batched_tokens - len(decode)
         prefill = []
         for r in sorted((r for r in self.running if r.uncomputed > 1), key=lambda r: r.order):
@@ -99,6 +115,25 @@ class Scheduler:
                 prefill.append((r, n))
             budget -= n
         return StepPlan(decode, prefill, preempted)
+
+    def _rows_plan(self, decode: list[Request], preempted: list[Request]) -> StepPlan:
+        """A step of decode-step rows: the decode rows, then prompt chunks — those under way in
+        arrival order, then admitted ones — up to the row budget or the decode rows' bucket."""
+        d = len(decode)
+        fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
+        budget = min(max(self.row_budget, fill), self.max_num_seqs) - d
+        prefill = []
+        for r in sorted((r for r in self.running if r.uncomputed > 1), key=lambda r: r.order):
+            if budget <= 0:
+                break
+            n = min(r.uncomputed, budget)
+            prefill.append((r, n))
+            budget -= n
+        for r in self._admit(budget, recompute=False):
+            n = min(r.uncomputed, budget)
+            prefill.append((r, n))
+            budget -= n
+        return StepPlan(decode, prefill, preempted, rows=True)
 
     def computed(self, req: Request, n: int) -> None:
         """The step wrote the KV of `req`'s next n tokens: their full blocks become shareable."""
@@ -142,10 +177,11 @@ class Scheduler:
                 self.blocks.append(req.request_id, missing)
         return preempted
 
-    def _admit(self, budget: int) -> list[Request]:
-        """Move the waiting requests that fit now, in order, to running; return them."""
+    def _admit(self, budget: int, recompute: bool = True) -> list[Request]:
+        """Move the waiting requests that fit now, in order, to running; return them.
+        `recompute=False`: steps of decode-step rows (any shape, a prefix hit kept)."""
         admitted = []
-        limit = self.max_fresh
+        limit = self.max_fresh if recompute else None
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             if limit is not None and (len(admitted) >= limit or (admitted and req.uncomputed > budget)):

@@ -1,0 +1,103 @@
+"""Decode-step rows (EngineCore's decode_step_tokens, Scheduler.row_budget): a step that carries
+decode rows runs as one decode step whose extra rows are prompt tokens, at most the budget's
+rows in all (or the decode rows' bucket), so a prompt arriving beside running requests is
+prefilled over several bounded steps — each prompt still gets exactly the tokens it gets
+alone (greedy and seeded), fresh, chunked, after a prefix-cache hit."""
+from types import SimpleNamespace
+
+import pytest
+
+from tilesafe.engine import RequestError, SamplingParams
+from tilesafe.serve.engine_core import EngineCore, _rows_within
+from tilesafe.serve.request import Request
+from tilesafe.serve.scheduler import Scheduler
+
+PARAMS = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+          SamplingParams(temperature=0.8, top_k=20, seed=4, max_tokens=5, ignore_eos=True)]
+
+
+def _request(llm, i, prompt, outs):
+    return Request(f"r{i}", llm._sequences({"prompt_token_ids": prompt}, PARAMS[i % 2])[0],
+                   sink=lambda out: outs[i].extend(out.token_ids))
+
+
+def _alone(llm_one_seq, prompts):
+    return [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
+            for i, p in enumerate(prompts)]
+
+
+def test_prompts_beside_decodes_go_as_bounded_decode_rows_with_their_tokens(llm, llm_one_seq):
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, decode_step_tokens=4)
+    plans = []
+    schedule = core.scheduler.schedule
+    core.scheduler.schedule = lambda: plans.append(schedule()) or plans[-1]
+    prompts = [[2, 4, 6], [8, 10, 12, 14, 16, 18, 20], [3, 5], [7, 9, 11, 13, 15]]
+    outs = [[] for _ in prompts]
+    core.add(_request(llm, 0, prompts[0], outs))
+    core.step()                                         # nothing decodes yet: the whole prompt
+    for i in (1, 2, 3):
+        core.add(_request(llm, i, prompts[i], outs))
+    while core.has_work():
+        core.step()
+    assert outs == _alone(llm_one_seq, prompts)
+    assert not plans[0].rows and plans[1].rows
+    assert all(p.num_tokens <= 4 for p in plans[1:])    # every later step: at most the budget's rows
+    assert [n for _, n in plans[1].prefill] == [3]       # r1's 7 tokens: 3 rows beside r0's decode row ...
+    assert [n for _, n in plans[2].prefill] == [3]       # ... then 3 more, then its last with r2's start
+    assert core.timing["rows"][0] >= 4 and core.timing["packed"][0] == 1     # the packed step: r0 alone
+
+
+def test_a_prefix_hit_keeps_its_cached_blocks_as_rows(llm, llm_one_seq):
+    """Row steps admit a prefix-cache hit without recomputing its cached positions (old
+    scheduling with max_fresh: recomputed from position 0), and it gets its tokens."""
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, decode_step_tokens=4)
+    shared = [2, 4, 6, 8, 10, 12, 14, 16]
+    prompts = [shared + [1], shared + [3, 5]]
+    outs = [[] for _ in prompts]
+    core.add(_request(llm, 0, prompts[0], outs))
+    core.step()
+    core.add(_request(llm, 1, prompts[1], outs))
+    core.step()                                         # r1 admitted with 8 tokens cached: 2 rows left
+    r1 = core.scheduler.get("r1")
+    assert r1.cached == 8 and r1.computed == 10
+    while core.has_work():
+        core.step()
+    assert outs == _alone(llm_one_seq, prompts)
+
+
+def test_the_row_budget_grows_to_the_decode_rows_bucket_and_caps_at_max_num_seqs():
+    s = Scheduler(max_num_seqs=8, max_model_len=64, num_blocks=64, block_size=4, row_budget=2,
+                  row_buckets=[1, 2, 4, 8])
+    decoding = [req(f"d{i}", 3, i) for i in range(3)]
+    for r in decoding:
+        s.add(r)
+    for r, n in s.schedule().prefill:                   # nothing decodes yet: whole prompts, the old way
+        s.computed(r, n)
+        r.seq.tokens.append(7)                          # each got its first token
+    p = req("p", 20, 9)
+    s.add(p)
+    plan = s.schedule()                                 # 3 decode rows fill bucket 4: one prompt row
+    assert plan.rows and plan.decode == decoding and plan.prefill == [(p, 1)]
+    s.computed(p, 1)
+    for r in decoding:
+        s.computed(r, 1)
+        r.seq.tokens.append(7)
+    s.row_budget = 8                                    # 3 decode rows + 5 of p's: max_num_seqs rows
+    assert s.schedule().prefill == [(p, 5)]
+
+
+def req(rid, n_prompt, order):
+    seq = SimpleNamespace(prompt_ids=list(range(n_prompt)), tokens=[])
+    return Request(rid, seq, sink=lambda out: None, order=order)
+
+
+def test_rows_within_takes_the_largest_bucket_within_the_factor():
+    assert _rows_within({1: 2.0, 2: 2.1, 4: 2.2, 8: 3.9, 16: 4.1, 32: 5.0}, 2.0) == 8
+    assert _rows_within({}, 2.0) is None
+
+
+@pytest.mark.parametrize("bad", [0, 5, True, "many"])
+def test_decode_step_tokens_is_checked(llm, bad):
+    with pytest.raises(RequestError) as e:
+        EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens=bad)
+    assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (4)" in e.value.message
