@@ -24,6 +24,7 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
   early_small  the early form for the 4B qkv, o and down GEMVs only (gate/up as tuned)
   o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
   o_narrow     the o projection in 2-column tiles (1280 blocks)
+  nrk_h1/4/8   norm_rope_kv_write with 1, 4 or 8 heads a tile at one token (default 2)
 DEC_PROFILE=a,b names the variants to profile (default: the default and the fastest).
 Every case catches its own errors; variants stop starting past BUDGET_S.
     PYTHONPATH=src python3 benchmarks/probes/decode_step_variants.py "$OUT/dec/variants.json" 4b,0.6b
@@ -58,6 +59,7 @@ _PAGED_CONFIG = PK._paged_config
 
 
 MM = importlib.import_module("tilesafe.kernels.matmul")
+NRK = importlib.import_module("tilesafe.kernels.norm_rope_kv")
 RK = importlib.import_module("tilesafe.runtime.kernel")
 _SKINNY_CONFIG = MM.skinny_config
 
@@ -107,6 +109,9 @@ VARIANTS = {
     "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},
     "down_split2": {(MM, "skinny_config"): SPLIT_DOWN, (FUSIONS, "skinny_config"): SPLIT_DOWN},
     "o_narrow": {(MM, "skinny_config"): O_NARROW, (FUSIONS, "skinny_config"): O_NARROW},
+    "nrk_h1": {(NRK, "ONE_TOKEN_HEADS"): 1},
+    "nrk_h4": {(NRK, "ONE_TOKEN_HEADS"): 4},
+    "nrk_h8": {(NRK, "ONE_TOKEN_HEADS"): 8},
 }
 PROFILE = [v for v in os.environ.get("DEC_PROFILE", "").split(",") if v]   # variants to profile (else default
                                                                              # and the fastest)
