@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..backends.triton import ahead
 from ..lang import bounds
 from . import binding
-from .specialize import LaunchFacts, _deny, _needs_64bit
+from .specialize import LaunchFacts, needs_64bit, refuse_denied_masks
 
 
 def compile_ahead(kernel, *args, target="sm_90", arch: int | None = None, descriptors: bool | None = False, grid=None,
@@ -27,5 +27,5 @@ def compile_ahead(kernel, *args, target="sm_90", arch: int | None = None, descri
     spec = kernel.specializer.spec(bound)
     masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
     if kernel.deny_kernel_checks:   # refused as a launch would refuse it, whatever the target
-        _deny(kernel, spec, masks)
-    return ahead.compile_spec(kernel, spec, masks, _needs_64bit(bound), bound, target, descriptors, schedule)
+        refuse_denied_masks(kernel, spec, masks)
+    return ahead.compile_spec(kernel, spec, masks, needs_64bit(bound), bound, target, descriptors, schedule)

@@ -133,8 +133,8 @@ class Specializer:
         facts = LaunchFacts(bound)
         masks = bounds.masks_for(spec.checks, facts)
         if self.kernel.deny_kernel_checks:
-            _deny(self.kernel, spec, masks)
-        wide = _needs_64bit(bound)
+            refuse_denied_masks(self.kernel, spec, masks)
+        wide = needs_64bit(bound)
         key = (self.ir_key(bound), backend, tuple(sorted((i, m) for i, m in masks.items())), wide, schedule)
         code = self.code.get(key)
         if code is None:
@@ -148,7 +148,7 @@ class Specializer:
         spec = self.spec(bound)
         masks = bounds.masks_for(spec.checks, LaunchFacts(bound))
         from ..backends.triton import codegen
-        return codegen.generate(self.kernel, spec, masks, _needs_64bit(bound)).text
+        return codegen.generate(self.kernel, spec, masks, needs_64bit(bound)).text
 
 
 _EMPTY = inspect.Parameter.empty
@@ -172,7 +172,7 @@ def _scalar_dtype(kind, value):
     return python_scalar_dtype(value)
 
 
-def _needs_64bit(bound) -> bool:
+def needs_64bit(bound) -> bool:
     """Offsets are 32-bit only when every element offset of every tensor fits, and so does
     every extent (a stride-0 axis spans nothing, yet its coordinates count up to its extent).
     Then a masked tile in range computes coordinates below its (power-of-two) tiles' cover of
@@ -185,7 +185,8 @@ def _needs_64bit(bound) -> bool:
     return False
 
 
-def _deny(kernel, spec: Spec, masks) -> None:
+def refuse_denied_masks(kernel, spec: Spec, masks) -> None:
+    """A kernel with deny_kernel_checks=True refuses arguments whose tiles would need an edge mask."""
     for c in spec.checks:
         if any(masks[id(c.op)]):
             axes = [a.axis for a, m in zip(c.axes, masks[id(c.op)]) if m]
