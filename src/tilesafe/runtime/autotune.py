@@ -36,12 +36,12 @@ from typing import Callable
 
 import torch
 
-from ..errors import AliasError, KernelError, LaunchError, OwnershipError, TileSafeError
+from ..errors import AliasError, KernelError, LaunchError, OwnershipError, TileSafeError, at_callers_line
 from ..lang.annotations import CONST, OUTPUTS
 from ..settings import current_backend, graph_var, launching_disabled_var
 from .autotune_config import AUTO, Config, Prepared
 from .binding import is_torch_tensor
-from .kernel import Kernel, _clean
+from .kernel import Kernel
 from .partition import next_pow2
 from .spec import spec as make_spec
 from .storage_state import StorageState
@@ -102,7 +102,7 @@ class Autotuned:
             choice = self._choose(given, sched, grid)
             return self._launch(given, sched, grid, self._prepared(choice.config))
         except TileSafeError as e:
-            raise _clean(e) from None
+            raise at_callers_line(e) from None
 
     def _given(self, args, kwargs):
         """Step 1: the arguments by parameter name, and the caller's schedule= if any."""
@@ -313,7 +313,7 @@ def autotune(configs, key=(), *, timer: Timer | None = None, bucket=None):
                                   help="launch it with unsafe_launch and an explicit config")
             return Autotuned(k, configs, key, timer, bucket)
         except KernelError as e:
-            raise _clean(e) from None
+            raise at_callers_line(e) from None
     return wrap
 
 
