@@ -32,7 +32,7 @@ from . import shared_shadow as shadow
 from . import stubs, vector_access
 from .kernel_info import node_key, resolve_op
 from .params import CONST
-from .static_bounds import StaticBounds, _Span
+from .static_bounds import Span, StaticBounds
 from .static_values import static_value
 
 _INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift,
@@ -404,7 +404,7 @@ class _Lower(ast.NodeTransformer):
             source = self.sources.get(e.id)
             if source is not None:
                 return self.integer(source.start, depth + 1) and self.integer(source.stop, depth + 1) \
-                    if isinstance(source, _Span) else self.integer(source, depth + 1)
+                    if isinstance(source, Span) else self.integer(source, depth + 1)
             return e.id not in self.locals and type(self.scope.get(e.id)) is int
         return False
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from .static_bounds import _Span
+from .static_bounds import Span
 
 
 def proven(ck, name, index, rank) -> bool:
@@ -47,7 +47,7 @@ def _counts_below(ck, item, extent: str) -> bool:
     one, where the axis has n elements: a parameter is never assigned in a kernel, so n is the extent
     the launch binds. After the loop j is unbound when n == 0 (numba reads element 0 of no elements)."""
     span = ck.bounds.sources.get(item.id) if isinstance(item, ast.Name) else None
-    if not isinstance(span, _Span) or not (isinstance(span.stop, ast.Name) and span.stop.id == extent):
+    if not isinstance(span, Span) or not (isinstance(span.stop, ast.Name) and span.stop.id == extent):
         return False
     if not any(isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == item.id
                for _, node in ck.control):

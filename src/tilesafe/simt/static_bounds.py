@@ -39,7 +39,7 @@ class StaticBounds:
                 bound.setdefault(name, []).append(value)
         self.sources: dict = {}
         for name, values in bound.items():
-            if stores.get(name) == 1 or stores.get(name) == len(values) and all(isinstance(v, _Span) for v in values) \
+            if stores.get(name) == 1 or stores.get(name) == len(values) and all(isinstance(v, Span) for v in values) \
                     and len({ast.dump(ast.Tuple([v.start, v.stop], ast.Load())) for v in values}) == 1:
                 self.sources[name] = values[0]
 
@@ -57,7 +57,7 @@ class StaticBounds:
             return self.range_of(self.sources[e.id], depth + 1)
         if isinstance(e, ast.Name) and e.id not in self.own and type(self.scope.get(e.id)) is int:
             return (self.scope[e.id], self.scope[e.id])
-        if isinstance(e, _Span):
+        if isinstance(e, Span):
             a, b = self.range_of(e.start, depth + 1), self.range_of(e.stop, depth + 1)
             return None if a is None or b is None else (a[0], b[1] - 1)
         if isinstance(e, ast.Call):
@@ -104,10 +104,10 @@ def _bindings(node):
         args = node.iter.args
         start = args[0] if len(args) == 2 else ast.Constant(0)
         stop = args[-1]
-        return [(node.target.id, _Span(start, stop))]
+        return [(node.target.id, Span(start, stop))]
     return []
 
 
-class _Span(ast.expr):
+class Span(ast.expr):
     """range(start, stop)'s values, as an expression node the evaluator understands."""
     _fields = ("start", "stop")
