@@ -30,29 +30,25 @@ NAMES = {"linear M=1": "linear", "add": "add", "rms_norm": "rms_norm", "embeddin
          "silu_mul": "silu_mul", "decode_attention": "decode_attention", "rms_norm + residual": "rms_norm"}
 
 
-def plans_of(fn):
-    """The PlanCache of a tilesafe.kernels function (the @planned wrapper's), else None."""
-    return getattr(fn, "plans", None)
-
-
 def launches() -> list:
-    """The fast-form launches (PlannedLaunch) of every plan a call of `case_fn` made."""
-    import tilesafe.kernels as tk
+    """The fast-form launches (PlannedLaunch) of every library call plan made so far (every
+    PlanCache of tilesafe.kernels' modules, as host_path_hits.forget_plans finds them)."""
     found = []
-    for name in set(NAMES.values()):
-        cache = plans_of(getattr(tk, name))
-        if cache is None:
+    for mod in list(sys.modules.values()):
+        if not getattr(mod, "__name__", "").startswith("tilesafe.kernels"):
             continue
-        for plan in cache.plans.values():
-            if plan.hit:
-                found += [pl for pl in plan.hit.launches if pl is not None]
+        for v in list(vars(mod).values()):
+            cache = v if isinstance(v, call_plans.PlanCache) else getattr(v, "plans", None)
+            if isinstance(cache, call_plans.PlanCache):
+                for plan in cache.plans.values():
+                    if getattr(plan, "hit", None):
+                        found += [pl for pl in plan.hit.launches if pl is not None and pl not in found]
     return found
 
 
 def measure(c, device, calls: int, repeats: int) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     count = 200 + calls * repeats
-    fresh = {k: Fresh(c.tensors, count) for k in ("eager", "out", "eager_stub", "out_stub", "key", "gc_off")}
     for _ in range(5):
         c.library(c.tensors), c.library_out(c.tensors)
     sync()
@@ -120,7 +116,20 @@ def measure(c, device, calls: int, repeats: int) -> dict:
     fr = Fresh(c.tensors, 200 + calls * repeats)
     out["eager, gc off"] = host_us_side_by_side({"x": lambda: gc_off(fr.next())}, calls, repeats, 200, sync)["x"]
     out["launches"] = len(pls)
+    print(f"  {c.name}: launches {[_kind(pl) for pl in pls]}", flush=True)
     return out
+
+
+def _kind(pl) -> str:
+    """How a fast launch starts: its mode, argument count, TMA descriptors, and whether
+    Triton's C launch is called directly (adapter.direct_launcher's c_run) or its launcher's
+    Python `run` (scratch memory, hooks)."""
+    start = getattr(pl, "start", None)
+    cells = dict(zip(getattr(getattr(start, "__code__", None), "co_freevars", ()),
+                     [c.cell_contents for c in (getattr(start, "__closure__", None) or ())]))
+    direct = "c_run" if cells.get("c_run") is not None else ("run" if "run" in cells else "?")
+    values = getattr(pl, "values", ())
+    return f"mode {pl.mode} args {len(values) if values else '-'} desc {len(getattr(pl, 'descriptors', ()) or ())} {direct}"
 
 
 def _noop(stream, args):
@@ -141,8 +150,8 @@ def _key_args(c):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    ap.add_argument("--cases", default="linear M=1,add,rms_norm,decode_attention")
-    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--cases", default="linear M=1,add,rms_norm,silu_mul,embedding,decode_attention")
+    ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     device = a.device
