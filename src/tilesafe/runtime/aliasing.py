@@ -72,6 +72,14 @@ def byte_set(view: torch.Tensor) -> ByteSet:
 _DEVICE_NAMES: dict = {}     # torch.device -> "cpu" / "cuda:0": str() of a device costs ~1 us
 
 
+def device_name(device) -> str:
+    """str(device), cached (byte_set looks the cache up inline: it runs per tensor per launch)."""
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = str(device)
+    return name
+
+
 def overlaps(a: ByteSet, b: ByteSet) -> bool:
     """True when some byte is reached by both views (exact unless both are huge and irregular)."""
     if a.device != b.device or a.numel == 0 or b.numel == 0:

@@ -11,7 +11,7 @@ launchers.
 """
 from __future__ import annotations
 
-from .aliasing import ByteSet, _DEVICE_NAMES
+from .aliasing import ByteSet, device_name
 
 _new_set = tuple.__new__      # ByteSet(...) without the named tuple's Python-level constructor
 
@@ -44,11 +44,7 @@ class ByteSetSlots:
                 shape, strides, item = self.layouts[k]
                 name = self.names[k]
                 if name is None:
-                    device = a[0].device
-                    name = _DEVICE_NAMES.get(device)
-                    if name is None:
-                        name = _DEVICE_NAMES[device] = str(device)
-                    self.names[k] = name
+                    name = self.names[k] = device_name(a[0].device)
                 sets[k] = _new_set(ByteSet, (name, sptr, nbytes, offset, shape, strides, item))
             k += 1
         return sets
