@@ -1,8 +1,9 @@
 """Where a library call's host time goes on the real device: cProfile of a few host_overhead.py
 cases (fresh torch views every call), eagerly and with `out=`, and the user kernel with fresh
-tilesafe tensors (beside it the user's from_torch/partition/unpartition alone and the launch
-with reused objects, case 'user'); beside each, µs per call with Python's garbage collector on and off (what
-the objects a call allocates cost in collections).
+tilesafe tensors (beside it the user's from_torch/partition/unpartition alone, three
+from_torch alone, torch's three detach() under them, and the launch with reused objects,
+case 'user'); beside each, µs per call with Python's garbage collector on and off (what the
+objects a call allocates cost in collections).
 
     PYTHONPATH=src python benchmarks/host_profile.py --cases "linear M=1,add" --top 25
     PYTHONPATH=src python benchmarks/host_profile.py --device cpu --backend reference   # runs anywhere
@@ -56,17 +57,25 @@ def user_case(device):
 def user_forms(device) -> list:
     """The fresh-tensor user kernel, the user's own part of it alone (from_torch, partition,
     unpartition: no launch), and the launch with reused objects: fresh minus parts minus
-    reused is what the launch pays for new objects."""
+    reused is what the launch pays for new objects. Beside them the parts split up: three
+    from_torch alone, and torch's own floor under them (three `detach()`, the one torch call
+    a borrow cannot skip: the tilesafe tensor owns its view's metadata)."""
     call, tensors = user_case(device)
 
     def parts(t):
         p = ts.from_torch(t["z"]).partition((1024,))
         ts.from_torch(t["x"]), ts.from_torch(t["y"])
         p.unpartition()
+
+    def borrows(t):
+        ts.from_torch(t["z"]), ts.from_torch(t["x"]), ts.from_torch(t["y"])
+
+    def detaches(t):
+        t["z"].detach(), t["x"].detach(), t["y"].detach()
     tx, ty = ts.from_torch(tensors["x"]), ts.from_torch(tensors["y"])
     tp = ts.from_torch(torch.empty_like(tensors["z"])).partition((1024,))
-    return [("fresh", call, tensors), ("parts only", parts, tensors),
-            ("reused", lambda t: scale_add(tp, tx, ty, 0.5), tensors)]
+    return [("fresh", call, tensors), ("parts only", parts, tensors), ("from_torch x3", borrows, tensors),
+            ("torch detach x3", detaches, tensors), ("reused", lambda t: scale_add(tp, tx, ty, 0.5), tensors)]
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from .storage_state import StorageState, _ATTR
 from .tensor import Tensor, read_of
 
 _FP8 = (dtypes.f8e4m3fn, dtypes.f8e5m2)
+_STRIDED = torch.strided
 
 
 def zeros(shape, dtype=f32, device=None) -> Tensor:
@@ -112,6 +113,20 @@ def from_torch(t) -> Tensor:
     count as written: torch made them (unless they are a tilesafe tensor's bytes handed over
     with to_torch() that torch has not written since: those keep their S14 tracking).
     """
+    # The common case without the runtime's lock: a plain dense CPU or CUDA tensor over memory
+    # seen before (its storage carries the state), never handed to torch, every byte written,
+    # a contiguous view inside its storage. It only reads shared state (each read atomic), so
+    # it returns what the locked path would return had it run whole just then; anything to
+    # mark, join or refuse takes the locked path.
+    if type(t) is torch.Tensor and t.layout is _STRIDED and (t.is_cuda or t.is_cpu):
+        dt = _BY_TORCH.get(t.dtype)
+        if dt is not None:
+            v = t.detach()
+            storage = v.untyped_storage()
+            state = getattr(storage, _ATTR, None)
+            if state is not None and state.handed is None and state.init_mask is None and v.is_contiguous() \
+                    and (v.storage_offset() + v.numel()) * v.element_size() <= storage.nbytes():
+                return Tensor(v, state, dt)
     with LOCK:   # marks bytes written that other threads' launches check (host_lock)
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"ts.from_torch takes a torch.Tensor, got {type(t).__name__}",
