@@ -43,14 +43,14 @@ import numpy as np
 import torch
 
 from ..engine.decode_step import DecodeSteps
-from ..engine.errors import request_error
-from ..engine.kv_cache import PagedKVCache, cache_bytes
+from ..engine.kv_cache import PagedKVCache
 from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
 from ..engine.prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs
 from ..engine.prefill_graphs import bucket_sizes as prefill_buckets
 from ..engine.sampler import Sampler
 from .block_manager import BlockManager
+from .memory_check import check_memory, serving_bytes
 from .mixed_steps import MixedSteps
 from .prefill_pack import MIN_TOKENS, Packed, pack, pad_rows, table_width, token_bucket
 from .request import Request
@@ -67,8 +67,13 @@ class ModelRunner:
         nb, bs = blocks.num_blocks, blocks.block_size
         cache = PagedKVCache.over(llm.model.cache, nb, bs)
         self.shares_llm_cache = cache is not None
+        use_graph = llm.decode_steps.use_graph
+        split_prefill = use_graph if split_prefill is None else split_prefill
+        mixed_steps = use_graph if mixed_steps is None else mixed_steps
+        max_chunk = min(max_tokens, llm.max_model_len)
+        check_memory(llm, serving_bytes(llm, None if cache is not None else (nb, bs), max_chunk, split_prefill,
+                                        WARM_CHUNKS if mixed_steps else 0, pad_decode))
         if cache is None:
-            _check_memory(llm, nb, bs)
             with llm._on_device():
                 cache = PagedKVCache.allocate(llm.config, nb, bs, llm.max_model_len, llm.dtype, llm.device)
         self.cache = cache
@@ -78,17 +83,15 @@ class ModelRunner:
             self.sampler = Sampler(2 * llm.max_num_seqs, llm.device, llm.sampler.rng)
         self.model = Qwen3Model(llm.config, llm.model.w, cache, self.sampler)
         self.max_blocks = -(-llm.max_model_len // bs)
-        max_chunk = min(max_tokens, llm.max_model_len)
         self.table_width = table_width(self.max_blocks, bs, max_chunk)       # packed forwards
-        use_graph = llm.decode_steps.use_graph
         self.decoder = DecodeSteps(self.model, llm.dtype, llm.device, use_graph,
                                    llm.decode_steps.pdl, paged=(self.max_blocks, llm.max_num_seqs), pad=pad_decode)
-        self.split_prefill = use_graph if split_prefill is None else split_prefill
+        self.split_prefill = split_prefill
         self.graphs = PrefillGraphs(self.model, llm.dtype, llm.device, min(max_chunk, MAX_GRAPH_TOKENS), use_graph) \
             if self.split_prefill else None
         self.max_chunk = max_chunk
         self.mixed = MixedSteps(self.model, llm.dtype, llm.device, llm.max_num_seqs, self.table_width, use_graph,
-                                WARM_CHUNKS, max_chunk) if (use_graph if mixed_steps is None else mixed_steps) else None
+                                WARM_CHUNKS, max_chunk) if mixed_steps else None
         self._rows: tuple | None = None                      # the requests the sampler's rows hold, by row
         self.passes = 0                                      # forward passes run (one a step)
         self.last_form = ""                                  # the last prefill step's form: mixed, split, packed
@@ -367,18 +370,3 @@ def _append_sampled(chunks: list[tuple[Request, int]], reqs: list[Request], toke
             r.seq.append(tokens[i], logprobs[i])
             done.append(r)
     return done
-
-
-def _check_memory(llm, num_blocks: int, block_size: int) -> None:
-    """Refuse, before allocating, a pool that does not fit the GPU's free memory."""
-    if not llm.device.startswith("cuda"):
-        return
-    size = torch.empty((), dtype=llm.dtype).element_size()
-    need = cache_bytes(llm.config, num_blocks, block_size, size)   # num_blocks "slots" of block_size rows
-    free, _ = torch.cuda.mem_get_info(torch.device(llm.device))
-    if need > free:
-        gib = 2 ** 30
-        raise request_error(f"serve: {num_blocks} KV blocks of {block_size} tokens need {need / gib:.2f} GiB, but "
-                            f"{llm.device} has {free / gib:.2f} GiB free",
-                            help="give fewer kv_blocks, or leave kv_blocks unset: the default reuses the engine's "
-                                 "cache")
