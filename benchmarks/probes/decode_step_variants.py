@@ -21,6 +21,7 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
                (the default is session 18's: the weights frozen, each one-row GEMV in its PREFETCH loop, whose
                first weight tile loads before the PDL wait)
   pf_waits     the default's PREFETCH loops, but every launch waiting first (runtime early reads off)
+  early2       the fused GEMVs (qkv, o, down) two weight tiles ahead (both before the wait)
   early_small  the early form for the 4B qkv, o and down GEMVs only (gate/up as tuned)
   o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
   o_narrow     the o projection in 2-column tiles (1280 blocks)
@@ -104,6 +105,7 @@ VARIANTS = {
     "late+split": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True, (AM, "PAGED_MAX_SPLITS"): 1},
     "no_early": {(MM, "GEMV_EARLY"): False},
     "pf_waits": {(RK, "early_reads"): _no_early_reads},
+    "early2": {(MM, "GEMV_EARLY_TILES"): 2},
     "early_small": {(MM, "GEMV_EARLY"): False, (MM, "skinny_config"): _PREFETCH_SMALL,
                     (FUSIONS, "skinny_config"): _PREFETCH_SMALL},
     "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},

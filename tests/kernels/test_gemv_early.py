@@ -60,3 +60,18 @@ def test_freeze_weights_freezes_every_tensor_of_a_model():
     assert all(is_frozen(ts.from_torch(x)) for x in every)
     with pytest.raises(ts.OwnershipError):
         tk.linear(t(1, 4), t(4, 4), out=w.norm.view(1, 4))
+
+
+@pytest.mark.parametrize("k", [96, 80, 32])          # three K tiles, a ragged last one, a single tile
+def test_two_weight_tiles_ahead_give_the_same_products(backend, monkeypatch, k):
+    monkeypatch.setattr(matmul, "GEMV_EARLY_TILES", 2)
+    g = torch.Generator().manual_seed(k)
+    w, x, res = ts.freeze(torch.randn(N, k, generator=g)), torch.randn(1, k, generator=g), torch.randn(1, N)
+    gn = torch.rand(k, generator=g) + 0.5
+    with ts.pdl():
+        got = tk.linear(x, w, residual=res, config={"block_n": 8, "block_k": 32})
+        assert linear_fusions.fused_skinny_kernel.last_launch.consts["DEEP"] is True
+        normed = tk.rms_norm_linear(x, gn, w, 1e-6, config={"block_n": 8, "block_k": 32})
+    np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T + res).numpy(), rtol=1e-5, atol=1e-5)
+    xn = x.double() * torch.rsqrt((x.double() ** 2).mean() + 1e-6) * gn.double()
+    np.testing.assert_allclose(normed.numpy(), (xn @ w.double().T).numpy(), rtol=1e-4, atol=1e-4)

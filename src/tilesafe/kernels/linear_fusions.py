@@ -132,9 +132,10 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
                         res: ts.Ref["T", (-1, -1)], T: ts.Const[ts.DType], TG: ts.Const[ts.DType],
                         TB: ts.Const[ts.DType], PRO: ts.Const[int], RES: ts.Const[int], HAS_BIAS: ts.Const[bool],
                         ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool], PREFETCH: ts.Const[bool],
-                        BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int], L2P: ts.Const[int],
-                        L2K: ts.Const[bool], M: int, N: int, K: int, eps: float):
-    """`skinny_kernel` with a prologue on x's tiles and a residual on the output tile."""
+                        DEEP: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int],
+                        L2P: ts.Const[int], L2K: ts.Const[bool], M: int, N: int, K: int, eps: float):
+    """`skinny_kernel` with a prologue on x's tiles and a residual on the output tile (one row:
+    PREFETCH loads weight tile k + 1 before k's FMAs, DEEP tiles k + 1 and k + 2)."""
     pa, pu = a.partition((BM, BK)), up.partition((BM, BK))       # all rows of x (and up): (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     j = ts.block_id(1)
@@ -146,6 +147,20 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
         for k in range(ts.num_tiles(pa, 1)):
             xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
             acc = mac(xk, pb.load((k, j)), acc, TF32)
+    elif DEEP:                                                   # one row, weight tiles k + 1 and k + 2 in flight
+        part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
+        last = ts.num_tiles(pa, 1) - 1
+        wn = pb.load((0, j))                                     # the weight first: it may precede a PDL wait
+        wm = pb.load((ts.minimum(last, 1), j))
+        xn = input_tile(pa, pu, g, 0, r, T, BK, PRO)
+        for k in range(ts.num_tiles(pa, 1)):
+            xk, wk = xn, wn
+            wn = wm
+            xn = input_tile(pa, pu, g, ts.minimum(k + 1, last), r, T, BK, PRO)
+            wm = pb.load((ts.minimum(k + 2, last), j))           # past the end: the last tile again, in range
+            part = part + fma_tile(xk, wk, BK)
+            ss = add_squares(ss, pa, k, PRO)
+        acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
     elif PREFETCH:                                               # one row, K tile k + 1 loaded before k's FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         last = ts.num_tiles(pa, 1) - 1
@@ -332,8 +347,9 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
         sn = max(16, min(pow2(n), 2048 // sm))
         launch(fused_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, pdl=True, **ending)
     else:
+        ahead = prefetch_form(cfg, m, wt)                        # weight tiles loaded ahead of the FMAs
         launch(fused_skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk,
-               PREFETCH=prefetch_form(cfg, m, wt), **common, **ending)
+               PREFETCH=ahead > 0, DEEP=ahead > 1, **common, **ending)
     return o.returned
 
 

@@ -37,13 +37,20 @@ GEMV_L2_KEEP = False        # prefetch with L2 evict-last priority (ts.prefetch(
 # first access, which such a launch issues before its wait (runtime/freeze.py), so that tile
 # streams in while the kernel before it drains.
 GEMV_EARLY = True
+# Weight tiles the fused one-row GEMVs (linear_fusions) keep in flight in that form: 1, or 2
+# (DEEP: tiles k + 1 and k + 2, so two tiles load before the wait).
+GEMV_EARLY_TILES = 1
 
 
-def prefetch_form(cfg: dict, m: int, w) -> bool:
-    """Whether a GEMV of m rows by the weight `w` (a ts.Tensor) runs its PREFETCH loop."""
+def prefetch_form(cfg: dict, m: int, w) -> int:
+    """Weight tiles a GEMV of m rows by the weight `w` (a ts.Tensor) loads ahead of its FMAs:
+    0 (the plain loop; Triton pipelines it), 1 (the PREFETCH loop), GEMV_EARLY_TILES (the
+    early form over a frozen weight under PDL)."""
     if m != 1:
-        return False
-    return bool(cfg.get("prefetch")) or GEMV_EARLY and reads_early() and is_frozen(w)
+        return 0
+    if GEMV_EARLY and reads_early() and is_frozen(w):
+        return GEMV_EARLY_TILES
+    return 1 if cfg.get("prefetch") else 0
 
 
 def l2_prefetch(weight_bytes: int, tiles: int | None = None) -> dict:
@@ -355,7 +362,7 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
         else:
             launch(skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, DOT=m > 1, BK=bk,
-                   PREFETCH=prefetch_form(cfg, m, bt), **l2_prefetch(bt.nbytes), **common)
+                   PREFETCH=prefetch_form(cfg, m, bt) > 0, **l2_prefetch(bt.nbytes), **common)
         return o.returned
     cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype,
                          shape=configs.Gemm(m, n, k, dtype.name),
