@@ -35,6 +35,38 @@ def add_parser(sub) -> None:
                    "prefill chunks together (default 2048): longer prompts are prefilled in chunks")
     p.add_argument("--no-prefix-caching", action="store_true", help="do not share the KV blocks of identical "
                    "prompt prefixes between requests")
+    p.add_argument("--decode-step-tokens", type=_step_tokens, default="auto", metavar="auto|off|N",
+                   help="rows of a step that carries decode rows: its decodes plus prompt tokens, run as one "
+                        "captured decode step, so a new prompt delays the running requests' next token by one "
+                        "bounded step (default auto: the most rows whose step the start-up measured at <= 2x the "
+                        "batch-1 step; off: prompts beside decodes go whole, in mixed steps)")
+    p.add_argument("--stream-interval", type=int, default=1, metavar="N",
+                   help="while 64 or more requests run, send each one's tokens every N steps (default 1: every "
+                        "step); fewer, larger stream chunks leave the engine more of the host")
+    p.add_argument("--split-rows", type=int, metavar="N",
+                   help="run a step of fresh prompts split (a prefill graph per prompt, captured at start-up) "
+                        "when it has no decode rows or at least N (default: mixed steps wherever they fit)")
+
+
+def _step_tokens(text: str):
+    """--decode-step-tokens: auto, off (None) or a positive row count."""
+    if text in ("auto", "off"):
+        return None if text == "off" else text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected auto, off or a positive number of rows, got {text!r}")
+    return n
+
+
+def engine_options(args: argparse.Namespace) -> dict:
+    """AsyncLLM's keyword arguments from the command line (the model and metrics aside)."""
+    return dict(kv_blocks=args.kv_blocks, block_size=args.block_size,
+                max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching,
+                decode_step_tokens=args.decode_step_tokens, stream_interval=args.stream_interval,
+                split_rows=args.split_rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.served_model_name or (f"qwen3-{args.random_weights}-random" if args.model is None
                                       else args.model.rstrip("/").split("/")[-1])
     metrics = ServerMetrics(name)
-    engine = AsyncLLM(llm, kv_blocks=args.kv_blocks, block_size=args.block_size, metrics=metrics,
-                      max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
+    engine = AsyncLLM(llm, metrics=metrics, **engine_options(args))
     print(f"serving {name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
     uvicorn.run(build_app(engine, name, metrics), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=5)

@@ -71,3 +71,33 @@ def test_serve_without_model_says_how(capsys):
     assert main(["serve"]) == 2
     err = capsys.readouterr().err
     assert "serve: expected MODEL" in err and "--random-weights SIZE" in err
+
+
+def test_serve_flags_reach_the_engine():
+    """--decode-step-tokens, --stream-interval and --split-rows (the engine had them; the CLI
+    did not) become AsyncLLM's options."""
+    from tilesafe.cli import parser
+    from tilesafe.cli_serve import engine_options
+    opts = engine_options(parser().parse_args(["serve", "m", "--decode-step-tokens", "48", "--stream-interval", "2",
+                                               "--split-rows", "64"]))
+    assert (opts["decode_step_tokens"], opts["stream_interval"], opts["split_rows"]) == (48, 2, 64)
+    defaults = engine_options(parser().parse_args(["serve", "m"]))
+    assert (defaults["decode_step_tokens"], defaults["stream_interval"], defaults["split_rows"]) == ("auto", 1, None)
+    assert engine_options(parser().parse_args(["serve", "m", "--decode-step-tokens", "off"]))["decode_step_tokens"] \
+        is None
+
+
+@pytest.mark.parametrize("bad", ["0", "many", "-3"])
+def test_a_bad_decode_step_tokens_is_a_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "m", "--decode-step-tokens", bad])
+    assert e.value.code == 2
+    assert f"expected auto, off or a positive number of rows, got '{bad}'" in capsys.readouterr().err
+
+
+def test_more_decode_step_tokens_than_sequences_is_refused_before_serving(word_model, capsys):
+    assert main(["serve", str(word_model), "--device", "cpu", "--max-model-len", "32", "--max-num-seqs", "2",
+                 "--decode-step-tokens", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (2), got 3" in err
+    assert "Traceback" not in err
