@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import operator
 from dataclasses import dataclass
+from typing import Callable
 
 from .. import dtypes as dt
 from ..dtypes import DType
@@ -29,8 +30,13 @@ class Bindings:
 
 
 class Builder:
-    def __init__(self, src: KernelSource, unsafe: bool):
+    def __init__(self, src: KernelSource, unsafe: bool, lower_body: Callable[["Builder", list], None]):
         self.src = src
+        # Statement lowering (statements.lower_body), handed in by the frontend: lowering is
+        # recursive descent (a loop's or an inlined @ts.function's body holds statements), and
+        # the helpers below statements.py (regions.py, inline.py) lower nested bodies through
+        # this instead of importing statements.py back.
+        self._lower_body = lower_body
         self.unsafe = unsafe
         self.scope = src.globals_and_closure()
         self.block = Block()
@@ -42,6 +48,10 @@ class Builder:
         self.loads: dict[int, Op] = {}       # id(value) -> the load that produced it (for ts.valid)
         self.root = self.block               # the kernel body (the last-arrival `if` sits here)
         self.arrival = None                  # S16: None before `if ts.last_arrival():`, "in", "after"
+
+    def lower_body(self, stmts: list[ast.stmt]) -> None:
+        """Lower `stmts` into the current block."""
+        self._lower_body(self, stmts)
 
     # --- errors ------------------------------------------------------------------------
     def error(self, node: ast.AST | None, message: str, help: str | None = None) -> KernelError:

@@ -13,6 +13,8 @@ from ..dtypes import DType
 from . import typing_rules as rules
 from .builder import PY_SCALARS, Builder, describe
 from .ir import TileType, Value
+from .inline import inline_call
+from .methods import attribute_of, call_method
 from .objects import BoundMethod, DeviceFunction, MintedIndex
 from .unsupported_syntax import EXPRESSION_HELP
 
@@ -84,7 +86,6 @@ def _attribute(b: Builder, node: ast.Attribute):
         if not hasattr(obj, attr):
             raise b.error(node, f"module `{obj.__name__}` has no `{attr}`")
         return resolve_outer(b, node, f"{obj.__name__}.{attr}", getattr(obj, attr))
-    from .methods import attribute_of
     return attribute_of(b, node, obj, attr)
 
 
@@ -254,10 +255,8 @@ def _lower_call(b: Builder, node: ast.Call):
             raise b.error(kw, "`**kwargs` is not supported in a kernel call")
         kwargs[kw.arg] = lower_expr(b, kw.value)
     if isinstance(callee, DeviceFunction):
-        from .inline import inline_call
         return inline_call(b, node, callee, args, kwargs)
     if isinstance(callee, BoundMethod):
-        from .methods import call_method
         return call_method(b, node, callee, args, kwargs)
     return lower_call(b, node, callee, args, kwargs)
 

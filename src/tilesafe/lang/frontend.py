@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 from .annotations import CONST, MUT, MUT_TILES, SCALAR
+from .arrival_rules import check_finished
 from .builder import Bindings, Builder
-from .last_arrival import check_finished
 from .ir import Function, Param, TensorType, TileType, Value
 from .objects import TensorArg
 from .signature import ParamInfo
 from .source import KernelSource
-from .statements import ReturnValue, lower_body
+from .inline import ReturnValue
+from .statements import lower_body
 
 
 def build_function(name: str, src: KernelSource, params: list[ParamInfo], bindings: Bindings,
                    unsafe: bool, grid_rank: int) -> Function:
-    b = Builder(src, unsafe)
+    b = Builder(src, unsafe, lower_body)
     b.grid_rank = grid_rank
     ir_params = []
     for p in params:
@@ -30,7 +31,7 @@ def build_function(name: str, src: KernelSource, params: list[ParamInfo], bindin
             b.env[p.name] = TensorArg(p.name, p.kind, v, dtype, rank, tile, p.shape)
             ir_params.append(Param(p.name, p.kind, v))
     try:
-        lower_body(b, src.tree.body)
+        b.lower_body(src.tree.body)
     except ReturnValue:
         raise b.error(None, "a kernel returns nothing; write results with `z.store(tile)`") from None
     check_finished(b, params)

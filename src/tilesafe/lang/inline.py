@@ -1,14 +1,21 @@
 """Inlining of `@ts.function` helpers: their body is lowered in the caller's builder."""
 from __future__ import annotations
 
+import ast
 import inspect
 
 from .builder import Builder
 from .objects import DeviceFunction
 from .source import KernelSource
-from .statements import ReturnValue, lower_body
 
 MAX_DEPTH = 32
+
+
+class ReturnValue(Exception):
+    """Carries a @ts.function's return value out of its body."""
+
+    def __init__(self, value):
+        self.value = value
 
 
 def inline_call(b: Builder, node, fn: DeviceFunction, args, kwargs):
@@ -20,7 +27,6 @@ def inline_call(b: Builder, node, fn: DeviceFunction, args, kwargs):
     src = KernelSource.of(fn.fn)
     body = src.tree.body
     for i, stmt in enumerate(body):
-        import ast
         for sub in ast.walk(stmt):
             if isinstance(sub, ast.Return) and not (sub is stmt and i == len(body) - 1):
                 raise src.error(sub, f"`{fn.fn.__name__}` returns before its end; a @ts.function has one "
@@ -31,7 +37,7 @@ def inline_call(b: Builder, node, fn: DeviceFunction, args, kwargs):
     b.src, b.scope, b.env = src, src.globals_and_closure(), dict(bound.arguments)
     b.inline_depth += 1
     try:
-        lower_body(b, body)
+        b.lower_body(body)
         return None
     except ReturnValue as r:
         return r.value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from .annotations import MUT, MUT_LAST, MUT_TILES, PTR, REF
+from .arrival_rules import check_final, check_store, misplaced
 from .builder import PY_SCALARS, Builder, describe
 from .calls import static_shape, tile
 from .ir import TileType, Value
@@ -98,7 +99,6 @@ def load_own(b: Builder, node, z: TensorArg, idx=None, padding=0):
         if idx is None:
             return emit_load(b, node, z, (), z.tile, padding, "block", owner=z)
         if isinstance(idx, MintedIndex) and idx.kind == "members":
-            from .last_arrival import member_load
             return member_load(b, node, z, idx, padding)
         j = _minted(b, node, z, idx, "subtiles")
         return emit_load(b, node, z, j.values, j.sub, padding, "subtile", owner=z, sub=j.sub)
@@ -113,6 +113,13 @@ def load_own(b: Builder, node, z: TensorArg, idx=None, padding=0):
                   help="read a ts.Ref with ts.load(x, index, shape=...) or x.partition(tile).load(index)")
 
 
+def member_load(b: Builder, node, z: TensorArg, idx: MintedIndex, padding):
+    """`z.load(s)`: member s's tile of `z`. The ts.Mut outputs share the grid, so an index
+    minted by one output's `members()` walk names a member of every one of them."""
+    check_final(b, node, z)
+    return emit_load(b, node, z, idx.values, z.tile, padding, "member", owner=z)
+
+
 def store(b: Builder, node, z, value, idx=None):
     z = tensor_arg(b, node, z, "the stored-to object")
     if z.kind == REF:
@@ -124,7 +131,6 @@ def store(b: Builder, node, z, value, idx=None):
     if isinstance(idx, MintedIndex) and idx.kind == "scatter":
         from .scatter import scatter_store
         return scatter_store(b, node, z, value, idx)
-    from .last_arrival import check_store
     check_store(b, node, z, idx)
     if z.kind == MUT_LAST:
         mode, index, shape, sub = "group", (), z.tile, None
@@ -290,7 +296,6 @@ def atomic_cas(b: Builder, node, p, offsets, cmp, values):
 def register_memory_ops() -> None:
     from . import stubs
     from .calls import REGISTRY
-    from .last_arrival import misplaced
     REGISTRY.update({
         stubs.load: load, stubs.load_tile_like: load_tile_like, stubs.gather: gather,
         stubs.num_tiles: num_tiles, stubs.valid: valid, stubs.load_ptr: load_ptr,

@@ -7,22 +7,19 @@ must not change. `if` on a compile-time condition lowers only the branch taken.
 from __future__ import annotations
 
 import ast
-import dataclasses
 
 from .. import dtypes as dt
-from ..errors import KernelError, Loc
 from . import typing_rules as rules
 from .builder import PY_SCALARS, Builder, describe
-from .ir import Block, TileType, Value
-from .objects import MintedIndex, TensorArg
+from .expressions import BINOPS, lower_expr
+from .inline import ReturnValue
+from .ir import Block, Op, TileType, Value
+from .last_arrival import is_arrival_test, lower_arrival_if, lower_members
+from .objects import BoundMethod, MintedIndex, TensorArg
+from .regions import (assigned_names, carried_names, coerce_carried, counted_loop, lower_branch, materialize,
+                      rebind_after, run_region)
 from .unsupported_syntax import STATEMENT_HELP
-
-
-class ReturnValue(Exception):
-    """Carries a @ts.function's return value out of its body."""
-
-    def __init__(self, value):
-        self.value = value
+from .walks import lower_walk
 
 
 def lower_body(b: Builder, stmts: list[ast.stmt]) -> None:
@@ -46,10 +43,6 @@ def lower_stmt(b: Builder, node: ast.stmt) -> None:
 
 
 def _expr(b, node):
-    # Lowering is recursive descent: statements hold expressions, and an expression may inline a
-    # function's statements (inline.py), so the statement and expression walkers (with walks,
-    # last_arrival, methods and memory between them) import each other inside functions.
-    from .expressions import lower_expr
     return lower_expr(b, node)
 
 
@@ -83,7 +76,6 @@ def _unpack(b: Builder, target, value):
 
 
 def _aug_assign(b: Builder, node: ast.AugAssign) -> None:
-    from .expressions import BINOPS
     if not isinstance(node.target, ast.Name):
         raise b.error(node.target, "only names can be updated with an augmented assignment")
     name = node.target.id
@@ -106,74 +98,6 @@ def _return(b: Builder, node: ast.Return) -> None:
     raise ReturnValue(_expr(b, node.value) if node.value is not None else None)
 
 
-# --- carried values ----------------------------------------------------------------------
-def assigned_names(stmts) -> list[str]:
-    """Names a list of statements assigns (in first-assignment order), nested blocks included."""
-    seen: dict[str, None] = {}
-    for stmt in stmts:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                seen.setdefault(node.id, None)
-            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-                seen.setdefault(node.target.id, None)
-    return list(seen)
-
-
-def carried_names(b: Builder, stmts, exclude=()) -> list[str]:
-    return [n for n in assigned_names(stmts)
-            if n in b.env and n not in exclude and isinstance(b.env[n], (Value, *PY_SCALARS))]
-
-
-def materialize(b: Builder, x) -> Value:
-    if isinstance(x, Value):
-        return x
-    return b.const(x)
-
-
-def _coerce_carried(b: Builder, name: str, new, want: TileType, node, in_branch: bool = False) -> Value:
-    if isinstance(new, PY_SCALARS) and want.shape == ():
-        return b.const(new, want.dtype)
-    if not isinstance(new, Value) or new.type != want:
-        got = describe(new) if not isinstance(new, Value) else str(new.type)
-        # Suggest the type the loop body (or the `if` branch, whose type is `want`) gives it:
-        # initialising with that is what makes the code well typed.
-        shown = want if in_branch else (new.type if isinstance(new, Value) else None)
-        example = f" (e.g. ts.zeros({shown.shape}, ts.{shown.dtype.name}))" if shown is not None else ""
-        raise KernelError(f"`{name}` changes type inside the loop or branch: {want} before, {got} after",
-                          _header_loc(b, node),
-                          help=f"a carried variable keeps one shape and dtype; initialise `{name}` with the "
-                               f"type the loop or branch gives it{example} or convert with ts.astype")
-    return new
-
-
-def _header_loc(b: Builder, node) -> Loc:
-    """The loop's or branch's header (`for k in range(4)`, `if c`), not just its first letter."""
-    loc = b.src.loc(node)
-    head = getattr(node, "iter", None) or getattr(node, "test", None)
-    if head is not None and getattr(head, "end_lineno", None) == node.lineno:
-        loc = dataclasses.replace(loc, width=max(1, head.end_col_offset - node.col_offset))
-    return loc
-
-
-def run_region(b: Builder, args: list[Value], bind, stmts, carried: list[str], node, extra_yield=()) -> Block:
-    """Lower `stmts` into a new block whose args are `args`; yield the carried names."""
-    outer_block, outer_env = b.block, b.env
-    b.block, b.env = Block(list(args)), dict(outer_env)
-    try:
-        bind(b.env)
-        lower_body(b, stmts)
-        outs = [_coerce_carried(b, n, b.env.get(n), a.type, node) for n, a in zip(carried, args[-len(carried):] if carried else [])]
-        b.emit("yield", tuple(extra_yield) + tuple(outs))
-        return b.block
-    finally:
-        b.block, b.env = outer_block, outer_env
-
-
-def rebind_after(b: Builder, carried: list[str], results) -> None:
-    for name, v in zip(carried, results):
-        b.env[name] = v
-
-
 # --- for loops ---------------------------------------------------------------------------
 def _for(b: Builder, node: ast.For) -> None:
     if node.orelse:
@@ -181,14 +105,11 @@ def _for(b: Builder, node: ast.For) -> None:
     it = node.iter
     if isinstance(it, ast.Call):
         callee = _expr(b, it.func)
-        from .objects import BoundMethod
         if callee is range:
             return _for_range(b, node, [_expr(b, a) for a in it.args])
         if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name in ("tiles", "subtiles", "scatter"):
-            from .walks import lower_walk
             return lower_walk(b, node, callee.obj, callee.name, it)
         if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name == "members":
-            from .last_arrival import lower_members
             return lower_members(b, node, callee.obj, it)
     seq = _expr(b, it)
     if isinstance(seq, tuple):   # a compile-time tuple: unrolled
@@ -217,26 +138,6 @@ def _for_range(b: Builder, node: ast.For, args) -> None:
     lo_v, hi_v, step_v = (b.as_value(x, idx_dtype) for x in (lo, hi, step))
     iv = Value(TileType((), idx_dtype), node.target.id)
     counted_loop(b, node, lo_v, hi_v, step_v, iv, iv)
-
-
-def counted_loop(b: Builder, node: ast.For, lo: Value, hi: Value, step: Value, iv: Value, target) -> None:
-    """A `for` op over [lo, hi) by step with induction variable `iv`; the loop's name is bound
-    to `target` in the body (`iv` itself, or an index minted from it)."""
-    carried = carried_names(b, node.body, exclude=(node.target.id,))
-    inits = [materialize(b, b.env[n]) for n in carried]
-    args_ = [iv] + [Value(v.type, n) for n, v in zip(carried, inits)]
-
-    def bind(env):
-        env[node.target.id] = target
-        env.update(zip(carried, args_[1:]))
-
-    b.loop_depth += 1
-    try:
-        body = run_region(b, args_, bind, node.body, carried, node)
-    finally:
-        b.loop_depth -= 1
-    results = b.emit("for", (lo, hi, step, *inits), [v.type for v in inits], {}, (body,))
-    rebind_after(b, carried, results)
 
 
 # --- while loops --------------------------------------------------------------------------
@@ -276,7 +177,6 @@ def _while(b: Builder, node: ast.While) -> None:
 
 # --- if / else --------------------------------------------------------------------------
 def _if(b: Builder, node: ast.If) -> None:
-    from .last_arrival import is_arrival_test, lower_arrival_if
     if is_arrival_test(b, node.test):
         return lower_arrival_if(b, node)
     cond = _expr(b, node.test)
@@ -313,17 +213,6 @@ def _if(b: Builder, node: ast.If) -> None:
         b.env[n] = v
 
 
-def lower_branch(b: Builder, stmts):
-    """`stmts` lowered into a block of their own: (the names they leave bound, the block)."""
-    outer_block, outer_env = b.block, b.env
-    b.block, b.env = Block(), dict(outer_env)
-    try:
-        lower_body(b, stmts)
-        return b.env, b.block
-    finally:
-        b.block, b.env = outer_block, outer_env
-
-
 def _merge_type(b: Builder, name, t, e, node):
     if isinstance(t, Value) and isinstance(t.type, TileType):
         return t.type
@@ -335,11 +224,10 @@ def _merge_type(b: Builder, name, t, e, node):
 
 
 def _yield_for(b: Builder, env, names, types, block, node):
-    from .ir import Op
     outer = b.block
     b.block = block
     try:
-        vals = tuple(_coerce_carried(b, n, env[n], ty, node, in_branch=True) for n, ty in zip(names, types))
+        vals = tuple(coerce_carried(b, n, env[n], ty, node, in_branch=True) for n, ty in zip(names, types))
     finally:
         b.block = outer
     return Op("yield", vals, (), {}, (), b.loc)

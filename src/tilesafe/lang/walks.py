@@ -15,11 +15,12 @@ from .builder import Builder, describe
 from .calls import static_int, static_shape
 from .ir import TileType, Value
 from .objects import MintedIndex, TensorArg
-from .statements import carried_names, materialize, run_region
+from .expressions import lower_expr
+from .memory import emit_load
+from .regions import carried_names, materialize, run_region
 
 
 def lower_walk(b: Builder, node: ast.For, z: TensorArg, kind: str, call: ast.Call) -> None:
-    from .expressions import lower_expr
     if not isinstance(node.target, ast.Name):
         raise b.error(node.target, f"bind the index of `{z.name}.{kind}()` to one name: `for idx in ...`")
     args = [lower_expr(b, a) for a in call.args]
@@ -93,7 +94,6 @@ def _window_bound(b: Builder, call, bound) -> Value:
     if isinstance(bound, TensorArg):
         if bound.kind != REF or bound.rank != 1 or not bound.dtype.is_int:
             raise b.error(call, f"a window bound tensor must be a 1-element integer ts.Ref, got `{bound.name}`")
-        from .memory import emit_load
         t = emit_load(b, call, bound, (b.const(0),), (1,), 0, "tile")
         return b.cast(b.emit1("reshape", (t,), TileType((), bound.dtype), {"shape": ()}), dt.i32)
     if isinstance(bound, (int, Value)) and not isinstance(bound, bool):
