@@ -9,7 +9,7 @@ with zeros by the tile loads, which add nothing to the products.
 """
 import tilesafe as ts
 
-from ..runtime.freeze import is_frozen, reads_early
+from ..runtime.freeze import is_frozen
 from . import arguments as A
 from . import configs, layout, scratch
 from .call_checks import check_aliasing
@@ -33,9 +33,10 @@ GEMV_L2_KEEP = False        # prefetch with L2 evict-last priority (ts.prefetch(
 
 
 # One-row GEMVs over a frozen weight (ts.freeze; the engine freezes a model's weights) take the
-# PREFETCH form under PDL whatever their config says: its first weight tile is the kernel's
-# first access, which such a launch issues before its wait (runtime/freeze.py), so that tile
-# streams in while the kernel before it drains.
+# PREFETCH form whatever their config says: its first weight tile is the kernel's first access,
+# which a PDL launch issues before its wait (runtime/freeze.py), so that tile streams in while
+# the kernel before it drains. Without PDL too, so that a step's eager and captured runs compute
+# the same bits.
 GEMV_EARLY = True
 # Weight tiles the fused one-row GEMVs (linear_fusions) keep in flight in that form: 1, or 2
 # (DEEP: tiles k + 1 and k + 2, so two tiles load before the wait).
@@ -45,10 +46,10 @@ GEMV_EARLY_TILES = 1
 def prefetch_form(cfg: dict, m: int, w) -> int:
     """Weight tiles a GEMV of m rows by the weight `w` (a ts.Tensor) loads ahead of its FMAs:
     0 (the plain loop; Triton pipelines it), 1 (the PREFETCH loop), GEMV_EARLY_TILES (the
-    early form over a frozen weight under PDL)."""
+    early form, over a frozen weight)."""
     if m != 1:
         return 0
-    if GEMV_EARLY and reads_early() and is_frozen(w):
+    if GEMV_EARLY and is_frozen(w):
         return GEMV_EARLY_TILES
     return 1 if cfg.get("prefetch") else 0
 
