@@ -293,3 +293,87 @@ def test_a_loop_of_fresh_launches_leaves_the_garbage_collector_nothing_to_do(gpu
         fresh()
     grew = young_growth(fresh, 300)
     assert len(gpu.direct) == 305 and grew < 30                   # grew by 300 before
+
+
+# -- torch tensors passed straight to the kernel --------------------------------------------
+
+def _warm_torch(n: int = 64) -> torch.Tensor:
+    """The layout with a torch Ref up to its launcher (three launches, new torch memory each:
+    each first borrow takes the bound path), then, on the second route, one launch that goes
+    direct. Returns memory seen before (its storage carries the state) for the tests' views."""
+    for seed in range(3):
+        p = ts.zeros(n).partition((16,))
+        plus_one(p, torch.from_numpy(_values(n, seed))).sync()
+        p.unpartition()
+    x = torch.from_numpy(_values(n, 3))
+    p = ts.zeros(n).partition((16,))
+    plus_one(p, x)                                                 # new memory: borrowed by the bound path
+    p.unpartition()
+    if _route.route == "after a direct launch":
+        p = ts.zeros(n).partition((16,))
+        plus_one(p, x.view(n))
+        p.unpartition()
+        assert _route.direct
+    _route.direct.clear()
+    _route.started.clear()
+    return x
+
+
+def test_torch_views_of_memory_seen_before_start_directly(gpu):
+    x = _warm_torch()
+    for _ in range(3):
+        z = torch.zeros(64)
+        p = ts.from_torch(z).partition((16,))
+        fut = plus_one(p, x.view(64))                              # a new torch object every launch
+        assert fut.results() is p
+        assert gpu.started[-1] == (7, (z.data_ptr(), x.data_ptr()))
+        read = ts.from_torch(x)._state._pending[-1]
+        assert not read.is_write and read.future.stream == 7       # S9: x's read is pending on the stream
+        p.unpartition()
+    assert len(gpu.direct) == 3
+    plan = plus_one._last_plan                                     # no repeat plan holds a torch argument
+    assert plan is None or not any(isinstance(a, torch.Tensor) for a in plan.args)
+
+
+def test_a_torch_alias_of_the_output_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm_torch()
+    base = torch.from_numpy(_values(128, 50))
+    ts.from_torch(base)                                            # memory seen before
+    p = ts.from_torch(base[0:64]).partition((16,))
+    plus_one(p, base[64:128])                                      # disjoint: direct
+    assert gpu.direct
+    p.unpartition()
+    started = len(gpu.started)
+    p = ts.from_torch(base[0:64]).partition((16,))
+    with pytest.raises(ts.AliasError) as e:
+        plus_one(p, base[32:96])  # torch-alias-call
+    assert e.value.message == "output `z` of `plus_one` shares memory with argument `x`"
+    assert_located(e.value, HERE, "torch-alias-call")
+    assert len(gpu.started) == started
+    p.unpartition()
+
+
+def test_unwritten_memory_handed_to_torch_is_refused_as_a_first_launch_refuses_it(gpu):
+    _warm_torch()
+    t = ts.empty(64).to_torch()                                    # unwritten bytes, handed over (S14 kept)
+    ts.from_torch(t)                                               # seen before
+    p = ts.zeros(64).partition((16,))
+    with pytest.raises(ts.OwnershipError) as e:
+        plus_one(p, t.view(64))  # handed-call
+    assert e.value.message == ("argument `x` of `plus_one` is read, but it came from ts.empty and has not "
+                               "been written")
+    assert_located(e.value, HERE, "handed-call")
+    assert gpu.started == [] and not gpu.direct
+    t.fill_(1.0)                                                   # torch wrote it: its bytes now
+    plus_one(p, t.view(64))
+    assert len(gpu.started) == 1
+    p.unpartition()
+
+
+def test_new_torch_memory_and_a_torch_subclass_take_the_bound_path(gpu):
+    _warm_torch()
+    p = ts.zeros(64).partition((16,))
+    plus_one(p, torch.from_numpy(_values(64, 60)))                 # never seen: from_torch borrows it
+    plus_one(p, torch.nn.Parameter(torch.from_numpy(_values(64, 61)), requires_grad=False))
+    assert not gpu.direct and len(gpu.started) == 2                # both started by the bound path
+    p.unpartition()

@@ -36,6 +36,7 @@ from .constructors import from_torch
 from .execute import execute
 from .launch_plan import LaunchPlan
 from .prepared_launch import LayoutLauncher, prepare_layout
+from .storage_state import _ATTR
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
@@ -97,7 +98,8 @@ class LaunchCache:
             if future is not MISS:
                 form.last = plan
         if future is not MISS:
-            if plan.repeated(values):
+            # (torch arguments are borrowed per launch: no repeat-launch plan holds them)
+            if not plan.borrows and plan.repeated(values):
                 self._repeat(plan, args, kwargs, grid, backend, values)
             return future
         done = plan.launch(form, values)
@@ -239,7 +241,7 @@ class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
                  "given", "outputs", "spans", "apart", "pairs", "reads", "recheck_pre", "scalar_checks", "roles",
-                 "names", "launchers", "last", "form", "parts")
+                 "names", "launchers", "last", "form", "parts", "borrows")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule, key):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -255,6 +257,7 @@ class LayoutPlan:
                 role = _TORCH if name in borrowed else _PART if isinstance(bound.tensors[name].obj, Partition) \
                     else _TENSOR
             self.roles.append(role)
+        self.borrows = _TORCH in self.roles     # torch arguments, borrowed per launch
         # Per tensor: the facts (the same for every call of this layout) and its span's length.
         self.facts = {n: (f.shape, f.strides, f.dtype, f.tile, f.prefix, _extent(f)) for n, f in bound.tensors.items()}
         kinds = {n: kernel.param(n).kind for n in bound.tensors}
@@ -304,8 +307,10 @@ class LayoutPlan:
         """A launch with these argument values through the GPU launcher of their runtime
         scalars, from the objects themselves (no ArgFacts, no Bound: `checked`'s checks,
         inline, in one pass that reads each address once), or MISS with nothing done: no
-        launcher for these scalars yet, a torch argument (borrowed by `checked`), memory that
-        tracks initialisation (its marks need the bound), any doubt. A launcher exists only
+        launcher for these scalars yet, a torch argument `from_torch` would not borrow in its
+        unlocked common case (memory not seen before, handed to torch, a view that is not
+        contiguous or reaches past its storage: `checked` borrows it), memory that tracks
+        initialisation (its marks need the bound), any doubt. A launcher exists only
         for scalars this layout ran on its own code, so their preconditions and bounds
         conditions hold (as Entry's `scalars_seen`).
         `keyed`: the values were not looked up by key; their facts are compared with this
@@ -355,10 +360,31 @@ class LayoutPlan:
                         return OTHER
                     scalars.append(value_key(v))
                     continue
+                elif role == _TORCH:
+                    if type(v) is not torch.Tensor:   # (a subclass: the bound path borrows it)
+                        return OTHER if keyed else MISS
+                    ptr = v.data_ptr()
+                    if keyed:
+                        kp = parts[k]
+                        if kp[1] != v.dtype or kp[2] != v.shape or kp[3] != v.stride() or kp[4] != v.device \
+                                or kp[5] != v.layout or kp[6] != ptr & 15:
+                            return OTHER
+                    # S13, borrowed as from_torch's unlocked common case borrows: memory seen before
+                    # (its storage carries the state), never handed to torch, a contiguous view inside
+                    # its storage (unwritten bytes: below). Anything else: the bound path's from_torch.
+                    storage = v.untyped_storage()
+                    state = getattr(storage, _ATTR, None)
+                    if state is None or state.handed is not None or not v.is_contiguous() \
+                            or (v.storage_offset() + v.numel()) * v.element_size() > storage.nbytes():
+                        doubt = True
+                        continue
+                    # A handle for this launch alone (the launcher reads its view and state; nothing
+                    # keeps it): the caller's own view, not a detached one, since nobody can change
+                    # its shape between here and the launch.
+                    t = Tensor(v, state, self.facts[name][2])
                 else:
                     if keyed and _key_part(role == _KEYED, v) != parts[k]:
                         return OTHER
-                    doubt = doubt or role == _TORCH   # a torch argument is borrowed by `checked`
                     continue
                 if t._state.init_mask is not None:    # S14 by marks: the bound path reads and marks them
                     doubt = True
