@@ -263,13 +263,15 @@ class EngineCore:
     def _emit_each(self, reqs: list[Request]) -> list[Request]:
         now = time.monotonic()
         m, generated, gone = self.metrics, 0, []
+        itl: dict[float, int] = {}                    # one ITL a token (its share of the gap): {seconds: tokens}
         for r in reqs:
             new = len(r.seq.tokens) - r.sent
             if m and new:
                 if r.first_token_at is None:
                     m.first_token(now - r.arrival)
-                else:                                 # one ITL a token, also for tokens held back together
-                    m.inter_token(now - r.last_token_at, new)
+                else:
+                    share = (now - r.last_token_at) / new
+                    itl[share] = itl.get(share, 0) + new
                 generated += new
             r.first_token_at = r.first_token_at or now
             r.last_token_at = now
@@ -278,6 +280,8 @@ class EngineCore:
                 gone.append(r)
         if generated:
             m.generated(generated)                    # one counter update a step
+        if itl:
+            m.inter_tokens(itl)
         return gone
 
     def _gauges(self) -> None:

@@ -54,8 +54,15 @@ class ServerMetrics:
     def inter_token(self, seconds: float, tokens: int = 1) -> None:
         """`tokens` tokens went out together `seconds` after the request's previous ones (a
         stream interval held them): each is observed with its share of the gap."""
-        for _ in range(tokens):
-            self.itl.observe(seconds / tokens)
+        observe_many(self.itl, seconds / tokens, tokens)
+
+    def inter_tokens(self, counts: dict[float, int]) -> None:
+        """A step's inter-token latencies: {seconds: tokens}. The requests a step emits mostly
+        share one gap (their previous tokens went out together), so this is one histogram
+        update per distinct gap instead of one per token (at 128 requests the per-token
+        updates were a fifth of the engine thread's host time)."""
+        for seconds, n in counts.items():
+            observe_many(self.itl, seconds, n)
 
     def generated(self, n: int) -> None:
         self.generation_tokens.inc(n)
@@ -80,3 +87,20 @@ class ServerMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+
+def observe_many(hist, value: float, n: int) -> None:
+    """`n` observations of `value` in a prometheus-client Histogram at once: its sum and one
+    bucket updated by n (what n observe() calls do one by one); one by one where the
+    histogram's fields are not the ones this was written against."""
+    try:
+        bounds, buckets, total = hist._upper_bounds, hist._buckets, hist._sum
+    except AttributeError:
+        for _ in range(n):
+            hist.observe(value)
+        return
+    total.inc(value * n)
+    for bound, bucket in zip(bounds, buckets):
+        if value <= bound:
+            bucket.inc(n)
+            break
