@@ -12,7 +12,8 @@
 # server sending each request's tokens every other step while 64 or more run (SERVE_FLAGS, default
 # '--stream-interval 2': at 128 clients the HTTP loop's per-token work competes with the engine thread for
 # the GIL). The 8B runs its levels largest first and
-# starts from the compile cache the 4B run filled (TILESAFE_CACHE_DIR).
+# starts from the compile cache the 4B run filled (TILESAFE_CACHE_DIR), its 1-client level with 4 requests (8 for
+# the 4B) so that all four levels fit its budget.
 # Writes serve_load_{4b,8b}.json and .log to OUT; each JSON is rewritten after every level,
 # so a timeout keeps the levels measured.
 # Usage: [SERVE_FLAGS='--stream-interval 2 ...'] bash benchmarks/serve_h200.sh OUT [SECONDS_4B [SECONDS_8B]]
@@ -26,13 +27,14 @@ fi
 export PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1 TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
 python3 -c "import fastapi, uvicorn, httpx2, prometheus_client, torch; print('fastapi', fastapi.__version__, 'torch', torch.__version__)" || exit 1
 rc=0
-run() {   # size, concurrency levels, seconds
+run() {   # size, concurrency levels, seconds, fewest requests a level
     timeout "$3" python3 benchmarks/serve_load.py --random-weights "$1" --concurrency "$2" --offline \
+        --min-requests "$4" \
         --prompt-len 128 --output-len 64 --max-model-len 256 --max-num-seqs 128 --max-num-batched-tokens 512 \
         --requests-per-client "${SERVE_RPC:-2}" ${SERVE_FLAGS---stream-interval 2} \
         --out "$out/serve_load_$1.json" > "$out/serve_load_$1.log" 2>&1 || rc=$?
     tail -16 "$out/serve_load_$1.log"
 }
-run 4b 1,8,32,128 "${2:-95}"
-run 8b 128,32,8,1 "${3:-55}"
+run 4b 1,8,32,128 "${2:-95}" 8
+run 8b 128,32,8,1 "${3:-55}" 4
 exit $rc

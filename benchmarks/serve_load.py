@@ -13,7 +13,7 @@ output lengths drawn uniformly from --prompt-len and --output-len (LO:HI, or one
 after --shared-prefix N tokens common to every prompt (default 0; a list such as 0,256 runs
 every concurrency level once per prefix length, on one server).
 At each concurrency level, C clients each send requests back to back until --requests have
-been sent (default 4 C, at least 8), after a warm-up round (compiles, captures the decode
+been sent (default 4 C, at least --min-requests, 8), after a warm-up round (compiles, captures the decode
 graphs). Measured per request on the client: time to first token (TTFT: send to the first
 chunk with text), inter-token latency (ITL: between chunks, per token), end to end; per
 level: output tokens/s and requests/s over the level's wall time, p50/p90/p99.
@@ -79,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-blocks", type=int)
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
     p.add_argument("--requests", type=int, help="requests per level (default --requests-per-client x concurrency, "
-                                                  "at least 8)")
+                                                  "at least --min-requests)")
+    p.add_argument("--min-requests", type=int, default=8, help="the fewest requests a level sends (default 8)")
     p.add_argument("--requests-per-client", type=int, default=4)
     p.add_argument("--prompt-len", default="128:512", help="LO:HI or N tokens (uniform)")
     p.add_argument("--output-len", default="128:256", help="LO:HI or N tokens (uniform)")
@@ -144,7 +145,7 @@ def run(args, p) -> int:
         for setting, shared, c in [(t, n, c) for t in settings for n in prefixes for c in levels_c]:
             if server is not None:
                 server.engine.thread.call(lambda core: core.set_decode_step_tokens(setting))
-            n = args.requests or max(8, args.requests_per_client * c)
+            n = args.requests or max(args.min_requests, args.requests_per_client * c)
             prefix = _ids(random.Random(args.seed + 1 + shared), shared, args.vocab)
             reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
                     for _ in range(n)]
