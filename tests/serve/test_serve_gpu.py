@@ -153,4 +153,4 @@ def test_a_burst_after_the_default_warm_up_compiles_nothing_on_the_gpu(compiles)
     assert core.scheduler.blocks.stats().hits > 0
     # decode_step_tokens="auto": the warm-up timed every decode bucket; prompts beside decodes went as rows
     assert sorted(core.decode_step_times) == [1, 2, 4] and core.decode_step_tokens in (1, 2, 4)
-    assert core.timing.get("rows", [0])[0] > 0 or core.decode_step_tokens == 1
+    assert core.timing.get("rows", [0])[0] > 0 or core.decode_step_tokens <= 2     # (<= 2: no row beside 2 decodes)
