@@ -75,6 +75,18 @@ def test_a_tile_equal_to_one_checked_before_is_still_checked_by_its_entries(equa
     t.numpy()
 
 
+def test_the_tile_object_checked_last_is_checked_again_for_a_shape_of_another_rank():
+    # The tuple checked last passes again by identity only for a shape of its rank.
+    tile = (4,)
+    zeros(8).partition(tile).unpartition()
+    zeros(8).partition(tile).unpartition()                  # found by identity now
+    with pytest.raises(LaunchError) as info:
+        line = here() + 1
+        zeros((8, 8)).partition(tile)
+    assert info.value.message == "tile (4,) has 1 entries but the tensor has 2 axes (8, 8)"
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+
+
 def test_the_lending_place_is_each_call_s_own_line():
     # `place` keeps which code objects are tilesafe's: the line is still read from each frame.
     t = zeros(8)

@@ -213,6 +213,8 @@ def _describe(t) -> str:
 def check_tile(tile, shape) -> tuple[int, ...]:
     """The tile as a tuple of ints, or a LaunchError naming the bad entry. `shape`: a tuple
     or a torch.Size (a tuple that hashes and compares as one: looked up without a copy)."""
+    if tile is _LAST[0] and len(shape) == _LAST[1]:
+        return tile                     # the very tuple checked last, for a shape of its rank
     if type(tile) is tuple:             # a tile checked before for this shape: a lookup
         checked = _CHECKED.get((tile, shape))
         if checked is not None:
@@ -220,6 +222,7 @@ def check_tile(tile, shape) -> tuple[int, ...]:
                 if type(entry) is not int:  # True and 1.0 equal 1 in the key: checked in full
                     break
             else:
+                _LAST[0], _LAST[1] = tile, len(shape)
                 return checked
     shape = tuple(shape)                # messages print it as a tuple
     checked = _check_tile(tile, shape)
@@ -231,6 +234,11 @@ def check_tile(tile, shape) -> tuple[int, ...]:
 
 
 _CHECKED: dict = {}       # (tile, shape) -> the checked tile, for tuples of ints that passed
+# The tuple of ints found in _CHECKED last, and the rank of its shape: a tile's check depends on
+# the shape's rank only, and a tuple is immutable, so the same object (held here, so its id is
+# not reused) passes again for any shape of that rank — a partition per launch with the tile
+# written once in the caller's code (a constant) costs one identity test.
+_LAST: list = [None, -1]
 
 
 def _check_tile(tile, shape: tuple[int, ...]) -> tuple[int, ...]:
