@@ -2,12 +2,12 @@
 
 A launcher of one layout (planned_launch.PlannedLaunch for library calls, prepared_launch.
 LayoutLauncher for kernels launched with new objects, simt's repeated launches) registers a
-byte set per argument
-with every launch (S9/S10). The layout fixes each argument's shape, byte strides and item
-size; only its memory's place can change: the storage's address and size and the view's
-byte offset in it. So a slot keeps the set of its last launch and makes a new one only when
-the place moved (new memory: a fresh output, another caller's tensor). One cache for both
-launchers.
+byte set per argument with every launch (S9/S10). The layout fixes each argument's shape,
+byte strides and item size; only its memory's place can change: the storage's address and
+size and the view's byte offset in it. So a slot keeps the set of its last launch and makes
+a new one only when the place moved (new memory: a fresh output, another caller's tensor).
+One cache for every launcher: `placed` per launch, or a launcher's own test of a slot's
+last set with `make` on a miss (PlannedLaunch, in its one pass over the arguments).
 """
 from __future__ import annotations
 
@@ -41,10 +41,16 @@ class ByteSetSlots:
             offset = ptr - sptr if ptr else a[0].storage_offset() * a[0].element_size()
             byteset = sets[k]
             if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
-                shape, strides, item = self.layouts[k]
-                name = self.names[k]
-                if name is None:
-                    name = self.names[k] = device_name(a[0].device)
-                sets[k] = _new_set(ByteSet, (name, sptr, nbytes, offset, shape, strides, item))
+                self.make(k, a[0], sptr, nbytes, offset)
             k += 1
         return sets
+
+    def make(self, k: int, view, sptr: int, nbytes: int, offset: int):
+        """Slot `k`'s byte set for memory at a new place (`view`: a torch view on the slot's
+        device; the storage's address and bytes; the argument's byte offset in it), kept."""
+        shape, strides, item = self.layouts[k]
+        name = self.names[k]
+        if name is None:
+            name = self.names[k] = device_name(view.device)
+        byteset = self.sets[k] = _new_set(ByteSet, (name, sptr, nbytes, offset, shape, strides, item))
+        return byteset

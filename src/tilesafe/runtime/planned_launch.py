@@ -78,17 +78,23 @@ class PlannedLaunch:
         if self.mode != _GPU:
             return self._run_here(roots)
         # The GPU form: one pass over the arguments for the checks (S8, alignment), then S14's
-        # reads of masked states, and only then anything that acts (byte_set_slots, pending_start).
-        args, ptrs, states = [], [], []
-        offsets, aligns = self.offsets, self.aligns
+        # reads of masked states, and only then anything that acts (pending_start).
+        # Byte sets: the slot's last one unless the memory moved (ByteSetSlots.make). Roots carry
+        # each first element's address, an empty view's too (call_plans.call_key): offsets are exact.
+        views, ptrs, states, slots = [], [], [], self.sets
+        sets, offsets, aligns, writes = slots.sets, self.offsets, self.aligns, self.writes
         k = 0
         for r in self.slots:
             a = roots[r]
             ptr = a[2] + offsets[k]
             state = a[1]
-            if ptr & 15 != aligns[k] or state._lent and _lent(state) or state.frozen and self.writes[k]:
+            if ptr & 15 != aligns[k] or state._lent and _lent(state) or state.frozen and writes[k]:
                 return False                  # (frozen memory written: the full step refuses it)
-            args.append(a)
+            sptr = a[3]
+            byteset = sets[k]
+            if byteset is None or byteset[1] != sptr or byteset[3] != ptr - sptr or byteset[2] != a[4]:
+                slots.make(k, a[0], sptr, a[4], ptr - sptr)
+            views.append(a[0])
             ptrs.append(ptr)
             states.append(state)
             k += 1
@@ -106,11 +112,8 @@ class PlannedLaunch:
             if states[k].init_mask is not None:
                 mark = functools.partial(self._marks, states, roots)
                 break
-        # Byte sets made again only where the memory moved; roots carry each first element's
-        # address, an empty view's too (call_plans.call_key), so every offset is exact.
         start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index), tuple(values), states,
-                      self.sets.placed(args, ptrs), self.writes, tuple([a[0] for a in args]), self.streams,
-                      self.device_index, mark)
+                      sets, writes, tuple(views), self.streams, self.device_index, mark)
         self.kernel.last_launch = self.launched
         return True
 
