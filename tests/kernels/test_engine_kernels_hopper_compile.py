@@ -4,16 +4,14 @@ compile for Hopper (sm_90) at Qwen3-4B's shapes on any machine, as
 `compile_ahead` on specs of the same views: no GPU needed). The paged attention's GPU tests
 are in tests/gpu/test_paged_kv_gpu.py."""
 import os
-import sys
 
 import pytest
 import torch
 
-import tilesafe as ts
 import tilesafe.kernels as tk
-from tilesafe.kernels import call_plans, configs
-from tilesafe.kernels.launch import _with_pdl, schedule_of
 from tilesafe.runtime.compile_ahead import compile_ahead
+
+from compile_launches import compile_launches
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 interprets Triton's own library: it cannot compile")
@@ -26,20 +24,8 @@ H, HKV, D, SLOTS, L = 32, 8, 128, 32, 4096          # Qwen3-4B heads; a cache of
 
 @pytest.fixture
 def compiled(monkeypatch):
-    out = []
-
-    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
-        specs = {n: ts.spec(v.shape, v.dtype, v.strides, tile=tile) for n, (v, tile) in outputs.items()}
-        specs.update({n: ts.spec(a.shape, a.dtype, a.strides) if isinstance(a, ts.Tensor) else a
-                      for n, a in args.items()})
-        out.append((kernel.name, compile_ahead(kernel, **specs, arch=90, descriptors=None,
-                                               schedule=_with_pdl(schedule_of(cfg or {}), pdl))))
-
-    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
-    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    for name in MODULES:
-        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", compile_instead)
-    return out
+    return compile_launches(monkeypatch, MODULES, lambda kernel, specs, schedule: compile_ahead(
+        kernel, **specs, arch=90, descriptors=None, schedule=schedule))
 
 
 def e(*shape, dtype=BF):

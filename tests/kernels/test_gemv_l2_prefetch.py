@@ -7,7 +7,6 @@ compiled for Hopper under PDL, their GEMV issues `prefetch.global.L2` before
 `griddepcontrol.wait` and every weight load after it, and with the setting at 0 no prefetch."""
 import importlib
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -15,11 +14,11 @@ import torch
 
 import tilesafe.kernels as tk
 from tilesafe.bench.observe import Observer
-from tilesafe.kernels import call_plans, configs
-from tilesafe.kernels.launch import _with_pdl, schedule_of
+from tilesafe.kernels import call_plans
 from tilesafe.runtime.compile_ahead import compile_ahead
 
 import tilesafe as ts
+from compile_launches import compile_launches
 
 MM = importlib.import_module("tilesafe.kernels.matmul")
 LF = importlib.import_module("tilesafe.kernels.linear_fusions")
@@ -59,20 +58,9 @@ def hopper(monkeypatch):
     """Launches replaced by Hopper compiles under PDL (as in a decode graph captured with it)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
-    out = []
-
-    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
-        spec = lambda t, tile=None: ts.spec(t.shape, t.dtype, t.strides, tile=tile)
-        specs = {n: spec(v, tile) for n, (v, tile) in outputs.items()}
-        specs.update({n: spec(a) if isinstance(a, ts.Tensor) else a for n, a in args.items()})
-        out.append((kernel.name, compile_ahead(kernel, **specs, arch=90, descriptors=None,
-                                               schedule=_with_pdl(schedule_of(cfg or {}), True))))
-
-    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
-    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    for name in ("matmul", "linear_fusions", "linear_argmax"):
-        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", compile_instead)
-    return out
+    return compile_launches(monkeypatch, ("matmul", "linear_fusions", "linear_argmax"),
+                            lambda kernel, specs, schedule: compile_ahead(kernel, **specs, arch=90, descriptors=None,
+                                                                          schedule=schedule), force_pdl=True)
 
 
 def _order(ptx: str) -> tuple[list[int], int, list[int]]:

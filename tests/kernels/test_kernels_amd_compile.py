@@ -23,10 +23,11 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe.backends.triton import targets
+from tilesafe.kernels import configs
 from tilesafe.runtime.compile_ahead import compile_ahead
-from tilesafe.kernels import call_plans, configs
-from tilesafe.kernels.launch import _with_pdl, schedule_of
 from tilesafe.runtime.kernel import Kernel
+
+from compile_launches import compile_launches
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
@@ -46,10 +47,6 @@ def _compile(kernel, target: str, schedule=None, grid=None, **specs):
     return _COMPILED[key]
 
 
-def _spec(t, tile=None):
-    return ts.spec(t.shape, t.dtype, t.strides, tile=tile)
-
-
 def _check_amd(name: str, k, target: str) -> None:
     t = targets.resolve(target)
     assert not NVIDIA_ONLY.search(k.asm["ttgir"] + k.asm["llir"] + k.asm["amdgcn"]), name
@@ -63,20 +60,8 @@ def _check_amd(name: str, k, target: str) -> None:
 def compiled(monkeypatch, request):
     """Run public functions with the target's GPU configs; collect (kernel name, compiled)."""
     target = request.node.callspec.params["target"]
-    out = []
-
-    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
-        specs = {n: _spec(v, tile) for n, (v, tile) in outputs.items()}
-        specs.update({n: _spec(a) if isinstance(a, ts.Tensor) else a for n, a in args.items()})
-        schedule = _with_pdl(schedule_of(cfg or {}), pdl)   # the config's warps, stages, waves_per_eu; PDL
-        out.append((kernel.name, _compile(kernel, target, schedule, **specs)))
-
-    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
-    # Every call takes its full path, which calls the replaced launch (a call plan redoes its
-    # launches without it: kernels/call_plans.py).
-    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    for name in MODULES:
-        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", compile_instead)
+    out = compile_launches(monkeypatch, MODULES, lambda kernel, specs, schedule: _compile(
+        kernel, target, schedule, **specs))
     with targets.compiling_for(target):
         yield out
 

@@ -8,16 +8,15 @@ by `compile_ahead` on `ts.spec`s of the same views, so no GPU and no memory traf
 import math
 import os
 import re
-import sys
 
 import pytest
 import torch
 
-import tilesafe as ts
 import tilesafe.kernels as tk
+from tilesafe.kernels import configs
 from tilesafe.runtime.compile_ahead import compile_ahead
-from tilesafe.kernels import call_plans, configs
-from tilesafe.kernels.launch import _with_pdl, schedule_of
+
+from compile_launches import compile_launches
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
@@ -27,28 +26,11 @@ MODULES = ["elementwise", "reduce", "norms", "matmul", "attention", "rope"]
 BF = torch.bfloat16
 
 
-def _spec(t, tile=None):
-    return ts.spec(t.shape, t.dtype, t.strides, tile=tile)
-
-
 @pytest.fixture
 def compiled(monkeypatch):
     """Run public functions with GPU configs; collect (kernel name, Triton compiled kernel)."""
-    out = []
-
-    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
-        specs = {n: _spec(v, tile) for n, (v, tile) in outputs.items()}
-        specs.update({n: _spec(a) if isinstance(a, ts.Tensor) else a for n, a in args.items()})
-        schedule = _with_pdl(schedule_of(cfg or {}), pdl)   # the config's warps, stages, TMA; PDL
-        out.append((kernel.name, compile_ahead(kernel, **specs, arch=90, descriptors=None, schedule=schedule)))
-
-    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
-    # Every call takes its full path, which calls the replaced launch (a call plan redoes its
-    # launches without it: kernels/call_plans.py).
-    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    for name in MODULES:
-        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", compile_instead)
-    return out
+    return compile_launches(monkeypatch, MODULES, lambda kernel, specs, schedule: compile_ahead(
+        kernel, **specs, arch=90, descriptors=None, schedule=schedule))
 
 
 def e(*shape, dtype=BF):
