@@ -60,12 +60,17 @@ def test_norm_rope_kv_write_bad_input(backend, device):
     assert_at_call(e.value, __file__, "weight", "q_weight and k_weight (16,)")
 
 
+@pytest.mark.parametrize("stagger", [True, False])
 @pytest.mark.parametrize("d,t,kernel", [(64, 2, "norm_rope_kv_rows_kernel"), (40, 2, "norm_rope_kv_kernel"),
                                         (64, 1, "norm_rope_kv_rows_kernel")])
-def test_whole_heads_per_tile_when_half_a_head_is_a_power_of_two(backend, device, monkeypatch, d, t, kernel):
+def test_whole_heads_per_tile_when_half_a_head_is_a_power_of_two(backend, device, monkeypatch, d, t, kernel, stagger):
     """Three walks (q, k, v) instead of five when the halves are powers of two (twice as fast
-    on the H200). GQA 8, a ragged head tile, tiles set by config=."""
+    on the H200), on blocks of their own or not (STAGGER_WALKS). GQA 8, a ragged head tile,
+    tiles set by config=."""
+    import importlib
+
     import tilesafe.kernels.launch as kernel_launch
+    monkeypatch.setattr(importlib.import_module("tilesafe.kernels.norm_rope_kv"), "STAGGER_WALKS", stagger)
     seen, real = [], kernel_launch.start
     monkeypatch.setattr(kernel_launch, "start", lambda k, *a, **kw: (seen.append(k.name), real(k, *a, **kw)))
     h, hkv = 24, 3

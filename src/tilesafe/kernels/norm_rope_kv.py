@@ -35,6 +35,10 @@ from .launch import cdiv, launch, pow2, workers
 # (ONE_TOKEN_HEADS) 4.8 us: a walk's math, not only its latency, counts at these sizes.
 WHOLE_HEADS_FROM = 1
 ONE_TOKEN_HEADS = 2            # heads per tile of a one-token step (unless config= sets block_h)
+# The three walks of `norm_rope_kv_rows_kernel` on blocks of their own (`first=`: k's and v's
+# walks start past q's tiles, the grid holds all three), so that a decode step's blocks each
+# run one walk, side by side, instead of block 0 running a q, a k and a v walk in a row.
+STAGGER_WALKS = True
 
 
 @ts.function
@@ -109,16 +113,17 @@ def norm_rope_kv_rows_kernel(qo: ts.MutTiles["T", ("BT", "BH", "DP")], kc: ts.Mu
                              pos: ts.Ref["TP", ("NT",)], slots: ts.Ref["TS", ("NT",)], eps: float,
                              log2_theta: float, T: ts.Const[ts.DType], TW: ts.Const[ts.DType],
                              TP: ts.Const[ts.DType], TS: ts.Const[ts.DType], BT: ts.Const[int], BH: ts.Const[int],
-                             BK: ts.Const[int], HP: ts.Const[int], DP: ts.Const[int], C: ts.Const[int], NT: int,
-                             NH: int, NK: int, HALF: int, W: int):
+                             BK: ts.Const[int], HP: ts.Const[int], DP: ts.Const[int], C: ts.Const[int],
+                             KF: ts.Const[int], VF: ts.Const[int], NT: int, NH: int, NK: int, HALF: int, W: int):
     """`norm_rope_kv_kernel` for a power-of-two half (HP == HALF): each tile holds whole heads,
     so three walks instead of five — each walk is a load, its math and a store in a row, and a
-    block's walks run one after another, so their count is the kernel's latency."""
+    block's walks run one after another. The k and v walks start at blocks KF and VF (`first=`):
+    past q's tiles, so that with a block per tile no block walks twice."""
     for i in qo.tiles():                                   # (token tile, head tile, 0) of q
         qo.store(norm_rotate_rows(xq, wq, pos, i, eps, log2_theta, T, BT, BH, HP), i)
-    for j in kc.scatter(slots):                            # (token tile, head tile, 0) of k, rows to their slots
+    for j in kc.scatter(slots, first=KF):                  # (token tile, head tile, 0) of k, rows to their slots
         kc.store(norm_rotate_rows(xk, wk, pos, j, eps, log2_theta, T, BT, BK, HP), j)
-    for j in vc.scatter(slots):                            # (token tile, column tile) of v
+    for j in vc.scatter(slots, first=VF):                  # (token tile, column tile) of v
         vc.store(ts.load(xv, j, shape=(BT, C)), j)
 
 
@@ -171,9 +176,11 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
     c = min(pow2(hkv * d), 1024)
     y = o.tensor
     if hp == half and t >= WHOLE_HEADS_FROM:               # whole heads per tile: three walks
-        tiles = cdiv(t, bt) * max(cdiv(h, bh), cdiv(hkv, bk), cdiv(hkv * d, c))
+        walks = [cdiv(t, bt) * n for n in (cdiv(h, bh), cdiv(hkv, bk), cdiv(hkv * d, c))]   # q, k, v tiles
+        kf, vf = (walks[0], walks[0] + walks[1]) if STAGGER_WALKS else (0, 0)
+        tiles = sum(walks) if STAGGER_WALKS else max(walks)
         launch(norm_rope_kv_rows_kernel, {"qo": (y, (bt, bh, d)), "kc": (kr, (bt, bk, d)), "vc": (vr, (bt, c))},
-               (max(1, min(tiles, workers(device))),), cfg=cfg, xq=layout.split_axis(qt, 2, 2),
+               (max(1, min(tiles, workers(device))),), cfg=cfg, KF=kf, VF=vf, xq=layout.split_axis(qt, 2, 2),
                xk=layout.split_axis(kt, 2, 2), xv=vt.reshape(t, hkv * d), wq=wq.reshape(2, half),
                wk=wk.reshape(2, half), pos=pt, slots=st, HP=hp, eps=float(eps), log2_theta=math.log2(theta))
         return o.returned

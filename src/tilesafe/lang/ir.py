@@ -129,7 +129,7 @@ OPCODES = {
     "for": "(lo, hi, step, *init) -> carried; region body(iv, *carried) ending in yield",
     "if": "(cond, *()) -> results; regions then, else, each ending in yield",
     "while": "(*init) -> carried; regions before(*carried)->yield(cond, *carried), body(*carried)->yield",
-    "tiles": "(*window bounds) -> carried; attrs output, group, windowed; region body(*idx, *carried)",
+    "tiles": "(*window bounds) -> carried; attrs output, group, windowed, first; region body(*idx, *carried)",
     "subtiles": "(*init) -> carried; attrs output, shape; region body(*idx, *carried)",
     "yield": "(*values)",
     "load_ptr": "(ptr, offsets, mask?, other?) -> tile",

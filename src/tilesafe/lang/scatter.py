@@ -31,8 +31,11 @@ def scatter_walk(b: Builder, call, z: TensorArg, args, kwargs):
     if z.kind != MUT_TILES:
         raise b.error(call, f"`{z.name}.scatter(rows)` writes a ts.MutTiles output; `{z.name}` is {z.kind_name}",
                       help=f"declare `{z.name}: ts.MutTiles[dtype, tile]` and pass it partitioned by its tile")
+    kwargs = dict(kwargs)
+    first = {"first": kwargs.pop("first")} if "first" in kwargs else {}
     if len(args) + len(kwargs) != 1 or (kwargs and "rows" not in kwargs):
-        raise b.error(call, f"`{z.name}.scatter(rows)` takes one argument: the index tensor of output rows")
+        raise b.error(call, f"`{z.name}.scatter(rows)` takes one argument: the index tensor of output rows "
+                            "(and first=)")
     rows = args[0] if args else kwargs["rows"]
     if not isinstance(rows, TensorArg) or rows.kind != REF or rows.rank != 1 or not rows.dtype.is_int:
         raise b.error(call, f"the rows of `{z.name}.scatter(rows)` must be a 1-D integer ts.Ref, got {_what(rows)}",
@@ -50,7 +53,8 @@ def scatter_walk(b: Builder, call, z: TensorArg, args, kwargs):
     window = []
     for c in counts:
         window += [b.const(0, dt.i32), c]
-    attrs = {"output": z.name, "group": 1, "windowed": True, "rank": z.rank}
+    from .walks import first_block
+    attrs = {"output": z.name, "group": 1, "windowed": True, "rank": z.rank, "first": first_block(b, call, first)}
     return attrs, tuple(window), z.rank, rows
 
 

@@ -59,8 +59,8 @@ def _tiles_walk(b: Builder, call, z: TensorArg, args, kwargs):
     if z.kind != MUT_TILES:
         raise b.error(call, f"`{z.name}.tiles()` walks a ts.MutTiles output; `{z.name}` is {z.kind_name}",
                       help="a ts.Mut output is stored by its own block with `z.store(tile)`")
-    if args or set(kwargs) - {"group", "within"}:
-        raise b.error(call, "z.tiles() takes only the keywords group= and within=")
+    if args or set(kwargs) - {"group", "within", "first"}:
+        raise b.error(call, "z.tiles() takes only the keywords group=, within= and first=")
     if z.walks:
         raise b.error(call, f"`{z.name}` is already walked at line {z.walks[0].line}; an output has one walk",
                       help="a second walk could write the same tiles twice")
@@ -75,7 +75,20 @@ def _tiles_walk(b: Builder, call, z: TensorArg, args, kwargs):
     values = ()
     if window is not None:
         values = _window(b, call, z, window)
-    return {"output": z.name, "group": group, "windowed": window is not None, "rank": z.rank}, values, z.rank, None
+    return {"output": z.name, "group": group, "windowed": window is not None, "rank": z.rank,
+            "first": first_block(b, call, kwargs)}, values, z.rank, None
+
+
+def first_block(b: Builder, call, kwargs) -> int:
+    """`first=`: the block that takes the walk's first tile (a compile-time int >= 0; default 0).
+    Block i takes tiles i - first, plus multiples of the grid (counted modulo the grid): a
+    rotation of the blocks, so every tile is still visited by exactly one block. Walks of one
+    kernel that start at different blocks run side by side instead of one after another."""
+    first = kwargs.get("first", 0)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise b.error(call, f"first= of a walk must be a compile-time int >= 0, got {describe(first)}",
+                      help="first=0 (the default), or a ts.Const[int] parameter: the block that takes tile 0")
+    return first
 
 
 def _window(b: Builder, call, z: TensorArg, window) -> tuple[Value, ...]:

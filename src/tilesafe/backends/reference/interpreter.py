@@ -94,7 +94,8 @@ class Interpreter:
         carried = list(args[2 * rank:] if window else args)
         walk = grid if window is None else tuple(max(0, window[2 * a + 1]) for a in range(rank))
         total = int(np.prod(walk))
-        pid, nprog = self.block_id[0], self.grid[0]
+        nprog = self.grid[0]
+        pid = (self.block_id[0] - op.attrs.get("first", 0)) % nprog   # block `first` takes tile 0
         for t in range(pid, total, nprog):
             coords = tile_coords(t, walk, op.attrs["group"])
             if window is not None:

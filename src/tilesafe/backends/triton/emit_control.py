@@ -108,7 +108,12 @@ def emit_tiles(em: Emitter, op: Op) -> None:
     em.line(f"{total} = {' * '.join(walk)}")
     names = _start_carried(em, op, inits)
     t = em.fresh("tile_id")
-    em.line(f"for {t} in tl.range(tl.program_id(0), {total}, tl.num_programs(0), flatten=True):")
+    start = "tl.program_id(0)"
+    if op.attrs.get("first", 0):             # block `first` takes tile 0: the blocks rotated
+        start = em.fresh("walk_start")
+        em.line(f"{start} = (tl.program_id(0) + tl.num_programs(0) - {op.attrs['first']} % tl.num_programs(0)) "
+                "% tl.num_programs(0)")
+    em.line(f"for {t} in tl.range({start}, {total}, tl.num_programs(0), flatten=True):")
     em.enter()     # never empty: the coordinates are computed first
     coords = _tile_coords(em, t, walk, group)
     if windowed:
