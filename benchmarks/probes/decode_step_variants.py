@@ -25,6 +25,7 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
   early_small  the early form for the 4B qkv, o and down GEMVs only (gate/up as tuned)
   o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
   o_narrow     the o projection in 2-column tiles (1280 blocks)
+  nrk_serial   norm_rope_kv_write's three walks from block 0 each (session 17; the default staggers them)
   nrk_h1/4/8   norm_rope_kv_write with 1, 4 or 8 heads a tile at one token (default 2)
 DEC_PROFILE=a,b names the variants to profile (default: the default and the fastest).
 Every case catches its own errors; variants stop starting past BUDGET_S.
@@ -111,6 +112,7 @@ VARIANTS = {
     "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},
     "down_split2": {(MM, "skinny_config"): SPLIT_DOWN, (FUSIONS, "skinny_config"): SPLIT_DOWN},
     "o_narrow": {(MM, "skinny_config"): O_NARROW, (FUSIONS, "skinny_config"): O_NARROW},
+    "nrk_serial": {(NRK, "STAGGER_WALKS"): False},
     "nrk_h1": {(NRK, "ONE_TOKEN_HEADS"): 1},
     "nrk_h4": {(NRK, "ONE_TOKEN_HEADS"): 4},
     "nrk_h8": {(NRK, "ONE_TOKEN_HEADS"): 8},
