@@ -1,9 +1,10 @@
 """Where a library call's host time goes on the real device: cProfile of a few host_overhead.py
 cases (fresh torch views every call), eagerly and with `out=`, and the user kernel with fresh
 tilesafe tensors (beside it the user's from_torch/partition/unpartition alone, three
-from_torch alone, torch's three detach() under them, and the launch with reused objects,
-case 'user'); beside each, µs per call with Python's garbage collector on and off (what the
-objects a call allocates cost in collections).
+from_torch alone, torch's three detach() under them, the launch with reused objects, and
+torch tensors passed straight in with the output partitioned once, case 'user'); beside
+each, µs per call with Python's garbage collector on and off (what the objects a call
+allocates cost in collections).
 
     PYTHONPATH=src python benchmarks/host_profile.py --cases "linear M=1,add" --top 25
     PYTHONPATH=src python benchmarks/host_profile.py --device cpu --backend reference   # runs anywhere
@@ -74,8 +75,10 @@ def user_forms(device) -> list:
         t["z"].detach(), t["x"].detach(), t["y"].detach()
     tx, ty = ts.from_torch(tensors["x"]), ts.from_torch(tensors["y"])
     tp = ts.from_torch(torch.empty_like(tensors["z"])).partition((1024,))
+    tq = ts.from_torch(torch.empty_like(tensors["z"])).partition((1024,))
     return [("fresh", call, tensors), ("parts only", parts, tensors), ("from_torch x3", borrows, tensors),
-            ("torch detach x3", detaches, tensors), ("reused", lambda t: scale_add(tp, tx, ty, 0.5), tensors)]
+            ("torch detach x3", detaches, tensors), ("reused", lambda t: scale_add(tp, tx, ty, 0.5), tensors),
+            ("torch tensors in", lambda t: scale_add(tq, t["x"], t["y"], 0.5), tensors)]
 
 
 def main() -> None:
