@@ -99,3 +99,41 @@ def test_fresh_tensors_of_alternating_layouts_compute_right():
             z = torch.full((n,), float("nan"), device="cuda")
             got = torch.from_numpy(_launch(z, x, y, 0.25 * (i % 2 + 1)).numpy())
             torch.testing.assert_close(got, (x * (0.25 * (i % 2 + 1)) + y).cpu())
+
+
+def test_torch_tensors_passed_straight_in_compute_right_through_the_direct_form(monkeypatch):
+    # The output partitioned once; new torch views of the inputs every call (LayoutPlan.direct
+    # borrows them). Each result is read back after the launch: what torch computes.
+    started = []
+    real = LayoutLauncher.direct
+
+    def counting(self, *args):
+        started.append(True)
+        return real(self, *args)
+    monkeypatch.setattr(LayoutLauncher, "direct", counting)
+    with ts.backend("triton"):
+        z = ts.from_torch(torch.zeros(1000, device="cuda"))
+        for seed in range(8):
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            x, y = (torch.randn(1000, device="cuda", generator=g) for _ in range(2))
+            for s in (0.5, 0.5, 0.5, 0.5, 0.5):
+                p = z.partition((256,))
+                scale_add(p, x.view(1000), y.view(1000), s)
+                got = p.unpartition().numpy()                      # a host read waits for the launch
+                torch.testing.assert_close(torch.from_numpy(got), (x * 0.5 + y).cpu())
+    assert any(started), "no launch took the direct form"
+
+
+def test_a_torch_alias_of_the_output_in_a_warmed_layout_is_refused():
+    with ts.backend("triton"):
+        base = torch.randn(2000, device="cuda")
+        p = ts.from_torch(base[:1000]).partition((256,))
+        for _ in range(5):
+            scale_add(p, base[1000:], base[1000:], 0.5)             # disjoint torch views: fine
+        torch.cuda.synchronize()
+        before = base.clone()
+        with pytest.raises(ts.AliasError, match="output `z` of `scale_add` shares memory with argument `x`"):
+            scale_add(p, base[500:1500], base[1000:], 0.5)
+        p.unpartition()
+        torch.cuda.synchronize()
+        assert torch.equal(base, before)
