@@ -16,6 +16,7 @@ from ..dtypes import DType
 from ..errors import KernelError, Loc
 from . import typing_rules as rules
 from .ir import Block, Op, TileType, Value
+from .objects import MintedIndex, RefView, TensorArg
 from .source import KernelSource
 
 PY_SCALARS = (bool, int, float)
@@ -189,7 +190,6 @@ def check_operand(x) -> None:
 
 
 def describe(x) -> str:
-    from .objects import MintedIndex, RefView, TensorArg
     if isinstance(x, TensorArg):
         return f"the tensor `{x.name}` ({x.kind_name})"
     if isinstance(x, RefView):

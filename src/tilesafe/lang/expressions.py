@@ -9,9 +9,11 @@ import ast
 import builtins
 import types
 
+from .. import dtypes
 from ..dtypes import DType
 from . import typing_rules as rules
 from .builder import PY_SCALARS, Builder, describe
+from .calls import lower_call, matmul
 from .ir import TileType, Value
 from .inline import inline_call
 from .methods import attribute_of, call_method
@@ -146,7 +148,6 @@ def _binop(b: Builder, node: ast.BinOp):
     op = BINOPS[type(node.op)]
     left, right = lower_expr(b, node.left), lower_expr(b, node.right)
     if op == "@":
-        from .calls import matmul
         return matmul(b, node, left, right)
     if op == "pow":
         return _power(b, node, left, right)
@@ -213,7 +214,6 @@ def _boolop(b: Builder, node: ast.BoolOp):
 
 
 def _bool():
-    from .. import dtypes
     return dtypes.bool_
 
 
@@ -238,7 +238,6 @@ def _call(b: Builder, node: ast.Call):
 
 
 def _lower_call(b: Builder, node: ast.Call):
-    from .calls import lower_call
     callee = lower_expr(b, node.func)
     args = []
     for a in node.args:

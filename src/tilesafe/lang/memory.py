@@ -7,12 +7,15 @@ its own walk (S1); pointers and atomics exist only in unsafe kernels (S4).
 from __future__ import annotations
 
 from .. import dtypes as dt
+from . import stubs
+from . import typing_rules as rules
 from .annotations import MUT, MUT_LAST, MUT_TILES, PTR, REF
 from .arrival_rules import check_final, check_store, misplaced
 from .builder import PY_SCALARS, Builder, describe
-from .calls import static_shape, tile
+from .calls import REGISTRY, axis_arg, static_shape, tile
 from .ir import TileType, Value
 from .objects import MintedIndex, RefView, TensorArg
+from .scatter import refuse_read, scatter_store
 
 
 def tensor_arg(b: Builder, node, x, what: str) -> TensorArg:
@@ -93,7 +96,6 @@ def load_own(b: Builder, node, z: TensorArg, idx=None, padding=0):
     """`z.load()` / `z.load(j)`: a block reads (back) its own output tile."""
     padding = padding_value(b, node, padding)
     if isinstance(idx, MintedIndex) and idx.kind == "scatter":
-        from .scatter import refuse_read
         refuse_read(b, node, z, idx)
     if z.kind == MUT:
         if idx is None:
@@ -129,7 +131,6 @@ def store(b: Builder, node, z, value, idx=None):
     if z.kind == PTR:
         raise b.error(node, f"`{z.name}` is a ts.Ptr; write it with ts.store_ptr in an unsafe kernel")
     if isinstance(idx, MintedIndex) and idx.kind == "scatter":
-        from .scatter import scatter_store
         return scatter_store(b, node, z, value, idx)
     check_store(b, node, z, idx)
     if z.kind == MUT_LAST:
@@ -154,7 +155,6 @@ def store(b: Builder, node, z, value, idx=None):
                       help=f"convert it first: ts.astype(t, ts.{z.dtype.name})")
     if v.shape != shape:
         try:
-            from . import typing_rules as rules
             if rules.broadcast_shapes(v.shape, shape) != shape:
                 raise rules.TypingError("")
         except Exception:
@@ -198,7 +198,6 @@ def view_load(b: Builder, node, view: RefView, index, padding=0):
 def num_tiles(b: Builder, node, view, axis):
     if not isinstance(view, RefView):
         raise b.error(node, f"ts.num_tiles takes a partition view (x.partition(tile)), got {describe(view)}")
-    from .calls import axis_arg
     axis = axis_arg(b, node, axis, view.tensor.rank)
     return b.emit1("num_tiles", (view.tensor.value,), TileType((), dt.i32), {"axis": axis, "tile": view.tile[axis]})
 
@@ -210,7 +209,6 @@ def extent(b: Builder, x: TensorArg, axis: int) -> Value:
 def gather(b: Builder, node, x, idx, axis=0, shape=None, index=None, padding=0):
     x = tensor_arg(b, node, x, "the first argument of ts.gather")
     _readable(b, node, x, "ts.gather")
-    from .calls import axis_arg
     axis = axis_arg(b, node, axis, x.rank)
     pos = tile(b, node, idx, "index tile")
     if len(pos.shape) != 1 or not pos.dtype.is_int:
@@ -294,8 +292,6 @@ def atomic_cas(b: Builder, node, p, offsets, cmp, values):
 
 
 def register_memory_ops() -> None:
-    from . import stubs
-    from .calls import REGISTRY
     REGISTRY.update({
         stubs.load: load, stubs.load_tile_like: load_tile_like, stubs.gather: gather,
         stubs.num_tiles: num_tiles, stubs.valid: valid, stubs.load_ptr: load_ptr,
