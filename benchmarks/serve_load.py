@@ -142,9 +142,11 @@ def run(args, p) -> int:
             report["auto_decode_step_tokens"] = core.auto_step_tokens
         warm_rng = random.Random(args.seed + 10 ** 6)     # warm-up prompts of their own: no prefix-cache hits
         offline = {}                   # (prefix, clients): the offline engine's result, run once
-        for setting, shared, c in [(t, n, c) for t in settings for n in prefixes for c in levels_c]:
+        # One client never has a prompt beside decodes: its level runs for the first value only.
+        for setting, shared, c in [(t, n, c) for i, t in enumerate(settings) for n in prefixes for c in levels_c
+                                   if not (i and c == 1)]:
             if server is not None:
-                server.engine.thread.call(lambda core: core.set_decode_step_tokens(setting))
+                server.engine.thread.call(lambda core: _apply_step_tokens(core, setting))
             n = args.requests or max(args.min_requests, args.requests_per_client * c)
             prefix = _ids(random.Random(args.seed + 1 + shared), shared, args.vocab)
             reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
@@ -174,8 +176,19 @@ def run(args, p) -> int:
 
 
 def _step_tokens(text: str):
-    """A --decode-step-tokens value: "auto", None (off) or a row count."""
-    return None if text == "off" else text if text == "auto" else int(text)
+    """A --decode-step-tokens value: "auto", None (off), "batch2x" or a row count."""
+    return None if text == "off" else text if text in ("auto", "batch2x") else int(text)
+
+
+def _apply_step_tokens(core, setting) -> None:
+    """Set the engine's decode-step rows; "batch2x" (a probe, not an engine option): per bucket
+    of a step's decode rows, the most rows whose measured step is at most twice that bucket's."""
+    if setting != "batch2x":
+        core.set_decode_step_tokens(setting)
+        return
+    from tilesafe.serve.engine_core import rows_within_each
+    core.set_decode_step_tokens(None)
+    core.scheduler.row_budget = rows_within_each(core.decode_step_times, 2.0) or None
 
 
 def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients: "Clients",

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tilesafe.engine import RequestError, SamplingParams
-from tilesafe.serve.engine_core import EngineCore, _rows_within
+from tilesafe.serve.engine_core import EngineCore, _rows_within, rows_within_each
 from tilesafe.serve.request import Request
 from tilesafe.serve.scheduler import Scheduler
 
@@ -92,8 +92,24 @@ def req(rid, n_prompt, order):
 
 
 def test_rows_within_takes_the_largest_bucket_within_the_factor():
-    assert _rows_within({1: 2.0, 2: 2.1, 4: 2.2, 8: 3.9, 16: 4.1, 32: 5.0}, 2.0) == 8
+    times = {1: 2.0, 2: 2.1, 4: 2.2, 8: 3.9, 16: 4.1, 32: 5.0}
+    assert _rows_within(times, 2.0) == 8
     assert _rows_within({}, 2.0) is None
+    assert rows_within_each(times, 2.0) == {1: 8, 2: 16, 4: 16, 8: 32, 16: 32, 32: 32}
+
+
+def test_a_row_budget_per_decode_bucket():
+    s = Scheduler(max_num_seqs=8, max_model_len=64, num_blocks=64, block_size=4, row_budget={1: 2, 2: 2, 4: 8, 8: 8},
+                  row_buckets=[1, 2, 4, 8])
+    decoding = [req(f"d{i}", 3, i) for i in range(3)]
+    for r in decoding:
+        s.add(r)
+    for r, n in s.schedule().prefill:
+        s.computed(r, n)
+        r.seq.tokens.append(7)
+    p = req("p", 20, 9)
+    s.add(p)
+    assert s.schedule().prefill == [(p, 5)]              # 3 decode rows: bucket 4's budget, 8 rows
 
 
 @pytest.mark.parametrize("bad", [0, 5, True, "many"])

@@ -300,6 +300,12 @@ def _rows_within(times: dict[int, float], factor: float) -> int | None:
     return max(b for b, t in times.items() if t <= factor * base)
 
 
+def rows_within_each(times: dict[int, float], factor: float) -> dict[int, int]:
+    """For each bucket b, the largest bucket whose step takes at most `factor` times b's step:
+    a row budget per bucket of a step's decode rows (Scheduler.row_budget as a dict)."""
+    return {b: max(c for c, u in times.items() if u <= factor * t) for b, t in times.items()}
+
+
 def _send(req: Request, out) -> bool:
     """Hand an output to the request's receiver; False when the receiver is gone (its event
     loop closed): the engine must keep serving the others."""

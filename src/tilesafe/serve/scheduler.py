@@ -65,14 +65,16 @@ class StepPlan:
 class Scheduler:
     def __init__(self, max_num_seqs: int, max_model_len: int, num_blocks: int, block_size: int,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True,
-                 max_fresh: int | None = None, row_budget: int | None = None,
+                 max_fresh: int | None = None, row_budget: int | dict[int, int] | None = None,
                  row_buckets: list[int] | None = None):
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens or max(DEFAULT_BATCHED_TOKENS, max_num_seqs)
         self.max_fresh = max_fresh        # None: any admission; else the module docstring's limits
-        self.row_budget = row_budget      # None: no decode-step rows; else rows of a step beside decodes
+        # None: no decode-step rows; else the rows of a step beside decodes: one count, or one per
+        # bucket of the step's decode rows ({bucket: rows})
+        self.row_budget = row_budget
         self.row_buckets = row_buckets    # the decode step's row buckets (None: any row count)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -121,7 +123,8 @@ class Scheduler:
         arrival order, then admitted ones — up to the row budget or the decode rows' bucket."""
         d = len(decode)
         fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
-        budget = min(max(self.row_budget, fill), self.max_num_seqs) - d
+        limit = self.row_budget.get(fill, fill) if isinstance(self.row_budget, dict) else self.row_budget
+        budget = min(max(limit, fill), self.max_num_seqs) - d
         prefill = []
         for r in sorted((r for r in self.running if r.uncomputed > 1), key=lambda r: r.order):
             if budget <= 0:
