@@ -118,16 +118,22 @@ class LayoutLauncher:
         tensor, none of whose memory tracks initialisation; `objs`: parameter -> what was
         passed; `ptrs`: parameter -> the address of its first element), checked by the caller
         as for `__call__` (launch_cache.LayoutPlan.direct): `_start` without its masks (S14)
-        and bound."""
-        views, states, places, addresses = {}, [], [], []
-        for name, _ in self.writes:
+        and bound, in one pass over the arguments."""
+        slots = self._sets
+        sets, views, states = slots.sets, {}, []
+        k = 0
+        for name, _ in self.writes:           # each slot's last byte set unless the memory moved
             t = tensors[name]
             v = views[name] = t._t
             states.append(t._state)
             s = v.untyped_storage()
-            places.append((v, None, None, s.data_ptr(), s.nbytes()))
-            addresses.append(ptrs[name])      # 0 for an empty view: ByteSetSlots.placed reads its offset
-        sets = self._sets.placed(places, addresses)
+            sptr, nbytes, ptr = s.data_ptr(), s.nbytes(), ptrs[name]
+            # data_ptr() is 0 for an empty view: its offset comes from storage_offset()
+            offset = ptr - sptr if ptr else v.storage_offset() * v.element_size()
+            byteset = sets[k]
+            if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
+                slots.make(k, v, sptr, nbytes, offset)
+            k += 1
         done = start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index),
                              self.values(None, views), states, sets, self.write_flags, tuple(views.values()),
                              self._streams, self.device_index)
