@@ -65,6 +65,18 @@ def static_int(b: Builder, node, x, what: str) -> int:
                   help="use a literal or a ts.Const[int] parameter")
 
 
+def first_block(b: Builder, call, kwargs) -> int:
+    """`first=`: the block that takes the walk's first tile (a compile-time int >= 0; default 0).
+    Block i takes tiles i - first, plus multiples of the grid (counted modulo the grid): a
+    rotation of the blocks, so every tile is still visited by exactly one block. Walks of one
+    kernel that start at different blocks run side by side instead of one after another."""
+    first = kwargs.get("first", 0)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise b.error(call, f"first= of a walk must be a compile-time int >= 0, got {describe(first)}",
+                      help="first=0 (the default), or a ts.Const[int] parameter: the block that takes tile 0")
+    return first
+
+
 def static_shape(b: Builder, node, shape, what="shape") -> tuple[int, ...]:
     shape = shape if isinstance(shape, tuple) else (shape,)
     for s in shape:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from .annotations import MUT_TILES, REF
-from .builder import Builder, describe
+from . import typing_rules as rules
+from .builder import PY_SCALARS, Builder, describe
+from .calls import first_block, tile
 from .ir import TileType
 from .objects import MintedIndex, TensorArg
 
@@ -53,7 +55,6 @@ def scatter_walk(b: Builder, call, z: TensorArg, args, kwargs):
     window = []
     for c in counts:
         window += [b.const(0, dt.i32), c]
-    from .walks import first_block
     attrs = {"output": z.name, "group": 1, "windowed": True, "rank": z.rank, "first": first_block(b, call, first)}
     return attrs, tuple(window), z.rank, rows
 
@@ -63,14 +64,11 @@ def scatter_store(b: Builder, node, z: TensorArg, value, j: MintedIndex) -> None
     if j.brand is not z:
         raise b.error(node, f"this index was minted by `{j.brand.name}.scatter()` and cannot index `{z.name}`",
                       help=f"store to `{j.brand.name}` with it")
-    from .calls import tile
-    from .builder import PY_SCALARS
     v = b.const(value, z.dtype) if isinstance(value, PY_SCALARS) else tile(b, node, value, "stored value")
     if v.dtype != z.dtype:
         raise b.error(node, f"cannot store a {v.dtype.name} tile to `{z.name}` ({z.dtype.name})",
                       help=f"convert it first: ts.astype(t, ts.{z.dtype.name})")
     if v.shape != z.tile:
-        from . import typing_rules as rules
         try:
             ok = rules.broadcast_shapes(v.shape, z.tile) == z.tile
         except rules.TypingError:

@@ -12,12 +12,13 @@ import ast
 from .. import dtypes as dt
 from .annotations import MUT, MUT_TILES, REF
 from .builder import Builder, describe
-from .calls import static_int, static_shape
-from .ir import TileType, Value
-from .objects import MintedIndex, TensorArg
+from .calls import first_block, static_int, static_shape
 from .expressions import lower_expr
+from .ir import TileType, Value
 from .memory import emit_load
+from .objects import MintedIndex, TensorArg
 from .regions import carried_names, materialize, run_region
+from .scatter import scatter_walk
 
 
 def lower_walk(b: Builder, node: ast.For, z: TensorArg, kind: str, call: ast.Call) -> None:
@@ -29,7 +30,6 @@ def lower_walk(b: Builder, node: ast.For, z: TensorArg, kind: str, call: ast.Cal
     if kind == "tiles":
         attrs, window_values, rank, sub = _tiles_walk(b, call, z, args, kwargs)
     elif kind == "scatter":   # a windowed walk over the source tiles (scatter.py)
-        from .scatter import scatter_walk
         attrs, window_values, rank, rows = scatter_walk(b, call, z, args, kwargs)
         sub = None
     else:
@@ -77,18 +77,6 @@ def _tiles_walk(b: Builder, call, z: TensorArg, args, kwargs):
         values = _window(b, call, z, window)
     return {"output": z.name, "group": group, "windowed": window is not None, "rank": z.rank,
             "first": first_block(b, call, kwargs)}, values, z.rank, None
-
-
-def first_block(b: Builder, call, kwargs) -> int:
-    """`first=`: the block that takes the walk's first tile (a compile-time int >= 0; default 0).
-    Block i takes tiles i - first, plus multiples of the grid (counted modulo the grid): a
-    rotation of the blocks, so every tile is still visited by exactly one block. Walks of one
-    kernel that start at different blocks run side by side instead of one after another."""
-    first = kwargs.get("first", 0)
-    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-        raise b.error(call, f"first= of a walk must be a compile-time int >= 0, got {describe(first)}",
-                      help="first=0 (the default), or a ts.Const[int] parameter: the block that takes tile 0")
-    return first
 
 
 def _window(b: Builder, call, z: TensorArg, window) -> tuple[Value, ...]:
