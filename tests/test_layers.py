@@ -238,15 +238,7 @@ def test_the_circle_finder_sees_rings_and_lazy_imports(tmp_path):
 # --- private names ---------------------------------------------------------------------------
 
 # Private names still imported by another module, each with why (the list may only shrink).
-KNOWN_PRIVATE = {
-    # runtime/constructors.py inlines these on the fresh-tensor launch path; its owner is reworking
-    # that path this session: make them public (storage_state.STATE_ATTR, dtypes.BY_TORCH) with it.
-    ("tilesafe.runtime.constructors", "tilesafe.runtime.storage_state._ATTR"),
-    ("tilesafe.runtime.constructors", "tilesafe.dtypes._BY_TORCH"),
-    ("tilesafe.runtime.launch_cache", "tilesafe.runtime.storage_state._ATTR"),
-    ("tilesafe.kernels.call_hits", "tilesafe.runtime.storage_state._ATTR"),
-    ("tilesafe.simt.gpu_repeat", "tilesafe.runtime.storage_state._ATTR"),
-}
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
 
 
 def private_imports(module: str, path: Path, known) -> list[tuple[int, str]]:

@@ -82,17 +82,17 @@ def from_numpy(dt) -> DType:
 
 
 def from_torch(dt) -> DType:
-    found = _BY_TORCH.get(dt)   # every tensor made asks: one dict lookup after the first time
+    found = BY_TORCH.get(dt)   # every tensor made asks: one dict lookup after the first time
     if found is not None:
         return found
     for d in ALL:
         if d.torch_name == str(dt).removeprefix("torch."):
-            _BY_TORCH[dt] = d
+            BY_TORCH[dt] = d
             return d
     raise ValueError(f"tilesafe has no dtype for torch's {dt}")
 
 
-_BY_TORCH: dict = {}
+BY_TORCH: dict = {}     # torch.dtype -> DType, filled by from_torch (runtime/constructors.py reads it inline)
 
 
 def coerce(dt) -> DType:

@@ -25,7 +25,7 @@ import torch
 from ..runtime.constructors import empty, from_torch
 from ..runtime.host_lock import LOCK
 from ..runtime.planned_launch import PlannedLaunch
-from ..runtime.storage_state import StorageState, _ATTR
+from ..runtime.storage_state import STATE_ATTR, StorageState
 from ..runtime.tensor import Tensor
 from ..runtime.value_keys import value_key
 from . import call_recording as R
@@ -85,7 +85,7 @@ class CallHit:
                     roots.append((tv, t._state, ptr, sptr, storage.nbytes()))
                     made[i] = t
                 else:
-                    state = getattr(storage, _ATTR, None)
+                    state = getattr(storage, STATE_ATTR, None)
                     nbytes = storage.nbytes()
                     if state is None or state.init_mask is not None or ptr - sptr + extent > nbytes:
                         m = made[i] = from_torch(t)   # S13 as a fresh call borrows it (and refuses what it refuses)

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from .. import dtypes
-from ..dtypes import _BY_TORCH, DType, f32, i32
+from ..dtypes import BY_TORCH, DType, f32, i32
 from ..errors import LaunchError, caller_loc
 from . import numpy_bridge, ordering
 from .host_lock import LOCK
-from .storage_state import StorageState, _ATTR
+from .storage_state import STATE_ATTR, StorageState
 from .tensor import Tensor, read_of
 
 _FP8 = (dtypes.f8e4m3fn, dtypes.f8e5m2)
@@ -119,11 +119,11 @@ def from_torch(t) -> Tensor:
     # it returns what the locked path would return had it run whole just then; anything to
     # mark, join or refuse takes the locked path.
     if type(t) is torch.Tensor and t.layout is _STRIDED and (t.is_cuda or t.is_cpu):
-        dt = _BY_TORCH.get(t.dtype)
+        dt = BY_TORCH.get(t.dtype)
         if dt is not None:
             v = t.detach()
             storage = v.untyped_storage()
-            state = getattr(storage, _ATTR, None)
+            state = getattr(storage, STATE_ATTR, None)
             if state is not None and state.handed is None and state.init_mask is None and v.is_contiguous() \
                     and (v.storage_offset() + v.numel()) * v.element_size() <= storage.nbytes():
                 return Tensor(v, state, dt)
@@ -134,7 +134,7 @@ def from_torch(t) -> Tensor:
         if t.layout is not torch.strided or not (t.is_cuda or t.is_cpu):
             raise LaunchError(f"ts.from_torch takes a dense CPU or CUDA tensor, got layout {t.layout} on {t.device}",
                               loc=caller_loc(), help="convert it with .to_dense() / .to('cuda') first")
-        dt = _BY_TORCH.get(t.dtype)                 # dtypes.from_torch's lookup, inline: a dtype seen before
+        dt = BY_TORCH.get(t.dtype)                 # dtypes.from_torch's lookup, inline: a dtype seen before
         if dt is None:
             try:
                 dt = dtypes.from_torch(t.dtype)
@@ -145,7 +145,7 @@ def from_torch(t) -> Tensor:
         item = t.element_size()                     # dt's itemsize: dt is t's dtype
         if not t.is_contiguous() or (t.storage_offset() + t.numel()) * item > storage.nbytes():
             _check_extent(t, item, storage)         # all but a contiguous view inside its storage
-        state = getattr(storage, _ATTR, None)       # memory seen before: one getattr
+        state = getattr(storage, STATE_ATTR, None)       # memory seen before: one getattr
         if state is None:
             state = StorageState.of_storage(storage)
         # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch

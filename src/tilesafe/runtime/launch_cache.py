@@ -36,7 +36,7 @@ from .constructors import from_torch
 from .execute import execute
 from .launch_plan import LaunchPlan
 from .prepared_launch import LayoutLauncher, prepare_layout
-from .storage_state import _ATTR
+from .storage_state import STATE_ATTR
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
@@ -373,7 +373,7 @@ class LayoutPlan:
                     # (its storage carries the state), never handed to torch, a contiguous view inside
                     # its storage (unwritten bytes: below). Anything else: the bound path's from_torch.
                     storage = v.untyped_storage()
-                    state = getattr(storage, _ATTR, None)
+                    state = getattr(storage, STATE_ATTR, None)
                     if state is None or state.handed is not None or not v.is_contiguous() \
                             or (v.storage_offset() + v.numel()) * v.element_size() > storage.nbytes():
                         doubt = True

@@ -28,7 +28,7 @@ from .torch_version import version_of
 
 # Attribute name on torch.UntypedStorage: a cache of the state found by address. Torch keeps
 # a storage's Python object (and so this attribute) alive as long as any tensor uses it.
-_ATTR = "_tilesafe_state"
+STATE_ATTR = "_tilesafe_state"
 
 
 class Future(Protocol):
@@ -100,7 +100,7 @@ class StorageState:
         """The state of the memory under `view`'s storage: the one any other storage over
         those bytes found, or a new one (fully initialised) on first use."""
         storage = view.untyped_storage()
-        state = getattr(storage, _ATTR, None)
+        state = getattr(storage, STATE_ATTR, None)
         if state is None:
             state = _join(storage, None)
         return state
@@ -108,7 +108,7 @@ class StorageState:
     @staticmethod
     def of_storage(storage) -> "StorageState":
         """`of` for a torch storage in hand (`view.untyped_storage()`)."""
-        state = getattr(storage, _ATTR, None)
+        state = getattr(storage, STATE_ATTR, None)
         if state is None:
             state = _join(storage, None)
         return state
@@ -118,7 +118,7 @@ class StorageState:
         """The state of `view`'s memory if tilesafe has one, without making one (for torch
         tensors that may alias tilesafe memory)."""
         storage = view.untyped_storage()
-        state = getattr(storage, _ATTR, None)
+        state = getattr(storage, STATE_ATTR, None)
         if state is not None or storage.nbytes() == 0:
             return state
         start = storage.data_ptr()
@@ -139,7 +139,7 @@ class StorageState:
         if state.nbytes and state.nbytes == storage.nbytes():
             state.device, state.base = storage.device, storage.data_ptr()
             if MEMORY.insert_fresh(state, storage):
-                setattr(storage, _ATTR, state)
+                setattr(storage, STATE_ATTR, state)
                 return state
             state.device = state.base = None
         return _join(storage, state)
@@ -155,7 +155,7 @@ class StorageState:
         if not nbytes:
             return _join(storage, state)       # no bytes to share: a state of its own
         state.device, state.base = storage.device, address
-        setattr(storage, _ATTR, state)
+        setattr(storage, STATE_ATTR, state)
         MEMORY.place_later(storage)
         return state
 
@@ -192,7 +192,7 @@ class StorageState:
                 storage = ref()
                 if storage is not None:
                     MEMORY.hold(self, storage)
-                    setattr(storage, _ATTR, self)
+                    setattr(storage, STATE_ATTR, self)
             if self.handed is None:
                 self.handed, self.handed_version, self.own_write_version = \
                     o.handed, o.handed_version, o.own_write_version
@@ -423,7 +423,7 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
     n, device = storage.nbytes(), storage.device   # a torch.device: hashable, cheap
     if n == 0:                         # no bytes to share: a state of its own, outside the map
         state = fresh if fresh is not None else StorageState(0)
-        setattr(storage, _ATTR, state)
+        setattr(storage, STATE_ATTR, state)
         return state
     start = storage.data_ptr()
     with MEMORY.lock:
@@ -437,7 +437,7 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
             fresh.device, fresh.base = device, start
             MEMORY.insert(fresh)
             MEMORY.hold(fresh, storage)
-            setattr(storage, _ATTR, fresh)
+            setattr(storage, STATE_ATTR, fresh)
             return fresh
         if fresh is not None:
             state, others = fresh, found     # new memory overlaps only memory that shares it
@@ -454,9 +454,9 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
         state._absorb(device, lo, hi, others)
         MEMORY.insert(state)
         MEMORY.hold(state, storage)
-        setattr(storage, _ATTR, state)
+        setattr(storage, STATE_ATTR, state)
         return state
 
 
 MEMORY.merge = _join     # new memory placed late that meets a tracked range joins it as attach would
-MEMORY.attribute = _ATTR
+MEMORY.attribute = STATE_ATTR

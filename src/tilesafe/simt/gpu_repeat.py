@@ -24,7 +24,7 @@ from ..runtime.byte_set_slots import ByteSetSlots
 from ..runtime.constructors import from_torch
 from ..runtime.future import Completion, Future
 from ..runtime.memory_map import MEMORY
-from ..runtime.storage_state import _ATTR, StorageState, record_launch
+from ..runtime.storage_state import STATE_ATTR, StorageState, record_launch
 from ..runtime.tensor import Tensor
 from . import gpu_launch, write_masks
 from .binding import covered_targets
@@ -80,7 +80,7 @@ class GpuRepeat:
             else:
                 if ptr - sptr + extent > nbytes and extent:
                     from_torch(a)        # reaches outside its storage: refused as a fresh borrow is
-                state = getattr(storage, _ATTR, None)
+                state = getattr(storage, STATE_ATTR, None)
                 if state is None:
                     state = _borrowed(storage, nbytes)     # may join tracked memory (a second storage)
                 if state.init_mask is not None and state.torch_wrote(t):     # as from_torch marks
@@ -146,6 +146,6 @@ def _borrowed(storage, nbytes: int) -> StorageState:
         state = StorageState(nbytes)
         state.device, state.base = storage.device, storage.data_ptr()
         if MEMORY.insert_fresh(state, storage):
-            setattr(storage, _ATTR, state)
+            setattr(storage, STATE_ATTR, state)
             return state
     return StorageState.of_storage(storage)
