@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tilesafe as ts
+from compile_launches import compile_launches
 from kernel_helpers import assert_close, f64, poisoned, randn
 from tilesafe.kernels import paged_prefill
 from tilesafe.kernels.paged_prefill import paged_prefill_attention
@@ -105,24 +106,13 @@ def test_a_kv_heads_query_heads_share_one_block(monkeypatch):
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="the interpreter cannot compile")
 @pytest.mark.parametrize("start,t", [(0, 2048), (4096, 512), (37, 1)])
 def test_compiles_for_hopper(monkeypatch, start, t):
-    from tilesafe.kernels import call_plans, configs
-    from tilesafe.kernels.launch import _with_pdl, schedule_of
     from tilesafe.runtime.compile_ahead import compile_ahead
-    compiled = []
-
-    def compile_instead(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
-        specs = {n: ts.spec(v.shape, v.dtype, v.strides, tile=tile) for n, (v, tile) in outputs.items()}
-        specs.update({n: ts.spec(a.shape, a.dtype, a.strides) if isinstance(a, ts.Tensor) else a
-                      for n, a in args.items()})
-        compiled.append(compile_ahead(kernel, **specs, arch=90, descriptors=None,
-                                      schedule=_with_pdl(schedule_of(cfg or {}), pdl)))
-    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
-    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    monkeypatch.setattr(paged_prefill, "launch", compile_instead)
+    compiled = compile_launches(monkeypatch, ["paged_prefill"], lambda kernel, specs, schedule: compile_ahead(
+        kernel, **specs, arch=90, descriptors=None, schedule=schedule))
     h, hkv, d, bs = 32, 8, 128, 16
     nb = (start + t) // bs + 1
     kc = torch.empty(nb, bs, hkv, d, dtype=torch.bfloat16)
     table = torch.zeros(4, 512, dtype=torch.int32)
     paged_prefill_attention(torch.empty(t, h, d, dtype=torch.bfloat16), kc, kc.clone(), table, start, row=2)
-    assert len(compiled) == 1 and compiled[0].metadata.shared <= 232448
-    assert np.isfinite(compiled[0].metadata.shared)
+    assert len(compiled) == 1 and compiled[0][1].metadata.shared <= 232448
+    assert np.isfinite(compiled[0][1].metadata.shared)
