@@ -248,6 +248,12 @@ def private_imports(module: str, path: Path, known) -> list[tuple[int, str]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     modules_named, found = {}, []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_import_call(node.value.func) \
+                and node.value.args and isinstance(node.value.args[0], ast.Constant) \
+                and str(node.value.args[0].value).startswith("tilesafe."):
+            for target in node.targets:
+                if isinstance(target, ast.Name):         # m = importlib.import_module("tilesafe....")
+                    modules_named[target.id] = node.value.args[0].value
         if not isinstance(node, ast.ImportFrom):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -292,7 +298,9 @@ def test_no_module_imports_another_modules_private_names():
 def test_the_private_name_walk(tmp_path):
     src = tmp_path / "mod.py"
     src.write_text("from .paged_kv import _rows3, slot_rows\nfrom . import matmul as mm\nimport numpy as np\n"
-                   "def f():\n    return mm._tf32, np._x, mm.linear\n")
-    known = {"tilesafe.kernels.paged_kv": None, "tilesafe.kernels.matmul": None}
-    assert private_imports("tilesafe.kernels.mod", src, known) == [
-        (1, "tilesafe.kernels.paged_kv._rows3"), (5, "tilesafe.kernels.matmul._tf32")]
+                   "def f():\n    return mm._tf32, np._x, mm.linear\n"
+                   "la = importlib.import_module('tilesafe.kernels.launch')\nw = la._with_pdl\n")
+    known = {"tilesafe.kernels.paged_kv": None, "tilesafe.kernels.matmul": None, "tilesafe.kernels.launch": None}
+    assert sorted(private_imports("tilesafe.kernels.mod", src, known)) == [
+        (1, "tilesafe.kernels.paged_kv._rows3"), (5, "tilesafe.kernels.matmul._tf32"),
+        (7, "tilesafe.kernels.launch._with_pdl")]
