@@ -10,6 +10,7 @@ read the same input are packed into one matrix at load — q/k/v into `qkv`, gat
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ class Weights:
 
 def weight_bytes(cfg: Qwen3Config, itemsize: int) -> int:
     """Bytes the packed weights take in a dtype of `itemsize` bytes (before allocating them)."""
-    return sum(_numel(shape) for shape in expected_shapes(cfg).values()) * itemsize
+    return sum(math.prod(shape) for shape in expected_shapes(cfg).values()) * itemsize
 
 
 def expected_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
@@ -223,10 +224,3 @@ def _packed(read: _Reader, names: list[str]) -> torch.Tensor:
         out[r:r + shape[0]].copy_(read(name))
         r += shape[0]
     return out
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n

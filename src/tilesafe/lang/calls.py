@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import math
 
 from .. import dtypes as dt
 from ..dtypes import DType
@@ -210,9 +211,7 @@ def _reduction(op):
             if op in ("argmax", "argmin"):
                 raise b.error(node, f"ts.{op} needs an axis")
             if len(v.shape) > 1:
-                n = 1
-                for s in v.shape:
-                    n *= s
+                n = math.prod(v.shape)
                 v = b.emit1("reshape", (v,), TileType((n,), v.dtype), {"shape": (n,)})
             out = _reduce(b, node, op, v, 0, False)
             return b.emit1("reshape", (out,), TileType((1,) * len(x.shape), out.dtype),
@@ -309,16 +308,9 @@ def matmul(b: Builder, node, a, b_, precision=None):
 def reshape(b: Builder, node, x, shape):
     v = tile(b, node, x)
     shape = static_shape(b, node, shape) if shape != () else ()
-    if _numel(shape) != _numel(v.shape):
-        raise b.error(node, f"cannot reshape {v.type} ({_numel(v.shape)} elements) to {shape}")
+    if math.prod(shape) != math.prod(v.shape):
+        raise b.error(node, f"cannot reshape {v.type} ({math.prod(v.shape)} elements) to {shape}")
     return b.emit1("reshape", (v,), TileType(shape, v.dtype), {"shape": shape})
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 @register(stubs.permute)
@@ -376,7 +368,7 @@ def _join(b: Builder, node, a, b_):
 @register(stubs.scalar)
 def _scalar(b: Builder, node, x):
     v = tile(b, node, x)
-    if _numel(v.shape) != 1:
+    if math.prod(v.shape) != 1:
         raise b.error(node, f"ts.scalar needs a one-element tile, got {v.type}")
     return b.emit1("reshape", (v,), TileType((), v.dtype), {"shape": ()}) if v.shape else v
 

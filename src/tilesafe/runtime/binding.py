@@ -8,6 +8,7 @@ touches memory or changes state: a refused launch writes nothing.
 from __future__ import annotations
 
 import inspect
+import math
 import weakref
 from dataclasses import dataclass, field
 
@@ -256,12 +257,9 @@ def _grid(kernel, out: Bound, grid, unsafe_launch: bool) -> tuple[int, ...]:
                           help="omit grid=, or use t.partition_prefix(tile) to launch a leading part of it")
     persistent = any(kernel.param(n).kind == MUT_TILES for n in out.tensors)
     if persistent and grid is not None and any(g != 1 for g in grid[1:]):
-        n = 1
-        for g in grid:
-            n *= g
         raise LaunchError(f"grid {grid} has more than one axis, but `{kernel.name}` is persistent (ts.MutTiles): "
                           "every program along the other axes would walk the same tiles again",
-                          help=f"pass a 1-D grid, e.g. grid=({n},)")
+                          help=f"pass a 1-D grid, e.g. grid=({math.prod(grid)},)")
     if grid is not None:
         return grid
     if unsafe_launch:

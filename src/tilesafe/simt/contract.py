@@ -6,6 +6,7 @@ is launched (the device's capability: `LaunchError`), before any GPU work.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import KernelError, LaunchError
@@ -35,10 +36,7 @@ class Contract:
 
     @property
     def threads(self) -> int:
-        n = 1
-        for b in self.block:
-            n *= b
-        return n
+        return math.prod(self.block)
 
 
 def check_definition(contract, shared_bytes: int, where, shared_where) -> None:

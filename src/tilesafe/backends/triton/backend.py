@@ -9,6 +9,8 @@ records (backends/protocol.py). Ahead-of-time compiles for a GPU target: ahead.p
 """
 from __future__ import annotations
 
+import math
+
 from ...errors import LaunchError
 from ...lang.annotations import MUT_TILES
 from ...lang.coverage import loaded_outputs
@@ -253,10 +255,7 @@ MAX_GRID_YZ = 65535   # CUDA's limit on grid axes 1 and 2
 
 def groups_of(grid) -> int:
     """Groups of a launch grid for S16's counters: blocks that share every index but axis 0's."""
-    n = 1
-    for g in tuple(grid)[1:]:
-        n *= g
-    return n
+    return math.prod(tuple(grid)[1:])
 
 
 def needs_linear_grid(grid) -> bool:
@@ -264,10 +263,7 @@ def needs_linear_grid(grid) -> bool:
 
 
 def flat_grid(grid) -> tuple[int]:
-    n = 1
-    for g in grid:
-        n *= g
-    return (n,)
+    return (math.prod(grid),)
 
 
 def launch_values(gen, bound, tensors, grid=(), counters=None) -> list:

@@ -2,6 +2,8 @@
 a device-to-device copy (read + write) and a plain read (for weight-streaming GEMVs)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..twins import read as read_twin
@@ -22,9 +24,7 @@ def copy(total_bytes: int, device: str) -> Impl:
 
 def read(shape, dtype: str, device: str) -> Impl:
     """A read of a buffer of `shape` and `dtype` (the weight of a GEMV), summed in chunks."""
-    numel = 1
-    for s in shape:
-        numel *= s
+    numel = math.prod(shape)
 
     def make(seed: int) -> dict:
         return {"x": randn(shape, dtype, 20_000 + seed, device),
