@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import weakref
 
 import numpy as np
@@ -22,7 +23,7 @@ from . import numpy_bridge, ordering
 from .aliasing import ByteSet, byte_set, overlaps, self_overlaps
 from .graph import refuse_in_capture
 from .host_lock import LOCK, serialized
-from .partition import Partition, place, where
+from .partition import _THEIRS, Partition, place, where
 from .storage_state import StorageState
 from .torch_version import version_of
 
@@ -301,7 +302,9 @@ class Tensor:
         with LOCK:   # (serialized, without its wrapper's call: a partition is made per launch)
             if self._handed_at is not None or self._lender is not None or self._state._lent or self._state.frozen:
                 self._check_lendable("partition()")   # (nothing to refuse otherwise: no calls)
-            return Partition(self, tile, False, place())
+            f = sys._getframe(1)             # place(), inline for a caller seen before (a partition per launch)
+            code = f.f_code
+            return Partition(self, tile, False, (code.co_filename, f.f_lineno) if code in _THEIRS else place())
 
     @serialized
     def partition_prefix(self, tile) -> Partition:
