@@ -110,6 +110,7 @@ def test_new_objects_of_a_layout_with_a_launcher_start_from_the_objects(gpu):
         p.unpartition()
     assert len(gpu.direct) == 3 and len(gpu.started) == 3
     assert plus_one.last_launch.grid == (4,) and plus_one.last_launch.scalars == {"N": 64}
+    assert plus_one._last_plan is None          # no same-arguments plan left for the next launch to try
 
 
 def test_an_alias_is_refused_as_a_first_launch_refuses_it(gpu):

@@ -101,6 +101,8 @@ class LaunchCache:
             # (torch arguments are borrowed per launch: no repeat-launch plan holds them)
             if not plan.borrows and plan.repeated(values):
                 self._repeat(plan, args, kwargs, grid, backend, values)
+            else:      # the same-arguments plan is another launch's now: the next launch need not try it
+                self.kernel._last_plan = None
             return future
         done = plan.launch(form, values)
         if done is MISS:
