@@ -76,7 +76,7 @@ class LaunchCache:
                 form = self._form(len(args), tuple(kwargs))
             if form is None:
                 return MISS
-            values = (*args, *kwargs.values())
+            values = (*args, *kwargs.values()) if kwargs else args   # (args: a tuple, `*args`)
             # The layout of this form's latest direct launch, checked on the objects as they
             # are launched (no key built and hashed: the common loop launches one layout again).
             plan = form.last
