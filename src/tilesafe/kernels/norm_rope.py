@@ -8,15 +8,13 @@ and stores: the result is `rope(rms_norm(x, weight, eps), positions, theta)` up 
 in which the sum of squares is added (two half-rows here).
 Tiles and config are `rope`'s.
 """
-import math
-
 import tilesafe as ts
 
 from . import arguments as A
-from . import configs
 from .call_checks import check_aliasing
 from .call_plans import planned
-from .launch import launch, pow2
+from .launch import launch
+from .rope import log2_theta, rope_tiles
 
 
 @ts.kernel
@@ -63,14 +61,11 @@ def norm_rope(x, weight, positions, eps=1e-6, theta=1e6, out=None, config=None):
     check_aliasing(fn, {"x": xt, "weight": wt, "positions": pt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
-    t, h, d = xt.shape
-    half = d // 2
-    cfg = configs.lookup("rope", configs.shape_class(dtype, d), config, dtype)
-    tile = (min(cfg["block_t"], pow2(t)), min(cfg["block_h"], pow2(h)), pow2(half))
-    if not theta > 1:
-        raise A.fail(fn, f"theta must be > 1, got {theta!r}", help="Qwen3 uses rope_theta 1e6")
+    half = xt.shape[2] // 2
+    cfg, tile = rope_tiles(dtype, xt.shape, config)
+    log2_base = log2_theta(fn, theta)
     y = o.tensor
     launch(norm_rope_kernel, {"y1": (y[:, :, :half], tile), "y2": (y[:, :, half:], tile)}, cfg=cfg,
            x1=xt[:, :, :half], x2=xt[:, :, half:], w1=wt[:half], w2=wt[half:], pos=pt, eps=float(eps),
-           log2_theta=math.log2(theta))
+           log2_theta=log2_base)
     return o.returned

@@ -8,6 +8,7 @@ fp32 from the positions and theta, so no cos/sin table is needed. `embedding` ga
 table rows with `ts.gather`. `argmax` is two-stage: per (row, chunk of the vocabulary)
 the best value and its index, then one pass per row over the chunks.
 """
+import math
 from dataclasses import dataclass
 
 import tilesafe as ts
@@ -97,14 +98,27 @@ def rope(x, positions, theta=1e6, out=None, config=None):
     check_aliasing(fn, {"x": xt, "positions": pt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
-    t, h, d = xt.shape
-    half = d // 2
-    cfg = configs.lookup("rope", configs.shape_class(dtype, d), config, dtype)
-    tile = (min(cfg["block_t"], pow2(t)), min(cfg["block_h"], pow2(h)), pow2(half))
+    half = xt.shape[2] // 2
+    cfg, tile = rope_tiles(dtype, xt.shape, config)
     y = o.tensor
     launch(rope_kernel, {"y1": (y[:, :, :half], tile), "y2": (y[:, :, half:], tile)}, cfg=cfg,
-           x1=xt[:, :, :half], x2=xt[:, :, half:], pos=pt, log2_theta=_log2(theta))
+           x1=xt[:, :, :half], x2=xt[:, :, half:], pos=pt, log2_theta=log2_theta(fn, theta))
     return o.returned
+
+
+def rope_tiles(dtype, shape, config) -> tuple[dict, tuple[int, int, int]]:
+    """The rope config for x of `shape` (T, H, D) and its tile of each half (tokens, heads, D/2);
+    norm_rope launches by the same."""
+    t, h, d = shape
+    cfg = configs.lookup("rope", configs.shape_class(dtype, d), config, dtype)
+    return cfg, (min(cfg["block_t"], pow2(t)), min(cfg["block_h"], pow2(h)), pow2(d // 2))
+
+
+def log2_theta(fn: str, theta) -> float:
+    """log2 of RoPE's base `theta`, refused unless it is > 1."""
+    if not theta > 1:
+        raise A.fail(fn, f"theta must be > 1, got {theta!r}", help="Qwen3 uses rope_theta 1e6")
+    return math.log2(theta)
 
 
 @planned
@@ -200,13 +214,6 @@ def _chunk(cfg, n) -> int:
     """Columns per chunk: a multiple of the column tile."""
     bn = min(cfg["block_n"], pow2(n))
     return max(bn, cfg["chunk"] // bn * bn)
-
-
-def _log2(theta) -> float:
-    import math
-    if not theta > 1:
-        raise A.fail("rope", f"theta must be > 1, got {theta!r}")
-    return math.log2(theta)
 
 
 _ = silu_mul
