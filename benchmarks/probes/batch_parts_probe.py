@@ -49,7 +49,8 @@ CONFIGS = importlib.import_module("tilesafe.kernels.configs")
 ATTN = [("default", None, None), ("w8", {"num_warps": 8}, None), ("bn32", {"block_n": 32}, None),
         ("bn32w8", {"block_n": 32, "num_warps": 8}, None), ("nopf", {"prefetch": False}, None),
         ("s1", None, 1), ("s2", None, 2), ("s2w8", {"num_warps": 8}, 2), ("1k", {"one_kernel": True}, None),
-        ("s1w8", {"num_warps": 8}, 1)]
+        ("s1w8", {"num_warps": 8}, 1), ("bn128", {"block_n": 128}, None),
+        ("bn128w8", {"block_n": 128, "num_warps": 8}, None)]
 # (block_t, block_h, num_warps): the "rope" family's GPU default is (4, 8, 4)
 ROPE = [(4, 8, 4), (1, 2, 4), (1, 4, 4), (2, 4, 4), (2, 2, 4), (1, 8, 4), (1, 2, 2), (2, 8, 4)]
 
