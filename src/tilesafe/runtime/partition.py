@@ -41,23 +41,24 @@ def place() -> tuple | None:
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if code in _THEIRS:             # seen before: set lookups, no call per frame
+        if code in USER_CODE:             # seen before: set lookups, no call per frame
             return (code.co_filename, frame.f_lineno)
         if code not in _OURS:
             name = frame.f_globals.get("__name__", "")
             if not (name == "tilesafe" or name.startswith("tilesafe.")):
-                if len(_THEIRS) >= 4096:    # code made at run time (exec, notebook cells): start over
-                    _THEIRS.clear()
-                _THEIRS.add(code)
+                if len(USER_CODE) >= 4096:    # code made at run time (exec, notebook cells): start over
+                    USER_CODE.clear()
+                USER_CODE.add(code)
                 return (code.co_filename, frame.f_lineno)
             _OURS.add(code)
         frame = frame.f_back
     return None
 
 
-# Code objects `place` has seen, by whose they are (a function's code belongs to one module).
+# Code objects `place` has seen, by whose they are (a function's code belongs to one module);
+# tensor.py's partition() reads USER_CODE inline too.
 _OURS: set = set()
-_THEIRS: set = set()
+USER_CODE: set = set()
 
 
 class Partition:
@@ -140,7 +141,7 @@ class Partition:
             self._live = False
             f = sys._getframe(1)                       # place(), inline for a caller seen before
             code = f.f_code
-            self._ended_at = (code.co_filename, f.f_lineno) if code in _THEIRS else place()
+            self._ended_at = (code.co_filename, f.f_lineno) if code in USER_CODE else place()
             lent = tensor._state._lent
             if lent and lent[-1][1]() is self:         # StorageState.unlend's common case: the latest lending
                 del lent[-1]

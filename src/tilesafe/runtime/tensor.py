@@ -23,7 +23,7 @@ from . import numpy_bridge, ordering
 from .aliasing import ByteSet, byte_set, overlaps, self_overlaps
 from .graph import refuse_in_capture
 from .host_lock import LOCK, serialized
-from .partition import _THEIRS, Partition, place, where
+from .partition import USER_CODE, Partition, place, where
 from .storage_state import StorageState
 from .torch_version import version_of
 
@@ -304,7 +304,7 @@ class Tensor:
                 self._check_lendable("partition()")   # (nothing to refuse otherwise: no calls)
             f = sys._getframe(1)             # place(), inline for a caller seen before (a partition per launch)
             code = f.f_code
-            return Partition(self, tile, False, (code.co_filename, f.f_lineno) if code in _THEIRS else place())
+            return Partition(self, tile, False, (code.co_filename, f.f_lineno) if code in USER_CODE else place())
 
     @serialized
     def partition_prefix(self, tile) -> Partition:
