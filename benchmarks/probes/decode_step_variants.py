@@ -17,16 +17,15 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
   one_split / two_split   decode attention in one / at most two splits
   one_kernel   the splits combined by the last block of each KV head (no combine launch)
   late+split   late_norm and one_split
-  no_early     matmul.GEMV_EARLY off: the GEMVs in their tuned form, each waiting before its first load
-               (the default is session 18's: the weights frozen, each one-row GEMV in its PREFETCH loop, whose
-               first weight tile loads before the PDL wait)
-  pf_waits     the default's PREFETCH loops, but every launch waiting first (runtime early reads off)
-  early2       the fused GEMVs (qkv, o, down) two weight tiles ahead (both before the wait)
+  early        matmul.GEMV_EARLY on: each one-row GEMV over the (frozen) weights in its PREFETCH loop, whose
+               first weight tile loads before the PDL wait (session 18 round 1: 4B 2.858 against 2.619 ms)
+  pf_waits     early's PREFETCH loops, but every launch waiting first (runtime early reads off)
+  early2       early, the fused GEMVs (qkv, o, down) two weight tiles ahead (both before the wait)
   early_small  the early form for the 4B qkv, o and down GEMVs only (gate/up as tuned)
   o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
   o_narrow     the o projection in 2-column tiles (1280 blocks)
-  nrk_serial   norm_rope_kv_write's three walks from block 0 each (session 17; the default staggers them)
-  nrk_h1/4/8   norm_rope_kv_write with 1, 4 or 8 heads a tile at one token (default 2)
+  nrk_stagger  norm_rope_kv_write's three walks on blocks of their own (norm_rope_kv.STAGGER_WALKS)
+  nrk_h2/4/8   norm_rope_kv_write with 2, 4 or 8 heads a tile at one token (default 1)
 DEC_PROFILE=a,b names the variants to profile (default: the default and the fastest).
 Every case catches its own errors; variants stop starting past BUDGET_S.
     PYTHONPATH=src python3 benchmarks/probes/decode_step_variants.py "$OUT/dec/variants.json" 4b,0.6b
@@ -104,16 +103,15 @@ VARIANTS = {
     "two_split": {(AM, "PAGED_MAX_SPLITS"): 2},
     "one_kernel": {(PK, "_paged_config"): _one_kernel_config},
     "late+split": {(MODEL, "NORM_PROLOGUE"): True, (FUSIONS, "LATE_NORM"): True, (AM, "PAGED_MAX_SPLITS"): 1},
-    "no_early": {(MM, "GEMV_EARLY"): False},
-    "pf_waits": {(RK, "early_reads"): _no_early_reads},
-    "early2": {(MM, "GEMV_EARLY_TILES"): 2},
-    "early_small": {(MM, "GEMV_EARLY"): False, (MM, "skinny_config"): _PREFETCH_SMALL,
-                    (FUSIONS, "skinny_config"): _PREFETCH_SMALL},
+    "early": {(MM, "GEMV_EARLY"): True},
+    "pf_waits": {(MM, "GEMV_EARLY"): True, (RK, "early_reads"): _no_early_reads},
+    "early2": {(MM, "GEMV_EARLY"): True, (MM, "GEMV_EARLY_TILES"): 2},
+    "early_small": {(MM, "skinny_config"): _PREFETCH_SMALL, (FUSIONS, "skinny_config"): _PREFETCH_SMALL},
     "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},
     "down_split2": {(MM, "skinny_config"): SPLIT_DOWN, (FUSIONS, "skinny_config"): SPLIT_DOWN},
     "o_narrow": {(MM, "skinny_config"): O_NARROW, (FUSIONS, "skinny_config"): O_NARROW},
-    "nrk_serial": {(NRK, "STAGGER_WALKS"): False},
-    "nrk_h1": {(NRK, "ONE_TOKEN_HEADS"): 1},
+    "nrk_stagger": {(NRK, "STAGGER_WALKS"): True},
+    "nrk_h2": {(NRK, "ONE_TOKEN_HEADS"): 2},
     "nrk_h4": {(NRK, "ONE_TOKEN_HEADS"): 4},
     "nrk_h8": {(NRK, "ONE_TOKEN_HEADS"): 8},
 }

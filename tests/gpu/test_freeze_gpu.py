@@ -1,4 +1,5 @@
-"""Frozen weights read before the PDL wait on a Hopper GPU (runtime/freeze.py, matmul.GEMV_EARLY).
+"""Frozen weights read before the PDL wait on a Hopper GPU (runtime/freeze.py; matmul.GEMV_EARLY,
+off by default, switched on here).
 
 A chain of one-row GEMVs over frozen weights, each reading the vector the one before wrote,
 captured with PDL and replayed: the code loads the weight before `gdc_wait()` and the vector
@@ -22,7 +23,8 @@ E, LAYERS, REPLAYS = 1024, 6, 20
 ONE_SPLIT = {"block_n": 8, "block_k": 256, "split_k": 1}      # one launch a GEMV (no split-K pair)
 
 
-def test_a_pdl_chain_of_gemvs_over_frozen_weights_loads_them_early_and_computes_right():
+def test_a_pdl_chain_of_gemvs_over_frozen_weights_loads_them_early_and_computes_right(monkeypatch):
+    monkeypatch.setattr(MM, "GEMV_EARLY", True)
     g = torch.Generator(device="cuda").manual_seed(0)
     ws = [ts.freeze((torch.randn(E, E, generator=g, device="cuda") / E ** 0.5).to(torch.bfloat16))
           for _ in range(LAYERS)]

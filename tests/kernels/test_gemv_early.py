@@ -1,8 +1,8 @@
-"""One-row GEMVs over a frozen weight run their PREFETCH loop (matmul.GEMV_EARLY): the
-weight's first tile is then the kernel's first access, which a PDL launch issues before its
-wait (runtime/freeze.py); without PDL too, so that eager and captured steps compute alike.
-The form changes no result (against NumPy, both CPU backends); an unfrozen weight or more
-rows keep the config's form."""
+"""With matmul.GEMV_EARLY (off by default: slower on the H200), one-row GEMVs over a frozen
+weight run their PREFETCH loop: the weight's first tile is then the kernel's first access,
+which a PDL launch issues before its wait (runtime/freeze.py); without PDL too, so that eager
+and captured steps compute alike. The form changes no result (against NumPy, both CPU
+backends); an unfrozen weight, more rows, or the switch off keep the config's form."""
 import importlib
 
 import numpy as np
@@ -27,19 +27,31 @@ def _weights(frozen: bool):
     return ts.freeze(w) if frozen else w, torch.randn(1, K, generator=g)
 
 
-@pytest.mark.parametrize("frozen,pdl,rows,early", [(True, True, 1, True), (False, True, 1, False),
-                                                   (True, False, 1, True), (True, True, 3, False)])
-def test_a_frozen_weight_under_pdl_takes_the_prefetch_loop(backend, frozen, pdl, rows, early):
+@pytest.fixture
+def early(monkeypatch):
+    monkeypatch.setattr(matmul, "GEMV_EARLY", True)
+
+
+@pytest.mark.parametrize("frozen,pdl,rows,early_form", [(True, True, 1, True), (False, True, 1, False),
+                                                        (True, False, 1, True), (True, True, 3, False)])
+def test_a_frozen_weight_takes_the_prefetch_loop(backend, early, frozen, pdl, rows, early_form):
     w, x = _weights(frozen)
     x = x.repeat(rows, 1)
     cfg = {"block_n": 8, "block_k": 32, "prefetch": False}
     with ts.pdl(pdl):
         got = tk.linear(x, w, config=cfg)
-    assert matmul.skinny_kernel.last_launch.consts["PREFETCH"] is early
+    assert matmul.skinny_kernel.last_launch.consts["PREFETCH"] is early_form
     np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_the_fused_gemvs_take_it_too(backend):
+def test_off_by_default_a_frozen_weight_keeps_the_configs_loop(backend):
+    w, x = _weights(True)
+    with ts.pdl():
+        tk.linear(x, w, config={"block_n": 8, "block_k": 32, "prefetch": False})
+    assert matmul.skinny_kernel.last_launch.consts["PREFETCH"] is False
+
+
+def test_the_fused_gemvs_take_it_too(backend, early):
     w, x = _weights(True)
     res = torch.randn(1, N)
     with ts.pdl():
@@ -64,7 +76,7 @@ def test_freeze_weights_freezes_every_tensor_of_a_model():
 
 
 @pytest.mark.parametrize("k", [96, 80, 32])          # three K tiles, a ragged last one, a single tile
-def test_two_weight_tiles_ahead_give_the_same_products(backend, monkeypatch, k):
+def test_two_weight_tiles_ahead_give_the_same_products(backend, early, monkeypatch, k):
     monkeypatch.setattr(matmul, "GEMV_EARLY_TILES", 2)
     g = torch.Generator().manual_seed(k)
     w, x, res = ts.freeze(torch.randn(N, k, generator=g)), torch.randn(1, k, generator=g), torch.randn(1, N)

@@ -113,9 +113,10 @@ DECODE_FORMS = {
 DEFAULT_FORM = (frozenset(), True)
 
 
-# The weights are frozen (ts.freeze) when a model is made: no kernel writes them again, so under
-# PDL each decode GEMV loads its first weight tile before it waits for the kernel before it
-# (matmul.GEMV_EARLY); a write of a weight through tilesafe is refused from then on.
+# The weights are frozen (ts.freeze) when a model is made: no kernel writes them again (a write
+# of a weight through tilesafe is refused from then on), so a PDL kernel may load them before it
+# waits for the kernel before it (matmul.GEMV_EARLY, off by default). Measured with them frozen:
+# 4B 2.619 ms a step (H200, session 18 round 1), as session 17's 2.623.
 FREEZE_WEIGHTS = True
 
 

@@ -32,14 +32,17 @@ GEMV_L2_PREFETCH_BYTES = 16 << 20
 GEMV_L2_KEEP = False        # prefetch with L2 evict-last priority (ts.prefetch(keep=True))
 
 
-# One-row GEMVs over a frozen weight (ts.freeze; the engine freezes a model's weights) take the
-# PREFETCH form whatever their config says: its first weight tile is the kernel's first access,
-# which a PDL launch issues before its wait (runtime/freeze.py), so that tile streams in while
-# the kernel before it drains. Without PDL too, so that a step's eager and captured runs compute
-# the same bits.
-GEMV_EARLY = True
+# True: one-row GEMVs over a frozen weight (ts.freeze; the engine freezes a model's weights) take
+# the PREFETCH form whatever their config says: its first weight tile is the kernel's first
+# access, which a PDL launch issues before its wait (runtime/freeze.py), so that tile streams in
+# while the kernel before it drains (without PDL too, so that a step's eager and captured runs
+# compute the same bits). Off: on the H200 (Qwen3-4B batch-1 step, session 18 round 1,
+# benchmarks/probes/decode_step_variants.py) the early loads saved 45 us over the same PREFETCH
+# loops waiting first (2.903 -> 2.858 ms; 0.6B 0.882 -> 0.860), but those loops are slower than
+# the tuned, Triton-pipelined ones (2.619 ms; 0.6B 0.823): the down GEMV 18.5 against 13.7 us.
+GEMV_EARLY = False
 # Weight tiles the fused one-row GEMVs (linear_fusions) keep in flight in that form: 1, or 2
-# (DEEP: tiles k + 1 and k + 2, so two tiles load before the wait).
+# (DEEP: tiles k + 1 and k + 2, so two tiles load before the wait; 4B 2.906 ms, 0.6B 0.897).
 GEMV_EARLY_TILES = 1
 
 

@@ -34,11 +34,15 @@ from .launch import cdiv, launch, pow2, workers
 # tokens against 16.5 / 18.0 for five; at one token 8.4 against 6.9, but with 2-head tiles
 # (ONE_TOKEN_HEADS) 4.8 us: a walk's math, not only its latency, counts at these sizes.
 WHOLE_HEADS_FROM = 1
-ONE_TOKEN_HEADS = 2            # heads per tile of a one-token step (unless config= sets block_h)
-# The three walks of `norm_rope_kv_rows_kernel` on blocks of their own (`first=`: k's and v's
-# walks start past q's tiles, the grid holds all three), so that a decode step's blocks each
-# run one walk, side by side, instead of block 0 running a q, a k and a v walk in a row.
-STAGGER_WALKS = True
+# Heads per tile of a one-token step (unless config= sets block_h). One head: Qwen3-4B's batch-1
+# step 2.840 ms against 2.858 with two and 2.891 with four; 0.6B 0.846 against 0.860 and 0.888
+# (H200, session 18 round 1, decode_step_variants.py nrk_h1/nrk_h4).
+ONE_TOKEN_HEADS = 1
+# True: the three walks of `norm_rope_kv_rows_kernel` on blocks of their own (`first=`: k's and
+# v's walks start past q's tiles, the grid holds all three), so that a decode step's blocks each
+# run one walk, side by side, instead of block 0 running a q, a k and a v walk in a row. Off
+# until measured on a GPU (decode_step_variants.py: nrk_stagger).
+STAGGER_WALKS = False
 
 
 @ts.function
