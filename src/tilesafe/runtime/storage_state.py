@@ -427,6 +427,15 @@ def _join(storage, fresh: StorageState | None) -> StorageState:
         return state
     start = storage.data_ptr()
     with MEMORY.lock:
+        if fresh is None:
+            # Memory borrowed for the first time (a torch tensor's new storage object): when no
+            # tracked range meets it, one search places a fully initialised state (insert_fresh,
+            # as the merge below would place it, without the lookups of a merge).
+            state = StorageState(n)
+            state.device, state.base = device, start
+            if MEMORY.insert_fresh(state, storage):
+                setattr(storage, STATE_ATTR, state)
+                return state
         found = []
         for e in MEMORY.overlapping(device, start, start + n):
             if e._alive():
