@@ -21,6 +21,8 @@ rounds differently moves them by ~1e-3; a wrong kernel by far more). Variants:
                first weight tile loads before the PDL wait (session 18 round 1: 4B 2.858 against 2.619 ms)
   pf_waits     early's PREFETCH loops, but every launch waiting first (runtime early reads off)
   early2       early, the fused GEMVs (qkv, o, down) two weight tiles ahead (both before the wait)
+  peel         matmul.GEMV_EARLY_PEEL: the fused GEMVs (qkv, o, down) load weight tile 0 before their tuned,
+               pipelined loop, so before the PDL wait (no PREFETCH loop)
   early_small  the early form for the 4B qkv, o and down GEMVs only (gate/up as tuned)
   o_split2 / down_split2   the o / down projection split over K in two (partials + a sum kernel)
   o_narrow     the o projection in 2-column tiles (1280 blocks)
@@ -106,6 +108,7 @@ VARIANTS = {
     "early": {(MM, "GEMV_EARLY"): True},
     "pf_waits": {(MM, "GEMV_EARLY"): True, (RK, "early_reads"): _no_early_reads},
     "early2": {(MM, "GEMV_EARLY"): True, (MM, "GEMV_EARLY_TILES"): 2},
+    "peel": {(MM, "GEMV_EARLY_PEEL"): True},
     "early_small": {(MM, "skinny_config"): _PREFETCH_SMALL, (FUSIONS, "skinny_config"): _PREFETCH_SMALL},
     "o_split2": {(MM, "skinny_config"): SPLIT_O, (FUSIONS, "skinny_config"): SPLIT_O},
     "down_split2": {(MM, "skinny_config"): SPLIT_DOWN, (FUSIONS, "skinny_config"): SPLIT_DOWN},

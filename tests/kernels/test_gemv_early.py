@@ -3,7 +3,10 @@ weight run their PREFETCH loop: the weight's first tile is then the kernel's fir
 which a PDL launch issues before its wait (runtime/freeze.py); without PDL too, so that eager
 and captured steps compute alike. The form changes no result (against NumPy, both CPU
 backends); an unfrozen weight, more rows, or the switch off keep the config's form."""
+import dataclasses
 import importlib
+import os
+import re
 
 import numpy as np
 import pytest
@@ -88,3 +91,44 @@ def test_two_weight_tiles_ahead_give_the_same_products(backend, early, monkeypat
     np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T + res).numpy(), rtol=1e-5, atol=1e-5)
     xn = x.double() * torch.rsqrt((x.double() ** 2).mean() + 1e-6) * gn.double()
     np.testing.assert_allclose(normed.numpy(), (xn @ w.double().T).numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [96, 80, 32])          # three K tiles, a ragged last one, a single tile
+def test_peeling_weight_tile_0_gives_the_same_products(backend, monkeypatch, k):
+    monkeypatch.setattr(matmul, "GEMV_EARLY_PEEL", True)
+    g = torch.Generator().manual_seed(k + 1)
+    w, x, res = ts.freeze(torch.randn(N, k, generator=g)), torch.randn(1, k, generator=g), torch.randn(1, N)
+    gn = torch.rand(k, generator=g) + 0.5
+    cfg = {"block_n": 8, "block_k": 32, "prefetch": False}
+    with ts.pdl():
+        got = tk.linear(x, w, residual=res, config=cfg)
+        assert linear_fusions.fused_skinny_kernel.last_launch.consts["PEEL"] is True
+        normed = tk.rms_norm_linear(x, gn, w, 1e-6, config=cfg)
+    np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T + res).numpy(), rtol=1e-5, atol=1e-5)
+    xn = x.double() * torch.rsqrt((x.double() ** 2).mean() + 1e-6) * gn.double()
+    np.testing.assert_allclose(normed.numpy(), (xn @ w.double().T).numpy(), rtol=1e-4, atol=1e-4)
+    tk.linear(x, torch.randn(N, k), residual=res, config=cfg)                      # not frozen: no peel
+    assert linear_fusions.fused_skinny_kernel.last_launch.consts["PEEL"] is False
+
+
+hopper = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                            reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+
+
+@hopper
+@pytest.mark.parametrize("peel,before", [(True, True), (False, False)])
+def test_a_peeled_frozen_weight_tile_loads_before_the_pdl_wait(peel, before):
+    """The o projection's shape (2560 x 4096, 4-column blocks): sm_90 PTX, weight `b` frozen."""
+    n, k = 2560, 4096
+    S = ts.spec
+    specs = (S((1, n), ts.bf16, tile=(1, 4)), S((1, k), ts.bf16), S((1, k), ts.bf16), S((k,), ts.bf16),
+             S((k, n), ts.bf16, strides=(1, k)), S((k,), ts.bf16), S((1, n), ts.bf16))
+    sched = dataclasses.replace(ts.schedule(pdl=True, num_warps=4, num_stages=4), early=frozenset({"b"}))
+    ptx = linear_fusions.fused_skinny_kernel.compile(
+        *specs, PRO=linear_fusions.PLAIN, RES=linear_fusions.RES_OWN, HAS_BIAS=False, ACT=-1, TF32=False, DOT=False,
+        PREFETCH=False, DEEP=False, PEEL=peel, BK=1024, L2P=0, L2K=False, eps=0.0, target="sm_90",
+        schedule=sched).asm["ptx"]
+    lines = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
+    wait = next(i for i, ln in enumerate(lines) if ln.startswith("griddepcontrol.wait"))
+    early = [ln for ln in lines[:wait] if re.match(r"^(@!?%\w+\s+)?ld\.global", ln)]
+    assert bool(early) == before, lines[:wait]

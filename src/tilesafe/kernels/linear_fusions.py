@@ -31,7 +31,7 @@ from .call_plans import planned
 from .elementwise import residual_add, silu_mul
 from .launch import cdiv, launch, pow2
 from .matmul import ACTIVATIONS, SKINNY_M, epilogue, l2_prefetch, linear, mac, skinny_config
-from .matmul import prefetch_form, skinny_tiles, warm_slab
+from .matmul import peel_form, prefetch_form, skinny_tiles, warm_slab
 from .norms import rms_norm
 
 PLAIN, NORM, SILU_MUL, NORM_LATE = 0, 1, 2, 3   # prologues
@@ -132,10 +132,12 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
                         res: ts.Ref["T", (-1, -1)], T: ts.Const[ts.DType], TG: ts.Const[ts.DType],
                         TB: ts.Const[ts.DType], PRO: ts.Const[int], RES: ts.Const[int], HAS_BIAS: ts.Const[bool],
                         ACT: ts.Const[int], TF32: ts.Const[bool], DOT: ts.Const[bool], PREFETCH: ts.Const[bool],
-                        DEEP: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int], BK: ts.Const[int],
-                        L2P: ts.Const[int], L2K: ts.Const[bool], M: int, N: int, K: int, eps: float):
+                        DEEP: ts.Const[bool], PEEL: ts.Const[bool], BM: ts.Const[int], BN: ts.Const[int],
+                        BK: ts.Const[int], L2P: ts.Const[int], L2K: ts.Const[bool], M: int, N: int, K: int,
+                        eps: float):
     """`skinny_kernel` with a prologue on x's tiles and a residual on the output tile (one row:
-    PREFETCH loads weight tile k + 1 before k's FMAs, DEEP tiles k + 1 and k + 2)."""
+    PREFETCH loads weight tile k + 1 before k's FMAs, DEEP tiles k + 1 and k + 2; PEEL takes
+    weight tile 0 before the pipelined loop over the others)."""
     pa, pu = a.partition((BM, BK)), up.partition((BM, BK))       # all rows of x (and up): (BM, BK)
     pb = b.partition((BK, BN))                                   # (BK, BN)
     j = ts.block_id(1)
@@ -175,7 +177,13 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
     else:                                                        # one row: FMAs
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
-        for k in range(ts.num_tiles(pa, 1)):
+        first = 0
+        if PEEL:                                                 # weight tile 0 first: it may precede a PDL wait
+            w0 = pb.load((0, j))
+            x0, ss = late_tile(pa, pu, g, 0, r, ss, T, BK, PRO)
+            part = part + fma_tile(x0, w0, BK)
+            first = 1
+        for k in range(first, ts.num_tiles(pa, 1)):              # (Triton pipelines this loop)
             xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
             part = part + fma_tile(xk, pb.load((k, j)), BK)
         acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
@@ -348,8 +356,8 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
         launch(fused_sum_kernel, {"c": (cv, (sm, sn))}, cfg=None, part=part, pdl=True, **ending)
     else:
         ahead = prefetch_form(cfg, m, wt)                        # weight tiles loaded ahead of the FMAs
-        launch(fused_skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk,
-               PREFETCH=ahead > 0, DEEP=ahead > 1, **common, **ending)
+        launch(fused_skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, PREFETCH=ahead > 0, DEEP=ahead > 1,
+               PEEL=ahead == 0 and peel_form(m, wt), **common, **ending)
     return o.returned
 
 

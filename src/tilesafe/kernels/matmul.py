@@ -46,6 +46,19 @@ GEMV_EARLY = False
 GEMV_EARLY_TILES = 1
 
 
+# True: the fused one-row GEMVs (linear_fusions: qkv with its norm, o and down with the residual)
+# over a frozen weight load weight tile 0 before their tuned, Triton-pipelined loop over the
+# others, so that under PDL that tile loads before the wait without the PREFETCH loop that
+# GEMV_EARLY needs (which lost on the H200). Off until measured on a GPU (decode_step_variants.py:
+# peel).
+GEMV_EARLY_PEEL = False
+
+
+def peel_form(m: int, w) -> bool:
+    """Whether a fused GEMV of m rows by the weight `w` (a ts.Tensor) peels weight tile 0."""
+    return m == 1 and GEMV_EARLY_PEEL and is_frozen(w)
+
+
 def prefetch_form(cfg: dict, m: int, w) -> int:
     """Weight tiles a GEMV of m rows by the weight `w` (a ts.Tensor) loads ahead of its FMAs:
     0 (the plain loop; Triton pipelines it), 1 (the PREFETCH loop), GEMV_EARLY_TILES (the
