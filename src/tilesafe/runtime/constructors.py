@@ -117,7 +117,7 @@ def from_torch(t) -> Tensor:
     # seen before (its storage carries the state), never handed to torch, every byte written,
     # a contiguous view inside its storage. It only reads shared state (each read atomic), so
     # it returns what the locked path would return had it run whole just then; anything to
-    # mark, join or refuse takes the locked path.
+    # mark, join or refuse takes the locked path (with the view and storage already in hand).
     if type(t) is torch.Tensor and t.layout is _STRIDED and (t.is_cuda or t.is_cpu):
         dt = BY_TORCH.get(t.dtype)
         if dt is not None:
@@ -127,6 +127,8 @@ def from_torch(t) -> Tensor:
             if state is not None and state.handed is None and state.init_mask is None and v.is_contiguous() \
                     and (v.storage_offset() + v.numel()) * v.element_size() <= storage.nbytes():
                 return Tensor(v, state, dt)
+            with LOCK:
+                return _borrow(v, storage, dt)
     with LOCK:   # marks bytes written that other threads' launches check (host_lock)
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"ts.from_torch takes a torch.Tensor, got {type(t).__name__}",
@@ -141,22 +143,28 @@ def from_torch(t) -> Tensor:
             except ValueError:
                 dt = resolve_dtype(t.dtype)         # words the refusal
         t = t.detach()                              # same storage, no autograd history
-        storage = t.untyped_storage()               # asked once: the extent check and the state use it
-        item = t.element_size()                     # dt's itemsize: dt is t's dtype
-        if not t.is_contiguous() or (t.storage_offset() + t.numel()) * item > storage.nbytes():
-            _check_extent(t, item, storage)         # all but a contiguous view inside its storage
-        state = getattr(storage, STATE_ATTR, None)       # memory seen before: one getattr
-        if state is None:
-            state = StorageState.of_storage(storage)
-        # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
-        # made its bytes only if torch wrote since the hand-over (its version counter moved).
-        # Memory never handed over is torch's, written (a mask only where tilesafe allocated it).
-        if state.handed is None:
-            if state.init_mask is not None:
-                state.mark_written(t)
-        elif state.torch_wrote(t):
+        return _borrow(t, t.untyped_storage(), dt)
+
+
+def _borrow(t: torch.Tensor, storage, dt: DType) -> Tensor:
+    """from_torch of a dense CPU or CUDA view `t` (detached; `storage` its storage, `dt` its
+    dtype), under the runtime's lock: the extent check, the memory's state (joined on first
+    use), and the S14 marks."""
+    item = t.element_size()                         # dt's itemsize: dt is t's dtype
+    if not t.is_contiguous() or (t.storage_offset() + t.numel()) * item > storage.nbytes():
+        _check_extent(t, item, storage)             # all but a contiguous view inside its storage
+    state = getattr(storage, STATE_ATTR, None)      # memory seen before: one getattr
+    if state is None:
+        state = StorageState.of_storage(storage)
+    # A tilesafe storage handed to torch (to_torch) comes back with its S14 tracking: torch
+    # made its bytes only if torch wrote since the hand-over (its version counter moved).
+    # Memory never handed over is torch's, written (a mask only where tilesafe allocated it).
+    if state.handed is None:
+        if state.init_mask is not None:
             state.mark_written(t)
-        return Tensor(t, state, dt)
+    elif state.torch_wrote(t):
+        state.mark_written(t)
+    return Tensor(t, state, dt)
 
 
 # -- argument normalisation --------------------------------------------------------------
