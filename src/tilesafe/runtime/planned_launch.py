@@ -46,7 +46,7 @@ class PlannedLaunch:
     for the root itself)."""
     __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values",
                  "pointers", "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
-                 "items", "byte_strides", "writes", "offsets", "shapes", "launched")
+                 "items", "byte_strides", "writes", "offsets", "shapes", "launched", "places")
 
     def __init__(self, kernel, entry, access, scalars: dict):
         plan = entry.plan
@@ -68,6 +68,9 @@ class PlannedLaunch:
         self.aligns = tuple(by_name.get(name) for name in names)
         self.mode = _UNKNOWN if None not in self.aligns else _NONE
         self.sets = ByteSetSlots(zip(self.shapes, self.byte_strides, self.items))
+        # Per slot, its root's place ((first address, storage address, bytes): a root's items
+        # 2-4) at the last launch whose alignment and byte set were checked and made for it.
+        self.places: list = [None] * len(self.access)
         self.streams: dict = {}
 
     # -- per launch -------------------------------------------------------------------------
@@ -79,21 +82,24 @@ class PlannedLaunch:
             return self._run_here(roots)
         # The GPU form: one pass over the arguments for the checks (S8, alignment), then S14's
         # reads of masked states, and only then anything that acts (pending_start).
-        # Byte sets: the slot's last one unless the memory moved (ByteSetSlots.make). Roots carry
-        # each first element's address, an empty view's too (call_plans.call_key): offsets are exact.
-        views, ptrs, states, slots = [], [], [], self.sets
-        sets, offsets, aligns, writes = slots.sets, self.offsets, self.aligns, self.writes
+        # A slot's address, alignment class and byte set follow from its root's place (first
+        # element's address, storage's address and bytes; an empty view's first address too,
+        # call_plans.call_key): checked and made again only when the place moved (byte_set_slots).
+        views, ptrs, states, places = [], [], [], self.places
+        offsets, aligns, writes = self.offsets, self.aligns, self.writes
         k = 0
         for r in self.slots:
             a = roots[r]
-            ptr = a[2] + offsets[k]
             state = a[1]
-            if ptr & 15 != aligns[k] or state._lent and _lent(state) or state.frozen and writes[k]:
+            if state._lent and _lent(state) or state.frozen and writes[k]:
                 return False                  # (frozen memory written: the full step refuses it)
-            sptr = a[3]
-            byteset = sets[k]
-            if byteset is None or byteset[1] != sptr or byteset[3] != ptr - sptr or byteset[2] != a[4]:
-                slots.make(k, a[0], sptr, a[4], ptr - sptr)
+            ptr = a[2] + offsets[k]
+            place = a[2:]
+            if place != places[k]:
+                if ptr & 15 != aligns[k]:
+                    return False
+                self.sets.make(k, a[0], a[3], a[4], ptr - a[3])
+                places[k] = place
             views.append(a[0])
             ptrs.append(ptr)
             states.append(state)
@@ -113,7 +119,7 @@ class PlannedLaunch:
                 mark = functools.partial(self._marks, states, roots)
                 break
         start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index), tuple(values), states,
-                      sets, writes, tuple(views), self.streams, self.device_index, mark)
+                      self.sets.sets, writes, tuple(views), self.streams, self.device_index, mark)
         self.kernel.last_launch = self.launched
         return True
 
