@@ -2,8 +2,9 @@
 machine, with the device work stubbed out (profile_host_path.stub_device_work).
 
 For each call: host µs per call (the fastest of several rounds of process time, fresh torch
-views every call as host_overhead.py makes them) and function calls per call (counted by a
-profile hook over a few calls: all, and the Python functions among them), once with call
+views every call as host_overhead.py makes them), function calls per call (counted by a
+profile hook over a few calls: all, and the Python functions among them) and Python bytecodes
+per call (a trace hook's opcode events: steadier than µs on a shared machine), once with call
 plans' fast form and once without it (`CallHit.of` returning None: every hit redoes the
 plan, the path before the fast form).
 Also a user kernel launched with new tilesafe tensors from torch every call.
@@ -32,11 +33,11 @@ from tilesafe.kernels import call_hits
 CASES = ("linear M=1", "add", "rms_norm", "rope", "embedding", "argmax", "decode_attention")
 
 
-def us_and_calls(fn, tensors: dict, calls: int, repeats: int) -> tuple[float, float, float]:
-    """(µs per call, function calls per call, of them Python functions) — the stand-ins'
-    own functions (this script's) left out of the Python count."""
+def us_and_calls(fn, tensors: dict, calls: int, repeats: int) -> tuple[float, float, float, float]:
+    """(µs per call, function calls per call, of them Python functions, Python bytecodes per
+    call) — the stand-ins' own functions (this script's) left out of the Python counts."""
     best = us_per_call(fn, tensors, calls, repeats, warmup=30)
-    fresh = Fresh(tensors, 20)                      # new views of the same memory for the count
+    fresh = Fresh(tensors, 40)                      # new views of the same memory for the counts
     counted = [0, 0]
 
     def hook(frame, event, arg):
@@ -51,7 +52,21 @@ def us_and_calls(fn, tensors: dict, calls: int, repeats: int) -> tuple[float, fl
     for v in views:
         fn(v)
     sys.setprofile(None)
-    return best, counted[0] / 20, counted[1] / 20
+    ops = [0]                                       # Python bytecodes executed (a steadier measure than µs)
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename == __file__:
+            return None
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            ops[0] += 1
+        return trace
+    views = [fresh.next() for _ in range(20)]
+    sys.settrace(trace)
+    for v in views:
+        fn(v)
+    sys.settrace(None)
+    return best, counted[0] / 20, counted[1] / 20, ops[0] / 20
 
 
 def user_kernel_case() -> tuple:
@@ -92,9 +107,11 @@ def main() -> None:
         fn, tensors = user_kernel_case()
         measured = us_and_calls(fn, tensors, a.calls, a.repeats)
         rows.append(("user kernel, fresh tensors", measured, measured))
-    print(f"{'call':32s} {'before us':>10s} {'calls':>7s} {'(py)':>5s} {'after us':>10s} {'calls':>7s} {'(py)':>5s}")
-    for name, (b_us, b_n, b_py), (f_us, f_n, f_py) in rows:
-        print(f"{name:32s} {b_us:10.1f} {b_n:7.0f} {b_py:5.0f} {f_us:10.1f} {f_n:7.0f} {f_py:5.0f}", flush=True)
+    print(f"{'call':32s} {'before us':>10s} {'calls':>7s} {'(py)':>5s} {'ops':>6s} {'after us':>10s} {'calls':>7s} "
+          f"{'(py)':>5s} {'ops':>6s}")
+    for name, (b_us, b_n, b_py, b_ops), (f_us, f_n, f_py, f_ops) in rows:
+        print(f"{name:32s} {b_us:10.1f} {b_n:7.0f} {b_py:5.0f} {b_ops:6.0f} {f_us:10.1f} {f_n:7.0f} {f_py:5.0f} "
+              f"{f_ops:6.0f}", flush=True)
 
 
 def gpu_stand_in() -> None:
