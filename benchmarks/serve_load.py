@@ -104,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--split-rows", type=int,
                    help="in-process server: steps of fresh prompts with no or >= N decode rows run split "
                         "(prefill graphs, warmed at start-up; up to 4 fresh prompts a step)")
-    p.add_argument("--decode-step-tokens", default="auto", metavar="T[,T...]",
+    p.add_argument("--decode-step-tokens", default="off", metavar="T[,T...]",
                    help="in-process server: rows of a step beside decodes (auto, off or N); a comma-separated "
                         "list runs every level once per value, on one server")
     p.add_argument("--switch-interval", type=float, metavar="S",

@@ -82,9 +82,9 @@ def test_serve_flags_reach_the_engine():
                                                "--split-rows", "64"]))
     assert (opts["decode_step_tokens"], opts["stream_interval"], opts["split_rows"]) == (48, 2, 64)
     defaults = engine_options(parser().parse_args(["serve", "m"]))
-    assert (defaults["decode_step_tokens"], defaults["stream_interval"], defaults["split_rows"]) == ("auto", 1, None)
-    assert engine_options(parser().parse_args(["serve", "m", "--decode-step-tokens", "off"]))["decode_step_tokens"] \
-        is None
+    assert (defaults["decode_step_tokens"], defaults["stream_interval"], defaults["split_rows"]) == (None, 1, None)
+    assert engine_options(parser().parse_args(["serve", "m", "--decode-step-tokens", "auto"]))["decode_step_tokens"] \
+        == "auto"
 
 
 @pytest.mark.parametrize("bad", ["0", "many", "-3"])

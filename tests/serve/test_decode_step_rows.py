@@ -117,3 +117,10 @@ def test_decode_step_tokens_is_checked(llm, bad):
     with pytest.raises(RequestError) as e:
         EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens=bad)
     assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (4)" in e.value.message
+
+
+def test_rows_are_off_by_default_and_auto_without_captured_steps_is_off(llm):
+    core = EngineCore(llm, kv_blocks=32, block_size=4)
+    assert core.decode_step_tokens is None and core.scheduler.row_budget is None
+    core = EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens="auto")    # the CPU: nothing to time
+    assert core.decode_step_times == {} and core.decode_step_tokens is None

@@ -93,8 +93,7 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing(compile
     from tilesafe.serve.engine_core import EngineCore
     from tilesafe.serve.request import Request
     llm = LLM.from_random("0.6b", device="cuda", max_model_len=128, max_num_seqs=4, progress=False)
-    core = EngineCore(llm, kv_blocks=32, block_size=16, max_num_batched_tokens=32, warm_up="full",
-                      decode_step_tokens=None)      # prompts beside decodes in mixed steps, not decode-step rows
+    core = EngineCore(llm, kv_blocks=32, block_size=16, max_num_batched_tokens=32, warm_up="full")
     steps = core.runner.decoder.steps
     assert sorted(steps) == bucket_sizes(4)
     graphs = {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)}
@@ -151,6 +150,3 @@ def test_a_burst_after_the_default_warm_up_compiles_nothing_on_the_gpu(compiles)
     assert compiles() == before                             # no kernel compiled while serving
     assert [len(o) for o in outs] == [5] * len(prompts)
     assert core.scheduler.blocks.stats().hits > 0
-    # decode_step_tokens="auto": the warm-up timed every decode bucket; prompts beside decodes went as rows
-    assert sorted(core.decode_step_times) == [1, 2, 4] and core.decode_step_tokens in (1, 2, 4)
-    assert core.timing.get("rows", [0])[0] > 0 or core.decode_step_tokens <= 2     # (<= 2: no row beside 2 decodes)

@@ -38,7 +38,7 @@ from .request import Request
 class AsyncLLM:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, warm_up=None,
-                 stream_interval: int = 1, split_rows: int | None = None, decode_step_tokens="auto"):
+                 stream_interval: int = 1, split_rows: int | None = None, decode_step_tokens=None):
         self.llm = llm
         self.core = EngineCore(llm, kv_blocks, block_size, metrics, max_num_batched_tokens, prefix_caching,
                                warm_up=warm_up, stream_interval=stream_interval, split_rows=split_rows,

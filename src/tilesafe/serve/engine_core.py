@@ -21,8 +21,8 @@ decode bucket and the mixed steps of one and two fresh prompts of every chunk bu
 and captures nothing. After the default warm-up the scheduler keeps to the warmed shapes
 (`Scheduler.max_fresh`): at most two fresh prompts a step, a prefix hit recomputed as a
 fresh prompt, and the later chunks of a prompt longer than the step's budget in the packed
-shapes the warm-up also ran. `decode_step_tokens` (default "auto": the most rows whose decode step the warm-up measured
-at <= 2x the batch-1 step; None: off) makes every step that carries decode rows one captured
+shapes the warm-up also ran. `decode_step_tokens` (default None: off; "auto": the most rows whose decode step, timed after
+the warm-up, takes <= 2x the batch-1 step; or a row count) makes every step that carries decode rows one captured
 decode step of at most that many rows (or of the bucket its decode rows fill): prompts join it
 as chunks of rows (Scheduler's row steps), so a new prompt delays the running requests' next
 token by a bounded step, not by its whole prefill. `EngineCore` is not thread-safe: `EngineThread` owns it and
@@ -46,7 +46,7 @@ class EngineCore:
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
                  warm_up: bool | str | None = None, split_prefill: bool | None = None,
                  mixed_steps: bool | None = None, stream_interval: int = 1, stream_interval_from: int = 64,
-                 split_rows: int | None = None, decode_step_tokens: int | str | None = "auto"):
+                 split_rows: int | None = None, decode_step_tokens: int | str | None = None):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -100,12 +100,13 @@ class EngineCore:
                 warmed = 2 if mixed.fits(2) else 1
                 self.scheduler.max_fresh = WARM_CHUNKS if split else warmed
                 self.runner.mixed_chunks = warmed      # more fresh prompts than that go split
-        # Decode-step rows (Scheduler.row_budget): "auto" takes the most rows whose measured step
-        # is at most twice the batch-1 step (issue 19's inter-token latency bound); without
-        # captured steps to measure (the CPU, no warm-up) it is off.
-        self.decode_step_times = self.runner.time_decode_buckets() if self.runner.decoder.use_graph and (
-            self.runner.decoder.use_graph if warm_up is None else warm_up) else {}
-        self.auto_step_tokens = _rows_within(self.decode_step_times, 2.0)
+        # Decode-step rows (Scheduler.row_budget), off unless asked for: "auto" takes the most rows
+        # whose measured step is at most twice the batch-1 step (issue 19's inter-token latency
+        # bound); without warmed captured steps to time (the CPU, no warm-up) "auto" is off.
+        self._warmed = bool(self.runner.decoder.use_graph and (self.runner.decoder.use_graph if warm_up is None
+                                                               else warm_up))
+        self.decode_step_times: dict[int, float] = {}
+        self.auto_step_tokens: int | None = None
         self.scheduler.row_buckets = self.runner.decoder.sizes
         self.set_decode_step_tokens(decode_step_tokens)
         self.warm_up_s = time.perf_counter() - start
@@ -128,7 +129,12 @@ class EngineCore:
         self._gauges()
 
     def set_decode_step_tokens(self, tokens: int | str | None) -> None:
-        """The rows of a step beside decodes ("auto": the measured default; None: off)."""
+        """The rows of a step beside decodes (None: off; "auto": from the decode buckets' step
+        times, measured on first use — call it on the engine thread, between steps)."""
+        if tokens == "auto" and self._warmed and not self.decode_step_times:
+            with self.llm._on_device(), torch.inference_mode():
+                self.decode_step_times = self.runner.time_decode_buckets()
+            self.auto_step_tokens = _rows_within(self.decode_step_times, 2.0)
         self.decode_step_tokens = self.auto_step_tokens if tokens == "auto" else tokens
         self.scheduler.row_budget = self.decode_step_tokens
 

@@ -1,0 +1,43 @@
+"""Decode-step rows on the GPU (opt-in `decode_step_tokens`): after the default warm-up, "auto"
+times every decode bucket and picks one; prompts beside decodes then run as rows of the
+captured decode steps — chunked, after a prefix hit — compiling nothing, every request
+finishing, and (bf16 near-ties aside) each prompt's first token the offline engine's."""
+import pytest
+
+from tilesafe.engine import LLM, SamplingParams
+
+
+@pytest.mark.gpu
+def test_prompts_as_decode_step_rows_replay_the_warmed_buckets_on_the_gpu(compiles):
+    from tilesafe.engine.decode_step import bucket_sizes
+    from tilesafe.serve.engine_core import EngineCore
+    from tilesafe.serve.request import Request
+    llm = LLM.from_random("0.6b", device="cuda", max_model_len=128, max_num_seqs=4, progress=False)
+    core = EngineCore(llm, kv_blocks=40, block_size=16, max_num_batched_tokens=32, decode_step_tokens="auto")
+    assert sorted(core.decode_step_times) == bucket_sizes(4)
+    assert all(t > 0 for t in core.decode_step_times.values()) and core.decode_step_tokens in bucket_sizes(4)
+    core.set_decode_step_tokens(4)                       # every step beside decodes fills bucket 4
+    before = compiles()
+    lengths = [3, 20, 45, 5, 9, 1, 24, 30]
+    prompts = [[200 + (7 * i + n) % 3000 for i in range(n)] for n in lengths]
+    prompts[6][:16] = prompts[1][:16]                    # one shared block: a prefix hit, kept as cached
+    sp = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    outs = [[] for _ in prompts]
+
+    def add(j):
+        core.add(Request(f"b{j}", llm._sequences({"prompt_token_ids": prompts[j]}, sp)[0],
+                         sink=lambda out, got=outs[j]: got.extend(out.token_ids)))
+    add(0)
+    core.step()                                          # alone: a mixed step
+    for j in range(1, len(prompts)):
+        add(j)
+    while core.has_work():
+        core.step()
+    assert compiles() == before                          # no kernel compiled while serving
+    assert [len(o) for o in outs] == [5] * len(prompts)
+    assert core.timing["rows"][0] > 0
+    first = [llm.generate({"prompt_token_ids": p}, sp)[0].outputs[0].token_ids[0] for p in prompts]
+    same = sum(o[0] == f for o, f in zip(outs, first))
+    print(f"\ndecode-step rows, bf16 0.6b: {same}/{len(prompts)} first tokens equal to the offline engine's; "
+          f"bucket step times (ms): { {b: round(t * 1e3, 3) for b, t in core.decode_step_times.items()} }")
+    assert same >= len(prompts) - 2
