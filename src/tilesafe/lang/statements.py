@@ -1,8 +1,8 @@
 """Lowering of statements: assignment, control flow with loop-carried values, walks.
 
-Loops and dynamic `if`s become ops with regions. A name assigned inside a region and bound
-before it is carried: it becomes a region argument and a result of the op, and its type
-must not change. `if` on a compile-time condition lowers only the branch taken.
+Loops and dynamic `if`s become ops with regions (regions.py: a name assigned inside a region
+and bound before it is carried, and its type must not change). `if` on a compile-time
+condition lowers only the branch taken.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from .walks import lower_walk
 
 
 def lower_body(b: Builder, stmts: list[ast.stmt]) -> None:
+    """Lower `stmts` in order. The frontend hands this to the Builder: regions and inlined
+    functions below this module lower their bodies through `b.lower_body`."""
     for s in stmts:
         lower_stmt(b, s)
 
