@@ -5,7 +5,7 @@ at B = 8), each timed alone over the model's 36 layers (each layer its own cache
 so L2 holds none) inside one `ts.graph()`, then the whole step with each part's fastest config.
 
 One random Qwen3-4B engine (bf16, 128 slots of MAX_LEN, every row at cache length CONTEXT);
-until BATCH_BUDGET_S (default 80 s) is spent:
+until BATCH_BUDGET_S (default 80 s) is spent, per B in argv[2] (default 128,32,8) in turn:
 1. attn: `paged_decode_attention` at B in BATCHES with ATTN configs (schedule, key tile,
    prefetch, splits, one kernel), each checked against the default's output;
 2. rope: `norm_rope_kv_write` at B with ROPE tiles (tokens x heads per tile);
@@ -46,13 +46,15 @@ PK = importlib.import_module("tilesafe.kernels.paged_kv")
 AM = importlib.import_module("tilesafe.kernels.attention_model")
 CONFIGS = importlib.import_module("tilesafe.kernels.configs")
 # (name, paged_decode_attention config, splits (None: the workspace's default))
-ATTN = [("default", None, None), ("w8", {"num_warps": 8}, None), ("bn32", {"block_n": 32}, None),
-        ("bn32w8", {"block_n": 32, "num_warps": 8}, None), ("nopf", {"prefetch": False}, None),
-        ("s1", None, 1), ("s2", None, 2), ("s2w8", {"num_warps": 8}, 2), ("1k", {"one_kernel": True}, None),
-        ("s1w8", {"num_warps": 8}, 1), ("bn128", {"block_n": 128}, None),
-        ("bn128w8", {"block_n": 128, "num_warps": 8}, None)]
+ATTN = {128: [("default", None, None), ("bn128", {"block_n": 128}, None), ("w8", {"num_warps": 8}, None),
+              ("bn32", {"block_n": 32}, None), ("s2", None, 2), ("nopf", {"prefetch": False}, None),
+              ("bn128w8", {"block_n": 128, "num_warps": 8}, None)],
+        32: [("default", None, None), ("bn128", {"block_n": 128}, None), ("s2", None, 2),
+             ("w8", {"num_warps": 8}, None), ("bn32", {"block_n": 32}, None)],
+        8: [("default", None, None), ("s1", None, 1), ("s2", None, 2), ("1k", {"one_kernel": True}, None),
+            ("s1bn128", {"block_n": 128}, 1)]}
 # (block_t, block_h, num_warps): the "rope" family's GPU default is (4, 8, 4)
-ROPE = [(4, 8, 4), (1, 2, 4), (1, 4, 4), (2, 4, 4), (2, 2, 4), (1, 8, 4), (1, 2, 2), (2, 8, 4)]
+ROPE = [(4, 8, 4), (1, 2, 4), (1, 4, 4), (2, 4, 4), (2, 2, 4), (1, 8, 4)]
 
 
 def left() -> float:
@@ -147,7 +149,7 @@ class Parts:
 def attn_cases(parts: Parts, rows: list) -> None:
     ref = None
     attn_bytes = kv_bytes(parts.cfg, parts.b) / parts.cfg.num_layers
-    for name, config, splits in ATTN:
+    for name, config, splits in ATTN.get(parts.b, ATTN[32]):
         def one(name=name, config=config, splits=splits):
             nonlocal ref
             us, out, s = parts.attn(config, splits)
@@ -273,16 +275,14 @@ def main():
         for n in range(llm.config.num_layers):      # finite keys and values where the rows read them
             llm.model.cache.k[n][:, :CONTEXT].normal_()
             llm.model.cache.v[n][:, :CONTEXT].normal_()
-        for b in batches:
+        for b in batches:                           # per batch: its parts, then its step as is and with the best
             try:
                 parts = Parts(llm, b)
+                attn_cases(parts, rows)
+                rope_cases(parts, rows)
+                del parts
             except Exception as e:
                 rows.append({"batch": b, "error": repr(e)[:400]})
-                continue
-            attn_cases(parts, rows)
-            rope_cases(parts, rows)
-            del parts
-        for b in batches:
             guarded(rows, f"step B={b}", lambda b=b: step_case(llm, b))
             guarded(rows, f"step B={b} best", lambda b=b: step_case(llm, b, best(rows, "attn", b),
                                                                      best(rows, "rope", b)))
