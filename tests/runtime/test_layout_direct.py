@@ -378,3 +378,15 @@ def test_new_torch_memory_and_a_torch_subclass_take_the_bound_path(gpu):
     plus_one(p, torch.nn.Parameter(torch.from_numpy(_values(64, 61)), requires_grad=False))
     assert not gpu.direct and len(gpu.started) == 2                # both started by the bound path
     p.unpartition()
+
+
+@pytest.mark.parametrize("stream, waits", [(9, [("event of stream", 9)]), (7, [])])
+def test_pending_work_of_another_stream_is_ordered_before_a_direct_launch_of_a_torch_view(gpu, stream, waits):
+    x = _warm_torch()
+    state = ts.from_torch(x)._state
+    state.record(ts.from_torch(x)._byte_set(), True, _Pending(stream))   # a writer of x's bytes, still running
+    p = ts.zeros(64).partition((16,))
+    plus_one(p, x.view(64))
+    assert gpu.direct and gpu.waited == waits
+    p.unpartition()
+    state._pending.clear()
