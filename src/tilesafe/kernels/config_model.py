@@ -68,11 +68,13 @@ def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
     decode's one kernel or two), for a short autotune: near-ties of one kind (a stage more or
     less) would teach it little. Where a rule picks the config (16 < m <= 128), its pick comes
     first, beside the ranking's `n` of other kinds (an autotune then never loses a candidate it
-    used to time); a one-row product of short K also gets the short-K GEMV candidate
-    (`gemm_model.short_k_gemv`), last, where the ranking's `n` do not hold it already."""
+    used to time); last, where the ranking's `n` do not hold it already, a one-row product of
+    short K gets the short-K GEMV candidate (`gemm_model.short_k_gemv`) and a product of few
+    output tiles the balanced split (`gemm_model.balanced_split`)."""
     gpu = gpu or gpu_of(None)
     rule = gm.streaming_choice(shape, gpu) if shape.family == "matmul" else None
-    extra = gm.short_k_gemv(shape, gpu) if shape.family == "linear" else None
+    extra = gm.short_k_gemv(shape, gpu) if shape.family == "linear" else \
+        gm.balanced_split(shape, gpu) if shape.family == "matmul" else None
     everything = _ranked_all(shape, gpu)
     out, kinds = ([dict(rule)], {_kind(rule)}) if rule is not None else ([], set())
     n += len(out)

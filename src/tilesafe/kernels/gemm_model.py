@@ -128,6 +128,58 @@ def _wave_split(s: Gemm, tiles, split: int, gpu: Gpu) -> dict | None:
     return c if valid_matmul(c, s, gpu) else None
 
 
+# Few output tiles at 33..WAVE_ROWS rows (a batch, a short prefill on a 3-7k weight) leave SMs
+# idle: 4608 x 3584 at M = 83 or 125 has 72 tiles of 64 x 128 on 132 SMs (the random run's worst
+# GEMM, 0.81-0.87 of cuBLAS, wave-quantised). Split over K, the blocks of an SM share its tensor
+# cores, so what sets the time is the busiest SM's K steps (blocks on it x steps of each, plus
+# each block's pipeline fill, FILL_STEPS): the balanced split picks the slice count that makes
+# that least (72 tiles of 56 K steps: 3 slices, two blocks on the busiest SM, 44 steps against
+# 59 unsplit), with the deepest pipeline that lets the busiest SM hold its blocks at once, the
+# slices added up by the last one of each tile (one launch, `split_k_last_kernel`). NOT YET
+# MEASURED (session 18's probe round, shapes_probe.py `split`, did not run): it is no default,
+# only a candidate the opt-in first-use autotune times beside the model's (`config_model.ranked`),
+# so it runs only where it measured fastest.
+WAVE_ROWS = 512
+WAVE_FILL = 0.8                # output tiles under this share of the SMs: the balanced split is timed
+BALANCED_TILE = (64, 128, 64)  # bf16 (fp32: half the K tile), 4 warps
+MAX_BALANCED_SPLIT = 8
+MIN_SLICE_STEPS = 4            # K tiles a slice keeps at least
+FILL_STEPS = 3                 # a block's pipeline fill and epilogue, in K steps
+
+
+def balanced_split(s: Gemm, gpu: Gpu) -> dict | None:
+    """The balanced split above for `s` (None where the output has enough tiles, where no split
+    beats one block per tile, or outside 33..WAVE_ROWS rows: up to 32 the streaming rule splits)."""
+    if s.family != "matmul" or not 32 < s.m <= WAVE_ROWS:
+        return None
+    es = element_bytes(s.dtype)
+    want = (BALANCED_TILE[0], BALANCED_TILE[1], BALANCED_TILE[2] * 2 // es)
+    bm, bn, bk = (_mma(t, size) for t, size in zip(want, (s.m, s.n, s.k)))
+    tiles, kt = cdiv(s.m, bm) * cdiv(s.n, bn), cdiv(s.k, bk)
+    if tiles >= WAVE_FILL * gpu.sms:
+        return None
+    epilogue = _smem(bm, bn, bk, 0, es)
+    step = _smem(bm, bn, bk, 1, es) - epilogue
+    best = None
+    for slices in range(2, MAX_BALANCED_SPLIT + 1):
+        per = cdiv(kt, slices)
+        split = cdiv(kt, per)                                 # no empty slice (matmul._split_k)
+        if per < MIN_SLICE_STEPS:
+            break
+        per_sm = cdiv(tiles * split, gpu.sms)                  # blocks on the busiest SM
+        stages = min(8, (gpu.smem_per_sm // per_sm - 1024 - epilogue) // step)
+        if stages < 3:
+            continue
+        cost = per_sm * (per + FILL_STEPS)
+        if best is None or cost < best[0]:
+            best = (cost, split, stages)
+    if best is None or best[0] >= kt + FILL_STEPS:             # no better than one block per tile
+        return None
+    c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": best[1],
+         "min_blocks": gpu.sms, "tail_split": False, "one_kernel": True, "num_warps": 4, "num_stages": best[2]}
+    return c if valid_matmul(c, s, gpu) else None
+
+
 def matmul_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
     """Every valid `matmul` config the model considers for `s` (m > 16)."""
     es, out = element_bytes(s.dtype), []
