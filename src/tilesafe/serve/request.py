@@ -44,7 +44,10 @@ class Request:
         new = s.tokens[self.sent:]
         logprobs = s.logprobs[self.sent:] if s.params.logprobs is not None else None
         self.sent = len(s.tokens)
-        return StreamOutput(self.request_id, s.new_text(), list(new), logprobs, s.prompt_ids, len(s.tokens),
+        # Without a detokenizer here (AsyncLLM detokenizes on its event loop) the text stays empty:
+        # no new_text() call, a tenth of the engine thread's output work at 128 requests.
+        text = s.new_text() if s.detokenizer is not None or s.emitted < len(s.text) else ""
+        return StreamOutput(self.request_id, text, new, logprobs, s.prompt_ids, len(s.tokens),
                             s.finished, s.finish_reason, s.stop_reason)
 
     def aborted_output(self) -> StreamOutput:
