@@ -394,9 +394,13 @@ def linear_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
 # busy is blocks, not pipeline depth. The model's candidates (>= 4096 elements a load) give such a
 # weight few blocks per SM; 128-wide K tiles with the column tile narrowed until every SM holds
 # GEMV_BLOCKS_PER_SM blocks did better: 12800 x 1600 at 16 x 128 (800 blocks, 4 stages) ran 0.953 of
-# F.linear where the model's 32 x 128 (400 blocks) ran 0.921 (session 17, probe round 1). The
-# model prices a partly full second round of such short blocks as a whole round, so it ranks
-# them last: the first-use autotune times this candidate beside the model's (`config_model.ranked`).
+# F.linear where the model's 32 x 128 (400 blocks) ran 0.921 (session 17, probe round 1). That
+# shape is a held-out draw of the random benchmark, so it is this rule's evidence, not its fit:
+# shapes_probe.py `gemv2` times synthetic short-K weights (neither training nor held out) for
+# that, not yet run (session 18 had no GPU round for it). The model prices a partly full second
+# round of such short blocks as a whole round (pricing it by the loads in flight instead lost
+# 0.92 -> 0.83 of the fit's first picks), so it ranks them last: the rule is no default, only a
+# candidate the opt-in first-use autotune times beside the model's (`config_model.ranked`).
 SHORT_K = 2048
 GEMV_BLOCKS_PER_SM = 4
 
