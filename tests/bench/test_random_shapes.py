@@ -60,6 +60,28 @@ def test_the_tuner_refuses_held_out_shapes_and_its_plan_has_none(monkeypatch):
         rs.refuse_held_out(lengths=[1024, 777])
 
 
+def test_the_shapes_probe_fits_its_rules_on_no_held_out_weight(monkeypatch):
+    """benchmarks/probes/shapes_probe.py times the random run's worst draws beside the shapes its
+    rules are fitted on: every weight it names "held-out" is one (measured to verify, never
+    fitted), and every other is not (a training weight, or a synthetic one of neither set)."""
+    probes = ROOT / "benchmarks" / "probes"
+    monkeypatch.syspath_prepend(str(probes))
+    spec = importlib.util.spec_from_file_location("shapes_probe_under_test", probes / "shapes_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(probe)
+    finally:
+        sys.modules.pop("side_by_side", None)
+    gemms = [(name, (n, k)) for table in (probe.SPLIT_GEMM, probe.BIGM_GEMM, probe.WAVE_GEMM, probe.VERIFY_GEMM)
+             for name, _, n, k in table]
+    weights = [(name, (n, k)) for table in (probe.GEMV2_WEIGHTS, probe.GEMV_WEIGHTS) for name, n, k in table]
+    assert len(gemms) > 30 and len(weights) > 6
+    for name, w in gemms + weights:
+        assert (w in rs.HELD_OUT_WEIGHTS) == (name == "held-out"), (name, w)
+        if name.startswith("synthetic"):
+            assert w not in rs.training_weights(), (name, w)
+
+
 def _rec(family, ratio, name, limit="wave quantisation"):
     return {"family": family, "name": name, "ratios": {"vs_torch": ratio},
             "model": {"limit": limit, "predicted_us": 10.0},
