@@ -22,8 +22,9 @@ wave (session 17: 16 < M <= 128 products with few output tiles — each tile sha
 so that tiles x splits just fills / just overfills the SMs, on Qwen3 training weights, then the random
 run's worst draws to verify) and gemv (M = 1: column / K tiles, stages and warps on a short-K weight);
 session 18: split (K split in 1..8 slices, one launch or two, per tile shape, on the few-tile products),
-bigm (M ~ 3000 rows by a short K: tile shapes, persistent or not) and gemv2 (M = 1, short K: narrow column
-tiles of short K tiles).
+bigm (M ~ 3000 rows by a short K: tile shapes, persistent or not), gemv2 (M = 1, short K: narrow column
+tiles of short K tiles) and auto (the first-use autotune's pick, the model's choice and every candidate the
+autotune times; run it alone, with TILESAFE_CACHE_DIR set to an empty folder).
 """
 import json
 import os
@@ -36,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_si
 from side_by_side import predicted_us, vs_fastest_sdpa  # noqa: E402
 
 BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 55.0, "wave": 58.0, "gemv": 18.0, "split": 50.0,
-            "bigm": 14.0, "gemv2": 12.0}
+            "bigm": 14.0, "gemv2": 12.0, "auto": 80.0}
 TOTAL_S = 92.0
 START = time.monotonic()
 _PART_START: dict = {}
@@ -566,6 +567,46 @@ def part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu):
     return out
 
 
+# --- auto: what the first-use autotune picks, beside the model's own choice (session 18) ----------
+
+# (name, M, N, K): training shapes first, then held-out draws (measured, never fitted); M = 1: a GEMV
+AUTO_GEMM = (("8B qkv", 125, 6144, 4096), ("held-out", 125, 4608, 3584), ("8B o", 83, 4096, 4096),
+             ("held-out", 83, 4608, 3584), ("4B down", 72, 2560, 9728), ("held-out", 72, 3584, 18944),
+             ("synthetic", 1, 16384, 1024), ("held-out", 1, 12800, 1600), ("held-out", 61, 1600, 6400))
+
+
+def part_auto(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    """Each shape's first call inside `first_use_tuning()` (run with a fresh TILESAFE_CACHE_DIR):
+    after it the library's call ("ts default") runs the autotune's pick; the model's own choice
+    and each timed candidate run beside it through `config=`."""
+    from tilesafe.bench.random_report import keys_of
+    from tilesafe.kernels import configs as kc
+    from tilesafe.kernels import first_use
+    out = {}
+    for wname, m, n, k in AUTO_GEMM:
+        name = f"auto {wname} M={m} ({n}x{k})"
+        if over("auto"):
+            out[name] = {"skipped": "time budget"}
+            continue
+        shape = cm.Gemm(m, n, k, "bf16")
+
+        def tuned_grid():
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            with first_use.first_use_tuning():
+                ts.kernels.linear(x, w)
+            torch.cuda.synchronize()
+            picked = first_use.remembered(kc.gpu_name(), shape.family, keys_of(shape)[0])
+            cands = {f"cand{i}": c for i, c in enumerate(cm.ranked(shape, first_use.CANDIDATES, gpu))}
+            cands["model choice"] = cm.choose(shape, gpu)
+            entry = one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape, cands)
+            entry["picked"] = picked
+            print(f"   picked: {picked}", flush=True)
+            return entry
+        guarded(out, name, tuned_grid)
+    return out
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 def guarded(out, name, run):
@@ -628,7 +669,8 @@ def main(out_path, parts=("small", "decode", "flash")):
                "gemv": lambda: part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu),
                "split": lambda: part_split(ts, cm, measure, result_check, rotation_sets, policy, gpu),
                "bigm": lambda: part_bigm(ts, cm, measure, result_check, rotation_sets, policy, gpu),
-               "gemv2": lambda: part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu)}
+               "gemv2": lambda: part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "auto": lambda: part_auto(ts, cm, measure, result_check, rotation_sets, policy, gpu)}
     for part in parts:
         try:
             result[part] = runners[part]()

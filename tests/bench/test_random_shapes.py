@@ -72,8 +72,8 @@ def test_the_shapes_probe_fits_its_rules_on_no_held_out_weight(monkeypatch):
         spec.loader.exec_module(probe)
     finally:
         sys.modules.pop("side_by_side", None)
-    gemms = [(name, (n, k)) for table in (probe.SPLIT_GEMM, probe.BIGM_GEMM, probe.WAVE_GEMM, probe.VERIFY_GEMM)
-             for name, _, n, k in table]
+    tables = (probe.SPLIT_GEMM, probe.BIGM_GEMM, probe.WAVE_GEMM, probe.VERIFY_GEMM, probe.AUTO_GEMM)
+    gemms = [(name, (n, k)) for table in tables for name, _, n, k in table]
     weights = [(name, (n, k)) for table in (probe.GEMV2_WEIGHTS, probe.GEMV_WEIGHTS) for name, n, k in table]
     assert len(gemms) > 30 and len(weights) > 6
     for name, w in gemms + weights:
