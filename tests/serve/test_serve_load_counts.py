@@ -68,3 +68,27 @@ def test_targets_and_roofline_from_the_levels(serve_load):
     assert t["itl_p99_32_over_2x_batch1_step"] == pytest.approx(0.006 / 0.005)
     assert t["server_vs_offline"] == {1: pytest.approx(300 / 310), 32: pytest.approx(3000 / 3100)}
     assert t["roofline_fraction"] == {32: lv32["hbm_roofline"]["fraction"]}
+
+
+def test_decode_step_token_values_and_targets_per_value(serve_load):
+    """--decode-step-tokens: auto, off (None), batch2x (per decode bucket, within twice its
+    step) or N, applied to the engine between levels; the targets are taken per value, the
+    batch-1 step from the one 1-client level."""
+    mod = serve_load
+    assert [mod._step_tokens(x) for x in ("auto", "off", "batch2x", "64")] == ["auto", None, "batch2x", 64]
+    set_to = []
+    core = SimpleNamespace(decode_step_times={1: 2.0, 2: 2.1, 4: 4.5}, scheduler=SimpleNamespace(row_budget=None),
+                           set_decode_step_tokens=set_to.append)
+    mod._apply_step_tokens(core, 64)
+    mod._apply_step_tokens(core, "batch2x")
+    assert set_to == [64, None] and core.scheduler.row_budget == {1: 2, 2: 2, 4: 4}   # 4.5 > 2 x 2.1
+
+    def level(c, value, p99):
+        return {"concurrency": c, "shared_prefix": 0, "decode_step_tokens": value, "server_vs_offline": 0.9,
+                "itl_s": {"p99": p99}, "chunk_gap_s": {"p99": p99}, "step_timing": {"decode": [10, 0.03, 10]}}
+    report = {"levels": [level(1, "off", 0.003), level(32, "off", 0.012), level(32, "64", 0.005)]}
+    mod._targets(report)
+    by = report["targets_by_decode_step_tokens"]
+    assert by["off"]["itl_p99_32_over_2x_batch1_step"] == pytest.approx(2.0)
+    assert by["64"]["itl_p99_32_over_2x_batch1_step"] == pytest.approx(5 / 6)
+    assert report["targets"] == by["off"]
