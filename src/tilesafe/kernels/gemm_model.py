@@ -135,7 +135,9 @@ def _wave_split(s: Gemm, tiles, split: int, gpu: Gpu) -> dict | None:
 # each block's pipeline fill, FILL_STEPS): the balanced split picks the slice count that makes
 # that least (72 tiles of 56 K steps: 3 slices, two blocks on the busiest SM, 44 steps against
 # 59 unsplit), with the deepest pipeline that lets the busiest SM hold its blocks at once, the
-# slices added up by the last one of each tile (one launch, `split_k_last_kernel`). NOT YET
+# slices added up by the last one of each tile (one launch, `split_k_last_kernel`). Doubtful:
+# session 17 timed 8B o at M = 83 (64 tiles) in two slices, one block per SM, and it ran no
+# faster than unsplit, so those SMs are not bound by their tensor cores alone. NOT YET
 # MEASURED (session 18's probe round, shapes_probe.py `split`, did not run): it is no default,
 # only a candidate the opt-in first-use autotune times beside the model's (`config_model.ranked`),
 # so it runs only where it measured fastest.
