@@ -57,3 +57,15 @@ def test_first_must_not_be_negative():
         k.checks(ts.spec((8,), ts.f32, tile=(4,)), ts.spec((8,), ts.i32))
     assert_diagnostic(ei.value, HERE, "E:first-negative",
                       "first= of a walk must be a compile-time int >= 0, got int -1")
+
+
+def test_first_is_a_block_id_below_2_31():
+    """A larger first= would reach the Triton backend as an out-of-range literal (a Triton
+    compile error rather than ours); first % grid names the same block anyway."""
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(z: ts.MutTiles[ts.f32, (4,)], N: int):
+            for i in z.tiles(first=2**70):  # E:first-huge
+                z.store(ts.zeros((4,), ts.f32), i)
+        k.checks(ts.spec((8,), ts.f32, tile=(4,)))
+    assert_diagnostic(ei.value, HERE, "E:first-huge", "first= of a walk names a block, so it is below 2**31")

@@ -66,6 +66,9 @@ def static_int(b: Builder, node, x, what: str) -> int:
                   help="use a literal or a ts.Const[int] parameter")
 
 
+MAX_FIRST = 2**31          # grid axis 0 holds fewer blocks than this
+
+
 def first_block(b: Builder, call, kwargs) -> int:
     """`first=`: the block that takes the walk's first tile (a compile-time int >= 0; default 0).
     Block i takes tiles i - first, plus multiples of the grid (counted modulo the grid): a
@@ -75,6 +78,9 @@ def first_block(b: Builder, call, kwargs) -> int:
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:
         raise b.error(call, f"first= of a walk must be a compile-time int >= 0, got {describe(first)}",
                       help="first=0 (the default), or a ts.Const[int] parameter: the block that takes tile 0")
+    if first >= MAX_FIRST:   # a block id: the Triton backend writes it as a literal beside tl.num_programs
+        raise b.error(call, f"first= of a walk names a block, so it is below 2**31, got {first}",
+                      help="take it modulo the grid: block first % grid takes tile 0 either way")
     return first
 
 
