@@ -21,11 +21,12 @@ decode bucket and the mixed steps of one and two fresh prompts of every chunk bu
 and captures nothing. After the default warm-up the scheduler keeps to the warmed shapes
 (`Scheduler.max_fresh`): at most two fresh prompts a step, a prefix hit recomputed as a
 fresh prompt, and the later chunks of a prompt longer than the step's budget in the packed
-shapes the warm-up also ran. `decode_step_tokens` (default None: off; "auto": the most rows whose decode step, timed after
-the warm-up, takes <= 2x the batch-1 step; or a row count) makes every step that carries decode rows one captured
-decode step of at most that many rows (or of the bucket its decode rows fill): prompts join it
-as chunks of rows (Scheduler's row steps), so a new prompt delays the running requests' next
-token by a bounded step, not by its whole prefill. `EngineCore` is not thread-safe: `EngineThread` owns it and
+shapes the warm-up also ran. `decode_step_tokens` (default None: off; "auto": the most rows
+whose decode step, timed after the warm-up, takes <= 2x the batch-1 step; or a row count)
+makes every step that carries decode rows one captured decode step of at most that many rows
+(or of the bucket its decode rows fill): prompts join it as chunks of rows (Scheduler's row
+steps), so a new prompt delays the running requests' next token by a bounded step, not by
+its whole prefill. `EngineCore` is not thread-safe: `EngineThread` owns it and
 calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
