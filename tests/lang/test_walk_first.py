@@ -64,7 +64,7 @@ def test_first_is_a_block_id_below_2_31():
     compile error rather than ours); first % grid names the same block anyway."""
     with pytest.raises(ts.KernelError) as ei:
         @ts.kernel
-        def k(z: ts.MutTiles[ts.f32, (4,)], N: int):
+        def k(z: ts.MutTiles[ts.f32, (4,)]):
             for i in z.tiles(first=2**70):  # E:first-huge
                 z.store(ts.zeros((4,), ts.f32), i)
         k.checks(ts.spec((8,), ts.f32, tile=(4,)))
