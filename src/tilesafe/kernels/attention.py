@@ -431,6 +431,8 @@ def decode_attention(q, k_cache, v_cache, seq_len, scale=None, out=None, workspa
     group = kv_group(fn, h, hkv)
     lens = _lengths(fn, seq_len, max_seq, device)
     o = A.output(out, (h, d), dtype, device, torch_mode, fn)
+    if d == 0:   # no head_dim: the output is empty (as torch's), and 1 / sqrt(d) has no value
+        return o.returned
     ws = workspace if workspace is not None else decode_workspace(qt, kt, config)
     gs = _stored_rows(group)
     if ws.acc.shape[1:] != (hkv * gs, d):

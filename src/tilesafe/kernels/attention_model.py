@@ -130,8 +130,8 @@ def decode_tiling(c: dict, kv_heads: int, max_seq: int) -> tuple[int, int]:
     if c.get("splits"):
         return bn, c["splits"]
     want = max(1, min(cdiv(max_seq, bn), c["target_blocks"] // max(kv_heads, 1)))
-    per = cdiv(cdiv(max_seq, want), bn) * bn                     # keys per split, as the kernel computes it
-    return bn, cdiv(max_seq, per)
+    per = max(bn, cdiv(cdiv(max_seq, want), bn) * bn)            # keys per split, as the kernel computes it
+    return bn, max(1, cdiv(max_seq, per))                        # an empty cache (max_seq 0): one split
 
 
 def decode_us(s: Decode, c: dict, gpu: Gpu) -> tuple[float, str]:

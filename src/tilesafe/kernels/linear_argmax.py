@@ -112,6 +112,9 @@ def linear_argmax(x, w, norm_weight=None, eps=1e-6, out=None, logprobs_out=None,
     if not 0 < n < EXACT_INDEX:
         raise A.fail(fn, f"w has {n} rows (the vocabulary); this function takes 1 to {EXACT_INDEX - 1}",
                      help="use linear, then argmax, for wider outputs")
+    if k == 0:   # an empty product has no weight slab to stream (every logit would be 0)
+        raise A.fail(fn, f"x and w have K = 0 features (x {xt.shape}, w {wt.shape}): every logit would be 0",
+                     help="pass rows with at least one feature")
     if norm_weight is not None:
         gt = inputs["norm_weight"] = A.tensor(norm_weight, "norm_weight", fn, differentiable=False)
         A.dtype_in(gt, A.FLOATS, "norm_weight", fn)

@@ -261,7 +261,7 @@ def rms_norm_linear(x, norm_weight, w, eps=1e-6, out=None, config=None):
     if gt.shape != (k,):
         raise A.fail(fn, f"`norm_weight` must have shape ({k},) for x of shape {xt.shape}, got {gt.shape}",
                      help="pass the RMSNorm weight of the rows being normalised")
-    if _rows(xt) > SKINNY_M:
+    if _rows(xt) > SKINNY_M or k == 0:   # K = 0: no weight slab to stream (matmul's empty-sum path)
         return linear(rms_norm(x, norm_weight, eps), w, out=out, config=config)
     return _fused(fn, A.is_torch(x), xt, None, gt, wt, None, None, None, float(eps), out, config,
                   inputs={"x": xt, "norm_weight": gt, "w": wt})
@@ -285,7 +285,7 @@ def silu_mul_linear(gate_up, w, residual=None, out=None, config=None):
     if wt.ndim != 2 or wt.shape[1] != half:
         raise A.fail(fn, f"`w` must be (N, {half}) for gate_up of shape {gt.shape} (I = {half}), got {wt.shape}",
                      help="pass the down projection's weight, (hidden, intermediate)")
-    if _rows(gt) > SKINNY_M:
+    if _rows(gt) > SKINNY_M or half == 0:   # I = 0: no weight slab to stream (matmul's empty-sum path)
         act = silu_mul(gate_up[..., :half], gate_up[..., half:])
         return linear(act, w, residual=residual, out=out, config=config)
     return _fused(fn, A.is_torch(gate_up), gt[..., :half], gt[..., half:], None, wt, None, None, residual, 0.0,
@@ -297,8 +297,8 @@ def linear_residual(x, w, bias, activation, residual, precision, out, config):
     fn = "linear"
     xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
     A.float_operands(fn, x=xt, w=wt)
-    _check_weight(fn, xt, wt, "x")
-    if _rows(xt) > SKINNY_M:
+    k = _check_weight(fn, xt, wt, "x")
+    if _rows(xt) > SKINNY_M or k == 0:   # K = 0: no weight slab to stream (matmul's empty-sum path)
         y = linear(x, w, bias=bias, activation=activation, precision=precision, config=config)
         return residual_add(y, residual, out=y if out is None else out)
     return _fused(fn, A.is_torch(x), xt, None, None, wt, bias, activation, residual, 0.0, out, config,
@@ -332,7 +332,7 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
     av, uv, cv = views[0], views[1] if upt is not None else views[0], views[1 + (upt is not None)]
     resv = views[-1] if rt is not None and not own else av
     m = av.shape[0]
-    bias_t = A.bias_vector(fn, bias, n, av)
+    bias_t = A.bias_vector(fn, bias, n, av) if m or bias is not None else None   # M = 0: no row 0 to stand in
     check_aliasing(fn, dict(inputs, bias=bias_t if bias is not None else None,
                             residual=rt), {"out": o.passed}, {"out": ("residual",)})
     if m == 0 or n == 0:

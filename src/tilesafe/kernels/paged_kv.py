@@ -93,7 +93,7 @@ def paged_kv_write(k_cache, v_cache, k, v, slot_mapping, check="host", dropped=N
         ts.check_scatter_index(slots, nb * bs, "slot_mapping")
     flags = None if dropped is None else _flags_out(fn, dropped, kt.shape[0], device)
     check_aliasing(fn, {"k": kt, "v": vt, "slot_mapping": slots}, {"k_cache": kc, "v_cache": vc, "dropped": flags})
-    if kt.shape[0] == 0:
+    if kt.shape[0] == 0 or hkv * d == 0:   # nothing to write (no rows, or rows of no elements)
         return k_cache, v_cache
     w = hkv * d
     views = [_rows(fn, t, name, w) for t, name in ((kc, "k_cache"), (vc, "v_cache"), (kt, "k"), (vt, "v"))]
@@ -341,7 +341,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     scratch = {} if ws.acc is None else {"workspace.acc": ws.acc, "workspace.m": ws.m, "workspace.l": ws.l}
     check_aliasing(fn, {"q": qt, "k_cache": kc, "v_cache": vc, "block_tables": tables, "seq_lens": lens},
                    {"out": o.passed, **scratch})
-    if b == 0:
+    if b == 0 or d == 0:   # an empty output (d = 0: as torch's; 1 / sqrt(d) has no value)
         return o.returned
     dp = max(16, pow2(d))
     bn = max(16, min(pow2(cfg["block_n"]), pow2(nb * bs))) if "block_n" in cfg else _block_n(nb * bs)
