@@ -97,7 +97,7 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, start: int, row: 
                          f"{bs}", help="give the sequence's table enough blocks for every position it attends")
     o = A.output(out, (t, h, d), dtype, device, torch_mode, fn)
     check_aliasing(fn, {"q": qt, "k_cache": kc, "v_cache": vc, "block_tables": tables}, {"out": o.passed})
-    if t == 0:
+    if t == 0 or d == 0:   # an empty output (d = 0: as torch's; 1 / sqrt(d) has no value)
         return o.returned
     dp = max(16, pow2(d))
     g, bm = tiles_for(t, group)
