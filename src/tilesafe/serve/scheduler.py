@@ -94,12 +94,19 @@ class Scheduler:
         """The next step's plan (steps 1-4 of the module's docstring); the blocks of every
         request in it are allocated. Call `computed` for each once the step has run."""
         preempted = self._reserve()
-        decode = [r for r in self.running if r.uncomputed == 1]
-        if self.row_budget is not None and (decode or any(r.computed for r in self.running if r.uncomputed > 1)):
-            return self._rows_plan(decode, preempted)
+        decode, prefilling = [], []                 # one uncomputed token (its fed-back one), more
+        for r in self.running:
+            n = r.uncomputed
+            if n == 1:
+                decode.append(r)
+            elif n > 1:
+                prefilling.append(r)
+        prefilling.sort(key=lambda r: r.order)
+        if self.row_budget is not None and (decode or any(r.computed for r in prefilling)):
+            return self._rows_plan(decode, prefilling, preempted)
         budget = self.max_num_batched_tokens - len(decode)
         prefill = []
-        for r in sorted((r for r in self.running if r.uncomputed > 1), key=lambda r: r.order):
+        for r in prefilling:
             if budget <= 0:
                 break
             n = min(r.uncomputed, budget)
@@ -118,7 +125,7 @@ class Scheduler:
             budget -= n
         return StepPlan(decode, prefill, preempted)
 
-    def _rows_plan(self, decode: list[Request], preempted: list[Request]) -> StepPlan:
+    def _rows_plan(self, decode: list[Request], prefilling: list[Request], preempted: list[Request]) -> StepPlan:
         """A step of decode-step rows: the decode rows, then prompt chunks — those under way in
         arrival order, then admitted ones — up to the row budget or the decode rows' bucket."""
         d = len(decode)
@@ -126,7 +133,7 @@ class Scheduler:
         limit = self.row_budget.get(fill, fill) if isinstance(self.row_budget, dict) else self.row_budget
         budget = min(max(limit, fill), self.max_num_seqs) - d
         prefill = []
-        for r in sorted((r for r in self.running if r.uncomputed > 1), key=lambda r: r.order):
+        for r in prefilling:
             if budget <= 0:
                 break
             n = min(r.uncomputed, budget)
