@@ -4,7 +4,7 @@ off by default, switched on here).
 A chain of one-row GEMVs over frozen weights, each reading the vector the one before wrote,
 captured with PDL and replayed: the code loads the weight before `gdc_wait()` and the vector
 after it, and every replay gives the float64 oracle's values. Writing a frozen weight inside
-the capture is refused.
+the capture is refused, and so is a SIMT kernel's repeated launch into memory frozen since.
 
 Run on the H200: PYTHONPATH=src python -m pytest tests/gpu/test_freeze_gpu.py -m gpu -q
 """
@@ -15,6 +15,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
+from tilesafe import simt
 
 pytestmark = pytest.mark.gpu
 MM = importlib.import_module("tilesafe.kernels.matmul")
@@ -62,3 +63,22 @@ def test_writing_a_frozen_weight_in_a_capture_is_refused():
     with pytest.raises(ts.OwnershipError, match="frozen"):
         with ts.graph(pdl=True):
             tk.linear(x, other, out=w[:1])
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def fill(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+    for p in out.permits(simt.chunk(1)):
+        out[p] = 5.0
+
+
+def test_a_simt_kernels_repeated_launch_into_memory_frozen_since_is_refused():
+    out = torch.zeros(64, device="cuda")
+    for _ in range(3):
+        fill(out)                                  # the layout's lean GPU path (simt/gpu_repeat.py)
+    torch.cuda.synchronize()
+    ts.freeze(out)
+    with pytest.raises(ts.OwnershipError, match="argument `out` of `fill` is written, but its bytes are frozen"):
+        fill(out)
+    with pytest.raises(ts.OwnershipError, match="frozen"):
+        fill(out[:64].view(64))                    # a torch view of it, the same layout
+    assert (out == 5.0).all()

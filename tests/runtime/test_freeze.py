@@ -17,6 +17,7 @@ from runtime_helpers import assert_located
 
 import tilesafe as ts
 import tilesafe.kernels as tk
+from tilesafe import simt
 
 HERE = __file__
 
@@ -123,3 +124,44 @@ def test_under_pdl_a_frozen_refs_leading_load_precedes_the_wait_and_the_rest_fol
     assert before >= 1 and after >= 1              # w's tile before, x's after
     assert _loads_before_wait(())[0] == 0          # nothing frozen: the wait comes first
     assert _loads_before_wait({"x"})[0] == 0       # x is loaded after w: the head stops at w's load
+
+
+# --- writes no partition lends: a ts.Ptr of an unsafe kernel, a SIMT kernel's outputs -------------
+@ts.kernel(unsafe=True)
+def scatter(out: ts.Ptr[ts.f32], x: ts.Ref[ts.f32, ("N",)], N: int):
+    v = ts.load(x, (ts.block_id(0),), shape=(8,))
+    ts.store_ptr(out, ts.arange(0, 8), v, mask=ts.valid(v))
+
+
+def test_an_unsafe_kernels_ptr_into_frozen_memory_is_refused(backend):
+    w = ts.freeze(torch.zeros(8))
+    with pytest.raises(ts.OwnershipError) as ei:
+        scatter.unsafe_launch(w, torch.ones(8), grid=(1,))  # E:ptr
+    assert "argument `out` of `scatter` is written, but its bytes are frozen (ts.freeze)" in ei.value.message
+    assert_located(ei.value, HERE, "E:ptr")
+    assert w.tolist() == [0.0] * 8
+    out = torch.zeros(8)
+    scatter.unsafe_launch(out, w, grid=(1,)).sync()           # a frozen Ref is read as before
+    assert out.tolist() == [0.0] * 8
+
+
+@simt.kernel(contract=simt.Contract(block=(32,)))
+def fill(out: simt.Disjoint[ts.f32, ("N",)], N: int):
+    for p in out.permits(simt.chunk(1)):
+        out[p] = 5.0
+
+
+def test_a_simt_output_in_frozen_memory_is_refused_also_after_its_plan_was_made():
+    out = torch.zeros(16)
+    for _ in range(2):
+        fill(out).sync()                                      # the layout's plan, made unfrozen
+    base = torch.zeros(32)
+    ts.freeze(base[8:16])
+    for view in (base[0:16], base[4:24]):                     # the plan's layout, then a fresh one
+        with pytest.raises(ts.OwnershipError) as ei:
+            fill(view)  # E:simt
+        assert "argument `out` of `fill` is written, but its bytes are frozen (ts.freeze)" in ei.value.message
+        assert_located(ei.value, HERE, "E:simt")
+    assert base.tolist() == [0.0] * 32
+    fill(base[16:32]).sync()                                  # the bytes after it stay writable
+    assert base[16:].tolist() == [5.0] * 16

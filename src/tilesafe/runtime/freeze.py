@@ -75,6 +75,17 @@ def freeze(x):
     return x
 
 
+def refuse_frozen_write(kernel_name: str, name: str, state, view: torch.Tensor) -> None:
+    """A launch that writes argument `name` (`view`, memory `state`) where no partition lends it
+    — an unsafe kernel's ts.Ptr, a SIMT kernel's output — is refused when it reaches frozen bytes
+    (a partition refuses them when it is made: Tensor._check_lendable)."""
+    if state.frozen and state.touches_frozen(view):
+        raise OwnershipError(f"argument `{name}` of `{kernel_name}` is written, but its bytes are frozen "
+                             "(ts.freeze), and frozen memory is never written again",
+                             help="write a copy instead: a frozen tensor (a model's weights) stays read-only, "
+                                  "which lets kernels under ts.pdl() read it before they wait")
+
+
 def reads_early() -> bool:
     """Whether a PDL launch now may read frozen inputs before its wait: PDL chosen by the
     context against the environment (settings.override_of_pdl), so checked in full."""

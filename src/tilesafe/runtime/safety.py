@@ -1,20 +1,24 @@
-"""Launch-time memory checks on real tensors: aliasing (S7) and initialisation (S14)."""
+"""Launch-time memory checks on real tensors: aliasing (S7), frozen bytes written through a
+ts.Ptr (runtime/freeze.py) and initialisation (S14)."""
 from __future__ import annotations
 
 from ..errors import AliasError, OwnershipError
 from ..lang.annotations import PTR, OUTPUTS
 from ..settings import graph_var
 from .aliasing import overlaps, self_overlaps
+from .freeze import refuse_frozen_write
 
 
 def check_launch(kernel, bound, spec) -> None:
-    """S7 and S14 on the real memory of a bound launch of the specialization `spec`."""
+    """S7, frozen ts.Ptr targets and S14 on the real memory of a bound launch of the specialization `spec`."""
     real = {n: f for n, f in bound.tensors.items() if f.tensor is not None}
     sets = {n: f.tensor._byte_set() for n, f in real.items()}
     for name, f in real.items():
         kind = kernel.param(name).kind
         if kind not in (*OUTPUTS, PTR):
             continue
+        if kind == PTR:                  # (an output is a partition: refused when it was made)
+            refuse_frozen_write(kernel.name, name, f.tensor._state, f.tensor._torch())
         if self_overlaps(sets[name]):
             raise AliasError(f"output `{name}` of `{kernel.name}` overlaps itself (a stride-0 or overlapping view)",
                              help="write into a tensor whose elements are distinct, e.g. a fresh ts.empty(shape)")

@@ -22,6 +22,7 @@ import torch
 
 from ..runtime.byte_set_slots import ByteSetSlots
 from ..runtime.constructors import from_torch
+from ..runtime.freeze import refuse_frozen_write
 from ..runtime.future import Completion, Future
 from ..runtime.memory_map import MEMORY
 from ..runtime.storage_state import STATE_ATTR, StorageState, record_launch
@@ -68,7 +69,7 @@ class GpuRepeat:
         kernel = self.kernel
         views, places, ptrs, states = [], [], [], []
         masked = False              # some state tracks initialisation (S14 has work to do)
-        for name, at, _, _, _, extent in self.slots:           # S8, S13
+        for name, at, _, write, _, extent in self.slots:       # S8, S13
             a = seen[at]
             ours = type(a) is Tensor
             t = a._t if ours else a
@@ -85,6 +86,8 @@ class GpuRepeat:
                     state = _borrowed(storage, nbytes)     # may join tracked memory (a second storage)
                 if state.init_mask is not None and state.torch_wrote(t):     # as from_torch marks
                     state.mark_written(t)
+            if write and state.frozen:                          # ts.freeze'd since the plan was made
+                refuse_frozen_write(kernel.name, name, state, t)
             if state.init_mask is not None:
                 masked = True
             views.append(t)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import KernelError, LaunchError
 from ..runtime import ordering
+from ..runtime.freeze import refuse_frozen_write
 from ..runtime.future import Future
 from ..settings import graph_var, launching_disabled_var
 from . import contract as C
@@ -130,8 +131,13 @@ def _check_dynamic_shared(kernel, bound, limit: int, where: str) -> int:
 
 
 def _check_memory(kernel, bound) -> None:
-    """S7: an output shares no byte with another argument or itself. S14: what is read was written."""
+    """S7: an output shares no byte with another argument or itself, nor a frozen one (ts.freeze).
+    S14: what is read was written."""
     check_aliasing(kernel, {n: f.tensor._byte_set() for n, f in bound.tensors.items()})
+    for p in kernel.params:
+        if p.kind in WRITTEN:
+            t = bound.tensors[p.name].tensor
+            refuse_frozen_write(kernel.name, p.name, t._state, t._torch())
     for p in kernel.params:
         if p.name in kernel.read_names:
             t = bound.tensors[p.name].tensor

@@ -18,6 +18,7 @@ import math
 import torch
 
 from ..runtime.binding import ArgFacts, Bound
+from ..runtime.freeze import refuse_frozen_write
 from ..runtime.tensor import Tensor
 from .binding import StrongRef
 from .memory_checks import alias_pairs, check_aliasing, refuse_unwritten, share_memory
@@ -120,6 +121,8 @@ class LaunchPlan:
             check_aliasing(kernel, {name: a._byte_set() for (name, _, _, _), a in zip(self.slots, held)})
         for (name, kind, dtype, _), a in zip(self.slots, held):
             t = a._torch()
+            if a._state.frozen and kind in WRITTEN:                 # ts.freeze'd since the plan was made
+                refuse_frozen_write(kernel.name, name, a._state, t)
             if name in kernel.read_names and not (a._state.is_written(t) if is_written is None
                                                   else is_written(a._state, t)):
                 refuse_unwritten(kernel, name)
