@@ -88,3 +88,6 @@ def test_whole_heads_per_tile_when_half_a_head_is_a_power_of_two(backend, device
     assert_close(got, norm_rope_ref(q, wq, positions, 1e-6, 1e6), "f32", atol=3e-4)
     assert_close(kc.reshape(8, hkv, d)[slots.long()], norm_rope_ref(k, wk, positions, 1e-6, 1e6), "f32", atol=3e-4)
     assert torch.equal(vc.reshape(8, hkv, d)[slots.long()].cpu(), v.cpu())
+    with pytest.raises(ts.LaunchError) as e:
+        tk.norm_rope_kv_write(qkv[:, :2], qkv[:, 2:3], qkv[:, 3:], w, w, pos, slots, kc, vc, theta=1.0)  # theta
+    assert_at_call(e.value, __file__, "theta", "theta must be > 1, got 1.0")

@@ -19,14 +19,13 @@ take one walk each: three walks, half the time at 8 and 32 tokens on the H200, a
 2-head tiles at one token 4.8 us against 6.9. `config=` sets the tiles (`block_t`,
 `block_h`) and `num_warps`, as `norm_rope`'s.
 """
-import math
-
 import tilesafe as ts
 
 from . import arguments as A
 from . import configs, layout
 from .call_checks import check_aliasing
 from .launch import cdiv, launch, pow2, workers
+from .rope import log2_theta
 
 # Whole heads per tile (three walks) from this many tokens on (the probe sets it to time the
 # five-walk form). Measured on the H200 (Qwen3 heads of 128, benchmarks/probes/
@@ -163,8 +162,7 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
                          f"{pt.shape}", help="one norm weight per head_dim element, one position per token")
     st = A.int_vector(fn, slots, "slots", t, device)
     A.same_device(fn, q=qt, q_weight=wq, k_weight=wk, positions=pt)
-    if not theta > 1:
-        raise A.fail(fn, f"theta must be > 1, got {theta!r}", help="Qwen3 uses rope_theta 1e6")
+    log2_base = log2_theta(fn, theta)
     o = A.output(q_out, qt.shape, dtype, device, torch_mode, fn)
     nb, bs = kc.shape[:2]
     kr, vr = kc.reshape(nb * bs, hkv, d), vc.reshape(nb * bs, hkv * d)      # rows of the caches
@@ -186,7 +184,7 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
         launch(norm_rope_kv_rows_kernel, {"qo": (y, (bt, bh, d)), "kc": (kr, (bt, bk, d)), "vc": (vr, (bt, c))},
                (max(1, min(tiles, workers(device))),), cfg=cfg, KF=kf, VF=vf, xq=layout.split_axis(qt, 2, 2),
                xk=layout.split_axis(kt, 2, 2), xv=vt.reshape(t, hkv * d), wq=wq.reshape(2, half),
-               wk=wk.reshape(2, half), pos=pt, slots=st, HP=hp, eps=float(eps), log2_theta=math.log2(theta))
+               wk=wk.reshape(2, half), pos=pt, slots=st, HP=hp, eps=float(eps), log2_theta=log2_base)
         return o.returned
     tiles = cdiv(t, bt) * cdiv(h, bh) * 2
     launch(norm_rope_kv_kernel, {"q1": (y[:, :, :half], (bt, bh, hp)), "q2": (y[:, :, half:], (bt, bh, hp)),
@@ -194,5 +192,5 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
                                  "vc": (vr, (bt, c))}, (max(1, min(tiles, workers(device))),), cfg=cfg,
            xq1=qt[:, :, :half], xq2=qt[:, :, half:], xk1=kt[:, :, :half], xk2=kt[:, :, half:],
            xv=vt.reshape(t, hkv * d), wq1=wq[:half], wq2=wq[half:], wk1=wk[:half], wk2=wk[half:], pos=pt, slots=st,
-           eps=float(eps), log2_theta=math.log2(theta))
+           eps=float(eps), log2_theta=log2_base)
     return o.returned
