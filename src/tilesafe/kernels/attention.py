@@ -338,7 +338,8 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
         raise A.fail(fn, f"k/v {kt.shape} do not fit q {qt.shape}: same batch and head_dim, and the KV heads "
                          "must divide the query heads")
     if sk == 0:
-        raise A.fail(fn, "k and v have no keys (sequence length 0)")
+        raise A.fail(fn, "k and v have no keys (sequence length 0)",
+                     help="attention over no keys has no softmax: give k and v at least one position")
     o = A.output(out, qt.shape, dtype, device, torch_mode, fn)
     check_aliasing(fn, {"q": qt, "k": kt, "v": vt}, {"out": o.passed})
     if o.tensor.numel == 0:
@@ -478,7 +479,8 @@ def _heads_view(fn, o4):
 def kv_group(fn: str, h: int, hkv: int) -> int:
     """Query heads per KV head (grouped-query attention); refused unless the KV heads divide the query heads."""
     if hkv == 0 or h % hkv:
-        raise A.fail(fn, f"the {hkv} KV heads must divide the {h} query heads")
+        raise A.fail(fn, f"the {hkv} KV heads must divide the {h} query heads",
+                     help="q's heads are a whole number (>= 1) of groups, one per KV head of the caches")
     return h // hkv
 
 
@@ -500,7 +502,8 @@ def _lengths(fn, seq_len, max_seq, device):
     """`seq_len` as a one-element integer tensor on `device`."""
     if isinstance(seq_len, int) and not isinstance(seq_len, bool):
         if not 0 < seq_len <= max_seq:
-            raise A.fail(fn, f"seq_len {seq_len} must be in 1..{max_seq} (the cache's max_seq)")
+            raise A.fail(fn, f"seq_len {seq_len} must be in 1..{max_seq} (the cache's max_seq)",
+                         help="attend over at least one cached position, and no more than the cache holds")
         return ts.full((1,), seq_len, ts.i32, device)
     t = A.tensor(seq_len, "seq_len", fn)
     A.dtype_in(t, A.INTS, "seq_len", fn)

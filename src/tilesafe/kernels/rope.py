@@ -179,7 +179,8 @@ def argmax(x, out=None, workspace=None, config=None, *, dim=-1):
         raise A.fail(fn, "needs a tensor with at least one axis")
     xt, _ = A.axis_last(fn, xt, None, dim)            # a view with `dim` last
     if xt.shape[-1] == 0:
-        raise A.fail(fn, f"needs a non-empty last axis, got shape {xt.shape}")
+        raise A.fail(fn, f"needs a non-empty last axis, got shape {xt.shape}",
+                     help="an empty row has no largest element (torch.argmax refuses it too)")
     o = A.output(out, xt.shape[:-1], ts.i32, xt.device, torch_mode, fn)
     if o.tensor.numel == 0:
         return o.returned
