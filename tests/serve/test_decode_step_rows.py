@@ -124,3 +124,31 @@ def test_rows_are_off_by_default_and_auto_without_captured_steps_is_off(llm):
     assert core.decode_step_tokens is None and core.scheduler.row_budget is None
     core = EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens="auto")    # the CPU: nothing to time
     assert core.decode_step_times == {} and core.decode_step_tokens is None
+
+
+def test_rows_leave_a_prefix_hits_cached_positions_unwritten(llm, llm_one_seq):
+    """A prefix hit admitted the warmed way (max_fresh: recomputed from position 0) and carried
+    on in row steps recomputes its cached positions without writing them (slot -1): those
+    blocks are shared, and another request may be reading them."""
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=4, decode_step_tokens=4)
+    shared = [2, 4, 6, 8, 10, 12, 14, 16]
+    prompts = [shared + [1], shared + [3, 5, 7, 9]]
+    outs = [[] for _ in prompts]
+    core.add(_request(llm, 0, prompts[0], outs))
+    while core.has_work():
+        core.step()
+    core.scheduler.max_fresh = 2                        # as after a warm-up: a hit is recomputed from 0
+    rows, start = [], core.runner.decoder.start_paged
+    core.runner.decoder.start_paged = lambda ids, pos, slots, tables: rows.append(list(slots)) or start(
+        ids, pos, slots, tables)
+    core.add(_request(llm, 1, prompts[1], outs))
+    core.step()                                         # positions 0..3 recomputed, packed
+    r1 = core.scheduler.get("r1")
+    assert r1.cached == 8 and r1.computed == 4
+    core.step()                                         # positions 4..7 as rows: cached, not written
+    assert rows[0] == [-1] * 4
+    core.step()                                         # positions 8..11: written
+    assert -1 not in rows[1] and len(rows[1]) == 4
+    while core.has_work():
+        core.step()
+    assert outs == _alone(llm_one_seq, prompts)
