@@ -32,19 +32,28 @@ def test_activation_count_matches_the_field_shapes(llm):
 
 def test_every_part_is_counted(llm):
     cfg = llm.config                                     # 4 sequences of up to 32 positions, float32
-    need = serving_bytes(llm, (10, 4), max_chunk=16, split_prefill=True, mixed_chunks=4)
+    need = serving_bytes(llm, 10, 4, max_chunk=16, split_prefill=True, mixed_chunks=4)
     assert need["KV blocks"] == cache_bytes(cfg, 10, 4, 4)
     assert need["decode steps"] == sum(by_hand(cfg, b, b, 4) + 4 * b * 8 for b in (1, 2, 4))
     assert need["mixed steps"] == by_hand(cfg, 128, 4, 4)     # 4 chunks of 16 + 4 rows: the 128-row bucket
     assert need["prefill graphs"] == buffer_bytes(cfg, 16, torch.float32)
-    shared = serving_bytes(llm, None, max_chunk=16, split_prefill=False, mixed_chunks=0)
-    assert sorted(shared) == ["decode steps"]            # the engine's cache reused; no prefill forms
+    shared = serving_bytes(llm, None, 4, max_chunk=16, split_prefill=False, mixed_chunks=0)
+    assert shared == {"decode steps": need["decode steps"]}   # the engine's cache reused; no prefill forms
+
+
+def test_block_tables_count_the_block_size_with_the_engines_cache_reused(llm):
+    """Without a pool of its own the decode buckets' block tables still have max_model_len /
+    block_size entries (the check took blocks of 16 positions then)."""
+    cfg = llm.config                                     # up to 32 positions: 8 blocks of 4, 2 of 16
+    for bs, width in ((4, 8), (16, 2)):
+        need = serving_bytes(llm, None, bs, max_chunk=16, split_prefill=False, mixed_chunks=0)
+        assert need["decode steps"] == sum(by_hand(cfg, b, b, 4) + 4 * b * width for b in (1, 2, 4))
 
 
 def test_a_server_whose_step_buffers_do_not_fit_is_refused_naming_each_part(llm, monkeypatch):
     """Free memory = the KV pool and half the rest: refused (the old check counted the pool
     alone and passed, then allocated the step buffers)."""
-    need = serving_bytes(llm, (10, 4), max_chunk=16, split_prefill=True, mixed_chunks=4)
+    need = serving_bytes(llm, 10, 4, max_chunk=16, split_prefill=True, mixed_chunks=4)
     free = need["KV blocks"] + (sum(need.values()) - need["KV blocks"]) // 2
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
     monkeypatch.setattr(llm, "device", "cuda")

@@ -26,18 +26,19 @@ def activation_bytes(cfg, m: int, r: int, dtype) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t._base is None)
 
 
-def serving_bytes(llm, pool: tuple[int, int] | None, max_chunk: int, split_prefill: bool, mixed_chunks: int,
-                  pad_decode: bool = True) -> dict[str, int]:
-    """What ModelRunner allocates, by part: `pool` (num_blocks, block_size) of a KV pool of its
-    own (None: the engine's cache reused), the decode buckets (each its activations and block
-    tables), the mixed steps of up to `mixed_chunks` fresh chunks of up to `max_chunk` tokens
-    (0: none), the prefill graphs of a split step (`split_prefill`)."""
+def serving_bytes(llm, pool_blocks: int | None, block_size: int, max_chunk: int, split_prefill: bool,
+                  mixed_chunks: int, pad_decode: bool = True) -> dict[str, int]:
+    """What ModelRunner allocates, by part: a KV pool of its own of `pool_blocks` blocks (None:
+    the engine's cache reused, as blocks of `block_size` positions all the same), the decode
+    buckets (each its activations and block tables), the mixed steps of up to `mixed_chunks`
+    fresh chunks of up to `max_chunk` tokens (0: none), the prefill graphs of a split step
+    (`split_prefill`)."""
     cfg, dtype, seqs = llm.config, llm.dtype, llm.max_num_seqs
     size = torch.empty((), dtype=dtype).element_size()
     need = {}
-    if pool is not None:
-        need["KV blocks"] = cache_bytes(cfg, pool[0], pool[1], size)     # num_blocks "slots" of block_size rows
-    width = -(-llm.max_model_len // (pool[1] if pool else 16))
+    if pool_blocks is not None:
+        need["KV blocks"] = cache_bytes(cfg, pool_blocks, block_size, size)   # pool_blocks "slots" of block_size rows
+    width = -(-llm.max_model_len // block_size)                      # a block table's entries
     buckets = decode_buckets(seqs) if pad_decode else [seqs]
     need["decode steps"] = sum(activation_bytes(cfg, b, b, dtype) + 4 * b * width for b in buckets)
     if mixed_chunks:

@@ -71,7 +71,7 @@ class ModelRunner:
         split_prefill = use_graph if split_prefill is None else split_prefill
         mixed_steps = use_graph if mixed_steps is None else mixed_steps
         max_chunk = min(max_tokens, llm.max_model_len)
-        check_memory(llm, serving_bytes(llm, None if cache is not None else (nb, bs), max_chunk, split_prefill,
+        check_memory(llm, serving_bytes(llm, None if cache is not None else nb, bs, max_chunk, split_prefill,
                                         WARM_CHUNKS if mixed_steps else 0, pad_decode))
         if cache is None:
             with llm._on_device():
