@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 import torch
 from runtime_helpers import assert_located
+from test_graph_capture import CpuGraph
 
 import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe import simt
+from tilesafe.runtime.graph import capturing
 
 HERE = __file__
 
@@ -165,3 +167,26 @@ def test_a_simt_output_in_frozen_memory_is_refused_also_after_its_plan_was_made(
     assert base.tolist() == [0.0] * 32
     fill(base[16:32]).sync()                                  # the bytes after it stay writable
     assert base[16:].tolist() == [5.0] * 16
+
+
+def test_a_graph_that_writes_memory_frozen_since_its_capture_is_refused_at_replay(backend):
+    x, z = ts.tensor(np.arange(8, dtype=np.float32)), ts.zeros(8)
+    g = CpuGraph(backend)
+    with capturing(g):
+        g.record(z, True)          # what the launch records in a GPU capture (a CPU stand-in runs it at once)
+        p = z.partition((4,))
+        double(p, x, B=4)
+    z = p.unpartition()
+    g.replay()
+    ts.freeze(z[4:8])
+    with pytest.raises(ts.OwnershipError) as ei:
+        g.replay()  # E:replay
+    assert "this graph writes memory frozen (ts.freeze) since its capture" in ei.value.message
+    assert_located(ei.value, HERE, "E:replay")
+    assert g.device_replays == 1
+    g2, y = CpuGraph(backend), ts.zeros(4)          # a graph that only reads the frozen bytes replays
+    with capturing(g2):
+        g2.record(z[4:8], False)
+        double(y.partition((4,)), z[4:8], B=4)
+    g2.replay()
+    assert g2.device_replays == 1

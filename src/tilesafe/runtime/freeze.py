@@ -71,7 +71,7 @@ def freeze(x):
         state.wait_for_host(bs, write=False, what="`ts.freeze`")     # tilesafe's queued writers (S9)
         if view.is_cuda:
             torch.cuda.synchronize(view.device)                       # and every stream's, torch's too
-        state.frozen.append((bs.start, bs.end))
+        state.freeze_range(bs.start, bs.end)
     return x
 
 

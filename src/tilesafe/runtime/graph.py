@@ -29,7 +29,7 @@ from ..settings import graph_var, override_of_pdl, pdl_launches, pdl_var
 from .future import Completion, Future, device_synchronized
 from .graph_registry import Standing, merged_accesses
 from .host_lock import LOCK, serialized
-from .storage_state import registry_changed, registry_version
+from .storage_state import StorageState, registry_changed, registry_version
 
 
 # Graphs dropped while another capture runs (`with ts.graph() as g:` again rebinds `g` inside
@@ -65,6 +65,7 @@ class Graph:
         self._stream: int | None = None   # raw handle of the capturing stream
         self._device: int | None = None   # index of the GPU being captured
         self.pdl = False               # its launches use programmatic dependent launch (set by capturing)
+        self._freezes = -1             # StorageState.freezes when its writes were last found unfrozen
 
     # -- what the launches inside the capture tell the graph -------------------------------
 
@@ -128,6 +129,8 @@ class Graph:
         if not self._complete:
             raise LaunchError("this graph cannot be replayed: its capture did not complete", loc=caller_loc(),
                               help="fix the error raised inside the `with ts.graph()` block and capture again")
+        if self._freezes != StorageState.freezes:   # bytes it writes may have been frozen since the capture
+            self._refuse_frozen_writes()
         done = self._replay_on_device()
         if self._written:                    # the first replay writes what the capture recorded
             for state, view in self._written:
@@ -135,6 +138,16 @@ class Graph:
             self._written, self._shadows = [], {}
         self._stand(done)
         return Future((), done)
+
+    def _refuse_frozen_writes(self) -> None:
+        """A replay writes again what the capture wrote: refused where ts.freeze froze those
+        bytes since (a PDL launch may read frozen bytes before it waits, runtime/freeze.py)."""
+        for state, byteset, is_write in self._merged:
+            if is_write and state.frozen_meets(byteset):
+                raise OwnershipError("this graph writes memory frozen (ts.freeze) since its capture, and frozen "
+                                     "memory is never written again", loc=caller_loc(),
+                                     help="capture the graph again with other output tensors, or freeze a copy")
+        self._freezes = StorageState.freezes
 
     def _seal(self) -> None:
         """The capture completed: merge its accesses per storage, once."""

@@ -256,6 +256,19 @@ class StorageState:
 
     # -- frozen bytes (ts.freeze, runtime/freeze.py) -----------------------------------------
 
+    # How many ranges ts.freeze has recorded in all: a captured graph's replay checks its writes
+    # against frozen bytes only when this moved since its last check (graph.Graph.replay).
+    freezes = 0
+
+    def freeze_range(self, start: int, end: int) -> None:
+        """Record the addresses [start, end) as frozen (ts.freeze, after its checks and waits)."""
+        self.frozen.append((start, end))
+        StorageState.freezes += 1
+
+    def frozen_meets(self, bs: ByteSet) -> bool:
+        """Some byte between the byte set `bs`'s first and last is frozen."""
+        return bool(self.frozen) and bs.numel != 0 and any(bs.start < b and a < bs.end for a, b in self.frozen)
+
     def frozen_covers(self, view: torch.Tensor) -> bool:
         """Every byte `view` reaches (from its first to its last) lies in one frozen range."""
         if not self.frozen or view.numel() == 0:
@@ -265,10 +278,7 @@ class StorageState:
 
     def touches_frozen(self, view: torch.Tensor) -> bool:
         """Some byte between `view`'s first and last is frozen: a write of it is refused."""
-        if not self.frozen or view.numel() == 0:
-            return False
-        bs = byte_set(view)
-        return any(bs.start < b and a < bs.end for a, b in self.frozen)
+        return bool(self.frozen) and view.numel() != 0 and self.frozen_meets(byte_set(view))
 
     # -- S13/S14: memory handed to torch ----------------------------------------------------
 
