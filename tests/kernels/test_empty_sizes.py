@@ -14,7 +14,7 @@ import tilesafe as ts
 import tilesafe.kernels as tk
 from call_helpers import assert_at_call
 from kernel_helpers import assert_close, poisoned
-from tilesafe.kernels import configs
+from tilesafe.kernels import config_model, configs
 from tilesafe.kernels.attention_model import decode_tiling
 
 HERE = __file__
@@ -252,3 +252,5 @@ def test_decode_tiling_of_an_empty_cache_is_one_split(backend, device):
         assert 1 <= splits and (splits - 1) * per < max_seq <= splits * per
     ws = tk.decode_workspace(r(4, 8, dev=device), r(2, 0, 8, dev=device), config={"splits": None})
     assert ws.acc.shape[0] == 1
+    chosen = config_model.choose(config_model.Decode(32, 8, 0, 128, "bf16"), gpu=config_model.H200)   # the H200's pick
+    assert chosen["splits"] is None and decode_tiling(chosen, 8, 0)[1] == 1
