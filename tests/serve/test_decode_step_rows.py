@@ -119,6 +119,17 @@ def test_decode_step_tokens_is_checked(llm, bad):
     assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (4)" in e.value.message
 
 
+@pytest.mark.parametrize("bad", [0, 5, "many"])
+def test_decode_step_tokens_set_later_is_checked_too(llm, bad):
+    """set_decode_step_tokens (serve_load's per-level switch) refuses what the constructor does
+    (it took any value: "many" failed later inside the scheduler, 0 ran one-row steps)."""
+    core = EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens=2)
+    with pytest.raises(RequestError) as e:
+        core.set_decode_step_tokens(bad)
+    assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (4)" in e.value.message
+    assert core.decode_step_tokens == 2 and core.scheduler.row_budget == 2
+
+
 def test_rows_are_off_by_default_and_auto_without_captured_steps_is_off(llm):
     core = EngineCore(llm, kv_blocks=32, block_size=4)
     assert core.decode_step_tokens is None and core.scheduler.row_budget is None

@@ -72,13 +72,7 @@ class EngineCore:
                                        or split_rows < 1):
             raise request_error(f"serve: split_rows must be a positive int or None, got {split_rows!r}",
                                 help="None runs fresh prompts mixed wherever a mixed step fits")
-        if decode_step_tokens != "auto" and decode_step_tokens is not None and (
-                not isinstance(decode_step_tokens, int) or isinstance(decode_step_tokens, bool)
-                or not 1 <= decode_step_tokens <= llm.max_num_seqs):
-            raise request_error(f"serve: decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs "
-                                f"({llm.max_num_seqs}), got {decode_step_tokens!r}",
-                                help="it counts the rows of one decode step (decode rows + prompt tokens); "
-                                     "None takes fresh prompts whole beside the decodes")
+        _check_step_tokens(decode_step_tokens, llm.max_num_seqs)     # before anything is allocated
         self.scheduler = Scheduler(llm.max_num_seqs, llm.max_model_len, kv_blocks, block_size,
                                    max_num_batched_tokens, prefix_caching)
         self.runner = ModelRunner(llm, self.scheduler.blocks, self.scheduler.max_num_batched_tokens, pad_decode,
@@ -132,6 +126,7 @@ class EngineCore:
     def set_decode_step_tokens(self, tokens: int | str | None) -> None:
         """The rows of a step beside decodes (None: off; "auto": from the decode buckets' step
         times, measured on first use — call it on the engine thread, between steps)."""
+        _check_step_tokens(tokens, self.llm.max_num_seqs)
         if tokens == "auto" and self._warmed and not self.decode_step_times:
             with self.llm._on_device(), torch.inference_mode():
                 self.decode_step_times = self.runner.time_decode_buckets()
@@ -296,6 +291,16 @@ class EngineCore:
             st = self.scheduler.blocks.stats()
             self.metrics.state(len(self.scheduler.running), len(self.scheduler.waiting), st.used, st.total, st.hits,
                                st.queries)
+
+
+def _check_step_tokens(tokens, max_num_seqs: int) -> None:
+    """decode_step_tokens is "auto", None or a row count a decode step holds."""
+    if tokens != "auto" and tokens is not None and (
+            not isinstance(tokens, int) or isinstance(tokens, bool) or not 1 <= tokens <= max_num_seqs):
+        raise request_error(f"serve: decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs "
+                            f"({max_num_seqs}), got {tokens!r}",
+                            help="it counts the rows of one decode step (decode rows + prompt tokens); "
+                                 "None takes fresh prompts whole beside the decodes")
 
 
 def _rows_within(times: dict[int, float], factor: float) -> int | None:
