@@ -263,3 +263,41 @@ def test_kernels_compile_for_hopper_at_a_qwen3_layout():
                                          S((b, hkv * d), ts.bf16), target="sm_90").asm["ptx"]
     assert scatter_check_kernel.compile(S((b,), ts.i32, tile=(32,)), S((b,), ts.i64), n_rows=slots,
                                         target="sm_90").asm["ptx"]
+
+
+def test_the_many_rows_rule_follows_the_rows_the_splits_and_the_cache_length():
+    """Measured on the H200 (attention_model.paged_rule): many rows in one split take 32-key
+    tiles, many rows in splits combine in the last block; long caches and few rows keep the
+    defaults."""
+    from tilesafe.kernels.attention_model import paged_rule
+    assert paged_rule(1024, 256, 1) == paged_rule(256, 256, 1) == {"block_n": 32}    # batch 128 / 32 x 8 KV heads
+    assert paged_rule(64, 256, 4) == {"one_kernel": True}                            # batch 8: 4 splits
+    assert paged_rule(255, 256, 1) == paged_rule(8, 256, 4) == paged_rule(63, 256, 2) == {}
+    assert paged_rule(1024, 4096, 1) == paged_rule(64, 4096, 4) == {}                 # unmeasured: defaults
+
+
+@pytest.mark.parametrize("splits,config,want_bn,want", [
+    (1, None, 32, ["paged_decode_single_kernel"]), (1, {"block_n": 16}, 16, ["paged_decode_single_kernel"]),
+    (3, {"one_kernel": False}, 64, ["paged_decode_kernel", "decode_combine_kernel"])])
+def test_many_rows_take_the_rule_unless_the_config_says_otherwise(backend, device, monkeypatch, splits, config,
+                                                                   want_bn, want):
+    """The rule's tiles launch (thresholds lowered to this small batch) and compute what the
+    oracle does; a config= key wins over it."""
+    import tilesafe.kernels.attention_model as am
+    import tilesafe.kernels.launch as kernel_launch
+    monkeypatch.setattr(am, "PAGED_NARROW_ROWS", 4)
+    monkeypatch.setattr(am, "PAGED_LAST_ROWS", 4)
+    seen, real = [], kernel_launch.start
+
+    def start(kernel, outputs, grid, args, *rest, **kw):
+        seen.append((kernel.name, args.get("BN")))
+        return real(kernel, outputs, grid, args, *rest, **kw)
+    q = randn((2, 4, 16), "f32", 1, device)                           # 2 sequences x 2 KV heads: 4 rows
+    kc, vc = randn((4, 32, 2, 16), "f32", 2, device), randn((4, 32, 2, 16), "f32", 3, device)
+    tables = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=device)   # caches of 64 positions
+    lens = torch.tensor([64, 37], dtype=torch.int32, device=device)
+    ws = paged_decode_workspace(q, kc, splits=splits)
+    monkeypatch.setattr(kernel_launch, "start", start)
+    got = paged_decode_attention(q, kc, vc, tables, lens, workspace=ws, config=config)
+    assert [name for name, _ in seen] == want and seen[0][1] == want_bn
+    assert_close(got, paged_ref(q, kc, vc, tables.cpu(), lens.cpu()), "f32", rtol=1e-4, atol=1e-5)

@@ -175,6 +175,36 @@ PAGED_MIN_KEYS = 64            # keys a split takes at least (one tile), read on
 PAGED_PREFETCH = True          # read tile j + 1 before tile j's math
 
 
+# Many (sequence, KV head) rows in a short cache (H200, session 18, benchmarks/probes/
+# batch_parts_probe.py: Qwen3-4B's 8 KV heads of 128, contexts of 200 in a 256-position cache,
+# the 36 layers' attention in one graph, us a layer):
+# - one split, >= PAGED_NARROW_ROWS rows: 32-key tiles (fewer registers a block, more blocks at
+#   once): 1024 rows 46.0 against 55.8 with 64-key tiles (128-key 78.8, 8 warps 69.3, two
+#   splits 66.1, no prefetch 78.6); 256 rows 16.0 against 16.5. The 4B step at 128 rows: 5.675
+#   -> 5.232 ms; at 32 rows 3.823 -> 3.758.
+# - splits, >= PAGED_LAST_ROWS rows: the last block of each row combines them (`one_kernel`):
+#   64 rows in 4 splits 8.58 against 13.47 with the combine kernel (2 splits 8.49, one 11.6),
+#   where one row (batch 1, session 15) had the combine kernel faster.
+# Caches longer than PAGED_RULE_MAX_LEN positions were not measured: they keep the defaults.
+PAGED_NARROW_ROWS = 256
+PAGED_NARROW_BLOCK_N = 32
+PAGED_LAST_ROWS = 64
+PAGED_RULE_MAX_LEN = 256
+
+
+def paged_rule(rows: int, max_len: int, splits: int) -> dict:
+    """The paged decode's config beyond its defaults for `rows` (sequence, KV head) rows over a
+    cache of `max_len` positions in `splits` splits (the measurements above): 32-key tiles for
+    many rows in one split, the last block combining the splits of many rows; {} otherwise."""
+    if max_len > PAGED_RULE_MAX_LEN:
+        return {}
+    if splits == 1 and rows >= PAGED_NARROW_ROWS:
+        return {"block_n": PAGED_NARROW_BLOCK_N}
+    if splits > 1 and rows >= PAGED_LAST_ROWS:
+        return {"one_kernel": True}
+    return {}
+
+
 def paged_splits(rows: int, max_len: int, block_n: int, sms: int) -> int:
     """Splits per (sequence, KV head) of `rows` for sequences of up to `max_len` positions:
     the power of two that gives each SM up to PAGED_BLOCKS_PER_SM blocks, none shorter than a

@@ -37,6 +37,13 @@ WHOLE_HEADS_FROM = 1
 # step 2.840 ms against 2.858 with two and 2.891 with four; 0.6B 0.846 against 0.860 and 0.888
 # (H200, session 18 round 1, decode_step_variants.py nrk_h1/nrk_h4).
 ONE_TOKEN_HEADS = 1
+# Tiles of a step of 2..FEW_TOKENS tokens (a small decode batch; unless config= sets them): one
+# token by FEW_TOKEN_HEADS heads. At 8 tokens (Qwen3-4B, the 36 layers in one graph, H200,
+# session 18 batch_parts_probe.py) 4.28 us a layer against 5.94 with the "rope" family's 4 x 8
+# tiles (1 x 4 5.28, 2 x 2 5.27, 2 x 4 8.45, 1 x 8 8.44); at 32 and 128 tokens 4 x 8 stayed the
+# fastest (6.98 and 8.27 us; 1 x 2 7.52 and 24.4), so larger steps keep it.
+FEW_TOKENS = 8
+FEW_TOKEN_HEADS = 2
 # True: the three walks of `norm_rope_kv_rows_kernel` on blocks of their own (`first=`: k's and
 # v's walks start past q's tiles, the grid holds all three), so that a decode step's blocks each
 # run one walk, side by side, instead of block 0 running a q, a k and a v walk in a row. Off
@@ -130,6 +137,19 @@ def norm_rope_kv_rows_kernel(qo: ts.MutTiles["T", ("BT", "BH", "DP")], kc: ts.Mu
         vc.store(ts.load(xv, j, shape=(BT, C)), j)
 
 
+def step_tiles(t: int, cfg: dict, given: dict) -> tuple[int, int]:
+    """(tokens, heads) of a tile for a step of t tokens: what `given` (the call's config=) sets,
+    else one token by ONE_TOKEN_HEADS heads at one token, by FEW_TOKEN_HEADS up to FEW_TOKENS
+    tokens, and the "rope" config `cfg`'s tiles above."""
+    if t == 1:
+        bt, heads = 1, ONE_TOKEN_HEADS
+    elif t <= FEW_TOKENS:
+        bt, heads = 1, FEW_TOKEN_HEADS
+    else:
+        bt, heads = cfg["block_t"], cfg["block_h"]
+    return min(given.get("block_t", bt), pow2(t)), given.get("block_h", heads)
+
+
 def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v_cache, eps=1e-6, theta=1e6,
                        q_out=None, config=None):
     """q_out = norm_rope(q, q_weight, positions); the caches' rows `slots` get norm_rope(k,
@@ -172,8 +192,8 @@ def norm_rope_kv_write(q, k, v, q_weight, k_weight, positions, slots, k_cache, v
         return o.returned
     half = d // 2
     cfg = configs.lookup("rope", configs.shape_class(dtype, d), config, dtype)
-    bt, hp = min(cfg["block_t"], pow2(t)), pow2(half)
-    heads = cfg["block_h"] if t > 1 or "block_h" in (config or {}) else ONE_TOKEN_HEADS
+    bt, heads = step_tiles(t, cfg, config or {})
+    hp = pow2(half)
     bh, bk = min(heads, pow2(h)), min(heads, pow2(hkv))
     c = min(pow2(hkv * d), 1024)
     y = o.tensor

@@ -322,7 +322,9 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     combines them, or with `one_kernel=True` the last block of each (sequence, KV head) does
     (`ts.last_arrival`, S16). `config` may set `min_keys`, `one_kernel`, `prefetch` (read
     the next tile before this one's math; on by default), `block_n` (keys per tile) and the
-    schedule hints.
+    schedule hints; where it does not, many (sequence, KV head) rows in a cache of at most 256
+    positions take 32-key tiles (one split) or the one-launch combination (splits), as
+    `attention_model.paged_rule` measured on the H200.
     """
     fn = "paged_decode_attention"
     torch_mode = A.is_torch(q)
@@ -343,6 +345,9 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
                    {"out": o.passed, **scratch})
     if b == 0 or d == 0:   # an empty output (d = 0: as torch's; 1 / sqrt(d) has no value)
         return o.returned
+    for key, value in am.paged_rule(b * hkv, tables.shape[1] * bs, ws.splits).items():
+        if key not in (config or {}):                    # many rows in a short cache: the measured rule
+            cfg[key] = value
     dp = max(16, pow2(d))
     bn = max(16, min(pow2(cfg["block_n"]), pow2(nb * bs))) if "block_n" in cfg else _block_n(nb * bs)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
