@@ -11,9 +11,11 @@ runtime's guarantee that no such write exists:
   device's streams, so also torch's), then records the view's bytes — from its first to
   its last element — as frozen for as long as the memory lives;
 * from then on every write of those bytes through tilesafe is refused (OwnershipError): a
-  partition that reaches them (a kernel's output, a library call's `out=`) and host writes
-  (`x[...] = v`, `copy_`). Writes through torch are outside tilesafe's view (S13): freezing
-  is also the caller's promise not to make them;
+  partition that reaches them (a kernel's output, a library call's `out=`), host writes
+  (`x[...] = v`, `copy_`), an unsafe kernel's ts.Ptr and a SIMT kernel's outputs
+  (`refuse_frozen_write`), and the replay of a graph captured before that writes them. Writes
+  through torch are outside tilesafe's view (S13): freezing is also the caller's promise not to
+  make them;
 * a launch under PDL whose `ts.Ref` argument lies inside frozen bytes may issue that
   argument's leading loads — the tile loads a kernel starts with, before it touches any other
   memory — ahead of its wait (backends/triton/emit_prefetch.py). Only launches whose PDL is
