@@ -219,6 +219,19 @@ def test_sizes_torch_refuses_or_with_no_answer_are_located_launch_errors(backend
     with pytest.raises(ts.LaunchError) as e:
         tk.decode_attention(r(0, 8, dev=d), r(0, 5, 8, dev=d), r(0, 5, 8, dev=d), 3)  # call: heads
     assert_at_call(e.value, HERE, "call: heads", "the 0 KV heads")
+    with pytest.raises(ts.LaunchError) as e:
+        tk.max(r(0, 4, dev=d), dim=0)  # call: max
+    assert_at_call(e.value, HERE, "call: max", "max", "axis reduced is empty", "(0, 4)")
+
+
+def test_sum_and_mean_over_an_empty_axis_are_torchs(backend, device):
+    for reduce, oracle in ((tk.sum, torch.sum), (tk.mean, torch.mean)):
+        for shape, dim in (((3, 0), -1), ((0, 4), 0), ((0, 4), 1)):
+            x = r(*shape, dev=device)
+            want = oracle(x.cpu(), dim)
+            out = poisoned(want.shape, torch.float32, device)
+            assert reduce(x, dim=dim, out=out) is out
+            assert_close(out, want, "f32")
 
 
 def test_a_k0_product_looks_up_no_config(backend, device, monkeypatch):

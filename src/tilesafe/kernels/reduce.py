@@ -145,8 +145,12 @@ def _rows_input(fn, x):
 
 def _reduce(fn, op, x, axis, dim, out, config):
     torch_mode, xt, dtype = _rows_input(fn, x)
+    given = xt.shape
     xt, _ = A.axis_last(fn, xt, axis, dim)    # reduce the last axis of a permuted view
     shape = xt.shape
+    if op == MAX and shape[-1] == 0:          # sum and mean of nothing are torch's 0 and NaN
+        raise A.fail(fn, f"the axis reduced is empty (x of shape {given}): a maximum of no elements has no value",
+                     help="reduce a non-empty axis (torch.max refuses an empty one too)")
     o = A.output(out, shape[:-1], dtype, xt.device, torch_mode, fn)
     check_aliasing(fn, {"x": xt}, {"out": o.passed})
     if o.tensor.numel == 0:
