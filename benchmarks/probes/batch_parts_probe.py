@@ -45,7 +45,10 @@ GEMM_M = [int(m) for m in os.environ.get("BATCH_GEMM_M", "32,8,128").split(",") 
 PK = importlib.import_module("tilesafe.kernels.paged_kv")
 AM = importlib.import_module("tilesafe.kernels.attention_model")
 CONFIGS = importlib.import_module("tilesafe.kernels.configs")
+NRK = importlib.import_module("tilesafe.kernels.norm_rope_kv")
 # (name, paged_decode_attention config, splits (None: the workspace's default))
+# Since these ran, the defaults hold the winners (attention_model.paged_rule, norm_rope_kv.step_tiles):
+# "default" below is that rule now, the others are configs given explicitly.
 ATTN = {128: [("default", None, None), ("bn128", {"block_n": 128}, None), ("w8", {"num_warps": 8}, None),
               ("bn32", {"block_n": 32}, None), ("s2", None, 2), ("nopf", {"prefetch": False}, None),
               ("bn128w8", {"block_n": 128, "num_warps": 8}, None)],
@@ -231,7 +234,7 @@ def step_case(llm, b: int, attn=None, rope=None) -> dict:
     """The engine's greedy step at batch b, captured afresh (PDL), with `attn` / `rope` (rows of
     parts 1-2) patched in."""
     steps, cfg = llm.decode_steps, llm.config
-    saved_cfg, saved_splits = PK._paged_config, AM.paged_splits
+    saved_cfg, saved_splits, saved_few = PK._paged_config, AM.paged_splits, NRK.FEW_TOKENS
     saved_rope = dict(CONFIGS.GPU_DEFAULTS["rope"])
     steps.steps.pop(b, None)
     try:
@@ -240,9 +243,10 @@ def step_case(llm, b: int, attn=None, rope=None) -> dict:
             PK._paged_config = lambda fn, config, base=saved_cfg: {**base(fn, config), **extra}
             if attn["splits"] is not None:
                 AM.paged_splits = lambda *args, s=attn["splits"]: s
-        if rope is not None:
+        if rope is not None:                        # the family's tiles at every token count
             bt, bh, warps = rope["tiles"]
             CONFIGS.GPU_DEFAULTS["rope"].update(block_t=bt, block_h=bh, num_warps=warps)
+            NRK.FEW_TOKENS = 1
         reset_plans()
         llm.sampler.greedy[:] = [True] * len(llm.sampler.greedy)
         steps.run(list(range(1000, 1000 + b)), [CONTEXT - 1] * b)
@@ -255,7 +259,7 @@ def step_case(llm, b: int, attn=None, rope=None) -> dict:
                 "splits": step.ws.attention.splits, "gpu_ms": round(ms, 4), "tok_s": round(b / ms * 1e3, 1),
                 "roofline": round(ideal / (ms / 1e3), 4)}
     finally:
-        PK._paged_config, AM.paged_splits = saved_cfg, saved_splits
+        PK._paged_config, AM.paged_splits, NRK.FEW_TOKENS = saved_cfg, saved_splits, saved_few
         CONFIGS.GPU_DEFAULTS["rope"].clear()
         CONFIGS.GPU_DEFAULTS["rope"].update(saved_rope)
         reset_plans()
