@@ -146,3 +146,19 @@ def test_a_captured_one_launch_decode_replays_as_lengths_grow():
         g.replay()
         torch.testing.assert_close(out.to_torch(copy=True).double().cpu(), oracle(qt, kt, vt, t, n_b), rtol=2e-2,
                                    atol=2e-2)
+
+
+def test_bf16_decode_of_many_rows_in_a_short_cache():
+    """32 sequences x 8 KV heads (256 rows) in one split over a 256-position cache: the
+    measured rule's 32-key tiles (attention_model.paged_rule), lengths 1 to the whole table,
+    against float64."""
+    b, nb = 32, 32 * MB
+    g = torch.Generator().manual_seed(3)
+    tables = torch.randperm(nb, generator=g)[:b * MB].reshape(b, MB).to(torch.int32)
+    lens = torch.randint(1, MB * BS + 1, (b,), generator=g, dtype=torch.int32)
+    lens[0], lens[1] = 1, MB * BS
+    q = torch.randn(b, H, D, device="cuda").bfloat16()
+    kc, vc = (torch.randn(nb, BS, HKV, D, device="cuda").bfloat16() for _ in range(2))
+    ws = paged_decode_workspace(q, kc, splits=1)
+    got = paged_decode_attention(q, kc, vc, tables.cuda(), lens.cuda(), workspace=ws)
+    torch.testing.assert_close(got.double().cpu(), oracle(q, kc, vc, tables, lens), rtol=2e-2, atol=2e-2)
