@@ -88,6 +88,19 @@ def test_a_tensor_lent_to_a_partition_is_refused(one_rank):
     ts.distributed.all_reduce(x).sync()        # given back: accepted
 
 
+def test_a_collective_that_writes_frozen_memory_is_refused(one_rank):
+    w = ts.freeze(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    line = here() + 2
+    with pytest.raises(ts.OwnershipError) as info:
+        ts.distributed.all_reduce(w[1:3])
+    assert "cannot pass it to all_reduce: its bytes are frozen (ts.freeze)" in info.value.message
+    assert info.value.loc.file == __file__ and info.value.loc.line == line
+    ts.distributed.broadcast(w, src=0).sync()       # the source rank only reads it
+    out = ts.zeros(4)
+    ts.distributed.all_gather(w, out=out).sync()     # read as before
+    np.testing.assert_array_equal(out.numpy(), [1.0, 2.0, 3.0, 4.0])
+
+
 def test_all_gather_out_of_the_wrong_shape_is_refused(one_rank):
     x = ts.zeros(4)
     line = here() + 2

@@ -8,6 +8,7 @@ A collective is NCCL's code (gloo's on a CPU), the one kind of device work that 
 tilesafe kernel. It still reads and writes a tensor's bytes, so it goes through the same
 bookkeeping as a launch:
 - S8/S13: the tensor must be usable (not lent to a partition, not handed over to torch);
+  S18: what it writes must not be frozen (ts.freeze);
 - S14: what it reads must have been written; what it writes counts as written after it;
 - S9/S10: on a GPU the current stream first waits for conflicting work on other streams,
   the collective runs ordered on the current stream (torch makes it wait for NCCL's
@@ -121,9 +122,11 @@ def _collective(what: str, accesses, outputs, async_op: bool, call) -> Future:
         raise DistributedError(f"{what}: no torch.distributed process group is initialised", loc=caller_loc(),
                                help="call torch.distributed.init_process_group(...) first (torchrun sets it up)")
     capture = graph_var.get()
-    for t, reads, _ in accesses:
+    for t, reads, writes in accesses:
         t._check_usable(what)
         t._check_not_lent_elsewhere(t._torch(), f"pass it to {what}")
+        if writes and t._state.frozen:                 # S18: frozen bytes are never written again
+            t._check_not_frozen(t._torch(), f"pass it to {what}")
         if reads:
             written = t._state.is_written(t._torch()) if capture is None else capture.is_written(t._state, t._torch())
             if not written:
