@@ -13,9 +13,9 @@ runtime's guarantee that no such write exists:
 * from then on every write of those bytes through tilesafe is refused (OwnershipError): a
   partition that reaches them (a kernel's output, a library call's `out=`), host writes
   (`x[...] = v`, `copy_`), an unsafe kernel's ts.Ptr and a SIMT kernel's outputs
-  (`refuse_frozen_write`), and the replay of a graph captured before that writes them. Writes
-  through torch are outside tilesafe's view (S13): freezing is also the caller's promise not to
-  make them;
+  (`refuse_frozen_write`), a ts.distributed collective, and the replay of a graph captured
+  before that writes them. Writes through torch are outside tilesafe's view (S13): freezing is
+  also the caller's promise not to make them;
 * a launch under PDL whose `ts.Ref` argument lies inside frozen bytes may issue that
   argument's leading loads — the tile loads a kernel starts with, before it touches any other
   memory — ahead of its wait (backends/triton/emit_prefetch.py). Only launches whose PDL is
