@@ -110,10 +110,20 @@ def gemv(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], x: ts.Ref[t
     y.store(acc)
 
 
-def _loads_before_wait(early) -> tuple[int, int]:
+@ts.kernel
+def gemv_loop(y: ts.Mut[ts.f32, ("BN",)], w: ts.Ref[ts.bf16, ("N", "K")], x: ts.Ref[ts.bf16, ("K",)],
+              BN: ts.Const[int], BK: ts.Const[int], N: int, K: int):
+    acc = ts.zeros((BN,), ts.f32)
+    for k in range(K // BK):                                      # a loop that reads w and x
+        wt = ts.load(w, (ts.block_id(0), k), shape=(BN, BK)).astype(ts.f32)
+        acc = acc + ts.sum(wt * ts.expand_dims(ts.load(x, (k,), shape=(BK,)).astype(ts.f32), 0), axis=1)
+    y.store(acc)
+
+
+def _loads_before_wait(early, kernel=gemv) -> tuple[int, int]:
     specs = (ts.spec((64,), ts.f32, tile=(16,)), ts.spec((64, 64), ts.bf16), ts.spec((64,), ts.bf16))
     sched = dataclasses.replace(ts.schedule(pdl=True), early=frozenset(early))
-    ptx = gemv.compile(*specs, BK=64, target="sm_90", schedule=sched).asm["ptx"]
+    ptx = kernel.compile(*specs, BK=64, target="sm_90", schedule=sched).asm["ptx"]
     lines = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
     wait = next(i for i, ln in enumerate(lines) if ln.startswith("griddepcontrol.wait"))
     loads = [i for i, ln in enumerate(lines) if GLOBAL_LOAD.match(ln)]
@@ -126,6 +136,13 @@ def test_under_pdl_a_frozen_refs_leading_load_precedes_the_wait_and_the_rest_fol
     assert before >= 1 and after >= 1              # w's tile before, x's after
     assert _loads_before_wait(())[0] == 0          # nothing frozen: the wait comes first
     assert _loads_before_wait({"x"})[0] == 0       # x is loaded after w: the head stops at w's load
+
+
+@hopper
+def test_under_pdl_a_loop_goes_before_the_wait_only_when_every_load_in_it_is_frozen():
+    assert _loads_before_wait({"w"}, gemv_loop)[0] == 0           # it also reads x: the wait comes first
+    before, after = _loads_before_wait({"w", "x"}, gemv_loop)
+    assert before >= 2 and after == 0                              # all of it ahead of the wait
 
 
 # --- writes no partition lends: a ts.Ptr of an unsafe kernel, a SIMT kernel's outputs -------------
