@@ -112,6 +112,9 @@ CASES = {
     "flash_attention B=0": lambda d: (
         lambda out: tk.flash_attention(r(0, 2, 3, 8, dev=d), r(0, 2, 4, 8, dev=d), r(0, 2, 4, 8, dev=d), out=out),
         torch.zeros(0, 2, 3, 8)),
+    "flash_attention H=0": lambda d: (
+        lambda out: tk.flash_attention(r(1, 0, 3, 8, dev=d), r(1, 0, 4, 8, dev=d), r(1, 0, 4, 8, dev=d), out=out),
+        torch.zeros(1, 0, 3, 8)),
     "flash_attention D=0": lambda d: (
         lambda out: tk.flash_attention(r(1, 2, 3, 0, dev=d), r(1, 2, 4, 0, dev=d), r(1, 2, 4, 0, dev=d), out=out),
         torch.zeros(1, 2, 3, 0)),

@@ -334,9 +334,10 @@ def flash_attention(q, k, v, causal=False, scale=None, out=None, config=None):
     q4, k4, v4 = (layout.leading(t, 4) for t in (qt, kt, vt))
     zb, h, sq, d = q4.shape
     _, hkv, sk, dk = k4.shape
-    if k4.shape[0] != zb or dk != d or hkv == 0 or h % hkv:
+    if k4.shape[0] != zb or dk != d or (hkv == 0) != (h == 0) or (hkv and h % hkv):   # no heads: torch's empty out
         raise A.fail(fn, f"k/v {kt.shape} do not fit q {qt.shape}: same batch and head_dim, and the KV heads "
-                         "must divide the query heads")
+                         "must divide the query heads",
+                     help="k and v are (B, HKV, S_k, D) for q (B, H, S_q, D), with H a multiple of HKV")
     if sk == 0:
         raise A.fail(fn, "k and v have no keys (sequence length 0)",
                      help="attention over no keys has no softmax: give k and v at least one position")
