@@ -71,7 +71,8 @@ def run_region(b: Builder, args: list[Value], bind, stmts, carried: list[str], n
     try:
         bind(b.env)
         b.lower_body(stmts)
-        outs = [coerce_carried(b, n, b.env.get(n), a.type, node) for n, a in zip(carried, args[-len(carried):] if carried else [])]
+        carried_args = args[-len(carried):] if carried else []
+        outs = [coerce_carried(b, n, b.env.get(n), a.type, node) for n, a in zip(carried, carried_args)]
         b.emit("yield", tuple(extra_yield) + tuple(outs))
         return b.block
     finally:

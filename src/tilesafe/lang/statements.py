@@ -109,9 +109,10 @@ def _for(b: Builder, node: ast.For) -> None:
         callee = _expr(b, it.func)
         if callee is range:
             return _for_range(b, node, [_expr(b, a) for a in it.args])
-        if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name in ("tiles", "subtiles", "scatter"):
+        on_tensor = isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg)
+        if on_tensor and callee.name in ("tiles", "subtiles", "scatter"):
             return lower_walk(b, node, callee.obj, callee.name, it)
-        if isinstance(callee, BoundMethod) and isinstance(callee.obj, TensorArg) and callee.name == "members":
+        if on_tensor and callee.name == "members":
             return lower_members(b, node, callee.obj, it)
     seq = _expr(b, it)
     if isinstance(seq, tuple):   # a compile-time tuple: unrolled

@@ -50,7 +50,8 @@ def lower_walk(b: Builder, node: ast.For, z: TensorArg, kind: str, call: ast.Cal
         body = run_region(b, region_args, bind, node.body, carried, node)
     finally:
         b.loop_depth -= 1
-    results = b.emit("tiles" if kind == "scatter" else kind, (*window_values, *inits), [v.type for v in inits], attrs, (body,), b.src.loc(node))
+    opcode = "tiles" if kind == "scatter" else kind       # a scatter is a windowed tiles walk
+    results = b.emit(opcode, (*window_values, *inits), [v.type for v in inits], attrs, (body,), b.src.loc(node))
     for n, v in zip(carried, results):
         b.env[n] = v
 
@@ -107,7 +108,8 @@ def _window_bound(b: Builder, call, bound) -> Value:
 
 def _subtiles_walk(b: Builder, call, z: TensorArg, args, kwargs):
     if z.kind != MUT:
-        raise b.error(call, f"`{z.name}.subtiles(shape)` walks a ts.Mut output's block tile; `{z.name}` is {z.kind_name}")
+        raise b.error(call, f"`{z.name}.subtiles(shape)` walks a ts.Mut output's block tile; "
+                            f"`{z.name}` is {z.kind_name}")
     if len(args) + len(kwargs) != 1:
         raise b.error(call, "z.subtiles(shape) takes one argument: the sub-tile shape")
     shape = static_shape(b, call, args[0] if args else kwargs.get("shape"), "sub-tile shape")
