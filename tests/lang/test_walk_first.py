@@ -69,3 +69,20 @@ def test_first_is_a_block_id_below_2_31():
                 z.store(ts.zeros((4,), ts.f32), i)
         k.checks(ts.spec((8,), ts.f32, tile=(4,)))
     assert_diagnostic(ei.value, HERE, "E:first-huge", "first= of a walk names a block, so it is below 2**31")
+
+
+def test_a_walk_names_its_keywords():
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def k(z: ts.MutTiles[ts.f32, (4,)]):
+            for i in z.tiles(start=1):  # E:tiles-keyword
+                z.store(ts.zeros((4,), ts.f32), i)
+    assert_diagnostic(ei.value, HERE, "E:tiles-keyword", "z.tiles() takes only the keywords group=, within= and first=")
+    with pytest.raises(ts.KernelError) as ei:
+        @ts.kernel
+        def s(z: ts.MutTiles[ts.f32, (4,)], rows: ts.Ref[ts.i32, ("N",)], N: int):
+            for j in z.scatter(rows, rows, first=1):  # E:scatter-args
+                z.store(ts.zeros((4,), ts.f32), j)
+        s.checks(ts.spec((8,), ts.f32, tile=(4,)), ts.spec((8,), ts.i32))
+    assert_diagnostic(ei.value, HERE, "E:scatter-args",
+                      "`z.scatter(rows)` takes one argument: the index tensor of output rows (and first=)")

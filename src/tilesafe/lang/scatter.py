@@ -37,7 +37,9 @@ def scatter_walk(b: Builder, call, z: TensorArg, args, kwargs):
     first = {"first": kwargs.pop("first")} if "first" in kwargs else {}
     if len(args) + len(kwargs) != 1 or (kwargs and "rows" not in kwargs):
         raise b.error(call, f"`{z.name}.scatter(rows)` takes one argument: the index tensor of output rows "
-                            "(and first=)")
+                            "(and first=)",
+                      help=f"`for j in {z.name}.scatter(rows):` or `{z.name}.scatter(rows, first=F)`, F the block "
+                           "that takes the first tile")
     rows = args[0] if args else kwargs["rows"]
     if not isinstance(rows, TensorArg) or rows.kind != REF or rows.rank != 1 or not rows.dtype.is_int:
         raise b.error(call, f"the rows of `{z.name}.scatter(rows)` must be a 1-D integer ts.Ref, got {_what(rows)}",

@@ -61,7 +61,9 @@ def _tiles_walk(b: Builder, call, z: TensorArg, args, kwargs):
         raise b.error(call, f"`{z.name}.tiles()` walks a ts.MutTiles output; `{z.name}` is {z.kind_name}",
                       help="a ts.Mut output is stored by its own block with `z.store(tile)`")
     if args or set(kwargs) - {"group", "within", "first"}:
-        raise b.error(call, "z.tiles() takes only the keywords group=, within= and first=")
+        raise b.error(call, "z.tiles() takes only the keywords group=, within= and first=",
+                      help="group=g orders tiles in groups of g rows, within=((start, count), ...) walks a window, "
+                           "first=F names the block that takes tile 0")
     if z.walks:
         raise b.error(call, f"`{z.name}` is already walked at line {z.walks[0].line}; an output has one walk",
                       help="a second walk could write the same tiles twice")
