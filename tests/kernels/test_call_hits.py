@@ -111,6 +111,42 @@ def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backen
     torch.testing.assert_close(tk.rms_norm(x, w, out=out), _rms(x, w), rtol=2e-4, atol=2e-5)
 
 
+def test_the_gpu_form_refuses_a_frozen_out_and_reads_a_frozen_input(monkeypatch):
+    """S18 on the GPU form (stand-ins): an `out=` in memory frozen after the plan was made is
+    refused as a first call refuses it; a frozen input is read as before."""
+    _gpu_form_launching_nothing(monkeypatch)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    tk.rms_norm.plans.plans.clear()
+    launched = []
+    real_run = PlannedLaunch.run
+
+    def finish(*tensors):                                          # the stand-in work is over
+        for t in tensors:
+            for access in StorageState.of(t)._pending:
+                getattr(access.future, "_finish", lambda: None)()
+    monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: launched.append(real_run(self, roots)) or
+                        launched[-1])
+    with ts.backend("reference"):
+        w, x = _rand((32,), 1), _rand((2, 32), 2)
+        for _ in range(3):
+            tk.rms_norm(x, w, out=torch.zeros(2, 32))
+        assert launched[-1] is True                                 # the GPU form ran
+        finish(x, w)                                                # (freeze waits for the queued work)
+        ts.freeze(w)
+        tk.rms_norm(x, w, out=torch.zeros(2, 32))
+        assert launched[-1] is True                                 # a frozen input: still the GPU form
+        frozen = ts.freeze(torch.full((2, 32), 7.0))
+        with pytest.raises(ts.OwnershipError) as e:
+            tk.rms_norm(x, w, out=frozen)  # hit-frozen
+        assert launched[-1] is False                                # the plan's launch declined it
+    assert "its bytes are frozen (ts.freeze)" in e.value.message
+    assert_located(e.value, HERE, "hit-frozen")
+    assert (frozen == 7.0).all()
+    finish(x, w)
+    tk.rms_norm.plans.plans.clear()                               # no later test meets a stand-in's plan
+
+
 def test_unwritten_memory_handed_to_torch_is_refused_by_a_hit(backend):
     _on_the_cpu(backend)
     w = _rand((32,), 1)
