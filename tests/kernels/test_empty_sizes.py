@@ -177,9 +177,9 @@ def test_writes_of_nothing_leave_the_caches_as_they_were(backend, device):
         rows = (3,) + shape[2:]
         got = tk.paged_kv_write(kc0, vc0, r(*rows, dev=device), r(*rows, dev=device), ints(3, device, torch.int64))
         assert got[0] is kc0 and got[1] is vc0
-    q_out = poisoned((0, 4, 8), torch.float32, device)               # norm_rope_kv_write of no tokens
-    got = tk.norm_rope_kv_write(r(0, 4, 8, dev=device), r(0, 2, 8, dev=device), r(0, 2, 8, dev=device),
-                                r(8, dev=device), r(8, dev=device), ints(0, device), ints(0, device), kc, vc,
+    q_out = poisoned((0, 4, 4), torch.float32, device)               # norm_rope_kv_write of no tokens
+    got = tk.norm_rope_kv_write(r(0, 4, 4, dev=device), r(0, 2, 4, dev=device), r(0, 2, 4, dev=device),
+                                r(4, dev=device), r(4, dev=device), ints(0, device), ints(0, device), kc, vc,
                                 q_out=q_out)
     assert got is q_out and torch.equal(kc, before[0]) and torch.equal(vc, before[1])
     cache = r(2, 5, 4, dev=device)
