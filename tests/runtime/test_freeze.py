@@ -88,6 +88,17 @@ def test_memory_not_yet_written_cannot_be_frozen():
     assert_located(ei.value, HERE, "E:unwritten")
 
 
+def test_memory_handed_to_torch_and_written_there_can_be_frozen():
+    handed = ts.empty((4,), ts.f32).to_torch()       # unwritten, handed to torch
+    handed.fill_(2.0)                                # torch writes it (S14: as from_torch sees it)
+    assert ts.freeze(handed) is handed
+    with pytest.raises(ts.OwnershipError, match="frozen"):
+        ts.from_torch(handed).partition((4,))
+    y = ts.empty((4,), ts.f32)
+    double(y.partition((4,)), handed, B=4).sync()
+    np.testing.assert_array_equal(y.numpy(), [4.0] * 4)
+
+
 def test_freeze_takes_a_tensor():
     with pytest.raises(ts.LaunchError) as ei:
         ts.freeze([1.0, 2.0])  # E:list

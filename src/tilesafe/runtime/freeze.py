@@ -38,9 +38,9 @@ from ..errors import LaunchError, OwnershipError, caller_loc
 from ..lang.annotations import REF
 from ..settings import pdl_var
 from .aliasing import byte_set
+from .constructors import from_torch
 from .graph import refuse_in_capture
 from .host_lock import LOCK
-from .storage_state import StorageState
 from .tensor import Tensor
 
 
@@ -56,7 +56,8 @@ def freeze(x):
             if x.layout is not torch.strided:
                 raise LaunchError(f"ts.freeze takes a dense tensor, got layout {x.layout}", loc=caller_loc(),
                                   help="freeze the dense tensor the kernels read")
-            view, state = x.detach(), StorageState.of(x)
+            borrowed = from_torch(x)      # S13/S14 as a launch borrows it: bytes torch wrote since a to_torch()
+            view, state = borrowed._t, borrowed._state
         else:
             raise LaunchError(f"ts.freeze takes a ts.Tensor or a torch.Tensor, got {type(x).__name__}",
                               loc=caller_loc(), help="freeze the weights a step reads: ts.freeze(w)")
