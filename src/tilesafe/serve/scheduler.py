@@ -104,14 +104,8 @@ class Scheduler:
         prefilling.sort(key=lambda r: r.order)
         if self.row_budget is not None and (decode or any(r.computed for r in prefilling)):
             return self._rows_plan(decode, prefilling, preempted)
-        budget = self.max_num_batched_tokens - len(decode)
         prefill = []
-        for r in prefilling:
-            if budget <= 0:
-                break
-            n = min(r.uncomputed, budget)
-            prefill.append((r, n))
-            budget -= n
+        budget = _take_chunks(prefilling, self.max_num_batched_tokens - len(decode), prefill)
         if self.max_fresh is not None and prefill:      # a later chunk: fresh prompts wait (another shape)
             return StepPlan(decode, prefill, preempted)
         for r in self._admit(budget):
@@ -131,14 +125,8 @@ class Scheduler:
         d = len(decode)
         fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
         limit = self.row_budget.get(fill, fill) if isinstance(self.row_budget, dict) else self.row_budget
-        budget = min(max(limit, fill), self.max_num_seqs) - d
         prefill = []
-        for r in prefilling:
-            if budget <= 0:
-                break
-            n = min(r.uncomputed, budget)
-            prefill.append((r, n))
-            budget -= n
+        budget = _take_chunks(prefilling, min(max(limit, fill), self.max_num_seqs) - d, prefill)
         for r in self._admit(budget, recompute=False):
             n = min(r.uncomputed, budget)
             prefill.append((r, n))
@@ -232,3 +220,15 @@ def _missing(req: Request, have: int) -> list[int]:
     misses only its newest token)."""
     prompt, tokens = req.seq.prompt_ids, req.seq.tokens
     return tokens[have - len(prompt):] if have >= len(prompt) else prompt[have:] + tokens
+
+
+def _take_chunks(requests: list[Request], budget: int, prefill: list) -> int:
+    """Appends to `prefill` a chunk of each request in order, each at most the tokens `budget`
+    has left (stopping when none are); returns what is left."""
+    for r in requests:
+        if budget <= 0:
+            break
+        n = min(r.uncomputed, budget)
+        prefill.append((r, n))
+        budget -= n
+    return budget
