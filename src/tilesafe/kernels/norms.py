@@ -28,14 +28,20 @@ def row_mask(NP, N):
     return ts.reshape(ts.arange(0, NP) < N, (1, 1, NP))
 
 
+@ts.function
+def rms_rows(t, w, N, eps, T, NP):
+    """(1, BM, NP) in T: the f32 rows t (zeros past N) over their rms, times the weight w."""
+    wt = row_vector(w, NP)   # before the sum: overlaps it
+    r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
+    return (t * r * wt).astype(T)
+
+
 @ts.kernel
 def rms_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], x: ts.Ref["T", ("NA", "NB", "N")], w: ts.Ref["TW", ("N",)],
                     T: ts.Const[ts.DType], TW: ts.Const[ts.DType], BM: ts.Const[int], NP: ts.Const[int],
                     NA: int, NB: int, N: int, eps: float):
     t = ts.load_tile_like(x, y).astype(ts.f32)                   # (1, BM, NP), zeros past N
-    wt = row_vector(w, NP)   # before the sum: overlaps it
-    r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
-    y.store((t * r * wt).astype(T))
+    y.store(rms_rows(t, w, N, eps, T, NP))
 
 
 @ts.kernel
@@ -47,9 +53,7 @@ def add_rms_norm_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", (1, "BM"
     s = (ts.load_tile_like(x, y).astype(ts.f32) + ts.load_tile_like(res, y).astype(ts.f32)).astype(T)
     h.store(s)                                                   # (1, BM, NP)
     t = s.astype(ts.f32)
-    wt = row_vector(w, NP)   # before the sum: overlaps it
-    r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
-    y.store((t * r * wt).astype(T))
+    y.store(rms_rows(t, w, N, eps, T, NP))
 
 
 @ts.kernel
@@ -61,9 +65,7 @@ def add_rms_norm_inplace_kernel(y: ts.Mut["T", (1, "BM", "NP")], h: ts.Mut["T", 
     s = (ts.load_tile_like(x, y).astype(ts.f32) + h.load().astype(ts.f32)).astype(T)   # (1, BM, NP)
     h.store(s)
     t = s.astype(ts.f32)
-    wt = row_vector(w, NP)   # before the sum: overlaps it
-    r = ts.rsqrt(ts.sum(t * t, axis=2, keepdims=True) / N + eps)   # (1, BM, 1)
-    y.store((t * r * wt).astype(T))
+    y.store(rms_rows(t, w, N, eps, T, NP))
 
 
 @ts.kernel
