@@ -179,6 +179,7 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
         first = 0
         if PEEL:                                                 # weight tile 0 first: it may precede a PDL wait
+            # (not under NORM: row_scale's pass over x comes before it)
             w0 = pb.load((0, j))
             x0, ss = late_tile(pa, pu, g, 0, r, ss, T, BK, PRO)
             part = part + fma_tile(x0, w0, BK)
