@@ -127,7 +127,8 @@ class CallHit:
                     t = scratch.views(recipe, (plan.scratch_elems,))[0]
                 tv = t._t
                 storage = tv.untyped_storage()
-                roots.append((tv, t._state, R.first_address(tv), storage.data_ptr(), storage.nbytes()))
+                sptr = storage.data_ptr()
+                roots.append((tv, t._state, R.first_address(tv, sptr), sptr, storage.nbytes()))
                 made[i] = t
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.

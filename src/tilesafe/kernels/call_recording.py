@@ -59,8 +59,8 @@ class Recording:
 
     def _add(self, kind, recipe, tv: torch.Tensor, returned) -> int:
         self.roots.append((kind, recipe))
-        self.places.append((tv.device, tv.untyped_storage().data_ptr(), first_address(tv), tv.dtype, tv.shape,
-                            tv.stride()))
+        sptr = tv.untyped_storage().data_ptr()
+        self.places.append((tv.device, sptr, first_address(tv, sptr), tv.dtype, tv.shape, tv.stride()))
         self.returned.append(returned)
         return len(self.roots) - 1
 
@@ -94,7 +94,8 @@ class Recording:
         if not isinstance(tv, torch.Tensor):
             self.spoiled = True
             return None
-        device, storage, ptr = tv.device, tv.untyped_storage().data_ptr(), first_address(tv)
+        device, storage = tv.device, tv.untyped_storage().data_ptr()
+        ptr = first_address(tv, storage)
         shared = False
         for i, (rdev, rstorage, rptr, rdtype, rshape, rstrides) in enumerate(self.places):
             if rstorage == storage and rdev == device:
@@ -140,10 +141,11 @@ class Recording:
         return None
 
 
-def first_address(tv: torch.Tensor) -> int:
-    """The address of a view's first element, also for an empty view (torch's `data_ptr()` is
-    0 there: distances to other views of its storage would be garbage)."""
-    return tv.data_ptr() or tv.untyped_storage().data_ptr() + tv.storage_offset() * tv.element_size()
+def first_address(tv: torch.Tensor, sptr: int) -> int:
+    """The address of a view's first element (`sptr`: its storage's address), also for an empty
+    view (torch's `data_ptr()` is 0 there: distances to other views of its storage would be
+    garbage)."""
+    return tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()
 
 
 def active() -> Recording | None:
