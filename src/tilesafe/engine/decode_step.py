@@ -118,9 +118,13 @@ class DecodeSteps:
             step = self._step(b)
             for g in greedy:
                 if step.graphs.get(g) is None and not step.eager_runs.get(g):
-                    step.io.send_paged([], [], [], [])
-                    self._launch(step, b, g)          # eager (compiles), then captured on a GPU
-                    step.io.receive(0)
+                    self.run_padding(step, g)         # eager (compiles), then captured on a GPU
+
+    def run_padding(self, step: _Step, greedy: bool) -> None:
+        """One run of `step` (a bucket's) with all rows padding: no cache write, outputs dropped."""
+        step.io.send_paged([], [], [], [])
+        self._launch(step, step.io.batch, greedy)
+        step.io.receive(0)
 
     def _launch(self, step: _Step, batch: int, greedy: bool | None = None) -> None:
         """The step's model call: replayed once captured, else eager (the first eager run of

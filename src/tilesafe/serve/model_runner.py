@@ -294,14 +294,10 @@ class ModelRunner:
             step = dec.steps.get(b)
             if step is None or step.graphs.get(True) is None:
                 continue
-            step.io.send_paged([], [], [], [])
-            dec._launch(step, b, True)                  # once untimed: the timed replays start warm
-            step.io.receive(0)
+            dec.run_padding(step, True)                 # once untimed: the timed replays start warm
             start = time.perf_counter()
             for _ in range(reps):
-                step.io.send_paged([], [], [], [])
-                dec._launch(step, b, True)
-                step.io.receive(0)
+                dec.run_padding(step, True)
             times[b] = (time.perf_counter() - start) / reps
         return times
 
