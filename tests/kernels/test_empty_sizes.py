@@ -44,6 +44,12 @@ def _rope(x, pos, theta=1e6):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
+
+def flash_case(q, kv):
+    """A CASES entry: flash_attention of q's shape over k and v of shape kv, one of them empty."""
+    return lambda d: (lambda out: tk.flash_attention(r(*q, dev=d), r(*kv, dev=d), r(*kv, dev=d), out=out),
+                      torch.zeros(q))
+
 # name -> dev -> (call taking out=, torch's result). Each case makes one size 0.
 CASES = {
     "matmul M=0": lambda d: (lambda out: tk.matmul(r(0, 4, dev=d), r(4, 5, dev=d), out=out),
@@ -106,18 +112,10 @@ CASES = {
                                 torch.zeros(3, 0)),
     "softmax M=0": lambda d: (lambda out: tk.softmax(r(0, 8, dev=d), out=out), torch.zeros(0, 8)),
     "softmax N=0": lambda d: (lambda out: tk.softmax(r(3, 0, dev=d), out=out), torch.zeros(3, 0)),
-    "flash_attention SQ=0": lambda d: (
-        lambda out: tk.flash_attention(r(1, 2, 0, 8, dev=d), r(1, 2, 4, 8, dev=d), r(1, 2, 4, 8, dev=d), out=out),
-        torch.zeros(1, 2, 0, 8)),
-    "flash_attention B=0": lambda d: (
-        lambda out: tk.flash_attention(r(0, 2, 3, 8, dev=d), r(0, 2, 4, 8, dev=d), r(0, 2, 4, 8, dev=d), out=out),
-        torch.zeros(0, 2, 3, 8)),
-    "flash_attention H=0": lambda d: (
-        lambda out: tk.flash_attention(r(1, 0, 3, 8, dev=d), r(1, 0, 4, 8, dev=d), r(1, 0, 4, 8, dev=d), out=out),
-        torch.zeros(1, 0, 3, 8)),
-    "flash_attention D=0": lambda d: (
-        lambda out: tk.flash_attention(r(1, 2, 3, 0, dev=d), r(1, 2, 4, 0, dev=d), r(1, 2, 4, 0, dev=d), out=out),
-        torch.zeros(1, 2, 3, 0)),
+    "flash_attention SQ=0": flash_case((1, 2, 0, 8), (1, 2, 4, 8)),
+    "flash_attention B=0": flash_case((0, 2, 3, 8), (0, 2, 4, 8)),
+    "flash_attention H=0": flash_case((1, 0, 3, 8), (1, 0, 4, 8)),
+    "flash_attention D=0": flash_case((1, 2, 3, 0), (1, 2, 4, 0)),
     "decode_attention D=0": lambda d: (
         lambda out: tk.decode_attention(r(4, 0, dev=d), r(2, 5, 0, dev=d), r(2, 5, 0, dev=d), 3, out=out),
         torch.zeros(4, 0)),
