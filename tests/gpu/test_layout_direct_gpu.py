@@ -26,14 +26,20 @@ def _launch(z, x, y, s=0.5):
     return p.unpartition()
 
 
-def test_new_tensors_every_launch_compute_right_through_the_direct_form(monkeypatch):
-    started = []                                                   # one entry per direct launch
+@pytest.fixture
+def started(monkeypatch):
+    """One entry per launch that took the direct form (LayoutLauncher.direct)."""
+    calls = []
     real = LayoutLauncher.direct
 
     def counting(self, *args):
-        started.append(True)
+        calls.append(True)
         return real(self, *args)
     monkeypatch.setattr(LayoutLauncher, "direct", counting)
+    return calls
+
+
+def test_new_tensors_every_launch_compute_right_through_the_direct_form(started):
     with ts.backend("triton"):
         for seed in range(8):
             g = torch.Generator(device="cuda").manual_seed(seed)
@@ -101,16 +107,9 @@ def test_fresh_tensors_of_alternating_layouts_compute_right():
             torch.testing.assert_close(got, (x * (0.25 * (i % 2 + 1)) + y).cpu())
 
 
-def test_torch_tensors_passed_straight_in_compute_right_through_the_direct_form(monkeypatch):
+def test_torch_tensors_passed_straight_in_compute_right_through_the_direct_form(started):
     # The output partitioned once; new torch views of the inputs every call (LayoutPlan.direct
     # borrows them). Each result is read back after the launch: what torch computes.
-    started = []
-    real = LayoutLauncher.direct
-
-    def counting(self, *args):
-        started.append(True)
-        return real(self, *args)
-    monkeypatch.setattr(LayoutLauncher, "direct", counting)
     with ts.backend("triton"):
         z = ts.from_torch(torch.zeros(1000, device="cuda"))
         for seed in range(8):
