@@ -4,6 +4,7 @@ stream with the arguments of its own memory, marks what it wrote (S14) and regis
 reads and writes as pending (S9/S10), holding no tensor between launches."""
 import numpy as np
 import torch
+from runtime_helpers import Stream, on_stream_7
 
 import tilesafe as ts
 from tilesafe.runtime import binding
@@ -15,14 +16,8 @@ def double(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int
     z.store(ts.load_tile_like(x, z) * 2.0)
 
 
-class Stream:
-    """A stand-in torch stream: nothing ever polls it here (the completions are finished by hand)."""
-    device_index = None
-
-
 def test_each_launch_starts_on_the_current_stream_marks_and_registers(monkeypatch):
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    on_stream_7(monkeypatch)
     started = []
     launcher, made = None, []
     for seed in range(2):                                        # new memory each launch, one layout
@@ -112,8 +107,7 @@ def test_a_launcher_keeps_an_arguments_byte_set_while_its_memory_stays(monkeypat
     """The same memory under new handles: the byte set registered is the last launch's own;
     other memory: a new one, that memory's."""
     from tilesafe.runtime.aliasing import byte_set
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    on_stream_7(monkeypatch)
     x, other = torch.arange(8, dtype=torch.float32), torch.arange(8, dtype=torch.float32)
     launcher, seen, done = None, [], []
     for source in (x, x, other):

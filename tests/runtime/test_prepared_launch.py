@@ -5,6 +5,7 @@ wrote (S14) and registers its reads and writes as pending (S9/S10) — the tail 
 launch shares (runtime/pending_start.py)."""
 import numpy as np
 import torch
+from runtime_helpers import on_stream_7
 
 import tilesafe as ts
 from tilesafe.runtime import binding
@@ -16,14 +17,8 @@ def double(z: ts.Mut[ts.f32, ("B",)], x: ts.Ref[ts.f32, ("N",)], B: ts.Const[int
     z.store(ts.load_tile_like(x, z) * 2.0)
 
 
-class Stream:
-    """A stand-in torch stream: nothing ever polls it here (the completions are finished by hand)."""
-    device_index = None
-
-
 def test_each_repeat_starts_its_arguments_marks_and_registers(monkeypatch):
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    on_stream_7(monkeypatch)
     started = []
     x = ts.tensor(np.arange(8, dtype=np.float32))
     z = ts.empty(8)                                             # unwritten: S14 tracks it
