@@ -113,20 +113,24 @@ def test_new_objects_of_a_layout_with_a_launcher_start_from_the_objects(gpu):
     assert plus_one._last_plan is None          # no same-arguments plan left for the next launch to try
 
 
+def _alias_refused(gpu, p, x) -> None:
+    """plus_one(p, x) with x overlapping p's memory is refused, located, and starts nothing."""
+    started = len(gpu.started)
+    with pytest.raises(ts.AliasError) as e:
+        plus_one(p, x)  # alias-call
+    assert e.value.message == "output `z` of `plus_one` shares memory with argument `x`"
+    assert_located(e.value, HERE, "alias-call")
+    assert len(gpu.started) == started
+    p.unpartition()
+
+
 def test_an_alias_is_refused_as_a_first_launch_refuses_it(gpu):
     _warm()
     base = ts.tensor(_values(128, 1))
     p = base[0:64].partition((16,))
     plus_one(p, base[64:128])                                      # disjoint halves: direct
     p.unpartition()
-    started = len(gpu.started)
-    p = base[0:64].partition((16,))
-    with pytest.raises(ts.AliasError) as e:
-        plus_one(p, base[32:96])  # alias-call
-    assert e.value.message == "output `z` of `plus_one` shares memory with argument `x`"
-    assert_located(e.value, HERE, "alias-call")
-    assert len(gpu.started) == started
-    p.unpartition()
+    _alias_refused(gpu, base[0:64].partition((16,)), base[32:96])
 
 
 def test_a_lent_ref_is_refused_as_a_first_launch_refuses_it(gpu):
@@ -344,14 +348,7 @@ def test_a_torch_alias_of_the_output_is_refused_as_a_first_launch_refuses_it(gpu
     plus_one(p, base[64:128])                                      # disjoint: direct
     assert gpu.direct
     p.unpartition()
-    started = len(gpu.started)
-    p = ts.from_torch(base[0:64]).partition((16,))
-    with pytest.raises(ts.AliasError) as e:
-        plus_one(p, base[32:96])  # torch-alias-call
-    assert e.value.message == "output `z` of `plus_one` shares memory with argument `x`"
-    assert_located(e.value, HERE, "torch-alias-call")
-    assert len(gpu.started) == started
-    p.unpartition()
+    _alias_refused(gpu, ts.from_torch(base[0:64]).partition((16,)), base[32:96])
 
 
 def test_unwritten_memory_handed_to_torch_is_refused_as_a_first_launch_refuses_it(gpu):
