@@ -388,15 +388,29 @@ def wave_configs(cm, shape, gpu):
 
 
 def part_wave(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    return grid_part("wave", gemm_cases(cm, WAVE_GEMM), wave_configs, ts, cm, measure, result_check, rotation_sets,
+                     policy, gpu)
+
+
+def gemm_cases(cm, gemms):
+    """(name, shape) of each (name, M, N, K)."""
+    return [(f"{wname} M={m} ({n}x{k})", cm.Gemm(m, n, k, "bf16")) for wname, m, n, k in gemms]
+
+
+def gemv_cases(cm, weights):
+    """(name, shape) of each weight (name, N, K) times one row."""
+    return [(f"gemv {wname} ({n}x{k})", cm.Gemm(1, n, k, "bf16")) for wname, n, k in weights]
+
+
+def grid_part(part, cases, configs, ts, cm, measure, result_check, rotation_sets, policy, gpu, copy=False):
+    """Each case's grid of configs(cm, shape, gpu) (one_grid), skipped once the part's time is over."""
     out = {}
-    for wname, m, n, k in WAVE_GEMM:
-        name = f"{wname} M={m} ({n}x{k})"
-        if over("wave"):
+    for name, shape in cases:
+        if over(part):
             out[name] = {"skipped": "time budget"}
             continue
-        shape = cm.Gemm(m, n, k, "bf16")
         guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
-                                            wave_configs(cm, shape, gpu)))
+                                            configs(cm, shape, gpu), copy=copy))
     return out
 
 
@@ -408,22 +422,17 @@ GEMV_CANDS = ((32, 128, 4, 3, 1), (32, 64, 4, 3, 1), (32, 64, 4, 4, 1), (64, 64,
               (32, 128, 4, 3, 2), (64, 64, 4, 4, 2), (64, 64, 4, 4, -2))     # -2: split in 2, one launch
 
 
+def gemv_configs(cm, shape, gpu):
+    cands = {f"bn{bn} bk{bk} w{w} s{st} sp{sp}": {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1,
+                                                 "split_k": abs(sp), "prefetch": False, "one_kernel": sp < 0,
+                                                 "num_warps": w, "num_stages": st}
+             for bn, bk, w, st, sp in GEMV_CANDS}
+    return {key: c for key, c in cands.items() if cm.valid(shape, c, gpu)}
+
+
 def part_gemv(ts, cm, measure, result_check, rotation_sets, policy, gpu):
-    out = {}
-    for wname, n, k in GEMV_WEIGHTS:
-        name = f"gemv {wname} ({n}x{k})"
-        if over("gemv"):
-            out[name] = {"skipped": "time budget"}
-            continue
-        shape = cm.Gemm(1, n, k, "bf16")
-        cands = {f"bn{bn} bk{bk} w{w} s{st} sp{sp}": {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1,
-                                                     "split_k": abs(sp), "prefetch": False, "one_kernel": sp < 0,
-                                                     "num_warps": w, "num_stages": st}
-                 for bn, bk, w, st, sp in GEMV_CANDS}
-        cands = {key: c for key, c in cands.items() if cm.valid(shape, c, gpu)}
-        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
-                                            cands, copy=True))
-    return out
+    return grid_part("gemv", gemv_cases(cm, GEMV_WEIGHTS), gemv_configs, ts, cm, measure, result_check,
+                     rotation_sets, policy, gpu, copy=True)
 
 
 def one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape, configs, copy=False):
@@ -496,16 +505,8 @@ def split_configs(cm, shape, gpu):
 
 
 def part_split(ts, cm, measure, result_check, rotation_sets, policy, gpu):
-    out = {}
-    for wname, m, n, k in SPLIT_GEMM:
-        name = f"{wname} M={m} ({n}x{k})"
-        if over("split"):
-            out[name] = {"skipped": "time budget"}
-            continue
-        shape = cm.Gemm(m, n, k, "bf16")
-        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
-                                            split_configs(cm, shape, gpu)))
-    return out
+    return grid_part("split", gemm_cases(cm, SPLIT_GEMM), split_configs, ts, cm, measure, result_check,
+                     rotation_sets, policy, gpu)
 
 
 # --- bigm: many rows, a short K (session 18) -------------------------------------------------------
@@ -519,24 +520,20 @@ BIGM_TILES = ((128, 128, 64, 4, 5, True), (128, 128, 64, 4, 5, False), (128, 128
               (128, 128, 32, 4, 6, False), (128, 256, 32, 8, 5, False))
 
 
+def bigm_configs(cm, shape, gpu):
+    cands = {}
+    for bm, bn, bk, w, st, pers in BIGM_TILES:
+        c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": pers, "split_k": 1,
+             "min_blocks": gpu.sms, "tail_split": False, "one_kernel": False, "num_warps": w, "num_stages": st}
+        tiles = -(-shape.m // bm) * -(-shape.n // bn)
+        if cm.valid(shape, c, gpu):
+            cands[f"{bm}x{bn}x{bk} w{w} s{st}{' pers' if pers else ''} ({tiles})"] = c
+    return cands
+
+
 def part_bigm(ts, cm, measure, result_check, rotation_sets, policy, gpu):
-    out = {}
-    for wname, m, n, k in BIGM_GEMM:
-        name = f"{wname} M={m} ({n}x{k})"
-        if over("bigm"):
-            out[name] = {"skipped": "time budget"}
-            continue
-        shape = cm.Gemm(m, n, k, "bf16")
-        cands = {}
-        for bm, bn, bk, w, st, pers in BIGM_TILES:
-            c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": pers, "split_k": 1,
-                 "min_blocks": gpu.sms, "tail_split": False, "one_kernel": False, "num_warps": w, "num_stages": st}
-            tiles = -(-m // bm) * -(-n // bn)
-            if cm.valid(shape, c, gpu):
-                cands[f"{bm}x{bn}x{bk} w{w} s{st}{' pers' if pers else ''} ({tiles})"] = c
-        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
-                                            cands))
-    return out
+    return grid_part("bigm", gemm_cases(cm, BIGM_GEMM), bigm_configs, ts, cm, measure, result_check,
+                     rotation_sets, policy, gpu)
 
 
 # --- gemv2: one row, short K: narrow column tiles of short K tiles (session 18) --------------------
@@ -549,22 +546,17 @@ GEMV2_CANDS = ((16, 128, 4, 4), (16, 128, 4, 3), (32, 128, 4, 4), (32, 64, 4, 4)
                (32, 128, 4, 3), (16, 256, 4, 3), (8, 512, 4, 3))
 
 
+def gemv2_configs(cm, shape, gpu):
+    cands = {f"bn{bn} bk{bk} w{w} s{st}": {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1,
+                                           "split_k": 1, "prefetch": False, "one_kernel": False,
+                                           "num_warps": w, "num_stages": st}
+             for bn, bk, w, st in GEMV2_CANDS}
+    return {key: c for key, c in cands.items() if cm.valid(shape, c, gpu)}
+
+
 def part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu):
-    out = {}
-    for wname, n, k in GEMV2_WEIGHTS:
-        name = f"gemv {wname} ({n}x{k})"
-        if over("gemv2"):
-            out[name] = {"skipped": "time budget"}
-            continue
-        shape = cm.Gemm(1, n, k, "bf16")
-        cands = {f"bn{bn} bk{bk} w{w} s{st}": {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1,
-                                               "split_k": 1, "prefetch": False, "one_kernel": False,
-                                               "num_warps": w, "num_stages": st}
-                 for bn, bk, w, st in GEMV2_CANDS}
-        cands = {key: c for key, c in cands.items() if cm.valid(shape, c, gpu)}
-        guarded(out, name, lambda: one_grid(ts, cm, measure, result_check, rotation_sets, policy, gpu, name, shape,
-                                            cands, copy=True))
-    return out
+    return grid_part("gemv2", gemv_cases(cm, GEMV2_WEIGHTS), gemv2_configs, ts, cm, measure, result_check,
+                     rotation_sets, policy, gpu, copy=True)
 
 
 # --- auto: what the first-use autotune picks, beside the model's own choice (session 18) ----------
