@@ -55,3 +55,24 @@ def backend(request):
 @pytest.fixture
 def device(backend):
     return "cuda" if backend == "triton" else "cpu"
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """[borrows by from_torch on a call-plan hit, launches the fast form started] (call_hits)."""
+    count = [0, 0]
+    from tilesafe.kernels import call_hits
+    from tilesafe.runtime.planned_launch import PlannedLaunch
+    real_borrow, real_run = call_hits.from_torch, PlannedLaunch.run
+
+    def borrow(t):
+        count[0] += 1
+        return real_borrow(t)
+
+    def run(self, roots):
+        done = real_run(self, roots)
+        count[1] += done
+        return done
+    monkeypatch.setattr(call_hits, "from_torch", borrow)
+    monkeypatch.setattr(PlannedLaunch, "run", run)
+    return count

@@ -11,7 +11,7 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from call_helpers import assert_located, assert_unchanged, marker_line, snapshot
-from tilesafe.kernels import call_hits, call_plans
+from tilesafe.kernels import call_plans
 from tilesafe.runtime import future, planned_launch
 from tilesafe.runtime.planned_launch import PlannedLaunch
 from tilesafe.runtime.storage_state import StorageState
@@ -33,25 +33,6 @@ def _on_the_cpu(backend) -> None:
     refusal tests (tests/gpu/test_call_hits_gpu.py)."""
     if backend == "triton":
         pytest.skip("CPU storage facts (numpy views); the GPU form: tests/gpu/test_call_hits_gpu.py")
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    """[borrows by from_torch on a hit, launches the fast form started]."""
-    count = [0, 0]
-    real_borrow, real_run = call_hits.from_torch, PlannedLaunch.run
-
-    def borrow(t):
-        count[0] += 1
-        return real_borrow(t)
-
-    def run(self, roots):
-        done = real_run(self, roots)
-        count[1] += done
-        return done
-    monkeypatch.setattr(call_hits, "from_torch", borrow)
-    monkeypatch.setattr(PlannedLaunch, "run", run)
-    return count
 
 
 def test_a_hit_borrows_known_memory_and_launches_from_its_roots(backend, device, counted):
