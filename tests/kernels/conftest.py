@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import tilesafe as ts
+from tilesafe.kernels import call_hits
+from tilesafe.runtime.planned_launch import PlannedLaunch
 
 
 def _interpreter_works() -> bool:
@@ -61,8 +63,6 @@ def device(backend):
 def counted(monkeypatch):
     """[borrows by from_torch on a call-plan hit, launches the fast form started] (call_hits)."""
     count = [0, 0]
-    from tilesafe.kernels import call_hits
-    from tilesafe.runtime.planned_launch import PlannedLaunch
     real_borrow, real_run = call_hits.from_torch, PlannedLaunch.run
 
     def borrow(t):
