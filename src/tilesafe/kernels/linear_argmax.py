@@ -21,8 +21,8 @@ from . import layout, scratch
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .launch import cdiv, launch, pow2
-from .linear_fusions import PLAIN, fma_tile, late_scale, late_tile, norm_prologue, row_scale
-from .matmul import SKINNY_M, l2_prefetch, mac, skinny_config, skinny_tiles, warm_slab
+from .linear_fusions import PLAIN, dot_loop, fma_loop, late_scale, norm_prologue, row_scale
+from .matmul import SKINNY_M, l2_prefetch, skinny_config, skinny_tiles, warm_slab
 
 NEG_INF = -float("inf")
 EXACT_INDEX = 1 << 24          # columns below this are exact as f32
@@ -44,16 +44,9 @@ def argmax_gemv_kernel(best: ts.Mut[ts.f32, ("BM", 1)], at: ts.Mut[ts.f32, ("BM"
     r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1)
     ss = ts.zeros((BM, BK), ts.f32)                              # (BM, BK) NORM_LATE's sums of squares
     if DOT:
-        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
-        for k in range(ts.num_tiles(pa, 1)):
-            xk, ss = late_tile(pa, pa, g, k, r, ss, T, BK, PRO)
-            acc = mac(xk, pb.load((k, j)), acc, TF32)
+        acc, ss = dot_loop(pa, pa, pb, g, j, r, ss, T, BM, BK, BN, TF32, PRO)            # (BM, BN)
     else:
-        part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN)
-        for k in range(ts.num_tiles(pa, 1)):
-            xk, ss = late_tile(pa, pa, g, k, r, ss, T, BK, PRO)
-            part = part + fma_tile(xk, pb.load((k, j)), BK)
-        acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
+        acc, ss = fma_loop(ts.zeros((BK, BN), ts.f32), 0, pa, pa, pb, g, j, r, ss, T, BK, BN, PRO)   # (1, BN)
     acc = late_scale(acc, ss, K, eps, PRO)
     cols = ts.reshape(j * BN + ts.arange(0, BN), (1, BN))        # (1, BN) column of each logit
     v = ts.where(cols < N, acc.astype(T).astype(ts.f32), NEG_INF)   # (BM, BN) the logits linear stores

@@ -121,6 +121,27 @@ def fma_tile(xt, w, BK):
 
 
 @ts.function
+def dot_loop(pa, pu, pb, g, j, r, ss, T, BM, BK, BN, TF32, PRO):
+    """(BM, BN) f32 products of the prologue's rows and the weight's column tile j on tensor
+    cores, and ss plus the rows' squares (NORM_LATE)."""
+    acc = ts.zeros((BM, BN), ts.f32)                             # (BM, BN)
+    for k in range(ts.num_tiles(pa, 1)):
+        xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
+        acc = mac(xk, pb.load((k, j)), acc, TF32)
+    return acc, ss
+
+
+@ts.function
+def fma_loop(part, first, pa, pu, pb, g, j, r, ss, T, BK, BN, PRO):
+    """(1, BN) f32: one row's products over K tiles first.. added to `part` (BK, BN) by FMAs
+    (Triton pipelines the loop), and ss plus the row's squares (NORM_LATE)."""
+    for k in range(first, ts.num_tiles(pa, 1)):
+        xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
+        part = part + fma_tile(xk, pb.load((k, j)), BK)
+    return ts.reshape(ts.sum(part, axis=0), (1, BN)), ss
+
+
+@ts.function
 def plus(y, r, T):
     """y + r rounded to T (both in T): the residual add of the unfused sequence."""
     return (y.astype(ts.f32) + r.astype(ts.f32)).astype(T)
@@ -145,10 +166,7 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
     r = row_scale(pa, eps, K, BM, BK, PRO)                       # (BM, 1)
     ss = ts.zeros((BM, BK), ts.f32)                              # (BM, BK) NORM_LATE's sums of squares
     if DOT:                                                      # 2..16 rows: tensor cores
-        acc = ts.zeros((BM, BN), ts.f32)                         # (BM, BN)
-        for k in range(ts.num_tiles(pa, 1)):
-            xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
-            acc = mac(xk, pb.load((k, j)), acc, TF32)
+        acc, ss = dot_loop(pa, pu, pb, g, j, r, ss, T, BM, BK, BN, TF32, PRO)
     elif DEEP:                                                   # one row, weight tiles k + 1 and k + 2 in flight
         part = ts.zeros((BK, BN), ts.f32)                        # (BK, BN) partial products
         last = ts.num_tiles(pa, 1) - 1
@@ -184,10 +202,7 @@ def fused_skinny_kernel(c: ts.Mut["T", ("BM", "BN")], a: ts.Ref["T", ("M", "K")]
             x0, ss = late_tile(pa, pu, g, 0, r, ss, T, BK, PRO)
             part = part + fma_tile(x0, w0, BK)
             first = 1
-        for k in range(first, ts.num_tiles(pa, 1)):              # (Triton pipelines this loop)
-            xk, ss = late_tile(pa, pu, g, k, r, ss, T, BK, PRO)
-            part = part + fma_tile(xk, pb.load((k, j)), BK)
-        acc = ts.reshape(ts.sum(part, axis=0), (1, BN))          # (1, BN)
+        acc, ss = fma_loop(part, first, pa, pu, pb, g, j, r, ss, T, BK, BN, PRO)   # (1, BN)
     acc = late_scale(acc, ss, K, eps, PRO)
     y = epilogue(acc, bias, j, BN, HAS_BIAS, ACT).astype(T)      # (BM, BN) what linear stores
     if RES == RES_REF:
