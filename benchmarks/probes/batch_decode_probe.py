@@ -33,6 +33,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))       # benchmarks/: decode_profile
 
 import decode_profile as dp  # noqa: E402
+from queued_ms import queued_ms  # noqa: E402  (benchmarks/probes/, the script's folder)
 
 import tilesafe.kernels as tk  # noqa: E402
 from tilesafe.engine import LLM  # noqa: E402
@@ -56,17 +57,7 @@ def left() -> float:
 
 def gpu_ms(fn, n: int = 20) -> float:
     """GPU ms per call of `fn`, the calls queued behind a GPU sleep (host cost hidden)."""
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(SLEEP)
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
+    return queued_ms(fn, n, warm=2, sleep_cycles=SLEEP)
 
 
 def kv_bytes(cfg, batch: int) -> int:

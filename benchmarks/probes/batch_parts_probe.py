@@ -36,6 +36,7 @@ from tilesafe.engine.checkpoint import weight_bytes
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))       # benchmarks/: decode_profile
 
 import decode_profile as dp  # noqa: E402
+from queued_ms import queued_ms  # noqa: E402  (benchmarks/probes/, the script's folder)
 
 T0 = time.perf_counter()
 BUDGET_S = float(os.environ.get("BATCH_BUDGET_S", "80"))
@@ -65,17 +66,7 @@ def left() -> float:
 
 
 def gpu_ms(fn, n: int = 20) -> float:
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(SLEEP)
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
+    return queued_ms(fn, n, warm=2, sleep_cycles=SLEEP)
 
 
 def graph_us(run) -> float:

@@ -46,6 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))       # benchmarks/: decode_profile
 
 import decode_profile  # noqa: E402
+from queued_ms import queued_ms  # noqa: E402  (benchmarks/probes/, the script's folder)
 
 import tilesafe.kernels as tk  # noqa: E402
 from tilesafe.engine import LLM, SamplingParams  # noqa: E402
@@ -151,17 +152,7 @@ class Switches:
 
 
 def gpu_ms(replay, n=30) -> float:
-    for _ in range(3):
-        replay()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(300_000_000)
-    s.record()
-    for _ in range(n):
-        replay()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
+    return queued_ms(replay, n, warm=3, sleep_cycles=300_000_000)
 
 
 def ideal_s(llm) -> float:
