@@ -11,6 +11,7 @@ import torch
 
 import tilesafe as ts
 from tilesafe.kernels import call_hits
+from tilesafe.runtime import future, planned_launch
 from tilesafe.runtime.planned_launch import PlannedLaunch
 
 
@@ -76,3 +77,23 @@ def counted(monkeypatch):
     monkeypatch.setattr(call_hits, "from_torch", borrow)
     monkeypatch.setattr(PlannedLaunch, "run", run)
     return count
+
+
+@pytest.fixture
+def no_sweeps(monkeypatch):
+    """A sweep of the held completions (future.HOLDING) records a CUDA event for the newest one
+    per stream, which a stand-in stream cannot: none while the stand-ins run, whose completions
+    the tests finish by hand (else whether one sweeps depends on how many launches came before)."""
+    monkeypatch.setattr(future.HOLDING, "_next", float("inf"))
+
+
+@pytest.fixture
+def gpu_form_launching_nothing(monkeypatch, no_sweeps):
+    """Every fast launch of a call plan takes the GPU form (on CPU tensors) with a start that
+    launches nothing."""
+    def prepare(self, bound):
+        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
+        self.pointers = tuple((k, k) for k in range(len(self.access)))
+        self.descriptors, self.device_index = (), 0
+        return planned_launch._GPU
+    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)

@@ -7,9 +7,8 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from tilesafe.runtime import future, planned_launch
+from tilesafe.runtime import future
 from tilesafe.runtime.aliasing import byte_set
-from tilesafe.runtime.planned_launch import PlannedLaunch
 from tilesafe.runtime.storage_state import StorageState
 
 
@@ -34,7 +33,8 @@ class _Stream:
     device_index = None
 
 
-def test_an_empty_cache_view_is_registered_at_its_own_bytes_by_a_fast_launch(monkeypatch, counted):
+def test_an_empty_cache_view_is_registered_at_its_own_bytes_by_a_fast_launch(monkeypatch, counted,
+                                                                            gpu_form_launching_nothing):
     """decode_attention over empty views of K/V caches (no cached tokens yet) launches its
     kernels; on the GPU form (stand-ins for the stream and Triton's launcher) each launch
     registers the views' byte sets exactly as the full path makes them (runtime.aliasing.
@@ -42,13 +42,6 @@ def test_an_empty_cache_view_is_registered_at_its_own_bytes_by_a_fast_launch(mon
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     monkeypatch.setattr(future.HOLDING, "add", lambda completion: completion._finish())
-
-    def prepare(self, bound):              # every fast launch takes the GPU form, launching nothing
-        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
-        self.pointers = tuple((k, k) for k in range(len(self.access)))
-        self.descriptors, self.device_index = (), 0
-        return planned_launch._GPU
-    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
     tk.decode_attention.plans.plans.clear()                      # plans made here, with the stand-ins
     with ts.backend("reference"):
         q, kc, vc = _rand((4, 16), 1), _rand((2, 8, 16), 2), _rand((2, 8, 16), 3)

@@ -92,10 +92,9 @@ def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backen
     torch.testing.assert_close(tk.rms_norm(x, w, out=out), _rms(x, w), rtol=2e-4, atol=2e-5)
 
 
-def test_the_gpu_form_refuses_a_frozen_out_and_reads_a_frozen_input(monkeypatch):
+def test_the_gpu_form_refuses_a_frozen_out_and_reads_a_frozen_input(monkeypatch, gpu_form_launching_nothing):
     """S18 on the GPU form (stand-ins): an `out=` in memory frozen after the plan was made is
     refused as a first call refuses it; a frozen input is read as before."""
-    _gpu_form_launching_nothing(monkeypatch)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     tk.rms_norm.plans.plans.clear()
@@ -185,11 +184,10 @@ class _Stream:
     device_index = None
 
 
-def test_the_gpu_form_starts_with_the_call_addresses_and_registers_each_access(monkeypatch):
+def test_the_gpu_form_starts_with_the_call_addresses_and_registers_each_access(monkeypatch, no_sweeps):
     """On a GPU a fast launch fills the call's addresses into the layout's argument tuple and
     registers each argument's bytes as pending on the current stream (S9/S10), with byte sets
     made again when the memory moved. Stand-ins for the stream and Triton's launcher."""
-    _no_sweeps(monkeypatch)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     started = []
@@ -236,7 +234,7 @@ class _Pending:
         return self.event
 
 
-def test_the_gpu_form_orders_after_other_streams_work_only(monkeypatch):
+def test_the_gpu_form_orders_after_other_streams_work_only(monkeypatch, gpu_form_launching_nothing):
     """S10 on the GPU form: a pending write of another stream to an argument's bytes makes the
     launch's stream wait for it; pending work all on the launch's own stream needs no ordering
     (the stream runs it first), so none is looked for."""
@@ -251,7 +249,6 @@ def test_the_gpu_form_orders_after_other_streams_work_only(monkeypatch):
     monkeypatch.setattr(StorageState, "order_device",
                         lambda self, *a: (ordered.append(a[2]), real_order(self, *a))[1])
 
-    _gpu_form_launching_nothing(monkeypatch)
     tk.rms_norm.plans.plans.clear()
 
     def finish(*tensors):                                          # the stand-in work is over
@@ -376,7 +373,7 @@ def test_the_direct_launcher_calls_triton_s_c_launch_as_its_launcher_would():
         knobs.runtime.launch_enter_hook.remove(hook)
 
 
-def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch):
+def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch, gpu_form_launching_nothing):
     """Python's young-generation count grows with the containers a call leaves alive (and by
     one per tuple(map(...)) or tuple(generator), a CPython quirk); a loop of calls whose count
     keeps growing runs collections. On the GPU form (stand-ins for the stream and Triton's
@@ -388,7 +385,6 @@ def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     monkeypatch.setattr(future.HOLDING, "add", lambda completion: completion._finish())
 
-    _gpu_form_launching_nothing(monkeypatch)
     tk.rms_norm.plans.plans.clear()
     with ts.backend("reference"):
         x, w, out = _rand((2, 32), 1), _rand((32,), 2), torch.zeros(2, 32)
@@ -422,21 +418,3 @@ def test_a_tensor_handed_over_after_the_key_was_read_is_refused(backend, monkeyp
         tk.add(x, w)  # raced-call
     assert e.value.message.startswith("cannot use `dtype`: this tensor was handed to torch at ")
     assert_located(e.value, HERE, "raced-call")
-
-
-def _no_sweeps(monkeypatch):
-    """A sweep of the held completions (future.HOLDING) records a CUDA event for the newest one
-    per stream, which a stand-in stream cannot: none while the stand-ins run, whose completions
-    the tests finish by hand (else whether one sweeps depends on how many launches came before)."""
-    monkeypatch.setattr(future.HOLDING, "_next", float("inf"))
-
-
-def _gpu_form_launching_nothing(monkeypatch):
-    """Every fast launch takes the GPU form (on CPU tensors) with a start that launches nothing."""
-    _no_sweeps(monkeypatch)
-    def prepare(self, bound):
-        self.start, self.values = (lambda stream, args: None), (None,) * len(self.access)
-        self.pointers = tuple((k, k) for k in range(len(self.access)))
-        self.descriptors, self.device_index = (), 0
-        return planned_launch._GPU
-    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
