@@ -127,10 +127,7 @@ class Scheduler:
         limit = self.row_budget.get(fill, fill) if isinstance(self.row_budget, dict) else self.row_budget
         prefill = []
         budget = _take_chunks(prefilling, min(max(limit, fill), self.max_num_seqs) - d, prefill)
-        for r in self._admit(budget, recompute=False):
-            n = min(r.uncomputed, budget)
-            prefill.append((r, n))
-            budget -= n
+        _take_chunks(self._admit(budget, recompute=False), budget, prefill)
         return StepPlan(decode, prefill, preempted, rows=True)
 
     def computed(self, req: Request, n: int) -> None:
