@@ -27,6 +27,7 @@ def test_each_repeat_starts_its_arguments_marks_and_registers(monkeypatch):
     compiled = double.specializer.compiled(bound, "reference")
     repeat = PreparedLaunch(compiled, bound, lambda stream, args: started.append((stream, args)),
                             ("the prebuilt", "arguments"), torch.device("cuda", 0))
+    assert not z._state.is_written(z._torch())                 # so the first repeat's mark is seen
     made = []
     for _ in range(2):
         future = repeat()
