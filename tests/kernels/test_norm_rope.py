@@ -45,3 +45,13 @@ def test_norm_rope_bad_input(backend, device):
     with pytest.raises(ts.LaunchError) as e:
         tk.norm_rope(x, torch.ones(8, device=device), pos, theta=1.0)  # theta
     assert_at_call(e.value, __file__, "theta", "theta must be > 1")
+
+
+def test_theta_is_refused_with_empty_x_too(backend, device):
+    x, pos = randn((0, 3, 8), "f32", 3, device), torch.zeros(0, dtype=torch.int32, device=device)
+    with pytest.raises(ts.LaunchError) as e:
+        tk.norm_rope(x, torch.ones(8, device=device), pos, theta=1.0)  # empty norm_rope theta
+    assert_at_call(e.value, __file__, "empty norm_rope theta", "theta must be > 1, got 1.0")
+    with pytest.raises(ts.LaunchError) as e:
+        tk.rope(x, pos, theta=0.5)  # empty rope theta
+    assert_at_call(e.value, __file__, "empty rope theta", "theta must be > 1, got 0.5")

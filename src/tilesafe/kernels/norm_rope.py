@@ -57,13 +57,13 @@ def norm_rope(x, weight, positions, eps=1e-6, theta=1e6, out=None, config=None):
         raise A.fail(fn, f"needs x (tokens, heads, head_dim) with an even head_dim, weight (head_dim,) and "
                          f"positions (tokens,); got x {xt.shape}, weight {wt.shape}, positions {pt.shape}",
                      help="weight holds one value per head_dim element, shared by every head")
+    log2_base = log2_theta(fn, theta)                      # refused with empty x too
     o = A.output(out, xt.shape, dtype, device, torch_mode, fn)
     check_aliasing(fn, {"x": xt, "weight": wt, "positions": pt}, {"out": o.passed})
     if o.tensor.numel == 0:
         return o.returned
     half = xt.shape[2] // 2
     cfg, tile = rope_tiles(dtype, xt.shape, config)
-    log2_base = log2_theta(fn, theta)
     y = o.tensor
     launch(norm_rope_kernel, {"y1": (y[:, :, :half], tile), "y2": (y[:, :, half:], tile)}, cfg=cfg,
            x1=xt[:, :, :half], x2=xt[:, :, half:], w1=wt[:half], w2=wt[half:], pos=pt, eps=float(eps),

@@ -94,6 +94,7 @@ def rope(x, positions, theta=1e6, out=None, config=None):
     if xt.ndim != 3 or xt.shape[2] % 2 or pt.shape != (xt.shape[0],):
         raise A.fail(fn, f"needs x (tokens, heads, head_dim) with an even head_dim and positions (tokens,); "
                          f"got x {xt.shape} and positions {pt.shape}")
+    log2_base = log2_theta(fn, theta)                      # refused with empty x too
     o = A.output(out, xt.shape, dtype, device, torch_mode, fn)
     check_aliasing(fn, {"x": xt, "positions": pt}, {"out": o.passed})
     if o.tensor.numel == 0:
@@ -102,7 +103,7 @@ def rope(x, positions, theta=1e6, out=None, config=None):
     cfg, tile = rope_tiles(dtype, xt.shape, config)
     y = o.tensor
     launch(rope_kernel, {"y1": (y[:, :, :half], tile), "y2": (y[:, :, half:], tile)}, cfg=cfg,
-           x1=xt[:, :, :half], x2=xt[:, :, half:], pos=pt, log2_theta=log2_theta(fn, theta))
+           x1=xt[:, :, :half], x2=xt[:, :, half:], pos=pt, log2_theta=log2_base)
     return o.returned
 
 
