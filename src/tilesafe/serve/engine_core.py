@@ -82,7 +82,9 @@ class EngineCore:
         if warm_up not in (None, True, False, "full"):
             raise request_error(f"serve: warm_up must be True, False, 'full' or None, got {warm_up!r}")
         start = time.perf_counter()
-        if self.runner.decoder.use_graph if warm_up is None else warm_up:
+        use_graph = self.runner.decoder.use_graph
+        warms = use_graph if warm_up is None else bool(warm_up)
+        if warms:
             with llm._on_device(), torch.inference_mode():
                 self.runner.warm_up(self.scheduler.max_num_batched_tokens, full=warm_up == "full")
                 if split and warm_up != "full":          # the prefill graphs a split step replays
@@ -98,8 +100,7 @@ class EngineCore:
         # Decode-step rows (Scheduler.row_budget), off unless asked for: "auto" takes the most rows
         # whose measured step is at most twice the batch-1 step (issue 19's inter-token latency
         # bound); without warmed captured steps to time (the CPU, no warm-up) "auto" is off.
-        self._warmed = bool(self.runner.decoder.use_graph and (self.runner.decoder.use_graph if warm_up is None
-                                                               else warm_up))
+        self._warmed = bool(use_graph and warms)
         self.decode_step_times: dict[int, float] = {}
         self.auto_step_tokens: int | None = None
         self.scheduler.row_buckets = self.runner.decoder.sizes
