@@ -24,10 +24,10 @@ matmul = importlib.import_module("tilesafe.kernels.matmul")    # (the package's 
 K, N = 96, 40
 
 
-def _weights(frozen: bool):
+def _weights(frozen: bool, device: str = "cpu"):
     g = torch.Generator().manual_seed(0)
-    w = torch.randn(N, K, generator=g)
-    return ts.freeze(w) if frozen else w, torch.randn(1, K, generator=g)
+    w, x = torch.randn(N, K, generator=g).to(device), torch.randn(1, K, generator=g).to(device)
+    return ts.freeze(w) if frozen else w, x
 
 
 @pytest.fixture
@@ -37,30 +37,30 @@ def early(monkeypatch):
 
 @pytest.mark.parametrize("frozen,pdl,rows,early_form", [(True, True, 1, True), (False, True, 1, False),
                                                         (True, False, 1, True), (True, True, 3, False)])
-def test_a_frozen_weight_takes_the_prefetch_loop(backend, early, frozen, pdl, rows, early_form):
-    w, x = _weights(frozen)
+def test_a_frozen_weight_takes_the_prefetch_loop(device, early, frozen, pdl, rows, early_form):
+    w, x = _weights(frozen, device)
     x = x.repeat(rows, 1)
     cfg = {"block_n": 8, "block_k": 32, "prefetch": False}
     with ts.pdl(pdl):
         got = tk.linear(x, w, config=cfg)
     assert matmul.skinny_kernel.last_launch.consts["PREFETCH"] is early_form
-    np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.cpu().numpy(), (x.double() @ w.double().T).cpu().numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_off_by_default_a_frozen_weight_keeps_the_configs_loop(backend):
-    w, x = _weights(True)
+def test_off_by_default_a_frozen_weight_keeps_the_configs_loop(device):
+    w, x = _weights(True, device)
     with ts.pdl():
         tk.linear(x, w, config={"block_n": 8, "block_k": 32, "prefetch": False})
     assert matmul.skinny_kernel.last_launch.consts["PREFETCH"] is False
 
 
-def test_the_fused_gemvs_take_it_too(backend, early):
-    w, x = _weights(True)
-    res = torch.randn(1, N)
+def test_the_fused_gemvs_take_it_too(device, early):
+    w, x = _weights(True, device)
+    res = torch.randn(1, N).to(device)
     with ts.pdl():
         got = tk.linear(x, w, residual=res, config={"block_n": 8, "block_k": 32})
     assert linear_fusions.fused_skinny_kernel.last_launch.consts["PREFETCH"] is True
-    np.testing.assert_allclose(got.numpy(), (x @ w.T + res).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.cpu().numpy(), (x @ w.T + res).cpu().numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_freeze_weights_freezes_every_tensor_of_a_model():
@@ -79,35 +79,39 @@ def test_freeze_weights_freezes_every_tensor_of_a_model():
 
 
 @pytest.mark.parametrize("k", [96, 80, 32])          # three K tiles, a ragged last one, a single tile
-def test_two_weight_tiles_ahead_give_the_same_products(backend, early, monkeypatch, k):
+def test_two_weight_tiles_ahead_give_the_same_products(device, early, monkeypatch, k):
     monkeypatch.setattr(matmul, "GEMV_EARLY_TILES", 2)
     g = torch.Generator().manual_seed(k)
-    w, x, res = ts.freeze(torch.randn(N, k, generator=g)), torch.randn(1, k, generator=g), torch.randn(1, N)
-    gn = torch.rand(k, generator=g) + 0.5
+    w, x, res = (t.to(device) for t in (torch.randn(N, k, generator=g), torch.randn(1, k, generator=g),
+                                        torch.randn(1, N)))
+    w, gn = ts.freeze(w), (torch.rand(k, generator=g) + 0.5).to(device)
     with ts.pdl():
         got = tk.linear(x, w, residual=res, config={"block_n": 8, "block_k": 32})
         assert linear_fusions.fused_skinny_kernel.last_launch.consts["DEEP"] is True
         normed = tk.rms_norm_linear(x, gn, w, 1e-6, config={"block_n": 8, "block_k": 32})
-    np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T + res).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.cpu().numpy(), (x.double() @ w.double().T + res).cpu().numpy(), rtol=1e-5,
+                               atol=1e-5)
     xn = x.double() * torch.rsqrt((x.double() ** 2).mean() + 1e-6) * gn.double()
-    np.testing.assert_allclose(normed.numpy(), (xn @ w.double().T).numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(normed.cpu().numpy(), (xn @ w.double().T).cpu().numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("k", [96, 80, 32])          # three K tiles, a ragged last one, a single tile
-def test_peeling_weight_tile_0_gives_the_same_products(backend, monkeypatch, k):
+def test_peeling_weight_tile_0_gives_the_same_products(device, monkeypatch, k):
     monkeypatch.setattr(matmul, "GEMV_EARLY_PEEL", True)
     g = torch.Generator().manual_seed(k + 1)
-    w, x, res = ts.freeze(torch.randn(N, k, generator=g)), torch.randn(1, k, generator=g), torch.randn(1, N)
-    gn = torch.rand(k, generator=g) + 0.5
+    w, x, res = (t.to(device) for t in (torch.randn(N, k, generator=g), torch.randn(1, k, generator=g),
+                                        torch.randn(1, N)))
+    w, gn = ts.freeze(w), (torch.rand(k, generator=g) + 0.5).to(device)
     cfg = {"block_n": 8, "block_k": 32, "prefetch": False}
     with ts.pdl():
         got = tk.linear(x, w, residual=res, config=cfg)
         assert linear_fusions.fused_skinny_kernel.last_launch.consts["PEEL"] is True
         normed = tk.rms_norm_linear(x, gn, w, 1e-6, config=cfg)
-    np.testing.assert_allclose(got.numpy(), (x.double() @ w.double().T + res).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.cpu().numpy(), (x.double() @ w.double().T + res).cpu().numpy(), rtol=1e-5,
+                               atol=1e-5)
     xn = x.double() * torch.rsqrt((x.double() ** 2).mean() + 1e-6) * gn.double()
-    np.testing.assert_allclose(normed.numpy(), (xn @ w.double().T).numpy(), rtol=1e-4, atol=1e-4)
-    tk.linear(x, torch.randn(N, k), residual=res, config=cfg)                      # not frozen: no peel
+    np.testing.assert_allclose(normed.cpu().numpy(), (xn @ w.double().T).cpu().numpy(), rtol=1e-4, atol=1e-4)
+    tk.linear(x, torch.randn(N, k, device=device), residual=res, config=cfg)                      # not frozen: no peel
     assert linear_fusions.fused_skinny_kernel.last_launch.consts["PEEL"] is False
 
 
