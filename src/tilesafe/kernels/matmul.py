@@ -49,9 +49,9 @@ GEMV_EARLY_TILES = 1
 # True: the fused one-row GEMVs (linear_fusions: qkv with its norm, o and down with the residual)
 # over a frozen weight load weight tile 0 before their tuned, Triton-pipelined loop over the
 # others, so that under PDL that tile loads before the wait without the PREFETCH loop that
-# GEMV_EARLY needs (which lost on the H200). Off until measured on a GPU (decode_step_variants.py:
-# peel).
-GEMV_EARLY_PEEL = False
+# GEMV_EARLY needs (which lost on the H200). On: H200, session 19 (decode_step_variants.py: peel),
+# a 4B step 2.603 -> 2.584 ms, 0.6B 0.813 either way, the same greedy tokens.
+GEMV_EARLY_PEEL = True
 
 
 def peel_form(m: int, w) -> bool:
