@@ -219,3 +219,35 @@ def test_overlaps_never_misses_an_alias_when_it_must_be_conservative(pair):
         aliasing.ENUMERATE_LIMIT = saved
     if brute_overlaps(a, b):
         assert answer is True
+
+
+# -- an empty view's first address (torch's data_ptr() is 0 there) ------------------------
+
+def test_first_address_places_an_empty_view_in_its_storage():
+    x = torch.zeros(10)                                  # float32: 4-byte items
+    sptr = x.untyped_storage().data_ptr()
+    assert x[3:3].data_ptr() == 0                        # what the function works around
+    assert aliasing.first_address(x[3:3], sptr) == sptr + 3 * 4
+    assert aliasing.first_address(x[3:7], sptr) == sptr + 3 * 4
+    assert aliasing.first_address(x[9:9], sptr) == sptr + 9 * 4
+
+
+def test_the_per_launch_inline_form_agrees_with_first_address():
+    """ByteSetSlots.placed writes first_address inline (a call per argument per launch costs):
+    given the view's data_ptr(), 0 when empty, its byte offset is first_address's."""
+    from tilesafe.runtime.byte_set_slots import ByteSetSlots
+    x = torch.zeros(10)
+    storage = x.untyped_storage()
+    sptr, nbytes = storage.data_ptr(), storage.nbytes()
+    for v in (x[3:7], x[3:3], x[9:9], x):
+        slots = ByteSetSlots([(tuple(v.shape), tuple(s * 4 for s in v.stride()), 4)])
+        placed = slots.placed([(v, None, None, sptr, nbytes)], [v.data_ptr()])[0]
+        assert placed.offset == aliasing.first_address(v, sptr) - sptr == byte_set(v).offset
+
+
+def test_first_address_has_one_definition():
+    """kernels/ once kept its own copy; runtime's is the one both layers use."""
+    from pathlib import Path
+    src = Path(aliasing.__file__).parents[1]
+    defs = [p.relative_to(src).as_posix() for p in src.rglob("*.py") if "def first_address(" in p.read_text()]
+    assert defs == ["runtime/aliasing.py"]

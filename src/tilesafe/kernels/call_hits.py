@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.aliasing import first_address
 from ..runtime.constructors import empty, from_torch
 from ..runtime.host_lock import LOCK
 from ..runtime.planned_launch import PlannedLaunch
@@ -128,7 +129,7 @@ class CallHit:
                 tv = t._t
                 storage = tv.untyped_storage()
                 sptr = storage.data_ptr()
-                roots.append((tv, t._state, R.first_address(tv, sptr), sptr, storage.nbytes()))
+                roots.append((tv, t._state, first_address(tv, sptr), sptr, storage.nbytes()))
                 made[i] = t
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.

@@ -27,6 +27,7 @@ import torch
 
 from ..backends.triton import targets
 from ..dtypes import DType
+from ..runtime.aliasing import first_address
 from ..runtime.constructors import empty, from_torch
 from ..runtime.tensor import Tensor
 from ..runtime.value_keys import value_key
@@ -187,7 +188,7 @@ def call_key(name: str, args: tuple, kwargs: dict):
             continue
         storage = tv.untyped_storage()     # _place, inline
         sptr = storage.data_ptr()
-        ptr = tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()   # R.first_address, inline
+        ptr = tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()   # first_address, inline
         j = 0
         for place in places:
             if place[2] == sptr:
@@ -213,7 +214,7 @@ def _place(t: Tensor, places: list, shared: list) -> None:
     tv = t._t
     storage = tv.untyped_storage()
     sptr = storage.data_ptr()
-    ptr = R.first_address(tv, sptr)
+    ptr = first_address(tv, sptr)
     for j, place in enumerate(places):
         if place[2] == sptr:
             shared.append((len(places), j, ptr - place[3]))

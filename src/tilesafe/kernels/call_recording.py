@@ -20,6 +20,7 @@ import contextvars
 
 import torch
 
+from ..runtime.aliasing import first_address
 from ..runtime.tensor import Tensor
 from . import scratch
 
@@ -139,13 +140,6 @@ class Recording:
                 return i
         self.spoiled = True
         return None
-
-
-def first_address(tv: torch.Tensor, sptr: int) -> int:
-    """The address of a view's first element (`sptr`: its storage's address), also for an empty
-    view (torch's `data_ptr()` is 0 there: distances to other views of its storage would be
-    garbage)."""
-    return tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()
 
 
 def active() -> Recording | None:

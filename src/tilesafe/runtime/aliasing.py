@@ -72,6 +72,14 @@ def byte_set(view: torch.Tensor) -> ByteSet:
 _DEVICE_NAMES: dict = {}     # torch.device -> "cpu" / "cuda:0": str() of a device costs ~1 us
 
 
+def first_address(view: torch.Tensor, sptr: int) -> int:
+    """The address of a view's first element (`sptr`: its storage's address), also for an empty
+    view: torch's `data_ptr()` is 0 there, so distances to other views of its storage would be
+    garbage. The one definition; the per-launch loops (byte_set_slots.placed, prepared_launch)
+    write it inline, as the byte offset `ptr - sptr if ptr else storage_offset * item`."""
+    return view.data_ptr() or sptr + view.storage_offset() * view.element_size()
+
+
 def device_name(device) -> str:
     """str(device), cached (byte_set looks the cache up inline: it runs per tensor per launch)."""
     name = _DEVICE_NAMES.get(device)

@@ -38,6 +38,8 @@ class ByteSetSlots:
         k = 0
         for a in args:
             sptr, nbytes, ptr = a[3], a[4], ptrs[k]
+            # aliasing.first_address(view, sptr) - sptr, inline: per argument per launch, where
+            # a call costs more than the arithmetic (and `ptr` is already known)
             offset = ptr - sptr if ptr else a[0].storage_offset() * a[0].element_size()
             byteset = sets[k]
             if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:

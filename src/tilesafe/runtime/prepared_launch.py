@@ -129,6 +129,7 @@ class LayoutLauncher:
             s = v.untyped_storage()
             sptr, nbytes, ptr = s.data_ptr(), s.nbytes(), ptrs[name]
             # data_ptr() is 0 for an empty view: its offset comes from storage_offset()
+            # (aliasing.first_address - sptr, inline: per argument per launch)
             offset = ptr - sptr if ptr else v.storage_offset() * v.element_size()
             byteset = sets[k]
             if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
@@ -143,6 +144,8 @@ class LayoutLauncher:
         views = {name: t._t for (name, _), t in zip(self.writes, held)}
         args = self.values(bound, views)
         places = [(v, None, None, (s := v.untyped_storage()).data_ptr(), s.nbytes()) for v in views.values()]
+        # first addresses as aliasing.first_address gives them, inline (per launch): from the
+        # storage offset alone, which is right for empty and non-empty views alike
         sets = self._sets.placed(places, [p[3] + p[0].storage_offset() * p[0].element_size() for p in places])
         states = [t._state for t in held]
         mark = None
