@@ -98,11 +98,40 @@ def test_unsupported_config(checkpoint, tmp_path, edit, fragment):
     (dict(temperature=-0.5), "temperature must be >= 0, got -0.5"),
     (dict(top_p=0.0), "top_p must be in (0, 1], got 0.0"),
     (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
+    # Each below was accepted before: logprobs=5 gave one entry per token, stop=[1] and a lone
+    # stop_token_ids int were TypeErrors (the first mid-generation), stop=[""] cut every text to "".
+    (dict(logprobs=5), "logprobs must be 0 or 1 (the chosen token's log-probability), got 5"),
+    (dict(stop=[1]), "stop must be non-empty strings, got 1"),
+    (dict(stop=["ok", ""]), "stop must be non-empty strings, got ''"),
+    (dict(stop=3), "stop must be a list, got int 3"),
+    (dict(stop_token_ids=5), "stop_token_ids must be a list, got int 5"),
 ])
 def test_bad_sampling_params(kwargs, fragment):
     with pytest.raises(RequestError) as e:
         SamplingParams(**kwargs)  # params: bad
     assert_located(e.value, "params: bad", fragment)
+
+
+def test_stop_lists_in_any_spelling():
+    assert SamplingParams(stop="x").stop == ["x"] and SamplingParams(stop=("x", "y")).stop == ["x", "y"]
+    assert SamplingParams(stop=None).stop == [] and SamplingParams(stop_token_ids=None).stop_token_ids == []
+    assert SamplingParams(stop_token_ids=(3, 4)).stop_token_ids == [3, 4]
+    assert SamplingParams(logprobs=0).logprobs == 0 and SamplingParams(logprobs=1).logprobs == 1
+
+
+@pytest.mark.parametrize("params,fragment", [
+    ({"temperature": 0}, "sampling params 0 must be a SamplingParams (or None), got dict"),
+    ([SamplingParams(max_tokens=2), "greedy"], "sampling params 1 must be a SamplingParams (or None), got str"),
+])
+def test_sampling_params_of_another_type_refused_and_llm_still_works(llm, params, fragment):
+    """Was an AttributeError from inside the engine ('dict' object has no attribute 'resolved')."""
+    ok = {"prompt_token_ids": [3, 4]}
+    greedy = SamplingParams(temperature=0, max_tokens=3)
+    before = llm.generate(ok, greedy)[0].outputs[0].token_ids
+    with pytest.raises(RequestError) as e:
+        llm.generate([ok, ok], params)  # generate: bad params
+    assert_located(e.value, "generate: bad params", fragment)
+    assert llm.generate(ok, greedy)[0].outputs[0].token_ids == before
 
 
 @pytest.mark.parametrize("prompt,fragment", [

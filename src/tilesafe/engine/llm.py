@@ -297,6 +297,10 @@ class LLM:
         if len(params) != len(items):
             raise request_error(f"generate: {len(items)} prompts but {len(params)} sampling params",
                                 help="pass one SamplingParams, or one per prompt")
+        for i, p in enumerate(params):        # a dict or a str here was an AttributeError from resolved()
+            if p is not None and not isinstance(p, SamplingParams):
+                raise request_error(f"generate: sampling params {i} must be a SamplingParams (or None), got "
+                                    f"{type(p).__name__}", help="pass SamplingParams(temperature=..., ...)")
         defaults = self.generation_config.sampling_defaults()
         seqs = []
         for i, (item, p) in enumerate(zip(items, params)):

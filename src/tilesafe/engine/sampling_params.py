@@ -34,10 +34,14 @@ class SamplingParams:
         _check_int("top_k", self.top_k, lambda v: v >= -1, ">= -1 (0 or -1: no limit)")
         _check_int("max_tokens", self.max_tokens, lambda v: v > 0, "> 0")
         _check_int("seed", self.seed, lambda v: True, "an int")
-        _check_int("logprobs", self.logprobs, lambda v: v >= 0, ">= 0")
-        if isinstance(self.stop, str):
-            self.stop = [self.stop]
-        self.stop_token_ids = list(self.stop_token_ids or [])
+        # Only the chosen token's log-probability is computed: a larger count would silently
+        # give one entry where vLLM gives that many alternatives.
+        _check_int("logprobs", self.logprobs, lambda v: 0 <= v <= 1, "0 or 1 (the chosen token's log-probability)")
+        self.stop = [self.stop] if isinstance(self.stop, str) else _listed("stop", self.stop)
+        for s in self.stop:
+            if not isinstance(s, str) or not s:
+                raise request_error(f"SamplingParams: stop must be non-empty strings, got {s!r}")
+        self.stop_token_ids = _listed("stop_token_ids", self.stop_token_ids)
         for i in self.stop_token_ids:
             _check_int("stop_token_ids", i, lambda v: v >= 0, "a list of token ids >= 0")
 
@@ -49,6 +53,16 @@ class SamplingParams:
             if getattr(self, name) is None:
                 values[name] = defaults.get(name, fallback)
         return dataclasses.replace(self, **values)
+
+
+def _listed(name: str, value) -> list:
+    """`value` as a list (None: empty); anything but a list or tuple is refused naming the
+    parameter, not left to fail later as a TypeError."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise request_error(f"SamplingParams: {name} must be a list, got {type(value).__name__} {value!r}")
+    return list(value)
 
 
 def _check_number(name: str, value, ok, limit: str) -> None:
