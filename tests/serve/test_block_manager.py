@@ -129,6 +129,22 @@ def test_blocks_are_not_shared_before_they_are_computed():
     assert bm.allocate("b", range(12)) == 4
 
 
+def test_computed_step_by_step_names_a_block_only_when_the_step_filled_it():
+    """With `new` (the step's tokens), a step that filled no block returns at once, before the
+    sequence is looked up (the scheduler calls it per request per step); the names are those of
+    one call over every token."""
+    bm = BlockManager(num_blocks=10, block_size=4)
+    bm.allocate("a", range(12))
+    bm.computed("a", 3, 3)                        # a prompt chunk of 3: no full block
+    assert bm.allocate("b", range(12)) == 0
+    for n in range(4, 11):                        # decode steps, one token each: blocks fill at 4 and 8
+        bm.computed("a", n, 1)
+    assert bm.allocate("c", range(12)) == 8
+    bm.computed("gone", 6, 1)                     # no block filled: no lookup, no error
+    with pytest.raises(BlockManagerError, match="unknown sequence 'gone'"):
+        bm.computed("gone", 8, 1)                 # a block filled: the sequence must be there
+
+
 def test_a_freed_block_is_reused_by_name_until_evicted_lru():
     bm = BlockManager(num_blocks=4, block_size=2)
     bm.allocate("a", [1, 2, 3, 4, 5])             # 3 blocks, the first two full

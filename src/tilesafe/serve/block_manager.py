@@ -192,9 +192,13 @@ class BlockManager:
             raise self._out_of_blocks(self.blocks_needed(len(seq.tokens) + len(tokens)) - len(seq.blocks), seq_id)
         self._extend(seq, tokens)
 
-    def computed(self, seq_id, num_tokens: int) -> None:
+    def computed(self, seq_id, num_tokens: int, new: int | None = None) -> None:
         """The KV of the sequence's first `num_tokens` tokens is written: the full blocks among
-        them become reusable by name (prefix caching)."""
+        them become reusable by name (prefix caching). `new`: how many of them the last step
+        wrote, when the caller knows; a step that filled no block (most decode steps) then
+        names nothing and returns before the sequence is looked up."""
+        if new is not None and num_tokens // self.block_size == (num_tokens - new) // self.block_size:
+            return
         seq = self._seq(seq_id)
         full = min(num_tokens, len(seq.tokens)) // self.block_size
         while len(seq.names) < full:

@@ -132,11 +132,8 @@ class Scheduler:
 
     def computed(self, req: Request, n: int) -> None:
         """The step wrote the KV of `req`'s next n tokens: their full blocks become shareable."""
-        before = req.computed
         req.computed += n
-        bs = self.blocks.block_size
-        if req.computed // bs != before // bs:     # a block filled (most decode steps fill none)
-            self.blocks.computed(req.request_id, req.computed)
+        self.blocks.computed(req.request_id, req.computed, n)
 
     def finish(self, req: Request) -> None:
         """A finished or cancelled request leaves; its blocks are free at once. Finishing it
