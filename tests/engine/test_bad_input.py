@@ -75,6 +75,35 @@ def test_wrong_tensor_shape_and_dtype(checkpoint, tmp_path):
     assert_located(e.value, "ckpt: dtype", name, "torch.int32")
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_an_unreadable_safetensors_file_is_named(checkpoint, tmp_path, damage):
+    """Was safetensors' own SafetensorError, raised from the engine's listing of the file's tensors."""
+    folder, _ = checkpoint()
+    dst = copy_of(folder, tmp_path)
+    data = (dst / "model.safetensors").read_bytes()
+    (dst / "model.safetensors").write_bytes(b"not a safetensors file" * 4 if damage == "garbage"
+                                            else data[:len(data) // 2])
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(dst), device="cpu", progress=False)  # ckpt: unreadable
+    assert_located(e.value, "ckpt: unreadable", f"cannot read {dst / 'model.safetensors'}")
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("[1, 2]", "config.json must hold a JSON object, got list"),              # was an AttributeError
+    (None, "rope_parameters must be an object, got [10000.0]"),               # was an AttributeError
+])
+def test_a_config_of_the_wrong_json_shape_is_named(checkpoint, tmp_path, text, fragment):
+    folder, _ = checkpoint()
+    dst = copy_of(folder, tmp_path)
+    if text is None:
+        raw = json.loads((dst / "config.json").read_text())
+        text = json.dumps({**raw, "rope_parameters": [10000.0]})
+    (dst / "config.json").write_text(text)
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(dst), device="cpu", progress=False)  # ckpt: json shape
+    assert_located(e.value, "ckpt: json shape", fragment)
+
+
 @pytest.mark.parametrize("edit,fragment", [
     (dict(architectures=["LlamaForCausalLM"], model_type="llama"), "LlamaForCausalLM"),
     (dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe"), "Qwen3MoeForCausalLM"),

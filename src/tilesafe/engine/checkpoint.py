@@ -115,8 +115,11 @@ def tensor_files(model_dir) -> dict[str, Path]:
         raise checkpoint_error(f"no {SINGLE} or {INDEX} in {root}",
                                help="save the model with save_pretrained(..., safe_serialization=True)")
     from safetensors import safe_open
-    with safe_open(str(single), framework="pt") as f:
-        return {name: single for name in f.keys()}
+    try:
+        with safe_open(str(single), framework="pt") as f:
+            return {name: single for name in f.keys()}
+    except Exception as e:   # a corrupt or truncated file: safetensors' own error type, from its header
+        raise checkpoint_error(f"cannot read {single}: {e}") from None
 
 
 class _FileSource:

@@ -42,6 +42,8 @@ class Qwen3Config:
             raw = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise checkpoint_error(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(raw, dict):
+            raise checkpoint_error(f"{path} must hold a JSON object, got {type(raw).__name__}")
         return cls.from_dict(raw, str(path))
 
     @classmethod
@@ -83,6 +85,8 @@ def _check_architecture(raw: dict, where: str) -> None:
 def _rope_theta(raw: dict, where: str) -> float:
     """rope_theta from either spelling; any RoPE scaling is refused (not implemented)."""
     params = raw.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise checkpoint_error(f"{where}: rope_parameters must be an object, got {params!r}")
     scaling = raw.get("rope_scaling")
     kind = params.get("rope_type", "default")
     if scaling or kind != "default":
