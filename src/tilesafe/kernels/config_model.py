@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 
+from ..errors import LaunchError, caller_loc
 from . import attention_model as am
 from . import gemm_model as gm
 from .machine_model import H200, Attention, Decode, Gemm, Gpu, gpu_of
@@ -45,11 +46,28 @@ def candidates(shape, gpu: Gpu | None = None) -> list[dict]:
 def _ranked_all(shape, gpu: Gpu) -> tuple:
     """Ranking ~70 candidates takes milliseconds: once per shape (a call's plan, call_plans.py,
     skips the lookup on later calls of one layout; a new layout of one shape lands here)."""
+    _check_sizes(shape)
     make, _, predict = _MODELS[shape.family]
     scored = [(predict(shape, c, gpu)[0], i, c) for i, c in enumerate(make(shape, gpu))]
     ranked = tuple(c for _, _, c in sorted(scored, key=lambda t: t[:2]))
-    rule = gm.streaming_choice(shape, gpu)      # 16 < m <= 128: a measured rule before the ranking
+    rule = gm.rule_choice(shape, gpu)           # 16 < m <= 128, a short-K GEMV: a measured rule first
     return ranked if rule is None else (rule, *(c for c in ranked if not _same(c, rule)))
+
+
+# The sizes the models divide by (tile counts, waves): 0 has no config. An empty batch of rows
+# (m = 0) or cache (max_seq = 0) does: decode_workspace sizes an empty cache's workspace by it.
+_NONEMPTY = {"Gemm": ("n", "k"), "Attention": ("batch", "sq", "sk"), "Decode": ()}
+
+
+def _check_sizes(shape) -> None:
+    """A shape of an empty `_NONEMPTY` size (K = 0 divided by zero in the tile counts) is a
+    LaunchError; the kernels return before they look a config up (tests/kernels/test_empty_sizes.py)."""
+    empty = [f"{name}={getattr(shape, name)}" for name in _NONEMPTY.get(type(shape).__name__, ())
+             if getattr(shape, name) < 1]
+    if empty:
+        raise LaunchError(f"the config model has no config for an empty {type(shape).__name__} "
+                          f"({', '.join(empty)})", loc=caller_loc(),
+                          help="sizes that set the tiles must be >= 1; an empty product or attention needs no config")
 
 
 def choose(shape, gpu: Gpu | None = None) -> dict:
@@ -66,15 +84,15 @@ def choice(shape, gpu: Gpu) -> dict:
 def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
     """The model's best `n` configs of distinct kinds (tile shape, split or not, tail split, a
     decode's one kernel or two), for a short autotune: near-ties of one kind (a stage more or
-    less) would teach it little. Where a rule picks the config (16 < m <= 128), its pick comes
-    first, beside the ranking's `n` of other kinds (an autotune then never loses a candidate it
-    used to time); last, where the ranking's `n` do not hold it already, a one-row product of
-    short K gets the short-K GEMV candidate (`gemm_model.short_k_gemv`) and a product of few
-    output tiles the balanced split (`gemm_model.balanced_split`)."""
+    less) would teach it little. Where a rule picks the config (16 < m <= 128; one row by a
+    short K: `gemm_model.rule_choice`), its pick comes first, beside the ranking's `n` of other
+    kinds (an autotune then never loses a candidate it used to time); last, where those do not
+    hold it already, a product of few output tiles gets the balanced split
+    (`gemm_model.balanced_split`)."""
+    _check_sizes(shape)
     gpu = gpu or gpu_of(None)
-    rule = gm.streaming_choice(shape, gpu) if shape.family == "matmul" else None
-    extra = gm.short_k_gemv(shape, gpu) if shape.family == "linear" else \
-        gm.balanced_split(shape, gpu) if shape.family == "matmul" else None
+    rule = gm.rule_choice(shape, gpu)
+    extra = gm.balanced_split(shape, gpu) if shape.family == "matmul" else None
     everything = _ranked_all(shape, gpu)
     out, kinds = ([dict(rule)], {_kind(rule)}) if rule is not None else ([], set())
     n += len(out)

@@ -392,34 +392,53 @@ def linear_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
     return [c for c in out if valid_linear(c, s, gpu)]
 
 
-# One row by a short K (<= SHORT_K): each block's chain of K tiles is short, so what keeps the HBM
-# busy is blocks, not pipeline depth. The model's candidates (>= 4096 elements a load) give such a
-# weight few blocks per SM; 128-wide K tiles with the column tile narrowed until every SM holds
-# GEMV_BLOCKS_PER_SM blocks did better: 12800 x 1600 at 16 x 128 (800 blocks, 4 stages) ran 0.953 of
-# F.linear where the model's 32 x 128 (400 blocks) ran 0.921 (session 17, probe round 1). That
-# shape is a held-out draw of the random benchmark, so it is this rule's evidence, not its fit:
-# shapes_probe.py `gemv2` times synthetic short-K weights (neither training nor held out) for
-# that, not yet run (session 18 had no GPU round for it). The model prices a partly full second
-# round of such short blocks as a whole round (pricing it by the loads in flight instead lost
-# 0.92 -> 0.83 of the fit's first picks), so it ranks them last: the rule is no default, only a
-# candidate the opt-in first-use autotune times beside the model's (`config_model.ranked`).
+# One row by a short K (SHORT_K_MIN..SHORT_K): each block's chain of K tiles is short, so what keeps
+# the HBM busy is blocks, not pipeline depth. The model's candidates (>= 4096 elements a load) give
+# such a weight few blocks per SM and its ranking prices a partly full second round of these short
+# blocks as a whole round (pricing it by the loads in flight instead lost 0.92 -> 0.83 of the fit's
+# first picks), so a rule picks the config before the ranking (`config_model.choice`): loads of
+# 4 KB (GEMV_LOAD_BYTES: 8 x 256 or 16 x 128 bf16 elements), 4 warps, 4 stages, one launch, where
+# the narrow column tile leaves >= GEMV_BLOCKS_PER_SM blocks on every SM. Its K tile is 256
+# elements unless 128 pads K less: the last K tile is masked, and its step costs a whole one
+# (K = 1600 is 6.25 tiles of 256, 12.5 of 128: 12% of the 256-wide steps read nothing, 4% of
+# the 128-wide ones). Evidence (H200, session 19 probe round r1b, shapes_probe.py `gemv2`):
+# the synthetic short-K weights (neither training nor held out) ran 8 x 256 x 4 stages best —
+# 16384 x 1024 1.017 of F.linear (the model's 32 x 128: 0.998), 10240 x 1536 1.077 (model's
+# 16 x 256: 1.057, 16 x 128: 0.93). The held-out draw 12800 x 1600 (verification, never fitted)
+# ran 16 x 128 best, 0.962 (8 x 256: 0.888; the model's 32 x 128: 0.929), as the K-tile reason
+# says. K < SHORT_K_MIN was not measured: the model's. Weights of K > SHORT_K (4B qkv, 6144 x 2560)
+# keep the model's choice (1.135 of F.linear there).
 SHORT_K = 2048
+SHORT_K_MIN = 1024
 GEMV_BLOCKS_PER_SM = 4
+GEMV_LOAD_BYTES = 4096
+GEMV_K_TILE_BYTES = (512, 256)   # 256 / 128 bf16 elements, widest first
 
 
 def short_k_gemv(s: Gemm, gpu: Gpu) -> dict | None:
-    """The short-K GEMV candidate above for `s` (None unless m = 1, K <= SHORT_K and a column
-    tile of >= 16 gives GEMV_BLOCKS_PER_SM blocks per SM)."""
-    if s.m != 1 or s.k > SHORT_K:
+    """The short-K GEMV rule above for `s` (None unless m = 1, SHORT_K_MIN <= K <= SHORT_K and
+    the rule's column tile gives GEMV_BLOCKS_PER_SM blocks per SM)."""
+    if s.family != "linear" or s.m != 1 or not SHORT_K_MIN <= s.k <= SHORT_K:
         return None
-    bn = 32
-    while bn > 16 and cdiv(s.n, bn) < GEMV_BLOCKS_PER_SM * gpu.sms:
-        bn //= 2
+    es = element_bytes(s.dtype)
+    widths = [b // es for b in GEMV_K_TILE_BYTES]
+    bk = min(widths, key=lambda w: (cdiv(s.k, w) * w, -w))     # the least padded K, the wider tile on a tie
+    bn = GEMV_LOAD_BYTES // (bk * es)
     if cdiv(s.n, bn) < GEMV_BLOCKS_PER_SM * gpu.sms:
         return None
-    c = {"block_m": 16, "block_n": bn, "block_k": 128 * 2 // element_bytes(s.dtype), "min_blocks": 1, "split_k": 1,
-         "prefetch": False, "num_warps": 4, "num_stages": 4}
+    c = {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1, "split_k": 1, "prefetch": False,
+         "num_warps": 4, "num_stages": 4}
     return c if valid_linear(c, s, gpu) else None
+
+
+def rule_choice(s, gpu: Gpu) -> dict | None:
+    """The config a measured rule picks for `s` ahead of the model's ranking, or None: the
+    streaming rule (16 < m <= 128) or the short-K GEMV rule (m = 1)."""
+    if s.family == "matmul":
+        return streaming_choice(s, gpu)
+    if s.family == "linear":
+        return short_k_gemv(s, gpu)
+    return None
 
 
 def valid_linear(c: dict, s: Gemm, gpu: Gpu) -> bool:
