@@ -24,7 +24,9 @@ run's worst draws to verify) and gemv (M = 1: column / K tiles, stages and warps
 session 18: split (K split in 1..8 slices, one launch or two, per tile shape, on the few-tile products),
 bigm (M ~ 3000 rows by a short K: tile shapes, persistent or not), gemv2 (M = 1, short K: narrow column
 tiles of short K tiles) and auto (the first-use autotune's pick, the model's choice and every candidate the
-autotune times; run it alone, with TILESAFE_CACHE_DIR set to an empty folder).
+autotune times; run it alone, with TILESAFE_CACHE_DIR set to an empty folder); session 19: gemv3 (the
+short-K GEMV rule against its neighbours on synthetic weights of padded K) and rows (32-row tiles for 72..83
+rows of few output tiles).
 """
 import json
 import os
@@ -37,7 +39,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # side_by_si
 from side_by_side import predicted_us, vs_fastest_sdpa  # noqa: E402
 
 BUDGET_S = {"small": 52.0, "decode": 15.0, "flash": 16.0, "verify": 55.0, "wave": 58.0, "gemv": 18.0, "split": 50.0,
-            "bigm": 14.0, "gemv2": 12.0, "auto": 80.0}
+            "bigm": 14.0, "gemv2": 12.0, "auto": 80.0,
+            "gemv3": 20.0, "rows": 22.0}
 TOTAL_S = 92.0
 START = time.monotonic()
 _PART_START: dict = {}
@@ -559,6 +562,63 @@ def part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu):
                      rotation_sets, policy, gpu, copy=True)
 
 
+# --- gemv3: the short-K GEMV rule on padded K tiles (session 19) -----------------------------------
+
+# (name, N, K): synthetic weights (neither training nor held out) whose K is no multiple of 256 — the
+# rule's reason for 128-wide K tiles there (1344, 1856: 256s pad K 9-10%, 128s 5-3%; 1152: 128s exact)
+# — then a long one that round r1b skipped and one just past the rule's four blocks per SM (640 of 8)
+GEMV3_WEIGHTS = (("synthetic", 14336, 1344), ("synthetic", 11264, 1856), ("synthetic", 9216, 1152),
+                 ("synthetic", 24576, 2048), ("synthetic", 5120, 1024))
+# (block_n, block_k, warps, stages)
+GEMV3_CANDS = ((8, 256, 4, 4), (16, 128, 4, 4), (8, 128, 4, 4), (16, 256, 4, 3), (32, 128, 4, 3))
+
+
+def gemv3_configs(cm, shape, gpu):
+    """The model's ranking's own first pick (what the rule displaced) and the 4 KB / 2 KB / 8 KB loads
+    around the rule's (the library's call, "ts default", runs the rule's)."""
+    rule = cm.choose(shape, gpu)
+    out = {"model ranking": next(c for c in cm.candidates(shape, gpu) if c != rule)}
+    for bn, bk, w, st in GEMV3_CANDS:
+        c = {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1, "split_k": 1, "prefetch": False,
+             "num_warps": w, "num_stages": st}
+        if c != rule and cm.valid(shape, c, gpu):
+            out[f"bn{bn} bk{bk} w{w} s{st}"] = c
+    return out
+
+
+def part_gemv3(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    return grid_part("gemv3", gemv_cases(cm, GEMV3_WEIGHTS), gemv3_configs, ts, cm, measure, result_check,
+                     rotation_sets, policy, gpu, copy=True)
+
+
+# --- rows: 32-row tiles for 72..83-row products of few output tiles (session 19) -------------------
+
+# (name, M, N, K): training weights first, then the held-out worst draw (measured, never fitted).
+# 64 x 128 tiles give 40-72 tiles on 132 SMs; 32-row tiles give 1.5x as many blocks, each reading the
+# same 128 columns of the weight (from L2 the second and third time), one deep pipeline per SM
+ROWS_GEMM = (("8B o", 83, 4096, 4096), ("4B o", 72, 2560, 4096), ("4B down", 72, 2560, 9728),
+             ("held-out", 83, 4608, 3584))
+# (BM, BN, BK, warps, stages, split, one launch)
+ROWS_TILES = ((32, 128, 64, 4, 8, 1, False), (32, 128, 128, 4, 4, 1, False), (32, 128, 64, 4, 8, 2, True),
+              (32, 64, 128, 4, 8, 2, True))
+
+
+def rows_configs(cm, shape, gpu):
+    out = {}
+    for bm, bn, bk, w, st, split, one in ROWS_TILES:
+        c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
+             "min_blocks": gpu.sms, "tail_split": False, "one_kernel": one, "num_warps": w, "num_stages": st}
+        tiles = -(-shape.m // bm) * -(-shape.n // bn)
+        if cm.valid(shape, c, gpu):
+            out[f"{bm}x{bn}x{bk} w{w} s{st} sk{split}{' 1k' if one else ''} ({tiles * split})"] = c
+    return out
+
+
+def part_rows(ts, cm, measure, result_check, rotation_sets, policy, gpu):
+    return grid_part("rows", gemm_cases(cm, ROWS_GEMM), rows_configs, ts, cm, measure, result_check,
+                     rotation_sets, policy, gpu)
+
+
 # --- auto: what the first-use autotune picks, beside the model's own choice (session 18) ----------
 
 # (name, M, N, K): training shapes first, then held-out draws (measured, never fitted); M = 1: a GEMV
@@ -662,7 +722,9 @@ def main(out_path, parts=("small", "decode", "flash")):
                "split": lambda: part_split(ts, cm, measure, result_check, rotation_sets, policy, gpu),
                "bigm": lambda: part_bigm(ts, cm, measure, result_check, rotation_sets, policy, gpu),
                "gemv2": lambda: part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu),
-               "auto": lambda: part_auto(ts, cm, measure, result_check, rotation_sets, policy, gpu)}
+               "auto": lambda: part_auto(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "gemv3": lambda: part_gemv3(ts, cm, measure, result_check, rotation_sets, policy, gpu),
+               "rows": lambda: part_rows(ts, cm, measure, result_check, rotation_sets, policy, gpu)}
     for part in parts:
         try:
             result[part] = runners[part]()
