@@ -567,7 +567,7 @@ def part_gemv2(ts, cm, measure, result_check, rotation_sets, policy, gpu):
 # (name, N, K): synthetic weights (neither training nor held out) whose K is no multiple of 256 — the
 # rule's reason for 128-wide K tiles there (1344, 1856: 256s pad K 9-10%, 128s 5-3%; 1152: 128s exact)
 # — then a long one that round r1b skipped and one just past the rule's four blocks per SM (640 of 8)
-GEMV3_WEIGHTS = (("synthetic", 14336, 1344), ("synthetic", 11264, 1856), ("synthetic", 9216, 1152),
+GEMV3_WEIGHTS = (("synthetic", 14336, 1344), ("synthetic", 11520, 1856), ("synthetic", 9216, 1152),
                  ("synthetic", 24576, 2048), ("synthetic", 5120, 1024))
 # (block_n, block_k, warps, stages)
 GEMV3_CANDS = ((8, 256, 4, 4), (16, 128, 4, 4), (8, 128, 4, 4), (16, 256, 4, 3), (32, 128, 4, 3))
