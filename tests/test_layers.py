@@ -11,7 +11,8 @@ re-exports: `from tilesafe import X` below that layer is a back-edge too.
 
 Within a layer, imports make no circle either (modules that import each other, directly or
 round a ring: a lazy import only moves the circle into a function), and a module imports no
-`_private` name of another: a name other modules use is public, or lives where it belongs.
+`_private` name of another: a name other modules use is public, or lives where it belongs; nor
+calls another module's classes' `_private` methods (a ratchet: the known ones may only go).
 """
 from __future__ import annotations
 
@@ -304,3 +305,75 @@ def test_the_private_name_walk(tmp_path):
     assert sorted(private_imports("tilesafe.kernels.mod", src, known)) == [
         (1, "tilesafe.kernels.paged_kv._rows3"), (5, "tilesafe.kernels.matmul._tf32"),
         (7, "tilesafe.kernels.launch._with_pdl")]
+
+
+# --- private methods -------------------------------------------------------------------------
+
+# Private methods of one module's classes that another module calls, by (calling module, name),
+# each with why (the list may only shrink). The walk goes by name (it cannot know an object's
+# class): `x._m` where x is not self/cls/torch and a class of another module defines `_m`, and
+# the calling module neither defines `_m` nor assigns `x._m`.
+_TENSOR_PROTOCOL = "the runtime's tensor protocol: its torch view and the checks every launcher runs"
+KNOWN_PRIVATE_METHODS: dict[tuple[str, str], str] = {
+    **{(m, "_torch"): _TENSOR_PROTOCOL for m in (
+        "backends.reference.backend", "backends.triton.backend", "kernels.call_checks", "kernels.layout",
+        "runtime.autotune", "runtime.binding", "runtime.constructors", "runtime.distributed", "runtime.execute",
+        "runtime.graph", "runtime.ordering", "runtime.partition", "runtime.prepared_launch", "runtime.safety",
+        "runtime.storage_state", "simt.binding", "simt.examples.block_sum", "simt.gpu_repeat",
+        "simt.graph_capture", "simt.kernel", "simt.launch", "simt.launch_plans")},
+    **{(m, "_check_usable"): _TENSOR_PROTOCOL for m in (
+        "kernels.call_hits", "kernels.call_plans", "kernels.layout", "runtime.autotune", "runtime.binding",
+        "runtime.constructors", "runtime.distributed", "runtime.freeze", "simt.gpu_repeat", "simt.launch_plans")},
+    **{(m, "_byte_set"): _TENSOR_PROTOCOL for m in (
+        "runtime.distributed", "runtime.execute", "runtime.graph", "runtime.graph_registry", "runtime.ordering",
+        "runtime.prepared_launch", "runtime.safety", "simt.launch", "simt.launch_plans")},
+    ("runtime.constructors", "_check_read"): _TENSOR_PROTOCOL,
+    ("runtime.distributed", "_check_not_lent_elsewhere"): _TENSOR_PROTOCOL,
+    ("runtime.distributed", "_check_not_frozen"): _TENSOR_PROTOCOL,
+    ("kernels.launch", "_check_lendable"): _TENSOR_PROTOCOL,
+    ("runtime.launch_plan", "_lent_to"): _TENSOR_PROTOCOL,
+    ("runtime.binding", "_check_live"): "a partition's S8/S13 checks, run by the binder",
+    ("runtime.binding", "_check_torch_untouched"): "a partition's S8/S13 checks, run by the binder",
+    ("runtime.compile_ahead", "_check_preconditions"): "the kernel's preconditions, run before a compile",
+    ("runtime.launch_cache", "_check_preconditions"): "the kernel's preconditions, run by a cached launch",
+    ("serve.async_llm", "_sequences"): "the LLM's request check and tokenization, shared with serving",
+}
+
+
+def private_method_uses() -> dict[tuple[str, str], tuple[int, list[str]]]:
+    """(calling module, method) -> (first line, the modules whose classes define it)."""
+    known = modules()
+    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in known.items()}
+    defined, owned = {}, {}
+    for name, tree in trees.items():
+        owned[name] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _private(item.name):
+                        defined.setdefault(item.name, set()).add(name)
+                        owned[name].add(item.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                owned[name].add(node.attr)                       # x._m = ...: this module's own
+    found = {}
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr in defined and node.attr not in owned[name]):
+                continue
+            receiver = ast.unparse(node.value)
+            if receiver in ("self", "cls") or receiver.split(".")[0] == "torch":
+                continue
+            key = (name.removeprefix("tilesafe."), node.attr)
+            if key not in found or node.lineno < found[key][0]:
+                found[key] = (node.lineno, sorted(defined[node.attr]))
+    return found
+
+
+def test_no_module_calls_another_modules_private_methods():
+    found = private_method_uses()
+    new = [f"tilesafe.{m}:{line}: {attr} (defined in {', '.join(where)})"
+           for (m, attr), (line, where) in sorted(found.items()) if (m, attr) not in KNOWN_PRIVATE_METHODS]
+    gone = sorted(set(KNOWN_PRIVATE_METHODS) - set(found))
+    assert not new, "private methods called from another module (give them a public, documented name, " \
+        "or move the use behind a public one):\n  " + "\n  ".join(new)
+    assert not gone, f"no longer called from outside: take them off KNOWN_PRIVATE_METHODS: {gone}"

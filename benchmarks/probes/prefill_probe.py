@@ -41,7 +41,7 @@ def engine_logits(llm, ids: list[int]) -> torch.Tensor:
     model = llm.model
     probe = Qwen3Model(model.cfg, model.w, model.cache, None)
     t = len(ids)
-    with llm._on_device(), torch.inference_mode():
+    with llm.on_device(), torch.inference_mode():
         a = Activations.allocate(model.cfg, t, 1, llm.dtype, llm.device)
         a.ids.copy_(torch.tensor(ids, dtype=torch.int32))
         a.positions.copy_(torch.arange(t, dtype=torch.int32))

@@ -96,7 +96,7 @@ def _warm_graphs(server) -> float | None:
         if graphs is None:
             return None
         t = time.perf_counter()
-        with core.llm._on_device(), torch.inference_mode():
+        with core.llm.on_device(), torch.inference_mode():
             graphs.warm_up()
             core.runner.forget_rows()
         torch.cuda.synchronize()

@@ -101,7 +101,7 @@ def test_a_decode_step_runs_only_tilesafe_kernels(bf16_model):
             llm.generate({"prompt_token_ids": PROMPTS[0]}, SamplingParams(temperature=0, max_tokens=3))  # warm-up
             torch.cuda.synchronize()
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                with llm._on_device():
+                with llm.on_device():
                     steps.run([5], [len(PROMPTS[0])])
                 torch.cuda.synchronize()
     finally:

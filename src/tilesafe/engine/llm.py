@@ -135,7 +135,7 @@ class LLM:
         self.tokenizer, self.generation_config = text_side
         self.eos_ids = frozenset(self.generation_config.eos_token_ids) | (
             {self.tokenizer.eos_token_id} if self.tokenizer and self.tokenizer.eos_token_id is not None else set())
-        with self._on_device():
+        with self.on_device():
             graph = self.device.startswith("cuda") and ts.current_backend() == "triton"
         capture = graph and use_graph is not False
         # prompts of each token bucket through one graph (prefill_graphs.py): not with tensor parallelism
@@ -144,7 +144,7 @@ class LLM:
         prefill_tokens = min(self.max_model_len - 1, MAX_GRAPH_TOKENS)
         try:
             self._check_memory(local, prefill_tokens if use_prefill_graphs else 0)
-            with self._on_device():
+            with self.on_device():
                 w = weights(shards)
                 cache = KVCache.allocate(local, self.max_num_seqs, self.max_model_len, self.dtype, self.device)
                 first = self._tp is None or self._tp.rank == 0
@@ -184,7 +184,7 @@ class LLM:
         """A rank > 0: run rank 0's commands until "exit"; the process's exit status."""
         group = self._tp
         try:
-            with self._on_device(), torch.inference_mode():
+            with self.on_device(), torch.inference_mode():
                 while True:
                     command = group.recv()
                     kind = command[0]
@@ -236,7 +236,7 @@ class LLM:
         `tk.first_use_tuning`, cached per GPU on disk). Without prefill graphs
         (`prefill_graphs=False`, tensor parallelism) it does nothing."""
         if self.prefill_graphs is not None:
-            with self._on_device(), torch.inference_mode():
+            with self.on_device(), torch.inference_mode():
                 self.prefill_graphs.warm_up(tune=tune)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list:
@@ -284,9 +284,11 @@ class LLM:
         captured graph on a GPU); only `.greedy` and `.greedy_logprobs`. Uses cache slot 0."""
         from . import scoring
         prompt, continuation = scoring.check(self, prompt_ids, continuation_ids, through)
-        run = scoring.through_prefill if through == "prefill" else scoring.through_decode
-        with self._on_device(), torch.inference_mode():
-            return run(self, prompt, continuation)
+        with self.on_device(), torch.inference_mode():
+            if through == "prefill":
+                return scoring.through_prefill(self, prompt, continuation)
+            # the LLM's own steps, handed over: what generate runs, not public calls of the LLM
+            return scoring.through_decode(self, prompt, continuation, self._prefill_ids, self._decode)
 
     # -- one call ------------------------------------------------------------------------------
 
@@ -313,7 +315,7 @@ class LLM:
 
     def _run(self, seqs: list[Sequence]):
         """Generate every sequence, yielding after each token of each wave."""
-        with self._on_device(), torch.inference_mode():
+        with self.on_device(), torch.inference_mode():
             for w in range(0, len(seqs), self.max_num_seqs):
                 yield from self._wave(seqs[w:w + self.max_num_seqs])
 
@@ -387,7 +389,11 @@ class LLM:
         from .detokenize import IncrementalDetokenizer
         return IncrementalDetokenizer(self.tokenizer, item.ids, skip_special_tokens=p.skip_special_tokens)
 
-    def _on_device(self):
+    def on_device(self):
+        """The context this LLM's tilesafe calls run in: on the CPU a CPU backend (the reference
+        one, when the current backend is Triton's), else the current backend. The serving
+        engine runs its steps in it; so may code that launches tilesafe kernels on the LLM's
+        tensors beside it."""
         return ts.backend(self.backend) if self.backend else contextlib.nullcontext()
 
     def _check_memory(self, cfg: Qwen3Config, prefill_tokens: int = 0) -> None:

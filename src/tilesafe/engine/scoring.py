@@ -84,17 +84,18 @@ def through_prefill(llm, prompt: list[int], continuation: list[int]) -> Score:
                  logprobs[rows, torch.tensor(continuation)].tolist())
 
 
-def through_decode(llm, prompt: list[int], continuation: list[int]) -> Score:
+def through_decode(llm, prompt: list[int], continuation: list[int], prefill, decode) -> Score:
     """The prompt's prefill, then continuation[i] fed through one decode step each (cache slot
-    0, sampler row 0, greedy), as `generate` runs them."""
+    0, sampler row 0, greedy), as `generate` runs them: `prefill(prompts)` and `decode(ids,
+    positions, slots)` are the LLM's steps (LLM._prefill_ids, LLM._decode)."""
     greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True).resolved(
         llm.generation_config.sampling_defaults())
     llm.sampler.set_rows([greedy], [0])
     llm.sampler.set_steps([0])
-    first, first_lp = llm._prefill_ids([prompt])
+    first, first_lp = prefill([prompt])
     tokens, logprobs = [first[0]], [first_lp[0]]
     for i, tok in enumerate(continuation[:-1]):
-        t, lp = llm._decode([tok], [len(prompt) + i], [0])
+        t, lp = decode([tok], [len(prompt) + i], [0])
         tokens.append(t[0])
         logprobs.append(lp[0])
     return Score(continuation, tokens, logprobs)

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 
 from ..runtime.host_lock import LOCK
-from ..runtime.partition import Partition
+from ..runtime.partition import end_step, partition_for_step
 from ..runtime.schedule import Schedule, schedule
 from ..runtime.tensor import Tensor
 from ..settings import current_backend
@@ -40,13 +40,13 @@ def start(kernel, outputs: dict, grid, args: dict, step=None) -> None:
     keeps the launch cache's entry for its layout: its next launches use it directly."""
     parts = {}
     # The partitions live only inside this locked step (host_lock): no other thread sees the
-    # outputs lent, so the lending needs no record (Partition._within_step). Bytes some other
+    # outputs lent, so the lending needs no record (partition_for_step). Bytes some other
     # partition holds are refused as `view.partition(tile)` would refuse them.
     with LOCK:
         try:
             for name, (view, tile) in outputs.items():
                 view._check_lendable("partition()")
-                parts[name] = Partition._within_step(view, tuple(tile))
+                parts[name] = partition_for_step(view, tuple(tile))
             kwargs = {**parts, **args}
             if step is not None and step.entry is not None:
                 kernel.launch_entry(step.entry, kwargs, grid)
@@ -58,7 +58,7 @@ def start(kernel, outputs: dict, grid, args: dict, step=None) -> None:
                 step.entry = kernel.cached_entry(kwargs, grid)
         finally:
             for p in parts.values():
-                p._end_step()
+                end_step(p)
 
 
 def schedule_of(cfg: dict) -> Schedule | None:

@@ -85,22 +85,6 @@ class Partition:
         tensor._state._lent.append((None, ref))
         tensor._lender = ref
 
-    @classmethod
-    def _within_step(cls, tensor: "Tensor", tile) -> "Partition":
-        """A partition made and ended inside one step that holds the runtime's lock throughout
-        (a library call's launch, kernels/launch.py). No other thread can see `tensor` before
-        `_end_step()`, and the step itself uses it only through the launch, so the lending is
-        not recorded by bytes nor by place: S8 protects other users, and there are none. The
-        caller has checked that no other partition holds the bytes."""
-        p = cls.__new__(cls)
-        p._tile = check_tile(tile, tensor._torch().shape)
-        p._tensor, p._prefix, p._lent_at, p._live, p._ended_at = tensor, False, None, True, None
-        p._version = version_of(tensor._torch())   # S13: a torch write during the step is still seen
-        return p
-
-    def _end_step(self) -> None:
-        self._live = False
-
     @property
     def grid(self) -> tuple[int, ...]:
         """Tiles per axis: ceil(shape / tile)."""
@@ -206,6 +190,25 @@ class Partition:
         kind = "partition_prefix" if self._prefix else "partition"
         return (f"Partition(shape={self.shape}, tile={self._tile}, grid={self.grid}, "
                 f"dtype={self._tensor._dtype!r}, kind={kind})")
+
+
+def partition_for_step(tensor: "Tensor", tile) -> Partition:
+    """A partition made and ended (`end_step`) inside one step that holds the runtime's lock
+    throughout (a library call's launch, kernels/launch.py). No other thread can see `tensor`
+    before its end, and the step itself uses it only through the launch, so the lending is not
+    recorded by bytes nor by place: S8 protects other users, and there are none. The caller has
+    checked that no other partition holds the bytes. (A function of this module, not a method:
+    `Partition` is the user's, and this lending skips the records user code relies on.)"""
+    p = Partition.__new__(Partition)
+    p._tile = check_tile(tile, tensor._torch().shape)
+    p._tensor, p._prefix, p._lent_at, p._live, p._ended_at = tensor, False, None, True, None
+    p._version = version_of(tensor._torch())   # S13: a torch write during the step is still seen
+    return p
+
+
+def end_step(p: Partition) -> None:
+    """The end of a `partition_for_step` partition: it is unusable from now on."""
+    p._live = False
 
 
 def _describe(t) -> str:

@@ -85,7 +85,7 @@ class EngineCore:
         use_graph = self.runner.decoder.use_graph
         warms = use_graph if warm_up is None else bool(warm_up)
         if warms:
-            with llm._on_device(), torch.inference_mode():
+            with llm.on_device(), torch.inference_mode():
                 self.runner.warm_up(self.scheduler.max_num_batched_tokens, full=warm_up == "full")
                 if split and warm_up != "full":          # the prefill graphs a split step replays
                     self.runner.graphs.warm_up()
@@ -129,7 +129,7 @@ class EngineCore:
         times, measured on first use — call it on the engine thread, between steps)."""
         _check_step_tokens(tokens, self.llm.max_num_seqs)
         if tokens == "auto" and self._warmed and not self.decode_step_times:
-            with self.llm._on_device(), torch.inference_mode():
+            with self.llm.on_device(), torch.inference_mode():
                 self.decode_step_times = self.runner.time_decode_buckets()
             self.auto_step_tokens = _rows_within(self.decode_step_times, 2.0)
         self.decode_step_tokens = self.auto_step_tokens if tokens == "auto" else tokens
@@ -168,7 +168,7 @@ class EngineCore:
             self._gauges()
         start = time.perf_counter()
         synced, self._synced = self._synced, None
-        with self.llm._on_device(), torch.inference_mode():
+        with self.llm.on_device(), torch.inference_mode():
             if plan.prefill and not plan.rows:  # one forward pass: the chunks and the decode rows together
                 self._flush(in_step=True)
                 done = self.runner.step(plan.prefill, plan.decode)

@@ -74,12 +74,12 @@ class ModelRunner:
         check_memory(llm, serving_bytes(llm, None if cache is not None else nb, bs, max_chunk, split_prefill,
                                         WARM_CHUNKS if mixed_steps else 0, pad_decode))
         if cache is None:
-            with llm._on_device():
+            with llm.on_device():
                 cache = PagedKVCache.allocate(llm.config, nb, bs, llm.max_model_len, llm.dtype, llm.device)
         self.cache = cache
         # Its own sampler: rows 0.. for a decode bucket, the rows after them for the fresh
         # prompts of a split step (up to max_num_seqs of each).
-        with llm._on_device():
+        with llm.on_device():
             self.sampler = Sampler(2 * llm.max_num_seqs, llm.device, llm.sampler.rng)
         self.model = Qwen3Model(llm.config, llm.model.w, cache, self.sampler)
         self.max_blocks = -(-llm.max_model_len // bs)
