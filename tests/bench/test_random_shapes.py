@@ -72,9 +72,10 @@ def test_the_shapes_probe_fits_its_rules_on_no_held_out_weight(monkeypatch):
         spec.loader.exec_module(probe)
     finally:
         sys.modules.pop("side_by_side", None)
-    tables = (probe.SPLIT_GEMM, probe.BIGM_GEMM, probe.WAVE_GEMM, probe.VERIFY_GEMM, probe.AUTO_GEMM)
+    tables = (probe.SPLIT_GEMM, probe.BIGM_GEMM, probe.WAVE_GEMM, probe.VERIFY_GEMM, probe.AUTO_GEMM, probe.ROWS_GEMM)
     gemms = [(name, (n, k)) for table in tables for name, _, n, k in table]
-    weights = [(name, (n, k)) for table in (probe.GEMV2_WEIGHTS, probe.GEMV_WEIGHTS) for name, n, k in table]
+    weights = [(name, (n, k)) for table in (probe.GEMV2_WEIGHTS, probe.GEMV_WEIGHTS, probe.GEMV3_WEIGHTS)
+               for name, n, k in table]
     assert len(gemms) > 30 and len(weights) > 6
     for name, w in gemms + weights:
         assert (w in rs.HELD_OUT_WEIGHTS) == (name == "held-out"), (name, w)
