@@ -104,9 +104,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--split-rows", type=int,
                    help="in-process server: steps of fresh prompts with no or >= N decode rows run split "
                         "(prefill graphs, warmed at start-up; up to 4 fresh prompts a step)")
-    p.add_argument("--decode-step-tokens", default="off", metavar="T[,T...]",
-                   help="in-process server: rows of a step beside decodes (auto, off or N); a comma-separated "
-                        "list runs every level once per value, on one server")
+    p.add_argument("--decode-step-tokens", default="default", metavar="T[,T...]",
+                   help="in-process server: rows of a step beside decodes (auto, off, N, or default: the "
+                        "engine's own default, what `tilesafe serve` runs); a comma-separated list runs every "
+                        "level once per value, on one server")
     p.add_argument("--switch-interval", type=float, metavar="S",
                    help="sys.setswitchinterval for this process (the in-process server's threads share its GIL)")
     return p
@@ -156,7 +157,7 @@ def run(args, p) -> int:
                 level = _measure(args, server, llm, model, reqs, warm, c, shared, clients, offline)
             except Exception as e:     # a failed level is recorded; the others still run
                 level = {"concurrency": c, "shared_prefix": shared, "error": f"{type(e).__name__}: {e}"}
-            level["decode_step_tokens"] = str(setting) if server is not None else None
+            level["decode_step_tokens"] = _label(setting) if server is not None else None
             levels.append(level)
             _targets(report)
             print(json.dumps(level), flush=True)
@@ -176,13 +177,25 @@ def run(args, p) -> int:
 
 
 def _step_tokens(text: str):
-    """A --decode-step-tokens value: "auto", None (off), "batch2x" or a row count."""
-    return None if text == "off" else text if text in ("auto", "batch2x") else int(text)
+    """A --decode-step-tokens value: "auto", None (off), "batch2x", "default" or a row count."""
+    return None if text == "off" else text if text in ("auto", "batch2x", "default") else int(text)
+
+
+def _label(setting) -> str:
+    """A level's decode_step_tokens as the table shows it ("default" names what it is)."""
+    if setting == "default":
+        from tilesafe.serve.engine_core import DEFAULT_DECODE_STEP_TOKENS
+        return f"default={'off' if DEFAULT_DECODE_STEP_TOKENS is None else DEFAULT_DECODE_STEP_TOKENS}"
+    return str(setting)
 
 
 def _apply_step_tokens(core, setting) -> None:
-    """Set the engine's decode-step rows; "batch2x" (a probe, not an engine option): per bucket
-    of a step's decode rows, the most rows whose measured step is at most twice that bucket's."""
+    """Set the engine's decode-step rows; "default": the engine's default; "batch2x" (a probe,
+    not an engine option): per bucket of a step's decode rows (max_num_seqs rows at most), the
+    most rows whose measured step is at most twice that bucket's."""
+    if setting == "default":
+        from tilesafe.serve.engine_core import DEFAULT_DECODE_STEP_TOKENS
+        setting = DEFAULT_DECODE_STEP_TOKENS
     if setting != "batch2x":
         core.set_decode_step_tokens(setting)
         return

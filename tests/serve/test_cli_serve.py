@@ -97,7 +97,7 @@ def test_a_bad_decode_step_tokens_is_a_usage_error(bad, capsys):
 
 def test_more_decode_step_tokens_than_sequences_is_refused_before_serving(word_model, capsys):
     assert main(["serve", str(word_model), "--device", "cpu", "--max-model-len", "32", "--max-num-seqs", "2",
-                 "--decode-step-tokens", "3"]) == 2
+                 "--decode-step-tokens", "7"]) == 2
     err = capsys.readouterr().err
-    assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (2), got 3" in err
+    assert "decode_step_tokens must be 'auto', None or an int in 1..3 x max_num_seqs (6), got 7" in err
     assert "Traceback" not in err

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tilesafe.engine import RequestError, SamplingParams
-from tilesafe.serve.engine_core import EngineCore, _rows_within, rows_within_each
+from tilesafe.serve.engine_core import EngineCore, rows_within_each
 from tilesafe.serve.request import Request
 from tilesafe.serve.scheduler import Scheduler
 
@@ -93,8 +93,7 @@ def req(rid, n_prompt, order):
 
 def test_rows_within_takes_the_largest_bucket_within_the_factor():
     times = {1: 2.0, 2: 2.1, 4: 2.2, 8: 3.9, 16: 4.1, 32: 5.0}
-    assert _rows_within(times, 2.0) == 8
-    assert _rows_within({}, 2.0) is None
+    assert rows_within_each({}, 2.0) == {}
     assert rows_within_each(times, 2.0) == {1: 8, 2: 16, 4: 16, 8: 32, 16: 32, 32: 32}
 
 
@@ -112,21 +111,21 @@ def test_a_row_budget_per_decode_bucket():
     assert s.schedule().prefill == [(p, 5)]              # 3 decode rows: bucket 4's budget, 8 rows
 
 
-@pytest.mark.parametrize("bad", [0, 5, True, "many"])
+@pytest.mark.parametrize("bad", [0, 13, True, "many"])
 def test_decode_step_tokens_is_checked(llm, bad):
     with pytest.raises(RequestError) as e:
         EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens=bad)
-    assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (4)" in e.value.message
+    assert "decode_step_tokens must be 'auto', None or an int in 1..3 x max_num_seqs (12)" in e.value.message
 
 
-@pytest.mark.parametrize("bad", [0, 5, "many"])
+@pytest.mark.parametrize("bad", [0, 13, "many"])
 def test_decode_step_tokens_set_later_is_checked_too(llm, bad):
     """set_decode_step_tokens (serve_load's per-level switch) refuses what the constructor does
     (it took any value: "many" failed later inside the scheduler, 0 ran one-row steps)."""
     core = EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens=2)
     with pytest.raises(RequestError) as e:
         core.set_decode_step_tokens(bad)
-    assert "decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs (4)" in e.value.message
+    assert "decode_step_tokens must be 'auto', None or an int in 1..3 x max_num_seqs (12)" in e.value.message
     assert core.decode_step_tokens == 2 and core.scheduler.row_budget == 2
 
 

@@ -1,5 +1,6 @@
-"""Decode-step rows on the GPU (opt-in `decode_step_tokens`): after the default warm-up, "auto"
-times every decode bucket and picks one; prompts beside decodes then run as rows of the
+"""Decode-step rows on the GPU (`decode_step_tokens`): after the default warm-up, "auto"
+times every decode bucket and the row buckets past max_num_seqs and gives each decode bucket
+its row budget; prompts beside decodes then run as rows of the
 captured decode steps — chunked, after a prefix hit — compiling nothing, every request
 finishing, and most prompts' first tokens the offline engine's (bf16 near-ties may flip some)."""
 import pytest
@@ -14,9 +15,11 @@ def test_prompts_as_decode_step_rows_replay_the_warmed_buckets_on_the_gpu(compil
     from tilesafe.serve.request import Request
     llm = LLM.from_random("0.6b", device="cuda", max_model_len=128, max_num_seqs=4, progress=False)
     core = EngineCore(llm, kv_blocks=40, block_size=16, max_num_batched_tokens=32, decode_step_tokens="auto")
-    assert sorted(core.decode_step_times) == bucket_sizes(4)
-    assert all(t > 0 for t in core.decode_step_times.values()) and core.decode_step_tokens in bucket_sizes(4)
-    core.set_decode_step_tokens(4)                       # every step beside decodes fills bucket 4
+    buckets = bucket_sizes(4) + [8, 12]                  # the decode buckets, then the row buckets past max_num_seqs
+    assert sorted(core.decode_step_times) == buckets
+    assert all(t > 0 for t in core.decode_step_times.values())
+    assert sorted(core.decode_step_tokens) == buckets and set(core.decode_step_tokens.values()) <= set(buckets)
+    core.set_decode_step_tokens(12)                      # steps beside decodes up to 12 rows: the row buckets replay
     before = compiles()
     lengths = [3, 20, 45, 5, 9, 1, 24, 30]
     prompts = [[200 + (7 * i + n) % 3000 for i in range(n)] for n in lengths]

@@ -28,7 +28,7 @@ import itertools
 
 from ..engine.errors import request_error
 from ..engine.sampling_params import SamplingParams
-from .engine_core import EngineCore
+from .engine_core import DEFAULT_DECODE_STEP_TOKENS, EngineCore
 from .engine_thread import EngineThread
 from .mailbox import mailbox_for
 from .outputs import StreamOutput
@@ -38,7 +38,8 @@ from .request import Request
 class AsyncLLM:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, warm_up=None,
-                 stream_interval: int = 1, split_rows: int | None = None, decode_step_tokens=None):
+                 stream_interval: int = 1, split_rows: int | None = None,
+                 decode_step_tokens=DEFAULT_DECODE_STEP_TOKENS):
         self.llm = llm
         self.core = EngineCore(llm, kv_blocks, block_size, metrics, max_num_batched_tokens, prefix_caching,
                                warm_up=warm_up, stream_interval=stream_interval, split_rows=split_rows,

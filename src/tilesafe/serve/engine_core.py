@@ -21,12 +21,14 @@ decode bucket and the mixed steps of one and two fresh prompts of every chunk bu
 and captures nothing. After the default warm-up the scheduler keeps to the warmed shapes
 (`Scheduler.max_fresh`): at most two fresh prompts a step, a prefix hit recomputed as a
 fresh prompt, and the later chunks of a prompt longer than the step's budget in the packed
-shapes the warm-up also ran. `decode_step_tokens` (default None: off; "auto": the most rows
-whose decode step, timed after the warm-up, takes <= 2x the batch-1 step; or a row count)
-makes every step that carries decode rows one captured decode step of at most that many rows
-(or of the bucket its decode rows fill): prompts join it as chunks of rows (Scheduler's row
-steps), so a new prompt delays the running requests' next token by a bounded step, not by
-its whole prefill. `EngineCore` is not thread-safe: `EngineThread` owns it and
+shapes the warm-up also ran. `decode_step_tokens` (default None: off; "auto": for each
+bucket of decode rows, the most rows whose step, timed after the warm-up, takes <= 2x that
+bucket's step; or a row count, up to ROW_STEP_SEQS x max_num_seqs) makes every step that
+carries decode rows one captured decode step of at most that many rows (or of the bucket its
+decode rows fill): prompts join it as chunks of rows (Scheduler's row steps), so a new prompt
+delays the running requests' next token by a bounded step, not by its whole prefill, and
+while many prompts wait a step takes up to the row buckets past max_num_seqs (warmed when
+the rows are turned on). `EngineCore` is not thread-safe: `EngineThread` owns it and
 calls it from one thread (which then does all the device work).
 """
 from __future__ import annotations
@@ -37,9 +39,13 @@ import torch
 
 from ..engine.errors import request_error
 from .mailbox import one_wake_up
-from .model_runner import WARM_CHUNKS, ModelRunner
+from .model_runner import ROW_STEP_SEQS, WARM_CHUNKS, ModelRunner
 from .request import Request
 from .scheduler import Scheduler
+
+
+# decode_step_tokens when none is given (EngineCore, AsyncLLM, `tilesafe serve`, serve_load's "default")
+DEFAULT_DECODE_STEP_TOKENS: int | str | None = None
 
 
 class EngineCore:
@@ -47,7 +53,7 @@ class EngineCore:
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
                  warm_up: bool | str | None = None, split_prefill: bool | None = None,
                  mixed_steps: bool | None = None, stream_interval: int = 1, stream_interval_from: int = 64,
-                 split_rows: int | None = None, decode_step_tokens: int | str | None = None):
+                 split_rows: int | None = None, decode_step_tokens: int | str | None = DEFAULT_DECODE_STEP_TOKENS):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -128,10 +134,13 @@ class EngineCore:
         """The rows of a step beside decodes (None: off; "auto": from the decode buckets' step
         times, measured on first use — call it on the engine thread, between steps)."""
         _check_step_tokens(tokens, self.llm.max_num_seqs)
+        if tokens is not None:
+            with self.llm.on_device(), torch.inference_mode():     # the buckets past max_num_seqs, warmed
+                self.scheduler.row_buckets = self.runner.add_row_buckets(warm=self._warmed)
         if tokens == "auto" and self._warmed and not self.decode_step_times:
             with self.llm.on_device(), torch.inference_mode():
                 self.decode_step_times = self.runner.time_decode_buckets()
-            self.auto_step_tokens = _rows_within(self.decode_step_times, 2.0)
+            self.auto_step_tokens = rows_within_each(self.decode_step_times, 2.0) or None
         self.decode_step_tokens = self.auto_step_tokens if tokens == "auto" else tokens
         self.scheduler.row_budget = self.decode_step_tokens
 
@@ -295,22 +304,15 @@ class EngineCore:
 
 
 def _check_step_tokens(tokens, max_num_seqs: int) -> None:
-    """decode_step_tokens is "auto", None or a row count a decode step holds."""
+    """decode_step_tokens is "auto", None or a row count a row step holds (up to ROW_STEP_SEQS
+    x max_num_seqs)."""
+    most = ROW_STEP_SEQS * max_num_seqs
     if tokens != "auto" and tokens is not None and (
-            not isinstance(tokens, int) or isinstance(tokens, bool) or not 1 <= tokens <= max_num_seqs):
-        raise request_error(f"serve: decode_step_tokens must be 'auto', None or an int in 1..max_num_seqs "
-                            f"({max_num_seqs}), got {tokens!r}",
+            not isinstance(tokens, int) or isinstance(tokens, bool) or not 1 <= tokens <= most):
+        raise request_error(f"serve: decode_step_tokens must be 'auto', None or an int in 1..{ROW_STEP_SEQS} x "
+                            f"max_num_seqs ({most}), got {tokens!r}",
                             help="it counts the rows of one decode step (decode rows + prompt tokens); "
                                  "None takes fresh prompts whole beside the decodes")
-
-
-def _rows_within(times: dict[int, float], factor: float) -> int | None:
-    """The largest bucket whose step takes at most `factor` times the smallest bucket's step
-    (None without timings)."""
-    if not times:
-        return None
-    base = times[min(times)]
-    return max(b for b, t in times.items() if t <= factor * base)
 
 
 def rows_within_each(times: dict[int, float], factor: float) -> dict[int, int]:

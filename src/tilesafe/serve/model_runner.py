@@ -50,13 +50,16 @@ from ..engine.prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs
 from ..engine.prefill_graphs import bucket_sizes as prefill_buckets
 from ..engine.sampler import Sampler
 from .block_manager import BlockManager
-from .memory_check import check_memory, serving_bytes
+from .memory_check import activation_bytes, check_memory, serving_bytes
 from .mixed_steps import MixedSteps
 from .prefill_pack import MIN_TOKENS, Packed, pack, pad_rows, table_width, token_bucket
 from .request import Request
 
 IDLE = SamplingParams(temperature=0).resolved({})
 WARM_CHUNKS = 4       # prefill chunks in one step that warm-up (and a mixed step) covers: a burst of arrivals
+# A step of decode-step rows may hold up to this many times max_num_seqs rows (its decodes plus
+# prompt rows): the row buckets past max_num_seqs (2x, 3x) admit prompts faster while many wait.
+ROW_STEP_SEQS = 3
 
 
 class ModelRunner:
@@ -78,9 +81,9 @@ class ModelRunner:
                 cache = PagedKVCache.allocate(llm.config, nb, bs, llm.max_model_len, llm.dtype, llm.device)
         self.cache = cache
         # Its own sampler: rows 0.. for a decode bucket, the rows after them for the fresh
-        # prompts of a split step (up to max_num_seqs of each).
+        # prompts of a split step (up to max_num_seqs of each); a row step's rows (ROW_STEP_SEQS).
         with llm.on_device():
-            self.sampler = Sampler(2 * llm.max_num_seqs, llm.device, llm.sampler.rng)
+            self.sampler = Sampler(max(2, ROW_STEP_SEQS) * llm.max_num_seqs, llm.device, llm.sampler.rng)
         self.model = Qwen3Model(llm.config, llm.model.w, cache, self.sampler)
         self.max_blocks = -(-llm.max_model_len // bs)
         self.table_width = table_width(self.max_blocks, bs, max_chunk)       # packed forwards
@@ -281,6 +284,29 @@ class ModelRunner:
     def _decode(self, reqs: list[Request]) -> None:
         """The decode step of `reqs` (their sampler rows set: rows 0.., then the bucket's)."""
         self.finish_decode((reqs, (), self.decoder.start_paged(*self._decode_inputs(reqs))))
+
+    def row_buckets(self) -> list[int]:
+        """The buckets a step of decode-step rows runs in: the decode buckets, then k x
+        max_num_seqs for k = 2 .. ROW_STEP_SEQS (prompt rows beside a full decode batch)."""
+        seqs = self.llm.max_num_seqs
+        sizes = self.decoder.sizes or [seqs]
+        return sizes + [k * seqs for k in range(2, ROW_STEP_SEQS + 1) if k * seqs > sizes[-1]]
+
+    def add_row_buckets(self, warm: bool) -> list[int]:
+        """Make the decode step's buckets past max_num_seqs (row_buckets) available — only row
+        steps reach them — checking their memory first; `warm`: compile and capture them now
+        (greedy and sampled), not inside a served step. Returns the buckets."""
+        dec, sizes = self.decoder, self.row_buckets()
+        if dec.sizes is not None and sizes != dec.sizes:
+            cfg, width = self.llm.config, self.max_blocks
+            check_memory(self.llm, {"decode-step row buckets": sum(
+                activation_bytes(cfg, b, b, self.llm.dtype) + 4 * b * width for b in sizes if b not in dec.sizes)})
+            dec.sizes = sizes
+        if warm:
+            self._set_rows([], pad_to=sizes[-1])
+            dec.warm_up()
+            self.forget_rows()
+        return dec.sizes
 
     def time_decode_buckets(self, reps: int = 5) -> dict[int, float]:
         """Seconds per replay of each warmed decode bucket's greedy step (all rows padding: no

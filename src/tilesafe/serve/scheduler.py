@@ -126,7 +126,8 @@ class Scheduler:
         fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
         limit = self.row_budget.get(fill, fill) if isinstance(self.row_budget, dict) else self.row_budget
         prefill = []
-        budget = _take_chunks(prefilling, min(max(limit, fill), self.max_num_seqs) - d, prefill)
+        most = self.row_buckets[-1] if self.row_buckets else self.max_num_seqs     # the largest step there is
+        budget = _take_chunks(prefilling, min(max(limit, fill), most) - d, prefill)
         _take_chunks(self._admit(budget, recompute=False), budget, prefill)
         return StepPlan(decode, prefill, preempted, rows=True)
 

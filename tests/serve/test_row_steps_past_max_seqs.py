@@ -1,0 +1,84 @@
+"""Row steps past max_num_seqs: a step of decode-step rows may hold up to ROW_STEP_SEQS x
+max_num_seqs rows (its decodes plus prompt rows, in the decode step's buckets past
+max_num_seqs), and "auto" gives each decode bucket the largest row bucket whose timed step is
+within twice its own — so many waiting prompts are admitted several a step, and every prompt
+still gets exactly the tokens it gets alone."""
+from types import SimpleNamespace
+
+from tilesafe.engine import SamplingParams
+from tilesafe.serve.engine_core import EngineCore
+from tilesafe.serve.request import Request
+from tilesafe.serve.scheduler import Scheduler
+
+GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+SEEDED = SamplingParams(temperature=0.9, top_k=12, seed=7, max_tokens=4, ignore_eos=True)
+PROMPTS = [[2, 4, 6], [8, 10, 12, 14, 16, 18, 20], [3, 5, 7, 9, 11], [13, 15, 17, 19, 21, 23, 25, 27, 29],
+           [31, 33], [35, 37, 39, 41, 43, 45]]
+
+
+def _req(rid, n_prompt, order):
+    return Request(rid, SimpleNamespace(prompt_ids=list(range(n_prompt)), tokens=[]), sink=lambda out: None,
+                   order=order)
+
+
+def test_a_row_step_passes_max_num_seqs_up_to_the_largest_row_bucket():
+    """The old scheduler capped a row step at max_num_seqs rows (here 1 prompt row, not 9)."""
+    s = Scheduler(max_num_seqs=4, max_model_len=64, num_blocks=64, block_size=4, row_budget=12,
+                  row_buckets=[1, 2, 4, 8, 12])
+    decoding = [_req(f"d{i}", 3, i) for i in range(3)]
+    for r in decoding:
+        s.add(r)
+    for r, n in s.schedule().prefill:
+        s.computed(r, n)
+        r.seq.tokens.append(7)
+    p = _req("p", 20, 9)
+    s.add(p)
+    plan = s.schedule()
+    assert plan.rows and plan.decode == decoding and plan.prefill == [(p, 9)]
+
+
+def _serve(core, llm):
+    """PROMPTS[0] alone first (its decode rows then carry the rest), the others at once;
+    each request's tokens and every step's plan."""
+    plans, schedule = [], core.scheduler.schedule
+    core.scheduler.schedule = lambda: plans.append(schedule()) or plans[-1]
+    outs = [[] for _ in PROMPTS]
+
+    def add(i):
+        seq = llm._sequences({"prompt_token_ids": PROMPTS[i]}, GREEDY if i % 2 == 0 else SEEDED)[0]
+        core.add(Request(f"r{i}", seq, sink=lambda out, got=outs[i]: got.extend(out.token_ids)))
+    add(0)
+    core.step()
+    for i in range(1, len(PROMPTS)):
+        add(i)
+    while core.has_work():
+        core.step()
+    return outs, plans
+
+
+def _alone(llm_one_seq):
+    return [llm_one_seq.generate({"prompt_token_ids": p}, GREEDY if i % 2 == 0 else SEEDED)[0].outputs[0].token_ids
+            for i, p in enumerate(PROMPTS)]
+
+
+def test_row_steps_past_max_num_seqs_give_each_prompt_its_tokens(llm, llm_one_seq):
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, decode_step_tokens=12)
+    assert core.runner.decoder.sizes == [1, 2, 4, 8, 12] == core.scheduler.row_buckets
+    outs, plans = _serve(core, llm)
+    assert outs == _alone(llm_one_seq)
+    rows = [p.num_tokens for p in plans if p.rows]
+    assert max(rows) > 4 and all(n <= 12 for n in rows)      # past max_num_seqs (4), within 3 x
+    assert core.runner.decoder.steps.keys() >= {8}           # a step ran in a row bucket
+
+
+def test_auto_gives_each_decode_bucket_the_rows_within_twice_its_step(llm, llm_one_seq):
+    """"auto" from the buckets' timed steps (faked here: the CPU captures none): the decode rows'
+    bucket b may grow to the largest row bucket whose step takes <= 2 x b's."""
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16)
+    core._warmed = True                                       # as after a GPU warm-up: the buckets can be timed
+    core.runner.time_decode_buckets = lambda: {1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0, 12: 2.7}
+    core.set_decode_step_tokens("auto")
+    assert core.scheduler.row_budget == core.decode_step_tokens == {1: 8, 2: 8, 4: 8, 8: 12, 12: 12}
+    outs, plans = _serve(core, llm)
+    assert outs == _alone(llm_one_seq)
+    assert [p.num_tokens for p in plans if p.rows][0] == 8    # one decode row (bucket 1): 8 rows, not 4
