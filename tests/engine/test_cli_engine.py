@@ -227,3 +227,73 @@ def test_generate_with_random_weights_on_the_gpu(capsys):
     again = run_cli(capsys, "generate", "--random-weights", "0.6b", "Hello", "--device", "cuda",
                     "--max-tokens", "16", "--ignore-eos", "--seed", "0")
     assert again[1] == out                             # the seed reproduces the text
+
+
+class _Stdin(io.StringIO):
+    """Lines, then Ctrl-C at the prompt (input() raises KeyboardInterrupt) instead of end of input."""
+
+    def readline(self, *args):
+        line = super().readline(*args)
+        if not line:
+            raise KeyboardInterrupt
+        return line
+
+
+def test_ctrl_c_in_chat_ends_the_reply_then_the_conversation(capsys, monkeypatch):
+    """Ctrl-C while a reply streams: '[interrupted]', the turn leaves no trace in the conversation
+    and the chat goes on; Ctrl-C at the prompt ends it with status 0; no traceback. (The LLM is
+    replaced: what is checked is the CLI's conversation, not the model.)"""
+    from tilesafe import cli_engine
+    rendered = []
+
+    class Tokenizer:
+        def apply_chat_template(self, messages, enable_thinking=None):
+            rendered.append([m["content"] for m in messages])
+            return [1, 2, 3]
+
+    class InterruptedOnce:
+        calls = 0
+
+        def get_tokenizer(self):
+            return Tokenizer()
+
+        def stream(self, prompt, params):
+            InterruptedOnce.calls += 1
+            yield type("Delta", (), {"text": "par", "token_ids": [5]})()
+            if InterruptedOnce.calls == 1:
+                raise KeyboardInterrupt
+            yield type("Delta", (), {"text": "tial", "token_ids": [6]})()
+    monkeypatch.setattr(cli_engine, "_load", lambda model, args: InterruptedOnce())
+    monkeypatch.setattr(sys, "stdin", _Stdin("Hello\nMore\n"))
+    code = cli.main(["chat", "some-model", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert out == "par" + "partial\n"                 # the cut reply's newline goes to stderr, before "[interrupted]"
+    assert err.count("[interrupted]") == 1 and "Traceback" not in err
+    assert rendered == [["Hello"], ["More"]]          # the interrupted "Hello" turn was dropped
+
+
+def test_ctrl_c_while_loading_exits_130(capsys, monkeypatch):
+    from tilesafe import cli_engine
+
+    def load(model, args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_engine, "_load", load)
+    code = cli.main(["generate", "some-model", "Hi", "--device", "cpu"])
+    _, err = capsys.readouterr()
+    assert code == 130 and err.strip() == "[interrupted]"
+
+
+def test_make_demo_engine_line_runs(capsys):
+    """The engine line of `make demo` (its arguments read from the Makefile, so the two cannot
+    drift): a tiny random Qwen3 with Qwen3's real tokenizer and chat template, seeded, 6 tokens."""
+    import shlex
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    line = next(part for part in recipe.replace("\\\n", " ").splitlines() if " generate " in part)
+    words = shlex.split(line)
+    args = words[words.index("generate"):]
+    assert {"--random-weights", "--device", "--chat", "--seed"} <= set(args), args
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert re.search(r"^\[6 tokens in [0-9.]+ s: first token after", err, flags=re.M), err
+    assert out.strip() and "Traceback" not in err
