@@ -148,6 +148,9 @@ def run(args, p) -> int:
                                    if not (i and c == 1)]:
             if server is not None:
                 server.engine.thread.call(lambda core: _apply_step_tokens(core, setting))
+                # "auto" times the buckets on first use: the report shows them (and the budgets) once there
+                report["decode_step_times_s"] = core.decode_step_times
+                report["auto_decode_step_tokens"] = core.auto_step_tokens
             n = args.requests or max(args.min_requests, args.requests_per_client * c)
             prefix = _ids(random.Random(args.seed + 1 + shared), shared, args.vocab)
             reqs = [(prefix + _ids(rng, _draw(rng, args.prompt_len), args.vocab), _draw(rng, args.output_len))
