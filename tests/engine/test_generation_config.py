@@ -61,3 +61,28 @@ def test_a_malformed_file_is_named_with_its_field(tmp_path, text, problem):
         GenerationConfig.from_dir(tmp_path)
     assert info.value.message.startswith(f"{tmp_path / 'generation_config.json'}: {problem}")
     assert info.value.loc.file == __file__ and info.value.loc.line == line
+
+
+def test_an_llm_fills_unset_parameters_and_stops_at_the_files_eos(checkpoint, hf_greedy, tmp_path):
+    """Through `LLM.generate`: a request that sets nothing takes the file's top_k=1 (greedy) and
+    max_new_tokens, one that sets max_tokens keeps its own, and the file's EOS id stops the text.
+    Tokens against transformers' greedy generate on the same weights."""
+    import shutil
+
+    from tilesafe.engine import LLM, SamplingParams
+    folder, hf = checkpoint()
+    prompt = [3, 17, 5]
+    want = hf_greedy(hf, prompt, 6)[0]
+    eos = next(t for t in want[2:] if t not in want[:2])       # a token first seen after two others
+    dst = tmp_path / "ckpt"
+    shutil.copytree(folder, dst)
+    write(dst, {"top_k": 1, "temperature": 1.0, "max_new_tokens": 2})
+    llm = LLM(str(dst), device="cpu", max_model_len=32, progress=False)
+    unset = llm.generate({"prompt_token_ids": prompt}, SamplingParams())[0].outputs[0]
+    assert unset.token_ids == want[:2] and unset.finish_reason == "length"
+    own = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=6))[0].outputs[0]
+    assert own.token_ids == want
+    write(dst, {"eos_token_id": [eos], "top_k": 1})
+    llm = LLM(str(dst), device="cpu", max_model_len=32, progress=False)
+    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=6))[0].outputs[0]
+    assert out.token_ids == want[:want.index(eos) + 1] and out.finish_reason == "stop"
