@@ -163,3 +163,22 @@ def test_random_workloads_are_timed_in_graphs_with_the_eager_time_beside(monkeyp
     rec["model"] = random_report.model_record(rec["params"], on_gpu=False)
     row = random_report.summarize([rec])["random-gemm"]
     assert row["eager_geomean_vs_torch"] == 1.0 and row["predicted_over_measured_geomean"] > 0
+
+
+def test_gemv_summary_checks_the_weight_read_rate_too():
+    """Issue 22's GEMV goal has two bars: >= 0.95 of cuBLAS and >= 0.9 of the weight-read rate on
+    every shape; the summary judged only the first (a GEMV at 1.0 of cuBLAS and 0.8 of the read
+    rate passed)."""
+    rec = _rec("random-gemv", 1.0, "v", limit="bandwidth")
+    rec["ratios"]["vs_baseline"] = 0.8
+    row = random_report.summarize([rec])["random-gemv"]
+    assert row["worst"] == 1.0 and not row["met"]
+    assert row["also"] == {"ratio": "vs_baseline", "need_each": 0.9, "timed": 1, "worst": 0.8, "worst_shape": "v"}
+    assert row["misses"] == [{"shape": "v", "value": 1.0, "limit": "bandwidth", "predicted_us": 10.0,
+                              "measured_us": 12.0, "vs_baseline": 0.8}]
+    text = random_report.text({"random-gemv": row})
+    assert "and vs_baseline worst 0.800 (v) (need 0.90" in text and "miss v: 1.000, vs_baseline 0.800" in text
+    rec["ratios"]["vs_baseline"] = 0.93
+    assert random_report.summarize([rec])["random-gemv"]["met"]
+    del rec["ratios"]["vs_baseline"]                              # the read rate untimed: not met
+    assert not random_report.summarize([rec])["random-gemv"]["met"]

@@ -14,6 +14,9 @@ from ..kernels import configs, first_use
 # family -> (the ratio judged, what each shape must reach, what the geometric mean must reach)
 GOALS = {"random-gemm": ("vs_torch", 0.85, 0.97), "random-gemv": ("vs_torch", 0.95, 0.95),
          "random-flash": ("vs_torch", 0.85, 0.85), "random-decode": ("vs_baseline", 0.85, 0.85)}
+# A second bar every shape of a family must clear, beside the judged ratio: issue 22's GEMV goal
+# is >= 0.95 of cuBLAS *and* >= 0.9 of the weight-read rate (the read baseline's time over ours).
+ALSO_EACH = {"random-gemv": ("vs_baseline", 0.90)}
 # Issue 22 sets no number for decode attention: its goal above is the fixed benchmark's (85% of
 # the copy rate over the KV bytes), which a few heads over a short context cannot reach (too few
 # blocks to keep the HBM busy). The summary says so, and gives the ratio to SDPA beside it.
@@ -65,12 +68,19 @@ def summarize(results: list[dict]) -> dict:
             continue
         have = [(r["ratios"][ratio], r["name"]) for r in recs if r.get("ratios", {}).get(ratio) is not None]
         row = {"ratio": ratio, "shapes": len(recs), "timed": len(have), "need_each": each, "need_geomean": mean}
+        also = ALSO_EACH.get(family)
         for r in recs:
-            _annotate(r, ratio, each)
+            _annotate(r, ratio, each, also)
         if have:
             row["geomean"] = _geomean(v for v, _ in have)
             row["worst"], row["worst_shape"] = min(have)
             row["met"] = row["geomean"] >= mean and row["worst"] >= each and len(have) == len(recs)
+        if also is not None:
+            got = [(r["ratios"][also[0]], r["name"]) for r in recs if r.get("ratios", {}).get(also[0]) is not None]
+            row["also"] = {"ratio": also[0], "need_each": also[1], "timed": len(got)}
+            if got:
+                row["also"]["worst"], row["also"]["worst_shape"] = min(got)
+            row["met"] = row.get("met", False) and bool(got) and min(got)[0] >= also[1] and len(got) == len(recs)
         if ratio != "vs_torch":
             beside = [r["ratios"]["vs_torch"] for r in recs if r.get("ratios", {}).get("vs_torch") is not None]
             if beside:
@@ -86,11 +96,14 @@ def summarize(results: list[dict]) -> dict:
             row["predicted_over_measured_geomean"] = _geomean(pm)
         row["misses"] = [{"shape": r["name"], "value": r["ratios"].get(ratio), **r["miss"]} for r in recs
                          if "miss" in r]
+        if also is not None:
+            for m, r in zip(row["misses"], [r for r in recs if "miss" in r]):
+                m[also[0]] = r["ratios"].get(also[0])
         out[family] = row
     return out
 
 
-def _annotate(rec: dict, ratio: str, each: float) -> None:
+def _annotate(rec: dict, ratio: str, each: float, also=None) -> None:
     impls = rec.get("impls", {})
     ts = impls.get("tilesafe", {}).get("eager", {}).get("median_us")
     torch_eager = [i["eager"]["median_us"] for i in impls.values()
@@ -98,7 +111,9 @@ def _annotate(rec: dict, ratio: str, each: float) -> None:
     if ts and torch_eager:
         rec["eager_vs_torch"] = min(torch_eager) / ts
     value = rec.get("ratios", {}).get(ratio)
-    if value is not None and value < each and "model" in rec:
+    second = rec.get("ratios", {}).get(also[0]) if also else None
+    below = value is not None and value < each or second is not None and second < also[1]
+    if below and "model" in rec:
         rec["miss"] = {"limit": rec["model"]["limit"], "predicted_us": rec["model"]["predicted_us"],
                        "measured_us": impls["tilesafe"]["median_us"]}
 
@@ -124,8 +139,16 @@ def text(summary: dict) -> str:
                      f"worst {row['worst']:.3f} (need {row['need_each']:.2f}) {verdict}{beside}; eager geomean "
                      f"{row.get('eager_geomean_vs_torch', float('nan')):.3f}; predicted/measured "
                      f"{row.get('predicted_over_measured_geomean', float('nan')):.2f}")
+        if "also" in row:
+            a = row["also"]
+            lines.append(f"  {'':<14} and {a['ratio']} worst " +
+                         (f"{a['worst']:.3f} ({a['worst_shape']})" if "worst" in a else "untimed") +
+                         f" (need {a['need_each']:.2f} on every shape: the weight-read rate)")
         for m in row["misses"]:
-            lines.append(f"      miss {m['shape']}: {m['value']:.3f}, limit {m['limit']}, predicted "
+            beside = "".join(f", {k} {m[k]:.3f}" for k in ("vs_baseline",) if m.get(k) is not None
+                             and "also" in row)
+            value = f"{m['value']:.3f}" if m["value"] is not None else "untimed"
+            lines.append(f"      miss {m['shape']}: {value}{beside}, limit {m['limit']}, predicted "
                          f"{m['predicted_us']:.1f} us, measured {m['measured_us']:.1f} us")
     return "\n".join(lines)
 
