@@ -22,22 +22,20 @@ False before anything happened, and the caller takes the step's full path.
 """
 from __future__ import annotations
 
-import functools
 import weakref
 
 import torch
 
-from ..backends.triton.tma import Address, LayoutDescriptor, layout_descriptor
+from ..backends.triton.tma import layout_descriptor
 from .binding import ArgFacts, Bound
 from .byte_set_slots import ByteSetSlots
 from .execute import execute
 from .launch_cache import Launched
 from .ordering import writes
-from .pending_start import start_pending
+from .planned_unrolled import unrolled as written_out
 from .tensor import Tensor
 
 _UNKNOWN, _CPU, _GPU, _NONE = range(4)
-_new_tuple = tuple.__new__     # a named tuple without its Python-level constructor
 
 
 class PlannedLaunch:
@@ -46,7 +44,7 @@ class PlannedLaunch:
     for the root itself)."""
     __slots__ = ("kernel", "entry", "plan", "compiled", "access", "slots", "scalars", "mode", "start", "values",
                  "pointers", "descriptors", "aligns", "sets", "device_index", "streams", "reads", "written", "facts",
-                 "items", "byte_strides", "writes", "offsets", "shapes", "launched", "places")
+                 "items", "byte_strides", "writes", "offsets", "shapes", "launched", "places", "unrolled")
 
     def __init__(self, kernel, entry, access, scalars: dict):
         plan = entry.plan
@@ -72,56 +70,22 @@ class PlannedLaunch:
         # 2-4) at the last launch whose alignment and byte set were checked and made for it.
         self.places: list = [None] * len(self.access)
         self.streams: dict = {}
+        self.unrolled = None        # the GPU form written out for this layout (planned_unrolled), once known
 
     # -- per launch -------------------------------------------------------------------------
     def run(self, roots: list) -> bool:
         """Launch with these roots ((torch view, storage state, first element's address,
         storage's address, storage's bytes) per root); False: nothing was done, the caller
         takes the full step."""
-        if self.mode != _GPU:
-            return self._run_here(roots)
-        # The GPU form: one pass over the arguments for the checks (S8, alignment), then S14's
-        # reads of masked states, and only then anything that acts (pending_start).
-        # A slot's address, alignment class and byte set follow from its root's place (first
-        # element's address, storage's address and bytes; an empty view's first address too,
-        # call_plans.call_key): checked and made again only when the place moved (byte_set_slots).
-        views, ptrs, states, places = [], [], [], self.places
-        offsets, aligns, writes = self.offsets, self.aligns, self.writes
-        k = 0
-        for r in self.slots:
-            a = roots[r]
-            state = a[1]
-            if state._lent and _lent(state) or state.frozen and writes[k]:
-                return False                  # (frozen memory written: the full step refuses it)
-            ptr = a[2] + offsets[k]
-            place = a[2:]
-            if place != places[k]:
-                if ptr & 15 != aligns[k]:
-                    return False
-                self.sets.make(k, a[0], a[3], a[4], ptr - a[3])
-                places[k] = place
-            views.append(a[0])
-            ptrs.append(ptr)
-            states.append(state)
-            k += 1
-        for k in self.reads:                  # S14 (a masked state only: none means all written)
-            state = states[k]
-            if state.init_mask is not None and not state.is_written(self._view(k, roots)):
-                return False
-        values = list(self.values)
-        for i, k in self.pointers:
-            values[i] = ptrs[k]
-        for i, k, shape, strides, box in self.descriptors:   # the layout's descriptor at this address
-            values[i] = _new_tuple(LayoutDescriptor, (Address(ptrs[k]), shape, strides, box, "zero"))
-        mark = None
-        for k in self.written:                # S14 (masked states only)
-            if states[k].init_mask is not None:
-                mark = functools.partial(self._marks, states, roots)
-                break
-        start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index), tuple(values), states,
-                      self.sets.sets, writes, tuple(views), self.streams, self.device_index, mark)
-        self.kernel.last_launch = self.launched
-        return True
+        # The GPU form is written out per layout (planned_unrolled.py) once the first launch
+        # knows it: one pass over the arguments for the checks (S8, alignment; a slot's
+        # address, alignment class and byte set checked and made again only when its root's
+        # place moved: byte_set_slots), then S14's reads of masked states, and only then
+        # anything that acts (pending_start).
+        unrolled = self.unrolled
+        if unrolled is not None:
+            return unrolled(self, roots)
+        return self._run_here(roots)
 
     def _marks(self, states: list, roots: list) -> None:
         for k in self.written:
@@ -159,7 +123,8 @@ class PlannedLaunch:
                 launched = self.launched = Launched.__new__(Launched)
                 launched.consts, launched.scalars, launched.grid, launched.compiled = \
                     self.plan.consts, self.scalars, self.plan.grid, self.compiled
-                return self.run(roots)
+                self.unrolled = written_out(self, _lent)
+                return self.unrolled(self, roots)
         execute(self.compiled, bound)
         self.kernel.last_launch = Launched(bound, self.compiled)
         return True

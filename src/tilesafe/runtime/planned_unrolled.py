@@ -1,0 +1,74 @@
+"""PlannedLaunch.run's GPU form, written out for one layout.
+
+A planned launch (planned_launch.py) does the same per-argument steps on every launch: read
+its root, check lending (S8) and frozen writes (S18), its address and, when the place moved,
+its alignment class and byte set; then S14's reads, the argument tuple with the call's
+addresses, and the shared tail (pending_start). Its layout fixes how many arguments there are,
+which root each one views at which offset, which of them are written or read, and where each
+address goes in Triton's argument tuple. A loop over those facts spent most of its time on
+the loop itself (indexing per-slot tuples, list appends, copying the value template and
+filling it): the same steps written out once per layout, with the facts as constants, run
+about a third of the bytecodes. The checks and their order are those of the loop; what it
+returns (False with nothing done, or True once started) too.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..backends.triton.tma import Address, LayoutDescriptor
+from .pending_start import start_pending
+
+_new_tuple = tuple.__new__
+
+
+def unrolled(pl, lent):
+    """`run(self, roots) -> bool` for the PlannedLaunch `pl` once its GPU form is prepared
+    (`pl.values`, `pl.pointers`, `pl.descriptors`, `pl.aligns` set); `lent(state)`: S8's test
+    of a state with lendings (planned_launch._lent)."""
+    n = len(pl.slots)
+    ns = {"_lent": lent, "_new_tuple": _new_tuple, "LayoutDescriptor": LayoutDescriptor, "Address": Address,
+          "start_pending": start_pending, "_C": torch._C,
+          "partial": functools.partial, "SETS": pl.sets.sets, "MAKE": pl.sets.make, "PLACES": pl.places,
+          "WRITES": pl.writes, "DEVICE": pl.device_index}
+    src = ["def run(self, roots):", "    places = PLACES"]
+    for k, r in enumerate(pl.slots):
+        frozen = f" or s{k}.frozen" if pl.writes[k] else ""
+        off = pl.offsets[k]
+        src += [f"    a{k} = roots[{r}]",
+                f"    s{k} = a{k}[1]",
+                f"    if s{k}._lent and _lent(s{k}){frozen}:",
+                "        return False",
+                f"    p{k} = a{k}[2]" + (f" + {off}" if off else ""),
+                f"    if a{k}[2:] != places[{k}]:",
+                f"        if p{k} & 15 != {int(pl.aligns[k])}:",
+                "            return False",
+                f"        MAKE({k}, a{k}[0], a{k}[3], a{k}[4], p{k} - a{k}[3])",
+                f"        places[{k}] = a{k}[2:]"]
+    for k in pl.reads:          # S14 (a masked state only: none means all written)
+        src += [f"    if s{k}.init_mask is not None and not s{k}.is_written(self._view({k}, roots)):",
+                "        return False"]
+    values = [f"V{i}" for i in range(len(pl.values))]
+    for i, v in enumerate(pl.values):
+        ns[f"V{i}"] = v
+    for i, k in pl.pointers:
+        values[i] = f"p{k}"
+    for j, (i, k, shape, strides, box) in enumerate(pl.descriptors):   # the layout's descriptor at this address
+        ns[f"D{j}s"], ns[f"D{j}t"], ns[f"D{j}b"] = shape, strides, box
+        values[i] = f"_new_tuple(LayoutDescriptor, (Address(p{k}), D{j}s, D{j}t, D{j}b, 'zero'))"
+    states = ", ".join(f"s{k}" for k in range(n))
+    src.append(f"    states = [{states}]")
+    if pl.written:              # S14 (masked states only)
+        test = " or ".join(f"s{k}.init_mask is not None" for k in pl.written)
+        src.append(f"    mark = partial(self._marks, states, roots) if {test} else None")
+    else:
+        src.append("    mark = None")
+    views = "".join(f"a{k}[0], " for k in range(n))
+    args = "".join(f"{v}, " for v in values)
+    src += [f"    start_pending(self.start, _C._cuda_getCurrentRawStream(DEVICE), ({args}), states, SETS, WRITES, ({views}),",
+            "                  self.streams, DEVICE, mark)",
+            "    self.kernel.last_launch = self.launched",
+            "    return True"]
+    exec(compile("\n".join(src), f"<planned launch of {pl.kernel.name}>", "exec"), ns)   # noqa: S102 (our own text)
+    return ns["run"]

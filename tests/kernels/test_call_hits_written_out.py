@@ -1,0 +1,150 @@
+"""The GPU form of a call plan's launch, written out per layout (runtime/planned_unrolled.py),
+with stand-ins for the CUDA stream and Triton's launcher: it fills the call's addresses and TMA
+descriptors into the layout's argument tuple, and declines (the full step then refuses or
+computes, as a first call would) on a lent output (S8), another alignment class and unwritten
+memory (S14); what it writes of memory that tracks initialisation is marked written."""
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from call_helpers import assert_located, marker_line
+from tilesafe.backends.triton.tma import Address, LayoutDescriptor
+from tilesafe.runtime import planned_launch
+from tilesafe.runtime.planned_launch import PlannedLaunch
+from tilesafe.runtime.storage_state import StorageState
+
+HERE = __file__
+
+
+class _Stream:
+    device_index = None
+
+
+def _rand(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(shape, generator=g) * 2 - 1
+
+
+def _rms(x, w, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+@pytest.fixture
+def gpu_form(monkeypatch, no_sweeps):
+    """Every fast launch takes the GPU form on CPU tensors: per argument k, its address at
+    position k of the tuple and a descriptor of it at position n + k; then a layout fact. The
+    start records (stream, args) and launches nothing; `ran` records what each run returned."""
+    started, ran = [], []
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+
+    def prepare(self, bound):
+        n = len(self.access)
+        self.start = lambda stream, args: started.append((stream, args))
+        self.values = (None,) * (2 * n) + ("a fact of the layout",)
+        self.pointers = tuple((k, k) for k in range(n))
+        self.descriptors = tuple((n + k, k, ("shape", k), ("strides", k), ("box", k)) for k in range(n))
+        self.device_index = 0
+        return planned_launch._GPU
+    real_run = PlannedLaunch.run
+    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+    monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: ran.append(real_run(self, roots)) or ran[-1])
+    tk.rms_norm.plans.plans.clear()
+    yield started, ran
+    for t in list(_FINISH):
+        _finish(t)
+    _FINISH.clear()
+    tk.rms_norm.plans.plans.clear()                       # no later test meets a stand-in's plan
+
+
+_FINISH: list = []
+
+
+def _finish(*tensors):
+    """The stand-in work is over (its completions let go of the memory)."""
+    for t in tensors:
+        for access in StorageState.of(t)._pending:
+            getattr(access.future, "_finish", lambda: None)()
+
+
+def _warm(w, shape=(2, 32)):
+    """Three calls of rms_norm's out= layout: the third takes the GPU form."""
+    for seed in range(3):
+        x, out = _rand(shape, seed), torch.zeros(shape)
+        tk.rms_norm(x, w, out=out)
+        _finish(x, out)
+    _FINISH.append(w)
+
+
+def test_the_tuple_holds_each_address_and_a_descriptor_at_it(gpu_form):
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        _warm(w)
+        for seed in range(3):
+            base = _rand((3, 32), seed)
+            x, out = base[1:], torch.zeros(2, 32)            # an input that starts past its storage's start
+            started.clear()
+            tk.rms_norm(x, w, out=out)
+            _finish(x, out)
+            assert ran[-1] is True
+            (stream, args), = started
+            n = (len(args) - 1) // 2
+            assert stream == 7 and args[-1] == "a fact of the layout" and n == 3
+            assert sorted(args[:n]) == sorted([x.data_ptr(), w.data_ptr(), out.data_ptr()])
+            for k in range(n):
+                d = args[n + k]
+                assert type(d) is LayoutDescriptor and type(d.base) is Address
+                assert (d.base.data_ptr(), d.shape, d.strides, d.block_shape, d.padding) == \
+                    (args[k], ("shape", k), ("strides", k), ("box", k), "zero")
+
+
+def test_lent_out_bytes_are_refused_as_a_first_call_refuses_them(gpu_form):
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        _warm(w)
+        x, out = _rand((2, 32), 5), torch.full((2, 32), 7.0)
+        lent = ts.from_torch(out).partition((1, 32))  # gpu-lent-here
+        started.clear()
+        with pytest.raises(ts.OwnershipError) as e:
+            tk.rms_norm(x, w, out=out)  # gpu-lent-call
+        assert ran[-1] is False and started == []          # the GPU form declined: nothing started
+        assert e.value.message.endswith(f"(lent at {HERE}:{marker_line(HERE, 'gpu-lent-here')})")
+        assert_located(e.value, HERE, "gpu-lent-call")
+        assert (out == 7.0).all()
+        lent.unpartition()
+
+
+def test_another_alignment_class_is_declined_and_computed_by_the_full_step(gpu_form):
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((48,), 1)
+        _warm(w, (3, 48))
+        base = _rand((145,), 2)
+        shifted = base[1:145].view(3, 48)                   # 4 bytes on: another 16-byte class
+        started.clear()
+        torch.testing.assert_close(tk.rms_norm(shifted, w, out=torch.zeros(3, 48)), _rms(shifted, w),
+                                   rtol=2e-4, atol=2e-5)
+        assert False in ran and started == []
+
+
+def test_unwritten_memory_is_refused_and_what_it_writes_is_marked(gpu_form):
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        _warm(w)
+        unwritten = ts.empty((2, 32)).to_torch()
+        started.clear()
+        with pytest.raises(ts.OwnershipError) as e:
+            tk.rms_norm(unwritten, w, out=torch.zeros(2, 32))  # gpu-unwritten
+        assert "came from ts.empty and has not been written" in e.value.message
+        assert_located(e.value, HERE, "gpu-unwritten")
+        assert started == []
+        out = ts.empty((2, 32)).to_torch()                  # tracks initialisation: written by the launch
+        x = _rand((2, 32), 3)
+        tk.rms_norm(x, w, out=out)
+        _finish(x, out)
+        assert ran[-1] is True and len(started) == 1
+        assert StorageState.of(out).is_written(out)
