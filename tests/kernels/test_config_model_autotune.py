@@ -98,3 +98,31 @@ def test_the_balanced_split_computes_the_product(backend, device, m, n, k):
     out = poisoned((m, n), "f32", device)
     got = tk.linear(a, w, out=out, config=c)
     assert_close(got, torch.as_tensor(f64(a)) @ torch.as_tensor(f64(w)).T, "f32", rtol=1e-4, atol=1e-4)
+
+
+def test_few_output_tiles_get_thin_row_tiles_timed():
+    """72..83 rows by a 3.5-4.6k weight: 64-row tiles leave most SMs idle and splits lost (session 19,
+    H200); 32-row tiles add blocks in one wave (4608 x 3584 at M = 83: 108 against 72), with the
+    deepest pipeline, unsplit. Only a timed candidate: the model's choice stays."""
+    g = cm.H200
+    shape = cm.Gemm(83, 4608, 3584, "bf16")
+    c = gm.thin_rows(shape, g)
+    assert (c["block_m"], c["block_n"], c["block_k"], c["split_k"], c["num_stages"]) == (32, 128, 64, 1, 8)
+    assert 3 * 36 <= g.sms and cm.valid(shape, c, g)
+    got = cm.ranked(shape, 4, g)
+    assert got[-1] == c and cm.choose(shape, g) != c
+    assert gm.thin_rows(cm.Gemm(125, 4608, 3584, "bf16"), g) is None      # 4 x 36 = 144 blocks: past one wave
+    assert gm.thin_rows(cm.Gemm(83, 16384, 4096, "bf16"), g) is None      # 2 x 128 tiles of 64 rows: enough
+    assert gm.thin_rows(cm.Gemm(24, 2560, 9728, "bf16"), g) is None       # <= 32 rows: the streaming rule
+    assert gm.thin_rows(cm.Gemm(1, 4096, 4096, "bf16"), g) is None        # the GEMV path
+
+
+def test_thin_row_tiles_compute_the_product(backend, device):
+    """Its config (f32: 32 x 128 x 32 tiles) computes a @ w.T on both CPU backends (three row tiles,
+    the last one ragged, over several K tiles)."""
+    c = gm.thin_rows(cm.Gemm(83, 4608, 3584, "f32"), cm.H200)
+    assert (c["block_m"], c["block_k"]) == (32, 32)
+    a, w = randn((70, 100), "f32", 1, device), randn((40, 100), "f32", 2, device)
+    out = poisoned((70, 40), "f32", device)
+    got = tk.linear(a, w, out=out, config=c)
+    assert_close(got, torch.as_tensor(f64(a)) @ torch.as_tensor(f64(w)).T, "f32", rtol=1e-4, atol=1e-4)

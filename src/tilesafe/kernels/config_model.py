@@ -87,12 +87,12 @@ def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
     less) would teach it little. Where a rule picks the config (16 < m <= 128; one row by a
     short K: `gemm_model.rule_choice`), its pick comes first, beside the ranking's `n` of other
     kinds (an autotune then never loses a candidate it used to time); last, where those do not
-    hold it already, a product of few output tiles gets the balanced split
-    (`gemm_model.balanced_split`)."""
+    hold them already, a product of few output tiles gets the balanced split
+    (`gemm_model.balanced_split`) and 32-row tiles (`gemm_model.thin_rows`)."""
     _check_sizes(shape)
     gpu = gpu or gpu_of(None)
     rule = gm.rule_choice(shape, gpu)
-    extra = gm.balanced_split(shape, gpu) if shape.family == "matmul" else None
+    extras = [gm.balanced_split(shape, gpu), gm.thin_rows(shape, gpu)] if shape.family == "matmul" else []
     everything = _ranked_all(shape, gpu)
     out, kinds = ([dict(rule)], {_kind(rule)}) if rule is not None else ([], set())
     n += len(out)
@@ -102,8 +102,9 @@ def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
             out.append(dict(c))
         if len(out) == n:
             break
-    if extra is not None and not any(_same(extra, c) for c in out):
-        out.append(dict(extra))
+    for extra in extras:
+        if extra is not None and not any(_same(extra, c) for c in out):
+            out.append(dict(extra))
     return out
 
 

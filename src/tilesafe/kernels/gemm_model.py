@@ -182,6 +182,35 @@ def balanced_split(s: Gemm, gpu: Gpu) -> dict | None:
     return c if valid_matmul(c, s, gpu) else None
 
 
+# Thin row tiles (session 19): 64 x 128 tiles of 72..83 rows by a 3.5-4.6k weight leave 40-72 tiles on
+# 132 SMs, and each busy SM is bound by its own loads in flight (4608 x 3584 at M = 83: 72 tiles, 8
+# stages 14.4 us, 4 stages 20.6 us), while splits over K lost (second kernel or ticket, fp32 partials,
+# blocks past one wave). 32-row tiles add blocks without either: 3 x 36 = 108 blocks at M = 83, each
+# with 8 stages of 20 KB in flight, the weight's column tiles read from L2 by three row tiles instead
+# of two. NOT YET MEASURED when added (session 19's mid round, shapes_probe.py `rows`): no default, a
+# candidate the opt-in first-use autotune times beside the model's (`config_model.ranked`).
+THIN_TILE = (32, 128, 64)      # bf16 (fp32: half the K tile), 4 warps, the deepest pipeline
+
+
+def thin_rows(s: Gemm, gpu: Gpu) -> dict | None:
+    """The thin-row candidate above for `s`: 33..WAVE_ROWS rows where 64-row tiles fill under
+    WAVE_FILL of the SMs and 32-row tiles give more blocks that still run in one wave."""
+    if s.family != "matmul" or not 32 < s.m <= WAVE_ROWS:
+        return None
+    es = element_bytes(s.dtype)
+    bm, bn, bk = (_mma(t, size) for t, size in zip((THIN_TILE[0], THIN_TILE[1], THIN_TILE[2] * 2 // es),
+                                                    (s.m, s.n, s.k)))
+    wide, thin = cdiv(s.m, 64) * cdiv(s.n, bn), cdiv(s.m, bm) * cdiv(s.n, bn)
+    if wide >= WAVE_FILL * gpu.sms or thin <= wide or thin > gpu.sms:
+        return None
+    stages = _stage_options(bm, bn, bk, es, gpu)
+    if not stages:
+        return None
+    c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": 1,
+         "min_blocks": gpu.sms, "tail_split": False, "one_kernel": False, "num_warps": 4, "num_stages": stages[0]}
+    return c if valid_matmul(c, s, gpu) else None
+
+
 def matmul_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
     """Every valid `matmul` config the model considers for `s` (m > 16)."""
     es, out = element_bytes(s.dtype), []
