@@ -33,3 +33,39 @@ def test_a_missing_pair_is_named(checkpoint):
     pairs = [(k, v) for k, v in hf.state_dict().items() if k != "model.layers.0.mlp.up_proj.weight"]
     with pytest.raises(CheckpointError, match="'model.layers.0.mlp.up_proj.weight' is missing from the given"):
         weights_from_tensors(pairs, cfg, torch.float32, "cpu", progress=False)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_loading_counts_every_tensor_on_a_progress_bar(checkpoint, monkeypatch, progress):
+    """The bar counts each checkpoint tensor once (tqdm shows it on a terminal: disable=None);
+    progress=False disables it. Each tensor is opened on the requested device (no host copy first)."""
+    import safetensors
+    import tqdm.auto
+
+    from tilesafe.engine.checkpoint import expected_shapes
+    folder, _ = checkpoint("sharded", save={"max_shard_size": "20KB"})
+    cfg = Qwen3Config.from_dir(folder)
+    bars, devices = [], []
+
+    class Bar:
+        def __init__(self, total, desc, unit, disable):
+            self.total, self.disable, self.done, self.closed = total, disable, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            self.closed = True
+    real_open = safetensors.safe_open
+
+    def safe_open(path, framework, device=None):          # None: the caller left the device out
+        devices.append(device)
+        return real_open(path, framework=framework, device=device or "cpu")
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.setattr(safetensors, "safe_open", safe_open)
+    load_weights(folder, cfg, torch.float32, "cpu", progress=progress)
+    (bar,) = bars
+    assert bar.total == bar.done == len(expected_shapes(cfg)) and bar.closed
+    assert bar.disable is (None if progress else True)
+    assert devices and set(devices) == {"cpu"} and len(devices) == len(list(folder.glob("model-*.safetensors")))
