@@ -82,3 +82,24 @@ def test_auto_gives_each_decode_bucket_the_rows_within_twice_its_step(llm, llm_o
     outs, plans = _serve(core, llm)
     assert outs == _alone(llm_one_seq)
     assert [p.num_tokens for p in plans if p.rows][0] == 8    # one decode row (bucket 1): 8 rows, not 4
+
+
+def test_a_greedy_batch_whose_requests_change_uploads_no_sampler_rows(llm, llm_one_seq):
+    """A greedy request's sampler row is an idle row, so row steps — whose rows move every step
+    as prompt rows come and go — write the sampler's rows only when their count changes (the
+    old runner rewrote every row, with the requests' own parameters, nearly every step)."""
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, decode_step_tokens=12)
+    sampler, writes = core.runner.sampler, []
+    set_rows = sampler.set_rows
+    sampler.set_rows = lambda params, seeds: writes.append((list(params), list(seeds))) or set_rows(params, seeds)
+    outs = [[] for _ in PROMPTS]
+    for i, p in enumerate(PROMPTS):
+        seq = llm._sequences({"prompt_token_ids": p}, GREEDY)[0]
+        core.add(Request(f"g{i}", seq, sink=lambda out, got=outs[i]: got.extend(out.token_ids)))
+        core.step()                                           # one arrival a step: the rows change every step
+    while core.has_work():
+        core.step()
+    assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, GREEDY)[0].outputs[0].token_ids for p in PROMPTS]
+    assert core.steps > len(writes) and all(seeds == [0] * len(seeds) for _, seeds in writes)
+    assert all(a is b for params, _ in writes for a, b in zip(params, params[1:]))   # idle rows, all alike
+    assert all(len(a[0]) != len(b[0]) for a, b in zip(writes, writes[1:]))          # rewritten only to resize

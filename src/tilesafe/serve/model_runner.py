@@ -48,7 +48,7 @@ from ..engine.model import Activations, Qwen3Model
 from ..engine.sampling_params import SamplingParams
 from ..engine.prefill_graphs import MAX_GRAPH_TOKENS, PrefillGraphs
 from ..engine.prefill_graphs import bucket_sizes as prefill_buckets
-from ..engine.sampler import Sampler
+from ..engine.sampler import GREEDY_BELOW, Sampler
 from .block_manager import BlockManager
 from .memory_check import activation_bytes, check_memory, serving_bytes
 from .mixed_steps import MixedSteps
@@ -369,16 +369,24 @@ class ModelRunner:
 
     def _set_rows(self, reqs: list[Request], pad_to: int = 0, extra: list[Request] = ()) -> None:
         """Sampler row i: request i's parameters, seed and Philox step (tokens generated);
-        then idle (greedy) rows up to pad_to, then the `extra` requests'."""
+        then idle (greedy) rows up to pad_to, then the `extra` requests'. A greedy request's
+        row is an idle row (its token is the argmax whatever its seed, top-k or top-p), so a
+        greedy batch whose requests change — every row step, as prompt rows move — uploads
+        nothing (the upload was a third of a row step's host time at 128 requests)."""
         pad = max(pad_to - len(reqs), 0)
-        key = (tuple(reqs), pad, tuple(extra))
         rows = list(reqs) + [None] * pad + list(extra)
+        key = tuple(r if r is not None and not _greedy(r.seq.params) else None for r in rows)
         sampler = self.sampler
         if self._rows != key:
-            sampler.set_rows([r.seq.params if r else IDLE for r in rows], [r.seq.seed if r else 0 for r in rows])
+            sampler.set_rows([r.seq.params if r else IDLE for r in key], [r.seq.seed if r else 0 for r in key])
             self._rows = key
         if not sampler.all_greedy(len(rows)):     # greedy rows draw no random number: no upload
             sampler.set_steps([len(r.seq.tokens) if r else 0 for r in rows])
+
+
+def _greedy(params: SamplingParams) -> bool:
+    """Whether the sampler takes the argmax for these (resolved) parameters (Sampler's rule)."""
+    return params.temperature < GREEDY_BELOW or params.top_k == 1
 
 
 def _append_sampled(chunks: list[tuple[Request, int]], reqs: list[Request], tokens, logprobs) -> list[Request]:
