@@ -168,11 +168,7 @@ def test_the_walk_sees_lazy_and_relative_imports(tmp_path):
 # --- circles ---------------------------------------------------------------------------------
 
 # Circles left, each with why; the test fails when one is gone (take it off) or a new one appears.
-KNOWN_CIRCLES = {
-    # `linear(residual=)` (matmul) hands its calls to linear_fusions, whose fused GEMVs build on
-    # matmul's pieces and fall back to its linear: the public `linear` belongs above both.
-    frozenset({"tilesafe.kernels.linear_fusions", "tilesafe.kernels.matmul"}),
-}
+KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 
 def circles(edges: dict[str, set[str]]) -> list[frozenset[str]]:

@@ -2,8 +2,8 @@
 from .elementwise import add, div, exp, gelu, mul, neg, relu, residual_add, silu, silu_mul, sub
 from .reduce import log_softmax, max, mean, softmax, sum
 from .norms import layer_norm, rms_norm
-from .matmul import bmm, linear, matmul
-from .linear_fusions import rms_norm_linear, silu_mul_linear
+from .matmul import bmm, matmul
+from .linear_fusions import linear, rms_norm_linear, silu_mul_linear
 from .linear_argmax import linear_argmax
 from .attention import DecodeWorkspace, decode_attention, decode_workspace, flash_attention
 from .rope import ArgmaxWorkspace, argmax, argmax_workspace, embedding, rope

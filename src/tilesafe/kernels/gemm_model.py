@@ -483,7 +483,7 @@ def valid_linear(c: dict, s: Gemm, gpu: Gpu) -> bool:
 
 
 def linear_tiles(c: dict, s: Gemm) -> tuple[int, int, int]:
-    """(column tile, K tile, K splits) as `matmul._gemm` derives them from `c` for m <= 16."""
+    """(column tile, K tile, K splits) as `matmul.gemm` derives them from `c` for m <= 16."""
     bn = min(int(c["block_n"]), max(16, pow2(s.n)))
     if s.m > 1:
         bn = max(bn, 16)

@@ -30,7 +30,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import residual_add, silu_mul
 from .launch import cdiv, launch, pow2
-from .matmul import ACTIVATIONS, SKINNY_M, epilogue, l2_prefetch, linear, mac, skinny_config
+from .matmul import ACTIVATIONS, SKINNY_M, epilogue, gemm, l2_prefetch, mac, skinny_config
 from .matmul import peel_form, prefetch_form, skinny_tiles, warm_slab
 from .norms import rms_norm
 
@@ -308,8 +308,27 @@ def silu_mul_linear(gate_up, w, residual=None, out=None, config=None):
                   out, config, inputs={"gate_up": gt, "w": wt})
 
 
+@planned
+def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None, residual=None):
+    """`activation(x @ w.T + bias)` with w of shape (N, K), as torch's F.linear; with
+    `residual`, that (rounded to x's dtype) plus `residual` — `out=residual` adds in place.
+
+    For M <= 16 rows (decode), each block owns a slab of N outputs and streams the weight
+    once, looping over K tiles with an fp32 accumulator; the residual is added to each
+    output tile before it is stored (`linear_residual`). (Here, not in matmul.py: its
+    residual form and the fusions' unfused forms call each other; matmul.gemm is the product.)
+    """
+    if residual is not None:
+        return linear_residual(x, w, bias, activation, residual, precision, out, config)
+    fn = "linear"
+    xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
+    if xt.ndim < 1 or wt.ndim != 2:
+        raise A.fail(fn, f"needs x of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}")
+    return gemm(fn, A.is_torch(x), xt, wt.T, None, bias, activation, precision, out, config, ("x", "w"))
+
+
 def linear_residual(x, w, bias, activation, residual, precision, out, config):
-    """`linear(..., residual=)`: `matmul.linear` hands its residual calls here."""
+    """`linear(..., residual=)`: the fused GEMV for M <= 16 rows, else `linear` + `residual_add`."""
     fn = "linear"
     xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
     A.float_operands(fn, x=xt, w=wt)

@@ -1,5 +1,6 @@
-"""Matrix multiplies: `matmul` (tiled or persistent GEMM, picked by shape), `linear` (x @ w.T,
-with a weight-streaming path for M <= 16), and `bmm` (batched, rank-3 outputs).
+"""Matrix multiplies: `matmul` (tiled or persistent GEMM, picked by shape), `gemm` (its product,
+which `linear` (x @ w.T, linear_fusions.py) shares: a weight-streaming path for M <= 16), and
+`bmm` (batched, rank-3 outputs).
 
 All accumulate in fp32 (`ts.mma`) and round once to the output dtype, after the optional
 bias and activation. fp32 inputs use IEEE products unless `precision` (default: torch's
@@ -290,26 +291,7 @@ def matmul(a, b, out_dtype=None, bias=None, activation=None, precision=None, out
     if at.ndim < 1 or bt.ndim != 2:
         raise A.fail(fn, f"needs a of shape (..., K) and b of shape (K, N); got {at.shape} and {bt.shape}",
                      help="use ts.kernels.bmm for batches of matrices")
-    return _gemm(fn, A.is_torch(a), at, bt, out_dtype, bias, activation, precision, out, config, ("a", "b"))
-
-
-@planned
-def linear(x, w, bias=None, activation=None, precision=None, out=None, config=None, residual=None):
-    """`activation(x @ w.T + bias)` with w of shape (N, K), as torch's F.linear; with
-    `residual`, that (rounded to x's dtype) plus `residual` — `out=residual` adds in place.
-
-    For M <= 16 rows (decode), each block owns a slab of N outputs and streams the weight
-    once, looping over K tiles with an fp32 accumulator; the residual is added to each
-    output tile before it is stored (`linear_fusions.py`).
-    """
-    if residual is not None:
-        from .linear_fusions import linear_residual   # it builds on this module
-        return linear_residual(x, w, bias, activation, residual, precision, out, config)
-    fn = "linear"
-    xt, wt = A.tensor(x, "x", fn), A.tensor(w, "w", fn)
-    if xt.ndim < 1 or wt.ndim != 2:
-        raise A.fail(fn, f"needs x of shape (..., K) and w of shape (N, K); got {xt.shape} and {wt.shape}")
-    return _gemm(fn, A.is_torch(x), xt, wt.T, None, bias, activation, precision, out, config, ("x", "w"))
+    return gemm(fn, A.is_torch(a), at, bt, out_dtype, bias, activation, precision, out, config, ("a", "b"))
 
 
 @planned
@@ -349,7 +331,9 @@ def bmm(a, b, out_dtype=None, precision=None, out=None, config=None):
 # --- dispatch -----------------------------------------------------------------------------
 
 
-def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, config, names):
+def gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, config, names):
+    """`matmul`'s and `linear`'s product (linear passes w.T as bt): the checks, the config by
+    shape, the launches. `fn` names the caller in errors; `names` its two operands."""
     (at, bt), dtype, device = A.float_operands(fn, **dict(zip(names, (at, bt))))
     k, n = bt.shape
     if at.shape[-1] != k:
@@ -375,8 +359,8 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         return o.returned
     if m <= SKINNY_M:
         cfg = skinny_config(dtype, m, n, k, config,
-                            run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
-                                                names))
+                            run=lambda c: gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
+                                               names))
         bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
         if splits > 1:
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
@@ -386,8 +370,8 @@ def _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c
         return o.returned
     cfg = configs.lookup("matmul", matmul_keys(dtype, m, n, k), config, dtype,
                          shape=configs.Gemm(m, n, k, dtype.name),
-                         run=lambda c: _gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
-                                             names))
+                         run=lambda c: gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
+                                            names))
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
     splits = _splits(cfg, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk))
     if splits > 1:

@@ -28,7 +28,8 @@ import torch
 
 from . import elementwise, norms, reduce
 from .attention import decode_attention, flash_attention
-from .matmul import bmm, linear, matmul
+from .linear_fusions import linear
+from .matmul import bmm, matmul
 from .rope import argmax, embedding, rope
 from ..errors import Loc, TileSafeError
 
