@@ -148,3 +148,27 @@ def test_unwritten_memory_is_refused_and_what_it_writes_is_marked(gpu_form):
         _finish(x, out)
         assert ran[-1] is True and len(started) == 1
         assert StorageState.of(out).is_written(out)
+
+
+def test_two_known_storages_over_the_same_bytes_are_refused_by_the_written_out_hit():
+    """Both storages borrowed before (their states merged: one memory), so the hit's common case
+    takes them; their states are not apart, so the whole-call check runs and refuses."""
+    from call_helpers import assert_unchanged, snapshot
+    tk.rms_norm.plans.plans.clear()
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        for seed in range(3):
+            tk.rms_norm(_rand((1, 32), seed), w, out=torch.zeros(1, 32))
+        (plan,) = tk.rms_norm.plans.plans.values()
+        assert plan.hit.unrolled is not None                     # the written-out form takes this layout
+        base = _rand((64,), 9)
+        x = base[0:32].view(1, 32)
+        out = torch.from_numpy(base.numpy()[16:48]).view(1, 32)  # another storage, half over x
+        ts.from_torch(x), ts.from_torch(out)                     # both known: one merged state
+        before = snapshot(base, w)
+        with pytest.raises(ts.AliasError) as e:
+            tk.rms_norm(x, w, out=out)  # known-two-storages
+        assert e.value.message == "rms_norm: `out` shares memory with the input `x`"
+        assert_located(e.value, HERE, "known-two-storages")
+        assert_unchanged(before, base, w)
+    tk.rms_norm.plans.plans.clear()

@@ -32,12 +32,13 @@ from ..runtime.value_keys import value_key
 from . import call_recording as R
 from . import scratch
 from .call_checks import check_aliasing
+from .call_hits_unrolled import unrolled as written_out
 from .launch import start
 
 
 class CallHit:
     """The fast form of one CallPlan (see the module's docstring)."""
-    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news", "flat", "kept")
+    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news", "flat", "kept", "unrolled")
 
     def __init__(self, plan, launches: list, groups: int, extents: list):
         self.plan, self.launches, self.groups, self.extents = plan, launches, groups, extents
@@ -53,6 +54,7 @@ class CallHit:
         # The workspaces (internal roots), allocated by the first call and kept: every call's
         # launches use them as a caller's `workspace=` would be used (see __call__).
         self.kept: dict = {}
+        self.unrolled = None        # the common case written out (call_hits_unrolled), set by `of`
 
     @staticmethod
     def of(plan, places: list) -> "CallHit | None":
@@ -67,10 +69,19 @@ class CallHit:
         allocated = len(plan.roots) - len(places)
         groups = len({sptr for _, _, sptr, _, _ in places}) + allocated   # the key's storages
         extents = [_extent(tv) for tv, *_ in places]
-        return CallHit(plan, launches, groups, extents)
+        hit = CallHit(plan, launches, groups, extents)
+        hit.unrolled = written_out(hit, places)
+        return hit
 
     def __call__(self, places: list):
         """The call with the tensors of `places` (call_plans.call_key's)."""
+        unrolled = self.unrolled
+        if unrolled is not None:
+            return unrolled(self, places)
+        return self._walk(places)
+
+    def _walk(self, places: list):
+        """`__call__` by loops over the plan's roots and steps: every case."""
         plan = self.plan
         with LOCK:
             # Per root: (torch view, storage state, first element's address, storage's address and bytes).
@@ -133,22 +144,35 @@ class CallHit:
                 made[i] = t
                 handed.append(t if kind == R.EMPTY else None)
             # Merged states share one __dict__ (storage_state._absorb): that is the memory's identity.
-            apart = len({id(root[1].__dict__) for root in roots}) == self.groups
-            for step, launch in zip(plan.steps, self.launches):
-                if type(step) is tuple:
-                    if not apart:
-                        _, fn, inputs, outputs, in_place = step
-                        check_aliasing(fn, _named(inputs, roots, made), _named(outputs, roots, made), in_place)
-                elif not (apart and launch is not None and launch.run(roots)):
-                    outputs = {n: (_tensor(v, roots, made), tile) for n, (v, tile) in step.outs.items()}
-                    args = {n: _tensor(v, roots, made) if type(v) is R.View else v for n, v in step.values.items()}
-                    start(step.kernel, outputs, step.grid, args, step)
+            self._steps(roots, made, len({id(root[1].__dict__) for root in roots}) == self.groups)
             returned = plan.returned
             if type(returned) is int:
                 return handed[returned]
             if self.flat:                      # a tuple of results (rms_norm's with its residual)
                 return tuple([handed[r] for r in returned])
             return _result(returned, handed)
+
+
+    def _steps(self, roots: list, made: list, apart: bool) -> None:
+        """The plan's steps on these roots (`made`: their tilesafe tensors where made);
+        `apart`: the roots the key places in different storages are in different memory (S7)."""
+        k = 0
+        for step, launch in zip(self.plan.steps, self.launches):
+            if type(step) is tuple:
+                if not apart:
+                    _, fn, inputs, outputs, in_place = step
+                    check_aliasing(fn, _named(inputs, roots, made), _named(outputs, roots, made), in_place)
+            elif not (apart and launch is not None and launch.run(roots)):
+                self._full_step(k, roots, made)
+            k += 1
+
+    def _full_step(self, k: int, roots: list, made: list) -> None:
+        """Step `k` (a launch) by the full launch path: it checks everything and refuses as a
+        fresh call would."""
+        step = self.plan.steps[k]
+        outputs = {n: (_tensor(v, roots, made), tile) for n, (v, tile) in step.outs.items()}
+        args = {n: _tensor(v, roots, made) if type(v) is R.View else v for n, v in step.values.items()}
+        start(step.kernel, outputs, step.grid, args, step)
 
 
 def _planned(step) -> PlannedLaunch | None:

@@ -1,0 +1,98 @@
+"""A call plan's fast form (call_hits.CallHit) written out for one plan, for its common case.
+
+CallHit.__call__ walks the plan's roots and steps with loops and branches on facts the plan
+key fixes: how many tensors the call passes and that each is a torch tensor, which roots it
+allocates and how, which steps are launches with a fast form. For a plan whose arguments are
+all torch tensors and whose allocations are torch's new bytes (call_hits' `news`), the same
+steps are written out once as straight code with those facts as constants. It does the
+common case only — each argument's memory known, tracking no initialisation and holding the
+view (S13 as `from_torch`'s unlocked common case borrows it) — and hands any other call,
+before it has done anything, to CallHit's own loops (`_walk`), which borrow, refuse or
+allocate as before. What it does on the common case is what those loops do, in their order:
+borrow, allocate (or take the kept workspace), the storages-apart test (S7), each launch's
+fast form or its full step, the result.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..runtime.host_lock import LOCK
+from ..runtime.storage_state import STATE_ATTR, StorageState
+from . import call_recording as R
+
+
+def unrolled(hit, places: list):
+    """`call(hit, places)` for CallHit `hit` (made with the tensors of `places`), or None where
+    its plan is not of that common case."""
+    plan = hit.plan
+    n = len(places)
+    if any(type(place[4]) is not torch.Tensor and not isinstance(place[4], torch.Tensor) for place in places):
+        return None                       # tilesafe tensors (a workspace's, a Tensor argument)
+    allocated = list(enumerate(plan.roots[n:], n))
+    if any(kind != R.EMPTY or i not in hit.news for i, (kind, _) in allocated):
+        return None                       # scratch views, ts.empty's tracked memory
+    returned = plan.returned
+    if not (type(returned) is int or hit.flat):
+        return None
+    ns = {"__name__": __name__,   # tilesafe's code: error locations skip its frames (errors.caller_loc)
+          "LOCK": LOCK, "STATE_ATTR": STATE_ATTR, "torch_empty": torch.empty, "attach_new": StorageState.attach_new,
+          "KEPT": hit.kept, "LAUNCHES": hit.launches}
+    src = ["def call(hit, places):",
+           "    with LOCK:"]
+    body = []
+    unpack = ", ".join(f"(tv{i}, st{i}, sp{i}, p{i}, t{i})" for i in range(n))
+    body.append(f"{unpack}, = places")
+    for i in range(n):
+        # S13 as from_torch's common case: a known state tracking no initialisation, holding the view
+        body += [f"s{i} = getattr(st{i}, STATE_ATTR, None)",
+                 f"n{i} = st{i}.nbytes()",
+                 f"if s{i} is None or s{i}.init_mask is not None or p{i} - sp{i} + {int(hit.extents[i])} > n{i}:",
+                 "    return hit._walk(places)"]
+    roots = [f"(tv{i}, s{i}, p{i}, sp{i}, n{i})" for i in range(n)]
+    states = [f"s{i}" for i in range(n)]
+    for i, (_, recipe) in allocated:
+        shape, dtype, device = hit.news[i]
+        ns[f"SHAPE{i}"], ns[f"DTYPE{i}"], ns[f"DEVICE{i}"] = shape, dtype, device
+        make = ["try:",
+                f"    t{i} = torch_empty(SHAPE{i}, dtype=DTYPE{i}, device=DEVICE{i})",
+                "except RuntimeError:",
+                "    return hit._walk(places)     # (it refuses with ts.empty's error: too large)",
+                f"st{i} = t{i}.untyped_storage()",
+                f"n{i}, p{i} = st{i}.nbytes(), t{i}.data_ptr()",
+                f"r{i} = (t{i}, attach_new(st{i}, n{i}, p{i}), p{i}, p{i}, n{i})"]
+        if i in hit.internal:             # a workspace of the call's own launches, kept (call_hits)
+            body += [f"r{i} = KEPT.get({i})",
+                     f"if r{i} is None:"] + ["    " + line for line in make] + [f"    KEPT[{i}] = r{i}"]
+        else:
+            body += make
+        roots.append(f"r{i}")
+        states.append(f"r{i}[1]")
+        if not recipe[3]:
+            body.append(f"t{i} = None")   # handed back as None (never returned: not torch's)
+    body.append(f"roots = [{', '.join(roots)}]")
+    ids = ", ".join(f"id({s}.__dict__)" for s in states)
+    body += [f"if len({{{ids}}}) != {hit.groups}:",
+             "    return hit._steps(roots, [None] * len(roots), False)"]
+    launches = [k for k, step in enumerate(plan.steps) if type(step) is not tuple]
+    if launches:
+        body.append(f"made = [None] * {len(plan.roots)}")
+    for k in launches:
+        if hit.launches[k] is not None:
+            body += [f"if not LAUNCHES[{k}].run(roots):",
+                     f"    hit._full_step({k}, roots, made)"]
+        else:
+            body.append(f"hit._full_step({k}, roots, made)")
+    if type(returned) is int:
+        body.append(f"return t{returned}")
+    else:
+        body.append(f"return ({''.join(f't{r}, ' for r in returned)})")
+    src += ["        " + line for line in body]
+    exec(compile("\n".join(src), f"<call plan hit of {_name(plan)}>", "exec"), ns)  # noqa: S102
+    return ns["call"]
+
+
+def _name(plan) -> str:
+    for step in plan.steps:
+        if type(step) is not tuple:
+            return step.kernel.name
+    return "checks"
