@@ -109,3 +109,20 @@ def test_sequences_that_stop_early_leave_the_others_unchanged(checkpoint, hf_gre
         n = len(out.outputs[0].token_ids)
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, n)[0]
     assert sorted(llm.decode_steps.steps) == [1, 3]          # batch 3, then the one running sequence
+
+
+def test_greedy_matches_transformers_on_the_triton_interpreter(checkpoint, hf_greedy):
+    """The same engine with every kernel on Triton's CPU interpreter (what the GPU compiles, not the
+    reference backend the other tests use): a ragged prefill of two prompts and a batched decode
+    step give transformers' tokens and log-probabilities. 2 tokens: the interpreter takes ~3 s a step."""
+    import tilesafe as ts
+    folder, hf = checkpoint()
+    params = SamplingParams(temperature=0, max_tokens=2, logprobs=1)
+    with ts.backend("triton-interpreter"):
+        llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=2, progress=False)
+        assert llm.backend is None                     # not switched to the reference backend
+        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS[:2]], params)
+    for prompt, out in zip(PROMPTS, outs):
+        want, want_lp = hf_greedy(hf, prompt, params.max_tokens)
+        assert out.outputs[0].token_ids == want
+        assert [next(iter(d.values())).logprob for d in out.outputs[0].logprobs] == pytest.approx(want_lp, abs=1e-3)
