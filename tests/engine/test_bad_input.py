@@ -180,6 +180,18 @@ def test_bad_prompts_refused_and_llm_still_works(llm, prompt, fragment):
     assert llm.generate(ok, params)[0].outputs[0].token_ids == before
 
 
+def test_a_refused_call_launches_no_kernel(llm, launched_kernels):
+    """Refused before any device work: the good prompt before the bad one is not prefilled."""
+    seen = launched_kernels()
+    for prompts, params in [([{"prompt_token_ids": [3, 4]}, {"prompt_token_ids": [1, 96]}], SamplingParams()),
+                            ({"prompt_token_ids": [3, 4]}, {"max_tokens": 2})]:
+        with pytest.raises(RequestError):
+            llm.generate(prompts, params)
+    assert seen == []
+    llm.generate({"prompt_token_ids": [3, 4]}, SamplingParams(temperature=0, max_tokens=2))
+    assert seen                                            # the recorder does see a real call's launches
+
+
 def test_empty_prompt_list(llm):
     assert llm.generate([], SamplingParams(temperature=0)) == []
 
