@@ -17,8 +17,9 @@
 # Writes serve_load_{4b,8b}.json and .log to OUT; each JSON is rewritten after every level,
 # so a timeout keeps the levels measured.
 # Usage: [SERVE_FLAGS='--stream-interval 2 ...'] bash benchmarks/serve_h200.sh OUT [SECONDS_4B [SECONDS_8B]]
-# (default 95, 55 s; SERVE_FLAGS replace the default '--stream-interval 2' in serve_load.py's flags). Decode-step
-# rows, not yet measured on the GPU: SERVE_FLAGS='--stream-interval 2 --decode-step-tokens off,auto,batch2x,128'
+# (default 95, 55 s; SERVE_FLAGS replace the default '--stream-interval 2' in serve_load.py's flags). The server
+# runs the engine's default decode-step rows (serve_load's --decode-step-tokens default, `default`: what `tilesafe
+# serve` runs, the table's `default=...`); SERVE_FLAGS='--stream-interval 2 --decode-step-tokens auto,off,128'
 # runs the 8/32/128-client levels once per value on the same server (about 12 s more per value at 4B).
 set -uo pipefail
 out=${1:?out dir}
