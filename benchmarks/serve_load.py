@@ -147,7 +147,8 @@ def run(args, p) -> int:
         for setting, shared, c in [(t, n, c) for i, t in enumerate(settings) for n in prefixes for c in levels_c
                                    if not (i and c == 1)]:
             if server is not None:
-                server.engine.thread.call(lambda core: _apply_step_tokens(core, setting))
+                # (the first auto or N warms the row buckets: compiles, so more than call's default minute)
+                server.engine.thread.call(lambda core: _apply_step_tokens(core, setting), timeout=900)
                 # "auto" times the buckets on first use: the report shows them (and the budgets) once there
                 report["decode_step_times_s"] = core.decode_step_times
                 report["auto_decode_step_tokens"] = core.auto_step_tokens
