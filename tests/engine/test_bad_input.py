@@ -230,3 +230,27 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(llm):
     greedy = SamplingParams(temperature=0, max_tokens=5)
     beside = llm.generate([{"prompt_token_ids": [3, 17]}, {"prompt_token_ids": [4]}], [greedy, seeded])
     assert llm.generate({"prompt_token_ids": [3, 17]}, greedy)[0].outputs[0].token_ids == beside[0].outputs[0].token_ids
+
+
+def test_an_interrupted_call_or_an_abandoned_stream_leaves_the_llm_working(llm):
+    """Ctrl-C inside a decode step (KeyboardInterrupt), or a stream the caller stops reading: the
+    next call gives the same tokens as before, the seeded row included."""
+    prompts = [{"prompt_token_ids": [3, 17, 5]}, {"prompt_token_ids": [9]}]
+    params = [SamplingParams(temperature=0, max_tokens=5), SamplingParams(temperature=1.0, max_tokens=5, seed=3)]
+    before = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    for _ in llm.stream(prompts[0], params[0]):
+        break
+    real, calls = llm.decode_steps.run, []
+
+    def interrupted(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+    llm.decode_steps.run = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            llm.generate(prompts, params[::-1])
+    finally:
+        llm.decode_steps.run = real
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == before
