@@ -134,6 +134,7 @@ def test_rows_are_off_by_default_and_auto_without_captured_steps_is_off(llm):
     assert core.decode_step_tokens is None and core.scheduler.row_budget is None
     core = EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens="auto")    # the CPU: nothing to time
     assert core.decode_step_times == {} and core.decode_step_tokens is None
+    assert core.runner.decoder.sizes == [1, 2, 4]                # and no row buckets past max_num_seqs
 
 
 def test_rows_leave_a_prefix_hits_cached_positions_unwritten(llm, llm_one_seq):

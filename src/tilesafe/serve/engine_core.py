@@ -134,7 +134,7 @@ class EngineCore:
         """The rows of a step beside decodes (None: off; "auto": from the decode buckets' step
         times, measured on first use — call it on the engine thread, between steps)."""
         _check_step_tokens(tokens, self.llm.max_num_seqs)
-        if tokens is not None:
+        if tokens is not None and (tokens != "auto" or self._warmed):   # (an unwarmed "auto" is off)
             with self.llm.on_device(), torch.inference_mode():     # the buckets past max_num_seqs, warmed
                 self.scheduler.row_buckets = self.runner.add_row_buckets(warm=self._warmed)
         if tokens == "auto" and self._warmed and not self.decode_step_times:
