@@ -126,3 +126,22 @@ def test_greedy_matches_transformers_on_the_triton_interpreter(checkpoint, hf_gr
         want, want_lp = hf_greedy(hf, prompt, params.max_tokens)
         assert out.outputs[0].token_ids == want
         assert [next(iter(d.values())).logprob for d in out.outputs[0].logprobs] == pytest.approx(want_lp, abs=1e-3)
+
+
+@pytest.mark.parametrize("spelling", ["transformers", "hub"])
+def test_a_rope_theta_and_eps_other_than_the_defaults_are_read_in_both_spellings(checkpoint, hf_greedy, tmp_path,
+                                                                                  spelling):
+    """The other tests' rope_theta (10000) is also the fallback an unread field would take: here
+    500000 (rope_parameters.rope_theta, or the Hub's top-level rope_theta) and rms_norm_eps 1e-5
+    must reach the model (log-probabilities within 1e-3 of transformers')."""
+    folder, hf = checkpoint("theta", rope_theta=500000.0, rms_norm_eps=1e-5)
+    raw = json.loads((folder / "config.json").read_text())
+    assert raw["rope_parameters"]["rope_theta"] == 500000.0 and "rope_theta" not in raw
+    if spelling == "hub":
+        raw["rope_theta"] = raw.pop("rope_parameters")["rope_theta"]
+        raw["torch_dtype"] = raw.pop("dtype", "float32")
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    (tmp_path / "model.safetensors").symlink_to(folder / "model.safetensors")
+    llm = LLM(str(tmp_path), device="cpu", max_model_len=32, progress=False)
+    assert (llm.config.rope_theta, llm.config.rms_norm_eps) == (500000.0, 1e-5)
+    check_against_transformers(llm, hf, hf_greedy, [PROMPTS[2]])
