@@ -18,6 +18,7 @@ import functools
 import torch
 
 from ..backends.triton.tma import Address, LayoutDescriptor
+from .future import Future
 from .pending_start import start_pending
 
 _new_tuple = tuple.__new__
@@ -28,7 +29,8 @@ def unrolled(pl, lent):
     (`pl.values`, `pl.pointers`, `pl.descriptors`, `pl.aligns` set); `lent(state)`: S8's test
     of a state with lendings (planned_launch._lent)."""
     n = len(pl.slots)
-    ns = {"_lent": lent, "_new_tuple": _new_tuple, "LayoutDescriptor": LayoutDescriptor, "Address": Address,
+    ns = {"__name__": __name__,   # tilesafe's code: error locations skip its frames (errors.caller_loc)
+          "_lent": lent, "_new_tuple": _new_tuple, "LayoutDescriptor": LayoutDescriptor, "Address": Address,
           "start_pending": start_pending, "_C": torch._C,
           "partial": functools.partial, "SETS": pl.sets.sets, "MAKE": pl.sets.make, "PLACES": pl.places,
           "WRITES": pl.writes, "DEVICE": pl.device_index}
@@ -72,3 +74,34 @@ def unrolled(pl, lent):
             "    return True"]
     exec(compile("\n".join(src), f"<planned launch of {pl.kernel.name}>", "exec"), ns)   # noqa: S102 (our own text)
     return ns["run"]
+
+
+def layout_direct(launcher):
+    """`direct(self, tensors, objs, ptrs) -> Future` for the LayoutLauncher `launcher`
+    (prepared_launch.LayoutLauncher.direct, written out for its layout: each argument's byte
+    set kept unless its memory moved, then the shared tail)."""
+    sets = launcher._sets
+    ns = {"__name__": __name__, "start_pending": start_pending, "_C": torch._C, "Future": Future,
+          "SETS": sets.sets, "MAKE": sets.make, "WRITES": launcher.write_flags, "DEVICE": launcher.device_index}
+    names = [name for name, _ in launcher.writes]
+    src = ["def direct(self, tensors, objs, ptrs):"]
+    for k, name in enumerate(names):
+        # data_ptr() is 0 for an empty view: its offset comes from storage_offset()
+        src += [f"    t{k} = tensors[{name!r}]",
+                f"    v{k} = t{k}._t",
+                f"    st{k} = v{k}.untyped_storage()",
+                f"    sp{k}, n{k}, p{k} = st{k}.data_ptr(), st{k}.nbytes(), ptrs[{name!r}]",
+                f"    o{k} = p{k} - sp{k} if p{k} else v{k}.storage_offset() * v{k}.element_size()",
+                f"    b{k} = SETS[{k}]",
+                f"    if b{k} is None or b{k}[1] != sp{k} or b{k}[3] != o{k} or b{k}[2] != n{k}:",
+                f"        MAKE({k}, v{k}, sp{k}, n{k}, o{k})"]
+    views = ", ".join(f"{name!r}: v{k}" for k, name in enumerate(names))
+    states = ", ".join(f"t{k}._state" for k in range(len(names)))
+    held = "".join(f"v{k}, " for k in range(len(names)))
+    outs = "".join(f"objs[{name!r}], " for name in launcher.output_names)
+    src += [f"    views = {{{views}}}",
+            f"    done = start_pending(self.start, _C._cuda_getCurrentRawStream(DEVICE), self.values(None, views),"
+            f" [{states}], SETS, WRITES, ({held}), self._streams, DEVICE)",
+            f"    return Future(({outs}), done)"]
+    exec(compile("\n".join(src), f"<layout launch of {launcher.compiled.kernel.name}>", "exec"), ns)  # noqa: S102
+    return ns["direct"]

@@ -23,6 +23,7 @@ from .future import Future
 from .ordering import accesses, writes
 from .partition import Partition
 from .pending_start import start_pending
+from .planned_unrolled import layout_direct
 from .safety import mark_written
 
 
@@ -103,6 +104,9 @@ class LayoutLauncher:
         self.launched = None     # what its launches run (launch_cache.Launched), set by its layout plan
         self._sets = ByteSetSlots((tuple(f.shape), tuple(s * f.dtype.itemsize for s in f.strides), f.dtype.itemsize)
                                   for f in facts)
+        # `direct`'s steps written out for this layout (planned_unrolled.layout_direct): the
+        # same steps without the loop over the arguments.
+        self._direct = layout_direct(self)
 
     def __call__(self, bound) -> Future:
         if graph_var.get() is not None:
@@ -119,26 +123,7 @@ class LayoutLauncher:
         passed; `ptrs`: parameter -> the address of its first element), checked by the caller
         as for `__call__` (launch_cache.LayoutPlan.direct): `_start` without its masks (S14)
         and bound, in one pass over the arguments."""
-        slots = self._sets
-        sets, views, states = slots.sets, {}, []
-        k = 0
-        for name, _ in self.writes:           # each slot's last byte set unless the memory moved
-            t = tensors[name]
-            v = views[name] = t._t
-            states.append(t._state)
-            s = v.untyped_storage()
-            sptr, nbytes, ptr = s.data_ptr(), s.nbytes(), ptrs[name]
-            # data_ptr() is 0 for an empty view: its offset comes from storage_offset()
-            # (aliasing.first_address - sptr, inline: per argument per launch)
-            offset = ptr - sptr if ptr else v.storage_offset() * v.element_size()
-            byteset = sets[k]
-            if byteset is None or byteset[1] != sptr or byteset[3] != offset or byteset[2] != nbytes:
-                slots.make(k, v, sptr, nbytes, offset)
-            k += 1
-        done = start_pending(self.start, torch._C._cuda_getCurrentRawStream(self.device_index),
-                             self.values(None, views), states, sets, self.write_flags, tuple(views.values()),
-                             self._streams, self.device_index)
-        return Future(tuple([objs[n] for n in self.output_names]), done)
+        return self._direct(self, tensors, objs, ptrs)
 
     def _start(self, held: list, objs: list, bound) -> Future:
         views = {name: t._t for (name, _), t in zip(self.writes, held)}
