@@ -53,6 +53,12 @@ def lineno() -> int:
     ('{"temperature": "hot"}', "'temperature' is 'hot', not a number"),
     ('{"top_k": 2.5}', "'top_k' is 2.5, not an int"),
     ('{"eos_token_id": ["<|im_end|>"]}', "'eos_token_id' is ['<|im_end|>'], not a token id or a list of them"),
+    # Out of SamplingParams' range: each was read, then refused at every generate as the request's own
+    # "SamplingParams: temperature must be >= 0", a parameter the caller never set.
+    ('{"temperature": -1}', "'temperature' is -1, not >= 0"),
+    ('{"top_p": 0}', "'top_p' is 0, not in (0, 1]"),
+    ('{"top_k": -2}', "'top_k' is -2, not >= -1"),
+    ('{"max_new_tokens": 0}', "'max_new_tokens' is 0, not > 0"),
 ])
 def test_a_malformed_file_is_named_with_its_field(tmp_path, text, problem):
     (tmp_path / "generation_config.json").write_text(text)

@@ -58,6 +58,12 @@ _KINDS = {"bos_token_id": int, "pad_token_id": int, "do_sample": bool, "temperat
           "top_p": float, "min_p": float, "repetition_penalty": float, "max_new_tokens": int}
 
 
+# SamplingParams' ranges: a file value outside them is the file's error at load, not a refused
+# request (naming SamplingParams, which the caller never set) at every generate.
+_RANGES = {"temperature": (lambda v: v >= 0, ">= 0"), "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+           "top_k": (lambda v: v >= -1, ">= -1"), "max_new_tokens": (lambda v: v > 0, "> 0")}
+
+
 def _checked(name: str, value, path):
     kind = _KINDS[name]
     ok = isinstance(value, bool) if kind is bool else (
@@ -65,6 +71,9 @@ def _checked(name: str, value, path):
     if not ok:
         raise file_error(path, f"'{name}' is {value!r}, not {'a number' if kind is float else 'an ' + kind.__name__}",
                          f"fix or remove '{name}' in {Path(path).name}")
+    in_range, limit = _RANGES.get(name, (lambda v: True, ""))
+    if not in_range(value):
+        raise file_error(path, f"'{name}' is {value!r}, not {limit}", f"fix or remove '{name}' in {Path(path).name}")
     return kind(value)
 
 
