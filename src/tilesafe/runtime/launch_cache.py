@@ -35,8 +35,8 @@ from .binding import ArgFacts, Bound
 from .constructors import from_torch
 from .execute import execute
 from .launch_plan import LaunchPlan
+from .layout_unrolled import written_out
 from .prepared_launch import LayoutLauncher, prepare_layout
-from .storage_state import STATE_ATTR
 from .partition import Partition
 from .specialize import LaunchFacts
 from .tensor import Tensor
@@ -243,7 +243,7 @@ class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
                  "given", "outputs", "spans", "apart", "pairs", "reads", "recheck_pre", "scalar_checks", "roles",
-                 "names", "launchers", "last", "form", "parts", "borrows")
+                 "names", "launchers", "last", "form", "parts", "borrows", "unrolled")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule, key):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -275,6 +275,7 @@ class LayoutPlan:
                            for name, ext in self.spans if name in self.outputs
                            for other, oext in self.spans if other != name)
         self.launchers: dict = {}   # runtime scalars -> True (seen once), a LayoutLauncher, or False (none)
+        self.unrolled = None        # `direct` written out for this layout (layout_unrolled), at its first use
         self.last: list | None = None    # per value of the latest fast launch: a weak reference, or its id
         spec = kernel.specializer.spec(bound)
         self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in spec.reads)
@@ -319,89 +320,13 @@ class LayoutPlan:
         plan's key in the same pass (`_layout_key`'s facts, compared as the dictionary would;
         the device as the memory's state knows it, the tensor's own where the state has none),
         and OTHER, with nothing done, says they are another layout's."""
-        tensors, objs, ptrs, scalars = {}, {}, {}, []
-        doubt = False
-        parts = self.parts
-        k = 2
-        try:
-            for name, role, v in zip(self.names, self.roles, values):
-                k += 1
-                if role == _PART:
-                    if type(v) is not Partition:
-                        return OTHER if keyed else MISS
-                    t = v._tensor
-                    tv = t._t
-                    ptr = tv.data_ptr()
-                    if keyed:
-                        kp = parts[k]
-                        if kp[1] != v._tile or kp[2] != v._prefix or kp[3] != t._dtype.name or kp[4] != tv.shape \
-                                or kp[5] != tv.stride() or kp[6] != (t._state.device or tv.device) or kp[7] != ptr & 15:
-                            return OTHER
-                    now = 0 if tv.is_inference() else tv._version   # S13: Partition.torch_touched, inline
-                    if not v._live or now != v._version and now != t._state.own_write_version:
-                        doubt = True
-                elif role == _TENSOR:
-                    if type(v) is not Tensor:
-                        return OTHER if keyed else MISS
-                    t, tv = v, v._t
-                    ptr = tv.data_ptr()
-                    if keyed:
-                        kp = parts[k]
-                        if kp[1] != t._dtype.name or kp[2] != tv.shape or kp[3] != tv.stride() \
-                                or kp[4] != (t._state.device or tv.device) or kp[5] != ptr & 15:
-                            return OTHER
-                    if v._handed_at is not None or (v._lender is not None and v._lender() is not None):
-                        doubt = True
-                elif role == _GIVEN:
-                    if type(v) is float:           # value_key's float case, inline: a scale passed per launch
-                        if keyed and parts[k] is not float:
-                            return OTHER
-                        scalars.append((float, v) if v else value_key(v))
-                        continue
-                    if keyed and _key_part(False, v) != parts[k]:
-                        return OTHER
-                    scalars.append(value_key(v))
-                    continue
-                elif role == _TORCH:
-                    if type(v) is not torch.Tensor:   # (a subclass: the bound path borrows it)
-                        return OTHER if keyed else MISS
-                    ptr = v.data_ptr()
-                    if keyed:
-                        kp = parts[k]
-                        if kp[1] != v.dtype or kp[2] != v.shape or kp[3] != v.stride() or kp[4] != v.device \
-                                or kp[5] != v.layout or kp[6] != ptr & 15:
-                            return OTHER
-                    # S13, borrowed as from_torch's unlocked common case borrows: memory seen before
-                    # (its storage carries the state), never handed to torch, a contiguous view inside
-                    # its storage (unwritten bytes: below). Anything else: the bound path's from_torch.
-                    storage = v.untyped_storage()
-                    state = getattr(storage, STATE_ATTR, None)
-                    if state is None or state.handed is not None or not v.is_contiguous() \
-                            or (v.storage_offset() + v.numel()) * v.element_size() > storage.nbytes():
-                        doubt = True
-                        continue
-                    # A handle for this launch alone (the launcher reads its view and state; nothing
-                    # keeps it): the caller's own view, not a detached one, since nobody can change
-                    # its shape between here and the launch.
-                    t = Tensor(v, state, self.facts[name][2])
-                else:
-                    if keyed and _key_part(role == _KEYED, v) != parts[k]:
-                        return OTHER
-                    continue
-                if t._state.init_mask is not None:    # S14 by marks: the bound path reads and marks them
-                    doubt = True
-                tensors[name], objs[name], ptrs[name] = t, v, ptr
-        except Exception:          # an odd value: the dictionary lookup decides
-            if keyed:
-                return OTHER
-            raise
-        if doubt:
-            return MISS
-        launcher = self.launchers.get(tuple(scalars))
-        if type(launcher) is not LayoutLauncher or not self._apart_at(ptrs):
-            return MISS
-        self.kernel.last_launch = launcher.launched
-        return launcher.direct(tensors, objs, ptrs)
+        # Written out once per layout (layout_unrolled.py): the checks of each argument by its
+        # role, in argument order, then the launcher of the runtime scalars and S7's spans.
+        unrolled = self.unrolled
+        if unrolled is None:
+            unrolled = self.unrolled = written_out(self, (_PART, _TENSOR, _TORCH, _GIVEN, _KEYED), MISS, OTHER,
+                                                   _key_part)
+        return unrolled(self, values, keyed)
 
     def launch(self, form, values):
         """(future, bound, compiled code) of a launch with these argument values, or MISS."""
