@@ -123,6 +123,20 @@ def test_unsupported_config(checkpoint, tmp_path, edit, fragment):
 
 
 @pytest.mark.parametrize("kwargs,fragment", [
+    (dict(max_model_len=65), "max_model_len 65 exceeds the model's max_position_embeddings 64"),
+    (dict(max_model_len=0), "max_model_len must be a positive int, got 0"),
+    (dict(max_num_seqs=0), "max_num_seqs must be a positive int, got 0"),
+    (dict(dtype="int8"), "dtype must be one of float32, bfloat16, float16 or 'auto', got 'int8'"),
+    (dict(device="tpu"), "device must be 'cpu' or 'cuda[:N]', got 'tpu'"),
+])
+def test_bad_llm_settings(checkpoint, kwargs, fragment):
+    folder, _ = checkpoint()
+    with pytest.raises(RequestError) as e:
+        LLM(str(folder), **{"device": "cpu", "progress": False, **kwargs})  # llm: bad setting
+    assert_located(e.value, "llm: bad setting", fragment)
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
     (dict(max_tokens=0), "max_tokens must be > 0, got 0"),
     (dict(temperature=-0.5), "temperature must be >= 0, got -0.5"),
     (dict(top_p=0.0), "top_p must be in (0, 1], got 0.0"),

@@ -116,7 +116,8 @@ class LLM:
             check_splits(cfg, world)          # before any process starts
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = _dtype(dtype, cfg, self.device)
-        self.max_model_len = _positive("max_model_len", max_model_len or min(cfg.max_position_embeddings, 4096))
+        default_len = min(cfg.max_position_embeddings, 4096)       # only for None: 0 is refused, not defaulted
+        self.max_model_len = _positive("max_model_len", default_len if max_model_len is None else max_model_len)
         if self.max_model_len > cfg.max_position_embeddings:
             raise request_error(f"LLM: max_model_len {self.max_model_len} exceeds the model's "
                                 f"max_position_embeddings {cfg.max_position_embeddings}")
