@@ -71,7 +71,7 @@ def test_split_rows_sends_steps_without_decode_rows_or_with_many_split(llm, llm_
     ways = []
     split, mixed = runner.split, runner.mixed_step
     runner.split = lambda p, d: ways.append(("split", len(d))) or split(p, d)
-    runner.mixed_step = lambda c, d: ways.append(("mixed", len(d))) or mixed(c, d)
+    runner.mixed_step = lambda c, d, *w: ways.append(("mixed", len(d))) or mixed(c, d, *w)
     prompts = [[2, 4, 6], [8, 10, 12, 14, 16], [3, 5], [7, 9, 11]]
     outs, want = serve_one_per_step(core, llm, llm_one_seq, prompts)
     assert outs == want

@@ -179,8 +179,8 @@ class EngineCore:
         synced, self._synced = self._synced, None
         with self.llm.on_device(), torch.inference_mode():
             if plan.prefill and not plan.rows:  # one forward pass: the chunks and the decode rows together
-                self._flush(in_step=True)
-                done = self.runner.step(plan.prefill, plan.decode)
+                # (the last step's outputs go out while a mixed step runs on the GPU; before the other forms)
+                done = self.runner.step(plan.prefill, plan.decode, while_running=lambda: self._flush(in_step=True))
                 self._time(self.runner.last_form, start, plan.num_tokens)
             elif plan.decode or plan.prefill:   # the last step's outputs go out while this one runs on the GPU
                 ticket = self.runner.start_decode(plan.decode, plan.prefill)

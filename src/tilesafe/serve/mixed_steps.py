@@ -63,14 +63,18 @@ class MixedSteps:
         and R - C != 1)."""
         return 0 < chunks <= self.max_chunks and self.seqs - chunks != 1
 
-    def run(self, prefill, decode, blocks) -> tuple[list[int], list[float]]:
+    def run(self, prefill, decode, blocks, while_running=None) -> tuple[list[int], list[float]]:
         """Prefill each (request, n) of `prefill` (n tokens from position 0) and decode each
         request of `decode`; the sampled tokens and log-probabilities, chunks first. The
-        sampler's rows must be set: chunks, then decode rows, then idle rows up to R."""
+        sampler's rows must be set: chunks, then decode rows, then idle rows up to R.
+        `while_running` is called between the launch and the wait (the host's other work
+        overlaps the step on a GPU)."""
         c, t = len(prefill), token_bucket(max(n for _, n in prefill))
         step = self._step(c, t)
         self._stage(step, c, t, prefill, decode, blocks)
         self._launch(step)
+        if while_running is not None:
+            while_running()
         n = c + len(decode)
         return step.a.tokens[:n].tolist(), step.a.chosen[:n].tolist()     # the step's host sync
 

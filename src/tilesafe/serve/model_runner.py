@@ -105,11 +105,15 @@ class ModelRunner:
         # the warm-up captured (EngineCore lowers it to 1-2 without a full warm-up).
         self.mixed_chunks = WARM_CHUNKS
 
-    def step(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
+    def step(self, prefill: list[tuple[Request, int]], decode: list[Request], while_running=None) -> list[Request]:
         """The step's one forward: the prefill chunks and the decode rows together (a decode
         row is its request's one uncomputed token), or the bucketed decode step alone.
-        Returns the requests that got a token, each with it appended."""
+        Returns the requests that got a token, each with it appended. `while_running` (the
+        last step's outputs going out) is called once: after a mixed step's launch, before
+        its wait (the host's work overlaps the device's); before the other forms."""
+        before = while_running or (lambda: None)
         if not prefill:
+            before()
             self.decode(decode)
             return list(decode)
         if all(not r.computed for r, _ in prefill):
@@ -120,21 +124,26 @@ class ModelRunner:
                     and (not rows or len(rows) >= self.split_rows or self.mixed is None
                          or not self.mixed.fits(len(chunks)) or len(chunks) > self.mixed_chunks):
                 self.last_form = "split"
+                before()
                 return self.split(prefill, decode)
             if self.mixed is not None and self.mixed.fits(len(chunks)):
                 self.last_form = "mixed"
-                return self.mixed_step(chunks, rows)
+                return self.mixed_step(chunks, rows, while_running)
             if self.graphs is not None and all(self.graphs.fits(n) for _, n in prefill):
                 self.last_form = "split"
+                before()
                 return self.split(prefill, decode)
         self.last_form = "packed"
+        before()
         return self.prefill(list(prefill), list(decode))
 
-    def mixed_step(self, chunks: list[tuple[Request, int]], decode: list[Request]) -> list[Request]:
-        """Fresh prompts' chunks and the decode rows in one captured forward (MixedSteps)."""
+    def mixed_step(self, chunks: list[tuple[Request, int]], decode: list[Request],
+                   while_running=None) -> list[Request]:
+        """Fresh prompts' chunks and the decode rows in one captured forward (MixedSteps);
+        `while_running` is called between its launch and its wait."""
         reqs = [r for r, _ in chunks] + decode
         self._set_rows(reqs, pad_to=self.llm.max_num_seqs)
-        tokens, logprobs = self.mixed.run(chunks, decode, self.blocks)
+        tokens, logprobs = self.mixed.run(chunks, decode, self.blocks, while_running)
         self.passes += 1
         return _append_sampled(chunks, reqs, tokens, logprobs)
 
