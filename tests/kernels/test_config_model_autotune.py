@@ -113,7 +113,7 @@ def test_few_output_tiles_get_thin_row_tiles_timed():
     assert got[-1] == c and cm.choose(shape, g) != c
     assert gm.thin_rows(cm.Gemm(125, 4608, 3584, "bf16"), g) is None      # 4 x 36 = 144 blocks: past one wave
     assert gm.thin_rows(cm.Gemm(83, 16384, 4096, "bf16"), g) is None      # 2 x 128 tiles of 64 rows: enough
-    assert gm.thin_rows(cm.Gemm(24, 2560, 9728, "bf16"), g) is None       # <= 32 rows: the streaming rule
+    assert gm.thin_rows(cm.Gemm(48, 2560, 9728, "bf16"), g) is None       # <= 64 rows: one 64-row tile
     assert gm.thin_rows(cm.Gemm(1, 4096, 4096, "bf16"), g) is None        # the GEMV path
 
 

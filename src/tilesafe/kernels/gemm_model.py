@@ -193,9 +193,10 @@ THIN_TILE = (32, 128, 64)      # bf16 (fp32: half the K tile), 4 warps, the deep
 
 
 def thin_rows(s: Gemm, gpu: Gpu) -> dict | None:
-    """The thin-row candidate above for `s`: 33..WAVE_ROWS rows where 64-row tiles fill under
-    WAVE_FILL of the SMs and 32-row tiles give more blocks that still run in one wave."""
-    if s.family != "matmul" or not 32 < s.m <= WAVE_ROWS:
+    """The thin-row candidate above for `s`: 65..STREAM_M rows (two 64-row tiles, where the misses
+    are; up to 64 the model's unsplit 64 x 64 tiles ran 1.0-1.19 of F.linear) where 64-row tiles
+    fill under WAVE_FILL of the SMs and 32-row tiles give more blocks that still run in one wave."""
+    if s.family != "matmul" or not 64 < s.m <= STREAM_M:
         return None
     es = element_bytes(s.dtype)
     bm, bn, bk = (_mma(t, size) for t, size in zip((THIN_TILE[0], THIN_TILE[1], THIN_TILE[2] * 2 // es),
