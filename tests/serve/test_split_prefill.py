@@ -113,7 +113,7 @@ def test_split_rows_runs_three_fresh_prompts_beside_few_decodes_split_after_the_
     ways = []
     split, mixed = core.runner.split, core.runner.mixed_step
     core.runner.split = lambda p, d: ways.append(("split", len(p), len(d))) or split(p, d)
-    core.runner.mixed_step = lambda c, d: ways.append(("mixed", len(c), len(d))) or mixed(c, d)
+    core.runner.mixed_step = lambda c, d, *w: ways.append(("mixed", len(c), len(d))) or mixed(c, d, *w)
     prompts = [[2, 4, 6], [8, 10], [3, 5, 7], [9, 11]]
     outs = [[] for _ in prompts]
 
