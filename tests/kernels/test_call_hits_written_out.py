@@ -172,3 +172,25 @@ def test_two_known_storages_over_the_same_bytes_are_refused_by_the_written_out_h
         assert_located(e.value, HERE, "known-two-storages")
         assert_unchanged(before, base, w)
     tk.rms_norm.plans.plans.clear()
+
+
+def test_a_repeated_launch_registers_its_own_completion_for_the_same_bytes(gpu_form):
+    """S9: a launch over bytes an earlier launch of the same kind and stream still has pending
+    takes that entry's place (one entry per bytes, kind and stream): the entry then holds the
+    new launch's completion, so a host read waits for the newer launch."""
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        _warm(w)
+        x, out = _rand((2, 32), 4), torch.zeros(2, 32)
+        _FINISH.extend([x, out])
+        seen = []
+        for _ in range(3):
+            tk.rms_norm(x, w, out=out)
+            assert ran[-1] is True
+            writes = [a for a in StorageState.of(out)._pending if a.is_write]
+            assert len(writes) == 1                                 # in place, not appended
+            seen.append(writes[0].future)
+        assert len({id(f) for f in seen}) == 3                      # each launch's own completion
+        reads = [a for a in StorageState.of(x)._pending if not a.is_write]
+        assert len(reads) == 1 and reads[0].future is seen[-1]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .future import Completion
-from .storage_state import record_launch
+from .storage_state import record_launch, record_launch_source
 
 
 def start_pending(start, stream: int, args: tuple, states, sets, writes, held: tuple, streams: dict,
@@ -39,3 +39,26 @@ def start_pending(start, stream: int, args: tuple, states, sets, writes, held: t
     done = Completion(None, stream, held, stream_obj)   # its event is made lazily
     record_launch(states, sets, writes, done, stream)
     return done
+
+
+def start_pending_source(states: list, sets: str, writes: tuple, args: str, held: str, mark: str | None,
+                         streams: str, device: str) -> list:
+    """`start_pending` as lines of Python for a launcher that writes its steps out per layout
+    (planned_unrolled.py), ending with the completion in `done`: `states`: the expressions of
+    the states; `sets`, `args`, `held`, `mark` (None: no mark), `streams`, `device`: the
+    expressions start_pending is passed; `writes`: the write flags (constants of the layout).
+    Needs `torch`, `Completion` and record_launch_source's names in its namespace. The same
+    steps in the same order."""
+    lines = [f"stream = torch._C._cuda_getCurrentRawStream({device})"]
+    for k, (state, is_write) in enumerate(zip(states, writes)):
+        lines += [f"if {state}._pending and {state}.pending_stream != stream:   # S10: other streams' work",
+                  f"    {state}.order_device({sets}[{k}], {bool(is_write)!r}, stream)"]
+    lines.append(f"self.start(stream, {args})")
+    if mark is not None:
+        lines += [f"if {mark} is not None:",
+                  f"    {mark}()"]
+    lines += [f"stream_obj = {streams}.get(stream)",
+              "if stream_obj is None:    # the current stream's torch object, looked up once per stream",
+              f"    stream_obj = {streams}[stream] = torch.cuda.current_stream({device})",
+              f"done = Completion(None, stream, {held}, stream_obj)"]
+    return lines + record_launch_source(states, sets, writes, "done", "stream")

@@ -18,10 +18,15 @@ import functools
 import torch
 
 from ..backends.triton.tma import Address, LayoutDescriptor
-from .future import Future
-from .pending_start import start_pending
+from . import storage_state
+from .future import Completion, Future
+from .pending_start import start_pending_source
+from .storage_state import PendingAccess, _kept, _new_access
 
 _new_tuple = tuple.__new__
+# The names the shared tail's lines use (pending_start.start_pending_source).
+_TAIL = {"torch": torch, "Completion": Completion, "SS": storage_state, "PendingAccess": PendingAccess,
+         "_new_access": _new_access, "_kept": _kept}
 
 
 def unrolled(pl, lent):
@@ -31,7 +36,7 @@ def unrolled(pl, lent):
     n = len(pl.slots)
     ns = {"__name__": __name__,   # tilesafe's code: error locations skip its frames (errors.caller_loc)
           "_lent": lent, "_new_tuple": _new_tuple, "LayoutDescriptor": LayoutDescriptor, "Address": Address,
-          "start_pending": start_pending, "_C": torch._C,
+          **_TAIL,
           "partial": functools.partial, "SETS": pl.sets.sets, "MAKE": pl.sets.make, "PLACES": pl.places,
           "WRITES": pl.writes, "DEVICE": pl.device_index}
     src = ["def run(self, roots):", "    places = PLACES"]
@@ -68,9 +73,10 @@ def unrolled(pl, lent):
         src.append("    mark = None")
     views = "".join(f"a{k}[0], " for k in range(n))
     args = "".join(f"{v}, " for v in values)
-    src += [f"    start_pending(self.start, _C._cuda_getCurrentRawStream(DEVICE), ({args}), states, SETS, WRITES, ({views}),",
-            "                  self.streams, DEVICE, mark)",
-            "    self.kernel.last_launch = self.launched",
+    tail = start_pending_source([f"s{k}" for k in range(n)], "SETS", pl.writes, f"({args})", f"({views})", "mark",
+                                "self.streams", "DEVICE")
+    src += ["    " + line for line in tail]
+    src += ["    self.kernel.last_launch = self.launched",
             "    return True"]
     exec(compile("\n".join(src), f"<planned launch of {pl.kernel.name}>", "exec"), ns)   # noqa: S102 (our own text)
     return ns["run"]
@@ -81,7 +87,7 @@ def layout_direct(launcher):
     (prepared_launch.LayoutLauncher.direct, written out for its layout: each argument's byte
     set kept unless its memory moved, then the shared tail)."""
     sets = launcher._sets
-    ns = {"__name__": __name__, "start_pending": start_pending, "_C": torch._C, "Future": Future,
+    ns = {"__name__": __name__, **_TAIL, "Future": Future,
           "SETS": sets.sets, "MAKE": sets.make, "WRITES": launcher.write_flags, "DEVICE": launcher.device_index}
     names = [name for name, _ in launcher.writes]
     src = ["def direct(self, tensors, objs, ptrs):"]
@@ -96,12 +102,13 @@ def layout_direct(launcher):
                 f"    if b{k} is None or b{k}[1] != sp{k} or b{k}[3] != o{k} or b{k}[2] != n{k}:",
                 f"        MAKE({k}, v{k}, sp{k}, n{k}, o{k})"]
     views = ", ".join(f"{name!r}: v{k}" for k, name in enumerate(names))
-    states = ", ".join(f"t{k}._state" for k in range(len(names)))
     held = "".join(f"v{k}, " for k in range(len(names)))
     outs = "".join(f"objs[{name!r}], " for name in launcher.output_names)
-    src += [f"    views = {{{views}}}",
-            f"    done = start_pending(self.start, _C._cuda_getCurrentRawStream(DEVICE), self.values(None, views),"
-            f" [{states}], SETS, WRITES, ({held}), self._streams, DEVICE)",
-            f"    return Future(({outs}), done)"]
+    src += [f"    views = {{{views}}}"]
+    src += [f"    s{k} = t{k}._state" for k in range(len(names))]
+    tail = start_pending_source([f"s{k}" for k in range(len(names))], "SETS", launcher.write_flags,
+                                "self.values(None, views)", f"({held})", None, "self._streams", "DEVICE")
+    src += ["    " + line for line in tail]
+    src += [f"    return Future(({outs}), done)"]
     exec(compile("\n".join(src), f"<layout launch of {launcher.compiled.kernel.name}>", "exec"), ns)  # noqa: S102
     return ns["direct"]

@@ -421,6 +421,37 @@ def record_launch(states, bytesets, writes, future: Future, stream) -> None:
                 pending.append(entry)
 
 
+def record_launch_source(states: list, sets: str, writes: tuple, future: str, stream: str) -> list:
+    """`record_launch(states, sets, writes, future, stream)` as lines of Python for a launcher
+    that writes its steps out per layout (planned_unrolled.py): `states`: the expressions of
+    the states; `sets`: the name of the list of byte sets; `writes`: the write flags (bools,
+    constants of the layout); `future`, `stream`: names. Needs `SS` (this module),
+    `PendingAccess`, `_new_access` and `_kept` in its namespace. The same steps, per state."""
+    lines = ["SS._changes += 1",
+             "with SS.StorageState._lock:"]
+    for k, (state, is_write) in enumerate(zip(states, writes)):
+        w = repr(bool(is_write))
+        lines += [f"    b = {sets}[{k}]",
+                  f"    entry = _new_access(PendingAccess, (b, {w}, {future}, False))",
+                  f"    pending = {state}._pending",
+                  "    if not pending:",
+                  f"        {state}.pending_stream = {stream}",
+                  f"    elif {state}.pending_stream != {stream}:",
+                  f"        {state}.pending_stream = None",
+                  "    i = 0",
+                  "    for bs, w, f, standing in pending:",
+                  f"        if w == {w} and (bs is b or bs == b) and not standing \\",
+                  f"                and getattr(f, 'stream', None) == {stream}:",
+                  "            pending[i] = entry",
+                  "            break",
+                  "        i += 1",
+                  "    else:",
+                  "        if len(pending) >= 32:",
+                  "            pending[:] = [p for p in pending if _kept(p)]",
+                  "        pending.append(entry)"]
+    return lines
+
+
 def _kept(p: PendingAccess) -> bool:
     """Pruning keeps unfinished accesses, and a live graph's standing ones (finished or not)."""
     return (p.standing and p.future.live) or not p.future.done()
