@@ -4,7 +4,8 @@ For a few host_overhead.py cases (fresh torch views every call), side by side in
 (host_timing.host_us_side_by_side): the call eagerly and with `out=`; both again with the
 fast form's Triton start stubbed (each PlannedLaunch's `start` a no-op: tilesafe's own host
 work alone); Triton's C launch alone (the last call's argument tuple started again);
-`torch.empty` of the result dropped at once (what allocating costs) and the same with its
+`torch.empty` of the result dropped at once (what allocating costs; also with the device
+made once, as a plan's hit passes it, and as `new_empty` of an argument) and the same with its
 storage state attached as an eager call attaches it (`StorageState.attach_new`); the plan
 key alone (`call_plans.call_key`); and the eager call with Python's garbage collector off.
 
@@ -80,6 +81,16 @@ def measure(c, device, calls: int, repeats: int) -> dict:
         for shape, dtype in shapes:
             torch.empty(shape, dtype=dtype, device=device)
 
+    dev, first = torch.device(device), next(iter(c.tensors.values()))
+
+    def alloc_dev(t):              # as a plan's hit allocates: a torch.device made once
+        for shape, dtype in shapes:
+            torch.empty(shape, dtype=dtype, device=dev)
+
+    def alloc_new(t):              # from an argument: its device and the dtype given
+        for shape, dtype in shapes:
+            first.new_empty(shape, dtype=dtype)
+
     def alloc_attach(t):
         for shape, dtype in shapes:
             x = torch.empty(shape, dtype=dtype, device=device)
@@ -100,7 +111,8 @@ def measure(c, device, calls: int, repeats: int) -> dict:
         finally:
             gc.enable()
     fns = {"eager": c.library, "out=": c.library_out, "eager, start stubbed": stubbed(c.library),
-           "out=, start stubbed": stubbed(c.library_out), "alloc": alloc, "alloc+attach": alloc_attach,
+           "out=, start stubbed": stubbed(c.library_out), "alloc": alloc, "alloc, device made": alloc_dev,
+           "alloc, new_empty": alloc_new, "alloc+attach": alloc_attach,
            "call_key (eager)": key}
     if captured:
         def c_launch(t):
@@ -168,7 +180,7 @@ def main() -> None:
             except Exception as e:                      # noqa: BLE001 - a probe reports and goes on
                 print(f"== {name}: FAILED {type(e).__name__}: {e}", flush=True)
     cols = ["eager", "out=", "eager, start stubbed", "out=, start stubbed", "C launches alone", "alloc",
-            "alloc+attach", "call_key (eager)", "eager, gc off"]
+            "alloc, device made", "alloc, new_empty", "alloc+attach", "call_key (eager)", "eager, gc off"]
     print(f"\nhost µs per call ({device}, {time.perf_counter() - started:.0f} s)")
     print(f"{'call':18s}" + "".join(f"{c[:13]:>14s}" for c in cols))
     for name, r in rows.items():
