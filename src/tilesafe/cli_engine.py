@@ -71,6 +71,7 @@ def model_flags(p, *, max_len_help: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, rest = _model_and_rest(args)     # model None: random weights made on the device
+    _params(args)                           # bad sampling flags are refused before the model loads
     llm = None
     try:
         llm = _load(model, args)

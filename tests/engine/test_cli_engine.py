@@ -297,3 +297,18 @@ def test_make_demo_engine_line_runs(capsys):
     assert code == 0, err
     assert re.search(r"^\[6 tokens in [0-9.]+ s: first token after", err, flags=re.M), err
     assert out.strip() and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["generate", "some-model", "Hi"], ["chat", "some-model"]])
+@pytest.mark.parametrize("flag,problem", [(["--temperature", "-1"], "temperature must be >= 0, got -1.0"),
+                                          (["--max-tokens", "0"], "max_tokens must be > 0, got 0"),
+                                          (["--top-p", "1.5"], "top_p must be in (0, 1], got 1.5")])
+def test_bad_sampling_flags_are_refused_before_the_model_loads(capsys, monkeypatch, command, flag, problem):
+    """Refused before `_load` is called: they were refused only after the model loaded (minutes
+    for a large checkpoint)."""
+    from tilesafe import cli_engine
+    loaded = []
+    monkeypatch.setattr(cli_engine, "_load", lambda model, args: loaded.append(model))
+    code, out, err = run_cli(capsys, *command, "--device", "cpu", *flag)
+    assert code == 2 and out == "" and loaded == []
+    assert f"error: SamplingParams: {problem}" in err and "Traceback" not in err
