@@ -127,11 +127,22 @@ def _params(args):
                           max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos, stop=args.stop)
 
 
+def _chat_tokenizer(llm, what: str):
+    """The model's tokenizer for the chat template; a model without one is refused (it was an
+    AttributeError on None)."""
+    from .engine.text_errors import input_error
+    tokenizer = llm.get_tokenizer()
+    if tokenizer is None:
+        raise input_error(f"{what}: the model has no tokenizer (no tokenizer.json in its folder), so no chat template",
+                          "use a checkpoint folder with its tokenizer files, or generate without --chat")
+    return tokenizer
+
+
 def _generate(llm, prompt: str, args) -> None:
     params = _params(args)
     if args.chat:
-        ids = llm.get_tokenizer().apply_chat_template([{"role": "user", "content": prompt}],
-                                                      enable_thinking=False if args.no_thinking else None)
+        ids = _chat_tokenizer(llm, "generate --chat").apply_chat_template(
+            [{"role": "user", "content": prompt}], enable_thinking=False if args.no_thinking else None)
         prompt = {"prompt_token_ids": ids}
     _stream(llm, prompt, params)
 
@@ -163,7 +174,7 @@ def _speed(tokens: int, start: float, first: float | None, end: float | None) ->
 
 def _chat(llm, args) -> int:
     from .errors import TileSafeError, render
-    tokenizer, params = llm.get_tokenizer(), _params(args)
+    tokenizer, params = _chat_tokenizer(llm, "chat"), _params(args)
     opening = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(opening)
     interactive = sys.stdin.isatty()

@@ -312,3 +312,15 @@ def test_bad_sampling_flags_are_refused_before_the_model_loads(capsys, monkeypat
     code, out, err = run_cli(capsys, *command, "--device", "cpu", *flag)
     assert code == 2 and out == "" and loaded == []
     assert f"error: SamplingParams: {problem}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["chat"], ["generate", "Hi", "--chat"]])
+def test_chat_without_a_tokenizer_is_explained(capsys, monkeypatch, checkpoint, command):
+    """A checkpoint folder without tokenizer.json: was an AttributeError ('NoneType' object has no
+    attribute 'apply_chat_template') with a traceback."""
+    folder, _ = checkpoint()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
+    code, out, err = run_cli(capsys, command[0], str(folder), *command[1:], "--device", "cpu")
+    assert code == 2 and out == ""
+    assert "the model has no tokenizer (no tokenizer.json in its folder), so no chat template" in err
+    assert "Traceback" not in err
