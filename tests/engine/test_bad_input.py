@@ -268,3 +268,14 @@ def test_an_interrupted_call_or_an_abandoned_stream_leaves_the_llm_working(llm):
     finally:
         llm.decode_steps.run = real
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == before
+
+
+def test_a_params_object_changed_after_it_was_made_is_checked_again_by_generate(llm, launched_kernels):
+    """SamplingParams is mutable: generate checks the values again (through `resolved`), before any kernel."""
+    params = SamplingParams(temperature=0, max_tokens=3)
+    params.top_p = 0.0
+    seen = launched_kernels()
+    with pytest.raises(RequestError) as e:
+        llm.generate({"prompt_token_ids": [3, 4]}, params)  # generate: mutated params
+    assert_located(e.value, "generate: mutated params", "top_p must be in (0, 1], got 0.0")
+    assert seen == []

@@ -52,7 +52,11 @@ class SamplingParams:
         for name, fallback in DEFAULTS.items():
             if getattr(self, name) is None:
                 values[name] = defaults.get(name, fallback)
-        return dataclasses.replace(self, **values)
+        # Made here, not by dataclasses.replace: the values are checked again (the object is
+        # mutable), and an error must point past this module at the user's generate line, not
+        # at dataclasses.py (caller_loc stops at the first frame outside tilesafe).
+        kept = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return SamplingParams(**{**kept, **values})
 
 
 def _listed(name: str, value) -> list:
