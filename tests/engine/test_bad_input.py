@@ -46,6 +46,15 @@ def test_missing_folder_and_file(tmp_path):
     assert_located(e.value, "ckpt: no config", "no config.json")
 
 
+@pytest.mark.parametrize("model", [None, 5, ""])
+def test_a_model_that_is_no_path_is_named(model):
+    """None and 5 were a TypeError from pathlib; "" read the current folder."""
+    with pytest.raises(CheckpointError) as e:
+        LLM(model, device="cpu")  # ckpt: no path
+    assert_located(e.value, "ckpt: no path", f"model must be a checkpoint folder or a hub id ('owner/name'), "
+                                             f"got {model!r}")
+
+
 def test_missing_shard(checkpoint, tmp_path):
     folder, _ = checkpoint("sharded", save={"max_shard_size": "20KB"})
     dst = copy_of(folder, tmp_path)

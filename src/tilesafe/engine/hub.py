@@ -10,6 +10,7 @@ formats a repository may also hold (PyTorch .bin, GGUF, ONNX) are not downloaded
 """
 from __future__ import annotations
 
+from os import PathLike
 from pathlib import Path
 
 from .errors import checkpoint_error
@@ -25,6 +26,9 @@ def is_hub_id(model) -> bool:
 
 def model_dir(model) -> Path:
     """The local folder of `model`: itself, or the hub snapshot it names (downloaded if needed)."""
+    if not isinstance(model, (str, PathLike)) or not str(model):    # None, 5, "": a TypeError or the cwd
+        raise checkpoint_error(f"model must be a checkpoint folder or a hub id ('owner/name'), got {model!r}",
+                               help='e.g. LLM("path/to/Qwen3-4B") or LLM("Qwen/Qwen3-4B")')
     if not is_hub_id(model):
         path = Path(model)
         if not path.is_dir():
