@@ -42,7 +42,7 @@ class TorchQwen3Step(_OverEngineWeights):
         rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
         return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
-    def _step(self) -> None:
+    def _step(self) -> torch.Tensor:
         cfg, w = self.cfg, self.w
         e, d, h, kv, inter = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size
         eps = cfg.rms_norm_eps
@@ -128,6 +128,59 @@ class TorchQwen3Step(_OverEngineWeights):
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) / 1e3 / reps
+
+
+class LeanTorchQwen3Step(TorchQwen3Step):
+    """The same decode step as `TorchQwen3Step` (same cache layout, positions and math) written as
+    a careful PyTorch user would, still plain ops under one CUDA graph: cos/sin rows precomputed
+    for every position and gathered by the device `pos`; q and k normed and rotated together in
+    one float pass (RoPE's rotation a `roll` against a sign-folded sin, no cat/neg); attention
+    with the query heads of one KV head laid out as that head's query rows (exact GQA, no
+    `enable_gqa`, no repeated k/v) and an additive mask in the model's dtype, sliced from a
+    16-aligned buffer, so a fused SDPA backend (memory-efficient / cuDNN) can take it instead of
+    the math fallback; the residual adds folded into the o and down GEMMs (`addmm`)."""
+
+    def __init__(self, llm, max_len: int):
+        super().__init__(llm, max_len)
+        cfg, dev, dt = self.cfg, llm.device, llm.dtype
+        angle = torch.arange(max_len, device=dev, dtype=torch.float32)[:, None] * self.inv_freq   # (L, D/2)
+        self.cos = torch.cat([angle.cos()] * 2, -1)                          # (L, D), float32
+        self.sin = torch.cat([-angle.sin(), angle.sin()], -1)                # the rotation's sign folded in
+        h, kv = cfg.num_heads, cfg.num_kv_heads
+        self.qk_norm = [torch.cat([layer.q_norm.float().expand(h, -1), layer.k_norm.float().expand(kv, -1)])
+                        for layer in self.w.layers]                           # (H + KV, D) float32 per layer
+        self.cols = torch.arange(max_len, device=dev)
+        self.mask_zero = torch.zeros((), device=dev, dtype=dt)
+        self.mask_off = torch.full((), float("-inf"), device=dev, dtype=dt)
+        padded = -(-max_len // 16) * 16                                      # mem-efficient SDPA: aligned rows
+        self.mask = torch.zeros(1, 1, 1, padded, device=dev, dtype=dt)[..., :max_len]
+
+    def _step(self) -> torch.Tensor:
+        cfg, w = self.cfg, self.w
+        e, d, h, kv, inter = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size
+        eps, g, dt = cfg.rms_norm_eps, cfg.num_heads // cfg.num_kv_heads, w.embed.dtype
+        cos, sin = self.cos.index_select(0, self.pos), self.sin.index_select(0, self.pos)   # (1, D)
+        torch.where(self.cols <= self.pos, self.mask_zero, self.mask_off, out=self.mask[0, 0, 0])
+        res = F.embedding(self.ids, w.embed)                                # (1, E)
+        for n, layer in enumerate(w.layers):
+            x = F.rms_norm(res, (e,), layer.input_norm, eps)
+            qkv = F.linear(x, layer.qkv)                                    # (1, (H + 2 KV) D)
+            qk = F.rms_norm(qkv[0, :(h + kv) * d].view(h + kv, d).float(), (d,), None, eps) * self.qk_norm[n]
+            qk = (qk * cos + qk.roll(d // 2, -1) * sin).to(dt)              # (H + KV, D): normed and rotated
+            q = qk[:h].view(1, kv, g, d)                                    # query heads of KV head j: its rows
+            self.k[n].index_copy_(2, self.pos, qk[h:].view(1, kv, 1, d))   # cache row `pos`
+            self.v[n].index_copy_(2, self.pos, qkv[:, (h + kv) * d:].view(1, kv, 1, d))
+            a = F.scaled_dot_product_attention(q, self.k[n], self.v[n], attn_mask=self.mask)   # (1, KV, G, D)
+            res = torch.addmm(res, a.reshape(1, h * d), layer.o.t())
+            x = F.rms_norm(res, (e,), layer.post_norm, eps)
+            gu = F.linear(x, layer.gate_up)                                 # (1, 2 I)
+            res = torch.addmm(res, F.silu(gu[:, :inter]) * gu[:, inter:], layer.down.t())
+        logits = F.linear(F.rms_norm(res, (e,), w.norm, eps), w.lm_head)    # (1, V)
+        self.token.copy_(logits.argmax(-1))
+        return logits
+
+
+STEPS = {"plain": TorchQwen3Step, "lean": LeanTorchQwen3Step}   # engine.py's --torch-step
 
 
 class TorchQwen3Prefill(_OverEngineWeights):
