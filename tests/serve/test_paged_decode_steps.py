@@ -50,6 +50,25 @@ def test_a_rows_table_is_written_incrementally_and_rewritten_for_a_new_owner():
     np.testing.assert_array_equal(a.tables.numpy()[1], [4, 0, 0, 0])
 
 
+def test_rows_sharing_a_table_move_between_steps_and_stay_right():
+    """A row step's prompt rows share their request's table and land on other rows as the
+    decode rows change: each run is the table, every row after the run's first a copy of it."""
+    a, io = paged_io(7, 4)
+    d0, d1, p, q = [5], [6, 1], [7, 8], [9]
+
+    def want(tables):
+        w = np.zeros((7, 4), dtype=np.int32)
+        for i, t in enumerate(tables):
+            w[i, :len(t)] = t
+        return w
+    for tables in ([d0, p, p, p, q, q], [d0, d1, p, p, q, q, q], [d0, d1, q, q], [p, d0, p, q, q, d1]):
+        if tables[1] is d1:
+            p.append(len(p) + 20)               # p's live table grew between steps
+        n = len(tables)
+        io.send_paged([1] * n, list(range(n)), list(range(n)), tables)
+        np.testing.assert_array_equal(a.tables.numpy(), want(tables))
+
+
 def add(core, llm, name, ids, params, got):
     core.add(Request(name, llm._sequences({"prompt_token_ids": ids}, params)[0],
                      sink=lambda out: got.extend(out.token_ids)))

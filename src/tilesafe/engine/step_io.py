@@ -18,7 +18,8 @@ Two layouts of the same buffer — ids, positions, lengths, cache rows (B each),
   skips it, a table of zeros: its attention reads block 0's first row, finite). A table
   row is written incrementally: a row that holds the same request's table as last step
   (the block manager's live list) gets only its new entries, so a step costs O(new
-  blocks), not O(batch x max_blocks).
+  blocks), not O(batch x max_blocks); rows in a run with the same table (a prompt's rows
+  in a serving row step, which move between steps) are copies of the run's first row.
 """
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ class StepIO:
         if n < b:
             self._ids[n:], self._positions[n:], self._lens[n:], self._cache_rows[n:] = 0, 0, 1, -1
         owner, length, t = self._table_of, self._table_len, self._tables
-        for i, table in enumerate(tables):
+        i, m = 0, len(tables)
+        while i < m:
+            table = tables[i]
             k = len(table)
             if owner[i] is table:            # the same request's table: only its new blocks
                 if k != length[i]:
@@ -88,8 +91,14 @@ class StepIO:
             else:
                 t[i, :k] = table
                 t[i, k:] = 0
-                owner[i] = table
-            length[i] = k
+            j = i + 1                        # rows after it with the same table (a prompt's rows in a
+            while j < m and tables[j] is table:      # serving row step): copies of its row, one numpy op
+                j += 1
+            if j > i + 1:
+                t[i + 1:j] = t[i]
+            owner[i:j] = [table] * (j - i)
+            length[i:j] = [k] * (j - i)
+            i = j
         for i in range(n, b):
             if owner[i] is not None or length[i]:
                 t[i] = 0
