@@ -30,7 +30,10 @@ Short engine:
   bytes the step actually reads (an untied embedding table is read one row a token);
 - beside it, a plain-PyTorch decode step on the same weight tensors (cuBLAS, SDPA, a static
   cache, one CUDA graph: `torch_qwen3.py`) and transformers' `generate` (eager, SDPA, on the
-  same tensors: `hf_qwen3.py`) at the --hf-sizes;
+  same tensors: `hf_qwen3.py`) at the --hf-sizes; --torch-step picks that step: `plain`
+  (default, `TorchQwen3Step`) or `lean` (`LeanTorchQwen3Step`: the same math in fewer kernels,
+  cos/sin tables, q/k norm + RoPE in one pass, GQA as query rows with an aligned additive mask
+  for a fused SDPA backend; `benchmarks/probes/torch_step_probe.py` times both side by side);
 - summed decode tokens/s at batch 8 and 32.
 Long engine: prefill tokens/s at 512, 2048 and 8192 prompt tokens through `generate` (one
 token) beside the PyTorch prefill (`TorchQwen3Prefill`); decode after a 4096-token prompt (--long:
@@ -62,7 +65,7 @@ from tilesafe.engine.random_checkpoint import qwen3_config
 import decode_profile                                       # beside this file
 import engine_check
 import engine_load
-from torch_qwen3 import TorchQwen3Prefill, TorchQwen3Step
+from torch_qwen3 import STEPS as TORCH_STEPS, TorchQwen3Prefill
 
 HBM_BYTES_PER_S = 4.8e12
 CHECK_PROMPT, CHECK_TOKENS = 16, 24
@@ -284,7 +287,7 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
         return
     out["build_short"] = "ok"                      # not the LLM: the JSON holds no reference to it
     cfg, est = llm.config, step_estimate_s(llm.config)
-    baseline = TorchQwen3Step(llm, max_len)
+    baseline = TORCH_STEPS[args.torch_step](llm, max_len)
     hf = None
     if size in args.hf_sizes:
         try:
@@ -313,7 +316,7 @@ def bench_short(size: str, args, parts: Parts, out: dict) -> None:
         r["roofline_128"] = roofline(llm, context, step)
         if llm.device.startswith("cuda"):         # CUDA graphs: none on a CPU smoke run
             torch_step = baseline.step_seconds(context)
-            r["torch_graph"] = {"step_s": torch_step, "tokens_per_s": 1 / torch_step,
+            r["torch_graph"] = {"step": args.torch_step, "step_s": torch_step, "tokens_per_s": 1 / torch_step,
                                 "speedup_gpu": torch_step / step["gpu_s"] if step else None,
                                 "speedup_back_to_back": torch_step / step["back_to_back_s"] if step else None}
         return r
@@ -505,6 +508,9 @@ def parse_args(argv=None):
     ap.add_argument("--load-budget-s", type=float, default=90.0, help="the load parts' own time budget")
     ap.add_argument("--ckpt-dir", default=None, help="where the load-time checkpoint is written (default: the "
                                                      "temporary folder; deleted after)")
+    ap.add_argument("--torch-step", choices=sorted(TORCH_STEPS), default="plain",
+                    help="the PyTorch baseline's decode step: plain (TorchQwen3Step) or lean (the same math in "
+                         "fewer kernels, LeanTorchQwen3Step); it is also the correctness gate's reference")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     if args.quick:

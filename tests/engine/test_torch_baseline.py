@@ -51,3 +51,17 @@ def test_lean_torch_step_gives_the_plain_steps_logits(checkpoint):
     _teacher_forced_logits(plain_step, seq)
     for mine, theirs in zip(lean_step.k + lean_step.v, plain_step.k + plain_step.v):   # the same cache rows
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_engine_bench_torch_step_flag_picks_the_step_and_the_gate_passes_with_lean():
+    """engine.py --torch-step: plain by default, lean on request (then it is the gate's reference too:
+    the gate must pass with it as it does with the plain step)."""
+    import engine as bench
+    import engine_check
+    assert bench.TORCH_STEPS[bench.parse_args([]).torch_step] is TorchQwen3Step
+    assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "lean"]).torch_step] is LeanTorchQwen3Step
+    llm = LLM.from_random("tiny", device="cpu", dtype="float32", max_model_len=16, max_num_seqs=1, progress=False)
+    r = engine_check.check(llm, LeanTorchQwen3Step(llm, 16), [151, 2000, 30000, 7], 2)
+    assert r["passed"], r["why"]
+    assert r["first_step"]["max_rel"] < 1e-4 and r["torch_prefill_vs_baseline"]["max_rel"] < 1e-4
+    assert r["teacher_forced"]["engine_tokens"] == r["baseline_tokens"]
