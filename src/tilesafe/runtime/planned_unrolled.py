@@ -21,12 +21,10 @@ from ..backends.triton.tma import Address, LayoutDescriptor
 from . import storage_state
 from .future import Completion, Future
 from .pending_start import start_pending_source
-from .storage_state import PendingAccess, _kept, _new_access
 
 _new_tuple = tuple.__new__
 # The names the shared tail's lines use (pending_start.start_pending_source).
-_TAIL = {"torch": torch, "Completion": Completion, "SS": storage_state, "PendingAccess": PendingAccess,
-         "_new_access": _new_access, "_kept": _kept}
+_TAIL = {"torch": torch, "Completion": Completion, **storage_state.record_launch_names()}
 
 
 def unrolled(pl, lent):

@@ -14,6 +14,7 @@ ends when the last storage that joined it is freed (allocators reuse addresses).
 """
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import Any, NamedTuple, Protocol
@@ -425,8 +426,8 @@ def record_launch_source(states: list, sets: str, writes: tuple, future: str, st
     """`record_launch(states, sets, writes, future, stream)` as lines of Python for a launcher
     that writes its steps out per layout (planned_unrolled.py): `states`: the expressions of
     the states; `sets`: the name of the list of byte sets; `writes`: the write flags (bools,
-    constants of the layout); `future`, `stream`: names. Needs `SS` (this module),
-    `PendingAccess`, `_new_access` and `_kept` in its namespace. The same steps, per state."""
+    constants of the layout); `future`, `stream`: names. Needs `record_launch_names()` in its
+    namespace. The same steps, per state."""
     lines = ["SS._changes += 1",
              "with SS.StorageState._lock:"]
     for k, (state, is_write) in enumerate(zip(states, writes)):
@@ -455,6 +456,11 @@ def record_launch_source(states: list, sets: str, writes: tuple, future: str, st
 def _kept(p: PendingAccess) -> bool:
     """Pruning keeps unfinished accesses, and a live graph's standing ones (finished or not)."""
     return (p.standing and p.future.live) or not p.future.done()
+
+
+def record_launch_names() -> dict:
+    """The names `record_launch_source`'s lines use, for the namespace they are compiled in."""
+    return {"SS": sys.modules[__name__], "PendingAccess": PendingAccess, "_new_access": _new_access, "_kept": _kept}
 
 
 def _join(storage, fresh: StorageState | None) -> StorageState:
