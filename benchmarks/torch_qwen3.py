@@ -134,7 +134,8 @@ class LeanTorchQwen3Step(TorchQwen3Step):
     """The same decode step as `TorchQwen3Step` (same cache layout, positions and math) written as
     a careful PyTorch user would, still plain ops under one CUDA graph: cos/sin rows precomputed
     for every position and gathered by the device `pos`; q and k normed and rotated together in
-    one float pass (RoPE's rotation a `roll` against a sign-folded sin, no cat/neg); attention
+    one float pass (RoPE's rotation a `roll` against a sign-folded sin, no cat/neg; one rounding
+    to the model's dtype, written into a buffer the layers share); attention
     with the query heads of one KV head laid out as that head's query rows (exact GQA, no
     `enable_gqa`, no repeated k/v) and an additive mask in the model's dtype, sliced from a
     16-aligned buffer, so a fused SDPA backend (memory-efficient / cuDNN) can take it instead of
@@ -149,6 +150,7 @@ class LeanTorchQwen3Step(TorchQwen3Step):
         h, kv = cfg.num_heads, cfg.num_kv_heads
         self.qk_norm = [torch.cat([layer.q_norm.float().expand(h, -1), layer.k_norm.float().expand(kv, -1)])
                         for layer in self.w.layers]                           # (H + KV, D) float32 per layer
+        self.qk = torch.empty(h + kv, cfg.head_dim, device=dev, dtype=dt)  # each layer's rotated q and k
         self.cols = torch.arange(max_len, device=dev)
         self.mask_zero = torch.zeros((), device=dev, dtype=dt)
         self.mask_off = torch.full((), float("-inf"), device=dev, dtype=dt)
@@ -158,15 +160,15 @@ class LeanTorchQwen3Step(TorchQwen3Step):
     def _step(self) -> torch.Tensor:
         cfg, w = self.cfg, self.w
         e, d, h, kv, inter = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size
-        eps, g, dt = cfg.rms_norm_eps, cfg.num_heads // cfg.num_kv_heads, w.embed.dtype
+        eps, g = cfg.rms_norm_eps, cfg.num_heads // cfg.num_kv_heads
         cos, sin = self.cos.index_select(0, self.pos), self.sin.index_select(0, self.pos)   # (1, D)
         torch.where(self.cols <= self.pos, self.mask_zero, self.mask_off, out=self.mask[0, 0, 0])
         res = F.embedding(self.ids, w.embed)                                # (1, E)
         for n, layer in enumerate(w.layers):
             x = F.rms_norm(res, (e,), layer.input_norm, eps)
             qkv = F.linear(x, layer.qkv)                                    # (1, (H + 2 KV) D)
-            qk = F.rms_norm(qkv[0, :(h + kv) * d].view(h + kv, d).float(), (d,), None, eps) * self.qk_norm[n]
-            qk = (qk * cos + qk.roll(d // 2, -1) * sin).to(dt)              # (H + KV, D): normed and rotated
+            qk = F.rms_norm(qkv[0, :(h + kv) * d].view(h + kv, d), (d,), None, eps) * self.qk_norm[n]  # float
+            qk = torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin, out=self.qk)   # (H + KV, D) in dt: rotated
             q = qk[:h].view(1, kv, g, d)                                    # query heads of KV head j: its rows
             self.k[n].index_copy_(2, self.pos, qk[h:].view(1, kv, 1, d))   # cache row `pos`
             self.v[n].index_copy_(2, self.pos, qkv[:, (h + kv) * d:].view(1, kv, 1, d))
