@@ -79,10 +79,10 @@ def test_chunked_prefill_gives_the_unchunked_tokens(llm, alone, monkeypatch):
     chunks, mixed = [], []
     step = core.runner.step
 
-    def record(plan_chunks, decode):
+    def record(plan_chunks, decode, while_running=None):
         chunks.append([(r.request_id, r.computed, n) for r, n in plan_chunks])
         mixed.append(len(decode) if plan_chunks else 0)
-        return step(plan_chunks, decode)
+        return step(plan_chunks, decode, while_running)
     monkeypatch.setattr(core.runner, "step", record)
     outs = [add(core, llm, f"c{i}", p, sp)[1] for i, (p, sp) in enumerate(zip(prompts, params))]
     drain(core)
