@@ -194,3 +194,26 @@ def test_a_repeated_launch_registers_its_own_completion_for_the_same_bytes(gpu_f
         assert len({id(f) for f in seen}) == 3                      # each launch's own completion
         reads = [a for a in StorageState.of(x)._pending if not a.is_write]
         assert len(reads) == 1 and reads[0].future is seen[-1]
+
+
+def test_two_known_storages_over_the_same_bytes_read_together_give_the_result():
+    """Two inputs in one memory (two storages, both known: one merged state) are not apart, so
+    the written-out hit runs the steps with the whole-call checks, which accept reads of shared
+    bytes: the call hands back its output, as a first call does, on every call."""
+    tk.rms_norm.plans.plans.clear()
+    with ts.backend("reference"):
+        for seed in range(3):
+            tk.rms_norm(_rand((1, 32), seed), _rand((32,), 7), out=torch.zeros(1, 32))
+        (plan,) = tk.rms_norm.plans.plans.values()
+        assert plan.hit.unrolled is not None                     # the written-out form takes this layout
+        base = _rand((64,), 9).numpy()
+        x = torch.from_numpy(base[0:32]).view(1, 32)
+        w = torch.from_numpy(base[16:48])                        # another storage, half over x
+        out = torch.zeros(1, 32)
+        ts.from_torch(x), ts.from_torch(w), ts.from_torch(out)   # all known (x, w: one merged state)
+        for _ in range(3):
+            out.fill_(float("nan"))                              # poisoned: each call writes it
+            got = tk.rms_norm(x, w, out=out)
+            assert got is out
+            torch.testing.assert_close(out, _rms(x, w), rtol=2e-4, atol=2e-5)
+    tk.rms_norm.plans.plans.clear()

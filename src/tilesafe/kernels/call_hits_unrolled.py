@@ -71,17 +71,20 @@ def unrolled(hit, places: list):
             body.append(f"t{i} = None")   # handed back as None (never returned: not torch's)
     body.append(f"roots = [{', '.join(roots)}]")
     ids = ", ".join(f"id({s}.__dict__)" for s in states)
-    body += [f"if len({{{ids}}}) != {hit.groups}:",
-             "    return hit._steps(roots, [None] * len(roots), False)"]
-    launches = [k for k, step in enumerate(plan.steps) if type(step) is not tuple]
-    if launches:
-        body.append(f"made = [None] * {len(plan.roots)}")
-    for k in launches:
+    # Not apart (S7): every step with the whole-call checks, and then the result as below.
+    body += [f"made = [None] * {len(plan.roots)}",
+             f"if len({{{ids}}}) != {hit.groups}:",
+             "    hit._steps(roots, made, False)",
+             "else:",
+             "    pass"]
+    for k, step in enumerate(plan.steps):
+        if type(step) is tuple:
+            continue                      # a whole-call check: apart, it holds (call_hits._steps)
         if hit.launches[k] is not None:
-            body += [f"if not LAUNCHES[{k}].run(roots):",
-                     f"    hit._full_step({k}, roots, made)"]
+            body += [f"    if not LAUNCHES[{k}].run(roots):",
+                     f"        hit._full_step({k}, roots, made)"]
         else:
-            body.append(f"hit._full_step({k}, roots, made)")
+            body.append(f"    hit._full_step({k}, roots, made)")
     if type(returned) is int:
         body.append(f"return t{returned}")
     else:
