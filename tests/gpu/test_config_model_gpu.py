@@ -21,8 +21,8 @@ GEMMS = [cm.Gemm(777, 3072, 1536), cm.Gemm(3001, 1600, 6400), cm.Gemm(5, 1600, 6
          cm.Gemm(72, 2560, 9728), cm.Gemm(72, 19456, 2560), cm.Gemm(25, 2560, 4096), cm.Gemm(83, 4608, 3584),
          # the autotune's extra candidates: the balanced split (96 tiles in four slices, 3 stages, one
          # launch; ranked() of 72 x 2560 x 9728 and 83 x 4608 x 3584 above holds one too); the
-         # short-K GEMV rule's 8 x 256 tiles (2048 blocks) and, on a K of 1600, 16 x 128 (563 blocks,
-         # a ragged last column tile and a half K tile)
+         # short-K GEMV forms 16 x 128, 8 x 256, 16 x 256 (on a K of 1600: a ragged last column
+         # tile and a part K tile)
          cm.Gemm(125, 6144, 4096), cm.Gemm(1, 16384, 1024), cm.Gemm(1, 9000, 1600)]
 FLASH = [cm.Attention(2, 28, 4, 777, 777, 128, True), cm.Attention(1, 71, 1, 1211, 1211, 64, False)]
 

@@ -15,8 +15,10 @@ RECORDED = json.loads((Path(__file__).parent / "data" / "config_picks_h200.json"
 
 
 def _intended(shape) -> dict | None:
-    """The pick a later rule is meant to make instead of the recorded one (None: unchanged)."""
-    return gm.short_k_gemv(shape, cm.H200)       # session 19: one row by 1024 <= K <= 2048, many columns
+    """The pick a later rule is meant to make instead of the recorded one (None: unchanged). Session
+    19's short-K GEMV rule (4 KB loads for one row by 1024 <= K <= 2048) changed 18 of these picks and
+    was withdrawn after its measurement (gemm_model.SHORT_K_FORMS): none is meant to change now."""
+    return None
 
 
 def test_the_sweeps_picks_change_only_where_a_rule_says():
@@ -30,12 +32,7 @@ def test_the_sweeps_picks_change_only_where_a_rule_says():
         else:
             assert got == want, (key, got, want)
             changed.append(key)
-    assert len(RECORDED["picks"]) == 1050
-    # the short-K GEMV rule: m = 1, K in 1024..2048 (4 of the 7 Ks), N with >= 528 blocks of its column
-    # tile (8 columns: N >= 4224, five Ns; 16 columns at K = 1600: N >= 8448, three Ns)
-    assert {tuple(int(v) for v in key.split("x"))[::2] for key in changed} == \
-        {(1, 1024), (1, 1536), (1, 1600), (1, 2048)}
-    assert len(changed) == 5 * 3 + 3, sorted(changed)
+    assert len(RECORDED["picks"]) == 1050 and changed == []
 
 
 def test_no_tuned_gemv_entry_is_short_k():

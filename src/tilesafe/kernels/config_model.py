@@ -50,7 +50,7 @@ def _ranked_all(shape, gpu: Gpu) -> tuple:
     make, _, predict = _MODELS[shape.family]
     scored = [(predict(shape, c, gpu)[0], i, c) for i, c in enumerate(make(shape, gpu))]
     ranked = tuple(c for _, _, c in sorted(scored, key=lambda t: t[:2]))
-    rule = gm.rule_choice(shape, gpu)           # 16 < m <= 128, a short-K GEMV: a measured rule first
+    rule = gm.streaming_choice(shape, gpu)      # 16 < m <= 128: a measured rule before the ranking
     return ranked if rule is None else (rule, *(c for c in ranked if not _same(c, rule)))
 
 
@@ -84,15 +84,15 @@ def choice(shape, gpu: Gpu) -> dict:
 def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
     """The model's best `n` configs of distinct kinds (tile shape, split or not, tail split, a
     decode's one kernel or two), for a short autotune: near-ties of one kind (a stage more or
-    less) would teach it little. Where a rule picks the config (16 < m <= 128; one row by a
-    short K: `gemm_model.rule_choice`), its pick comes first, beside the ranking's `n` of other
-    kinds (an autotune then never loses a candidate it used to time); last, where those do not
-    hold them already, a product of few output tiles gets the balanced split
-    (`gemm_model.balanced_split`) and 32-row tiles (`gemm_model.thin_rows`)."""
+    less) would teach it little. Where a rule picks the config (16 < m <= 128), its pick comes
+    first, beside the ranking's `n` of other kinds (an autotune then never loses a candidate it
+    used to time); last, where those do not hold them already, a product of few output tiles
+    gets the balanced split (`gemm_model.balanced_split`) and one row by a short K the short-K
+    GEMV forms (`gemm_model.short_k_gemvs`)."""
     _check_sizes(shape)
     gpu = gpu or gpu_of(None)
-    rule = gm.rule_choice(shape, gpu)
-    extras = [gm.balanced_split(shape, gpu), gm.thin_rows(shape, gpu)] if shape.family == "matmul" else []
+    rule = gm.streaming_choice(shape, gpu) if shape.family == "matmul" else None
+    extras = [gm.balanced_split(shape, gpu)] if shape.family == "matmul" else gm.short_k_gemvs(shape, gpu)
     everything = _ranked_all(shape, gpu)
     out, kinds = ([dict(rule)], {_kind(rule)}) if rule is not None else ([], set())
     n += len(out)

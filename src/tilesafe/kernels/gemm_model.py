@@ -182,34 +182,10 @@ def balanced_split(s: Gemm, gpu: Gpu) -> dict | None:
     return c if valid_matmul(c, s, gpu) else None
 
 
-# Thin row tiles (session 19): 64 x 128 tiles of 72..83 rows by a 3.5-4.6k weight leave 40-72 tiles on
-# 132 SMs, and each busy SM is bound by its own loads in flight (4608 x 3584 at M = 83: 72 tiles, 8
-# stages 14.4 us, 4 stages 20.6 us), while splits over K lost (second kernel or ticket, fp32 partials,
-# blocks past one wave). 32-row tiles add blocks without either: 3 x 36 = 108 blocks at M = 83, each
-# with 8 stages of 20 KB in flight, the weight's column tiles read from L2 by three row tiles instead
-# of two. NOT YET MEASURED when added (session 19's mid round, shapes_probe.py `rows`): no default, a
-# candidate the opt-in first-use autotune times beside the model's (`config_model.ranked`).
-THIN_TILE = (32, 128, 64)      # bf16 (fp32: half the K tile), 4 warps, the deepest pipeline
-
-
-def thin_rows(s: Gemm, gpu: Gpu) -> dict | None:
-    """The thin-row candidate above for `s`: 65..STREAM_M rows (two 64-row tiles, where the misses
-    are; up to 64 the model's unsplit 64 x 64 tiles ran 1.0-1.19 of F.linear) where 64-row tiles
-    fill under WAVE_FILL of the SMs and 32-row tiles give more blocks that still run in one wave."""
-    if s.family != "matmul" or not 64 < s.m <= STREAM_M:
-        return None
-    es = element_bytes(s.dtype)
-    bm, bn, bk = (_mma(t, size) for t, size in zip((THIN_TILE[0], THIN_TILE[1], THIN_TILE[2] * 2 // es),
-                                                    (s.m, s.n, s.k)))
-    wide, thin = cdiv(s.m, 64) * cdiv(s.n, bn), cdiv(s.m, bm) * cdiv(s.n, bn)
-    if wide >= WAVE_FILL * gpu.sms or thin <= wide or thin > gpu.sms:
-        return None
-    stages = _stage_options(bm, bn, bk, es, gpu)
-    if not stages:
-        return None
-    c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": 1,
-         "min_blocks": gpu.sms, "tail_split": False, "one_kernel": False, "num_warps": 4, "num_stages": stages[0]}
-    return c if valid_matmul(c, s, gpu) else None
+# Thin row tiles were timed and lost (session 19 mid round, shapes_probe.py `rows`): 32-row tiles for
+# 72..83 rows of few 64 x 128 tiles (108 blocks against 72 at 4608 x 3584, M = 83) ran 0.58-0.69 of
+# F.linear where the 64 x 128 default ran 0.84 (8B o M = 83: 0.66 against 0.83; 4B o and down at M = 72:
+# 0.72 / 0.63 split in two, against 0.81 / 0.86). More, thinner blocks do not beat fewer deep ones there.
 
 
 def matmul_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
@@ -422,53 +398,37 @@ def linear_candidates(s: Gemm, gpu: Gpu) -> list[dict]:
     return [c for c in out if valid_linear(c, s, gpu)]
 
 
-# One row by a short K (SHORT_K_MIN..SHORT_K): each block's chain of K tiles is short, so what keeps
-# the HBM busy is blocks, not pipeline depth. The model's candidates (>= 4096 elements a load) give
-# such a weight few blocks per SM and its ranking prices a partly full second round of these short
+# One row by a short K (SHORT_K_MIN..SHORT_K): each block's chain of K tiles is short, so blocks, not
+# pipeline depth, keep the HBM busy, and the model prices a partly full second round of such short
 # blocks as a whole round (pricing it by the loads in flight instead lost 0.92 -> 0.83 of the fit's
-# first picks), so a rule picks the config before the ranking (`config_model.choice`): loads of
-# 4 KB (GEMV_LOAD_BYTES: 8 x 256 or 16 x 128 bf16 elements), 4 warps, 4 stages, one launch, where
-# the narrow column tile leaves >= GEMV_BLOCKS_PER_SM blocks on every SM. Its K tile is 256
-# elements unless 128 pads K less: the last K tile is masked, and its step costs a whole one
-# (K = 1600 is 6.25 tiles of 256, 12.5 of 128: 12% of the 256-wide steps read nothing, 4% of
-# the 128-wide ones). Evidence (H200, session 19 probe round r1b, shapes_probe.py `gemv2`):
-# the synthetic short-K weights (neither training nor held out) ran 8 x 256 x 4 stages best —
-# 16384 x 1024 1.017 of F.linear (the model's 32 x 128: 0.998), 10240 x 1536 1.077 (model's
-# 16 x 256: 1.057, 16 x 128: 0.93). The held-out draw 12800 x 1600 (verification, never fitted)
-# ran 16 x 128 best, 0.962 (8 x 256: 0.888; the model's 32 x 128: 0.929), as the K-tile reason
-# says. K < SHORT_K_MIN was not measured: the model's. Weights of K > SHORT_K (4B qkv, 6144 x 2560)
-# keep the model's choice (1.135 of F.linear there).
+# first picks). Session 19 made 4 KB loads a rule before the ranking (8 x 256, or 16 x 128 where that
+# pads K less) and measured it on synthetic weights (neither training nor held out; shapes_probe.py
+# `gemv2` / `gemv3`, H200, vs F.linear): the best form changed from weight to weight — 8 x 256 on
+# 16384 x 1024 (1.017), 10240 x 1536 (1.077) and 9216 x 1152 (1.049, though 256s pad K 10% there),
+# 16 x 128 on 14336 x 1344 (0.985), 16 x 256 (3 stages) on 11520 x 1856 (1.050) and 24576 x 2048
+# (1.135), the model's 8 x 512 on 5120 x 1024 (1.161) — and over those seven the model's own ranking
+# did better than the rule (geomean 1.038 against 1.021, worst 0.958 against 0.939). So the model
+# keeps the choice, and these three forms (4-8 KB loads, each where its column tile leaves
+# GEMV_BLOCKS_PER_SM blocks on every SM) are candidates the opt-in first-use autotune times beside
+# the model's four kinds (`config_model.ranked`). (The held-out 12800 x 1600, measured to verify:
+# 16 x 128 0.962, the model's 32 x 128 0.929.)
 SHORT_K = 2048
 SHORT_K_MIN = 1024
 GEMV_BLOCKS_PER_SM = 4
-GEMV_LOAD_BYTES = 4096
-GEMV_K_TILE_BYTES = (512, 256)   # 256 / 128 bf16 elements, widest first
+SHORT_K_FORMS = ((16, 256, 4), (8, 512, 4), (16, 512, 3))   # (columns, K tile in bytes, stages): 4, 4, 8 KB loads
 
 
-def short_k_gemv(s: Gemm, gpu: Gpu) -> dict | None:
-    """The short-K GEMV rule above for `s` (None unless m = 1, SHORT_K_MIN <= K <= SHORT_K and
-    the rule's column tile gives GEMV_BLOCKS_PER_SM blocks per SM)."""
+def short_k_gemvs(s: Gemm, gpu: Gpu) -> list[dict]:
+    """The short-K GEMV candidates above for `s` (none unless m = 1, SHORT_K_MIN <= K <= SHORT_K)."""
     if s.family != "linear" or s.m != 1 or not SHORT_K_MIN <= s.k <= SHORT_K:
-        return None
-    es = element_bytes(s.dtype)
-    widths = [b // es for b in GEMV_K_TILE_BYTES]
-    bk = min(widths, key=lambda w: (cdiv(s.k, w) * w, -w))     # the least padded K, the wider tile on a tie
-    bn = GEMV_LOAD_BYTES // (bk * es)
-    if cdiv(s.n, bn) < GEMV_BLOCKS_PER_SM * gpu.sms:
-        return None
-    c = {"block_m": 16, "block_n": bn, "block_k": bk, "min_blocks": 1, "split_k": 1, "prefetch": False,
-         "num_warps": 4, "num_stages": 4}
-    return c if valid_linear(c, s, gpu) else None
-
-
-def rule_choice(s, gpu: Gpu) -> dict | None:
-    """The config a measured rule picks for `s` ahead of the model's ranking, or None: the
-    streaming rule (16 < m <= 128) or the short-K GEMV rule (m = 1)."""
-    if s.family == "matmul":
-        return streaming_choice(s, gpu)
-    if s.family == "linear":
-        return short_k_gemv(s, gpu)
-    return None
+        return []
+    es, out = element_bytes(s.dtype), []
+    for bn, k_bytes, stages in SHORT_K_FORMS:
+        c = {"block_m": 16, "block_n": bn, "block_k": k_bytes // es, "min_blocks": 1, "split_k": 1,
+             "prefetch": False, "num_warps": 4, "num_stages": stages}
+        if cdiv(s.n, bn) >= GEMV_BLOCKS_PER_SM * gpu.sms and valid_linear(c, s, gpu):
+            out.append(c)
+    return out
 
 
 def valid_linear(c: dict, s: Gemm, gpu: Gpu) -> bool:
