@@ -103,3 +103,18 @@ def test_a_greedy_batch_whose_requests_change_uploads_no_sampler_rows(llm, llm_o
     assert core.steps > len(writes) and all(seeds == [0] * len(seeds) for _, seeds in writes)
     assert all(a is b for params, _ in writes for a, b in zip(params, params[1:]))   # idle rows, all alike
     assert all(len(a[0]) != len(b[0]) for a, b in zip(writes, writes[1:]))          # rewritten only to resize
+
+
+def test_a_row_count_adds_only_the_row_buckets_it_can_reach(llm):
+    """A fixed decode_step_tokens makes (memory-checks, warms) only the buckets past
+    max_num_seqs a step of that many rows can take; "auto" may reach them all. (The old runner
+    added 8 and 12 for any value: memory and compiles for steps a row count of 4 never runs.)"""
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, decode_step_tokens=4)
+    assert core.runner.decoder.sizes == [1, 2, 4] == core.scheduler.row_buckets
+    core.set_decode_step_tokens(6)                            # past max_num_seqs (4): the 2x bucket holds it
+    assert core.runner.decoder.sizes == [1, 2, 4, 8] == core.scheduler.row_buckets
+    core.set_decode_step_tokens(9)
+    assert core.runner.decoder.sizes == [1, 2, 4, 8, 12] == core.scheduler.row_buckets
+    core.set_decode_step_tokens(2)                            # fewer rows again: the buckets made stay
+    assert core.runner.decoder.sizes == [1, 2, 4, 8, 12] == core.scheduler.row_buckets
+    assert core.runner.row_buckets() == [1, 2, 4, 8, 12]

@@ -136,7 +136,8 @@ class EngineCore:
         _check_step_tokens(tokens, self.llm.max_num_seqs)
         if tokens is not None and (tokens != "auto" or self._warmed):   # (an unwarmed "auto" is off)
             with self.llm.on_device(), torch.inference_mode():     # the buckets past max_num_seqs, warmed
-                self.scheduler.row_buckets = self.runner.add_row_buckets(warm=self._warmed)
+                self.scheduler.row_buckets = self.runner.add_row_buckets(   # (those N rows can reach)
+                    warm=self._warmed, rows=None if tokens == "auto" else tokens)
         if tokens == "auto" and self._warmed and not self.decode_step_times:
             with self.llm.on_device(), torch.inference_mode():
                 self.decode_step_times = self.runner.time_decode_buckets()

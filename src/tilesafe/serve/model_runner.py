@@ -294,18 +294,23 @@ class ModelRunner:
         """The decode step of `reqs` (their sampler rows set: rows 0.., then the bucket's)."""
         self.finish_decode((reqs, (), self.decoder.start_paged(*self._decode_inputs(reqs))))
 
-    def row_buckets(self) -> list[int]:
-        """The buckets a step of decode-step rows runs in: the decode buckets, then k x
-        max_num_seqs for k = 2 .. ROW_STEP_SEQS (prompt rows beside a full decode batch)."""
+    def row_buckets(self, rows: int | None = None) -> list[int]:
+        """The buckets a step of decode-step rows runs in: the decode step's buckets, then k x
+        max_num_seqs for k = 2 .. ROW_STEP_SEQS (prompt rows beside a full decode batch) up to
+        the first that holds `rows` (None: all of them)."""
         seqs = self.llm.max_num_seqs
-        sizes = self.decoder.sizes or [seqs]
-        return sizes + [k * seqs for k in range(2, ROW_STEP_SEQS + 1) if k * seqs > sizes[-1]]
+        sizes = list(self.decoder.sizes or [seqs])
+        for k in range(2, ROW_STEP_SEQS + 1):
+            if k * seqs > sizes[-1] and (rows is None or sizes[-1] < rows):
+                sizes.append(k * seqs)
+        return sizes
 
-    def add_row_buckets(self, warm: bool) -> list[int]:
-        """Make the decode step's buckets past max_num_seqs (row_buckets) available — only row
-        steps reach them — checking their memory first; `warm`: compile and capture them now
-        (greedy and sampled), not inside a served step. Returns the buckets."""
-        dec, sizes = self.decoder, self.row_buckets()
+    def add_row_buckets(self, warm: bool, rows: int | None = None) -> list[int]:
+        """Make the decode step's buckets past max_num_seqs that a step of `rows` rows can take
+        (row_buckets; None: all) available — only row steps reach them — checking their memory
+        first; `warm`: compile and capture them now (greedy and sampled), not inside a served
+        step. Buckets made earlier stay. Returns the buckets."""
+        dec, sizes = self.decoder, self.row_buckets(rows)
         if dec.sizes is not None and sizes != dec.sizes:
             cfg, width = self.llm.config, self.max_blocks
             check_memory(self.llm, {"decode-step row buckets": sum(
