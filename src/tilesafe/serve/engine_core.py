@@ -44,7 +44,8 @@ from .request import Request
 from .scheduler import Scheduler
 
 
-# decode_step_tokens when none is given (EngineCore, AsyncLLM, `tilesafe serve`, serve_load's "default")
+# decode_step_tokens when none is given (EngineCore, AsyncLLM, serve_load's "default"; `tilesafe serve`'s
+# --decode-step-tokens says "default off" in its help and tests/serve/test_cli_serve.py pins it: change both)
 DEFAULT_DECODE_STEP_TOKENS: int | str | None = None
 
 
@@ -103,12 +104,13 @@ class EngineCore:
                 warmed = 2 if mixed.fits(2) else 1
                 self.scheduler.max_fresh = WARM_CHUNKS if split else warmed
                 self.runner.mixed_chunks = warmed      # more fresh prompts than that go split
-        # Decode-step rows (Scheduler.row_budget), off unless asked for: "auto" takes the most rows
-        # whose measured step is at most twice the batch-1 step (issue 19's inter-token latency
-        # bound); without warmed captured steps to time (the CPU, no warm-up) "auto" is off.
+        # Decode-step rows (Scheduler.row_budget), off unless asked for: "auto" gives each bucket
+        # of decode rows the most rows whose measured step is at most twice that bucket's (issue
+        # 19's inter-token bound, per bucket); without warmed captured steps to time (the CPU, no
+        # warm-up) "auto" is off.
         self._warmed = bool(use_graph and warms)
         self.decode_step_times: dict[int, float] = {}
-        self.auto_step_tokens: int | None = None
+        self.auto_step_tokens: dict[int, int] | None = None     # "auto"'s budget per decode bucket
         self.scheduler.row_buckets = self.runner.decoder.sizes
         self.set_decode_step_tokens(decode_step_tokens)
         self.warm_up_s = time.perf_counter() - start

@@ -27,8 +27,9 @@ are shared, not written again: the runner writes no KV before `req.cached`).
 With `row_budget` set (EngineCore's `decode_step_tokens`), a step that carries decode rows —
 or a prompt already partly computed — is planned as rows of the captured decode step: its
 decode rows, then prompt chunks (a prompt's next n uncomputed tokens, n rows, fresh or not)
-up to `row_budget` rows in all, or up to the decode bucket the decode rows fill anyway
-(`row_buckets`), never past max_num_seqs (the largest bucket). The step then costs a decode
+up to `row_budget` rows in all (a dict: a budget per bucket of the decode rows), or up to the
+decode bucket the decode rows fill anyway (`row_buckets`), never past the largest bucket (up to
+`model_runner.ROW_STEP_SEQS` x max_num_seqs; max_num_seqs without buckets). The step then costs a decode
 step of that many rows, so a prompt arriving beside running requests delays their next
 token by at most the budget's step time; a longer prompt goes over several steps. A prefix
 hit keeps its cached positions (the rows attend through the block table). Steps with
