@@ -135,11 +135,12 @@ class LeanTorchQwen3Step(TorchQwen3Step):
     a careful PyTorch user would, still plain ops under one CUDA graph: cos/sin rows precomputed
     for every position and gathered by the device `pos`; q and k normed and rotated together in
     one float pass (RoPE's rotation a `roll` against a sign-folded sin, no cat/neg; one rounding
-    to the model's dtype, written into a buffer the layers share); attention
-    with the query heads of one KV head laid out as that head's query rows (exact GQA, no
-    `enable_gqa`, no repeated k/v) and an additive mask in the model's dtype, sliced from a
-    16-aligned buffer, so a fused SDPA backend (memory-efficient / cuDNN) can take it instead of
-    the math fallback; the residual adds folded into the o and down GEMMs (`addmm`)."""
+    to the model's dtype, written into a buffer the layers share); attention with each KV head a
+    batch row and its query heads that row's queries (exact GQA, no `enable_gqa`, no repeated k/v;
+    a fused backend's (B, M, H, D) output is then already o's input row) and an additive mask in
+    the model's dtype, sliced from a 16-aligned buffer, so a fused SDPA backend (memory-efficient /
+    cuDNN) can take it instead of the math fallback; the residual added by the o and down GEMMs
+    (`addmm`, beta = 1: summed in float, rounded once)."""
 
     def __init__(self, llm, max_len: int):
         super().__init__(llm, max_len)
@@ -169,10 +170,12 @@ class LeanTorchQwen3Step(TorchQwen3Step):
             qkv = F.linear(x, layer.qkv)                                    # (1, (H + 2 KV) D)
             qk = F.rms_norm(qkv[0, :(h + kv) * d].view(h + kv, d), (d,), None, eps) * self.qk_norm[n]  # float
             qk = torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin, out=self.qk)   # (H + KV, D) in dt: rotated
-            q = qk[:h].view(1, kv, g, d)                                    # query heads of KV head j: its rows
+            q = qk[:h].view(kv, 1, g, d)            # KV head j a batch row, its query heads that row's queries
             self.k[n].index_copy_(2, self.pos, qk[h:].view(1, kv, 1, d))   # cache row `pos`
             self.v[n].index_copy_(2, self.pos, qkv[:, (h + kv) * d:].view(1, kv, 1, d))
-            a = F.scaled_dot_product_attention(q, self.k[n], self.v[n], attn_mask=self.mask)   # (1, KV, G, D)
+            cache = (kv, 1, self.max_len, d)
+            a = F.scaled_dot_product_attention(q, self.k[n].view(cache), self.v[n].view(cache),
+                                               attn_mask=self.mask)         # (KV, 1, G, D)
             res = torch.addmm(res, a.reshape(1, h * d), layer.o.t())
             x = F.rms_norm(res, (e,), layer.post_norm, eps)
             gu = F.linear(x, layer.gate_up)                                 # (1, 2 I)

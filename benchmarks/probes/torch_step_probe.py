@@ -61,16 +61,18 @@ def sdpa_backends(step, lean: bool) -> dict:
     h, kv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     dev, dt = step.k[0].device, step.k[0].dtype
     if lean:
-        q, kw = torch.randn(1, kv, h // kv, d, device=dev, dtype=dt), {"attn_mask": step.mask}
+        q, kw = torch.randn(kv, 1, h // kv, d, device=dev, dtype=dt), {"attn_mask": step.mask}
+        k = v = step.k[0].view(kv, 1, step.max_len, d)
     else:
         mask = (torch.arange(step.max_len, device=dev) <= 10).view(1, 1, 1, -1)
         q, kw = torch.randn(1, h, 1, d, device=dev, dtype=dt), {"attn_mask": mask, "enable_gqa": True}
+        k = v = step.k[0]
     out = {}
     for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
               SDPBackend.MATH):
         try:
             with sdpa_kernel([b]), torch.inference_mode():
-                F.scaled_dot_product_attention(q, step.k[0], step.v[0], **kw)
+                F.scaled_dot_product_attention(q, k, v, **kw)
             torch.cuda.synchronize()
             out[b.name] = "ok"
         except Exception as e:
