@@ -75,8 +75,7 @@ def unrolled(hit, places: list):
     body += [f"made = [None] * {len(plan.roots)}",
              f"if len({{{ids}}}) != {hit.groups}:",
              "    hit._steps(roots, made, False)",
-             "else:",
-             "    pass"]
+             "else:"]
     for k, step in enumerate(plan.steps):
         if type(step) is tuple:
             continue                      # a whole-call check: apart, it holds (call_hits._steps)
@@ -85,6 +84,8 @@ def unrolled(hit, places: list):
                      f"        hit._full_step({k}, roots, made)"]
         else:
             body.append(f"    hit._full_step({k}, roots, made)")
+    if body[-1] == "else:":
+        body.append("    pass")                # (no launch: CallHit.of makes no hit then)
     if type(returned) is int:
         body.append(f"return t{returned}")
     else:
