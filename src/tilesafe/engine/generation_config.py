@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .sampling_params import RANGES
 from .text_errors import file_error, read_json
 
 # The sampling fields vLLM takes from generation_config.json (max_new_tokens as max_tokens).
@@ -58,10 +59,10 @@ _KINDS = {"bos_token_id": int, "pad_token_id": int, "do_sample": bool, "temperat
           "top_p": float, "min_p": float, "repetition_penalty": float, "max_new_tokens": int}
 
 
-# SamplingParams' ranges: a file value outside them is the file's error at load, not a refused
-# request (naming SamplingParams, which the caller never set) at every generate.
-_RANGES = {"temperature": (lambda v: v >= 0, ">= 0"), "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-           "top_k": (lambda v: v >= -1, ">= -1"), "max_new_tokens": (lambda v: v > 0, "> 0")}
+# SamplingParams' ranges (max_new_tokens is its max_tokens): a file value outside them is the
+# file's error at load, not a refused request (naming SamplingParams, which the caller never set)
+# at every generate.
+_RANGES = {**{name: RANGES[name] for name in ("temperature", "top_p", "top_k")}, "max_new_tokens": RANGES["max_tokens"]}
 
 
 def _checked(name: str, value, path):

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from .errors import request_error
 
 DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 16}
+# What each sampling value must be (a test, its wording): generation_config.json's values are
+# checked against the same ranges when the file is read.
+RANGES = {"temperature": (lambda v: v >= 0, ">= 0"), "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+          "top_k": (lambda v: v >= -1, ">= -1 (0 or -1: no limit)"), "max_tokens": (lambda v: v > 0, "> 0")}
 
 
 @dataclass(slots=True)
@@ -29,10 +33,10 @@ class SamplingParams:
     skip_special_tokens: bool = True
 
     def __post_init__(self):
-        _check_number("temperature", self.temperature, lambda v: v >= 0, ">= 0")
-        _check_number("top_p", self.top_p, lambda v: 0 < v <= 1, "in (0, 1]")
-        _check_int("top_k", self.top_k, lambda v: v >= -1, ">= -1 (0 or -1: no limit)")
-        _check_int("max_tokens", self.max_tokens, lambda v: v > 0, "> 0")
+        _check_number("temperature", self.temperature, *RANGES["temperature"])
+        _check_number("top_p", self.top_p, *RANGES["top_p"])
+        _check_int("top_k", self.top_k, *RANGES["top_k"])
+        _check_int("max_tokens", self.max_tokens, *RANGES["max_tokens"])
         _check_int("seed", self.seed, lambda v: True, "an int")
         # Only the chosen token's log-probability is computed: a larger count would silently
         # give one entry where vLLM gives that many alternatives.
