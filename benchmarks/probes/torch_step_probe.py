@@ -8,7 +8,8 @@ same math in fewer kernels (see its docstring). On one random-weight LLM built o
    (bf16: max |diff| over the row's max |logit| within engine_check.REL_LIMIT);
 2. says which SDPA backends accept each step's attention call (which one the step gets);
 3. counts each step's CUDA kernels (one eager step under the profiler);
-4. times the two steps' graph replays (`step_seconds`) and the engine's replayed batch-1 step
+4. times the two steps' graph replays (`step_seconds`; the lean one also captured with SDPA held
+   to each fused backend and to math) and the engine's replayed batch-1 step
    (`engine.replayed_step`) at one context (default 256), side by side in this run.
 Each part catches its own exception; a short table at the end.
 
@@ -128,6 +129,16 @@ def main() -> None:
     part(out, "plain_s", lambda: plain.step_seconds(args.context))
     part(out, "lean_s", lambda: lean.step_seconds(args.context))
 
+    def lean_only(backend: str) -> float:
+        """The lean step captured with SDPA held to one backend (which is fastest, if it is not the default)."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        step = LeanTorchQwen3Step(llm, max_len)
+        with sdpa_kernel([getattr(SDPBackend, backend)]):
+            step.capture()
+        return step.step_seconds(args.context)
+    for backend in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
+        part(out, f"lean_{backend.lower()}_s", lambda backend=backend: lean_only(backend))
+
     def engine_step() -> dict:
         llm.generate([engine.prompt_ids(128, 0)], engine.greedy(8))     # captures the batch-1 decode graph
         return engine.replayed_step(llm, args.context)
@@ -139,7 +150,10 @@ def main() -> None:
         return f"{v * 1e3:8.3f}" if isinstance(v, float) else "   error"
     eng = out["engine_step"] if isinstance(out["engine_step"], dict) else {}
     rows = [("torch plain (graph)", out["plain_s"]), ("torch plain again", out["plain_again_s"]),
-            ("torch lean (graph)", out["lean_s"]), ("engine back-to-back", eng.get("back_to_back_s")),
+            ("torch lean (graph)", out["lean_s"]),
+            *[(f"  lean, sdpa={b.split('_')[0]}", out[f"lean_{b}_s"])
+              for b in ("efficient_attention", "cudnn_attention", "math")],
+            ("engine back-to-back", eng.get("back_to_back_s")),
             ("engine gpu-only", eng.get("gpu_s")), ("issue calibration", 3.54e-3)]
     print(f"\n{args.size} decode step at context {args.context} (cache {max_len} rows), {out['gpu']}")
     print(f"{'step':22} {'ms':>8} {'tok/s':>8}")
