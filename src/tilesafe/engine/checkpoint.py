@@ -119,7 +119,9 @@ def tensor_files(model_dir) -> dict[str, Path]:
         with safe_open(str(single), framework="pt") as f:
             return {name: single for name in f.keys()}
     except Exception as e:   # a corrupt or truncated file: safetensors' own error type, from its header
-        raise checkpoint_error(f"cannot read {single}: {e}") from None
+        raise checkpoint_error(f"cannot read {single}: {e}",
+                               help="the file is corrupt or cut short (an interrupted download or copy): "
+                                    "fetch or save it again") from None
 
 
 class _FileSource:

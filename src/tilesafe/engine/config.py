@@ -43,7 +43,9 @@ class Qwen3Config:
         except (OSError, ValueError) as e:
             raise checkpoint_error(f"{path} is not valid JSON: {e}") from None
         if not isinstance(raw, dict):
-            raise checkpoint_error(f"{path} must hold a JSON object, got {type(raw).__name__}")
+            raise checkpoint_error(f"{path} must hold a JSON object, got {type(raw).__name__}",
+                                   help="config.json is the model's settings as one object, as save_pretrained "
+                                        "writes it")
         return cls.from_dict(raw, str(path))
 
     @classmethod
@@ -86,7 +88,8 @@ def _rope_theta(raw: dict, where: str) -> float:
     """rope_theta from either spelling; any RoPE scaling is refused (not implemented)."""
     params = raw.get("rope_parameters") or {}
     if not isinstance(params, dict):
-        raise checkpoint_error(f"{where}: rope_parameters must be an object, got {params!r}")
+        raise checkpoint_error(f"{where}: rope_parameters must be an object, got {params!r}",
+                               help='e.g. "rope_parameters": {"rope_type": "default", "rope_theta": 1000000}')
     scaling = raw.get("rope_scaling")
     kind = params.get("rope_type", "default")
     if scaling or kind != "default":

@@ -44,7 +44,8 @@ class SamplingParams:
         self.stop = [self.stop] if isinstance(self.stop, str) else _listed("stop", self.stop)
         for s in self.stop:
             if not isinstance(s, str) or not s:
-                raise request_error(f"SamplingParams: stop must be non-empty strings, got {s!r}")
+                raise request_error(f"SamplingParams: stop must be non-empty strings, got {s!r}",
+                                    help="pass one string or a list of non-empty strings")
         self.stop_token_ids = _listed("stop_token_ids", self.stop_token_ids)
         for i in self.stop_token_ids:
             _check_int("stop_token_ids", i, lambda v: v >= 0, "a list of token ids >= 0")
@@ -69,7 +70,8 @@ def _listed(name: str, value) -> list:
     if value is None:
         return []
     if not isinstance(value, (list, tuple)):
-        raise request_error(f"SamplingParams: {name} must be a list, got {type(value).__name__} {value!r}")
+        raise request_error(f"SamplingParams: {name} must be a list, got {type(value).__name__} {value!r}",
+                            help=f"pass a list, e.g. {name}=[...]")
     return list(value)
 
 
