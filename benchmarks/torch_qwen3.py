@@ -140,7 +140,7 @@ class LeanTorchQwen3Step(TorchQwen3Step):
     a fused backend's (B, M, H, D) output is then already o's input row) and an additive mask in
     the model's dtype, sliced from a 16-aligned buffer, so a fused SDPA backend (memory-efficient /
     cuDNN) can take it instead of the math fallback; the residual added by the o and down GEMMs
-    (`addmm`, beta = 1: summed in float, rounded once)."""
+    in place (`addmm_`, beta = 1: one kernel each, summed in float, rounded once)."""
 
     def __init__(self, llm, max_len: int):
         super().__init__(llm, max_len)
@@ -176,10 +176,10 @@ class LeanTorchQwen3Step(TorchQwen3Step):
             cache = (kv, 1, self.max_len, d)
             a = F.scaled_dot_product_attention(q, self.k[n].view(cache), self.v[n].view(cache),
                                                attn_mask=self.mask)         # (KV, 1, G, D)
-            res = torch.addmm(res, a.reshape(1, h * d), layer.o.t())
+            res.addmm_(a.reshape(1, h * d), layer.o.t())                   # in place: no copy of res first
             x = F.rms_norm(res, (e,), layer.post_norm, eps)
             gu = F.linear(x, layer.gate_up)                                 # (1, 2 I)
-            res = torch.addmm(res, F.silu(gu[:, :inter]) * gu[:, inter:], layer.down.t())
+            res.addmm_(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down.t())
         logits = F.linear(F.rms_norm(res, (e,), w.norm, eps), w.lm_head)    # (1, V)
         self.token.copy_(logits.argmax(-1))
         return logits
