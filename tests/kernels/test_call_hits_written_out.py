@@ -217,3 +217,62 @@ def test_two_known_storages_over_the_same_bytes_read_together_give_the_result():
             assert got is out
             torch.testing.assert_close(out, _rms(x, w), rtol=2e-4, atol=2e-5)
     tk.rms_norm.plans.plans.clear()
+
+
+def _decode_attention_oracle(q, k, v, n):
+    scores = torch.einsum("hd,hsd->hs", q, k.repeat_interleave(2, 0)[:, :n]) / 8 ** 0.5
+    return torch.einsum("hs,hsd->hd", scores.softmax(-1), v.repeat_interleave(2, 0)[:, :n])
+
+
+_CALLS = {   # name -> (tensors, call, oracle), the tensors all known before the first call
+    "a new output": (lambda: [_rand((2, 32), 1), _rand((32,), 2)],
+                     lambda x, w: tk.rms_norm(x, w),
+                     lambda x, w: _rms(x, w)),
+    "a tuple with the sum": (lambda: [_rand((2, 32), 1), _rand((32,), 2), _rand((2, 32), 3)],
+                             lambda x, w, r: tk.rms_norm(x, w, residual=r),
+                             lambda x, w, r: (_rms(x + r, w), x + r)),
+    "a kept workspace": (lambda: [_rand((4, 8), 1), _rand((2, 16, 8), 2), _rand((2, 16, 8), 3),
+                                  torch.tensor([11], dtype=torch.int32)],
+                         lambda q, k, v, n: tk.decode_attention(q, k, v, n),
+                         lambda q, k, v, n: _decode_attention_oracle(q, k, v, 11)),
+}
+
+
+@pytest.mark.parametrize("case", list(_CALLS))
+def test_the_written_out_hit_serves_known_memory_without_the_loops(monkeypatch, case):
+    """Every argument's memory known: from the layout's third call each call takes the written-out
+    hit alone (CallHit's loops never run), and computes each call's own result: a new output
+    per call, a tuple of results, the workspace kept from call to call."""
+    from tilesafe.kernels.call_hits import CallHit
+    make, call, oracle = _CALLS[case]
+    walked = []
+    real_walk = CallHit._walk
+    monkeypatch.setattr(CallHit, "_walk", lambda self, places: walked.append(1) or real_walk(self, places))
+    for fn in (tk.rms_norm, tk.decode_attention):
+        fn.plans.plans.clear()
+    with ts.backend("reference"):
+        tensors = make()
+        for t in tensors:
+            ts.from_torch(t)                                         # known memory
+        results, kept = [], []
+        for i in range(6):
+            tensors[0].copy_(_rand(tuple(tensors[0].shape), 20 + i))  # each call's own input
+            walked.clear()
+            got = call(*tensors)
+            want = oracle(*tensors)
+            got, want = (got, want) if type(want) is tuple else ((got,), (want,))
+            assert type(got) is tuple and len(got) == len(want)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=2e-4, atol=2e-5)
+            if i >= 3:
+                hits = [p.hit for fn in (tk.rms_norm, tk.decode_attention) for p in fn.plans.plans.values()]
+                (hit,) = [h for h in hits if h is not None]
+                assert hit.unrolled is not None and walked == []     # the written-out hit alone
+                kept.append(sorted(root[2] for root in hit.kept.values()))
+            results.append(got)
+        new = [r[0].data_ptr() for r in results]
+        assert len(set(new)) == len(new)                             # a new output each call
+        assert kept[0] == kept[1] == kept[2]                         # the same workspace, if any, every call
+        assert (kept[0] != []) == (case == "a kept workspace")
+    for plans in (tk.rms_norm.plans.plans, tk.decode_attention.plans.plans):
+        plans.clear()
