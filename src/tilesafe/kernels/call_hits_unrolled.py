@@ -50,7 +50,7 @@ def unrolled(hit, places: list):
                  "    return hit._walk(places)"]
     roots = [f"(tv{i}, s{i}, p{i}, sp{i}, n{i})" for i in range(n)]
     states = [f"s{i}" for i in range(n)]
-    for i, (_, recipe) in allocated:
+    for i, _ in allocated:                # (torch's new bytes; a returned one is torch-mode: CallHit.news)
         shape, dtype, device = hit.news[i]
         ns[f"SHAPE{i}"], ns[f"DTYPE{i}"], ns[f"DEVICE{i}"] = shape, dtype, device
         make = ["try:",
@@ -67,8 +67,6 @@ def unrolled(hit, places: list):
             body += make
         roots.append(f"r{i}")
         states.append(f"r{i}[1]")
-        if not recipe[3]:
-            body.append(f"t{i} = None")   # handed back as None (never returned: not torch's)
     body.append(f"roots = [{', '.join(roots)}]")
     ids = ", ".join(f"id({s}.__dict__)" for s in states)
     # Not apart (S7): every step with the whole-call checks, and then the result as below.
