@@ -36,7 +36,7 @@ def unrolled(pl, lent):
           "_lent": lent, "_new_tuple": _new_tuple, "LayoutDescriptor": LayoutDescriptor, "Address": Address,
           **_TAIL,
           "partial": functools.partial, "SETS": pl.sets.sets, "MAKE": pl.sets.make, "PLACES": pl.places,
-          "WRITES": pl.writes, "DEVICE": pl.device_index}
+          "DEVICE": pl.device_index}
     src = ["def run(self, roots):", "    places = PLACES"]
     for k, r in enumerate(pl.slots):
         frozen = f" or s{k}.frozen" if pl.writes[k] else ""
@@ -86,7 +86,7 @@ def layout_direct(launcher):
     set kept unless its memory moved, then the shared tail)."""
     sets = launcher._sets
     ns = {"__name__": __name__, **_TAIL, "Future": Future,
-          "SETS": sets.sets, "MAKE": sets.make, "WRITES": launcher.write_flags, "DEVICE": launcher.device_index}
+          "SETS": sets.sets, "MAKE": sets.make, "DEVICE": launcher.device_index}
     names = [name for name, _ in launcher.writes]
     src = ["def direct(self, tensors, objs, ptrs):"]
     for k, name in enumerate(names):
