@@ -94,11 +94,8 @@ def summarize(results: list[dict]) -> dict:
               if "model" in r and r["impls"].get("tilesafe", {}).get("median_us")]
         if pm:
             row["predicted_over_measured_geomean"] = _geomean(pm)
-        row["misses"] = [{"shape": r["name"], "value": r["ratios"].get(ratio), **r["miss"]} for r in recs
-                         if "miss" in r]
-        if also is not None:
-            for m, r in zip(row["misses"], [r for r in recs if "miss" in r]):
-                m[also[0]] = r["ratios"].get(also[0])
+        row["misses"] = [{"shape": r["name"], "value": r["ratios"].get(ratio), **r["miss"],
+                          **({also[0]: r["ratios"].get(also[0])} if also else {})} for r in recs if "miss" in r]
         out[family] = row
     return out
 
@@ -145,8 +142,8 @@ def text(summary: dict) -> str:
                          (f"{a['worst']:.3f} ({a['worst_shape']})" if "worst" in a else "untimed") +
                          f" (need {a['need_each']:.2f} on every shape: the weight-read rate)")
         for m in row["misses"]:
-            beside = "".join(f", {k} {m[k]:.3f}" for k in ("vs_baseline",) if m.get(k) is not None
-                             and "also" in row)
+            second = row.get("also", {}).get("ratio")            # the family's second bar, beside the first
+            beside = f", {second} {m[second]:.3f}" if second and m.get(second) is not None else ""
             value = f"{m['value']:.3f}" if m["value"] is not None else "untimed"
             lines.append(f"      miss {m['shape']}: {value}{beside}, limit {m['limit']}, predicted "
                          f"{m['predicted_us']:.1f} us, measured {m['measured_us']:.1f} us")
