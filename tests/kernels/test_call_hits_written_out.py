@@ -276,3 +276,29 @@ def test_the_written_out_hit_serves_known_memory_without_the_loops(monkeypatch, 
         assert (kept[0] != []) == (case == "a kept workspace")
     for plans in (tk.rms_norm.plans.plans, tk.decode_attention.plans.plans):
         plans.clear()
+
+
+def test_a_view_of_another_argument_s_storage_gets_its_own_address(gpu_form):
+    """`out` a later part of x's storage: the plan views it from x's root at a byte offset,
+    which the written-out launch adds to the root's address (torch's own data_ptr() of each
+    argument is the oracle), for new memory on every call."""
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((32,), 1)
+        _FINISH.append(w)
+        for seed in range(6):
+            buf = _rand((4, 32), seed)
+            x, out = buf[0:2], buf[2:4]
+            started.clear()
+            tk.rms_norm(x, w, out=out)
+            _finish(buf)
+            if seed < 3:
+                continue                                     # the first calls take the full path
+            assert ran[-1] is True
+            (plan,) = tk.rms_norm.plans.plans.values()
+            (launch,) = [pl for pl in plan.hit.launches if pl is not None]
+            assert [(name, off) for name, _, off in launch.access] == [("y", 64), ("x", 0), ("w", None)]
+            (_, args), = started
+            want = {"y": out.data_ptr(), "x": x.data_ptr(), "w": w.data_ptr()}
+            assert list(args[:3]) == [want[name] for name, _, _ in launch.access]
+            assert [d.base.data_ptr() for d in args[3:6]] == list(args[:3])

@@ -45,7 +45,7 @@ def unrolled(pl, lent):
                 f"    s{k} = a{k}[1]",
                 f"    if s{k}._lent and _lent(s{k}){frozen}:",
                 "        return False",
-                f"    p{k} = a{k}[2]" + (f" + {off}" if off else ""),
+                f"    p{k} = a{k}[2]" + (f" + {int(off)}" if off else ""),
                 f"    if a{k}[2:] != places[{k}]:",
                 f"        if p{k} & 15 != {int(pl.aligns[k])}:",
                 "            return False",
