@@ -35,7 +35,7 @@ def unrolled(hit, places: list):
     if not (type(returned) is int or hit.flat):
         return None
     ns = {"__name__": __name__,   # tilesafe's code: error locations skip its frames (errors.caller_loc)
-          "LOCK": LOCK, "STATE_ATTR": STATE_ATTR, "torch_empty": torch.empty, "attach_new": StorageState.attach_new,
+          "LOCK": LOCK, "STATE_ATTR": STATE_ATTR, "torch_empty_strided": torch.empty_strided, "attach_new": StorageState.attach_new,
           "KEPT": hit.kept, "LAUNCHES": hit.launches}
     src = ["def call(hit, places):",
            "    with LOCK:"]
@@ -52,14 +52,19 @@ def unrolled(hit, places: list):
     states = [f"s{i}" for i in range(n)]
     for i, _ in allocated:                # (torch's new bytes; a returned one is torch-mode: CallHit.news)
         shape, dtype, device = hit.news[i]
-        ns[f"SHAPE{i}"], ns[f"DTYPE{i}"], ns[f"DEVICE{i}"] = shape, dtype, device
+        # torch.empty_strided with the layout's size and strides: torch's cheapest call for a
+        # known dense layout (no overload choice between torch.empty's forms; CPU: ~1.7 µs
+        # against torch.empty's ~2.5). A dense layout's storage holds exactly its elements,
+        # so its bytes are the layout's too (a constant).
+        ns[f"SHAPE{i}"], ns[f"STRIDE{i}"] = tuple(shape), dense_strides(shape)
+        ns[f"DTYPE{i}"], ns[f"DEVICE{i}"] = dtype, device
+        nbytes = _nbytes(shape, dtype)
         make = ["try:",
-                f"    t{i} = torch_empty(SHAPE{i}, dtype=DTYPE{i}, device=DEVICE{i})",
+                f"    t{i} = torch_empty_strided(SHAPE{i}, STRIDE{i}, dtype=DTYPE{i}, device=DEVICE{i})",
                 "except RuntimeError:",
                 "    return hit._walk(places)     # (it refuses with ts.empty's error: too large)",
-                f"st{i} = t{i}.untyped_storage()",
-                f"n{i}, p{i} = st{i}.nbytes(), t{i}.data_ptr()",
-                f"r{i} = (t{i}, attach_new(st{i}, n{i}, p{i}), p{i}, p{i}, n{i})"]
+                f"p{i} = t{i}.data_ptr()",
+                f"r{i} = (t{i}, attach_new(t{i}.untyped_storage(), {nbytes}, p{i}), p{i}, p{i}, {nbytes})"]
         if i in hit.internal:             # a workspace of the call's own launches, kept (call_hits)
             body += [f"r{i} = KEPT.get({i})",
                      f"if r{i} is None:"] + ["    " + line for line in make] + [f"    KEPT[{i}] = r{i}"]
@@ -91,6 +96,23 @@ def unrolled(hit, places: list):
     src += ["        " + line for line in body]
     exec(compile("\n".join(src), f"<call plan hit of {_name(plan)}>", "exec"), ns)  # noqa: S102
     return ns["call"]
+
+
+def dense_strides(shape) -> tuple:
+    """The strides of a row-major dense tensor of `shape` (torch.empty's)."""
+    strides, step = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def _nbytes(shape, dtype) -> int:
+    """Bytes of a dense tensor of `shape` and torch `dtype` (its storage's, as torch allocates it)."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n * dtype.itemsize
 
 
 def _name(plan) -> str:
