@@ -152,7 +152,6 @@ class CallHit:
                 return tuple([handed[r] for r in returned])
             return _result(returned, handed)
 
-
     def _steps(self, roots: list, made: list, apart: bool) -> None:
         """The plan's steps on these roots (`made`: their tilesafe tensors where made);
         `apart`: the roots the key places in different storages are in different memory (S7)."""
