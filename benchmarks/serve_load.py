@@ -205,7 +205,9 @@ def _apply_step_tokens(core, setting) -> None:
         return
     from tilesafe.serve.engine_core import rows_within_each
     core.set_decode_step_tokens(None)
-    core.scheduler.row_budget = rows_within_each(core.decode_step_times, 2.0) or None
+    # (an "auto" level before this one timed the row buckets past max_num_seqs too: not batch2x's)
+    times = {b: t for b, t in core.decode_step_times.items() if b <= core.llm.max_num_seqs}
+    core.scheduler.row_budget = rows_within_each(times, 2.0) or None
 
 
 def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients: "Clients",

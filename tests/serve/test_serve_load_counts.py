@@ -77,8 +77,9 @@ def test_decode_step_token_values_and_targets_per_value(serve_load):
     mod = serve_load
     assert [mod._step_tokens(x) for x in ("auto", "off", "batch2x", "64")] == ["auto", None, "batch2x", 64]
     set_to = []
-    core = SimpleNamespace(decode_step_times={1: 2.0, 2: 2.1, 4: 4.5}, scheduler=SimpleNamespace(row_budget=None),
-                           set_decode_step_tokens=set_to.append)
+    # (8: a row bucket past max_num_seqs that an earlier "auto" level timed; batch2x stays within 4)
+    core = SimpleNamespace(decode_step_times={1: 2.0, 2: 2.1, 4: 4.5, 8: 4.0}, llm=SimpleNamespace(max_num_seqs=4),
+                           scheduler=SimpleNamespace(row_budget=None), set_decode_step_tokens=set_to.append)
     mod._apply_step_tokens(core, 64)
     mod._apply_step_tokens(core, "batch2x")
     assert set_to == [64, None] and core.scheduler.row_budget == {1: 2, 2: 2, 4: 4}   # 4.5 > 2 x 2.1
