@@ -35,7 +35,8 @@ def unrolled(hit, places: list):
     if not (type(returned) is int or hit.flat):
         return None
     ns = {"__name__": __name__,   # tilesafe's code: error locations skip its frames (errors.caller_loc)
-          "LOCK": LOCK, "STATE_ATTR": STATE_ATTR, "torch_empty_strided": torch.empty_strided, "attach_new": StorageState.attach_new,
+          "LOCK": LOCK, "STATE_ATTR": STATE_ATTR, "torch_empty_strided": torch.empty_strided,
+          "attach_new": StorageState.attach_new,
           "KEPT": hit.kept, "LAUNCHES": hit.launches}
     src = ["def call(hit, places):",
            "    with LOCK:"]
