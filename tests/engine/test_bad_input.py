@@ -171,36 +171,29 @@ def test_stop_lists_in_any_spelling():
     assert SamplingParams(logprobs=0).logprobs == 0 and SamplingParams(logprobs=1).logprobs == 1
 
 
-@pytest.mark.parametrize("params,fragment", [
-    ({"temperature": 0}, "sampling params 0 must be a SamplingParams (or None), got dict"),
-    ([SamplingParams(max_tokens=2), "greedy"], "sampling params 1 must be a SamplingParams (or None), got str"),
-])
-def test_sampling_params_of_another_type_refused_and_llm_still_works(llm, params, fragment):
-    """Was an AttributeError from inside the engine ('dict' object has no attribute 'resolved')."""
-    ok = {"prompt_token_ids": [3, 4]}
-    greedy = SamplingParams(temperature=0, max_tokens=3)
-    before = llm.generate(ok, greedy)[0].outputs[0].token_ids
-    with pytest.raises(RequestError) as e:
-        llm.generate([ok, ok], params)  # generate: bad params
-    assert_located(e.value, "generate: bad params", fragment)
-    assert llm.generate(ok, greedy)[0].outputs[0].token_ids == before
+OK_PROMPT = {"prompt_token_ids": [3, 4]}
+GREEDY3 = SamplingParams(temperature=0, max_tokens=3)
 
 
-@pytest.mark.parametrize("prompt,fragment", [
-    ({"prompt_token_ids": []}, "prompt 1 is empty"),
-    ({"prompt_token_ids": [1, 96]}, "token id 96, outside the vocabulary [0, 96)"),
-    ({"prompt_token_ids": [1, -1]}, "token id -1"),
-    ({"prompt_token_ids": list(range(16))}, "prompt 1 has 16 tokens, but max_model_len is 16"),
-    ("some text", "no tokenizer.json in its folder"),
+@pytest.mark.parametrize("prompt,params,fragment", [
+    # sampling params of another type: was an AttributeError ('dict' object has no attribute 'resolved')
+    (OK_PROMPT, {"temperature": 0}, "sampling params 0 must be a SamplingParams (or None), got dict"),
+    (OK_PROMPT, [SamplingParams(max_tokens=2), "greedy"],
+     "sampling params 1 must be a SamplingParams (or None), got str"),
+    ({"prompt_token_ids": []}, GREEDY3, "prompt 1 is empty"),
+    ({"prompt_token_ids": [1, 96]}, GREEDY3, "token id 96, outside the vocabulary [0, 96)"),
+    ({"prompt_token_ids": [1, -1]}, GREEDY3, "token id -1"),
+    ({"prompt_token_ids": list(range(16))}, GREEDY3, "prompt 1 has 16 tokens, but max_model_len is 16"),
+    ("some text", GREEDY3, "no tokenizer.json in its folder"),
 ])
-def test_bad_prompts_refused_and_llm_still_works(llm, prompt, fragment):
-    ok = {"prompt_token_ids": [3, 4]}
-    params = SamplingParams(temperature=0, max_tokens=3)
-    before = llm.generate(ok, params)[0].outputs[0].token_ids
+def test_a_refused_generate_leaves_the_llm_working(llm, prompt, params, fragment):
+    """A bad second prompt or bad sampling params: refused at the user's line, and the same LLM
+    then gives the tokens it gave before."""
+    before = llm.generate(OK_PROMPT, GREEDY3)[0].outputs[0].token_ids
     with pytest.raises(RequestError) as e:
-        llm.generate([ok, prompt], params)  # generate: bad prompt
-    assert_located(e.value, "generate: bad prompt", fragment)
-    assert llm.generate(ok, params)[0].outputs[0].token_ids == before
+        llm.generate([OK_PROMPT, prompt], params)  # generate: refused
+    assert_located(e.value, "generate: refused", fragment)
+    assert llm.generate(OK_PROMPT, GREEDY3)[0].outputs[0].token_ids == before
 
 
 def test_a_refused_call_launches_no_kernel(llm, launched_kernels):
