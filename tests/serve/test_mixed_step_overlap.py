@@ -31,3 +31,33 @@ def test_the_last_steps_outputs_go_out_after_a_mixed_steps_launch(llm, llm_one_s
     while core.has_work():
         core.step()
     assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, GREEDY)[0].outputs[0].token_ids for p in prompts]
+
+
+def test_a_mixed_step_is_waited_for_when_the_work_beside_it_raises(llm, monkeypatch):
+    """The outputs sent while a mixed step runs may raise (EngineThread then fails the requests
+    and serves on); the step is waited for before the error goes up, as its staging buffer is
+    rewritten by the next step of its shape only after its sync (a CPU stand-in: the sync is
+    the step's read of its tokens; the old run raised with the step in flight)."""
+    import pytest
+    import torch
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, mixed_steps=True,
+                      split_prefill=False)
+    events, launch = [], core.runner.mixed._launch
+    core.runner.mixed._launch = lambda step: events.append("launch") or launch(step)
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: events.append("sync") or tolist(self))
+    add = [Request(f"r{i}", llm._sequences({"prompt_token_ids": p}, GREEDY)[0], sink=lambda out: None)
+           for i, p in enumerate([[2, 4, 6, 8, 10], [3, 5, 7]])]
+    core.add(add[0])
+    core.step()                                     # r0's prompt: a mixed step; its first token held
+
+    def broken(in_step=False):
+        events.append("raised")
+        raise RuntimeError("an output could not be sent")
+    monkeypatch.setattr(core, "_flush", broken)
+    core.add(add[1])
+    events.clear()
+    with pytest.raises(RuntimeError, match="could not be sent"):
+        core.step()                                 # r1's prompt beside r0's decode row: mixed
+    assert core.runner.last_form == "mixed"
+    assert events[events.index("launch"):][:3] == ["launch", "raised", "sync"]

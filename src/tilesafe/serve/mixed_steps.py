@@ -68,13 +68,17 @@ class MixedSteps:
         request of `decode`; the sampled tokens and log-probabilities, chunks first. The
         sampler's rows must be set: chunks, then decode rows, then idle rows up to R.
         `while_running` is called between the launch and the wait (the host's other work
-        overlaps the step on a GPU)."""
+        overlaps the step on a GPU); if it raises, the step is waited for before the error goes on."""
         c, t = len(prefill), token_bucket(max(n for _, n in prefill))
         step = self._step(c, t)
         self._stage(step, c, t, prefill, decode, blocks)
         self._launch(step)
         if while_running is not None:
-            while_running()
+            try:
+                while_running()
+            except BaseException:
+                step.a.tokens[:1].tolist()      # the step's sync first: only then may its staging buffer be
+                raise                           # rewritten (by the next step of its shape, after the failure)
         n = c + len(decode)
         return step.a.tokens[:n].tolist(), step.a.chosen[:n].tolist()     # the step's host sync
 
