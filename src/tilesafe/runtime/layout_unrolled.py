@@ -130,7 +130,13 @@ def written_out(plan, roles: tuple, miss, other, key_part):
     objs = ", ".join(f"{name!r}: t{j}" for j, name in tensors)
     given = ", ".join(f"{name!r}: v{j}" for j, name in tensors)
     ptrs = ", ".join(f"{name!r}: p{j}" for j, name in tensors)
+    # The launcher's written-out form takes them positionally in its names' order (the bound
+    # tensors'): when that is this layout's order, no dictionaries are built.
+    ns["NAMES"] = tuple(name for _, name in tensors)
+    positional = ", ".join([f"t{j}" for j, _ in tensors] + [f"v{j}" for j, _ in tensors] + [f"p{j}" for j, _ in tensors])
     src += ["    self.kernel.last_launch = launcher.launched",
+            "    if launcher.names == NAMES:",
+            f"        return launcher._direct(launcher, {positional})",
             f"    return launcher.direct({{{objs}}}, {{{given}}}, {{{ptrs}}})"]
     exec(compile("\n".join(src), f"<layout of {plan.kernel.name}>", "exec"), ns)   # noqa: S102 (our own text)
     return ns["direct"]

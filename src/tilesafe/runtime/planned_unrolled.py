@@ -81,27 +81,33 @@ def unrolled(pl, lent):
 
 
 def layout_direct(launcher):
-    """`direct(self, tensors, objs, ptrs) -> Future` for the LayoutLauncher `launcher`
+    """`direct(self, t0.., g0.., p0..) -> Future` for the LayoutLauncher `launcher`
     (prepared_launch.LayoutLauncher.direct, written out for its layout: each argument's byte
-    set kept unless its memory moved, then the shared tail)."""
+    set kept unless its memory moved, then the shared tail). Its arguments are positional, in
+    the order of `launcher.writes`' names: each one's tilesafe tensor, then what was passed for
+    it (a Partition or that tensor), then its first element's address — the caller's values
+    without dictionaries to build and read (launch_cache's written-out layouts pass them so
+    when their names come in this order; LayoutLauncher.direct maps its dictionaries)."""
     sets = launcher._sets
     ns = {"__name__": __name__, **_TAIL, "Future": Future,
           "SETS": sets.sets, "MAKE": sets.make, "DEVICE": launcher.device_index}
     names = [name for name, _ in launcher.writes]
-    src = ["def direct(self, tensors, objs, ptrs):"]
+    count = len(names)
+    params = ", ".join([f"t{k}" for k in range(count)] + [f"g{k}" for k in range(count)]
+                       + [f"p{k}" for k in range(count)])
+    src = [f"def direct(self, {params}):"]
     for k, name in enumerate(names):
         # data_ptr() is 0 for an empty view: its offset comes from storage_offset()
-        src += [f"    t{k} = tensors[{name!r}]",
-                f"    v{k} = t{k}._t",
+        src += [f"    v{k} = t{k}._t",
                 f"    st{k} = v{k}.untyped_storage()",
-                f"    sp{k}, n{k}, p{k} = st{k}.data_ptr(), st{k}.nbytes(), ptrs[{name!r}]",
+                f"    sp{k}, n{k} = st{k}.data_ptr(), st{k}.nbytes()",
                 f"    o{k} = p{k} - sp{k} if p{k} else v{k}.storage_offset() * v{k}.element_size()",
                 f"    b{k} = SETS[{k}]",
                 f"    if b{k} is None or b{k}[1] != sp{k} or b{k}[3] != o{k} or b{k}[2] != n{k}:",
                 f"        MAKE({k}, v{k}, sp{k}, n{k}, o{k})"]
     views = ", ".join(f"{name!r}: v{k}" for k, name in enumerate(names))
     held = "".join(f"v{k}, " for k in range(len(names)))
-    outs = "".join(f"objs[{name!r}], " for name in launcher.output_names)
+    outs = "".join(f"g{names.index(name)}, " for name in launcher.output_names)
     src += [f"    views = {{{views}}}"]
     src += [f"    s{k} = t{k}._state" for k in range(len(names))]
     tail = start_pending_source([f"s{k}" for k in range(len(names))], "SETS", launcher.write_flags,

@@ -95,6 +95,7 @@ class LayoutLauncher:
         self.writes = tuple((name, writes(kernel, name)) for name in bound.tensors)
         self.write_flags = tuple(w for _, w in self.writes)
         names = [name for name, _ in self.writes]
+        self.names = tuple(names)    # the order of `_direct`'s positional arguments
         self.outputs = tuple(names.index(n) for n in kernel.outputs)    # argument positions
         self.output_names = tuple(kernel.outputs)
         self.device = device
@@ -123,7 +124,8 @@ class LayoutLauncher:
         passed; `ptrs`: parameter -> the address of its first element), checked by the caller
         as for `__call__` (launch_cache.LayoutPlan.direct): `_start` without its masks (S14)
         and bound, in one pass over the arguments."""
-        return self._direct(self, tensors, objs, ptrs)
+        names = self.names
+        return self._direct(self, *[tensors[n] for n in names], *[objs[n] for n in names], *[ptrs[n] for n in names])
 
     def _start(self, held: list, objs: list, bound) -> Future:
         views = {name: t._t for (name, _), t in zip(self.writes, held)}
