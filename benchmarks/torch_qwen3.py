@@ -112,6 +112,17 @@ class TorchQwen3Step(_OverEngineWeights):
                     tokens.append(int(self.token.item()))
         return tokens, torch.stack(rows)
 
+    def teacher_forced_logits(self, seq: list[int]) -> torch.Tensor:
+        """Each position's float32 logits (len(seq), V) with `seq` fed as the tokens, every step
+        run eagerly: what the lean step is checked against the plain one with (tests, probe)."""
+        rows = []
+        with torch.inference_mode():
+            for p, t in enumerate(seq):
+                self.ids.fill_(t)
+                self.pos.fill_(p)
+                rows.append(self._step()[0].to(torch.float32, copy=True))
+        return torch.stack(rows)
+
     def step_seconds(self, context: int, reps: int = 50) -> float:
         """One replayed step at position `context - 1` (attention masks the rows after it;
         SDPA still reads the whole static cache, as a fixed-shape graph must)."""

@@ -35,20 +35,9 @@ import engine_check                                                 # noqa: E402
 from torch_qwen3 import LeanTorchQwen3Step, TorchQwen3Step          # noqa: E402
 
 
-def teacher_forced(step, seq: list[int]) -> torch.Tensor:
-    """Every position's float32 logits (len(seq), V), `seq` fed as the tokens, each step eager."""
-    rows = []
-    with torch.inference_mode():
-        for p, t in enumerate(seq):
-            step.ids.fill_(t)
-            step.pos.fill_(p)
-            rows.append(step._step()[0].float())
-    return torch.stack(rows)
-
-
 def check(plain, lean) -> dict:
     seq = engine.prompt_ids(24, 5)["prompt_token_ids"]
-    ref, got = teacher_forced(plain, seq), teacher_forced(lean, seq)
+    ref, got = plain.teacher_forced_logits(seq), lean.teacher_forced_logits(seq)
     err = engine_check.logit_error(got, ref)
     top1 = int((got.argmax(-1) == ref.argmax(-1)).sum())
     return {"positions": len(seq), "max_abs": err["max_abs"], "max_rel": err["max_rel"], "top1_agree": top1,

@@ -19,17 +19,6 @@ def test_torch_baseline_gives_transformers_greedy_tokens(checkpoint, hf_greedy):
     assert TorchQwen3Step(llm, 32).greedy(prompt, 6) == hf_greedy(hf, prompt, 6)[0]
 
 
-def _teacher_forced_logits(step, seq):
-    """Each position's logits (len(seq), V) with `seq` fed as the tokens, every step run eagerly."""
-    rows = []
-    with torch.inference_mode():
-        for p, t in enumerate(seq):
-            step.ids.fill_(t)
-            step.pos.fill_(p)
-            rows.append(step._step()[0].clone())
-    return torch.stack(rows)
-
-
 def test_lean_torch_step_gives_the_plain_steps_logits(checkpoint):
     """The lean step (engine.py --torch-step lean) is the plain step's math: same logits at every
     position, in float32, with norm weights that are not all ones (so q/k norms cannot be swapped)
@@ -42,13 +31,13 @@ def test_lean_torch_step_gives_the_plain_steps_logits(checkpoint):
             for norm in (layer.q_norm, layer.k_norm, layer.input_norm, layer.post_norm):
                 norm.add_(torch.randn(norm.shape, generator=g) * 0.3)
     seq = [3, 17, 5, 60, 2, 9, 41, 11, 7]
-    plain = _teacher_forced_logits(TorchQwen3Step(llm, 21), seq)
+    plain = TorchQwen3Step(llm, 21).teacher_forced_logits(seq)
     lean_step = LeanTorchQwen3Step(llm, 21)
-    lean = _teacher_forced_logits(lean_step, seq)
+    lean = lean_step.teacher_forced_logits(seq)
     assert lean.dtype == torch.float32 and lean.shape == plain.shape
     torch.testing.assert_close(lean, plain, rtol=1e-5, atol=1e-5 * float(plain.abs().max()))
     plain_step = TorchQwen3Step(llm, 21)
-    _teacher_forced_logits(plain_step, seq)
+    plain_step.teacher_forced_logits(seq)
     for mine, theirs in zip(lean_step.k + lean_step.v, plain_step.k + plain_step.v):   # the same cache rows
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
 

@@ -29,16 +29,6 @@ def llm():
                            progress=False)
 
 
-def _teacher_forced(step, seq):
-    rows = []
-    with torch.inference_mode():
-        for p, t in enumerate(seq):
-            step.ids.fill_(t)
-            step.pos.fill_(p)
-            rows.append(step._step()[0].float())
-    return torch.stack(rows)
-
-
 def test_gate_passes_with_the_lean_step_as_reference(llm):
     r = engine_check.check(llm, LeanTorchQwen3Step(llm, 60), PROMPT, 16)
     print({k: r[k] for k in ("first_step", "rows", "why")})
@@ -48,8 +38,8 @@ def test_gate_passes_with_the_lean_step_as_reference(llm):
 
 def test_lean_logits_match_the_plain_step_in_bf16(llm):
     seq = PROMPT + [5, 6, 7, 8]
-    plain = _teacher_forced(TorchQwen3Step(llm, 60), seq)
-    lean = _teacher_forced(LeanTorchQwen3Step(llm, 60), seq)
+    plain = TorchQwen3Step(llm, 60).teacher_forced_logits(seq)
+    lean = LeanTorchQwen3Step(llm, 60).teacher_forced_logits(seq)
     err = engine_check.logit_error(lean, plain)
     print(err["max_abs"], err["max_rel"])
     assert err["max_rel"] < engine_check.REL_LIMIT
