@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tilesafe as ts
-from tilesafe.runtime.prepared_launch import LayoutLauncher
+from tilesafe.runtime import prepared_launch
 
 pytestmark = pytest.mark.gpu
 
@@ -28,14 +28,21 @@ def _launch(z, x, y, s=0.5):
 
 @pytest.fixture
 def started(monkeypatch):
-    """One entry per launch that took the direct form (LayoutLauncher.direct)."""
+    """One entry per launch that took the direct form (a LayoutLauncher's written-out `_direct`,
+    which LayoutLauncher.direct and the layouts' own direct launches both run)."""
     calls = []
-    real = LayoutLauncher.direct
+    real = prepared_launch.layout_direct
 
-    def counting(self, *args):
-        calls.append(True)
-        return real(self, *args)
-    monkeypatch.setattr(LayoutLauncher, "direct", counting)
+    def counting_form(launcher):
+        form = real(launcher)
+
+        def counting(self, *args):
+            calls.append(True)
+            return form(self, *args)
+        return counting
+    monkeypatch.setattr(prepared_launch, "layout_direct", counting_form)
+    scale_add._layouts.forget()            # launchers made from here on count
+    scale_add._last_plan = None
     return calls
 
 
