@@ -6,9 +6,10 @@
 The config model (`config_model.py`) ranks its candidates by a rough model; where that is
 not enough, the first call of a shape bucket (the family's most specific shape class: for
 a GEMM, the weight's N x K with M bucketed) times the model's best few distinct candidates
-on the GPU (`config_model.ranked`: four kinds, and where a rule applies its pick, for few output tiles
-the balanced split, for one row by a short K three GEMV forms: at most seven; `queued_timer`), keeps the fastest, and saves it per GPU in the user
-cache (`TILESAFE_CACHE_DIR/library/<gpu>.json`), which later processes read instead of timing.
+on the GPU (`config_model.ranked`: four kinds, and where a rule applies its pick, for few
+output tiles the balanced split, for one row by a short K three GEMV forms: at most seven;
+`queued_timer`), keeps the fastest, and saves it per GPU in the user cache
+(`TILESAFE_CACHE_DIR/library/<gpu>.json`), which later processes read instead of timing.
 
 Opt-in, not the default, as `@ts.autotune`'s tuning is opt-in (`tile=ts.auto`): timing
 synchronises the device and runs the call about thirty times, which a program that did not ask
