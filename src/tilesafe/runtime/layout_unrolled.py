@@ -133,7 +133,7 @@ def written_out(plan, roles: tuple, miss, other, key_part):
     # The launcher's written-out form takes them positionally in its names' order (the bound
     # tensors'): when that is this layout's order, no dictionaries are built.
     ns["NAMES"] = tuple(name for _, name in tensors)
-    positional = ", ".join([f"t{j}" for j, _ in tensors] + [f"v{j}" for j, _ in tensors] + [f"p{j}" for j, _ in tensors])
+    positional = ", ".join([f"{c}{j}" for c in "tvp" for j, _ in tensors])
     src += ["    self.kernel.last_launch = launcher.launched",
             "    if launcher.names == NAMES:",
             f"        return launcher._direct(launcher, {positional})",
