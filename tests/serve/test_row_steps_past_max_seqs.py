@@ -118,3 +118,21 @@ def test_a_row_count_adds_only_the_row_buckets_it_can_reach(llm):
     core.set_decode_step_tokens(2)                            # fewer rows again: the buckets made stay
     assert core.runner.decoder.sizes == [1, 2, 4, 8, 12] == core.scheduler.row_buckets
     assert core.runner.row_buckets() == [1, 2, 4, 8, 12]
+
+
+def test_row_buckets_that_do_not_fit_are_refused_and_leave_the_engine_as_it_was(llm, monkeypatch):
+    """The row buckets' memory is checked before they are made: refused naming them, with a help
+    line about decode_step_tokens (not the KV pool's advice), and the engine keeps its setting."""
+    import pytest
+    import torch
+
+    from tilesafe.engine import RequestError
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16, decode_step_tokens=3)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1000, 2000))
+    monkeypatch.setattr(llm, "device", "cuda")                 # the check runs on a GPU only
+    with pytest.raises(RequestError) as e:
+        core.set_decode_step_tokens(9)
+    assert "serve: decode-step row buckets (" in e.value.message and "but cuda has 0.00 GiB free" in e.value.message
+    assert "decode_step_tokens" in e.value.help
+    assert core.runner.decoder.sizes == [1, 2, 4] == core.scheduler.row_buckets
+    assert core.decode_step_tokens == 3 == core.scheduler.row_budget

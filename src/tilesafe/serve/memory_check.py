@@ -50,8 +50,13 @@ def serving_bytes(llm, pool_blocks: int | None, block_size: int, max_chunk: int,
     return need
 
 
-def check_memory(llm, need: dict[str, int]) -> None:
-    """Refuse, before allocating, serving buffers that do not fit the GPU's free memory."""
+SERVING_HELP = ("give fewer kv_blocks (unset, the pool reuses the engine's cache), a smaller max_num_batched_tokens "
+                "(the mixed steps' and prefill graphs' rows) or max_num_seqs")
+
+
+def check_memory(llm, need: dict[str, int], help: str = SERVING_HELP) -> None:
+    """Refuse, before allocating, serving buffers that do not fit the GPU's free memory
+    (`help`: what to change, for the buffers `need` names)."""
     if not llm.device.startswith("cuda"):
         return
     free, _ = torch.cuda.mem_get_info(torch.device(llm.device))
@@ -60,6 +65,4 @@ def check_memory(llm, need: dict[str, int]) -> None:
         parts = [f"{name} ({n / GIB:.2f} GiB)" for name, n in need.items()]
         listed = f"{', '.join(parts[:-1])} and {parts[-1]}" if len(parts) > 1 else parts[0]
         raise request_error(f"serve: {listed} need {total / GIB:.2f} GiB, but {llm.device} has {free / GIB:.2f} "
-                            "GiB free",
-                            help="give fewer kv_blocks (unset, the pool reuses the engine's cache), a smaller "
-                                 "max_num_batched_tokens (the mixed steps' and prefill graphs' rows) or max_num_seqs")
+                            "GiB free", help=help)

@@ -314,7 +314,9 @@ class ModelRunner:
         if dec.sizes is not None and sizes != dec.sizes:
             cfg, width = self.llm.config, self.max_blocks
             check_memory(self.llm, {"decode-step row buckets": sum(
-                activation_bytes(cfg, b, b, self.llm.dtype) + 4 * b * width for b in sizes if b not in dec.sizes)})
+                activation_bytes(cfg, b, b, self.llm.dtype) + 4 * b * width for b in sizes if b not in dec.sizes)},
+                help=f"a decode_step_tokens of at most max_num_seqs ({self.llm.max_num_seqs}) needs no row buckets; "
+                     "or serve fewer max_num_seqs")
             dec.sizes = sizes
         if warm:
             self._set_rows([], pad_to=sizes[-1])
