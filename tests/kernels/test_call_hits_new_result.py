@@ -20,14 +20,14 @@ def test_dense_strides_are_torch_empty_s():
         assert dense_strides(shape) == torch.empty(shape).stride()
 
 
-def test_the_written_out_result_is_torch_empty_s_layout_and_its_state_covers_its_bytes(backend):
-    x, w = _rand((3, 40), 1), _rand((40,), 2)
+def test_the_written_out_result_is_torch_empty_s_layout_and_its_state_covers_its_bytes(device):
+    x, w = _rand((3, 40), 1).to(device), _rand((40,), 2).to(device)
     want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
     tk.rms_norm.plans.plans.clear()
     results = [tk.rms_norm(x.view(3, 40), w.view(40)) for _ in range(5)]   # record, redo, the fast form
     hits = [p.hit for p in tk.rms_norm.plans.plans.values() if p.hit is not None]
     assert hits and hits[0].unrolled is not None                           # the written-out form ran
-    ref = torch.empty(3, 40)
+    ref = torch.empty(3, 40, device=device)
     for z in results[2:]:
         assert (z.shape, z.stride(), z.dtype, z.device) == (ref.shape, ref.stride(), ref.dtype, ref.device)
         torch.testing.assert_close(z, want, rtol=2e-4, atol=2e-5)
