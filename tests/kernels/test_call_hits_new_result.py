@@ -6,7 +6,7 @@ that state, so the hand-over rules see the result as they would a fresh call's."
 import torch
 
 import tilesafe.kernels as tk
-from tilesafe.kernels.call_hits_unrolled import dense_strides
+from tilesafe.runtime.spec import dense_strides
 from tilesafe.runtime.storage_state import StorageState
 
 

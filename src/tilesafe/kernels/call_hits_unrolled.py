@@ -14,9 +14,12 @@ fast form or its full step, the result.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..runtime.host_lock import LOCK
+from ..runtime.spec import dense_strides
 from ..runtime.storage_state import STATE_ATTR, StorageState
 from . import call_recording as R
 
@@ -26,7 +29,7 @@ def unrolled(hit, places: list):
     its plan is not of that common case."""
     plan = hit.plan
     n = len(places)
-    if any(type(place[4]) is not torch.Tensor and not isinstance(place[4], torch.Tensor) for place in places):
+    if any(not isinstance(place[4], torch.Tensor) for place in places):
         return None                       # tilesafe tensors (a workspace's, a Tensor argument)
     allocated = list(enumerate(plan.roots[n:], n))
     if any(kind != R.EMPTY or i not in hit.news for i, (kind, _) in allocated):
@@ -99,21 +102,9 @@ def unrolled(hit, places: list):
     return ns["call"]
 
 
-def dense_strides(shape) -> tuple:
-    """The strides of a row-major dense tensor of `shape` (torch.empty's)."""
-    strides, step = [], 1
-    for d in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(int(d), 1)
-    return tuple(reversed(strides))
-
-
 def _nbytes(shape, dtype) -> int:
     """Bytes of a dense tensor of `shape` and torch `dtype` (its storage's, as torch allocates it)."""
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n * dtype.itemsize
+    return math.prod(int(d) for d in shape) * dtype.itemsize
 
 
 def _name(plan) -> str:

@@ -15,14 +15,19 @@ class Spec:
     tile: tuple[int, ...] | None = None   # with a tile, it stands for a partition
 
 
+def dense_strides(shape) -> tuple:
+    """The strides of a row-major dense tensor of `shape` (torch.empty's)."""
+    strides, step = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
 def spec(shape, dtype=dtypes.f32, strides=None, tile=None) -> Spec:
     """Describe a tensor (or, with `tile`, a partition) for `kernel.ir/checks/compile/source`."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= max(n, 1)
-        strides = tuple(reversed(strides))
+        strides = dense_strides(shape)
     tile = None if tile is None else ((tile,) if isinstance(tile, int) else tuple(tile))
     return Spec(shape, dtypes.coerce(dtype), tuple(strides), tile)
