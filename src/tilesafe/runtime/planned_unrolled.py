@@ -106,11 +106,11 @@ def layout_direct(launcher):
                 f"    if b{k} is None or b{k}[1] != sp{k} or b{k}[3] != o{k} or b{k}[2] != n{k}:",
                 f"        MAKE({k}, v{k}, sp{k}, n{k}, o{k})"]
     views = ", ".join(f"{name!r}: v{k}" for k, name in enumerate(names))
-    held = "".join(f"v{k}, " for k in range(len(names)))
+    held = "".join(f"v{k}, " for k in range(count))
     outs = "".join(f"g{names.index(name)}, " for name in launcher.output_names)
     src += [f"    views = {{{views}}}"]
-    src += [f"    s{k} = t{k}._state" for k in range(len(names))]
-    tail = start_pending_source([f"s{k}" for k in range(len(names))], "SETS", launcher.write_flags,
+    src += [f"    s{k} = t{k}._state" for k in range(count)]
+    tail = start_pending_source([f"s{k}" for k in range(count)], "SETS", launcher.write_flags,
                                 "self.values(None, views)", f"({held})", None, "self._streams", "DEVICE")
     src += ["    " + line for line in tail]
     src += [f"    return Future(({outs}), done)"]
