@@ -29,6 +29,8 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 
+from queued_ms import queued_ms  # (benchmarks/probes/, the script's folder)
+
 MM = importlib.import_module("tilesafe.kernels.matmul")
 T0 = time.perf_counter()
 BUDGET_S = float(os.environ.get("DEC_BUDGET_S", "70"))
@@ -104,17 +106,8 @@ def reset_plans() -> None:
 
 
 def gpu_ms(replay, n=20) -> float:
-    for _ in range(3):
-        replay()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(400_000_000)           # the host queues the replays while the GPU sleeps
-    s.record()
-    for _ in range(n):
-        replay()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
+    """GPU ms per replay (queued_ms with a longer sleep: 400M cycles hide a 4B step's host cost)."""
+    return queued_ms(replay, n=n, warm=3, sleep_cycles=400_000_000)
 
 
 class Chain:
