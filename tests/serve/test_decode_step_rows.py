@@ -68,14 +68,7 @@ def test_a_prefix_hit_keeps_its_cached_blocks_as_rows(llm, llm_one_seq):
 def test_the_row_budget_grows_to_the_decode_rows_bucket_and_caps_at_max_num_seqs():
     s = Scheduler(max_num_seqs=8, max_model_len=64, num_blocks=64, block_size=4, row_budget=2,
                   row_buckets=[1, 2, 4, 8])
-    decoding = [req(f"d{i}", 3, i) for i in range(3)]
-    for r in decoding:
-        s.add(r)
-    for r, n in s.schedule().prefill:                   # nothing decodes yet: whole prompts, the old way
-        s.computed(r, n)
-        r.seq.tokens.append(7)                          # each got its first token
-    p = req("p", 20, 9)
-    s.add(p)
+    decoding, p = three_decoding_and_a_prompt(s)
     plan = s.schedule()                                 # 3 decode rows fill bucket 4: one prompt row
     assert plan.rows and plan.decode == decoding and plan.prefill == [(p, 1)]
     s.computed(p, 1)
@@ -91,15 +84,9 @@ def req(rid, n_prompt, order):
     return Request(rid, seq, sink=lambda out: None, order=order)
 
 
-def test_rows_within_takes_the_largest_bucket_within_the_factor():
-    times = {1: 2.0, 2: 2.1, 4: 2.2, 8: 3.9, 16: 4.1, 32: 5.0}
-    assert rows_within_each({}, 2.0) == {}
-    assert rows_within_each(times, 2.0) == {1: 8, 2: 16, 4: 16, 8: 32, 16: 32, 32: 32}
-
-
-def test_a_row_budget_per_decode_bucket():
-    s = Scheduler(max_num_seqs=8, max_model_len=64, num_blocks=64, block_size=4, row_budget={1: 2, 2: 2, 4: 8, 8: 8},
-                  row_buckets=[1, 2, 4, 8])
+def three_decoding_and_a_prompt(s):
+    """Three 3-token requests prefilled whole (nothing decodes yet: the old way), each with its
+    first token, then a 20-token prompt `p` added: ([the three], p)."""
     decoding = [req(f"d{i}", 3, i) for i in range(3)]
     for r in decoding:
         s.add(r)
@@ -108,6 +95,28 @@ def test_a_row_budget_per_decode_bucket():
         r.seq.tokens.append(7)
     p = req("p", 20, 9)
     s.add(p)
+    return decoding, p
+
+
+def test_rows_within_takes_the_largest_bucket_within_the_factor():
+    times = {1: 2.0, 2: 2.1, 4: 2.2, 8: 3.9, 16: 4.1, 32: 5.0}
+    assert rows_within_each({}, 2.0) == {}
+    assert rows_within_each(times, 2.0) == {1: 8, 2: 16, 4: 16, 8: 32, 16: 32, 32: 32}
+
+
+def test_a_row_step_passes_max_num_seqs_up_to_the_largest_row_bucket():
+    """The old scheduler capped a row step at max_num_seqs rows (here 1 prompt row, not 9)."""
+    s = Scheduler(max_num_seqs=4, max_model_len=64, num_blocks=64, block_size=4, row_budget=12,
+                  row_buckets=[1, 2, 4, 8, 12])
+    decoding, p = three_decoding_and_a_prompt(s)
+    plan = s.schedule()
+    assert plan.rows and plan.decode == decoding and plan.prefill == [(p, 9)]
+
+
+def test_a_row_budget_per_decode_bucket():
+    s = Scheduler(max_num_seqs=8, max_model_len=64, num_blocks=64, block_size=4, row_budget={1: 2, 2: 2, 4: 8, 8: 8},
+                  row_buckets=[1, 2, 4, 8])
+    decoding, p = three_decoding_and_a_prompt(s)
     assert s.schedule().prefill == [(p, 5)]              # 3 decode rows: bucket 4's budget, 8 rows
 
 

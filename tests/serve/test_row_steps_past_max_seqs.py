@@ -3,38 +3,15 @@ max_num_seqs rows (its decodes plus prompt rows, in the decode step's buckets pa
 max_num_seqs), and "auto" gives each decode bucket the largest row bucket whose timed step is
 within twice its own — so many waiting prompts are admitted several a step, and every prompt
 still gets exactly the tokens it gets alone."""
-from types import SimpleNamespace
 
 from tilesafe.engine import SamplingParams
 from tilesafe.serve.engine_core import EngineCore
 from tilesafe.serve.request import Request
-from tilesafe.serve.scheduler import Scheduler
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 SEEDED = SamplingParams(temperature=0.9, top_k=12, seed=7, max_tokens=4, ignore_eos=True)
 PROMPTS = [[2, 4, 6], [8, 10, 12, 14, 16, 18, 20], [3, 5, 7, 9, 11], [13, 15, 17, 19, 21, 23, 25, 27, 29],
            [31, 33], [35, 37, 39, 41, 43, 45]]
-
-
-def _req(rid, n_prompt, order):
-    return Request(rid, SimpleNamespace(prompt_ids=list(range(n_prompt)), tokens=[]), sink=lambda out: None,
-                   order=order)
-
-
-def test_a_row_step_passes_max_num_seqs_up_to_the_largest_row_bucket():
-    """The old scheduler capped a row step at max_num_seqs rows (here 1 prompt row, not 9)."""
-    s = Scheduler(max_num_seqs=4, max_model_len=64, num_blocks=64, block_size=4, row_budget=12,
-                  row_buckets=[1, 2, 4, 8, 12])
-    decoding = [_req(f"d{i}", 3, i) for i in range(3)]
-    for r in decoding:
-        s.add(r)
-    for r, n in s.schedule().prefill:
-        s.computed(r, n)
-        r.seq.tokens.append(7)
-    p = _req("p", 20, 9)
-    s.add(p)
-    plan = s.schedule()
-    assert plan.rows and plan.decode == decoding and plan.prefill == [(p, 9)]
 
 
 def _serve(core, llm):
