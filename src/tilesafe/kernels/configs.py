@@ -46,9 +46,9 @@ CPU_DEFAULTS: dict[str, dict] = {
     "rows": {"block_m": 2, "row_elems": 256, "row_max": 1024, "sub": 64, "max_chunks": 4, "target_blocks": 6,
              "reverse_pass": True},
     "matmul": {"block_m": 32, "block_n": 32, "block_k": 32, "group": 8, "persistent": None, "split_k": 1,
-               "min_blocks": 1, "tail_split": False, "one_kernel": False},
+               "min_blocks": 1, "tail_split": False, "one_kernel": False, "weight_major": False},
     "linear": {"block_m": 16, "block_n": 32, "block_k": 32, "min_blocks": 1, "split_k": None, "prefetch": False,
-               "one_kernel": False},
+               "one_kernel": False, "weight_major": False},
     "bmm": {"block_m": 32, "block_n": 32, "block_k": 32, "group": 8, "persistent": None},
     "attention": {"block_m": 16, "block_n": 16, "flat": True},
     "decode": {"block_n": 16, "splits": 3, "target_blocks": 8, "flat": True, "one_kernel": True},
@@ -64,12 +64,13 @@ GPU_DEFAULTS: dict[str, dict] = {
     # one_kernel: a split-K product's last split of each output tile adds the splits up (S16)
     # instead of a second kernel (matmul._split_k)
     "matmul": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "split_k": 1,
-               "min_blocks": 132, "tail_split": False, "one_kernel": False, "num_warps": 8, "num_stages": 3},
+               "min_blocks": 132, "tail_split": False, "one_kernel": False, "weight_major": False, "num_warps": 8,
+               "num_stages": 3},
     # tma False: the 2..16-row tensor-core path loads through pointers, 5-20% faster than TMA
     # on 10 of 11 weights in both H200 tuner runs of M = 16 (tune-candidates-linear-attention,
     # -m16-m128-m2048: e.g. 6144 x 2560 10.8 against 13.1 us); one row (FMAs) is the same either way
     "linear": {"block_m": 16, "block_n": 32, "block_k": 256, "min_blocks": 264, "split_k": None, "prefetch": False,
-               "one_kernel": False, "num_warps": 4, "num_stages": 4, "tma": False},
+               "one_kernel": False, "weight_major": False, "num_warps": 4, "num_stages": 4, "tma": False},
     # persistent through rank-3 TMA descriptors: 0.95-1.02 of cuBLAS on the H200, where
     # either alone was slower than one tile per block on pointers (tune-bmm.log)
     "bmm": {"block_m": 128, "block_n": 128, "block_k": 64, "group": 8, "persistent": None, "tma": True,
@@ -104,7 +105,7 @@ POSITIVE_KEYS = frozenset({"block", "block_m", "block_n", "block_k", "block_t", 
                            "max_chunks"})
 COUNT_KEYS = frozenset({"split_k", "splits"})
 # Switches a config may override: True or False (persistent also None: chosen from the shape).
-BOOL_KEYS = frozenset({"persistent", "tail_split", "prefetch", "reverse_pass", "flat", "one_kernel"})
+BOOL_KEYS = frozenset({"persistent", "tail_split", "prefetch", "reverse_pass", "flat", "one_kernel", "weight_major"})
 
 CPU_BACKENDS = ("reference", "triton-interpreter")
 SCHEDULE_KEYS = frozenset({"num_warps", "num_stages", "tma", "waves_per_eu"})   # valid in every family's config

@@ -15,7 +15,9 @@ from . import arguments as A
 from . import configs, layout, scratch
 from .call_checks import check_aliasing
 from .call_plans import planned
-from .elementwise import GELU, SILU, unary_op
+from . import weight_major
+from .elementwise import GELU, SILU
+from .gemm_steps import epilogue, mac   # noqa: F401 - linear_fusions imports them from here
 from .gemm_model import auto_splits as _splits   # how many ways to split K (the model predicts the same)
 from .gemm_model import linear_tiles, tail_split
 from .launch import cdiv, launch, pow2, workers
@@ -77,26 +79,6 @@ def l2_prefetch(weight_bytes: int, tiles: int | None = None) -> dict:
     (a probe may change the settings between captures)."""
     p = GEMV_L2_PREFETCH if tiles is None else tiles
     return {"L2P": p if weight_bytes <= GEMV_L2_PREFETCH_BYTES else 0, "L2K": GEMV_L2_KEEP}
-
-
-@ts.function
-def mac(a, b, acc, TF32):
-    """acc + a @ b, with tf32 products when TF32."""
-    if TF32:
-        r = ts.mma(a, b, acc, precision="tf32")
-    else:
-        r = ts.mma(a, b, acc)
-    return r
-
-
-@ts.function
-def epilogue(acc, bias, j, BN, HAS_BIAS, ACT):
-    """Bias (of output column tile j) and activation on an fp32 (BM, BN) tile."""
-    if HAS_BIAS:
-        acc = acc + ts.reshape(ts.load(bias, (j,), shape=(BN,)).astype(ts.f32), (1, BN))
-    if ACT >= 0:
-        acc = unary_op(acc, ACT)
-    return acc
 
 
 @ts.function
@@ -361,6 +343,9 @@ def gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, co
         cfg = skinny_config(dtype, m, n, k, config,
                             run=lambda c: gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
                                                names))
+        if cfg.get("weight_major") and m > 1:
+            weight_major.run(cv, cfg, common)
+            return o.returned
         bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
         if splits > 1:
             _split_k(cv, (bm, bn, bk), splits, cfg, DOT=m > 1, **common)
@@ -372,6 +357,9 @@ def gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, co
                          shape=configs.Gemm(m, n, k, dtype.name),
                          run=lambda c: gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, c,
                                             names))
+    if cfg.get("weight_major"):
+        weight_major.run(cv, cfg, common)
+        return o.returned
     bm, bn, bk = (_mma_tile(cfg[key], size) for key, size in (("block_m", m), ("block_n", n), ("block_k", k)))
     splits = _splits(cfg, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk))
     if splits > 1:
