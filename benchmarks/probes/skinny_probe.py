@@ -174,8 +174,8 @@ def main():
             case(rows, model, weight, wt, m, "linear", None, xs, outs)
             for name, config in CANDIDATES.items():
                 case(rows, model, weight, wt, m, name, config, xs, outs)
-    with open(out, "w") as f:
-        json.dump({"rows": rows, "wall_s": round(time.perf_counter() - T0, 1)}, f, indent=1)
+        with open(out, "w") as f:                    # after each M: a run cut short keeps what it measured
+            json.dump({"rows": rows, "wall_s": round(time.perf_counter() - T0, 1)}, f, indent=1)
     table(rows)
     print(f"\nwall {time.perf_counter() - T0:.1f} s")
 
