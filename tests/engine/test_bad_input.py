@@ -2,6 +2,7 @@
 before any device work, and an LLM that still works afterwards."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,9 +47,10 @@ def test_missing_folder_and_file(tmp_path):
     assert_located(e.value, "ckpt: no config", "no config.json")
 
 
-@pytest.mark.parametrize("model", [None, 5, ""])
+@pytest.mark.parametrize("model", [None, 5, "", Path("")])
 def test_a_model_that_is_no_path_is_named(model):
-    """None and 5 were a TypeError from pathlib; "" read the current folder."""
+    """None and 5 were a TypeError from pathlib; "" and Path("") (which pathlib reads as
+    Path(".")) read the current folder."""
     with pytest.raises(CheckpointError) as e:
         LLM(model, device="cpu")  # ckpt: no path
     assert_located(e.value, "ckpt: no path", f"model must be a checkpoint folder or a hub id ('owner/name'), "
@@ -157,11 +159,46 @@ def test_bad_llm_settings(checkpoint, kwargs, fragment):
     (dict(stop=["ok", ""]), "stop must be non-empty strings, got ''"),
     (dict(stop=3), "stop must be a list, got int 3"),
     (dict(stop_token_ids=5), "stop_token_ids must be a list, got int 5"),
+    (dict(stop_token_ids=[3, -1]), "stop_token_ids must be a list of token ids >= 0, got -1"),
+    (dict(top_k=-2), "top_k must be >= -1 (0 or -1: no limit), got -2"),
+    (dict(top_k=2.5), "top_k must be >= -1 (0 or -1: no limit), got 2.5"),
+    (dict(temperature="hot"), "temperature must be >= 0, got 'hot'"),
+    (dict(max_tokens=True), "max_tokens must be > 0, got True"),
+    (dict(seed=1.5), "seed must be an int, got 1.5"),
 ])
 def test_bad_sampling_params(kwargs, fragment):
     with pytest.raises(RequestError) as e:
         SamplingParams(**kwargs)  # params: bad
     assert_located(e.value, "params: bad", fragment)
+    assert e.value.help
+
+
+# vLLM's knobs the sampler does not implement: each was a TypeError (an unknown keyword), and a
+# checkpoint's min_p / repetition_penalty were read but silently not applied.
+NOT_APPLIED = [("min_p", 0.05), ("repetition_penalty", 1.1), ("presence_penalty", 0.5), ("frequency_penalty", -0.5),
+               ("n", 2), ("n", True), ("best_of", 3), ("min_tokens", 4), ("logit_bias", {5: 1.0}),
+               ("allowed_token_ids", [1, 2]), ("bad_words", ["x"]), ("logits_processors", [print]),
+               ("prompt_logprobs", 0), ("include_stop_str_in_output", True)]
+NEUTRAL = dict(min_p=0.0, repetition_penalty=1.0, presence_penalty=0, frequency_penalty=0.0, n=1, best_of=1,
+               min_tokens=0, logit_bias={}, allowed_token_ids=None, bad_words=[], logits_processors=[],
+               prompt_logprobs=None, include_stop_str_in_output=False)
+
+
+@pytest.mark.parametrize("name,value", NOT_APPLIED)
+def test_a_sampling_knob_the_sampler_lacks_is_refused_not_ignored(name, value):
+    with pytest.raises(RequestError) as e:
+        SamplingParams(temperature=0.7, **{name: value})  # params: not applied
+    assert_located(e.value, "params: not applied", f"SamplingParams: {name}={value!r} is not supported",
+                   f"does not implement {name}")
+    assert e.value.help
+
+
+def test_neutral_values_of_those_knobs_decode_as_if_unset(llm):
+    """Code written for vLLM that spells out the neutral values runs unchanged: same tokens."""
+    params = SamplingParams(temperature=1.0, top_k=5, max_tokens=4, seed=11)
+    spelled = SamplingParams(temperature=1.0, top_k=5, max_tokens=4, seed=11, **NEUTRAL)
+    want = llm.generate(OK_PROMPT, params)[0].outputs[0].token_ids
+    assert llm.generate(OK_PROMPT, spelled)[0].outputs[0].token_ids == want and len(want) == 4
 
 
 def test_stop_lists_in_any_spelling():
@@ -272,12 +309,15 @@ def test_an_interrupted_call_or_an_abandoned_stream_leaves_the_llm_working(llm):
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == before
 
 
-def test_a_params_object_changed_after_it_was_made_is_checked_again_by_generate(llm, launched_kernels):
+@pytest.mark.parametrize("name,value,fragment", [("top_p", 0.0, "top_p must be in (0, 1], got 0.0"),
+                                                ("min_p", 0.1, "min_p=0.1 is not supported")])
+def test_a_params_object_changed_after_it_was_made_is_checked_again_by_generate(llm, launched_kernels, name, value,
+                                                                                 fragment):
     """SamplingParams is mutable: generate checks the values again (through `resolved`), before any kernel."""
     params = SamplingParams(temperature=0, max_tokens=3)
-    params.top_p = 0.0
+    setattr(params, name, value)
     seen = launched_kernels()
     with pytest.raises(RequestError) as e:
         llm.generate({"prompt_token_ids": [3, 4]}, params)  # generate: mutated params
-    assert_located(e.value, "generate: mutated params", "top_p must be in (0, 1], got 0.0")
+    assert_located(e.value, "generate: mutated params", fragment)
     assert seen == []

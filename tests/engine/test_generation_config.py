@@ -92,3 +92,41 @@ def test_an_llm_fills_unset_parameters_and_stops_at_the_files_eos(checkpoint, hf
     llm = LLM(str(dst), device="cpu", max_model_len=32, progress=False)
     out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(max_tokens=6))[0].outputs[0]
     assert out.token_ids == want[:want.index(eos) + 1] and out.finish_reason == "stop"
+
+
+def test_defaults_the_sampler_lacks_are_not_applied_and_named(tmp_path):
+    """min_p and repetition_penalty were read, then dropped without a word: now kept out of the
+    sampling defaults and listed by ignored_defaults (the LLM warns of them at load)."""
+    ours = GenerationConfig.from_dir(write(tmp_path, {"temperature": 0.7, "min_p": 0.05, "repetition_penalty": 1.1}))
+    assert ours.sampling_defaults() == {"temperature": 0.7}
+    assert ours.ignored_defaults() == {"min_p": 0.05, "repetition_penalty": 1.1}
+    neutral = GenerationConfig.from_dir(write(tmp_path, {"min_p": 0.0, "repetition_penalty": 1.0}))
+    assert neutral.sampling_defaults() == {} and neutral.ignored_defaults() == {}
+
+
+def test_an_llm_warns_once_at_load_of_a_default_it_cannot_apply(checkpoint, tmp_path, caplog):
+    """One warning naming the file and both fields; generate then decodes with the file's other
+    defaults (top_k=1: greedy) and no request-side error for the fields it never set."""
+    import logging
+    import shutil
+
+    from tilesafe.engine import LLM, SamplingParams
+    folder, _ = checkpoint()
+    dst = tmp_path / "ckpt"
+    shutil.copytree(folder, dst)
+    write(dst, {"top_k": 1, "min_p": 0.05, "repetition_penalty": 1.1})
+    with caplog.at_level(logging.WARNING, logger="tilesafe.engine"):
+        llm = LLM(str(dst), device="cpu", max_model_len=16, progress=False)
+        greedy = llm.generate({"prompt_token_ids": [3, 17]}, SamplingParams(temperature=0, max_tokens=3))
+        unset = llm.generate({"prompt_token_ids": [3, 17]}, SamplingParams(max_tokens=3))
+    warned = [r for r in caplog.records if r.name == "tilesafe.engine" and r.levelno == logging.WARNING]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    message = warned[0].getMessage()
+    assert str(dst / "generation_config.json") in message and "min_p=0.05" in message
+    assert "repetition_penalty=1.1" in message and "not applied" in message
+    assert unset[0].outputs[0].token_ids == greedy[0].outputs[0].token_ids
+    caplog.clear()
+    write(dst, {"top_k": 1, "min_p": 0.0})
+    with caplog.at_level(logging.WARNING, logger="tilesafe.engine"):
+        LLM(str(dst), device="cpu", max_model_len=16, progress=False)
+    assert not [r for r in caplog.records if r.name == "tilesafe.engine"]

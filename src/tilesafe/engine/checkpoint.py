@@ -98,17 +98,20 @@ def tensor_files(model_dir) -> dict[str, Path]:
     """Which file holds each tensor: the index's weight map, or every tensor of the one file."""
     root = Path(model_dir)
     if not root.is_dir():
-        raise checkpoint_error(f"checkpoint folder {model_dir} does not exist")
+        raise checkpoint_error(f"checkpoint folder {model_dir} does not exist",
+                               help="pass a folder holding config.json and *.safetensors")
     index = root / INDEX
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise checkpoint_error(f"{index} has no readable weight_map: {e}") from None
+            raise checkpoint_error(f"{index} has no readable weight_map: {e}",
+                                   help=f"restore {INDEX} from the model's release") from None
         files = {name: root / file for name, file in weight_map.items()}
         for path in sorted(set(files.values())):
             if not path.is_file():
-                raise checkpoint_error(f"shard {path.name} listed in {index} is missing from {root}")
+                raise checkpoint_error(f"shard {path.name} listed in {index} is missing from {root}",
+                                       help="download or copy the missing shard into the folder")
         return files
     single = root / SINGLE
     if not single.is_file():
@@ -136,15 +139,20 @@ class _FileSource:
         from safetensors import safe_open
         path = self.files.get(name)
         if path is None:
-            raise checkpoint_error(f"tensor {name!r} is missing from the checkpoint")
+            raise checkpoint_error(f"tensor {name!r} is missing from the checkpoint",
+                                   help="use the config.json saved with these weights (its num_hidden_layers and "
+                                        "tie_word_embeddings say which tensors there are)")
         if path not in self.open:
             try:
                 self.open[path] = safe_open(str(path), framework="pt", device=self.device)
             except Exception as e:   # safetensors raises its own error types for a corrupt header
-                raise checkpoint_error(f"cannot read {path}: {e}") from None
+                raise checkpoint_error(f"cannot read {path}: {e}",
+                                       help="the file is corrupt or cut short (an interrupted download or copy): "
+                                            "fetch or save it again") from None
         f = self.open[path]
         if name not in f.keys():
-            raise checkpoint_error(f"tensor {name!r} is not in {path.name}, where the index says it is")
+            raise checkpoint_error(f"tensor {name!r} is not in {path.name}, where the index says it is",
+                                   help=f"the shards and {INDEX} come from different saves: fetch them again together")
         if cut is None:
             t = f.get_tensor(name)
             return t, tuple(t.shape), path.name
@@ -163,7 +171,8 @@ class _StreamSource:
         while name not in self.waiting:
             got = next(self.items, None)
             if got is None:
-                raise checkpoint_error(f"tensor {name!r} is missing from the given tensors")
+                raise checkpoint_error(f"tensor {name!r} is missing from the given tensors",
+                                       help="pass every tensor of the model, named as in its safetensors files")
             self.waiting[got[0]] = got[1]
         t = self.waiting.pop(name)
         shape = tuple(t.shape)
@@ -197,10 +206,13 @@ class _Reader:
         want = self.shapes[name]
         if shape != want:
             raise checkpoint_error(f"tensor {name!r} in {where} has shape {shape}, expected {want} "
-                                   "from config.json")
+                                   "from config.json",
+                                   help="config.json and the weights are from different models: use the config.json "
+                                        "saved with these weights")
         if t.dtype not in FLOAT_DTYPES:
             raise checkpoint_error(f"tensor {name!r} in {where} has dtype {t.dtype}; expected bfloat16, "
-                                   "float16 or float32")
+                                   "float16 or float32",
+                                   help="quantized checkpoints are not supported: use the model's bf16 release")
         self.bar.update(1)
         return t.to(device=self.device, dtype=self.dtype)
 

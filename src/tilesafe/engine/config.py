@@ -41,7 +41,8 @@ class Qwen3Config:
         try:
             raw = json.loads(path.read_text())
         except (OSError, ValueError) as e:
-            raise checkpoint_error(f"{path} is not valid JSON: {e}") from None
+            raise checkpoint_error(f"{path} is not valid JSON: {e}",
+                                   help="restore config.json from the model's release") from None
         if not isinstance(raw, dict):
             raise checkpoint_error(f"{path} must hold a JSON object, got {type(raw).__name__}",
                                    help="config.json is the model's settings as one object, as save_pretrained "
@@ -56,15 +57,20 @@ class Qwen3Config:
         hidden = f.int("hidden_size")
         kv = f.int("num_key_value_heads", heads)
         if heads % kv:
-            raise checkpoint_error(f"{where}: num_key_value_heads {kv} must divide num_attention_heads {heads}")
+            raise checkpoint_error(f"{where}: num_key_value_heads {kv} must divide num_attention_heads {heads}",
+                                   help="restore config.json from the model's release")
         head_dim = f.int("head_dim", hidden // heads)
         if head_dim % 2:
-            raise checkpoint_error(f"{where}: head_dim {head_dim} must be even (rotary embedding)")
+            raise checkpoint_error(f"{where}: head_dim {head_dim} must be even (rotary embedding)",
+                                   help="restore config.json from the model's release (Qwen3's head_dim is 128)")
         for name in ("attention_bias", "use_sliding_window"):
             if raw.get(name):
-                raise checkpoint_error(f"{where}: {name}=true is not supported by the Qwen3 engine")
+                raise checkpoint_error(f"{where}: {name}=true is not supported by the Qwen3 engine",
+                                       help="use a dense Qwen3 checkpoint as released (no attention bias, no "
+                                            "sliding window)")
         if raw.get("hidden_act", "silu") != "silu":
-            raise checkpoint_error(f"{where}: hidden_act {raw['hidden_act']!r} is not supported (Qwen3 uses 'silu')")
+            raise checkpoint_error(f"{where}: hidden_act {raw['hidden_act']!r} is not supported (Qwen3 uses 'silu')",
+                                   help="use a dense Qwen3 checkpoint as released")
         return cls(vocab_size=f.int("vocab_size"), hidden_size=hidden, intermediate_size=f.int("intermediate_size"),
                    num_layers=f.int("num_hidden_layers"), num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
                    rms_norm_eps=f.float("rms_norm_eps", 1e-6), rope_theta=_rope_theta(raw, where),
@@ -97,7 +103,8 @@ def _rope_theta(raw: dict, where: str) -> float:
                                help="remove rope_scaling / use rope_type 'default'")
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
     if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 1:
-        raise checkpoint_error(f"{where}: rope_theta must be a number > 1, got {theta!r}")
+        raise checkpoint_error(f"{where}: rope_theta must be a number > 1, got {theta!r}",
+                               help="restore config.json from the model's release (Qwen3's rope_theta is 1000000)")
     return float(theta)
 
 
@@ -110,13 +117,16 @@ class _Fields:
     def int(self, name: str, default: int | None = None) -> int:
         v = self.raw.get(name, default)
         if v is None:
-            raise checkpoint_error(f"{self.where}: missing field {name!r}")
+            raise checkpoint_error(f"{self.where}: missing field {name!r}",
+                                   help="restore config.json from the model's release")
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise checkpoint_error(f"{self.where}: {name} must be a positive integer, got {v!r}")
+            raise checkpoint_error(f"{self.where}: {name} must be a positive integer, got {v!r}",
+                                   help="restore config.json from the model's release")
         return v
 
     def float(self, name: str, default: float) -> float:
         v = self.raw.get(name, default)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-            raise checkpoint_error(f"{self.where}: {name} must be a positive number, got {v!r}")
+            raise checkpoint_error(f"{self.where}: {name} must be a positive number, got {v!r}",
+                                   help="restore config.json from the model's release")
         return float(v)

@@ -3,14 +3,16 @@
 Qwen3's release ships `{"eos_token_id": [151645, 151643], "temperature": 0.6, "top_k": 20,
 "top_p": 0.95, ...}`. As in vLLM, these fill the sampling parameters a request leaves unset,
 and every EOS id listed stops generation. A folder without the file has no defaults (greedy
-unless a request asks otherwise; EOS from the tokenizer).
+unless a request asks otherwise; EOS from the tokenizer). A default the sampler does not
+implement (a `min_p` or `repetition_penalty` other than neutral) is not applied: the LLM
+logs one warning naming it when it loads (`ignored_defaults`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .sampling_params import RANGES
+from .sampling_params import NOT_APPLIED, RANGES, is_neutral
 from .text_errors import file_error, read_json
 
 # The sampling fields vLLM takes from generation_config.json (max_new_tokens as max_tokens).
@@ -47,12 +49,20 @@ class GenerationConfig:
         return cls(**values)
 
     def sampling_defaults(self) -> dict:
-        """The sampling values the file sets, by SamplingParams' names (max_new_tokens -> max_tokens).
-        As in vLLM, `do_sample` is not read: a file that sets a temperature samples with it."""
-        out = {name: getattr(self, name) for name in SAMPLING_FIELDS if getattr(self, name) is not None}
+        """The sampling values the file sets that the sampler applies, by SamplingParams' names
+        (max_new_tokens -> max_tokens). As in vLLM, `do_sample` is not read: a file that sets a
+        temperature samples with it."""
+        out = {name: getattr(self, name) for name in SAMPLING_FIELDS
+               if getattr(self, name) is not None and name not in NOT_APPLIED}
         if "max_new_tokens" in out:
             out["max_tokens"] = out.pop("max_new_tokens")
         return out
+
+    def ignored_defaults(self) -> dict:
+        """The file's sampling values the sampler does not implement and that are not neutral
+        (min_p 0.05, repetition_penalty 1.1): not applied; the LLM warns of them at load."""
+        return {name: getattr(self, name) for name in SAMPLING_FIELDS
+                if name in NOT_APPLIED and not is_neutral(getattr(self, name), NOT_APPLIED[name][0])}
 
 
 _KINDS = {"bos_token_id": int, "pad_token_id": int, "do_sample": bool, "temperature": float, "top_k": int,

@@ -10,8 +10,8 @@ formats a repository may also hold (PyTorch .bin, GGUF, ONNX) are not downloaded
 """
 from __future__ import annotations
 
-from os import PathLike
-from pathlib import Path
+from os import PathLike, fspath
+from pathlib import Path, PurePath
 
 from .errors import checkpoint_error
 
@@ -26,9 +26,14 @@ def is_hub_id(model) -> bool:
 
 def model_dir(model) -> Path:
     """The local folder of `model`: itself, or the hub snapshot it names (downloaded if needed)."""
-    if not isinstance(model, (str, PathLike)) or not str(model):    # None, 5, "": a TypeError or the cwd
-        raise checkpoint_error(f"model must be a checkpoint folder or a hub id ('owner/name'), got {model!r}",
-                               help='e.g. LLM("path/to/Qwen3-4B") or LLM("Qwen/Qwen3-4B")')
+    # None, 5, "": a TypeError or the current folder. pathlib reads Path("") as Path("."), so a
+    # Path with no parts is refused too: the current folder is spelled "." or Path.cwd().
+    empty_path = isinstance(model, PurePath) and not model.parts
+    if not isinstance(model, (str, PathLike)) or not fspath(model) or empty_path:
+        raise checkpoint_error(f"model must be a checkpoint folder or a hub id ('owner/name'), got {model!r}"
+                               + (" (Path('') is Path('.'))" if empty_path else ""),
+                               help='e.g. LLM("path/to/Qwen3-4B") or LLM("Qwen/Qwen3-4B"); the current folder: '
+                                    'LLM(".")')
     if not is_hub_id(model):
         path = Path(model)
         if not path.is_dir():

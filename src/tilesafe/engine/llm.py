@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import traceback
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .sequence import Sequence
 
+log = logging.getLogger("tilesafe.engine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # prefill_graphs=None: prefill through bucket graphs wherever decode graphs run (H200, 2048
 # tokens: 4B 74.8 -> 30.3 ms, 0.6B 33.1 -> 7.3 ms; benchmarks/probes/prefill_probe.py).
@@ -120,10 +122,12 @@ class LLM:
         self.max_model_len = _positive("max_model_len", default_len if max_model_len is None else max_model_len)
         if self.max_model_len > cfg.max_position_embeddings:
             raise request_error(f"LLM: max_model_len {self.max_model_len} exceeds the model's "
-                                f"max_position_embeddings {cfg.max_position_embeddings}")
+                                f"max_position_embeddings {cfg.max_position_embeddings}",
+                                help=f"pass max_model_len <= {cfg.max_position_embeddings} (or leave it unset)")
         self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
         if prefill_graphs is not None and not isinstance(prefill_graphs, bool):
-            raise request_error(f"LLM: prefill_graphs must be True, False or None, got {prefill_graphs!r}")
+            raise request_error(f"LLM: prefill_graphs must be True, False or None, got {prefill_graphs!r}",
+                                help="leave it unset (None): prefill graphs wherever decode graphs run")
         self.backend = _backend(self.device)
         shards = None
         if world > 1:
@@ -309,7 +313,8 @@ class LLM:
         for i, (item, p) in enumerate(zip(items, params)):
             p = (p or SamplingParams()).resolved(defaults)
             if p.stop and self.tokenizer is None:
-                raise request_error("generate: stop strings need the model's tokenizer (tokenizer.json)")
+                raise request_error("generate: stop strings need the model's tokenizer (tokenizer.json)",
+                                    help="pass stop_token_ids instead, or use a model folder with tokenizer.json")
             seqs.append(Sequence(i, item.text, item.ids, p, self.max_model_len, self.eos_ids,
                                  self._detokenizer(item, p), seed=self.sampler.seed_for(p)))
         return seqs
@@ -482,7 +487,8 @@ def _dtype(dtype, cfg: Qwen3Config, device: str) -> torch.dtype:
     if dtype == "auto":
         dtype = cfg.dtype if cfg.dtype in DTYPES else "bfloat16"
     if dtype not in DTYPES:
-        raise request_error(f"LLM: dtype must be one of {', '.join(DTYPES)} or 'auto', got {dtype!r}")
+        raise request_error(f"LLM: dtype must be one of {', '.join(DTYPES)} or 'auto', got {dtype!r}",
+                            help="e.g. dtype='bfloat16'; 'auto' takes the checkpoint's")
     return DTYPES[dtype]
 
 
@@ -492,13 +498,15 @@ def _backend(device: str) -> str | None:
     if device == "cpu" and ts.current_backend() == "triton":
         return "reference"
     if not device.startswith(("cpu", "cuda")):
-        raise request_error(f"LLM: device must be 'cpu' or 'cuda[:N]', got {device!r}")
+        raise request_error(f"LLM: device must be 'cpu' or 'cuda[:N]', got {device!r}",
+                            help="e.g. device='cuda:0'; leave it unset for the GPU when there is one, else the CPU")
     return None
 
 
 def _positive(name: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise request_error(f"LLM: {name} must be a positive int, got {value!r}")
+        raise request_error(f"LLM: {name} must be a positive int, got {value!r}",
+                            help=f"pass {name}=<int >= 1>, or leave it unset for the default")
     return value
 
 
@@ -510,7 +518,13 @@ def _text_side(model_dir: Path):
     if (model_dir / "tokenizer.json").is_file():
         from .tokenizer import Tokenizer
         tokenizer = Tokenizer.from_dir(model_dir)
-    return tokenizer, GenerationConfig.from_dir(model_dir)
+    defaults = GenerationConfig.from_dir(model_dir)
+    ignored = defaults.ignored_defaults()
+    if ignored:       # a request cannot set them (SamplingParams refuses them): only the file can
+        log.warning("%s sets %s, which the sampler does not implement: not applied (sampling uses temperature, "
+                    "top_k and top_p)", model_dir / "generation_config.json",
+                    ", ".join(f"{k}={v!r}" for k, v in ignored.items()))
+    return tokenizer, defaults
 
 
 def _qwen3_tokenizer():

