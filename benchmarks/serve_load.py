@@ -164,7 +164,7 @@ def run(args, p) -> int:
             level["decode_step_tokens"] = _label(setting) if server is not None else None
             levels.append(level)
             _targets(report)
-            print(json.dumps(level), flush=True)
+            print(json.dumps({k: v for k, v in level.items() if k != "engine_trace"}), flush=True)
             if args.out:               # after every level: a run cut short by a timeout keeps what it measured
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
@@ -181,8 +181,8 @@ def run(args, p) -> int:
 
 
 def _step_tokens(text: str):
-    """A --decode-step-tokens value: "auto", None (off), "batch2x", "default" or a row count."""
-    return None if text == "off" else text if text in ("auto", "batch2x", "default") else int(text)
+    """A --decode-step-tokens value: "auto", "itl", None (off), "batch2x", "default" or a row count."""
+    return None if text == "off" else text if text in ("auto", "itl", "batch2x", "default") else int(text)
 
 
 def _label(setting) -> str:
@@ -218,11 +218,15 @@ def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients:
     HTTP threads (and of the whole process), and the clients' CPU time."""
     clients.run(args.url, model, warm, c)
     stats = server.engine.stats() if server is not None else {}
+    if server is not None:             # every timed step recorded (EngineCore.trace)
+        server.engine.thread.call(lambda core: setattr(core, "trace", []))
     cpu0 = _server_cpu(server)
     results, wall, client_cpu = clients.run(args.url, model, reqs, c)
     level = {**_summary(c, results, wall), "shared_prefix": shared, "client_cpu_s": client_cpu}
     if server is not None:             # prompt blocks whose KV the prefix cache held; engine steps
         after = server.engine.stats()
+        trace = server.engine.thread.call(lambda core: (core.trace, setattr(core, "trace", None))[0])
+        level.update(_trace_summary(trace, server.engine.core.decode_step_times))
         level["server_cpu_s"] = {k: v - cpu0[k] for k, v in _server_cpu(server).items()}
         level["prefix_cache_hit_blocks"] = after["prefix_cache_hits"] - stats["prefix_cache_hits"]
         level["engine_steps"] = after["steps"] - stats["steps"]
@@ -241,6 +245,56 @@ def _measure(args, server, llm, model, reqs, warm, c: int, shared: int, clients:
         level["offline_output_tokens_per_s"], level["offline_warmup_s"] = speed, warm_s
         level["server_vs_offline"] = level["output_tokens_per_s"] / level["offline_output_tokens_per_s"]
     return level
+
+
+def _trace_summary(trace: list, step_times: dict) -> dict:
+    """What the engine-side inter-token gaps are made of, from the level's steps (EngineCore.trace:
+    kind, rows, decode rows, start, end). A step's decode rows each get a token one step after
+    their last, so each waits the time from the previous step's end to this one's end: the step
+    itself (`step`: scheduling, launch, device, outputs of the step before) plus the host time
+    before it (`host`: the engine thread between steps — commands, the GIL). `engine_gap_s`: the
+    percentiles of that gap over decode tokens (the client's ITL less the HTTP delivery: with a
+    stream interval, one chunk per several steps); `slowest_1pct`: per kind of step, the tokens
+    of the slowest 1% of gaps [tokens, gap, step, host ms, rows]; `over_bound`: tokens whose gap
+    passed twice the timed batch-1 step (issue 19's bound), per kind; `engine_trace`: the steps
+    (kind, rows, decode rows, start, end ms from the first start)."""
+    if not trace:
+        return {}
+    t0 = trace[0][3]
+    gaps = []                          # (gap s, decode tokens, kind, step s, host s, rows)
+    for prev, cur in zip(trace, trace[1:]):
+        kind, rows, d, began, end = cur
+        if d:
+            gaps.append((end - prev[4], d, kind, end - began, began - prev[4], rows))
+    out = {"engine_trace": [[k, r, d, round((b - t0) * 1e3, 3), round((e - t0) * 1e3, 3)] for k, r, d, b, e in trace]}
+    if not gaps:
+        return out
+    gaps.sort()
+    total = sum(g[1] for g in gaps)
+
+    def pct(f):
+        seen = 0
+        for g in gaps:
+            seen += g[1]
+            if seen > f * total:
+                return g[0]
+        return gaps[-1][0]
+    out["engine_gap_s"] = {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99)}
+
+    def by_kind(sel):
+        agg = {}
+        for gap, d, kind, step, host, rows in sel:
+            a = agg.setdefault(kind, [0, 0.0, 0.0, 0.0, 0.0])
+            a[0] += d
+            for i, v in enumerate((gap * 1e3, step * 1e3, host * 1e3, rows), 1):
+                a[i] += v * d
+        return {k: [a[0]] + [round(v / a[0], 3) for v in a[1:]] for k, a in agg.items()}
+    cut = pct(0.99)
+    out["slowest_1pct"] = by_kind([g for g in gaps if g[0] >= cut])
+    if step_times:
+        bound = 2 * step_times[min(step_times)]
+        out["over_bound"] = {"bound_s": bound, **by_kind([g for g in gaps if g[0] > bound])}
+    return out
 
 
 def _server_cpu(server) -> dict:
@@ -344,6 +398,14 @@ def _table(report: dict) -> None:
             print(f"  {str(lv.get('decode_step_tokens')):>4} rows, {lv['concurrency']:>4} clients: {kinds}; "
                   f"offline warm-up "
                   f"{lv.get('offline_warmup_s', nan):.2f} s", file=sys.stderr)
+        if "engine_gap_s" in lv:       # [tokens, gap, step, host ms, rows] per kind
+            g = lv["engine_gap_s"]
+            slow = "; ".join(f"{k} {v[0]} tok {v[1]:.2f} ms (step {v[2]:.2f} + host {v[3]:.2f}, {v[4]:.0f} rows)"
+                             for k, v in lv["slowest_1pct"].items())
+            over = lv.get("over_bound", {})
+            print(f"       engine gaps p50/p90/p99 {g['p50'] * 1e3:.2f}/{g['p90'] * 1e3:.2f}/{g['p99'] * 1e3:.2f} ms; "
+                  f"slowest 1%: {slow}; over {over.get('bound_s', nan) * 1e3:.2f} ms: "
+                  f"{ {k: v[0] for k, v in over.items() if k != 'bound_s'} }", file=sys.stderr)
     print(f"targets: {json.dumps(report.get('targets', {}))}", file=sys.stderr)
     for v, t in report.get("targets_by_decode_step_tokens", {}).items():
         print(f"  rows {v}: ratio {json.dumps(t['server_vs_offline'])}, ITL p99 at 32 / 2x batch-1 step "

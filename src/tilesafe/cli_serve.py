@@ -35,12 +35,14 @@ def add_parser(sub) -> None:
                    "prefill chunks together (default 2048): longer prompts are prefilled in chunks")
     p.add_argument("--no-prefix-caching", action="store_true", help="do not share the KV blocks of identical "
                    "prompt prefixes between requests")
-    p.add_argument("--decode-step-tokens", type=_step_tokens, default=None, metavar="auto|off|N",
+    p.add_argument("--decode-step-tokens", type=_step_tokens, default=None, metavar="auto|itl|off|N",
                    help="rows of a step that carries decode rows: its decodes plus prompt tokens (up to 3x "
                         "max-num-seqs), run as one captured decode step, so a new prompt delays the running "
                         "requests' next token by one bounded step (auto: for each bucket of decode rows, the most "
-                        "rows whose step, timed at start-up, takes <= 2x that bucket's step; default off: prompts "
-                        "beside decodes go whole, in mixed steps)")
+                        "rows whose step, timed at start-up, takes <= 2x that bucket's step; itl: the rows whose timed "
+                        "step keeps the decodes within twice the batch-1 step, more while waiting prompts would "
+                        "wait longer than the running requests take; default off: prompts beside decodes go "
+                        "whole, in mixed steps)")
     p.add_argument("--stream-interval", type=int, default=1, metavar="N",
                    help="while 64 or more requests run, send each one's tokens every N steps (default 1: every "
                         "step); fewer, larger stream chunks leave the engine more of the host")
@@ -50,15 +52,15 @@ def add_parser(sub) -> None:
 
 
 def _step_tokens(text: str):
-    """--decode-step-tokens: auto, off (None) or a positive row count."""
-    if text in ("auto", "off"):
+    """--decode-step-tokens: auto, itl, off (None) or a positive row count."""
+    if text in ("auto", "itl", "off"):
         return None if text == "off" else text
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
-        raise argparse.ArgumentTypeError(f"expected auto, off or a positive number of rows, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected auto, itl, off or a positive number of rows, got {text!r}")
     return n
 
 

@@ -83,8 +83,9 @@ def test_serve_flags_reach_the_engine():
     assert (opts["decode_step_tokens"], opts["stream_interval"], opts["split_rows"]) == (48, 2, 64)
     defaults = engine_options(parser().parse_args(["serve", "m"]))
     assert (defaults["decode_step_tokens"], defaults["stream_interval"], defaults["split_rows"]) == (None, 1, None)
-    assert engine_options(parser().parse_args(["serve", "m", "--decode-step-tokens", "auto"]))["decode_step_tokens"] \
-        == "auto"
+    for word in ("auto", "itl"):
+        assert engine_options(parser().parse_args(["serve", "m", "--decode-step-tokens", word]))[
+            "decode_step_tokens"] == word
 
 
 @pytest.mark.parametrize("bad", ["0", "many", "-3"])
@@ -92,12 +93,12 @@ def test_a_bad_decode_step_tokens_is_a_usage_error(bad, capsys):
     with pytest.raises(SystemExit) as e:
         main(["serve", "m", "--decode-step-tokens", bad])
     assert e.value.code == 2
-    assert f"expected auto, off or a positive number of rows, got '{bad}'" in capsys.readouterr().err
+    assert f"expected auto, itl, off or a positive number of rows, got '{bad}'" in capsys.readouterr().err
 
 
 def test_more_decode_step_tokens_than_sequences_is_refused_before_serving(word_model, capsys):
     assert main(["serve", str(word_model), "--device", "cpu", "--max-model-len", "32", "--max-num-seqs", "2",
                  "--decode-step-tokens", "7"]) == 2
     err = capsys.readouterr().err
-    assert "decode_step_tokens must be 'auto', None or an int in 1..3 x max_num_seqs (6), got 7" in err
+    assert "decode_step_tokens must be 'auto', 'itl', None or an int in 1..3 x max_num_seqs (6), got 7" in err
     assert "Traceback" not in err

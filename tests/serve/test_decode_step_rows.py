@@ -124,7 +124,7 @@ def test_a_row_budget_per_decode_bucket():
 def test_decode_step_tokens_is_checked(llm, bad):
     with pytest.raises(RequestError) as e:
         EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens=bad)
-    assert "decode_step_tokens must be 'auto', None or an int in 1..3 x max_num_seqs (12)" in e.value.message
+    assert "decode_step_tokens must be 'auto', 'itl', None or an int in 1..3 x max_num_seqs (12)" in e.value.message
 
 
 @pytest.mark.parametrize("bad", [0, 13, "many"])
@@ -134,7 +134,7 @@ def test_decode_step_tokens_set_later_is_checked_too(llm, bad):
     core = EngineCore(llm, kv_blocks=32, block_size=4, decode_step_tokens=2)
     with pytest.raises(RequestError) as e:
         core.set_decode_step_tokens(bad)
-    assert "decode_step_tokens must be 'auto', None or an int in 1..3 x max_num_seqs (12)" in e.value.message
+    assert "decode_step_tokens must be 'auto', 'itl', None or an int in 1..3 x max_num_seqs (12)" in e.value.message
     assert core.decode_step_tokens == 2 and core.scheduler.row_budget == 2
 
 

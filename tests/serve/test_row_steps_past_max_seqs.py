@@ -7,6 +7,7 @@ still gets exactly the tokens it gets alone."""
 from tilesafe.engine import SamplingParams
 from tilesafe.serve.engine_core import EngineCore
 from tilesafe.serve.request import Request
+from tilesafe.serve.row_policy import ItlRows
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 SEEDED = SamplingParams(temperature=0.9, top_k=12, seed=7, max_tokens=4, ignore_eos=True)
@@ -59,6 +60,24 @@ def test_auto_gives_each_decode_bucket_the_rows_within_twice_its_step(llm, llm_o
     outs, plans = _serve(core, llm)
     assert outs == _alone(llm_one_seq)
     assert [p.num_tokens for p in plans if p.rows][0] == 8    # one decode row (bucket 1): 8 rows, not 4
+
+
+def test_itl_holds_rows_to_the_bound_and_grows_them_for_the_queue(llm, llm_one_seq):
+    """"itl" from the same faked timings (bound 0.7 x 2 x 1.0 = 1.4: bucket 4): five prompts
+    queued beside one decode row that lives 4 tokens would take 10 steps at 4 rows, so the step
+    grows to 12 rows (3 steps); the trace records every step; each prompt gets its tokens."""
+    core = EngineCore(llm, kv_blocks=40, block_size=4, max_num_batched_tokens=16)
+    core._warmed = True
+    core.runner.time_decode_buckets = lambda: {1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0, 12: 2.7}
+    core.set_decode_step_tokens("itl")
+    assert core.scheduler.row_budget == core.decode_step_tokens == ItlRows.from_times(core.decode_step_times)
+    core.trace = []
+    outs, plans = _serve(core, llm)
+    assert outs == _alone(llm_one_seq)
+    assert [p.num_tokens for p in plans if p.rows][0] == 12
+    assert [(k, rows, d) for k, rows, d, _, _ in core.trace] == [
+        (("rows" if p.rows else "packed") if p.prefill else "decode", p.num_tokens, len(p.decode)) for p in plans]
+    assert all(began < end for _, _, _, began, end in core.trace)
 
 
 def test_a_greedy_batch_whose_requests_change_uploads_no_sampler_rows(llm, llm_one_seq):

@@ -93,3 +93,19 @@ def test_decode_step_token_values_and_targets_per_value(serve_load):
     assert by["off"]["itl_p99_32_over_2x_batch1_step"] == pytest.approx(2.0)
     assert by["64"]["itl_p99_32_over_2x_batch1_step"] == pytest.approx(5 / 6)
     assert report["targets"] == by["off"]
+
+
+def test_the_trace_splits_each_tokens_gap_into_its_step_and_the_host_time_before(serve_load):
+    """Each decode row of a step waits from the previous step's end to its own end: the step plus
+    the host time between; percentiles over tokens, the slowest 1% and the gaps past twice the
+    timed batch-1 step by kind of step."""
+    trace = [("mixed", 256, 0, 0.000, 0.008),            # (kind, rows, decode rows, start, end) seconds
+             ("decode", 2, 2, 0.008, 0.011),            # 2 tokens: 3 ms of step, no host gap
+             ("rows", 64, 2, 0.012, 0.017)] + [         # 2 tokens: 5 ms of step + 1 ms before it
+                ("decode", 32, 32, 0.017 + 0.003 * i, 0.020 + 0.003 * i) for i in range(100)]   # 3200 x 3 ms
+    s = serve_load._trace_summary(trace, {1: 0.002, 32: 0.0025})
+    assert s["engine_gap_s"]["p50"] == pytest.approx(0.003) and s["engine_gap_s"]["p99"] == pytest.approx(0.003)
+    assert s["over_bound"]["bound_s"] == 0.004 and list(s["over_bound"]) == ["bound_s", "rows"]
+    assert s["over_bound"]["rows"] == pytest.approx([2, 6.0, 5.0, 1.0, 64])
+    assert len(s["engine_trace"]) == 103 and s["engine_trace"][2] == ["rows", 64, 2, 12.0, 17.0]
+    assert serve_load._trace_summary([], {}) == {}

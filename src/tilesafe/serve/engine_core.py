@@ -23,7 +23,9 @@ and captures nothing. After the default warm-up the scheduler keeps to the warme
 fresh prompt, and the later chunks of a prompt longer than the step's budget in the packed
 shapes the warm-up also ran. `decode_step_tokens` (default None: off; "auto": for each
 bucket of decode rows, the most rows whose step, timed after the warm-up, takes <= 2x that
-bucket's step; or a row count, up to ROW_STEP_SEQS x max_num_seqs) makes every step that
+bucket's step; "itl": the rows whose timed step keeps the decodes within the inter-token bound, more
+while the prompts queued would wait past the decoding requests' lifetime, `row_policy.ItlRows`;
+or a row count, up to ROW_STEP_SEQS x max_num_seqs) makes every step that
 carries decode rows one captured decode step of at most that many rows (or of the bucket its
 decode rows fill): prompts join it as chunks of rows (Scheduler's row steps), so a new prompt
 delays the running requests' next token by a bounded step, not by its whole prefill, and
@@ -41,12 +43,16 @@ from ..engine.errors import request_error
 from .mailbox import one_wake_up
 from .model_runner import ROW_STEP_SEQS, WARM_CHUNKS, ModelRunner
 from .request import Request
+from .row_policy import ItlRows
 from .scheduler import Scheduler
 
 
 # decode_step_tokens when none is given (EngineCore, AsyncLLM, serve_load's "default"; `tilesafe serve`'s
 # --decode-step-tokens says "default off" in its help and tests/serve/test_cli_serve.py pins it: change both)
 DEFAULT_DECODE_STEP_TOKENS: int | str | None = None
+
+
+TRACE_STEPS = 100_000      # the most steps EngineCore.trace records
 
 
 class EngineCore:
@@ -130,21 +136,30 @@ class EngineCore:
         self.timing: dict[str, list] = {}
         self.decode_gaps = [0, 0.0]
         self._synced: float | None = None
+        # A list to record each step in (serve_load's per-step view of the inter-token gaps):
+        # (kind, rows, decode rows, perf_counter before its scheduling, after its outputs), up to TRACE_STEPS.
+        self.trace: list[tuple] | None = None
         self._gauges()
 
     def set_decode_step_tokens(self, tokens: int | str | None) -> None:
         """The rows of a step beside decodes (None: off; "auto": from the decode buckets' step
         times, measured on first use — call it on the engine thread, between steps)."""
         _check_step_tokens(tokens, self.llm.max_num_seqs)
-        if tokens is not None and (tokens != "auto" or self._warmed):   # (an unwarmed "auto" is off)
+        timed = tokens in ("auto", "itl")                   # budgets from the buckets' timed steps
+        if tokens is not None and (not timed or self._warmed):    # (an unwarmed "auto" or "itl" is off)
             with self.llm.on_device(), torch.inference_mode():     # the buckets past max_num_seqs, warmed
                 self.scheduler.row_buckets = self.runner.add_row_buckets(   # (those N rows can reach)
-                    warm=self._warmed, rows=None if tokens == "auto" else tokens)
-        if tokens == "auto" and self._warmed and not self.decode_step_times:
+                    warm=self._warmed, rows=None if timed else tokens)
+        if timed and self._warmed and not self.decode_step_times:
             with self.llm.on_device(), torch.inference_mode():
                 self.decode_step_times = self.runner.time_decode_buckets()
             self.auto_step_tokens = rows_within_each(self.decode_step_times, 2.0) or None
-        self.decode_step_tokens = self.auto_step_tokens if tokens == "auto" else tokens
+        if tokens == "auto":
+            self.decode_step_tokens = self.auto_step_tokens
+        elif tokens == "itl":
+            self.decode_step_tokens = ItlRows.from_times(self.decode_step_times)
+        else:
+            self.decode_step_tokens = tokens
         self.scheduler.row_budget = self.decode_step_tokens
 
     def add(self, req: Request) -> None:
@@ -174,6 +189,7 @@ class EngineCore:
 
     def step(self) -> None:
         s = self.scheduler
+        began = time.perf_counter()
         plan = s.schedule()
         self.preemptions += len(plan.preempted)
         if plan.prefill:        # the gauges show the admitted requests' blocks before their first token goes out
@@ -207,6 +223,10 @@ class EngineCore:
             self._flush()
         self.steps += 1
         self._gauges()
+        if self.trace is not None and len(self.trace) < TRACE_STEPS:
+            kind = ((self.runner.last_form if not plan.rows else "rows") if plan.prefill
+                    else "decode" if plan.decode else "none")
+            self.trace.append((kind, plan.num_tokens, len(plan.decode), began, time.perf_counter()))
 
     def _time(self, kind: str, start: float, rows: int) -> None:
         t = self.timing.setdefault(kind, [0, 0.0, 0])
@@ -307,13 +327,13 @@ class EngineCore:
 
 
 def _check_step_tokens(tokens, max_num_seqs: int) -> None:
-    """decode_step_tokens is "auto", None or a row count a row step holds (up to ROW_STEP_SEQS
-    x max_num_seqs)."""
+    """decode_step_tokens is "auto", "itl", None or a row count a row step holds (up to
+    ROW_STEP_SEQS x max_num_seqs)."""
     most = ROW_STEP_SEQS * max_num_seqs
-    if tokens != "auto" and tokens is not None and (
+    if tokens not in ("auto", "itl") and tokens is not None and (
             not isinstance(tokens, int) or isinstance(tokens, bool) or not 1 <= tokens <= most):
-        raise request_error(f"serve: decode_step_tokens must be 'auto', None or an int in 1..{ROW_STEP_SEQS} x "
-                            f"max_num_seqs ({most}), got {tokens!r}",
+        raise request_error(f"serve: decode_step_tokens must be 'auto', 'itl', None or an int in "
+                            f"1..{ROW_STEP_SEQS} x max_num_seqs ({most}), got {tokens!r}",
                             help="it counts the rows of one decode step (decode rows + prompt tokens); "
                                  "None takes fresh prompts whole beside the decodes")
 

@@ -27,7 +27,9 @@ are shared, not written again: the runner writes no KV before `req.cached`).
 With `row_budget` set (EngineCore's `decode_step_tokens`), a step that carries decode rows —
 or a prompt already partly computed — is planned as rows of the captured decode step: its
 decode rows, then prompt chunks (a prompt's next n uncomputed tokens, n rows, fresh or not)
-up to `row_budget` rows in all (a dict: a budget per bucket of the decode rows), or up to the
+up to `row_budget` rows in all (a dict: a budget per bucket of the decode rows; an `ItlRows`:
+the rows within the inter-token bound, more while the prompts queued would wait past the decoding
+requests' lifetime — row_policy.py), or up to the
 decode bucket the decode rows fill anyway (`row_buckets`), never past the largest bucket (up to
 `model_runner.ROW_STEP_SEQS` x max_num_seqs; max_num_seqs without buckets). The step then costs a decode
 step of that many rows, so a prompt arriving beside running requests delays their next
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 
 from .block_manager import BlockManager
 from .request import Request
+from .row_policy import ItlRows
 
 DEFAULT_BATCHED_TOKENS = 2048     # tokens one step computes, decodes and prefill chunks together (vLLM's)
 
@@ -73,8 +76,8 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens or max(DEFAULT_BATCHED_TOKENS, max_num_seqs)
         self.max_fresh = max_fresh        # None: any admission; else the module docstring's limits
-        # None: no decode-step rows; else the rows of a step beside decodes: one count, or one per
-        # bucket of the step's decode rows ({bucket: rows})
+        # None: no decode-step rows; else the rows of a step beside decodes: one count, one per
+        # bucket of the step's decode rows ({bucket: rows}), or an ItlRows policy
         self.row_budget = row_budget
         self.row_buckets = row_buckets    # the decode step's row buckets (None: any row count)
         self.waiting: deque[Request] = deque()
@@ -125,7 +128,14 @@ class Scheduler:
         arrival order, then admitted ones — up to the row budget or the decode rows' bucket."""
         d = len(decode)
         fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
-        limit = self.row_budget.get(fill, fill) if isinstance(self.row_budget, dict) else self.row_budget
+        if isinstance(self.row_budget, ItlRows):    # by the inter-token bound, more while prompts queue
+            queued = sum(r.uncomputed for r in prefilling) + sum(r.uncomputed for r in self.waiting)
+            lifetime = sum(r.seq.params.max_tokens for r in decode) / d if d else 0.0
+            limit = self.row_budget.limit(d, fill, queued, lifetime)
+        elif isinstance(self.row_budget, dict):
+            limit = self.row_budget.get(fill, fill)
+        else:
+            limit = self.row_budget
         prefill = []
         most = self.row_buckets[-1] if self.row_buckets else self.max_num_seqs     # the largest step there is
         budget = _take_chunks(prefilling, min(max(limit, fill), most) - d, prefill)
