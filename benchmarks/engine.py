@@ -33,7 +33,9 @@ Short engine:
   same tensors: `hf_qwen3.py`) at the --hf-sizes; --torch-step picks that step: `plain`
   (default, `TorchQwen3Step`) or `lean` (`LeanTorchQwen3Step`: the same math in fewer kernels,
   cos/sin tables, q/k norm + RoPE in one pass, GQA as query rows with an aligned additive mask
-  for a fused SDPA backend; `benchmarks/probes/torch_step_probe.py` times both side by side);
+  for a fused SDPA backend), `compiled` (`CompiledTorchQwen3Step`: lean's math with each layer's
+  glue fused by torch.compile, one compiled per-layer function, GEMMs still cuBLAS) or
+  `compiled_glue`; `benchmarks/probes/torch_step_probe.py` times them side by side);
 - summed decode tokens/s at batch 8 and 32.
 Long engine: prefill tokens/s at 512, 2048 and 8192 prompt tokens through `generate` (one
 token) beside the PyTorch prefill (`TorchQwen3Prefill`); decode after a 4096-token prompt (--long:
@@ -509,8 +511,10 @@ def parse_args(argv=None):
     ap.add_argument("--ckpt-dir", default=None, help="where the load-time checkpoint is written (default: the "
                                                      "temporary folder; deleted after)")
     ap.add_argument("--torch-step", choices=sorted(TORCH_STEPS), default="plain",
-                    help="the PyTorch baseline's decode step: plain (TorchQwen3Step) or lean (the same math in "
-                         "fewer kernels, LeanTorchQwen3Step); it is also the correctness gate's reference")
+                    help="the PyTorch baseline's decode step: plain (TorchQwen3Step), lean (the same math in "
+                         "fewer kernels, LeanTorchQwen3Step), compiled (lean's layer glue fused by torch.compile, "
+                         "GEMMs still cuBLAS: CompiledTorchQwen3Step) or compiled_glue (only the glue compiled); "
+                         "it is also the correctness gate's reference")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     if args.quick:

@@ -196,7 +196,127 @@ class LeanTorchQwen3Step(TorchQwen3Step):
         return logits
 
 
-STEPS = {"plain": TorchQwen3Step, "lean": LeanTorchQwen3Step}   # engine.py's --torch-step
+def _layer(res, x, qkv_w, qk_norm, k_cache, v_cache, cos, sin, pos, mask, o_w, post_norm, gate_up_w, down_w,
+           next_norm, dims):
+    """One decoder layer of the lean step's math, from its normed input `x` (and residual `res`) to
+    the next layer's normed input (the residual added to the o and down GEMMs' outputs, as the plain
+    step adds it: fused by Inductor with the RMSNorm that follows). Every
+    tensor is an argument and `dims` (H, KV, D, I, eps) the only constant, so `torch.compile`
+    traces it once for all layers (no guard on which layer's tensors it gets)."""
+    h, kv, d, inter, eps = dims
+    e, length = res.shape[-1], k_cache.shape[2]
+    qkv = F.linear(x, qkv_w)                                                # (1, (H + 2 KV) D)
+    qk = F.rms_norm(qkv[0, :(h + kv) * d].view(h + kv, d), (d,), None, eps) * qk_norm   # float
+    qk = (qk * cos + qk.roll(d // 2, -1) * sin).to(res.dtype)               # rotated, one rounding
+    k_cache.index_copy_(2, pos, qk[h:].view(1, kv, 1, d))
+    v_cache.index_copy_(2, pos, qkv[:, (h + kv) * d:].view(1, kv, 1, d))
+    a = F.scaled_dot_product_attention(qk[:h].view(kv, 1, h // kv, d), k_cache.view(kv, 1, length, d),
+                                       v_cache.view(kv, 1, length, d), attn_mask=mask)   # (KV, 1, G, D)
+    res = res + F.linear(a.reshape(1, h * d), o_w)          # the add fuses into the norm's kernel, where
+    gu = F.linear(F.rms_norm(res, (e,), post_norm, eps), gate_up_w)        # addmm would copy res first
+    res = res + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], down_w)
+    return res, F.rms_norm(res, (e,), next_norm, eps)
+
+
+def _qk_rope(qkv, qk_norm, cos, sin, h: int, kv: int, d: int, eps: float):
+    """The glue between the qkv GEMM and the cache write: q/k RMSNorm and RoPE, one rounding."""
+    qk = F.rms_norm(qkv[0, :(h + kv) * d].view(h + kv, d), (d,), None, eps) * qk_norm
+    return (qk * cos + qk.roll(d // 2, -1) * sin).to(qkv.dtype)            # (H + KV, D)
+
+
+def _add_norm(res, y, weight, eps: float):
+    """res + y (a GEMM's output) and its RMSNorm: one fused kernel under torch.compile."""
+    res = res + y
+    return res, F.rms_norm(res, (res.shape[-1],), weight, eps)
+
+
+def _silu_mul(gu, inter: int):
+    return F.silu(gu[:, :inter]) * gu[:, inter:]
+
+
+class CompiledTorchQwen3Step(LeanTorchQwen3Step):
+    """The lean step's math with each layer's glue fused by `torch.compile` (Inductor, default mode,
+    fullgraph, static shapes): ONE per-layer function (`_layer`, weights and cache as arguments)
+    compiled once and called by all layers, its GEMMs still cuBLAS (Inductor's extern mm/addmm; no
+    max-autotune) and its attention torch's SDPA; the whole step then captured in one CUDA graph by
+    `capture` as the other steps are. `compile=False` runs the same functions eagerly (the CPU check
+    of the math). `compile_s` is the first (compiling) step's seconds; `graphs` how many graphs
+    Dynamo compiled for it (1 here: a recompile per layer would show as more)."""
+    whole = True          # the GEMMs and SDPA inside the compiled layer (False: only the glue compiled)
+
+    def __init__(self, llm, max_len: int, compile: bool = True):
+        super().__init__(llm, max_len)
+        cfg = self.cfg
+        self.dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size, cfg.rms_norm_eps)
+        wrap = (lambda f: torch.compile(f, fullgraph=True, dynamic=False)) if compile else (lambda f: f)
+        self.layer, self.qk_rope, self.add_norm, self.silu_mul = (
+            wrap(_layer), wrap(_qk_rope), wrap(_add_norm), wrap(_silu_mul))
+        self.compile_s, self.graphs = None, None
+
+    def _step(self) -> torch.Tensor:
+        if self.compile_s is None:                   # the first step compiles: time it, count the graphs
+            import time
+            from torch._dynamo.utils import counters
+            before, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
+            self.compile_s = 0.0
+            out = self._step_body()
+            if out.is_cuda:
+                torch.cuda.synchronize()
+            self.compile_s, self.graphs = time.perf_counter() - t0, counters["stats"]["unique_graphs"] - before
+            return out
+        return self._step_body()
+
+    def _step_body(self) -> torch.Tensor:
+        cfg, w = self.cfg, self.w
+        e, eps = cfg.hidden_size, cfg.rms_norm_eps
+        cos, sin = self.cos.index_select(0, self.pos), self.sin.index_select(0, self.pos)   # (1, D)
+        torch.where(self.cols <= self.pos, self.mask_zero, self.mask_off, out=self.mask[0, 0, 0])
+        res = F.embedding(self.ids, w.embed)                                # (1, E)
+        x = F.rms_norm(res, (e,), w.layers[0].input_norm, eps)
+        layers = w.layers
+        for n, layer in enumerate(layers):
+            nxt = layers[n + 1].input_norm if n + 1 < len(layers) else w.norm
+            if self.whole:
+                res, x = self.layer(res, x, layer.qkv, self.qk_norm[n], self.k[n], self.v[n], cos, sin, self.pos,
+                                    self.mask, layer.o, layer.post_norm, layer.gate_up, layer.down, nxt, self.dims)
+            else:
+                res, x = self._glue_layer(n, layer, res, x, cos, sin, nxt)
+        logits = F.linear(x, w.lm_head)                                     # (1, V)
+        self.token.copy_(logits.argmax(-1))
+        return logits
+
+    def _glue_layer(self, n, layer, res, x, cos, sin, nxt):
+        """The layer with only its glue compiled (`whole = False`): GEMMs, cache writes, SDPA eager."""
+        h, kv, d, inter, eps = self.dims
+        qkv = F.linear(x, layer.qkv)
+        qk = self.qk_rope(qkv, self.qk_norm[n], cos, sin, h, kv, d, eps)
+        self.k[n].index_copy_(2, self.pos, qk[h:].view(1, kv, 1, d))
+        self.v[n].index_copy_(2, self.pos, qkv[:, (h + kv) * d:].view(1, kv, 1, d))
+        cache = (kv, 1, self.max_len, d)
+        a = F.scaled_dot_product_attention(qk[:h].view(kv, 1, h // kv, d), self.k[n].view(cache),
+                                           self.v[n].view(cache), attn_mask=self.mask)
+        res, x = self.add_norm(res, F.linear(a.reshape(1, h * d), layer.o), layer.post_norm, eps)
+        gu = F.linear(x, layer.gate_up)
+        return self.add_norm(res, F.linear(self.silu_mul(gu, inter), layer.down), nxt, eps)
+
+    def capture(self) -> None:
+        """Compile (the first warm-up step), then capture with Dynamo told to fail rather than
+        recompile (a recompile inside the capture would also run a compile under it)."""
+        with torch.inference_mode():
+            self._step()
+        torch.cuda.synchronize()
+        with torch.compiler.set_stance("fail_on_recompile"):
+            super().capture()
+
+
+class CompiledGlueTorchQwen3Step(CompiledTorchQwen3Step):
+    """`CompiledTorchQwen3Step` with only the glue compiled (q/k norm + RoPE, residual add + the next
+    RMSNorm, silu*mul: three small graphs); GEMMs, cache writes and SDPA stay eager ops."""
+    whole = False
+
+
+STEPS = {"plain": TorchQwen3Step, "lean": LeanTorchQwen3Step,   # engine.py's --torch-step
+         "compiled": CompiledTorchQwen3Step, "compiled_glue": CompiledGlueTorchQwen3Step}
 
 
 class TorchQwen3Prefill(_OverEngineWeights):

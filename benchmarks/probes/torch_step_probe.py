@@ -11,9 +11,18 @@ same math in fewer kernels (see its docstring). On one random-weight LLM built o
 4. times the two steps' graph replays (`step_seconds`; the lean one also captured with SDPA held
    to each fused backend and to math) and the engine's replayed batch-1 step
    (`engine.replayed_step`) at one context (default 256), side by side in this run.
-Each part catches its own exception; a short table at the end.
+5. `lean_profile`: the lean step's per-kernel GPU time, grouped (GEMMs, SDPA, norms, RoPE/elementwise,
+   cache writes, memsets, the rest; µs and count per step), over graph replays and over an eager step;
+6. `cublas_floor`: the step's 4 x layers + 1 GEMVs alone in one CUDA graph (F.linear, and torch.mv):
+   the time any cuBLAS step needs before its first norm;
+7. `compiled`, `compiled_glue`: `CompiledTorchQwen3Step` (each layer's glue fused by torch.compile,
+   GEMMs still cuBLAS) and its glue-only variant: compile seconds, Dynamo graphs, logits against the
+   plain step's, the captured graph's replay time and its grouped profile.
+Each part catches its own exception; a short table at the end. --parts picks parts (`new`: the
+parts of 5-7 beside the plain and lean times).
 
-    PYTHONPATH=src python3 benchmarks/probes/torch_step_probe.py --out torch_step.json   # ~30 s on an H200
+    PYTHONPATH=src python3 benchmarks/probes/torch_step_probe.py --out torch_step.json   # ~2 min on an H200
+    PYTHONPATH=src python3 benchmarks/probes/torch_step_probe.py --parts new --out torch3.json
 """
 from __future__ import annotations
 
@@ -32,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # benchmarks/
 
 import engine                                                       # noqa: E402
 import engine_check                                                 # noqa: E402
-from torch_qwen3 import LeanTorchQwen3Step, TorchQwen3Step          # noqa: E402
+from torch_qwen3 import (CompiledGlueTorchQwen3Step, CompiledTorchQwen3Step, LeanTorchQwen3Step,  # noqa: E402
+                         TorchQwen3Step)
 
 
 def check(plain, lean) -> dict:
@@ -85,6 +95,131 @@ def kernels(step) -> dict:
             "top": [[n[:90], c] for n, c in names.most_common(12)]}
 
 
+GROUPS = (("gemm", ("nvjet", "gemm", "gemv", "splitkreduce", "cublas", "cutlass")),
+          ("sdpa", ("sdpa", "fmha", "flash", "attention", "cudnn")),
+          ("triton (compiled glue)", ("triton_",)), ("norm", ("layer_norm", "rms")),
+          ("cache write", ("index_copy", "index_put", "scatter")), ("memset", ("memset",)),
+          ("rope/elementwise", ("roll", "addcmul", "elementwise", "functor", "copy", "where", "index")))
+
+
+def group_of(name: str) -> str:
+    low = name.lower()
+    return next((g for g, keys in GROUPS if any(k in low for k in keys)), "rest")
+
+
+def profile_step(step, context: int = 256, replays: int = 5) -> dict:
+    """Per-kernel GPU time of the step, grouped (µs per step and kernels per step): once over
+    `replays` graph replays (what the timed step runs; the gap to its wall time is launch gaps)
+    and once over one eager step (the same kernels, if the profiler shows none inside graphs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def grouped(run, per: int) -> dict:
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        groups, names = {}, {}
+        for e in prof.events():
+            if e.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            us = e.time_range.elapsed_us()
+            g = groups.setdefault(group_of(e.name), [0.0, 0])
+            g[0], g[1] = g[0] + us, g[1] + 1
+            n = names.setdefault(e.name[:80], [0.0, 0])
+            n[0], n[1] = n[0] + us, n[1] + 1
+        total = sum(v[0] for v in groups.values())
+        return {"kernel_us_per_step": total / per, "kernels_per_step": sum(v[1] for v in groups.values()) / per,
+                "groups": {g: {"us": round(v[0] / per, 1), "count": v[1] / per}
+                           for g, v in sorted(groups.items(), key=lambda kv: -kv[1][0])},
+                "top": [[n, round(v[0] / per, 1), v[1] / per] for n, v in
+                        sorted(names.items(), key=lambda kv: -kv[1][0])[:14]]}
+    if step.graph is None:
+        step.capture()
+    step.pos.fill_(context - 1)
+    out = {}
+    try:
+        out["graph"] = grouped(lambda: [step.graph.replay() for _ in range(replays)], replays)
+    except Exception as e:
+        out["graph"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    with torch.inference_mode():
+        step._step()
+        out["eager"] = grouped(step._step, 1)
+    return out
+
+
+def cublas_floor(step, reps: int = 50) -> dict:
+    """The step's 4 x layers + 1 GEMVs alone (its weights, batch 1), captured in one CUDA graph:
+    the floor any cuBLAS step has. `linear`: F.linear(x, W) as the steps call it; `mv`: torch.mv(W, x)
+    (cuBLAS's other orientation, in case it picks a faster kernel for one row)."""
+    w = step.w
+    mats = [m for layer in w.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [w.lm_head]
+    xs = [torch.randn(1, m.shape[1], device=m.device, dtype=m.dtype) for m in mats]
+    out = {"gemms": len(mats), "weight_gb": sum(m.numel() * m.element_size() for m in mats) / 1e9}
+    blas, reduced = torch.backends.cuda.preferred_blas_library(), \
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+    out["default_blas"] = str(blas)
+    for name, call, lib, red in (("linear", lambda m, x: F.linear(x, m), blas, reduced),
+                                 ("mv", lambda m, x: torch.mv(m, x[0]), blas, reduced),
+                                 ("linear_cublaslt", lambda m, x: F.linear(x, m), "cublaslt", reduced),
+                                 ("linear_cublas", lambda m, x: F.linear(x, m), "cublas", reduced),
+                                 ("linear_no_reduced_bf16", lambda m, x: F.linear(x, m), blas, not reduced)):
+        try:
+            torch.backends.cuda.preferred_blas_library(lib)      # read when the graph is captured
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = red
+            out[f"{name}_s"] = floor_graph(mats, xs, call, reps)
+            out[f"{name}_tb_per_s"] = out["weight_gb"] / out[f"{name}_s"] / 1e3
+        except Exception as e:
+            out[f"{name}_s"] = f"{type(e).__name__}: {e}"[:200]
+        finally:
+            torch.backends.cuda.preferred_blas_library(blas)
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
+    return out
+
+
+def floor_graph(mats, xs, call, reps: int) -> float:
+    """Seconds of one replay of a CUDA graph of call(m, x) over the GEMVs, one after another."""
+    def run():
+        for m, x in zip(mats, xs):
+            call(m, x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.inference_mode():
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.inference_mode():
+        run()
+    for _ in range(3):
+        g.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def compiled(plain, cls, llm, max_len: int, context: int) -> dict:
+    """A compiled step: its logits against the plain step's (teacher-forced, bf16 limit; the first
+    eager step compiles: compile_s, graphs), then its captured graph's replay time."""
+    step, r = cls(llm, max_len), {}
+    for key, fn in (("check", lambda: check(plain, step)), ("step_s", lambda: step.step_seconds(context)),
+                    ("profile", lambda: profile_step(step, context))):
+        t0 = time.perf_counter()
+        try:                                       # what one sub-part found survives another's error
+            r[key] = fn()
+        except Exception as e:
+            r[key] = {"error": f"{type(e).__name__}: {e}"[:600]}
+            traceback.print_exc()
+        r[f"{key}_wall_s"] = time.perf_counter() - t0
+        if key == "check":
+            r["compile_s"], r["graphs"] = step.compile_s, step.graphs
+    return r
+
+
 def part(out: dict, name: str, fn) -> None:
     t0 = time.perf_counter()
     try:
@@ -95,14 +230,26 @@ def part(out: dict, name: str, fn) -> None:
     print(f"[{name}] {time.perf_counter() - t0:.1f} s: {json.dumps(out[name], default=str)[:400]}", flush=True)
 
 
+PARTS = ("check", "sdpa_plain", "sdpa_lean", "kernels_plain", "kernels_lean", "plain_s", "lean_s",
+         "lean_efficient_attention_s", "lean_cudnn_attention_s", "lean_math_s", "engine_step", "lean_profile",
+         "cublas_floor", "compiled", "compiled_glue", "plain_again_s")
+NEW_PARTS = "plain_s,lean_s,lean_profile,cublas_floor,compiled,compiled_glue"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="4b")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=256, help="engine.py's --tokens: sets the cache length")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (--size tiny; no timings)")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma-separated parts to run (default all; 'new': {NEW_PARTS})")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    wanted = NEW_PARTS.split(",") if args.parts == "new" else args.parts.split(",")
+    unknown = sorted(set(wanted) - set(PARTS))
+    if unknown:
+        ap.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
     max_len = 128 + args.tokens + engine.CHECK_PROMPT + engine.CHECK_TOKENS + 8     # engine.py's short engine
     out = {"gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu", "torch": torch.__version__, "size": args.size,
            "context": args.context, "max_len": max_len}
@@ -110,13 +257,6 @@ def main() -> None:
     llm = engine.build(args.size, max_len, 1, args.device)
     out["build_s"] = time.perf_counter() - t0
     plain, lean = TorchQwen3Step(llm, max_len), LeanTorchQwen3Step(llm, max_len)
-    part(out, "check", lambda: check(plain, lean))
-    part(out, "sdpa_plain", lambda: sdpa_backends(plain, False))
-    part(out, "sdpa_lean", lambda: sdpa_backends(lean, True))
-    part(out, "kernels_plain", lambda: kernels(plain))
-    part(out, "kernels_lean", lambda: kernels(lean))
-    part(out, "plain_s", lambda: plain.step_seconds(args.context))
-    part(out, "lean_s", lambda: lean.step_seconds(args.context))
 
     def lean_only(backend: str) -> float:
         """The lean step captured with SDPA held to one backend (which is fastest, if it is not the default)."""
@@ -125,35 +265,70 @@ def main() -> None:
         with sdpa_kernel([getattr(SDPBackend, backend)]):
             step.capture()
         return step.step_seconds(args.context)
-    for backend in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
-        part(out, f"lean_{backend.lower()}_s", lambda backend=backend: lean_only(backend))
 
     def engine_step() -> dict:
         llm.generate([engine.prompt_ids(128, 0)], engine.greedy(8))     # captures the batch-1 decode graph
         return engine.replayed_step(llm, args.context)
-    part(out, "engine_step", engine_step)
-    part(out, "plain_again_s", lambda: plain.step_seconds(args.context))   # drift check: same number twice
+    fns = {"check": lambda: check(plain, lean),
+           "sdpa_plain": lambda: sdpa_backends(plain, False), "sdpa_lean": lambda: sdpa_backends(lean, True),
+           "kernels_plain": lambda: kernels(plain), "kernels_lean": lambda: kernels(lean),
+           "plain_s": lambda: plain.step_seconds(args.context), "lean_s": lambda: lean.step_seconds(args.context),
+           **{f"lean_{b.lower()}_s": (lambda b=b: lean_only(b))
+              for b in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")},
+           "engine_step": engine_step,
+           "lean_profile": lambda: profile_step(lean, args.context),
+           "cublas_floor": lambda: cublas_floor(lean),
+           "compiled": lambda: compiled(plain, CompiledTorchQwen3Step, llm, max_len, args.context),
+           "compiled_glue": lambda: compiled(plain, CompiledGlueTorchQwen3Step, llm, max_len, args.context),
+           "plain_again_s": lambda: plain.step_seconds(args.context)}   # drift check: same number twice
+    for name in PARTS:
+        if name in wanted:
+            part(out, name, fns[name])
     out["wall_s"] = time.perf_counter() - t0
 
     def ms(v):
-        return f"{v * 1e3:8.3f}" if isinstance(v, float) else "   error"
-    eng = out["engine_step"] if isinstance(out["engine_step"], dict) else {}
-    rows = [("torch plain (graph)", out["plain_s"]), ("torch plain again", out["plain_again_s"]),
-            ("torch lean (graph)", out["lean_s"]),
-            *[(f"  lean, sdpa={b.split('_')[0]}", out[f"lean_{b}_s"])
+        return f"{v * 1e3:8.3f}" if isinstance(v, float) else "       -"
+
+    def get(*keys):
+        v = out
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        return v
+    rows = [("torch plain (graph)", get("plain_s")), ("torch plain again", get("plain_again_s")),
+            ("torch lean (graph)", get("lean_s")),
+            *[(f"  lean, sdpa={b.split('_')[0]}", get(f"lean_{b}_s"))
               for b in ("efficient_attention", "cudnn_attention", "math")],
-            ("engine back-to-back", eng.get("back_to_back_s")),
-            ("engine gpu-only", eng.get("gpu_s")), ("issue calibration", 3.54e-3)]
+            ("torch compiled (graph)", get("compiled", "step_s")),
+            ("torch compiled glue", get("compiled_glue", "step_s")),
+            ("cuBLAS floor (linear)", get("cublas_floor", "linear_s")),
+            ("cuBLAS floor (mv)", get("cublas_floor", "mv_s")),
+            ("engine back-to-back", get("engine_step", "back_to_back_s")),
+            ("engine gpu-only", get("engine_step", "gpu_s")), ("issue calibration", 3.54e-3)]
     print(f"\n{args.size} decode step at context {args.context} (cache {max_len} rows), {out['gpu']}")
-    print(f"{'step':22} {'ms':>8} {'tok/s':>8}")
+    print(f"{'step':24} {'ms':>8} {'tok/s':>8}")
     for name, v in rows:
-        print(f"{name:22} {ms(v)} {1 / v if isinstance(v, float) else float('nan'):8.1f}")
-    c = out["check"]
-    print(f"lean vs plain logits: {c}")
+        print(f"{name:24} {ms(v)} {1 / v if isinstance(v, float) else float('nan'):8.1f}")
+    for name in ("compiled", "compiled_glue"):
+        if name in out:
+            print(f"{name}: compile {get(name, 'compile_s')} s, {get(name, 'graphs')} graphs, "
+                  f"check {get(name, 'check')}" if "error" not in out[name] else f"{name}: {out[name]}")
+    for name, prof in (("lean", get("lean_profile")), ("compiled", get("compiled", "profile")),
+                       ("compiled_glue", get("compiled_glue", "profile"))):
+        for how in ("graph", "eager"):
+            p = (prof or {}).get(how)
+            if isinstance(p, dict) and "groups" in p:
+                print(f"{name} {how}: {p['kernel_us_per_step']:.0f} us of kernels, {p['kernels_per_step']:.0f} "
+                      "kernels per step: " + ", ".join(f"{g} {v['us']:.0f} us/{v['count']:.0f}"
+                                                        for g, v in p["groups"].items()))
+    if "check" in out:
+        print(f"lean vs plain logits: {out['check']}")
     for k in ("kernels_plain", "kernels_lean"):
-        v = out[k]
-        print(f"{k}: {v.get('total')} kernels, {v.get('per_layer')} per layer" if "total" in v else f"{k}: {v}")
-    print(f"sdpa plain: {out['sdpa_plain']}\nsdpa lean: {out['sdpa_lean']}")
+        v = out.get(k)
+        if v is not None:
+            print(f"{k}: {v.get('total')} kernels, {v.get('per_layer')} per layer" if "total" in v else f"{k}: {v}")
+    for k in ("sdpa_plain", "sdpa_lean"):
+        if k in out:
+            print(f"{k}: {out[k]}")
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
         print(f"wrote {args.out}")

@@ -9,7 +9,8 @@ import torch
 from tilesafe.engine import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from torch_qwen3 import LeanTorchQwen3Step, TorchQwen3Step  # noqa: E402
+from torch_qwen3 import (CompiledGlueTorchQwen3Step, CompiledTorchQwen3Step, LeanTorchQwen3Step,  # noqa: E402
+                         TorchQwen3Step)
 
 
 def test_torch_baseline_gives_transformers_greedy_tokens(checkpoint, hf_greedy):
@@ -54,3 +55,35 @@ def test_engine_bench_torch_step_flag_picks_the_step_and_the_gate_passes_with_le
     assert r["passed"], r["why"]
     assert r["first_step"]["max_rel"] < 1e-4 and r["torch_prefill_vs_baseline"]["max_rel"] < 1e-4
     assert r["teacher_forced"]["engine_tokens"] == r["baseline_tokens"]
+
+
+def test_compiled_steps_functions_give_the_plain_steps_logits(checkpoint):
+    """The compiled steps (engine.py --torch-step compiled / compiled_glue) run the plain step's math:
+    their per-layer functions, here uncompiled (compile=False; the compiled run is the GPU test's),
+    give the same float32 logits at every position and write the same cache rows, with norm weights
+    that are not all ones (a swapped q/k norm or a wrong next-layer norm would show)."""
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
+    g = torch.Generator().manual_seed(4)
+    with torch.inference_mode():
+        for layer in llm.model.w.layers:
+            for norm in (layer.q_norm, layer.k_norm, layer.input_norm, layer.post_norm):
+                norm.add_(torch.randn(norm.shape, generator=g) * 0.3)
+        llm.model.w.norm.add_(torch.randn(llm.model.w.norm.shape, generator=g) * 0.3)
+    seq = [3, 17, 5, 60, 2, 9, 41, 11, 7]
+    plain_step = TorchQwen3Step(llm, 21)
+    plain = plain_step.teacher_forced_logits(seq)
+    for cls in (CompiledTorchQwen3Step, CompiledGlueTorchQwen3Step):
+        step = cls(llm, 21, compile=False)
+        got = step.teacher_forced_logits(seq)
+        assert got.dtype == torch.float32 and got.shape == plain.shape
+        torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-5 * float(plain.abs().max()))
+        for mine, theirs in zip(step.k + step.v, plain_step.k + plain_step.v):
+            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_engine_bench_torch_step_flag_offers_the_compiled_steps():
+    import engine as bench
+    assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "compiled"]).torch_step] is CompiledTorchQwen3Step
+    assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "compiled_glue"]).torch_step] \
+        is CompiledGlueTorchQwen3Step
