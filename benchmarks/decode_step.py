@@ -1,7 +1,10 @@
-"""One batch-1 decode step of a Qwen3-shaped model, written twice: with `tilesafe.kernels`
-calls into preallocated `out=` buffers (as an engine writes it), and in eager PyTorch (as a
-Hugging Face style model runs it). Random weights; the same token at the same position every
-step, so every step does the same work. Used by host_overhead.py."""
+"""One batch-1 decode step of a Qwen3-shaped model, written three times: with `tilesafe.kernels`
+calls into preallocated `out=` buffers (as an engine writes it: TilesafeStep, one call per
+operation), with the library's fused calls a user would reach for into the same kind of
+buffers (FusedStep: norm + projection, norm + RoPE, the residual added by the projections,
+argmax fused into the LM head), and in eager PyTorch (as a Hugging Face style model runs it).
+Random weights; the same token at the same position every step, so every step does the same
+work. Used by host_overhead.py."""
 from __future__ import annotations
 
 import math
@@ -106,6 +109,51 @@ class TilesafeStep:
         tk.linear(self.y, w["embed"], out=self.logits)                                    # tied head: (1, vocab)
         tk.argmax(self.logits, out=self.next, workspace=self.argmax_ws)
         return self.logits
+
+
+class FusedStep:
+    """The step with the library's fused calls (7 calls a layer and 2 torch cache copies):
+    rms_norm_linear (norm + QKV, norm + gate/up), norm_rope (q, k), linear with `residual=`
+    (o-projection added to the residual stream in place), silu_mul_linear with `residual=`
+    (down projection, likewise) and linear_argmax with the final norm (the next token; the
+    logits are never written). `logits()` computes them from the step's final residual
+    stream, for checking against TorchStep (not part of the timed step)."""
+
+    def __init__(self, d: Dims, w: dict, kv: list, device, dtype):
+        self.d, self.w, self.kv = d, w, kv
+        e = lambda *shape, dt=dtype: torch.empty(shape, device=device, dtype=dt)   # noqa: E731
+        qw, kvw = d.heads * d.head_dim, d.kv_heads * d.head_dim
+        self.token = torch.tensor([7], device=device, dtype=torch.int32)
+        self.pos = torch.tensor([d.context], device=device, dtype=torch.int32)
+        self.seq_len = torch.tensor([d.context + 1], device=device, dtype=torch.int32)
+        self.r, self.qkv = e(1, d.hidden), e(1, qw + 2 * kvw)
+        self.qr, self.kr = e(1, d.heads, d.head_dim), e(1, d.kv_heads, d.head_dim)
+        self.attn, self.gu = e(d.heads, d.head_dim), e(1, 2 * d.inter)
+        self.next, self.logprob = e(1, dt=torch.int32), e(1, dt=torch.float32)
+        self.attn_ws = tk.decode_workspace(self.qr[0], kv[0][0])
+
+    def __call__(self) -> torch.Tensor:
+        d, w, r = self.d, self.w, self.r
+        qw, kvw, p = d.heads * d.head_dim, d.kv_heads * d.head_dim, d.context
+        tk.embedding(self.token, w["embed"], out=r)                                       # (1, hidden)
+        for L, (kc, vc) in zip(w["layers"], self.kv):
+            tk.rms_norm_linear(r, L["ln1"], L["qkv"], EPS, out=self.qkv)                  # (1, q + 2 kv)
+            q = self.qkv[:, :qw].view(1, d.heads, d.head_dim)                             # (1, H, D)
+            k = self.qkv[:, qw:qw + kvw].view(1, d.kv_heads, d.head_dim)                  # (1, KV, D)
+            tk.norm_rope(q, L["q_norm"], self.pos, EPS, THETA, out=self.qr)
+            tk.norm_rope(k, L["k_norm"], self.pos, EPS, THETA, out=self.kr)
+            kc[:, p].copy_(self.kr[0])                                                    # the cache append: torch
+            vc[:, p].copy_(self.qkv[0, qw + kvw:].view(d.kv_heads, d.head_dim))
+            tk.decode_attention(self.qr[0], kc, vc, self.seq_len, out=self.attn, workspace=self.attn_ws)
+            tk.linear(self.attn.view(1, qw), L["o"], residual=r, out=r)                   # r += o-projection
+            tk.rms_norm_linear(r, L["ln2"], L["gate_up"], EPS, out=self.gu)               # (1, 2 I)
+            tk.silu_mul_linear(self.gu, L["down"], residual=r, out=r)                     # r += down-projection
+        tk.linear_argmax(r, w["embed"], norm_weight=w["final"], eps=EPS, out=self.next, logprobs_out=self.logprob)
+        return self.next
+
+    def logits(self) -> torch.Tensor:
+        """The logits of the last step (tied head), computed from its final residual stream."""
+        return tk.rms_norm_linear(self.r, self.w["final"], self.w["embed"], EPS)
 
 
 class TorchStep:

@@ -13,7 +13,8 @@ Shapes are small, so the GPU keeps up and the clock measures the host; the GPU t
 call (CUDA events, tilesafe.bench.cuda_timer) is reported beside it. Then a user kernel
 launched with new tilesafe tensors every call beside the raw Triton launch of its compiled
 kernel, and a Qwen3-4B-shaped batch-1 decode step (benchmarks/decode_step.py) in
-tilesafe.kernels calls against eager PyTorch. The JSON carries pass/fail fields for the
+tilesafe.kernels calls (one per operation: the issue's target row; beside it, the step with
+the library's fused calls) against eager PyTorch. The JSON carries pass/fail fields for the
 targets of issue 16; a PNG (plot_host_overhead.py) and a short table come last.
 """
 import argparse
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from decode_step import QWEN3_4B, SMOKE, TilesafeStep, TorchStep, caches, relative_error, weights
+from decode_step import QWEN3_4B, SMOKE, FusedStep, TilesafeStep, TorchStep, caches, relative_error, weights
 from host_timing import host_us_side_by_side
 from launch_recorder import Recorder
 
@@ -269,16 +270,23 @@ def measure_user_kernel(device, clock: Clock, rec: Recorder, n: int) -> dict:
 
 
 def measure_decode(device, dtype, smoke: bool, steps: int, rounds: int) -> dict:
+    """The issue's step (TilesafeStep: one library call per operation; its row is the target's)
+    and beside it the step with the library's fused calls (FusedStep), against eager PyTorch;
+    each with its own KV caches (the steps write them), all from the same weights."""
     d = SMOKE if smoke else QWEN3_4B
     w = weights(d, device, dtype)
-    ours, theirs = TilesafeStep(d, w, caches(d, device, dtype), device, dtype), \
-        TorchStep(d, w, caches(d, device, dtype), device, dtype)
+    ours, fused, theirs = (cls(d, w, caches(d, device, dtype), device, dtype)
+                           for cls in (TilesafeStep, FusedStep, TorchStep))
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    err = relative_error(ours(), theirs())            # the first step compiles every kernel
+    expected = theirs()
+    err = relative_error(ours(), expected)            # the first step compiles every kernel
+    token = fused()
+    fused_err = relative_error(fused.logits(), expected)
+    token_ok = int(token.item()) == int(expected.float().argmax(-1).item())
     sync()
-    ms = {"tilesafe": [], "torch": []}
+    ms = {"tilesafe": [], "tilesafe_fused": [], "torch": []}
     for _ in range(rounds):
-        for name, step in (("tilesafe", ours), ("torch", theirs)):
+        for name, step in (("tilesafe", ours), ("tilesafe_fused", fused), ("torch", theirs)):
             t0 = time.perf_counter()
             for _ in range(steps):
                 step()
@@ -288,7 +296,9 @@ def measure_decode(device, dtype, smoke: bool, steps: int, rounds: int) -> dict:
     return dict(dims=dataclasses.asdict(d),
                 ms_per_step={k: round(v, 3) for k, v in best.items()},
                 tokens_per_s={k: round(1e3 / v, 1) for k, v in best.items()},
-                logits_relative_error=err, le_torch=best["tilesafe"] <= best["torch"])
+                logits_relative_error=err, le_torch=best["tilesafe"] <= best["torch"],
+                fused=dict(calls_per_layer=7, logits_relative_error=fused_err, next_token_matches_torch=token_ok,
+                           le_torch=best["tilesafe_fused"] <= best["torch"]))
 
 
 def main(argv=None) -> dict:
@@ -363,8 +373,10 @@ def table(r: dict) -> str:
                  f"{fmt(uh.get('tilesafe_reused'))} µs, torch tensors in {fmt(uh.get('tilesafe_torch_in'))} µs, "
                  f"raw Triton {fmt(uh.get('raw_triton'))} µs")
     if d is not None:
-        lines.append(f"decode step: tilesafe {d['ms_per_step']['tilesafe']:.2f} ms, eager torch "
-                     f"{d['ms_per_step']['torch']:.2f} ms (logits rel. error {d['logits_relative_error']:.1e})")
+        lines.append(f"decode step: tilesafe {d['ms_per_step']['tilesafe']:.2f} ms, fused calls "
+                     f"{d['ms_per_step']['tilesafe_fused']:.2f} ms, eager torch {d['ms_per_step']['torch']:.2f} ms "
+                     f"(logits rel. error {d['logits_relative_error']:.1e}, fused "
+                     f"{d['fused']['logits_relative_error']:.1e})")
     lines.append("targets: " + ", ".join(f"{k}={v}" for k, v in r["targets"].items()) + f"; {r['seconds']} s")
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """benchmarks/host_overhead.py runs end to end on the CPU (`--device cpu --smoke`), so the
 H200 benchmark cannot rot: every call case, the user kernel and the Qwen3-shaped decode step
-(whose tilesafe version must compute what the eager torch version computes) on the reference
-backend; and on Triton's interpreter, the recorded raw Triton launches of a one-kernel and a
+(whose tilesafe versions, one call per operation and with fused calls, must compute what the
+eager torch version computes) on the reference backend; and on Triton's interpreter, the recorded raw Triton launches of a one-kernel and a
 two-kernel call replay and are timed. The numbers themselves mean nothing here."""
 import json
 
@@ -30,6 +30,9 @@ def test_smoke_run_on_the_reference_backend_writes_every_section(host_overhead, 
     d = r["decode_step"]
     assert d["dims"]["layers"] == 2 and d["ms_per_step"]["tilesafe"] > 0 and d["ms_per_step"]["torch"] > 0
     assert d["logits_relative_error"] < 1e-4               # both steps compute the same logits
+    f = d["fused"]                                         # the step with the library's fused calls, beside it
+    assert d["ms_per_step"]["tilesafe_fused"] > 0 and f["logits_relative_error"] < 1e-4
+    assert f["next_token_matches_torch"] is True and isinstance(f["le_torch"], bool)
     assert set(r["targets"]) == {"calls_recorded", "library_calls_le_1_3x_raw", "one_kernel_calls_le_25us",
                                  "user_kernel_le_1_2x_raw", "decode_step_le_torch", "all"}
     table = capsys.readouterr().out.strip().splitlines()
