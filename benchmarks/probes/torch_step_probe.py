@@ -202,12 +202,35 @@ def floor_graph(mats, xs, call, reps: int) -> float:
     return start.elapsed_time(end) / 1e3 / reps
 
 
+def blas_variants(step, context: int) -> dict:
+    """The step's graph captured again under each cuBLAS setting (the library and bf16 reduced-precision
+    split-K reductions are read when a GEMM is launched, so when the graph is captured): seconds each."""
+    lib, reduced = torch.backends.cuda.preferred_blas_library(), \
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+    out = {}
+    for name, want_lib, want_red in (("cublaslt", "cublaslt", reduced), ("cublas", "cublas", reduced),
+                                     ("no_reduced_bf16", lib, not reduced)):
+        try:
+            torch.backends.cuda.preferred_blas_library(want_lib)
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = want_red
+            step.graph = None
+            step.capture()
+            out[name] = step.step_seconds(context)
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"[:200]
+        finally:
+            torch.backends.cuda.preferred_blas_library(lib)
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
+    step.graph = None                             # the next timing captures under the defaults again
+    return out
+
+
 def compiled(plain, cls, llm, max_len: int, context: int) -> dict:
     """A compiled step: its logits against the plain step's (teacher-forced, bf16 limit; the first
     eager step compiles: compile_s, graphs), then its captured graph's replay time."""
     step, r = cls(llm, max_len), {}
     for key, fn in (("check", lambda: check(plain, step)), ("step_s", lambda: step.step_seconds(context)),
-                    ("profile", lambda: profile_step(step, context))):
+                    ("profile", lambda: profile_step(step, context)), ("blas", lambda: blas_variants(step, context))):
         t0 = time.perf_counter()
         try:                                       # what one sub-part found survives another's error
             r[key] = fn()
@@ -232,8 +255,8 @@ def part(out: dict, name: str, fn) -> None:
 
 PARTS = ("check", "sdpa_plain", "sdpa_lean", "kernels_plain", "kernels_lean", "plain_s", "lean_s",
          "lean_efficient_attention_s", "lean_cudnn_attention_s", "lean_math_s", "engine_step", "lean_profile",
-         "cublas_floor", "compiled", "compiled_glue", "plain_again_s")
-NEW_PARTS = "plain_s,lean_s,lean_profile,cublas_floor,compiled,compiled_glue"
+         "lean_blas", "cublas_floor", "compiled", "compiled_glue", "plain_again_s")
+NEW_PARTS = "plain_s,lean_s,lean_profile,lean_blas,cublas_floor,compiled,compiled_glue"
 
 
 def main() -> None:
@@ -277,6 +300,7 @@ def main() -> None:
               for b in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")},
            "engine_step": engine_step,
            "lean_profile": lambda: profile_step(lean, args.context),
+           "lean_blas": lambda: blas_variants(lean, args.context),
            "cublas_floor": lambda: cublas_floor(lean),
            "compiled": lambda: compiled(plain, CompiledTorchQwen3Step, llm, max_len, args.context),
            "compiled_glue": lambda: compiled(plain, CompiledGlueTorchQwen3Step, llm, max_len, args.context),
@@ -284,6 +308,8 @@ def main() -> None:
     for name in PARTS:
         if name in wanted:
             part(out, name, fns[name])
+            if args.out:                           # what ran so far survives a timeout of a later part
+                Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
     out["wall_s"] = time.perf_counter() - t0
 
     def ms(v):
@@ -308,10 +334,15 @@ def main() -> None:
     print(f"{'step':24} {'ms':>8} {'tok/s':>8}")
     for name, v in rows:
         print(f"{name:24} {ms(v)} {1 / v if isinstance(v, float) else float('nan'):8.1f}")
+    for name in ("lean_blas", "cublas_floor"):
+        if name in out:
+            print(f"{name}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" if isinstance(v, float) and "tb" not in k
+                                          and k != "weight_gb" else f"{k} {v}" for k, v in out[name].items()))
     for name in ("compiled", "compiled_glue"):
         if name in out:
-            print(f"{name}: compile {get(name, 'compile_s')} s, {get(name, 'graphs')} graphs, "
-                  f"check {get(name, 'check')}" if "error" not in out[name] else f"{name}: {out[name]}")
+            print(f"{name}: compile {get(name, 'compile_s')} s, {get(name, 'graphs')} graphs, blas variants "
+                  f"{get(name, 'blas')}, check {get(name, 'check')}" if "error" not in out[name]
+                  else f"{name}: {out[name]}")
     for name, prof in (("lean", get("lean_profile")), ("compiled", get("compiled", "profile")),
                        ("compiled_glue", get("compiled_glue", "profile"))):
         for how in ("graph", "eager"):
