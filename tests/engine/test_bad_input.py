@@ -195,10 +195,10 @@ def test_a_sampling_knob_the_sampler_lacks_is_refused_not_ignored(name, value):
 
 def test_neutral_values_of_those_knobs_decode_as_if_unset(llm):
     """Code written for vLLM that spells out the neutral values runs unchanged: same tokens."""
-    params = SamplingParams(temperature=1.0, top_k=5, max_tokens=4, seed=11)
-    spelled = SamplingParams(temperature=1.0, top_k=5, max_tokens=4, seed=11, **NEUTRAL)
+    params = SamplingParams(temperature=1.0, top_k=5, max_tokens=3, seed=11)
+    spelled = SamplingParams(temperature=1.0, top_k=5, max_tokens=3, seed=11, **NEUTRAL)
     want = llm.generate(OK_PROMPT, params)[0].outputs[0].token_ids
-    assert llm.generate(OK_PROMPT, spelled)[0].outputs[0].token_ids == want and len(want) == 4
+    assert llm.generate(OK_PROMPT, spelled)[0].outputs[0].token_ids == want and len(want) == 3
 
 
 def test_stop_lists_in_any_spelling():
@@ -210,6 +210,12 @@ def test_stop_lists_in_any_spelling():
 
 OK_PROMPT = {"prompt_token_ids": [3, 4]}
 GREEDY3 = SamplingParams(temperature=0, max_tokens=3)
+
+
+@pytest.fixture(scope="module")
+def ok_tokens(llm):
+    """What the module's LLM gives OK_PROMPT before any refused call."""
+    return llm.generate(OK_PROMPT, GREEDY3)[0].outputs[0].token_ids
 
 
 @pytest.mark.parametrize("prompt,params,fragment", [
@@ -321,3 +327,50 @@ def test_a_params_object_changed_after_it_was_made_is_checked_again_by_generate(
         llm.generate({"prompt_token_ids": [3, 4]}, params)  # generate: mutated params
     assert_located(e.value, "generate: mutated params", fragment)
     assert seen == []
+
+
+# Refusals of the call's shape, each once untested: (the call, on a line with its marker; the message).
+SHAPES = [
+    (lambda llm: llm.generate(5, GREEDY3), "shape: prompts",  # shape: prompts
+     "generate: prompts must be a str, a dict or a list of them, got int"),
+    (lambda llm: llm.generate([OK_PROMPT, OK_PROMPT], [GREEDY3]), "shape: params count",  # shape: params count
+     "generate: 2 prompts but 1 sampling params"),
+    (lambda llm: llm.generate({"prompt_token_ids": [1, "2"]}, GREEDY3), "shape: ids",  # shape: ids
+     "generate: prompt 0: prompt_token_ids must be a list of ints"),
+    (lambda llm: llm.generate({"prompt_token_ids": [1, True]}, GREEDY3), "shape: bool id",  # shape: bool id
+     "generate: prompt 0: prompt_token_ids must be a list of ints"),
+    (lambda llm: llm.generate([OK_PROMPT, 7], GREEDY3), "shape: prompt type",  # shape: prompt type
+     "generate: prompt 1 must be a str, {'prompt': str} or {'prompt_token_ids': [...]}, got int"),
+    (lambda llm: llm.generate(OK_PROMPT, SamplingParams(max_tokens=2, stop=["x"])), "shape: stop",  # shape: stop
+     "generate: stop strings need the model's tokenizer (tokenizer.json)"),
+    (lambda llm: list(llm.stream([OK_PROMPT, OK_PROMPT], GREEDY3)), "shape: stream two",  # shape: stream two
+     "LLM.stream: takes one prompt"),
+    (lambda llm: list(llm.stream({"prompt_token_ids": [1, 96]}, GREEDY3)), "shape: stream id",  # shape: stream id
+     "generate: prompt 0 holds token id 96, outside the vocabulary [0, 96)"),
+    (lambda llm: llm.chat([{"role": "user", "content": "Hi"}], GREEDY3), "shape: chat",  # shape: chat
+     "LLM.chat: the model folder has no tokenizer.json"),
+]
+
+
+@pytest.mark.parametrize("call,marker,fragment", SHAPES, ids=[m for _, m, _ in SHAPES])
+def test_a_call_of_the_wrong_shape_is_refused_before_any_kernel(llm, ok_tokens, launched_kernels, call, marker,
+                                                                fragment):
+    """Located at the user's line with a help line, no kernel launched, and the LLM unchanged."""
+    seen = launched_kernels()
+    with pytest.raises(RequestError) as e:
+        call(llm)
+    assert_located(e.value, marker, fragment)
+    assert e.value.help and seen == []
+    assert llm.generate(OK_PROMPT, GREEDY3)[0].outputs[0].token_ids == ok_tokens
+
+
+def test_no_sequence_of_a_batch_runs_past_max_model_len(llm):
+    """max_model_len 16 bounds each sequence on its own, in a batch, across waves and in a
+    stream: a 13-token prompt gets 3 tokens, a 15-token one 1, a 1-token one 15 (the same ones
+    it gets alone, streamed)."""
+    params = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
+    prompts = [{"prompt_token_ids": list(range(13))}, {"prompt_token_ids": [3]}, {"prompt_token_ids": list(range(1, 16))}]
+    outs = [o.outputs[0] for o in llm.generate(prompts, params)]
+    assert [len(o.token_ids) for o in outs] == [3, 15, 1] and {o.finish_reason for o in outs} == {"length"}
+    streamed = [t for delta in llm.stream(prompts[1], params) for t in delta.token_ids]
+    assert streamed == outs[1].token_ids
