@@ -513,7 +513,8 @@ def parse_args(argv=None):
     ap.add_argument("--torch-step", choices=sorted(TORCH_STEPS), default="plain",
                     help="the PyTorch baseline's decode step: plain (TorchQwen3Step), lean (the same math in "
                          "fewer kernels, LeanTorchQwen3Step), compiled (lean's layer glue fused by torch.compile, "
-                         "GEMMs still cuBLAS: CompiledTorchQwen3Step) or compiled_glue (only the glue compiled); "
+                         "GEMMs still cuBLAS: CompiledTorchQwen3Step) or compiled_glue (only the glue compiled; "
+                         "compiled_glue_mv: its GEMVs as torch.mv); "
                          "it is also the correctness gate's reference")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)

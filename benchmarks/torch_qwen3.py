@@ -243,6 +243,7 @@ class CompiledTorchQwen3Step(LeanTorchQwen3Step):
     of the math). `compile_s` is the first (compiling) step's seconds; `graphs` how many graphs
     Dynamo compiled for it (1 here: a recompile per layer would show as more)."""
     whole = True          # the GEMMs and SDPA inside the compiled layer (False: only the glue compiled)
+    mv = False            # the eager GEMVs as torch.mv(W, x) (glue-only variant and the LM head)
 
     def __init__(self, llm, max_len: int, compile: bool = True):
         super().__init__(llm, max_len)
@@ -281,23 +282,28 @@ class CompiledTorchQwen3Step(LeanTorchQwen3Step):
                                     self.mask, layer.o, layer.post_norm, layer.gate_up, layer.down, nxt, self.dims)
             else:
                 res, x = self._glue_layer(n, layer, res, x, cos, sin, nxt)
-        logits = F.linear(x, w.lm_head)                                     # (1, V)
+        logits = self._gemv(x, w.lm_head)                                   # (1, V)
         self.token.copy_(logits.argmax(-1))
         return logits
+
+    def _gemv(self, x, weight):
+        """x (1, K) @ weight (N, K).T: F.linear, or torch.mv(weight, x) with `mv` (cuBLAS's gemv)."""
+        return torch.mv(weight, x[0])[None] if self.mv else F.linear(x, weight)
 
     def _glue_layer(self, n, layer, res, x, cos, sin, nxt):
         """The layer with only its glue compiled (`whole = False`): GEMMs, cache writes, SDPA eager."""
         h, kv, d, inter, eps = self.dims
-        qkv = F.linear(x, layer.qkv)
+        linear = self._gemv
+        qkv = linear(x, layer.qkv)
         qk = self.qk_rope(qkv, self.qk_norm[n], cos, sin, h, kv, d, eps)
         self.k[n].index_copy_(2, self.pos, qk[h:].view(1, kv, 1, d))
         self.v[n].index_copy_(2, self.pos, qkv[:, (h + kv) * d:].view(1, kv, 1, d))
         cache = (kv, 1, self.max_len, d)
         a = F.scaled_dot_product_attention(qk[:h].view(kv, 1, h // kv, d), self.k[n].view(cache),
                                            self.v[n].view(cache), attn_mask=self.mask)
-        res, x = self.add_norm(res, F.linear(a.reshape(1, h * d), layer.o), layer.post_norm, eps)
-        gu = F.linear(x, layer.gate_up)
-        return self.add_norm(res, F.linear(self.silu_mul(gu, inter), layer.down), nxt, eps)
+        res, x = self.add_norm(res, linear(a.reshape(1, h * d), layer.o), layer.post_norm, eps)
+        gu = linear(x, layer.gate_up)
+        return self.add_norm(res, linear(self.silu_mul(gu, inter), layer.down), nxt, eps)
 
     def capture(self) -> None:
         """Compile (the first warm-up step), then capture with Dynamo told to fail rather than
@@ -315,8 +321,15 @@ class CompiledGlueTorchQwen3Step(CompiledTorchQwen3Step):
     whole = False
 
 
+class CompiledGlueMvTorchQwen3Step(CompiledGlueTorchQwen3Step):
+    """`CompiledGlueTorchQwen3Step` with its GEMVs as torch.mv(W, x): cuBLAS's gemv orientation,
+    which may pick other kernels than F.linear's one-row GEMM (the probe times both)."""
+    mv = True
+
+
 STEPS = {"plain": TorchQwen3Step, "lean": LeanTorchQwen3Step,   # engine.py's --torch-step
-         "compiled": CompiledTorchQwen3Step, "compiled_glue": CompiledGlueTorchQwen3Step}
+         "compiled": CompiledTorchQwen3Step, "compiled_glue": CompiledGlueTorchQwen3Step,
+         "compiled_glue_mv": CompiledGlueMvTorchQwen3Step}
 
 
 class TorchQwen3Prefill(_OverEngineWeights):

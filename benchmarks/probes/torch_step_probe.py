@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # benchmarks/
 
 import engine                                                       # noqa: E402
 import engine_check                                                 # noqa: E402
-from torch_qwen3 import (CompiledGlueTorchQwen3Step, CompiledTorchQwen3Step, LeanTorchQwen3Step,  # noqa: E402
-                         TorchQwen3Step)
+from torch_qwen3 import (CompiledGlueMvTorchQwen3Step, CompiledGlueTorchQwen3Step,  # noqa: E402
+                         CompiledTorchQwen3Step, LeanTorchQwen3Step, TorchQwen3Step)
 
 
 def check(plain, lean) -> dict:
@@ -255,8 +255,8 @@ def part(out: dict, name: str, fn) -> None:
 
 PARTS = ("check", "sdpa_plain", "sdpa_lean", "kernels_plain", "kernels_lean", "plain_s", "lean_s",
          "lean_efficient_attention_s", "lean_cudnn_attention_s", "lean_math_s", "engine_step", "lean_profile",
-         "lean_blas", "cublas_floor", "compiled", "compiled_glue", "plain_again_s")
-NEW_PARTS = "plain_s,lean_s,lean_profile,lean_blas,cublas_floor,compiled,compiled_glue"
+         "lean_blas", "cublas_floor", "compiled", "compiled_glue", "compiled_glue_mv", "plain_again_s")
+NEW_PARTS = "plain_s,lean_s,lean_profile,lean_blas,cublas_floor,compiled,compiled_glue,compiled_glue_mv"
 
 
 def main() -> None:
@@ -304,6 +304,7 @@ def main() -> None:
            "cublas_floor": lambda: cublas_floor(lean),
            "compiled": lambda: compiled(plain, CompiledTorchQwen3Step, llm, max_len, args.context),
            "compiled_glue": lambda: compiled(plain, CompiledGlueTorchQwen3Step, llm, max_len, args.context),
+           "compiled_glue_mv": lambda: compiled(plain, CompiledGlueMvTorchQwen3Step, llm, max_len, args.context),
            "plain_again_s": lambda: plain.step_seconds(args.context)}   # drift check: same number twice
     for name in PARTS:
         if name in wanted:
@@ -326,6 +327,7 @@ def main() -> None:
               for b in ("efficient_attention", "cudnn_attention", "math")],
             ("torch compiled (graph)", get("compiled", "step_s")),
             ("torch compiled glue", get("compiled_glue", "step_s")),
+            ("  glue, GEMVs as mv", get("compiled_glue_mv", "step_s")),
             ("cuBLAS floor (linear)", get("cublas_floor", "linear_s")),
             ("cuBLAS floor (mv)", get("cublas_floor", "mv_s")),
             ("engine back-to-back", get("engine_step", "back_to_back_s")),
@@ -338,13 +340,14 @@ def main() -> None:
         if name in out:
             print(f"{name}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" if isinstance(v, float) and "tb" not in k
                                           and k != "weight_gb" else f"{k} {v}" for k, v in out[name].items()))
-    for name in ("compiled", "compiled_glue"):
+    for name in ("compiled", "compiled_glue", "compiled_glue_mv"):
         if name in out:
             print(f"{name}: compile {get(name, 'compile_s')} s, {get(name, 'graphs')} graphs, blas variants "
                   f"{get(name, 'blas')}, check {get(name, 'check')}" if "error" not in out[name]
                   else f"{name}: {out[name]}")
     for name, prof in (("lean", get("lean_profile")), ("compiled", get("compiled", "profile")),
-                       ("compiled_glue", get("compiled_glue", "profile"))):
+                       ("compiled_glue", get("compiled_glue", "profile")),
+                       ("compiled_glue_mv", get("compiled_glue_mv", "profile"))):
         for how in ("graph", "eager"):
             p = (prof or {}).get(how)
             if isinstance(p, dict) and "groups" in p:
