@@ -6,8 +6,9 @@ At batch 1 the engine's GEMVs stream the weights at ~3.7 TB/s; at batch 32 its G
   linear    `kernels.linear` as the engine calls it (the tuned table / config model's pick);
   wm*       `kernels.linear` with a weight-major config (kernels/weight_major.py: the weight
             tile as the MMA's wide operand, rows padded to 16..128, K split where the column
-            tiles do not fill the SMs): wm64 (64 weight rows, K tile 128, automatic split),
-            wm128 (128 rows), wm64s1 (no split), wm64k64 (K tile 64, 6 stages);
+            tiles do not fill the SMs): wm64 (64 weight rows, K tile 128, automatic split,
+            the backend's TMA choice: the config model's rule), wm64p (the same on pointers),
+            wm128 (128 rows), wm64k64 (K tile 64, 6 stages);
   gemv      `kernels.linear` at M = 1 on the same weight (the rate to reach).
 Each weight has copies enough to pass 256 MB (L2 holds none of them between calls); each case
 runs once on copy 0 and is checked against the fp32 product first, then a graph over the copies
@@ -38,12 +39,12 @@ MODELS = os.environ.get("SKINNY_MODELS", "4B,8B").split(",")
 WEIGHTS = {"4B": {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)},
            "8B": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}}
 PASS_L2 = 256 << 20
-WM = {"weight_major": True, "num_warps": 4, "split_k": None}
-CANDIDATES = {"wm64": dict(WM, block_n=64, block_k=128, num_stages=4),
+WM = {"weight_major": True, "num_warps": 4, "split_k": None, "tma": None}
+CANDIDATES = {"wm64": dict(WM, block_n=64, block_k=128, num_stages=4),       # gemm_model.weight_major_choice's
+              "wm64p": dict(WM, block_n=64, block_k=128, num_stages=4, tma=False),
               "wm128": dict(WM, block_n=128, block_k=128, num_stages=4),
-              "wm64s1": dict(WM, block_n=64, block_k=128, num_stages=4, split_k=1),
               "wm64k64": dict(WM, block_n=64, block_k=64, num_stages=6)}
-SLEEP = 60_000_000
+SLEEP = 10_000_000               # ~5 ms: the host queues a case's 12 graph replays well within it
 
 
 def left() -> float:

@@ -14,6 +14,7 @@ import tilesafe.kernels as tk
 from kernel_helpers import assert_close, f64, poisoned, randn
 
 WM = importlib.import_module("tilesafe.kernels.weight_major")
+GM = importlib.import_module("tilesafe.kernels.gemm_model")
 MM_TOL = {"f32": dict(rtol=1e-4, atol=1e-4), "f16": dict(rtol=2e-2, atol=2e-2), "bf16": dict(rtol=5e-2, atol=5e-2)}
 
 
@@ -83,13 +84,36 @@ def test_one_row_keeps_the_gemv():
     (40, 3, 132, 1),
 ])
 def test_automatic_splits_fill_the_sms(tiles, k_tiles, sms, want):
-    assert WM.splits({"split_k": None}, tiles, k_tiles, sms) == want
+    assert GM.weight_major_splits(None, tiles, k_tiles, sms) == want
+    assert GM.weight_major_splits(2, tiles, k_tiles, sms) == min(2, k_tiles)     # a config's count
 
 
 def test_stages_fit_the_shared_memory():
-    assert WM.stages({"num_stages": 4}, 16, 64, 128, 2) == 4
-    assert WM.stages({"num_stages": 8}, 128, 128, 128, 2) == WM.SMEM_BUDGET // (256 * 128 * 2)
-    assert WM.stages({"num_stages": 4}, 128, 256, 256, 4) == 2
+    assert GM.weight_major_stages(None, 16, 64, 128, 2) == GM.WEIGHT_MAJOR_STAGES == 4
+    assert GM.weight_major_stages(8, 128, 128, 128, 2) == GM.WEIGHT_MAJOR_SMEM // (256 * 128 * 2) == 3
+    assert GM.weight_major_stages(4, 128, 256, 256, 4) == 2
+
+
+def test_the_rule_picks_it_for_its_rows_only(monkeypatch):
+    """Where gemm_model.WEIGHT_MAJOR_ROWS says (the streaming rule's rows, 17..128), the model's
+    config is weight-major: 64 weight rows by 128 K, the rows padded, the automatic split
+    (as one launch), a pipeline that fits; outside it the rule is what it was."""
+    from tilesafe.kernels import config_model as cm
+    from tilesafe.kernels import configs
+    monkeypatch.setattr(GM, "WEIGHT_MAJOR_ROWS", (0, 0))
+    before = {m: GM.streaming_choice(cm.Gemm(m, 6144, 2560, "bf16"), cm.H200) for m in (32, 72)}
+    assert not before[32].get("weight_major")
+    monkeypatch.setattr(GM, "WEIGHT_MAJOR_ROWS", (17, 64))
+    assert GM.streaming_choice(cm.Gemm(72, 6144, 2560, "bf16"), cm.H200) == before[72]
+    for m, n, k, want in [(32, 6144, 2560, (32, 64, 128, 3, True)), (64, 2560, 9728, (64, 64, 128, 7, True)),
+                          (17, 19456, 2560, (32, 64, 128, 1, False))]:
+        c = GM.streaming_choice(cm.Gemm(m, n, k, "bf16"), cm.H200)
+        assert c["weight_major"] and (c["block_m"], c["block_n"], c["block_k"], c["split_k"], c["one_kernel"]) == want
+        assert cm.valid(cm.Gemm(m, n, k, "bf16"), c, cm.H200) and c["num_stages"] >= 3
+        with ts.backend("reference"):                                # a config the lookup takes
+            assert configs.lookup("matmul", "?", c)["weight_major"]
+    assert GM.weight_major_choice(cm.Gemm(72, 6144, 2560, "bf16"), cm.H200) is None
+    assert GM.weight_major_choice(cm.Gemm(16, 6144, 2560, "bf16"), cm.H200) is None     # the linear family's
 
 
 def test_a_non_bool_switch_is_refused(backend, device):

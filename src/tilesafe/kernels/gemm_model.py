@@ -92,6 +92,9 @@ def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
     """The config of a 16 < m <= 128 product by the rules above (None for other shapes)."""
     if s.family != "matmul" or s.m > STREAM_M:
         return None
+    wm = weight_major_choice(s, gpu)
+    if wm is not None:
+        return wm
     es = element_bytes(s.dtype)
     bm, bn, bk = (32, 64, 128) if s.m <= 32 else (64, 128, 64)
     tiles = (_mma(bm, s.m), _mma(bn, s.n), _mma(bk * 2 // es, s.k))   # fp32: half the K tile
@@ -117,6 +120,45 @@ def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
          "split_k": split, "min_blocks": gpu.sms, "tail_split": False, "one_kernel": one and split > 1,
          "num_warps": 4, "num_stages": depth}
     return c if valid_matmul(c, s, gpu) else None
+
+
+# Weight-major products (kernels/weight_major.py: the weight tile as the MMA's wide operand, the
+# rows padded to 16..128 on its narrow side) for WEIGHT_MAJOR_ROWS[0] <= m <= WEIGHT_MAJOR_ROWS[1]:
+# (0, 0) until the H200 measures them (benchmarks/probes/skinny_probe.py).
+WEIGHT_MAJOR_ROWS = (0, 0)
+WEIGHT_MAJOR_TILE = (64, 128)          # weight rows, K tile at 2-byte elements (fp32: half)
+WEIGHT_MAJOR_STAGES = 4
+WEIGHT_MAJOR_SMEM = 200 * 1024         # shared memory its pipeline may take (227 KB a block on the H200)
+WEIGHT_MAJOR_MAX_ROWS = 128            # rows one block takes (the MMA's N side); more: more row tiles
+
+
+def weight_major_choice(s: Gemm, gpu: Gpu) -> dict | None:
+    """The weight-major config of a product of m rows in WEIGHT_MAJOR_ROWS (None elsewhere)."""
+    lo, hi = WEIGHT_MAJOR_ROWS
+    if s.family != "matmul" or not lo <= s.m <= hi:
+        return None
+    es = element_bytes(s.dtype)
+    bm = max(16, min(WEIGHT_MAJOR_MAX_ROWS, pow2(s.m)))
+    bn, bk = _mma(WEIGHT_MAJOR_TILE[0], s.n), _mma(WEIGHT_MAJOR_TILE[1] * 2 // es, s.k)
+    split = weight_major_splits(None, cdiv(s.m, bm) * cdiv(s.n, bn), cdiv(s.k, bk), gpu.sms)
+    c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
+         "min_blocks": gpu.sms, "tail_split": False, "one_kernel": split > 1, "weight_major": True,
+         "num_warps": 4, "num_stages": weight_major_stages(WEIGHT_MAJOR_STAGES, bm, bn, bk, es)}
+    return c if valid_matmul(c, s, gpu) else None
+
+
+def weight_major_splits(want: int | None, tiles: int, k_tiles: int, sms: int) -> int:
+    """K splits of a weight-major product of `tiles` output tiles: `want`, or (None) enough to
+    give every SM two blocks when the tiles do not fill the SMs, each split keeping >= 4 K tiles."""
+    if want is None:
+        want = min(cdiv(2 * sms, tiles) if tiles < sms else 1, max(1, k_tiles // 4))
+    return max(1, min(int(want), k_tiles))
+
+
+def weight_major_stages(want: int | None, bm: int, bn: int, bk: int, es: int) -> int:
+    """The pipeline depth `want` (None: WEIGHT_MAJOR_STAGES), cut to what fits WEIGHT_MAJOR_SMEM
+    (at least 2): each stage holds a (BN, BK) weight tile and a (BM, BK) tile of the rows."""
+    return max(2, min(want or WEIGHT_MAJOR_STAGES, WEIGHT_MAJOR_SMEM // ((bm + bn) * bk * es)))
 
 
 def _wave_split(s: Gemm, tiles, split: int, gpu: Gpu) -> dict | None:

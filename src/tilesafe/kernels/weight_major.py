@@ -15,10 +15,10 @@ import tilesafe as ts
 
 from . import scratch
 from .gemm_steps import epilogue, mac
+from .gemm_model import WEIGHT_MAJOR_MAX_ROWS as MAX_ROWS
+from .gemm_model import weight_major_splits, weight_major_stages
 from .launch import cdiv, launch, pow2, workers
 
-MAX_ROWS = 128           # rows a block takes at most (the MMA's N side); more rows: more row tiles
-SMEM_BUDGET = 200 * 1024  # shared memory the pipeline may take (the H200 has 227 KB a block)
 
 
 @ts.function
@@ -65,7 +65,7 @@ def weight_major_split_kernel(c: ts.MutLast["TC", ("BM", "BN")], part: ts.Mut[ts
         c.store(epilogue(total, bias, j, BN, HAS_BIAS, ACT).astype(TC))
 
 
-def tiles(cfg: dict, m: int, n: int, k: int, es: int) -> tuple[int, int, int]:
+def tiles(cfg: dict, m: int, n: int, k: int) -> tuple[int, int, int]:
     """(block_m, block_n, block_k): the rows padded to a power of two of 16..MAX_ROWS, the
     config's weight rows and K tile (>= 16 each: tensor-core tiles)."""
     bm = max(16, min(MAX_ROWS, pow2(m)))
@@ -74,34 +74,17 @@ def tiles(cfg: dict, m: int, n: int, k: int, es: int) -> tuple[int, int, int]:
     return bm, bn, bk
 
 
-def splits(cfg: dict, tile_count: int, k_tiles: int, sms: int) -> int:
-    """K splits: the config's split_k, or (None) enough to give every SM two blocks when the
-    output tiles do not fill them, each split keeping at least 4 K tiles."""
-    want = cfg.get("split_k")
-    if want is None:
-        want = cdiv(2 * sms, tile_count) if tile_count < sms else 1
-        want = min(want, max(1, k_tiles // 4))
-    return max(1, min(int(want), k_tiles))
-
-
-def stages(cfg: dict, bm: int, bn: int, bk: int, es: int) -> int:
-    """The config's pipeline depth, cut to what fits SMEM_BUDGET (at least 2)."""
-    per_stage = (bm + bn) * bk * es
-    return max(2, min(cfg.get("num_stages") or 4, SMEM_BUDGET // per_stage))
-
-
 def run(cv, cfg: dict, common: dict) -> None:
     """c = epilogue(a @ b) for the arguments `common` (matmul.gemm's: a, b = w.T, bias,
     HAS_BIAS, ACT, TF32) into the output view cv, weight-major."""
     a, b = common["a"], common["b"]
     (m, k), n = a.shape, b.shape[1]
-    es = a.dtype.itemsize
-    bm, bn, bk = tiles(cfg, m, n, k, es)
+    bm, bn, bk = tiles(cfg, m, n, k)
     kt = cdiv(k, bk)
-    s = splits(cfg, cdiv(m, bm) * cdiv(n, bn), kt, workers(a.device))
+    s = weight_major_splits(cfg.get("split_k"), cdiv(m, bm) * cdiv(n, bn), kt, workers(a.device))
     per = cdiv(kt, s)
     s = cdiv(kt, per)                                            # no empty split
-    cfg = dict(cfg, num_stages=stages(cfg, bm, bn, bk, es))
+    cfg = dict(cfg, num_stages=weight_major_stages(cfg.get("num_stages"), bm, bn, bk, a.dtype.itemsize))
     if s == 1:
         launch(weight_major_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, PER=kt, **common)
         return
