@@ -1,8 +1,10 @@
 """Put a results file's summary into README.md between its table markers.
 Usage: PYTHONPATH=src python benchmarks/readme_table.py benchmarks/results/h200/bench-....json
        PYTHONPATH=src python benchmarks/readme_table.py --engine benchmarks/results/h200/engine.json
+       PYTHONPATH=src python benchmarks/readme_table.py --serve serve_load_4b.json serve_load_8b.json
 The second form writes the engine rows (benchmarks/engine.py's JSON) between
-`<!-- engine-table -->` and `<!-- /engine-table -->`, or prints them where README has no markers."""
+`<!-- engine-table -->` and `<!-- /engine-table -->`, or prints them where README has no markers;
+the third prints the serving table's rows (serve_load.py's JSONs, one per model size)."""
 import json
 import re
 import sys
@@ -75,6 +77,41 @@ def load_line(doc: dict) -> str:
     return f"\nLoad time, `LLM(path)` on a random checkpoint written to disk: {'; '.join(parts)}.\n" if parts else ""
 
 
+def serve_rows(docs: list[dict]) -> str:
+    """Markdown rows of serve_load.py JSONs (one per model size): every level without a shared
+    prefix, smallest shape and fewest clients first, then issue 19's targets per size."""
+    head = ("| Qwen3 | clients | decode-step rows | output tokens/s | offline tokens/s | server / offline "
+            "| TTFT p50 / p99 | ITL p50 / p99 | chunk gap p99 | of the HBM roofline |\n"
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows, notes = [head], []
+    docs = sorted(docs, key=lambda d: SIZE_ORDER.index(d.get("random_weights")) if d.get("random_weights")
+                  in SIZE_ORDER else 99)
+    for d in docs:
+        size = str(d.get("random_weights") or d.get("model")).upper()
+        for lv in sorted(d["levels"], key=lambda x: (x["concurrency"], str(x.get("decode_step_tokens")))):
+            if lv.get("shared_prefix", 0):
+                continue
+            rows_label = {None: "off", "None": "off"}.get(lv.get("decode_step_tokens"), lv.get("decode_step_tokens"))
+            if "error" in lv:
+                rows.append(f"| {size} | {lv['concurrency']} | {rows_label} "
+                            f"| error: {lv['error'][:80]} | | | | | | |")
+                continue
+            ms = lambda k, q: _f(_num(lv, k, q) and _num(lv, k, q) * 1e3, ".1f")   # noqa: E731
+            roof = _num(lv, "hbm_roofline", "fraction")
+            rows.append(f"| {size} | {lv['concurrency']} | {rows_label} "
+                        f"| {lv['output_tokens_per_s']:.0f} | {_f(_num(lv, 'offline_output_tokens_per_s'), '.0f')} "
+                        f"| {_f(_num(lv, 'server_vs_offline'), '.2f')} "
+                        f"| {ms('ttft_s', 'p50')} / {ms('ttft_s', 'p99')} ms "
+                        f"| {ms('itl_s', 'p50')} / {ms('itl_s', 'p99')} ms | {ms('chunk_gap_s', 'p99')} ms "
+                        f"| {_f(roof and roof * 100, '.0f', '%')} |")
+        t = d.get("targets", {})
+        if t.get("itl_p99_32_over_2x_batch1_step") is not None:
+            notes.append(f"{size}: p99 gap at 32 clients {t['chunk_gap_p99_32_s'] * 1e3:.2f} ms against twice "
+                         f"the {t['batch1_step_s'] * 1e3:.2f} ms batch-1 step "
+                         f"({t['itl_p99_32_over_2x_batch1_step']:.2f}x the bound)")
+    return "\n".join(rows) + "\n" + (f"\n{'; '.join(notes)}.\n" if notes else "")
+
+
 def replace_between(text: str, start_marker: str, end_marker: str, body: str) -> str:
     start = text.index(start_marker)
     start = text.index("\n", start) + 1
@@ -111,5 +148,7 @@ def engine_table(path: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--engine":
         engine_table(sys.argv[2])
+    elif sys.argv[1] == "--serve":          # printed: README's serving table is pasted by hand
+        print(serve_rows([json.loads(Path(f).read_text()) for f in sys.argv[2:]]), end="")
     else:
         bench_table(sys.argv[1])
