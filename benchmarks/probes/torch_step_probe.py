@@ -95,8 +95,8 @@ def kernels(step) -> dict:
             "top": [[n[:90], c] for n, c in names.most_common(12)]}
 
 
-GROUPS = (("gemm", ("nvjet", "gemm", "gemv", "splitkreduce", "cublas", "cutlass")),
-          ("sdpa", ("sdpa", "fmha", "flash", "attention", "cudnn")),
+GROUPS = (("sdpa", ("sdpa", "fmha", "flash", "attention", "cudnn")),     # first: fmha_cutlass... is SDPA's
+          ("gemm", ("nvjet", "gemm", "gemv", "splitkreduce", "cublas", "cutlass")),
           ("triton (compiled glue)", ("triton_",)), ("norm", ("layer_norm", "rms")),
           ("cache write", ("index_copy", "index_put", "scatter")), ("memset", ("memset",)),
           ("rope/elementwise", ("roll", "addcmul", "elementwise", "functor", "copy", "where", "index")))
