@@ -5,7 +5,10 @@ static KV cache of `max_len` rows, and runs cuBLAS GEMVs (F.linear), torch's RMS
 SDPA over the whole cache with a mask of the positions written so far; the whole step is
 captured in one CUDA graph and replayed. `step_seconds` times one replay with CUDA events.
 `greedy_logits` runs the same step eagerly and keeps every step's logits (the engine's
-correctness gate, `engine_check.py`). `TorchQwen3Prefill` runs a prompt in one pass (cuBLAS
+correctness gate, `engine_check.py`). `LeanTorchQwen3Step` is the same math in fewer kernels,
+`CompiledTorchQwen3Step` that with each layer's glue fused by `torch.compile` (one compiled
+per-layer function for all layers; GEMMs still cuBLAS, attention still SDPA; the whole step
+still one CUDA graph captured here). `TorchQwen3Prefill` runs a prompt in one pass (cuBLAS
 GEMMs, SDPA causal attention, the cache written) for the prefill comparison.
 """
 from __future__ import annotations
