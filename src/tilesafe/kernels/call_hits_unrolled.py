@@ -5,8 +5,9 @@ key fixes: how many tensors the call passes and that each is a torch tensor, whi
 allocates and how, which steps are launches with a fast form. For a plan whose arguments are
 all torch tensors and whose allocations are torch's new bytes (call_hits' `news`), the same
 steps are written out once as straight code with those facts as constants. It does the
-common case only — each argument's memory known, tracking no initialisation and holding the
-view (S13 as `from_torch`'s unlocked common case borrows it) — and hands any other call,
+common case only — each torch argument's memory known, tracking no initialisation and holding
+the view (S13 as `from_torch`'s unlocked common case borrows it), each tilesafe tensor (a
+caller's `workspace=`) neither handed over nor lent — and hands any other call,
 before it has done anything, to CallHit's own loops (`_walk`), which borrow, refuse or
 allocate as before. What it does on the common case is what those loops do, in their order:
 borrow, allocate (or take the kept workspace), the storages-apart test (S7), each launch's
@@ -21,6 +22,7 @@ import torch
 from ..runtime.host_lock import LOCK
 from ..runtime.spec import dense_strides
 from ..runtime.storage_state import STATE_ATTR, StorageState
+from ..runtime.tensor import Tensor
 from . import call_recording as R
 
 
@@ -29,8 +31,9 @@ def unrolled(hit, places: list):
     its plan is not of that common case."""
     plan = hit.plan
     n = len(places)
-    if any(not isinstance(place[4], torch.Tensor) for place in places):
-        return None                       # tilesafe tensors (a workspace's, a Tensor argument)
+    if any(not isinstance(place[4], torch.Tensor) and type(place[4]) is not Tensor for place in places):
+        return None
+    mine = [i for i, place in enumerate(places) if type(place[4]) is Tensor]   # a workspace's, a Tensor argument
     allocated = list(enumerate(plan.roots[n:], n))
     if any(kind != R.EMPTY or i not in hit.news for i, (kind, _) in allocated):
         return None                       # scratch views, ts.empty's tracked memory
@@ -47,6 +50,14 @@ def unrolled(hit, places: list):
     unpack = ", ".join(f"(tv{i}, st{i}, sp{i}, p{i}, t{i})" for i in range(n))
     body.append(f"{unpack}, = places")
     for i in range(n):
+        if i in mine:
+            # A tilesafe tensor: its own state, unless handed over or lent since call_key read it
+            # (another thread): then the loops refuse it as the full path's first read would.
+            body += [f"if t{i}._handed_at is not None or (t{i}._lender is not None and t{i}._lender() is not None):",
+                     "    return hit._walk(places)",
+                     f"s{i} = t{i}._state",
+                     f"n{i} = st{i}.nbytes()"]
+            continue
         # S13 as from_torch's common case: a known state tracking no initialisation, holding the view
         body += [f"s{i} = getattr(st{i}, STATE_ATTR, None)",
                  f"n{i} = st{i}.nbytes()",
@@ -79,7 +90,10 @@ def unrolled(hit, places: list):
     body.append(f"roots = [{', '.join(roots)}]")
     ids = ", ".join(f"id({s}.__dict__)" for s in states)
     # Not apart (S7): every step with the whole-call checks, and then the result as below.
-    body += [f"made = [None] * {len(plan.roots)}",
+    made = ["None"] * len(plan.roots)
+    for i in mine:
+        made[i] = f"t{i}"                 # a step's full path uses the tensor itself (as _walk's `made`)
+    body += [f"made = [{', '.join(made)}]",
              f"if len({{{ids}}}) != {hit.groups}:",
              "    hit._steps(roots, made, False)",
              "else:"]

@@ -27,7 +27,6 @@ import torch
 
 from ..backends.triton import targets
 from ..dtypes import DType
-from ..runtime.aliasing import first_address
 from ..runtime.constructors import empty, from_torch
 from ..runtime.tensor import Tensor
 from ..runtime.value_keys import value_key
@@ -140,6 +139,8 @@ def call_key(name: str, args: tuple, kwargs: dict):
     # Read in the same pass as the key: both are read on every call.
     places: list = []
     shared: list = []                      # (tensor, earlier tensor, distance) where they share one
+    first: dict = {}                       # storage address -> the first tensor in it (a dict: a
+    #                                        decode_attention call with its workspace passes 9)
     for v in (*args, *kwargs.values()):
         if type(v) is torch.Tensor:        # the common case: layout_of's, inline
             if v.layout is not _STRIDED:
@@ -172,12 +173,23 @@ def call_key(name: str, args: tuple, kwargs: dict):
             parts.append(lay)
             tv = v._t if type(v) is Tensor else v
         elif (fields := _workspace(v)) is not None:                       # a workspace of tensors
-            lays = tuple([layout_of(f) for f in fields])   # not tuple(map): it leaves the GC's young count +1
-            if None in lays:
-                return None, None
-            parts.append((type(v), lays))
+            # layout_of and the place of each field, inline (a decode step passes one per layer)
+            lays = []
             for f in fields:
-                _place(f, places, shared)
+                if f._handed_at is not None or (f._lender is not None and f._lender() is not None):
+                    return None, None      # the full path raises the ownership error
+                tv = f._t
+                lays.append((Tensor, f._dtype.name, tv.shape, tv.stride(), tv.get_device()))
+                storage = tv.untyped_storage()
+                sptr = storage.data_ptr()
+                ptr = tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()   # first_address
+                j = first.get(sptr)
+                if j is None:
+                    first[sptr] = len(places)
+                else:
+                    shared.append((len(places), j, ptr - places[j][3]))
+                places.append((tv, storage, sptr, ptr, f))
+            parts.append((type(v), tuple(lays)))
             continue
         else:
             try:
@@ -186,15 +198,14 @@ def call_key(name: str, args: tuple, kwargs: dict):
                 return None, None          # a config dict: its call takes the full path
             parts.append((type(v), v))     # an activation name, a torch dtype
             continue
-        storage = tv.untyped_storage()     # _place, inline
+        storage = tv.untyped_storage()     # the tensor's place
         sptr = storage.data_ptr()
         ptr = tv.data_ptr() or sptr + tv.storage_offset() * tv.element_size()   # first_address, inline
-        j = 0
-        for place in places:
-            if place[2] == sptr:
-                shared.append((len(places), j, ptr - place[3]))
-                break
-            j += 1
+        j = first.get(sptr)
+        if j is None:
+            first[sptr] = len(places)
+        else:
+            shared.append((len(places), j, ptr - places[j][3]))
         places.append((tv, storage, sptr, ptr, v))
     parts.append(tuple(shared))
     # The decisions also depend on the backend and target (configs, workers), on autograd
@@ -208,18 +219,6 @@ def call_key(name: str, args: tuple, kwargs: dict):
 _STRIDED = torch.strided
 
 
-def _place(t: Tensor, places: list, shared: list) -> None:
-    """Add a tilesafe tensor's place (its torch view, storage, storage's and first element's
-    addresses, the tensor) and which earlier tensor's storage it shares, at what distance."""
-    tv = t._t
-    storage = tv.untyped_storage()
-    sptr = storage.data_ptr()
-    ptr = first_address(tv, sptr)
-    for j, place in enumerate(places):
-        if place[2] == sptr:
-            shared.append((len(places), j, ptr - place[3]))
-            break
-    places.append((tv, storage, sptr, ptr, t))
 # torch.get_float32_matmul_precision without its Python wrapper (one call fewer per library call).
 _matmul_precision = getattr(torch._C, "_get_float32_matmul_precision", torch.get_float32_matmul_precision)
 
