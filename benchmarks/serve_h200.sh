@@ -14,8 +14,11 @@
 # the GIL). The 8B runs its levels largest first and
 # starts from the compile cache the 4B run filled (TILESAFE_CACHE_DIR), its 1-client level with 4 requests (8 for
 # the 4B) so that all four levels fit its budget.
-# Writes serve_load_{4b,8b}.json and .log to OUT; each JSON is rewritten after every level,
-# so a timeout keeps the levels measured.
+# Writes serve_load_{4b,8b}.json, .log and .png (the plot, where matplotlib is installed; else `serve_load.py --plot
+# JSON` draws it later) to OUT; each JSON is rewritten after every level, so a timeout keeps the levels measured.
+# Session 19-20 durations on the H200 (4B): start-up 35-52 s (engine warm-up 30-47 s), then per level with its
+# offline batches ~5 s at 1 client (8 requests), ~3 s at 8, ~5 s at 32, ~6 s at 128; 8B start-up ~30 s from the 4B's
+# compile cache, levels ~4-10 s.
 # Usage: [SERVE_FLAGS='--stream-interval 2 ...'] bash benchmarks/serve_h200.sh OUT [SECONDS_4B [SECONDS_8B]]
 # (default 95, 55 s; SERVE_FLAGS replace the default '--stream-interval 2' in serve_load.py's flags). The server
 # runs the engine's default decode-step rows (serve_load's --decode-step-tokens default, `default`: what `tilesafe
@@ -35,7 +38,7 @@ run() {   # size, concurrency levels, seconds, fewest requests a level
         --min-requests "$4" \
         --prompt-len 128 --output-len 64 --max-model-len 256 --max-num-seqs 128 --max-num-batched-tokens 512 \
         --requests-per-client "${SERVE_RPC:-2}" ${SERVE_FLAGS---stream-interval 2} \
-        --out "$out/serve_load_$1.json" > "$out/serve_load_$1.log" 2>&1 || rc=$?
+        --out "$out/serve_load_$1.json" --png "$out/serve_load_$1.png" > "$out/serve_load_$1.log" 2>&1 || rc=$?
     tail -16 "$out/serve_load_$1.log"
 }
 run 4b 1,8,32,128 "${2:-95}" 8

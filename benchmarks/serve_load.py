@@ -441,7 +441,7 @@ def _plot(report: dict, path: str) -> bool:
         return False
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for shared in sorted({lv.get("shared_prefix", 0) for lv in report["levels"]}):
-        lvs = sorted((lv for lv in report["levels"] if lv.get("shared_prefix", 0) == shared),
+        lvs = sorted((lv for lv in report["levels"] if lv.get("shared_prefix", 0) == shared and "error" not in lv),
                      key=lambda lv: lv["concurrency"])
         cs = [lv["concurrency"] for lv in lvs]
         label = f"shared prefix {shared}" if shared else "no shared prefix"
