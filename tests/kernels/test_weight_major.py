@@ -76,16 +76,25 @@ def test_one_row_keeps_the_gemv():
     assert_close(got, t64(x) @ t64(w).T, "f32", **MM_TOL["f32"])
 
 
-@pytest.mark.parametrize("tiles, k_tiles, sms, want", [
-    (96, 20, 132, 3),      # 6144 x 2560 in 64-row tiles: 3 splits give 288 blocks
-    (40, 76, 132, 7),      # 2560 x 9728: 7 splits
-    (304, 20, 132, 1),     # 19456 x 2560: the tiles fill the SMs already
-    (40, 8, 132, 2),       # a short K: each split keeps >= 4 K tiles
-    (40, 3, 132, 1),
+@pytest.mark.parametrize("tiles, k_tiles, slots, want", [
+    (96, 20, 264, 2),      # 6144 x 2560 in 64-row tiles, two blocks an SM: 2 splits, 192 blocks in one wave
+    (40, 76, 264, 6),      # 2560 x 9728: 6 splits, 240 blocks
+    (40, 76, 132, 3),      # ... one block an SM (128 rows): 3
+    (304, 20, 264, 1),     # 19456 x 2560: the tiles fill a wave already
+    (40, 8, 264, 2),       # a short K: each split keeps >= 4 K tiles
+    (40, 3, 264, 1),
 ])
-def test_automatic_splits_fill_the_sms(tiles, k_tiles, sms, want):
-    assert GM.weight_major_splits(None, tiles, k_tiles, sms) == want
-    assert GM.weight_major_splits(2, tiles, k_tiles, sms) == min(2, k_tiles)     # a config's count
+def test_automatic_splits_keep_one_wave(tiles, k_tiles, slots, want):
+    assert GM.weight_major_splits(None, tiles, k_tiles, slots) == want
+    assert GM.weight_major_splits(2, tiles, k_tiles, slots) == min(2, k_tiles)     # a config's count
+
+
+def test_blocks_an_sm_runs_follow_the_pipelines_shared_memory():
+    """H200: 228 KB an SM. 32 rows by 64 x 128 bf16 tiles in 4 stages take 96 KB: two blocks;
+    128 rows (192 KB): one; 16 rows with 2 stages (40 KB): five, counted as four."""
+    assert GM.weight_major_slots(32, 64, 128, 4, 2, 132, 228 * 1024) == 264
+    assert GM.weight_major_slots(128, 64, 128, 4, 2, 132, 228 * 1024) == 132
+    assert GM.weight_major_slots(16, 64, 128, 2, 2, 132, 228 * 1024) == 528
 
 
 def test_stages_fit_the_shared_memory():
@@ -96,8 +105,8 @@ def test_stages_fit_the_shared_memory():
 
 def test_the_rule_picks_it_for_its_rows_only(monkeypatch):
     """Where gemm_model.WEIGHT_MAJOR_ROWS says (the streaming rule's rows, 17..128), the model's
-    config is weight-major: 64 weight rows by 128 K, the rows padded, the automatic split
-    (as one launch), a pipeline that fits; outside it the rule is what it was."""
+    config is weight-major: 64 weight rows by 128 K, the rows padded, the split that keeps one
+    wave (as one launch), a pipeline that fits; outside it the rule is what it was."""
     from tilesafe.kernels import config_model as cm
     from tilesafe.kernels import configs
     monkeypatch.setattr(GM, "WEIGHT_MAJOR_ROWS", (0, 0))
@@ -105,7 +114,7 @@ def test_the_rule_picks_it_for_its_rows_only(monkeypatch):
     assert not before[32].get("weight_major")
     monkeypatch.setattr(GM, "WEIGHT_MAJOR_ROWS", (17, 64))
     assert GM.streaming_choice(cm.Gemm(72, 6144, 2560, "bf16"), cm.H200) == before[72]
-    for m, n, k, want in [(32, 6144, 2560, (32, 64, 128, 3, True)), (64, 2560, 9728, (64, 64, 128, 7, True)),
+    for m, n, k, want in [(32, 6144, 2560, (32, 64, 128, 2, True)), (64, 2560, 9728, (64, 64, 128, 3, True)),
                           (17, 19456, 2560, (32, 64, 128, 1, False))]:
         c = GM.streaming_choice(cm.Gemm(m, n, k, "bf16"), cm.H200)
         assert c["weight_major"] and (c["block_m"], c["block_n"], c["block_k"], c["split_k"], c["one_kernel"]) == want

@@ -140,18 +140,27 @@ def weight_major_choice(s: Gemm, gpu: Gpu) -> dict | None:
     es = element_bytes(s.dtype)
     bm = max(16, min(WEIGHT_MAJOR_MAX_ROWS, pow2(s.m)))
     bn, bk = _mma(WEIGHT_MAJOR_TILE[0], s.n), _mma(WEIGHT_MAJOR_TILE[1] * 2 // es, s.k)
-    split = weight_major_splits(None, cdiv(s.m, bm) * cdiv(s.n, bn), cdiv(s.k, bk), gpu.sms)
+    stages = weight_major_stages(WEIGHT_MAJOR_STAGES, bm, bn, bk, es)
+    slots = weight_major_slots(bm, bn, bk, stages, es, gpu.sms, gpu.smem_per_sm)
+    split = weight_major_splits(None, cdiv(s.m, bm) * cdiv(s.n, bn), cdiv(s.k, bk), slots)
     c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
          "min_blocks": gpu.sms, "tail_split": False, "one_kernel": split > 1, "weight_major": True,
-         "num_warps": 4, "num_stages": weight_major_stages(WEIGHT_MAJOR_STAGES, bm, bn, bk, es)}
+         "num_warps": 4, "num_stages": stages}
     return c if valid_matmul(c, s, gpu) else None
 
 
-def weight_major_splits(want: int | None, tiles: int, k_tiles: int, sms: int) -> int:
-    """K splits of a weight-major product of `tiles` output tiles: `want`, or (None) enough to
-    give every SM two blocks when the tiles do not fill the SMs, each split keeping >= 4 K tiles."""
+def weight_major_slots(bm: int, bn: int, bk: int, stages: int, es: int, sms: int, smem_per_sm: int) -> int:
+    """Weight-major blocks the GPU runs at once: its SMs times the blocks whose pipelines fit
+    in one SM's shared memory together (each also keeps ~1 KB), at most 4."""
+    return sms * max(1, min(4, smem_per_sm // (stages * (bm + bn) * bk * es + 1024)))
+
+
+def weight_major_splits(want: int | None, tiles: int, k_tiles: int, slots: int) -> int:
+    """K splits of a weight-major product of `tiles` output tiles: `want`, or (None) as many
+    as keep every split in one wave of `slots` blocks (a second, partial wave of short blocks
+    costs a whole block time), each split keeping >= 4 K tiles."""
     if want is None:
-        want = min(cdiv(2 * sms, tiles) if tiles < sms else 1, max(1, k_tiles // 4))
+        want = min(max(1, slots // tiles), max(1, k_tiles // 4))
     return max(1, min(int(want), k_tiles))
 
 

@@ -8,16 +8,18 @@ columns leave most SMs idle on a 2560-6144 wide weight. Here each block owns BN 
 weight (BN output columns) and computes the transposed tile, acc (BN, BM) = w_tile (BN, BK) @
 x_tile.T (BK, BM): the weight fills the MMA's M side, the rows (padded to BM >= 16, masked)
 its N side, and every weight tile is read once for all BM rows, as the GEMV reads it for one.
-Where the column tiles do not fill the SMs, K is split and the last split of each tile to
-finish adds the partials up in split order (`ts.last_arrival`, S16), as the GEMV's split does.
+Where the column tiles do not fill one wave of blocks, K is split and the last split of each
+tile to finish adds the partials up in split order (`ts.last_arrival`, S16), as the GEMV's
+split does.
 """
 import tilesafe as ts
 
 from . import scratch
 from .gemm_steps import epilogue, mac
 from .gemm_model import WEIGHT_MAJOR_MAX_ROWS as MAX_ROWS
-from .gemm_model import weight_major_splits, weight_major_stages
+from .gemm_model import weight_major_slots, weight_major_splits, weight_major_stages
 from .launch import cdiv, launch, pow2, workers
+from .machine_model import gpu_of
 
 
 
@@ -80,11 +82,12 @@ def run(cv, cfg: dict, common: dict) -> None:
     a, b = common["a"], common["b"]
     (m, k), n = a.shape, b.shape[1]
     bm, bn, bk = tiles(cfg, m, n, k)
-    kt = cdiv(k, bk)
-    s = weight_major_splits(cfg.get("split_k"), cdiv(m, bm) * cdiv(n, bn), kt, workers(a.device))
+    es, kt = a.dtype.itemsize, cdiv(k, bk)
+    cfg = dict(cfg, num_stages=weight_major_stages(cfg.get("num_stages"), bm, bn, bk, es))
+    slots = weight_major_slots(bm, bn, bk, cfg["num_stages"], es, workers(a.device), gpu_of(None).smem_per_sm)
+    s = weight_major_splits(cfg.get("split_k"), cdiv(m, bm) * cdiv(n, bn), kt, slots)
     per = cdiv(kt, s)
     s = cdiv(kt, per)                                            # no empty split
-    cfg = dict(cfg, num_stages=weight_major_stages(cfg.get("num_stages"), bm, bn, bk, a.dtype.itemsize))
     if s == 1:
         launch(weight_major_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, PER=kt, **common)
         return
