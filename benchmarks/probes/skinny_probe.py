@@ -8,7 +8,7 @@ At batch 1 the engine's GEMVs stream the weights at ~3.7 TB/s; at batch 32 its G
             tile as the MMA's wide operand, rows padded to 16..128, K split where the column
             tiles do not fill the SMs): wm64 (64 weight rows, K tile 128, automatic split,
             the backend's TMA choice: the config model's rule), wm64p (the same on pointers),
-            wm128 (128 rows), wm64k64 (K tile 64, 6 stages);
+            wm128 (128 rows), wm64k64 (K tile 64, 6 stages), wm64x2 (wm64 with twice its split);
   gemv      `kernels.linear` at M = 1 on the same weight (the rate to reach).
 Each weight has copies enough to pass 256 MB (L2 holds none of them between calls); each case
 runs once on copy 0 and is checked against the fp32 product first, then a graph over the copies
@@ -27,6 +27,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
+from tilesafe.kernels import gemm_model as GM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # queued_ms, beside this file
 from queued_ms import queued_ms  # noqa: E402
@@ -43,7 +44,8 @@ WM = {"weight_major": True, "num_warps": 4, "split_k": None, "tma": None}
 CANDIDATES = {"wm64": dict(WM, block_n=64, block_k=128, num_stages=4),       # gemm_model.weight_major_choice's
               "wm64p": dict(WM, block_n=64, block_k=128, num_stages=4, tma=False),
               "wm128": dict(WM, block_n=128, block_k=128, num_stages=4),
-              "wm64k64": dict(WM, block_n=64, block_k=64, num_stages=6)}
+              "wm64k64": dict(WM, block_n=64, block_k=64, num_stages=6),
+              "wm64x2": "twice the automatic split of wm64"}
 SLEEP = 10_000_000               # ~5 ms: the host queues a case's 12 graph replays well within it
 
 
@@ -98,6 +100,16 @@ def cublas(wt: Weight, xs, outs):
     with torch.cuda.graph(g):
         run()
     yield g.replay
+
+
+def twice_the_split(m: int, n: int, k: int) -> dict:
+    """wm64 with twice the K splits its rule picks (two waves of blocks, each half as long)."""
+    bm, bn, bk = max(16, min(GM.WEIGHT_MAJOR_MAX_ROWS, 1 << (m - 1).bit_length())), min(64, n), min(128, k)
+    stages = GM.weight_major_stages(4, bm, bn, bk, 2)
+    slots = GM.weight_major_slots(bm, bn, bk, stages, 2, torch.cuda.get_device_properties(0).multi_processor_count,
+                                  228 * 1024)
+    split = GM.weight_major_splits(None, -(-m // bm) * -(-n // bn), -(-k // bk), slots)
+    return dict(CANDIDATES["wm64"], split_k=min(2 * split, -(-k // bk)))
 
 
 def case(rows: list, model: str, weight: str, wt: Weight, m: int, impl: str, config, xs, outs) -> None:
@@ -174,6 +186,8 @@ def main():
             case(rows, model, weight, wt, m, "torch", None, xs, outs)
             case(rows, model, weight, wt, m, "linear", None, xs, outs)
             for name, config in CANDIDATES.items():
+                if name == "wm64x2":
+                    config = twice_the_split(m, wt.n, wt.k)
                 case(rows, model, weight, wt, m, name, config, xs, outs)
         with open(out, "w") as f:                    # after each M: a run cut short keeps what it measured
             json.dump({"rows": rows, "wall_s": round(time.perf_counter() - T0, 1)}, f, indent=1)
