@@ -110,9 +110,11 @@ def ranked(shape, n: int = 4, gpu: Gpu | None = None) -> list[dict]:
 
 def _kind(c: dict) -> tuple:
     """What sets a config apart for the autotune: its output tile, whether it splits K, tail
-    split, a decode's block count and one kernel or two (a stage more or less is a near-tie)."""
+    split, a decode's block count, one kernel or two, and a weight-major product (another
+    kernel of the same tiles: the rule's weight-major pick leaves the row-major tile its place)
+    (a stage more or less is a near-tie)."""
     return (c.get("block_m"), c.get("block_n"), (c.get("split_k") or 1) > 1, c.get("tail_split"),
-            c.get("target_blocks"), bool(c.get("one_kernel")))
+            c.get("target_blocks"), bool(c.get("one_kernel")), bool(c.get("weight_major")))
 
 
 def _same(a: dict, b: dict) -> bool:
