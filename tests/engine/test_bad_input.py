@@ -374,3 +374,15 @@ def test_no_sequence_of_a_batch_runs_past_max_model_len(llm):
     assert [len(o.token_ids) for o in outs] == [3, 15, 1] and {o.finish_reason for o in outs} == {"length"}
     streamed = [t for delta in llm.stream(prompts[1], params) for t in delta.token_ids]
     assert streamed == outs[1].token_ids
+
+
+def test_sampling_values_beyond_the_device_rows_take_their_limit(llm):
+    """top_k 2**40 was torch's int32 overflow (a RuntimeError) inside generate; a temperature of
+    1e300 or inf (inf in f32) gave the last token of the vocabulary every time (NaN weights).
+    Now the first means no limit, and the others the uniform weights any huge temperature gives
+    (1e20, which needs no limit, is their oracle)."""
+    def tokens(**kwargs):
+        return llm.generate(OK_PROMPT, SamplingParams(max_tokens=6, seed=5, **kwargs))[0].outputs[0].token_ids
+    assert tokens(temperature=1.0, top_k=2 ** 40) == tokens(temperature=1.0, top_k=0)
+    uniform = tokens(temperature=1e20)
+    assert tokens(temperature=1e300) == tokens(temperature=float("inf")) == uniform and len(set(uniform)) > 2

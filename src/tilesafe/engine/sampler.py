@@ -29,6 +29,13 @@ import tilesafe.kernels as tk
 from .sampling_params import SamplingParams
 
 GREEDY_BELOW = 1e-5      # vLLM's sampling epsilon: a smaller temperature samples greedily
+# The device's f32 rows hold what Python's ints and floats may exceed: a top_k of 2**31 or more
+# (no limit: no vocabulary is that large) is 2**31 - 1, and a temperature above 1e30, whose
+# f32 could be inf (1e300) or a reciprocal flushed to 0, is 1e30. Both are exact: exp((x - max)
+# / 1e30) is 1.0 in f32 for any logit gap below 1e22, the same uniform weights a larger
+# temperature gives.
+TOP_K_MAX = 2 ** 31 - 1
+TEMPERATURE_MAX = 1e30
 
 
 class Sampler:
@@ -56,9 +63,9 @@ class Sampler:
         n = self._rows(len(params))
         greedy = [p.temperature < GREEDY_BELOW or p.top_k == 1 for p in params]
         self.greedy[:n] = greedy
-        self.temperature[:n].copy_(torch.tensor([0.0 if g else p.temperature for p, g in zip(params, greedy)],
-                                                dtype=torch.float32))
-        self.top_k[:n].copy_(torch.tensor([max(p.top_k, 0) for p in params], dtype=torch.int32))
+        self.temperature[:n].copy_(torch.tensor([0.0 if g else min(p.temperature, TEMPERATURE_MAX)
+                                                 for p, g in zip(params, greedy)], dtype=torch.float32))
+        self.top_k[:n].copy_(torch.tensor([min(max(p.top_k, 0), TOP_K_MAX) for p in params], dtype=torch.int32))
         self.top_p[:n].copy_(torch.tensor([p.top_p for p in params], dtype=torch.float32))
         self.seed[:n].copy_(torch.tensor([_signed64(s) for s in seeds], dtype=torch.int64))
 
