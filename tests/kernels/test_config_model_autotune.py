@@ -25,7 +25,8 @@ def test_the_autotune_never_times_one_config_twice(m, n, k):
     got = [_whole("matmul", c) for c in cm.ranked(shape, 4, cm.H200)]
     assert gm.streaming_choice(shape, cm.H200) is not None and len(got) >= 5
     assert all(got[i] != got[j] for i in range(len(got)) for j in range(i)), got
-    kinds = {(c["block_m"], c["block_n"], c["split_k"] > 1, c["tail_split"], bool(c.get("weight_major"))) for c in got[:5]}
+    kinds = {(c["block_m"], c["block_n"], c["split_k"] > 1, c["tail_split"], bool(c.get("weight_major")))
+             for c in got[:5]}
     assert len(kinds) == 5, got                       # the rule's kind and four others
 
 
