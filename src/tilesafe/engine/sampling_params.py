@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .errors import request_error
 
 DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 16}
-# vLLM's sampling parameters the sampler does not implement: each one's neutral values (None is
+# vLLM's sampling parameters the sampler does not implement: each one's neutral value (None is
 # neutral too: vLLM's "unset") and what to use instead. Anything else would be a request
 # decoded differently from what it asked, with no sign of it.
 NOT_APPLIED = {
