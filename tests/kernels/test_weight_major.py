@@ -44,7 +44,8 @@ def test_rows_by_a_ragged_weight_in_one_pass(backend, device, monkeypatch, m, dt
     assert_close(got, F.silu(F.linear(t64(x), t64(w), t64(bias))), dtype, **MM_TOL[dtype])
 
 
-@pytest.mark.parametrize("m, splits, dtype", [(3, 2, "f32"), (16, 3, "f32"), (33, 5, "bf16"), (7, 50, "f32")])
+@pytest.mark.parametrize("m, splits, dtype", [(3, 2, "f32"), (16, 3, "f32"), (33, 5, "bf16"), (7, 50, "f32"),
+                                              (130, 2, "f32")])      # 130 rows: two row tiles of 128
 def test_k_splits_add_up_in_the_last_block(backend, device, monkeypatch, m, splits, dtype):
     """K = 150 in tiles of 32 (5 tiles) over 2, 3 (a ragged last split) or all 5 splits (50
     asks for more): one launch, whose last split of each tile adds the partials up; the same
