@@ -386,3 +386,10 @@ def test_sampling_values_beyond_the_device_rows_take_their_limit(llm):
     assert tokens(temperature=1.0, top_k=2 ** 40) == tokens(temperature=1.0, top_k=0)
     uniform = tokens(temperature=1e20)
     assert tokens(temperature=1e300) == tokens(temperature=float("inf")) == uniform and len(set(uniform)) > 2
+
+
+def test_per_prompt_params_may_be_a_tuple(llm, ok_tokens):
+    """vLLM takes any sequence of SamplingParams: a tuple was refused ('sampling params 0 must be
+    a SamplingParams (or None), got tuple')."""
+    outs = llm.generate([OK_PROMPT, OK_PROMPT], (SamplingParams(temperature=0, max_tokens=2), GREEDY3))
+    assert [o.outputs[0].token_ids for o in outs] == [ok_tokens[:2], ok_tokens]

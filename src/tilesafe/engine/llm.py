@@ -300,7 +300,8 @@ class LLM:
     def _sequences(self, prompts, sampling_params) -> list[Sequence]:
         """Every request checked and tokenized, before any device work."""
         items: list[Prompt] = normalize_prompts(prompts, self.tokenizer, self.config.vocab_size, self.max_model_len)
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(items)
+        # one per prompt as a list or a tuple (vLLM takes any sequence): a tuple was 'got tuple'
+        params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(items)
         if len(params) != len(items):
             raise request_error(f"generate: {len(items)} prompts but {len(params)} sampling params",
                                 help="pass one SamplingParams, or one per prompt")
