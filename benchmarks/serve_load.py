@@ -105,9 +105,10 @@ def parser() -> argparse.ArgumentParser:
                    help="in-process server: steps of fresh prompts with no or >= N decode rows run split "
                         "(prefill graphs, warmed at start-up; up to 4 fresh prompts a step)")
     p.add_argument("--decode-step-tokens", default="default", metavar="T[,T...]",
-                   help="in-process server: rows of a step beside decodes (auto, off, N, or default: the "
-                        "engine's own default, what `tilesafe serve` runs); a comma-separated list runs every "
-                        "level once per value, on one server")
+                   help="in-process server: rows of a step beside decodes (auto, itl, itl@SHARE: itl's bound at "
+                        "SHARE of twice the batch-1 step, off, N, or default: the engine's own default, what "
+                        "`tilesafe serve` runs); a comma-separated list runs every level once per value, on one "
+                        "server")
     p.add_argument("--switch-interval", type=float, metavar="S",
                    help="sys.setswitchinterval for this process (the in-process server's threads share its GIL)")
     return p
@@ -181,7 +182,10 @@ def run(args, p) -> int:
 
 
 def _step_tokens(text: str):
-    """A --decode-step-tokens value: "auto", "itl", None (off), "batch2x", "default" or a row count."""
+    """A --decode-step-tokens value: "auto", "itl", "itl@SHARE", None (off), "batch2x", "default" or a row count."""
+    if text.startswith("itl@"):
+        float(text[4:])
+        return text
     return None if text == "off" else text if text in ("auto", "itl", "batch2x", "default") else int(text)
 
 
@@ -196,10 +200,17 @@ def _label(setting) -> str:
 def _apply_step_tokens(core, setting) -> None:
     """Set the engine's decode-step rows; "default": the engine's default; "batch2x" (a probe,
     not an engine option): per bucket of a step's decode rows (max_num_seqs rows at most), the
-    most rows whose measured step is at most twice that bucket's."""
+    most rows whose measured step is at most twice that bucket's; "itl@SHARE" (a probe): "itl"
+    with its bound at SHARE of twice the batch-1 step instead of row_policy.ITL_SHARE."""
     if setting == "default":
         from tilesafe.serve.engine_core import DEFAULT_DECODE_STEP_TOKENS
         setting = DEFAULT_DECODE_STEP_TOKENS
+    if isinstance(setting, str) and setting.startswith("itl@"):
+        from tilesafe.serve.row_policy import ItlRows
+        core.set_decode_step_tokens("itl")
+        core.decode_step_tokens = core.scheduler.row_budget = ItlRows.from_times(core.decode_step_times,
+                                                                                 float(setting[4:]))
+        return
     if setting != "batch2x":
         core.set_decode_step_tokens(setting)
         return

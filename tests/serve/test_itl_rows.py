@@ -39,11 +39,9 @@ def _req(rid, n_prompt, order, max_tokens):
     return Request(rid, seq, sink=lambda out: None, order=order)
 
 
-@pytest.mark.parametrize("max_tokens, prompt_rows", [(32, 1), (8, 5)])
-def test_the_scheduler_asks_the_policy_with_its_queue_and_the_decodes_lifetime(max_tokens, prompt_rows):
-    """Three decoding requests (bucket 4, within the bound) and a 20-token prompt: 4 rows a step
-    prefill it in 20 steps, within a 32-token life (1 prompt row); past an 8-token one, so the
-    step grows to bucket 8 (5 prompt rows: ceil(20 / 5) = 4 steps)."""
+def _three_decoding(max_tokens):
+    """A scheduler of ItlRows over buckets 1-12 (bound 0.7 x 2 x 1.0 = 1.4: bucket 4) with three
+    decoding 3-token requests that live `max_tokens` tokens (params shared: mutable)."""
     s = Scheduler(max_num_seqs=4, max_model_len=64, num_blocks=64, block_size=4,
                   row_budget=ItlRows.from_times({1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0, 12: 2.7}),
                   row_buckets=[1, 2, 4, 8, 12])
@@ -53,7 +51,44 @@ def test_the_scheduler_asks_the_policy_with_its_queue_and_the_decodes_lifetime(m
     for r, n in s.schedule().prefill:               # nothing decodes yet: whole prompts, not rows
         s.computed(r, n)
         r.seq.tokens.append(7)
-    p = _req("p", 20, 9, max_tokens)
+    return s, decoding
+
+
+def _decoded(s, plan):
+    for r, n in plan.prefill:
+        s.computed(r, n)
+    for r in plan.decode:
+        s.computed(r, 1)
+        r.seq.tokens.append(7)
+
+
+def test_rows_within_the_bound_while_they_keep_up():
+    """Three decodes (bucket 4) and a 20-token prompt: 4-row steps prefill it in 20 steps, within
+    the decodes' 32-token life: one prompt row beside them."""
+    s, decoding = _three_decoding(32)
+    p = _req("p", 20, 9, 32)
     s.add(p)
     plan = s.schedule()
-    assert plan.rows and plan.decode == decoding and plan.prefill == [(p, prompt_rows)]
+    assert plan.rows and plan.decode == decoding and plan.prefill == [(p, 1)]
+
+
+def test_past_keeping_up_a_fresh_prompt_goes_whole_and_one_under_way_finishes_as_rows():
+    """Decodes that live 8 tokens: 20 steps of 4 rows are too slow for the queue. A fresh prompt
+    then goes whole beside them (the steps without rows); a prompt already under way finishes in
+    rows grown to keep up (bucket 8: 39 queued tokens in 8 steps of 5) and the queue waits for
+    the next step (before: any prompt beside decodes went as rows of the bound's bucket)."""
+    s, decoding = _three_decoding(8)
+    p = _req("p", 20, 9, 8)
+    s.add(p)
+    plan = s.schedule()
+    assert not plan.rows and plan.decode == decoding and plan.prefill == [(p, 20)]
+
+    s, decoding = _three_decoding(32)
+    p, q = _req("p", 20, 9, 32), _req("q", 20, 10, 32)
+    s.add(p)
+    _decoded(s, s.schedule())                       # p's first row: under way
+    s.add(q)
+    for r in decoding:
+        r.seq.params.max_tokens = 8
+    plan = s.schedule()
+    assert plan.rows and plan.prefill == [(p, 5)] and list(s.waiting) == [q]

@@ -109,3 +109,16 @@ def test_the_trace_splits_each_tokens_gap_into_its_step_and_the_host_time_before
     assert s["over_bound"]["rows"] == pytest.approx([2, 6.0, 5.0, 1.0, 64])
     assert len(s["engine_trace"]) == 103 and s["engine_trace"][2] == ["rows", 64, 2, 12.0, 17.0]
     assert serve_load._trace_summary([], {}) == {}
+
+
+def test_itl_at_a_share_sets_itls_rows_with_that_bound(serve_load):
+    from tilesafe.serve.row_policy import ItlRows
+    assert serve_load._step_tokens("itl@1.0") == "itl@1.0" and serve_load._step_tokens("itl") == "itl"
+    with pytest.raises(ValueError):
+        serve_load._step_tokens("itl@x")
+    seen = []
+    core = SimpleNamespace(decode_step_times={1: 0.002, 64: 0.003, 128: 0.004}, scheduler=SimpleNamespace(),
+                           set_decode_step_tokens=seen.append)
+    serve_load._apply_step_tokens(core, "itl@1.0")
+    assert seen == ["itl"] and core.scheduler.row_budget == core.decode_step_tokens == ItlRows(
+        core.decode_step_times, 0.004)

@@ -1,18 +1,19 @@
 """`ItlRows`: decode-step rows sized by the inter-token bound (EngineCore's
-`decode_step_tokens="itl"`), growing only when the prompts waiting would not be prefilled in time.
+`decode_step_tokens="itl"`), used only while they keep up with the prompts waiting.
 
 A row step costs its row bucket's decode step (the buckets' replays are timed after the
 warm-up), and every decoding request in it waits that long for its next token. So a step
 with d decode rows takes the largest bucket whose timed step is within `bound_s` (issue 19's
-inter-token bound, twice the batch-1 step, less the host time a step has over its replay:
-`ITL_SHARE`), at least the bucket d fills. That alone starves prompts when many wait (at 128
-clients, 128-row steps left 85 clients queued ~0.7 s, session 19): when the prompt tokens
-waiting or under way would take more steps at that size than the decoding requests live
-(their mean `max_tokens`: the steps until their slots free), the step takes the smallest
-bucket that prefills them within that lifetime, or the largest bucket there is. A step
-without decode rows has no inter-token gap to keep: the largest bucket; nor has one whose
-decode rows alone step past the bound (more than 64 decodes of the 4B on the H200): there a
-prompt may double their step, as "auto" lets it (the largest bucket within twice theirs).
+inter-token bound, twice the batch-1 step, times `ITL_SHARE`), at least the bucket d fills.
+Held there, a closed loop of many clients queues (at 128 clients, 128-row steps left 85
+clients waiting ~0.7 s for their first token, session 19), so the rows *keep up* only while
+the prompt tokens waiting or under way take at most as many steps of that size as the
+decoding requests live (their mean `max_tokens`: the steps until their slots free), and only
+while the decodes alone keep the bound. Past that, the scheduler takes whole fresh prompts
+as without rows (mixed steps: the fastest way through a queue, session 19's best at 128
+clients), and a prompt already under way as rows finishes in rows grown to keep up (the
+smallest bucket that does, else the largest; no new prompt joins them). A step without decode
+rows has no inter-token gap to keep: the largest bucket.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from dataclasses import dataclass
 # The share of twice the batch-1 step that a row step's timed replay may take. Session 19
 # (H200, 4B, 32 clients): a 128-row step replayed in 3.88 ms ran 5.05 ms of wall time in the
 # server (1.3x: real rows' KV, staging, outputs) and the clients' p99 gap was 6.15 ms (1.2x
-# that), so a replay within 2 x 2.62 ms / (1.3 x 1.2) ~ 0.65 of the bound keeps the p99 gap
-# inside it; 0.7 picks the same bucket (64 rows, 3.34 ms; 128 rows 3.88 ms is past 3.67).
+# that), 1.17x the bound: a p99 inside it needs a replay within ~0.65 of it, and 0.7 picks
+# 64 rows (3.34 ms; 128 rows, 3.88 ms, is past 3.67). A closed-loop model of the scheduler
+# with those step times (serve_load's steps) has 64-row steps cost a quarter of the 32-client
+# throughput (one prompt's 128 rows over four steps), 128-row steps 4%.
 ITL_SHARE = 0.7
 
 
@@ -38,6 +41,15 @@ class ItlRows:
         if not times:
             return None
         return cls(dict(sorted(times.items())), share * 2.0 * times[min(times)])
+
+    def keeps_up(self, decode_rows: int, fill: int, queued: int, lifetime: float) -> bool:
+        """Whether row steps within the bound serve this step: the decodes alone keep the bound
+        and the bound's bucket prefills the queued prompt tokens within the decodes' lifetime."""
+        own = self.times.get(fill, float("inf"))
+        if decode_rows == 0 or own > self.bound_s:
+            return False
+        itl = max([c for c in self.times if self.times[c] <= self.bound_s] + [fill])
+        return queued <= 0 or _steps(queued, itl, decode_rows) <= lifetime
 
     def limit(self, decode_rows: int, fill: int, queued: int, lifetime: float) -> int:
         """Rows of a step with `decode_rows` decodes (which fill bucket `fill`), `queued`

@@ -106,8 +106,12 @@ class Scheduler:
             elif n > 1:
                 prefilling.append(r)
         prefilling.sort(key=lambda r: r.order)
-        if self.row_budget is not None and (decode or any(r.computed for r in prefilling)):
-            return self._rows_plan(decode, prefilling, preempted)
+        under_way = any(r.computed for r in prefilling)
+        if self.row_budget is not None and (decode or under_way):
+            # (ItlRows: rows only while they keep up, else whole fresh prompts as without rows)
+            if under_way or not isinstance(self.row_budget, ItlRows) \
+                    or self.row_budget.keeps_up(*self._itl_inputs(decode, prefilling)):
+                return self._rows_plan(decode, prefilling, preempted)
         prefill = []
         budget = _take_chunks(prefilling, self.max_num_batched_tokens - len(decode), prefill)
         if self.max_fresh is not None and prefill:      # a later chunk: fresh prompts wait (another shape)
@@ -128,10 +132,12 @@ class Scheduler:
         arrival order, then admitted ones — up to the row budget or the decode rows' bucket."""
         d = len(decode)
         fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
+        admit = True
         if isinstance(self.row_budget, ItlRows):    # by the inter-token bound, more while prompts queue
-            queued = sum(r.uncomputed for r in prefilling) + sum(r.uncomputed for r in self.waiting)
-            lifetime = sum(r.seq.params.max_tokens for r in decode) / d if d else 0.0
-            limit = self.row_budget.limit(d, fill, queued, lifetime)
+            inputs = self._itl_inputs(decode, prefilling)
+            limit = self.row_budget.limit(*inputs)
+            # past keeping up, rows only finish the prompts under way: the next step falls back
+            admit = self.row_budget.keeps_up(*inputs)
         elif isinstance(self.row_budget, dict):
             limit = self.row_budget.get(fill, fill)
         else:
@@ -139,8 +145,17 @@ class Scheduler:
         prefill = []
         most = self.row_buckets[-1] if self.row_buckets else self.max_num_seqs     # the largest step there is
         budget = _take_chunks(prefilling, min(max(limit, fill), most) - d, prefill)
-        _take_chunks(self._admit(budget, recompute=False), budget, prefill)
+        if admit:
+            _take_chunks(self._admit(budget, recompute=False), budget, prefill)
         return StepPlan(decode, prefill, preempted, rows=True)
+
+    def _itl_inputs(self, decode: list[Request], prefilling: list[Request]) -> tuple[int, int, int, float]:
+        """What ItlRows decides from: the decode rows, the bucket they fill, the prompt tokens
+        waiting or under way, and the decoding requests' mean max_tokens (their lifetime)."""
+        d = len(decode)
+        fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
+        queued = sum(r.uncomputed for r in prefilling) + sum(r.uncomputed for r in self.waiting)
+        return d, fill, queued, sum(r.seq.params.max_tokens for r in decode) / d if d else 0.0
 
     def computed(self, req: Request, n: int) -> None:
         """The step wrote the KV of `req`'s next n tokens: their full blocks become shareable."""
