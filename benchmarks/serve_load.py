@@ -117,6 +117,7 @@ def parser() -> argparse.ArgumentParser:
 def run(args, p) -> int:
     prefixes = [int(x) for x in args.shared_prefix.split(",")]
     settings = [_step_tokens(x) for x in args.decode_step_tokens.split(",")]
+    began = time.perf_counter()        # each level's `done_at_s` counts from here: what a run's levels cost
 
     server = llm = None
     if args.url is None:
@@ -147,9 +148,12 @@ def run(args, p) -> int:
         # One client never has a prompt beside decodes: its level runs for the first value only.
         for setting, shared, c in [(t, n, c) for i, t in enumerate(settings) for n in prefixes for c in levels_c
                                    if not (i and c == 1)]:
+            rows_s = None
             if server is not None:
                 # (the first auto or N warms the row buckets: compiles, so more than call's default minute)
+                t = time.perf_counter()
                 server.engine.thread.call(lambda core: _apply_step_tokens(core, setting), timeout=900)
+                rows_s = time.perf_counter() - t
                 # "auto" times the buckets on first use: the report shows them (and the budgets) once there
                 report["decode_step_times_s"] = core.decode_step_times
                 report["auto_decode_step_tokens"] = core.auto_step_tokens
@@ -163,6 +167,7 @@ def run(args, p) -> int:
             except Exception as e:     # a failed level is recorded; the others still run
                 level = {"concurrency": c, "shared_prefix": shared, "error": f"{type(e).__name__}: {e}"}
             level["decode_step_tokens"] = _label(setting) if server is not None else None
+            level["rows_setup_s"], level["done_at_s"] = rows_s, time.perf_counter() - began
             levels.append(level)
             _targets(report)
             print(json.dumps({k: v for k, v in level.items() if k != "engine_trace"}), flush=True)
@@ -407,8 +412,9 @@ def _table(report: dict) -> None:
             kinds = ", ".join(f"{k} {v[0]} x {v[1] / max(v[0], 1) * 1e3:.2f} ms ({v[2] / max(v[0], 1):.0f} rows)"
                               for k, v in sorted(lv["step_timing"].items()))
             print(f"  {str(lv.get('decode_step_tokens')):>4} rows, {lv['concurrency']:>4} clients: {kinds}; "
-                  f"offline warm-up "
-                  f"{lv.get('offline_warmup_s', nan):.2f} s", file=sys.stderr)
+                  f"offline warm-up {lv.get('offline_warmup_s', nan):.2f} s; done at "
+                  f"{lv.get('done_at_s') or nan:.1f} s (rows set up {lv.get('rows_setup_s') or nan:.1f} s)",
+                  file=sys.stderr)
         if "engine_gap_s" in lv:       # [tokens, gap, step, host ms, rows] per kind
             g = lv["engine_gap_s"]
             slow = "; ".join(f"{k} {v[0]} tok {v[1]:.2f} ms (step {v[2]:.2f} + host {v[3]:.2f}, {v[4]:.0f} rows)"
