@@ -139,12 +139,24 @@ def test_unsupported_config(checkpoint, tmp_path, edit, fragment):
     (dict(max_num_seqs=0), "max_num_seqs must be a positive int, got 0"),
     (dict(dtype="int8"), "dtype must be one of float32, bfloat16, float16 or 'auto', got 'int8'"),
     (dict(device="tpu"), "device must be 'cpu' or 'cuda[:N]', got 'tpu'"),
+    # each below was torch's error from inside the load: "cpu:0" a safetensors error called a
+    # corrupt file, a GPU index this machine lacks an AssertionError (no CUDA) or a CUDA error
+    (dict(device="cpu:0"), "device must be 'cpu' or 'cuda[:N]', got 'cpu:0'"),
+    (dict(device="cuda:x"), "device must be 'cpu' or 'cuda[:N]', got 'cuda:x'"),
+    (dict(device=f"cuda:{torch.cuda.device_count()}"),
+     f"device 'cuda:{torch.cuda.device_count()}', but this machine has {torch.cuda.device_count()} CUDA device"),
 ])
 def test_bad_llm_settings(checkpoint, kwargs, fragment):
     folder, _ = checkpoint()
     with pytest.raises(RequestError) as e:
         LLM(str(folder), **{"device": "cpu", "progress": False, **kwargs})  # llm: bad setting
     assert_located(e.value, "llm: bad setting", fragment)
+    assert e.value.help
+
+
+def test_a_torch_device_names_the_device(checkpoint):
+    folder, _ = checkpoint()
+    assert LLM(str(folder), device=torch.device("cpu"), max_model_len=16, progress=False).device == "cpu"
 
 
 @pytest.mark.parametrize("kwargs,fragment", [

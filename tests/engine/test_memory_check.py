@@ -62,6 +62,8 @@ def test_room_for_weights_and_cache_but_not_prefill_buffers_is_refused(checkpoin
     prefill = prefill_bytes_by_hand(cfg_probe, 16, [16], 4)
     free = weights + cache + prefill // 2
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)     # a GPU, as far as the device check sees
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(RequestError) as e:
         LLM(str(folder), device="cuda", dtype="float32", max_model_len=16, max_num_seqs=2,  # memory: refused
             prefill_graphs=True, progress=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import re
 import traceback
 from pathlib import Path
 
@@ -116,7 +117,7 @@ class LLM:
             tp_group.world_of(parallel.size)
         if world > 1:
             check_splits(cfg, world)          # before any process starts
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = _device(device)
         self.dtype = _dtype(dtype, cfg, self.device)
         default_len = min(cfg.max_position_embeddings, 4096)       # only for None: 0 is refused, not defaulted
         self.max_model_len = _positive("max_model_len", default_len if max_model_len is None else max_model_len)
@@ -498,10 +499,24 @@ def _backend(device: str) -> str | None:
     Triton's interpreter); a GPU keeps the current (Triton) backend."""
     if device == "cpu" and ts.current_backend() == "triton":
         return "reference"
-    if not device.startswith(("cpu", "cuda")):
+    return None
+
+
+def _device(device) -> str:
+    """"cpu", "cuda" or "cuda:N" of a GPU this machine has (a torch.device as its name); unset:
+    the GPU when there is one. Anything else was torch's error from deep inside the load
+    ("cuda" without a GPU an AssertionError, "cpu:0" a safetensors error called a corrupt file)."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    name = str(device) if isinstance(device, torch.device) else device
+    if not isinstance(name, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", name):
         raise request_error(f"LLM: device must be 'cpu' or 'cuda[:N]', got {device!r}",
                             help="e.g. device='cuda:0'; leave it unset for the GPU when there is one, else the CPU")
-    return None
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name != "cpu" and int(name.partition(":")[2] or 0) >= gpus:
+        raise request_error(f"LLM: device {name!r}, but this machine has {gpus} CUDA device{'s' * (gpus != 1)}",
+                            help="pass device='cpu'" + (f", or cuda:0 .. cuda:{gpus - 1}" if gpus else ""))
+    return name
 
 
 def _positive(name: str, value) -> int:
