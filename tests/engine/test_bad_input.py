@@ -381,7 +381,7 @@ def test_no_sequence_of_a_batch_runs_past_max_model_len(llm):
     stream: a 13-token prompt gets 3 tokens, a 15-token one 1, a 1-token one 15 (the same ones
     it gets alone, streamed)."""
     params = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
-    prompts = [{"prompt_token_ids": list(range(13))}, {"prompt_token_ids": [3]}, {"prompt_token_ids": list(range(1, 16))}]
+    prompts = [{"prompt_token_ids": ids} for ids in (list(range(13)), [3], list(range(1, 16)))]
     outs = [o.outputs[0] for o in llm.generate(prompts, params)]
     assert [len(o.token_ids) for o in outs] == [3, 15, 1] and {o.finish_reason for o in outs} == {"length"}
     streamed = [t for delta in llm.stream(prompts[1], params) for t in delta.token_ids]
