@@ -199,26 +199,60 @@ class LeanTorchQwen3Step(TorchQwen3Step):
         return logits
 
 
-def _layer(res, x, qkv_w, qk_norm, k_cache, v_cache, cos, sin, pos, mask, o_w, post_norm, gate_up_w, down_w,
-           next_norm, dims):
-    """One decoder layer of the lean step's math, from its normed input `x` (and residual `res`) to
-    the next layer's normed input (the residual added to the o and down GEMMs' outputs, as the plain
-    step adds it: fused by Inductor with the RMSNorm that follows). Every
-    tensor is an argument and `dims` (H, KV, D, I, eps) the only constant, so `torch.compile`
-    traces it once for all layers (no guard on which layer's tensors it gets)."""
+def _add(res, y):
+    """res + y, rounded once. Written as a float add so that Inductor fuses it into the RMSNorm
+    kernel that follows: `res + mm(...)` in the model's dtype matches its addmm pattern, and an
+    addmm out of place copies `res` into its output first (a memcpy a residual)."""
+    return (res.float() + y.float()).to(res.dtype)
+
+
+def _qk_v_cached(x, qkv_w, qk_norm, kv_cache, cos, sin, pos, dims):
+    """The layer up to attention: the qkv GEMM, q/k RMSNorm and RoPE in float (one rounding), k and
+    v written into row `pos` of the layer's cache (k and v one tensor (2, 1, KV, L, D): one write).
+    Returns q as (KV, G, D): KV head j's G query heads are its rows (exact GQA)."""
     h, kv, d, inter, eps = dims
-    e, length = res.shape[-1], k_cache.shape[2]
     qkv = F.linear(x, qkv_w)                                                # (1, (H + 2 KV) D)
     qk = F.rms_norm(qkv[0, :(h + kv) * d].view(h + kv, d), (d,), None, eps) * qk_norm   # float
-    qk = (qk * cos + qk.roll(d // 2, -1) * sin).to(res.dtype)               # rotated, one rounding
-    k_cache.index_copy_(2, pos, qk[h:].view(1, kv, 1, d))
-    v_cache.index_copy_(2, pos, qkv[:, (h + kv) * d:].view(1, kv, 1, d))
-    a = F.scaled_dot_product_attention(qk[:h].view(kv, 1, h // kv, d), k_cache.view(kv, 1, length, d),
-                                       v_cache.view(kv, 1, length, d), attn_mask=mask)   # (KV, 1, G, D)
-    res = res + F.linear(a.reshape(1, h * d), o_w)          # the add fuses into the norm's kernel, where
-    gu = F.linear(F.rms_norm(res, (e,), post_norm, eps), gate_up_w)        # addmm would copy res first
-    res = res + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], down_w)
+    qk = (qk * cos + qk.roll(d // 2, -1) * sin).to(x.dtype)                 # rotated, one rounding
+    kv_cache.index_copy_(3, pos, torch.stack([qk[h:], qkv[0, (h + kv) * d:].view(kv, d)]).view(2, 1, kv, 1, d))
+    return qk[:h].view(kv, h // kv, d)
+
+
+def _after_attention(res, a, o_w, post_norm, gate_up_w, down_w, next_norm, dims):
+    """The layer from attention's output a (KV, G, D) to the next layer's normed input."""
+    h, kv, d, inter, eps = dims
+    e = res.shape[-1]
+    res = _add(res, F.linear(a.reshape(1, h * d), o_w))
+    gu = F.linear(F.rms_norm(res, (e,), post_norm, eps), gate_up_w)        # (1, 2 I)
+    res = _add(res, F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], down_w))
     return res, F.rms_norm(res, (e,), next_norm, eps)
+
+
+def _layer(res, x, qkv_w, qk_norm, kv_cache, cos, sin, pos, mask, o_w, post_norm, gate_up_w, down_w,
+           next_norm, dims):
+    """One decoder layer of the lean step's math, from its normed input `x` (and residual `res`) to
+    the next layer's normed input, attention by SDPA (the additive `mask`). Every tensor is an
+    argument and `dims` (H, KV, D, I, eps) the only constant, so `torch.compile` traces it once
+    for all layers (no guard on which layer's tensors it gets)."""
+    q = _qk_v_cached(x, qkv_w, qk_norm, kv_cache, cos, sin, pos, dims)
+    kv, g, d = q.shape
+    cache = (kv, 1, kv_cache.shape[3], d)
+    a = F.scaled_dot_product_attention(q.view(kv, 1, g, d), kv_cache[0].view(cache), kv_cache[1].view(cache),
+                                       attn_mask=mask)                      # (KV, 1, G, D)
+    return _after_attention(res, a, o_w, post_norm, gate_up_w, down_w, next_norm, dims)
+
+
+def _layer_mm(res, x, qkv_w, qk_norm, kv_cache, cos, sin, pos, mask, o_w, post_norm, gate_up_w, down_w,
+              next_norm, dims):
+    """`_layer` with attention written as matmuls (as transformers' eager attention is): scores
+    q k^T by cuBLAS bmm (KV batches of G query rows against the whole cache), scaled, masked past
+    `pos` and softmaxed in float (one Inductor kernel), then p v by bmm. `mask` is unused."""
+    q = _qk_v_cached(x, qkv_w, qk_norm, kv_cache, cos, sin, pos, dims)
+    length, d = kv_cache.shape[3], kv_cache.shape[4]
+    scores = torch.bmm(q, kv_cache[0, 0].transpose(1, 2)).float() * d ** -0.5   # (KV, G, L)
+    scores = scores.masked_fill(torch.arange(length, device=scores.device) > pos, float("-inf"))
+    a = torch.bmm(torch.softmax(scores, -1).to(q.dtype), kv_cache[1, 0])    # (KV, G, D)
+    return _after_attention(res, a, o_w, post_norm, gate_up_w, down_w, next_norm, dims)
 
 
 def _qk_rope(qkv, qk_norm, cos, sin, h: int, kv: int, d: int, eps: float):
@@ -247,14 +281,18 @@ class CompiledTorchQwen3Step(LeanTorchQwen3Step):
     Dynamo compiled for it (1 here: a recompile per layer would show as more)."""
     whole = True          # the GEMMs and SDPA inside the compiled layer (False: only the glue compiled)
     mv = False            # the eager GEMVs as torch.mv(W, x) (glue-only variant and the LM head)
+    layer_fn = staticmethod(_layer)                 # the compiled per-layer function (whole = True)
 
     def __init__(self, llm, max_len: int, compile: bool = True):
         super().__init__(llm, max_len)
-        cfg = self.cfg
+        cfg, dev, dt = self.cfg, llm.device, llm.dtype
         self.dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size, cfg.rms_norm_eps)
+        shape = (2, 1, cfg.num_kv_heads, max_len, cfg.head_dim)             # k and v of a layer: one tensor
+        self.kv = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.k, self.v = [c[0] for c in self.kv], [c[1] for c in self.kv]    # the other steps' views
         wrap = (lambda f: torch.compile(f, fullgraph=True, dynamic=False)) if compile else (lambda f: f)
         self.layer, self.qk_rope, self.add_norm, self.silu_mul = (
-            wrap(_layer), wrap(_qk_rope), wrap(_add_norm), wrap(_silu_mul))
+            wrap(self.layer_fn), wrap(_qk_rope), wrap(_add_norm), wrap(_silu_mul))
         self.compile_s, self.graphs = None, None
 
     def _step(self) -> torch.Tensor:
@@ -281,7 +319,7 @@ class CompiledTorchQwen3Step(LeanTorchQwen3Step):
         for n, layer in enumerate(layers):
             nxt = layers[n + 1].input_norm if n + 1 < len(layers) else w.norm
             if self.whole:
-                res, x = self.layer(res, x, layer.qkv, self.qk_norm[n], self.k[n], self.v[n], cos, sin, self.pos,
+                res, x = self.layer(res, x, layer.qkv, self.qk_norm[n], self.kv[n], cos, sin, self.pos,
                                     self.mask, layer.o, layer.post_norm, layer.gate_up, layer.down, nxt, self.dims)
             else:
                 res, x = self._glue_layer(n, layer, res, x, cos, sin, nxt)
@@ -318,6 +356,13 @@ class CompiledTorchQwen3Step(LeanTorchQwen3Step):
             super().capture()
 
 
+class CompiledMmTorchQwen3Step(CompiledTorchQwen3Step):
+    """`CompiledTorchQwen3Step` with attention as matmuls (`_layer_mm`: cuBLAS bmm, the mask and
+    softmax fused by Inductor) instead of SDPA, whose fused kernels run one block per KV head over
+    the whole cache at batch 1 (14 µs a layer for 432 rows on the H200)."""
+    layer_fn = staticmethod(_layer_mm)
+
+
 class CompiledGlueTorchQwen3Step(CompiledTorchQwen3Step):
     """`CompiledTorchQwen3Step` with only the glue compiled (q/k norm + RoPE, residual add + the next
     RMSNorm, silu*mul: three small graphs); GEMMs, cache writes and SDPA stay eager ops."""
@@ -331,7 +376,8 @@ class CompiledGlueMvTorchQwen3Step(CompiledGlueTorchQwen3Step):
 
 
 STEPS = {"plain": TorchQwen3Step, "lean": LeanTorchQwen3Step,   # engine.py's --torch-step
-         "compiled": CompiledTorchQwen3Step, "compiled_glue": CompiledGlueTorchQwen3Step,
+         "compiled": CompiledTorchQwen3Step, "compiled_mm": CompiledMmTorchQwen3Step,
+         "compiled_glue": CompiledGlueTorchQwen3Step,
          "compiled_glue_mv": CompiledGlueMvTorchQwen3Step}
 
 

@@ -15,9 +15,10 @@ same math in fewer kernels (see its docstring). On one random-weight LLM built o
    cache writes, memsets, the rest; µs and count per step), over graph replays and over an eager step;
 6. `cublas_floor`: the step's 4 x layers + 1 GEMVs alone in one CUDA graph (F.linear, and torch.mv):
    the time any cuBLAS step needs before its first norm;
-7. `compiled`, `compiled_glue`: `CompiledTorchQwen3Step` (each layer's glue fused by torch.compile,
-   GEMMs still cuBLAS) and its glue-only variant: compile seconds, Dynamo graphs, logits against the
-   plain step's, the captured graph's replay time and its grouped profile.
+7. `compiled`, `compiled_mm`, `compiled_glue(_mv)`: `CompiledTorchQwen3Step` (each layer's glue
+   fused by torch.compile, GEMMs still cuBLAS), its variant with attention as bmm + softmax instead
+   of SDPA, and its glue-only variants: compile seconds, Dynamo graphs, logits against the plain
+   step's, the captured graph's replay time and its grouped profile.
 Each part catches its own exception; a short table at the end. --parts picks parts (`new`: the
 parts of 5-7 beside the plain and lean times).
 
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # benchmarks/
 import engine                                                       # noqa: E402
 import engine_check                                                 # noqa: E402
 from torch_qwen3 import (CompiledGlueMvTorchQwen3Step, CompiledGlueTorchQwen3Step,  # noqa: E402
-                         CompiledTorchQwen3Step, LeanTorchQwen3Step, TorchQwen3Step)
+                         CompiledMmTorchQwen3Step, CompiledTorchQwen3Step, LeanTorchQwen3Step, TorchQwen3Step)
 
 
 def check(plain, lean) -> dict:
@@ -230,7 +231,7 @@ def compiled(plain, cls, llm, max_len: int, context: int) -> dict:
     eager step compiles: compile_s, graphs), then its captured graph's replay time."""
     step, r = cls(llm, max_len), {}
     for key, fn in (("check", lambda: check(plain, step)), ("step_s", lambda: step.step_seconds(context)),
-                    ("profile", lambda: profile_step(step, context)), ("blas", lambda: blas_variants(step, context))):
+                    ("profile", lambda: profile_step(step, context))):
         t0 = time.perf_counter()
         try:                                       # what one sub-part found survives another's error
             r[key] = fn()
@@ -255,8 +256,9 @@ def part(out: dict, name: str, fn) -> None:
 
 PARTS = ("check", "sdpa_plain", "sdpa_lean", "kernels_plain", "kernels_lean", "plain_s", "lean_s",
          "lean_efficient_attention_s", "lean_cudnn_attention_s", "lean_math_s", "engine_step", "lean_profile",
-         "lean_blas", "cublas_floor", "compiled", "compiled_glue", "compiled_glue_mv", "plain_again_s")
-NEW_PARTS = "plain_s,lean_s,lean_profile,lean_blas,cublas_floor,compiled,compiled_glue,compiled_glue_mv"
+         "lean_blas", "cublas_floor", "compiled", "compiled_mm", "compiled_glue", "compiled_glue_mv",
+         "plain_again_s")
+NEW_PARTS = "plain_s,lean_s,lean_profile,lean_blas,cublas_floor,compiled,compiled_mm,compiled_glue,compiled_glue_mv"
 
 
 def main() -> None:
@@ -266,7 +268,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256, help="engine.py's --tokens: sets the cache length")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (--size tiny; no timings)")
     ap.add_argument("--parts", default=",".join(PARTS),
-                    help=f"comma-separated parts to run (default all; 'new': {NEW_PARTS})")
+                    help=f"comma-separated parts to run, in that order (default all; 'new': {NEW_PARTS})")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     wanted = NEW_PARTS.split(",") if args.parts == "new" else args.parts.split(",")
@@ -303,12 +305,12 @@ def main() -> None:
            "lean_blas": lambda: blas_variants(lean, args.context),
            "cublas_floor": lambda: cublas_floor(lean),
            "compiled": lambda: compiled(plain, CompiledTorchQwen3Step, llm, max_len, args.context),
+           "compiled_mm": lambda: compiled(plain, CompiledMmTorchQwen3Step, llm, max_len, args.context),
            "compiled_glue": lambda: compiled(plain, CompiledGlueTorchQwen3Step, llm, max_len, args.context),
            "compiled_glue_mv": lambda: compiled(plain, CompiledGlueMvTorchQwen3Step, llm, max_len, args.context),
            "plain_again_s": lambda: plain.step_seconds(args.context)}   # drift check: same number twice
-    for name in PARTS:
-        if name in wanted:
-            part(out, name, fns[name])
+    for name in wanted:                            # in the order asked for
+        part(out, name, fns[name])
             if args.out:                           # what ran so far survives a timeout of a later part
                 Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
     out["wall_s"] = time.perf_counter() - t0
@@ -326,6 +328,7 @@ def main() -> None:
             *[(f"  lean, sdpa={b.split('_')[0]}", get(f"lean_{b}_s"))
               for b in ("efficient_attention", "cudnn_attention", "math")],
             ("torch compiled (graph)", get("compiled", "step_s")),
+            ("  attention as bmm", get("compiled_mm", "step_s")),
             ("torch compiled glue", get("compiled_glue", "step_s")),
             ("  glue, GEMVs as mv", get("compiled_glue_mv", "step_s")),
             ("cuBLAS floor (linear)", get("cublas_floor", "linear_s")),
@@ -340,12 +343,13 @@ def main() -> None:
         if name in out:
             print(f"{name}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" if isinstance(v, float) and "tb" not in k
                                           and k != "weight_gb" else f"{k} {v}" for k, v in out[name].items()))
-    for name in ("compiled", "compiled_glue", "compiled_glue_mv"):
+    for name in ("compiled", "compiled_mm", "compiled_glue", "compiled_glue_mv"):
         if name in out:
-            print(f"{name}: compile {get(name, 'compile_s')} s, {get(name, 'graphs')} graphs, blas variants "
-                  f"{get(name, 'blas')}, check {get(name, 'check')}" if "error" not in out[name]
+            print(f"{name}: compile {get(name, 'compile_s')} s, {get(name, 'graphs')} graphs, "
+                  f"check {get(name, 'check')}" if "error" not in out[name]
                   else f"{name}: {out[name]}")
     for name, prof in (("lean", get("lean_profile")), ("compiled", get("compiled", "profile")),
+                       ("compiled_mm", get("compiled_mm", "profile")),
                        ("compiled_glue", get("compiled_glue", "profile")),
                        ("compiled_glue_mv", get("compiled_glue_mv", "profile"))):
         for how in ("graph", "eager"):

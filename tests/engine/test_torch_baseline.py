@@ -9,8 +9,8 @@ import torch
 from tilesafe.engine import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from torch_qwen3 import (CompiledGlueMvTorchQwen3Step, CompiledGlueTorchQwen3Step, CompiledTorchQwen3Step,  # noqa: E402
-                         LeanTorchQwen3Step, TorchQwen3Step)
+from torch_qwen3 import (CompiledGlueMvTorchQwen3Step, CompiledGlueTorchQwen3Step, CompiledMmTorchQwen3Step,  # noqa: E402
+                         CompiledTorchQwen3Step, LeanTorchQwen3Step, TorchQwen3Step)
 
 
 def test_torch_baseline_gives_transformers_greedy_tokens(checkpoint, hf_greedy):
@@ -58,7 +58,8 @@ def test_engine_bench_torch_step_flag_picks_the_step_and_the_gate_passes_with_le
 
 
 def test_compiled_steps_functions_give_the_plain_steps_logits(checkpoint):
-    """The compiled steps (engine.py --torch-step compiled / compiled_glue) run the plain step's math:
+    """The compiled steps (engine.py --torch-step compiled, compiled_mm, compiled_glue(_mv)) run the plain
+    step's math (compiled_mm's attention as matmuls and a softmax, not SDPA):
     their per-layer functions, here uncompiled (compile=False; the compiled run is the GPU test's),
     give the same float32 logits at every position and write the same cache rows, with norm weights
     that are not all ones (a swapped q/k norm or a wrong next-layer norm would show)."""
@@ -73,7 +74,8 @@ def test_compiled_steps_functions_give_the_plain_steps_logits(checkpoint):
     seq = [3, 17, 5, 60, 2, 9, 41, 11, 7]
     plain_step = TorchQwen3Step(llm, 21)
     plain = plain_step.teacher_forced_logits(seq)
-    for cls in (CompiledTorchQwen3Step, CompiledGlueTorchQwen3Step, CompiledGlueMvTorchQwen3Step):
+    for cls in (CompiledTorchQwen3Step, CompiledMmTorchQwen3Step, CompiledGlueTorchQwen3Step,
+                CompiledGlueMvTorchQwen3Step):
         step = cls(llm, 21, compile=False)
         got = step.teacher_forced_logits(seq)
         assert got.dtype == torch.float32 and got.shape == plain.shape
@@ -85,6 +87,7 @@ def test_compiled_steps_functions_give_the_plain_steps_logits(checkpoint):
 def test_engine_bench_torch_step_flag_offers_the_compiled_steps():
     import engine as bench
     assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "compiled"]).torch_step] is CompiledTorchQwen3Step
+    assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "compiled_mm"]).torch_step] is CompiledMmTorchQwen3Step
     assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "compiled_glue"]).torch_step] \
         is CompiledGlueTorchQwen3Step
     assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "compiled_glue_mv"]).torch_step] \

@@ -19,7 +19,8 @@ from tilesafe.engine import LLM  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import engine_check  # noqa: E402
-from torch_qwen3 import CompiledGlueTorchQwen3Step, CompiledTorchQwen3Step, TorchQwen3Step  # noqa: E402
+from torch_qwen3 import (CompiledGlueTorchQwen3Step, CompiledMmTorchQwen3Step, CompiledTorchQwen3Step,  # noqa: E402
+                         TorchQwen3Step)
 
 PROMPT = [151, 2000, 30000, 7, 99, 1234, 5678, 42, 300, 301, 302, 303, 9000, 12, 13, 14]
 
@@ -30,7 +31,7 @@ def llm():
                            progress=False)
 
 
-@pytest.mark.parametrize("cls", [CompiledTorchQwen3Step, CompiledGlueTorchQwen3Step])
+@pytest.mark.parametrize("cls", [CompiledTorchQwen3Step, CompiledMmTorchQwen3Step, CompiledGlueTorchQwen3Step])
 def test_compiled_logits_match_the_plain_step_and_compile_once(llm, cls):
     seq = PROMPT + [5, 6, 7, 8]
     plain = TorchQwen3Step(llm, 60).teacher_forced_logits(seq)
