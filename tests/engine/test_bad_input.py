@@ -177,6 +177,9 @@ def test_a_torch_device_names_the_device(checkpoint):
     (dict(temperature="hot"), "temperature must be >= 0, got 'hot'"),
     (dict(max_tokens=True), "max_tokens must be > 0, got True"),
     (dict(seed=1.5), "seed must be an int, got 1.5"),
+    # a string was taken for its truth: ignore_eos="false" ignored EOS
+    (dict(ignore_eos="false"), "ignore_eos must be True or False, got 'false'"),
+    (dict(skip_special_tokens=None), "skip_special_tokens must be True or False, got None"),
 ])
 def test_bad_sampling_params(kwargs, fragment):
     with pytest.raises(RequestError) as e:

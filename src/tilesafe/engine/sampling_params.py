@@ -85,6 +85,10 @@ class SamplingParams:
         self.stop_token_ids = _listed("stop_token_ids", self.stop_token_ids)
         for i in self.stop_token_ids:
             _check_int("stop_token_ids", i, lambda v: v >= 0, "a list of token ids >= 0")
+        for name in ("ignore_eos", "skip_special_tokens"):      # "false" would be truthy: ignore_eos on
+            if not isinstance(getattr(self, name), bool):
+                raise request_error(f"SamplingParams: {name} must be True or False, got {getattr(self, name)!r}",
+                                    help=f"pass {name}=True or {name}=False (a bool, not a string)")
         for name, (neutral, instead) in NOT_APPLIED.items():
             value = getattr(self, name)
             if not is_neutral(value, neutral):
