@@ -311,8 +311,8 @@ def main() -> None:
            "plain_again_s": lambda: plain.step_seconds(args.context)}   # drift check: same number twice
     for name in wanted:                            # in the order asked for
         part(out, name, fns[name])
-            if args.out:                           # what ran so far survives a timeout of a later part
-                Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
+        if args.out:                               # what ran so far survives a timeout of a later part
+            Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
     out["wall_s"] = time.perf_counter() - t0
 
     def ms(v):
