@@ -35,7 +35,7 @@ from .binding import ArgFacts, Bound
 from .constructors import from_torch
 from .execute import execute
 from .launch_plan import LaunchPlan
-from .layout_unrolled import written_out
+from .layout_unrolled import same_objects, written_out
 from .prepared_launch import LayoutLauncher, prepare_layout
 from .partition import Partition
 from .specialize import LaunchFacts
@@ -99,7 +99,7 @@ class LaunchCache:
                 form.last = plan
         if future is not MISS:
             # (torch arguments are borrowed per launch: no repeat-launch plan holds them)
-            if not plan.borrows and plan.repeated(values):
+            if not plan.borrows and plan.same(plan, values):          # LayoutPlan.repeated
                 self._repeat(plan, args, kwargs, grid, backend, values)
             else:      # the same-arguments plan is another launch's now: the next launch need not try it
                 self.kernel._last_plan = None
@@ -112,7 +112,7 @@ class LaunchCache:
         # once they came twice in a row to this layout (new objects each launch, the common
         # case, then build no plan object), unless they cannot come again (torch arguments are
         # borrowed per call; a library call's partitions end with its step).
-        if not bound.borrowed and plan.repeated(values) \
+        if not bound.borrowed and plan.same(plan, values) \
                 and not any(type(v) is Partition and v._lent_at is None for v in values):
             self.kernel._last_plan = LaunchPlan(args, kwargs, grid, backend, compiled, bound)
         return future
@@ -243,7 +243,7 @@ class LayoutPlan:
     """The verdicts of one layout, and what each call must still check."""
     __slots__ = ("kernel", "compiled", "backend", "schedule", "consts", "scalars", "grid", "facts",
                  "given", "outputs", "spans", "apart", "pairs", "reads", "recheck_pre", "scalar_checks", "roles",
-                 "names", "launchers", "last", "form", "parts", "borrows", "unrolled")
+                 "names", "launchers", "last", "form", "parts", "borrows", "unrolled", "same")
 
     def __init__(self, kernel, form, bound, compiled, backend, schedule, key):
         self.kernel, self.compiled, self.backend, self.schedule = kernel, compiled, backend, schedule
@@ -277,6 +277,8 @@ class LayoutPlan:
         self.launchers: dict = {}   # runtime scalars -> True (seen once), a LayoutLauncher, or False (none)
         self.unrolled = None        # `direct` written out for this layout (layout_unrolled), at its first use
         self.last: list | None = None    # per value of the latest fast launch: a weak reference, or its id
+        # `repeated`, written out for these roles (a tensor or partition is held weakly)
+        self.same = same_objects(tuple(role == _PART or role == _TENSOR for role in self.roles))
         spec = kernel.specializer.spec(bound)
         self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in spec.reads)
         self.given = tuple(n for n, r in zip(form.names, form.roles) if r == _GIVEN)
@@ -289,22 +291,10 @@ class LayoutPlan:
 
     def repeated(self, values) -> bool:
         """Whether `values` are the objects of this layout's previous fast launch (each
-        tensor and partition the same live object, held weakly; other values by id).
-        No `tuple(map(...))`: a tuple built from an iterator of unknown length leaves
-        Python's young-generation count one higher, so a loop of launches would run the
-        garbage collector (full collections of a large heap) for nothing."""
-        last = self.last
-        if last is not None and len(last) == len(values):
-            for v, held in zip(values, last):
-                if type(held) is int:
-                    if held != id(v):
-                        break
-                elif held() is not v:
-                    break
-            else:
-                return True
-        self.last = [weakref.ref(v) if type(v) is Tensor or type(v) is Partition else id(v) for v in values]
-        return False
+        tensor and partition the same live object, held weakly; other values by id); when
+        not, they are remembered for the next launch. Written out for the layout's roles
+        (layout_unrolled.same_objects): `launch` calls `self.same` itself."""
+        return self.same(self, values)
 
     def direct(self, values, keyed: bool = False):
         """A launch with these argument values through the GPU launcher of their runtime

@@ -13,6 +13,8 @@ path decides) or the launch's future.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .partition import Partition
@@ -140,3 +142,61 @@ def written_out(plan, roles: tuple, miss, other, key_part):
             f"    return launcher.direct({{{objs}}}, {{{given}}}, {{{ptrs}}})"]
     exec(compile("\n".join(src), f"<layout of {plan.kernel.name}>", "exec"), ns)   # noqa: S102 (our own text)
     return ns["direct"]
+
+
+def same_objects(held: tuple):
+    """`repeated(plan, values)` for layouts whose arguments are held as `held` says (per
+    argument: True, a tensor or partition, held by a weak reference; False, any other value,
+    held by its id): whether `values` are the objects of the plan's previous fast launch
+    (each the same live object, or the same id), remembering them for the next launch when
+    not. Written out, with no loop, comprehension or zip: a launch with new objects every time
+    (the common case) reads one weak reference and stores the new ones. A value of another
+    kind than its role's (never, for a plan's own launches), or another count, takes the
+    loop. A list display, not a tuple from an iterator (which leaves Python's young-generation
+    count one higher: a loop of launches would run the garbage collector for nothing)."""
+    fn = _SAME.get(held)
+    if fn is not None:
+        return fn
+    n = len(held)
+    vs, hs = "".join(f"v{j}, " for j in range(n)), "".join(f"h{j}, " for j in range(n))
+    same = " and ".join(f"h{j}() is v{j}" if weak else f"h{j} == id(v{j})" for j, weak in enumerate(held)) or "True"
+    kinds = "".join(f" and type(v{j}) in KINDS" for j, weak in enumerate(held) if weak)
+    src = ["def repeated(plan, values):",
+           f"    if len(values) != {n}:",
+           "        return LOOP(plan, values)",
+           f"    {vs}= values" if n else "    pass",
+           f"    if not (True{kinds}):",
+           "        return LOOP(plan, values)",
+           "    last = plan.last",
+           "    if last is not None:",
+           "        try:",
+           f"            {hs}= last" if n else "            pass",
+           f"            if {same}:",
+           "                return True",
+           "        except (TypeError, ValueError):    # held by the loop: another kind or count",
+           "            return LOOP(plan, values)",
+           f"    plan.last = [{', '.join(f'ref(v{j})' if weak else f'id(v{j})' for j, weak in enumerate(held))}]",
+           "    return False"]
+    ns = {"__name__": __name__, "ref": weakref.ref, "KINDS": (Tensor, Partition), "LOOP": _same_loop}
+    exec(compile("\n".join(src), f"<same objects {held}>", "exec"), ns)   # noqa: S102 (our own text)
+    fn = _SAME[held] = ns["repeated"]
+    return fn
+
+
+def _same_loop(plan, values) -> bool:
+    """`same_objects`' steps as a loop, for values of other kinds or count than the layout's."""
+    last = plan.last
+    if last is not None and len(last) == len(values):
+        for v, held in zip(values, last):
+            if type(held) is int:
+                if held != id(v):
+                    break
+            elif held() is not v:
+                break
+        else:
+            return True
+    plan.last = [weakref.ref(v) if type(v) is Tensor or type(v) is Partition else id(v) for v in values]
+    return False
+
+
+_SAME: dict = {}     # per argument, held weakly or not -> the written-out `repeated`
