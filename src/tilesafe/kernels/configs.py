@@ -194,6 +194,18 @@ def _modelled(family, keys, shape, entries, target, defaults, gpu, run) -> dict:
     return first_use.pick(family, keys[0], ranked, run, gpu)
 
 
+def tuned_entry(family: str, key: str) -> dict | None:
+    """The tuned table's own entry `key` of `family` (without its time) for the GPU at hand, or
+    the one a compile-ahead is for; None on the CPU backends and where the table has none. For
+    entries that refine another lookup's config where measured, and that no bucket or model
+    stands in for elsewhere (the fused decode GEMVs': linear_fusions.fused_config)."""
+    if current_backend() in CPU_BACKENDS:
+        return None
+    target = targets.compile_target()
+    entry = tuned_table(target.gpu if target is not None else gpu_name()).get(family, {}).get(key)
+    return None if entry is None else {k: v for k, v in entry.items() if k != "time_ms"}
+
+
 def gpu_defaults(family: str, target, dtype=None) -> dict:
     """The GPU defaults of `family` for compile target `target` (None: the H200's table)."""
     cfg = dict(GPU_DEFAULTS[family])

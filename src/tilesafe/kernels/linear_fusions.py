@@ -25,7 +25,7 @@ unfused sequence (the prologue would be recomputed by every tile of a GEMM).
 import tilesafe as ts
 
 from . import arguments as A
-from . import layout, scratch
+from . import configs, layout, scratch
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import residual_add, silu_mul
@@ -398,9 +398,8 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
                             residual=rt), {"out": o.passed}, {"out": ("residual",)})
     if m == 0 or n == 0:
         return o.returned
-    # Exactly `linear`'s config for this (N, K) (first-use tuning times the plain GEMV of the
-    # same operands, so the fused call can never stream the weight with other tiles).
-    cfg = skinny_config(dtype, m, n, k, config, run=lambda c: linear(av, wt, config=c))
+    tag = "norm" if gt is not None else "silu" if upt is not None else "res"
+    cfg = fused_config(dtype, m, n, k, config, tag, run=lambda c: linear(av, wt, config=c))
     bm, bn, bk, splits = skinny_tiles(cfg, m, n, k)
     pro = norm_prologue(dtype, splits) if gt is not None else SILU_MUL if upt is not None else PLAIN
     res = RES_OWN if own else RES_REF if rt is not None else NO_RES
@@ -420,6 +419,21 @@ def _fused(fn, torch_mode, xt, upt, gt, wt, bias, activation, residual, eps, out
         launch(fused_skinny_kernel, {"c": (cv, (bm, bn))}, cfg=cfg, BK=bk, PREFETCH=ahead > 0, DEEP=ahead > 1,
                PEEL=ahead == 0 and peel_form(m, wt), **common, **ending)
     return o.returned
+
+
+def fused_config(dtype, m: int, n: int, k: int, config, tag: str, run=None) -> dict:
+    """The config of a fused GEMV of m rows by an (N, K) weight whose prologue / epilogue is
+    `tag` ("norm": rms_norm_linear, "silu": silu_mul_linear, "res": linear(residual=)).
+    `linear`'s config for this (N, K) (first-use tuning times the plain GEMV of the same
+    operands), except that one row takes the tuned table's `<weight class>/gemv/<tag>` entry
+    where the GPU measured one for this very weight and form: the prologue's loads and math
+    can move the best tiles away from the plain GEMV's (benchmarks/probes/fused_gemv_probe.py)."""
+    cfg = skinny_config(dtype, m, n, k, config, run=run)
+    if m == 1 and config is None:
+        own = configs.tuned_entry("linear", f"{configs.weight_class(dtype, (), (n, k))}/gemv/{tag}")
+        if own is not None:
+            cfg = dict(cfg, **own)
+    return cfg
 
 
 def _check_weight(fn, xt, wt, name) -> int:
