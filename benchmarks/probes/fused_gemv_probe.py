@@ -67,7 +67,8 @@ def cand(bn, bk, stages, split=1, prefetch=False, warps=4):
 # share their compiled kernels).
 CANDIDATES = {
     "n4k1024s4": cand(4, 1024, 4), "n4k2048s3": cand(4, 2048, 3),
-    "n8k512s3p": cand(8, 512, 3, prefetch=True), "n8k512s4": cand(8, 512, 4), "n8k1024s4": cand(8, 1024, 4),
+    "n8k512s3p": cand(8, 512, 3, prefetch=True), "n4k1024s3p": cand(4, 1024, 3, prefetch=True),
+    "n16k256s3p": cand(16, 256, 3, prefetch=True), "n8k512s4": cand(8, 512, 4), "n8k1024s4": cand(8, 1024, 4),
     "n8k1024s4w8": cand(8, 1024, 4, warps=8),
     "n16k256s4": cand(16, 256, 4), "n16k512s3": cand(16, 512, 3), "n32k256s4": cand(32, 256, 4),
     "n16k512s3x2": cand(16, 512, 3, split=2), "n32k256s4x2": cand(32, 256, 4, split=2),
@@ -75,11 +76,11 @@ CANDIDATES = {
     "n64k128s4x8": cand(64, 128, 4, split=8),
 }
 PER_ROLE = {
-    "down": ["n8k512s3p", "n8k512s4", "n16k256s4", "n16k512s3", "n32k256s4", "n4k1024s4", "n8k1024s4w8",
+    "down": ["n8k512s3p", "n8k512s4", "n4k1024s3p", "n16k256s3p", "n16k256s4", "n16k512s3", "n32k256s4", "n4k1024s4", "n8k1024s4w8",
              "n16k512s3x2", "n32k256s4x2", "n32k256s4x4", "n64k128s4x4", "n64k128s4x8"],
-    "o": ["n4k2048s3", "n4k1024s4", "n8k512s4", "n16k256s4", "n8k1024s4w8", "n16k512s3x2"],
-    "qkv": ["n4k1024s4", "n8k512s4", "n16k256s4", "n8k1024s4w8"],
-    "gate_up": ["n4k1024s4", "n8k512s4", "n16k256s4", "n8k1024s4w8"],
+    "o": ["n4k2048s3", "n4k1024s4", "n8k512s3p", "n8k512s4", "n16k256s4", "n8k1024s4w8", "n16k512s3x2"],
+    "qkv": ["n4k1024s4", "n8k512s3p", "n8k512s4", "n16k256s4", "n8k1024s4w8"],
+    "gate_up": ["n4k1024s4", "n8k512s3p", "n8k512s4", "n16k256s4", "n8k1024s4w8"],
 }
 
 
