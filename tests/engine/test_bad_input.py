@@ -143,6 +143,10 @@ def test_unsupported_config(checkpoint, tmp_path, edit, fragment):
     # corrupt file, a GPU index this machine lacks an AssertionError (no CUDA) or a CUDA error
     (dict(device="cpu:0"), "device must be 'cpu' or 'cuda[:N]', got 'cpu:0'"),
     (dict(device="cuda:x"), "device must be 'cpu' or 'cuda[:N]', got 'cuda:x'"),
+    # the LLM was made, then every generate failed: ts.graph()'s LaunchError without a help line
+    (dict(use_graph=True), "use_graph=True needs a CUDA GPU and the triton backend, got device 'cpu' on the "
+                           "reference backend"),
+    (dict(use_graph="no"), "use_graph must be True, False or None, got 'no'"),
     (dict(device=f"cuda:{torch.cuda.device_count()}"),
      f"device 'cuda:{torch.cuda.device_count()}', but this machine has {torch.cuda.device_count()} CUDA device"),
 ])

@@ -130,6 +130,15 @@ class LLM:
             raise request_error(f"LLM: prefill_graphs must be True, False or None, got {prefill_graphs!r}",
                                 help="leave it unset (None): prefill graphs wherever decode graphs run")
         self.backend = _backend(self.device)
+        if use_graph is not None and not isinstance(use_graph, bool):
+            raise request_error(f"LLM: use_graph must be True, False or None, got {use_graph!r}",
+                                help="leave it unset (None): decode steps are CUDA graphs wherever they can be")
+        # use_graph=True where no graph can be captured made the LLM, then failed every generate
+        backend = self.backend or ts.current_backend()
+        if use_graph and not (self.device.startswith("cuda") and backend == "triton"):
+            raise request_error(f"LLM: use_graph=True needs a CUDA GPU and the triton backend, got device "
+                                f"{self.device!r} on the {backend} backend",
+                                help="leave use_graph unset (None): decode steps are CUDA graphs wherever they can be")
         shards = None
         if world > 1:
             self._tp = parallel.group or tp_group.start(world, env, self.device, parallel.worker_spec(self, use_graph),
