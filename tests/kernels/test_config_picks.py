@@ -17,8 +17,10 @@ RECORDED = json.loads((Path(__file__).parent / "data" / "config_picks_h200.json"
 def _intended(shape) -> dict | None:
     """The pick a later rule is meant to make instead of the recorded one (None: unchanged). Session
     19's short-K GEMV rule (4 KB loads for one row by 1024 <= K <= 2048) changed 18 of these picks and
-    was withdrawn after its measurement (gemm_model.SHORT_K_FORMS): none is meant to change now."""
-    return None
+    was withdrawn after its measurement (gemm_model.SHORT_K_FORMS). Session 20's weight-major rule
+    (17..32 rows by outputs of 48..131 column tiles of 64: `gemm_model.weight_major_choice`) makes
+    its own pick there."""
+    return gm.weight_major_choice(shape, cm.H200)
 
 
 def test_the_sweeps_picks_change_only_where_a_rule_says():
@@ -32,7 +34,10 @@ def test_the_sweeps_picks_change_only_where_a_rule_says():
         else:
             assert got == want, (key, got, want)
             changed.append(key)
-    assert len(RECORDED["picks"]) == 1050 and changed == []
+    # M = 24 and 32 by N = 4096, 5120, 6144 (64, 80, 96 column tiles) and the seven K
+    assert len(RECORDED["picks"]) == 1050 and len(changed) == 42
+    assert {tuple(int(v) for v in key.split("x")[:2]) for key in changed} == {(m, n) for m in (24, 32)
+                                                                             for n in (4096, 5120, 6144)}
 
 
 def test_no_tuned_gemv_entry_is_short_k():

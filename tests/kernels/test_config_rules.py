@@ -195,6 +195,8 @@ def test_small_m_streaming_rule_on_the_probes_weights():
         for m in (32, 72):
             impls = w["by_m"][f"M={m}"]
             c = cm.choose(cm.Gemm(m, n, k, "bf16"), cm.H200)
+            if c.get("weight_major"):              # timed in session 20: tests/kernels/test_weight_major.py
+                continue
             got = _measured({key: v for key, v in impls.items() if v.get("config", {}).get("tma") is None}, c, keys)
             if got is None:                        # a split the round did not time
                 continue
@@ -202,7 +204,8 @@ def test_small_m_streaming_rule_on_the_probes_weights():
             best = min(v["us"] for v in impls.values() if "us" in v and "config" in v)
             assert best / got >= 0.85, (wname, m, c, got, best)   # 4B qkv M = 72: pointers 0.86
             assert impls["F.linear"]["us"] / got >= 0.75, (wname, m, c, got)
-    assert seen >= 4                               # the 40-tile shapes' one-wave splits were timed in session 17
+    assert seen >= 2          # the 40-tile shapes' one-wave splits were timed in session 17; the M = 32 outputs of
+    #                           48..131 column tiles are the weight-major rule's since session 20
     assert cm.choose(cm.Gemm(72, 4096, 4096, "bf16"), cm.H200)["split_k"] == 1      # 64 tiles: no split
 
 

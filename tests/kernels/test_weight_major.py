@@ -2,7 +2,9 @@
 `weight_major` computes each output tile transposed (the weight as the MMA's wide operand),
 over all of K or in K splits added up by the last split to finish."""
 import importlib
+import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from kernel_helpers import assert_close, f64, poisoned, randn
 
 WM = importlib.import_module("tilesafe.kernels.weight_major")
 GM = importlib.import_module("tilesafe.kernels.gemm_model")
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200"
 MM_TOL = {"f32": dict(rtol=1e-4, atol=1e-4), "f16": dict(rtol=2e-2, atol=2e-2), "bf16": dict(rtol=5e-2, atol=5e-2)}
 
 
@@ -104,26 +107,61 @@ def test_stages_fit_the_shared_memory():
     assert GM.weight_major_stages(4, 128, 256, 256, 4) == 2
 
 
-def test_the_rule_picks_it_for_its_rows_only(monkeypatch):
-    """Where gemm_model.WEIGHT_MAJOR_ROWS says (the streaming rule's rows, 17..128), the model's
-    config is weight-major: 64 weight rows by 128 K, the rows padded, the split that keeps one
-    wave (as one launch), a pipeline that fits; outside it the rule is what it was."""
+def _early_round() -> dict:
+    """{(model, weight, M, impl): us} of the H200 run (skinny_probe.py, session 20's early round:
+    wm64 split as the rule did then, two blocks an SM rounded up; wm64s1 unsplit)."""
+    doc = json.loads((RESULTS / "probe-skinny-s20-early.json").read_text())
+    return {(r["model"], r["weight"], r["m"], r["impl"]): r["us"] for r in doc["rows"] if "us" in r}
+
+
+DECODE = {("4B", "qkv"): (6144, 2560), ("4B", "o"): (2560, 4096), ("4B", "gate_up"): (19456, 2560),
+          ("4B", "down"): (2560, 9728), ("8B", "qkv"): (6144, 4096), ("8B", "o"): (4096, 4096),
+          ("8B", "gate_up"): (24576, 4096), ("8B", "down"): (4096, 12288)}
+
+
+def test_the_rule_takes_it_where_it_measured_faster():
+    """At M = 32 the model picks the weight-major kernel on exactly the decode weights where a
+    timed weight-major config beat `linear`'s default of then (the row-major streaming rule), and
+    that config is the one it picks (unsplit; the 8B down projection split, as the timed split
+    configs, 5 slices then, 4 now: both faster); elsewhere `linear`'s default was at least as fast."""
+    from tilesafe.kernels import config_model as cm
+    us = _early_round()
+    picked = set()
+    for (model, weight), (n, k) in DECODE.items():
+        c = cm.choose(cm.Gemm(32, n, k, "bf16"), cm.H200)
+        linear = us[model, weight, 32, "linear"]
+        if c.get("weight_major"):
+            picked.add((model, weight))
+            timed = us[model, weight, 32, "wm64s1" if c["split_k"] == 1 else "wm64"]
+            assert timed < linear, (model, weight, timed, linear)
+            assert (c["block_m"], c["block_n"], c["block_k"], c["num_warps"], c["num_stages"]) == (32, 64, 128, 4, 4)
+        else:
+            best = min(us[model, weight, 32, i] for i in ("wm64", "wm128", "wm64s1", "wm64k64"))
+            assert linear <= best, (model, weight, linear, best)
+    assert picked == {("4B", "qkv"), ("8B", "qkv"), ("8B", "o"), ("8B", "down")}
+    assert cm.choose(cm.Gemm(32, 4096, 12288, "bf16"), cm.H200)["split_k"] == 4
+
+
+@pytest.mark.parametrize("m", [2, 16, 64, 128])
+def test_the_rule_leaves_other_rows_to_linears_kernels(m):
+    """At 2..16 and 33..128 rows the weight-major configs lost on most weights (the qkv
+    projections at M = 2..16 and 64 ran 1.00-1.03x `linear`'s default, the 4B o projection at
+    M = 16 1.12x; every other weight slower): the model keeps the row-major kernels there."""
+    from tilesafe.kernels import config_model as cm
+    for n, k in DECODE.values():
+        assert not cm.choose(cm.Gemm(m, n, k, "bf16"), cm.H200).get("weight_major")
+
+
+def test_a_rule_config_is_one_the_lookup_takes():
     from tilesafe.kernels import config_model as cm
     from tilesafe.kernels import configs
-    monkeypatch.setattr(GM, "WEIGHT_MAJOR_ROWS", (0, 0))
-    before = {m: GM.streaming_choice(cm.Gemm(m, 6144, 2560, "bf16"), cm.H200) for m in (32, 72)}
-    assert not before[32].get("weight_major")
-    monkeypatch.setattr(GM, "WEIGHT_MAJOR_ROWS", (17, 64))
-    assert GM.streaming_choice(cm.Gemm(72, 6144, 2560, "bf16"), cm.H200) == before[72]
-    for m, n, k, want in [(32, 6144, 2560, (32, 64, 128, 2, True)), (64, 2560, 9728, (64, 64, 128, 3, True)),
-                          (17, 19456, 2560, (32, 64, 128, 1, False))]:
-        c = GM.streaming_choice(cm.Gemm(m, n, k, "bf16"), cm.H200)
-        assert c["weight_major"] and (c["block_m"], c["block_n"], c["block_k"], c["split_k"], c["one_kernel"]) == want
-        assert cm.valid(cm.Gemm(m, n, k, "bf16"), c, cm.H200) and c["num_stages"] >= 3
-        with ts.backend("reference"):                                # a config the lookup takes
+    for m in (17, 24, 32):
+        c = GM.weight_major_choice(cm.Gemm(m, 4096, 12288, "bf16"), cm.H200)
+        assert c["weight_major"] and c["one_kernel"] and cm.valid(cm.Gemm(m, 4096, 12288, "bf16"), c, cm.H200)
+        with ts.backend("reference"):
             assert configs.lookup("matmul", "?", c)["weight_major"]
-    assert GM.weight_major_choice(cm.Gemm(72, 6144, 2560, "bf16"), cm.H200) is None
-    assert GM.weight_major_choice(cm.Gemm(16, 6144, 2560, "bf16"), cm.H200) is None     # the linear family's
+    assert GM.weight_major_choice(cm.Gemm(32, 10240, 4096, "bf16"), cm.H200) is None    # 160 tiles: a wave
+    assert GM.weight_major_choice(cm.Gemm(32, 2560, 4096, "bf16"), cm.H200) is None     # 40: the one-wave split
 
 
 def test_a_non_bool_switch_is_refused(backend, device):

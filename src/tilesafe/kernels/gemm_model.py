@@ -123,26 +123,37 @@ def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
 
 
 # Weight-major products (kernels/weight_major.py: the weight tile as the MMA's wide operand, the
-# rows padded to 16..128 on its narrow side) for WEIGHT_MAJOR_ROWS[0] <= m <= WEIGHT_MAJOR_ROWS[1]:
-# (0, 0) until the H200 measures them (benchmarks/probes/skinny_probe.py).
-WEIGHT_MAJOR_ROWS = (0, 0)
+# rows padded to 16..128 on its narrow side). Measured on the H200 (session 20,
+# benchmarks/probes/skinny_probe.py; results/h200/probe-skinny-s20-early.*): on the Qwen3 4B/8B
+# decode weights at M = 2..128 it lost to `linear`'s default everywhere except at 17..32 rows on
+# outputs of FEW_TILES <= N / 64 < SMs column tiles, which the row-major rule above runs unsplit
+# in under one wave: there 64-row weight tiles ran 1.07-1.38x faster
+# (M = 32: 4B qkv 11.3 against 12.6 us, 8B qkv 16.6 / 17.8, 8B o 13.8 / 17.0, 8B down split 31.7-32.1
+# / 44.3). Its K split only pays on a long K (8B down: 5 slices 32.1 us, none 35.0; on 8B o and
+# qkv splits lost): each slice keeps >= WEIGHT_MAJOR_SLICE K tiles.
+WEIGHT_MAJOR_ROWS = (17, 32)
 WEIGHT_MAJOR_TILE = (64, 128)          # weight rows, K tile at 2-byte elements (fp32: half)
 WEIGHT_MAJOR_STAGES = 4
+WEIGHT_MAJOR_SLICE = 24                # K tiles a slice of the rule's split keeps at least
 WEIGHT_MAJOR_SMEM = 200 * 1024         # shared memory its pipeline may take (227 KB a block on the H200)
 WEIGHT_MAJOR_MAX_ROWS = 128            # rows one block takes (the MMA's N side); more: more row tiles
 
 
 def weight_major_choice(s: Gemm, gpu: Gpu) -> dict | None:
-    """The weight-major config of a product of m rows in WEIGHT_MAJOR_ROWS (None elsewhere)."""
+    """The weight-major config where the measurements above favour it (None elsewhere)."""
     lo, hi = WEIGHT_MAJOR_ROWS
     if s.family != "matmul" or not lo <= s.m <= hi:
         return None
     es = element_bytes(s.dtype)
     bm = max(16, min(WEIGHT_MAJOR_MAX_ROWS, pow2(s.m)))
     bn, bk = _mma(WEIGHT_MAJOR_TILE[0], s.n), _mma(WEIGHT_MAJOR_TILE[1] * 2 // es, s.k)
+    tiles = cdiv(s.m, bm) * cdiv(s.n, bn)
+    if not FEW_TILES <= tiles < gpu.sms:
+        return None
     stages = weight_major_stages(WEIGHT_MAJOR_STAGES, bm, bn, bk, es)
     slots = weight_major_slots(bm, bn, bk, stages, es, gpu.sms, gpu.smem_per_sm)
-    split = weight_major_splits(None, cdiv(s.m, bm) * cdiv(s.n, bn), cdiv(s.k, bk), slots)
+    kt = cdiv(s.k, bk)
+    split = min(weight_major_splits(None, tiles, kt, slots), max(1, kt // WEIGHT_MAJOR_SLICE))
     c = {"block_m": bm, "block_n": bn, "block_k": bk, "group": 8, "persistent": False, "split_k": split,
          "min_blocks": gpu.sms, "tail_split": False, "one_kernel": split > 1, "weight_major": True,
          "num_warps": 4, "num_stages": stages}
