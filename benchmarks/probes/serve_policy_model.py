@@ -42,8 +42,9 @@ def level(policy, clients: int, bucket_ms: dict[int, float] = BUCKET_MS, request
     seconds = {b: t / 1e3 for b, t in bucket_ms.items()}
     if policy == "auto":
         s.row_budget = rows_within_each(seconds, 2.0)
-    elif isinstance(policy, str) and policy.startswith("itl@"):
-        s.row_budget = ItlRows.from_times(seconds, float(policy[4:]))
+    elif isinstance(policy, str) and policy.startswith("itl@"):     # (the decode buckets only, as EngineCore)
+        s.row_buckets = [b for b in buckets if b <= max_num_seqs]
+        s.row_budget = ItlRows.from_times({b: seconds[b] for b in s.row_buckets}, float(policy[4:]))
     else:
         s.row_budget = policy
 

@@ -40,8 +40,8 @@ def add_parser(sub) -> None:
                         "max-num-seqs), run as one captured decode step, so a new prompt delays the running "
                         "requests' next token by one bounded step (auto: for each bucket of decode rows, the most "
                         "rows whose step, timed at start-up, takes <= 2x that bucket's step; itl: the rows whose timed "
-                        "step keeps the decodes within twice the batch-1 step, more while waiting prompts would "
-                        "wait longer than the running requests take; default off: prompts beside decodes go "
+                        "step keeps the decodes within twice the batch-1 step, while they keep up with the "
+                        "waiting prompts, else whole prompts as when off; default off: prompts beside decodes go "
                         "whole, in mixed steps)")
     p.add_argument("--stream-interval", type=int, default=1, metavar="N",
                    help="while 64 or more requests run, send each one's tokens every N steps (default 1: every "

@@ -1,6 +1,6 @@
 """decode_step_tokens="itl" (row_policy.ItlRows): a step beside decode rows holds the rows whose
-timed step keeps the inter-token bound, grows while the queued prompts would wait past the
-decoding requests' lifetime, and is not held when the decodes alone miss the bound."""
+timed step keeps the inter-token bound while those rows keep up with the queued prompts (within
+the decoding requests' lifetime); past that, fresh prompts go whole as without rows."""
 from types import SimpleNamespace
 
 import pytest
@@ -15,23 +15,36 @@ S19 = {1: 2.62e-3, 2: 3.05e-3, 4: 2.98e-3, 8: 3.20e-3, 16: 3.29e-3, 32: 3.26e-3,
 
 
 def test_the_bound_is_a_share_of_twice_the_batch_one_step():
-    policy = ItlRows.from_times(S19)
-    assert policy.bound_s == pytest.approx(ITL_SHARE * 2 * 2.62e-3) == pytest.approx(3.668e-3)
+    assert ItlRows.from_times(S19).bound_s == pytest.approx(ITL_SHARE * 2 * 2.62e-3)
+    assert ItlRows.from_times(S19, 0.7).bound_s == pytest.approx(3.668e-3)
     assert ItlRows.from_times({}) is None
 
 
-@pytest.mark.parametrize("decode_rows, fill, queued, lifetime, rows", [
-    (30, 32, 0, 64, 64),              # nothing queued: the largest bucket within the bound (128 is 3.88 ms)
-    (2, 2, 30 * 128, 64, 64),         # a 32-client wave: 30 prompts prefilled in 62 steps < 64 (its lifetime)
-    (21, 32, 11 * 128, 64, 64),       # 32 clients at equilibrium: 11 queued prompts, 33 steps
-    (40, 64, 88 * 128, 64, 256),      # 128 clients: 88 queued prompts need 176+ prompt rows a step to keep up
-    (40, 64, 88 * 128, 8, 384),       # ... with short lives no bucket keeps up: the largest
-    (64, 64, 128, 64, 128),           # 64 decodes fill the bound's bucket: a queued prompt still gets rows
-    (100, 128, 128, 64, 384),         # the decodes alone (128 rows, 3.88 ms) miss the bound: up to 2x theirs
-    (0, 1, 128, 0.0, 384),            # nothing decodes: no gap to keep
+@pytest.mark.parametrize("share, decode_rows, fill, rows", [
+    (1.0, 30, 32, 128),       # the largest bucket within 5.24 ms: 128 rows, 3.88 ms (256 rows take 5.84)
+    (1.0, 2, 2, 128),
+    (0.7, 30, 32, 64),        # within 3.67 ms: 64 rows, 3.34 ms
+    (0.7, 100, 128, 384),     # 100 decodes alone (128 rows, 3.88 ms) miss 3.67 ms: no gap to keep
+    (1.0, 0, 1, 384),         # nothing decodes: no gap to keep
 ])
-def test_rows_by_the_bound_and_the_queue(decode_rows, fill, queued, lifetime, rows):
-    assert ItlRows.from_times(S19).limit(decode_rows, fill, queued, lifetime) == rows
+def test_rows_within_the_bound(share, decode_rows, fill, rows):
+    assert ItlRows.from_times(S19, share).limit(decode_rows, fill) == rows
+
+
+@pytest.mark.parametrize("share, decode_rows, fill, queued, prompts, lifetime, keeps_up", [
+    (1.0, 2, 2, 30 * 128, 30, 64, True),      # a 32-client wave: 30 prompts in 31 steps of 128 rows, within 64
+    (0.7, 2, 2, 30 * 128, 30, 64, True),      # ... or in 62 steps of 64 rows
+    (0.7, 21, 32, 11 * 128, 11, 64, True),    # 32 clients at equilibrium, 64 rows: 43 prompt rows >= 21 x 2
+    (1.0, 40, 64, 88 * 128, 88, 64, False),   # 128 clients: 88 queued prompts need 128 steps of 128 rows
+    (1.0, 124, 128, 128, 1, 64, False),       # one prompt in 32 steps, but 4 prompt rows a step beside 124
+    #                                           decodes free slots faster than it fills them
+    (1.0, 30, 32, 0, 0, 0.0, True),           # nothing queued
+    (0.7, 100, 128, 0, 0, 64, False),         # the decodes alone miss the bound
+    (1.0, 0, 1, 128, 1, 0.0, False),          # nothing decodes
+])
+def test_rows_keep_up_while_the_queue_is_prefilled_in_time_and_in_pace(share, decode_rows, fill, queued, prompts,
+                                                                       lifetime, keeps_up):
+    assert ItlRows.from_times(S19, share).keeps_up(decode_rows, fill, queued, prompts, lifetime) is keeps_up
 
 
 def _req(rid, n_prompt, order, max_tokens):
@@ -40,11 +53,10 @@ def _req(rid, n_prompt, order, max_tokens):
 
 
 def _three_decoding(max_tokens):
-    """A scheduler of ItlRows over buckets 1-12 (bound 0.7 x 2 x 1.0 = 1.4: bucket 4) with three
+    """A scheduler of ItlRows over buckets 1-8 (bound 0.7 x 2 x 1.0 = 1.4: bucket 4) with three
     decoding 3-token requests that live `max_tokens` tokens (params shared: mutable)."""
     s = Scheduler(max_num_seqs=4, max_model_len=64, num_blocks=64, block_size=4,
-                  row_budget=ItlRows.from_times({1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0, 12: 2.7}),
-                  row_buckets=[1, 2, 4, 8, 12])
+                  row_budget=ItlRows.from_times({1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0}, 0.7), row_buckets=[1, 2, 4, 8])
     decoding = [_req(f"d{i}", 3, i, max_tokens) for i in range(3)]
     for r in decoding:
         s.add(r)
@@ -64,9 +76,10 @@ def _decoded(s, plan):
 
 def test_rows_within_the_bound_while_they_keep_up():
     """Three decodes (bucket 4) and a 20-token prompt: 4-row steps prefill it in 20 steps, within
-    the decodes' 32-token life: one prompt row beside them."""
-    s, decoding = _three_decoding(32)
-    p = _req("p", 20, 9, 32)
+    the decodes' 64-token life, at a prompt row a step (>= 3 decodes x 20 / 64): one prompt row
+    beside them."""
+    s, decoding = _three_decoding(64)
+    p = _req("p", 20, 9, 64)
     s.add(p)
     plan = s.schedule()
     assert plan.rows and plan.decode == decoding and plan.prefill == [(p, 1)]
@@ -74,21 +87,21 @@ def test_rows_within_the_bound_while_they_keep_up():
 
 def test_past_keeping_up_a_fresh_prompt_goes_whole_and_one_under_way_finishes_as_rows():
     """Decodes that live 8 tokens: 20 steps of 4 rows are too slow for the queue. A fresh prompt
-    then goes whole beside them (the steps without rows); a prompt already under way finishes in
-    rows grown to keep up (bucket 8: 39 queued tokens in 8 steps of 5) and the queue waits for
-    the next step (before: any prompt beside decodes went as rows of the bound's bucket)."""
+    then goes whole beside them (the steps without rows); a prompt already under way goes on in
+    rows while the queue waits for the next step (before: any prompt beside decodes went as
+    rows, and new ones joined them)."""
     s, decoding = _three_decoding(8)
     p = _req("p", 20, 9, 8)
     s.add(p)
     plan = s.schedule()
     assert not plan.rows and plan.decode == decoding and plan.prefill == [(p, 20)]
 
-    s, decoding = _three_decoding(32)
-    p, q = _req("p", 20, 9, 32), _req("q", 20, 10, 32)
+    s, decoding = _three_decoding(64)
+    p, q = _req("p", 20, 9, 64), _req("q", 20, 10, 64)
     s.add(p)
     _decoded(s, s.schedule())                       # p's first row: under way
     s.add(q)
     for r in decoding:
         r.seq.params.max_tokens = 8
     plan = s.schedule()
-    assert plan.rows and plan.prefill == [(p, 5)] and list(s.waiting) == [q]
+    assert plan.rows and plan.prefill == [(p, 1)] and list(s.waiting) == [q]

@@ -23,9 +23,9 @@ and captures nothing. After the default warm-up the scheduler keeps to the warme
 fresh prompt, and the later chunks of a prompt longer than the step's budget in the packed
 shapes the warm-up also ran. `decode_step_tokens` (default None: off; "auto": for each
 bucket of decode rows, the most rows whose step, timed after the warm-up, takes <= 2x that
-bucket's step; "itl": the rows whose timed step keeps the decodes within the inter-token bound, more
-while the prompts queued would wait past the decoding requests' lifetime, `row_policy.ItlRows`;
-or a row count, up to ROW_STEP_SEQS x max_num_seqs) makes every step that
+bucket's step; "itl": the decode buckets' rows whose timed step keeps the decodes within the
+inter-token bound while those rows keep up with the queue, else whole prompts as when off,
+`row_policy.ItlRows`; or a row count, up to ROW_STEP_SEQS x max_num_seqs) makes every step that
 carries decode rows one captured decode step of at most that many rows (or of the bucket its
 decode rows fill): prompts join it as chunks of rows (Scheduler's row steps), so a new prompt
 delays the running requests' next token by a bounded step, not by its whole prefill, and
@@ -146,12 +146,12 @@ class EngineCore:
         times, measured on first use — call it on the engine thread, between steps)."""
         _check_step_tokens(tokens, self.llm.max_num_seqs)
         timed = tokens in ("auto", "itl")                   # budgets from the buckets' timed steps
-        if tokens is not None and (not timed or self._warmed):    # (an unwarmed "auto" or "itl" is off)
+        if tokens not in (None, "itl") and (tokens != "auto" or self._warmed):    # (an unwarmed "auto" is off)
             with self.llm.on_device(), torch.inference_mode():     # the buckets past max_num_seqs, warmed
-                self.scheduler.row_buckets = self.runner.add_row_buckets(   # (those N rows can reach)
-                    warm=self._warmed, rows=None if timed else tokens)
-        if timed and self._warmed and not self.decode_step_times:
-            with self.llm.on_device(), torch.inference_mode():
+                self.scheduler.row_buckets = self.runner.add_row_buckets(   # (those N rows can reach;
+                    warm=self._warmed, rows=None if timed else tokens)      # "itl" keeps to the decode buckets)
+        if timed and self._warmed and set(self.decode_step_times) != set(self.runner.decoder.sizes):
+            with self.llm.on_device(), torch.inference_mode():     # (again once "auto" added row buckets)
                 self.decode_step_times = self.runner.time_decode_buckets()
             self.auto_step_tokens = rows_within_each(self.decode_step_times, 2.0) or None
         if tokens == "auto":

@@ -28,8 +28,8 @@ With `row_budget` set (EngineCore's `decode_step_tokens`), a step that carries d
 or a prompt already partly computed — is planned as rows of the captured decode step: its
 decode rows, then prompt chunks (a prompt's next n uncomputed tokens, n rows, fresh or not)
 up to `row_budget` rows in all (a dict: a budget per bucket of the decode rows; an `ItlRows`:
-the rows within the inter-token bound, more while the prompts queued would wait past the decoding
-requests' lifetime — row_policy.py), or up to the
+the rows within the inter-token bound while they keep up with the queue, else no row step for
+fresh prompts — row_policy.py), or up to the
 decode bucket the decode rows fill anyway (`row_buckets`), never past the largest bucket (up to
 `model_runner.ROW_STEP_SEQS` x max_num_seqs; max_num_seqs without buckets). The step then costs a decode
 step of that many rows, so a prompt arriving beside running requests delays their next
@@ -133,11 +133,10 @@ class Scheduler:
         d = len(decode)
         fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
         admit = True
-        if isinstance(self.row_budget, ItlRows):    # by the inter-token bound, more while prompts queue
-            inputs = self._itl_inputs(decode, prefilling)
-            limit = self.row_budget.limit(*inputs)
+        if isinstance(self.row_budget, ItlRows):    # by the inter-token bound
+            limit = self.row_budget.limit(d, fill)
             # past keeping up, rows only finish the prompts under way: the next step falls back
-            admit = self.row_budget.keeps_up(*inputs)
+            admit = self.row_budget.keeps_up(*self._itl_inputs(decode, prefilling))
         elif isinstance(self.row_budget, dict):
             limit = self.row_budget.get(fill, fill)
         else:
@@ -149,13 +148,15 @@ class Scheduler:
             _take_chunks(self._admit(budget, recompute=False), budget, prefill)
         return StepPlan(decode, prefill, preempted, rows=True)
 
-    def _itl_inputs(self, decode: list[Request], prefilling: list[Request]) -> tuple[int, int, int, float]:
-        """What ItlRows decides from: the decode rows, the bucket they fill, the prompt tokens
-        waiting or under way, and the decoding requests' mean max_tokens (their lifetime)."""
+    def _itl_inputs(self, decode: list[Request], prefilling: list[Request]) -> tuple[int, int, int, int, float]:
+        """What ItlRows.keeps_up decides from: the decode rows, the bucket they fill, the prompt
+        tokens waiting or under way and their prompts, the decoding requests' mean max_tokens
+        (their lifetime)."""
         d = len(decode)
         fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
         queued = sum(r.uncomputed for r in prefilling) + sum(r.uncomputed for r in self.waiting)
-        return d, fill, queued, sum(r.seq.params.max_tokens for r in decode) / d if d else 0.0
+        return (d, fill, queued, len(prefilling) + len(self.waiting),
+                sum(r.seq.params.max_tokens for r in decode) / d if d else 0.0)
 
     def computed(self, req: Request, n: int) -> None:
         """The step wrote the KV of `req`'s next n tokens: their full blocks become shareable."""
