@@ -139,3 +139,41 @@ def test_an_argmax_workspace_takes_the_written_out_hit_and_each_call_s_answer():
         (plan,) = tk.argmax.plans.plans.values()
         assert plan.hit.unrolled is not None
     tk.argmax.plans.plans.clear()
+
+
+def test_an_out_over_the_workspace_s_bytes_through_another_storage_is_refused(monkeypatch):
+    """The same layout as the warm calls (out= in a storage of its own), but out's bytes are
+    workspace.acc's, reached through another storage over the same memory (known: one merged
+    state): the written-out hit finds the roots not apart and runs the whole-call check, which
+    refuses as a fresh call refuses it, nothing written."""
+    walked = []
+    real_walk = CallHit._walk
+    monkeypatch.setattr(CallHit, "_walk", lambda self, places: walked.append(1) or real_walk(self, places))
+    tk.decode_attention.plans.plans.clear()
+    with ts.backend("reference"):
+        q, k, v = _rand((4, 8), 1), _rand((2, 16, 8), 2), _rand((2, 16, 8), 3)
+        n = torch.tensor([11], dtype=torch.int32)
+        shapes = tk.decode_workspace(q, k)
+        acc = torch.zeros(shapes.acc.shape)
+        m, l = (torch.zeros(t.shape) for t in (shapes.m, shapes.l))
+        ws = tk.DecodeWorkspace(ts.from_torch(acc), ts.from_torch(m), ts.from_torch(l))
+        for _ in range(3):
+            tk.decode_attention(q, k, v, n, out=torch.zeros(4, 8), workspace=ws)
+        (plan,) = tk.decode_attention.plans.plans.values()
+        assert plan.hit.unrolled is not None
+        over = torch.from_numpy(acc.numpy()).view(-1)[:32].view(4, 8)   # another storage, acc's first bytes
+        ts.from_torch(over)                                 # known: acc's state and its, merged
+        walked.clear()
+        before = snapshot(acc, q)
+        errors = []
+        for _ in range(2):                                  # the hit, then a fresh call's full path
+            with pytest.raises(ts.AliasError) as e:
+                tk.decode_attention(q, k, v, n, out=over, workspace=ws)  # ws-alias-call
+            assert_located(e.value, HERE, "ws-alias-call")
+            errors.append(e.value.message)
+            if len(errors) == 1:
+                assert walked == []                         # the written-out hit refused it itself
+            tk.decode_attention.plans.plans.clear()
+        assert errors[0] == errors[1] == "decode_attention: `out` and `workspace.acc` share memory"
+        assert_unchanged(before, acc, q)
+    tk.decode_attention.plans.plans.clear()
