@@ -95,7 +95,7 @@ def test_f16_rows_too_large_for_x_times_g_are_normalised_first(backend, device, 
     assert torch.equal(torch.as_tensor(ids).long().cpu(), F.linear(norm_oracle(x, g, 1e-6, "f16"), t64(w)).argmax(-1))
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])       # f16: the norm first (NORM), in the same loop
 def test_the_prefetching_gemv_sums_each_k_tile_once_for_the_late_norm(backend, device, dtype):
     """One row with `prefetch`: tile k + 1 is loaded before tile k's FMAs and the last tile is
     loaded twice, while the squares of each of the 5 K tiles (the last ragged) count once."""
@@ -103,7 +103,7 @@ def test_the_prefetching_gemv_sums_each_k_tile_once_for_the_late_norm(backend, d
     g = randn((K,), dtype, 85, device)
     cfg = {"split_k": 1, "prefetch": True, "block_n": 32, "block_k": 32}
     got = tk.rms_norm_linear(x, g, w, eps=1e-5, out=poisoned((1, N), dtype, device), config=cfg)
-    assert_close(got, late_norm_linear(x, g, w, 1e-5, dtype), dtype, **TOL[dtype])
+    assert_close(got, one_launch_norm_linear(x, g, w, 1e-5, dtype), dtype, **TOL[dtype])
     gu = randn((1, 2 * K), dtype, 86, device)
     act = rounded(F.silu(t64(gu)[:, :K]) * t64(gu)[:, K:], dtype)
     got = tk.silu_mul_linear(gu, w, out=poisoned((1, N), dtype, device), config=cfg)
