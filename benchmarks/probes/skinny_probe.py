@@ -4,6 +4,8 @@ At batch 1 the engine's GEMVs stream the weights at ~3.7 TB/s; at batch 32 its G
 2.0-2.5 TB/s. Per Qwen3 4B/8B decode weight (qkv, o, gate_up, down) and M, timed on the GPU:
   torch     cuBLAS (torch.matmul(x, w.T, out=)), in a CUDA graph;
   linear    `kernels.linear` as the engine calls it (the tuned table / config model's pick);
+  rowmajor  `kernels.linear` with the streaming rule's row-major config (17..128 rows: the default
+            before session 20's weight-major rule; elsewhere the default again);
   wm*       `kernels.linear` with a weight-major config (kernels/weight_major.py: the weight
             tile as the MMA's wide operand, rows padded to 16..128, K split where the column
             tiles do not fill the SMs): wm64 (64 weight rows, K tile 128, automatic split,
@@ -15,6 +17,7 @@ runs once on copy 0 and is checked against the fp32 product first, then a graph 
 is replayed, queued behind a GPU sleep (queued_ms), and the time per call is reported in us and
 TB/s of the weight read. M is taken in order of interest (32, 8, 128, 16, 64, 4, 2) until
 SKINNY_BUDGET_S (default 70 s) is spent. Every case catches its own errors; a table at the end.
+SKINNY_M, SKINNY_MODELS and SKINNY_IMPLS (comma lists) narrow it; SKINNY_GEMV=0 skips the M = 1 rows.
     PYTHONPATH=src python3 benchmarks/probes/skinny_probe.py "$OUT/skinny.json"
 """
 import json
@@ -27,6 +30,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
+from tilesafe.kernels import config_model as cm
 from tilesafe.kernels import gemm_model as GM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # queued_ms, beside this file
@@ -45,6 +49,8 @@ CANDIDATES = {"wm64": dict(WM, block_n=64, block_k=128, num_stages=4),       # g
               "wm64p": dict(WM, block_n=64, block_k=128, num_stages=4, tma=False),
               "wm128": dict(WM, block_n=128, block_k=128, num_stages=4),
               "wm64x2": "twice the automatic split of wm64"}
+IMPLS = os.environ.get("SKINNY_IMPLS", ",".join(["torch", "linear", "rowmajor", *CANDIDATES])).split(",")
+GEMV = os.environ.get("SKINNY_GEMV", "1") == "1"                  # the M = 1 reference rows
 SLEEP = 10_000_000               # ~5 ms: the host queues a case's 12 graph replays well within it
 
 
@@ -111,6 +117,26 @@ def twice_the_split(m: int, n: int, k: int) -> dict:
     return dict(CANDIDATES["wm64"], split_k=min(2 * split, -(-k // bk)))
 
 
+def row_major(m: int, n: int, k: int) -> dict | None:
+    """The streaming rule's row-major config (gemm_model.streaming_choice without its weight-major
+    pick): `linear`'s default before session 20 where the rule applies (None: the model's own)."""
+    saved = GM.WEIGHT_MAJOR_ROWS
+    GM.WEIGHT_MAJOR_ROWS = (0, 0)
+    try:
+        c = GM.streaming_choice(cm.Gemm(m, n, k, "bf16"), cm.gpu_of(None))
+    finally:
+        GM.WEIGHT_MAJOR_ROWS = saved
+    return dict(c) if c else None
+
+
+def config_of(name: str, m: int, wt: Weight):
+    if name == "wm64x2":
+        return twice_the_split(m, wt.n, wt.k)
+    if name == "rowmajor":
+        return row_major(m, wt.n, wt.k)
+    return CANDIDATES.get(name)
+
+
 def case(rows: list, model: str, weight: str, wt: Weight, m: int, impl: str, config, xs, outs) -> None:
     row = {"model": model, "weight": weight, "n": wt.n, "k": wt.k, "m": m, "impl": impl, "config": config}
     try:
@@ -136,7 +162,7 @@ def case(rows: list, model: str, weight: str, wt: Weight, m: int, impl: str, con
 
 
 def table(rows: list) -> None:
-    impls = ["gemv", "torch", "linear", *CANDIDATES]
+    impls = ["gemv", "torch", "linear", "rowmajor", *CANDIDATES]
     print(f"\n{'model':5} {'weight':8} {'M':>4} " + " ".join(f"{i:>14}" for i in impls) + "   best wm / linear")
     keys = sorted({(r["model"], r["weight"], r["m"]) for r in rows if r["m"] > 1},
                   key=lambda t: (t[0], t[2], t[1]))
@@ -155,7 +181,8 @@ def table(rows: list) -> None:
     for model in MODELS:
         for m in sorted({r["m"] for r in rows if r["m"] > 1}):
             mine = [r for r in rows if r["model"] == model and r["m"] == m and "us" in r]
-            total = {i: sum(r["us"] for r in mine if r["impl"] == i) for i in ["linear", "torch", *CANDIDATES]}
+            total = {i: sum(r["us"] for r in mine if r["impl"] == i) for i in ["linear", "torch", "rowmajor",
+                                                                                *CANDIDATES]}
             count = {i: sum(1 for r in mine if r["impl"] == i) for i in total}
             best = 0.0
             for weight in WEIGHTS[model]:
@@ -176,17 +203,14 @@ def main():
                 weights[model, weight] = Weight(n, k)
             except Exception as e:                   # noqa: BLE001
                 print(f"{model} {weight}: {type(e).__name__}: {e}", flush=True)
-    for (model, weight), wt in weights.items():      # the rate to reach: one row, the GEMV
+    for (model, weight), wt in weights.items() if GEMV else ():   # the rate to reach: one row, the GEMV
         xs, outs = wt.rows(1)
         case(rows, model, weight, wt, 1, "gemv", None, xs, outs)
     for m in ROWS:
         for (model, weight), wt in weights.items():
             xs, outs = wt.rows(m)
-            case(rows, model, weight, wt, m, "torch", None, xs, outs)
-            case(rows, model, weight, wt, m, "linear", None, xs, outs)
-            for name, config in CANDIDATES.items():
-                if name == "wm64x2":
-                    config = twice_the_split(m, wt.n, wt.k)
+            for name in IMPLS:
+                config = config_of(name, m, wt)
                 case(rows, model, weight, wt, m, name, config, xs, outs)
         with open(out, "w") as f:                    # after each M: a run cut short keeps what it measured
             json.dump({"rows": rows, "wall_s": round(time.perf_counter() - T0, 1)}, f, indent=1)
