@@ -99,3 +99,16 @@ def test_a_captured_fused_layer_replays_as_it_runs_eagerly():
     torch.cuda.synchronize()
     for a, b in zip((qkv, gu, res, ids, lps), eager):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_the_32b_down_projection_with_and_without_the_prefetch_loop(prefetch):
+    """Qwen3-32B's down projection (5120 x 25600; the H200 table's GEMV prefetches): the loop
+    that loads the next step's gate, up and weight tiles before this step's SiLU-mul."""
+    e, i = 5120, 25600
+    gu, wd, res = rand(1, 2 * i, seed=21), rand(e, i, scale=0.02, seed=22), rand(1, e, seed=23)
+    act = (F.silu(gu[:, :i].float()) * gu[:, i:].float()).to(BF)
+    want = res.float() + F.linear(act.float(), wd.float()).to(BF).float()
+    cfg = {"block_n": 8, "block_k": 512, "split_k": 1, "min_blocks": 1, "prefetch": prefetch, "num_stages": 3}
+    close(tk.silu_mul_linear(gu, wd, residual=res, config=cfg), want)
+    close(tk.silu_mul_linear(gu, wd, residual=res), want)              # the table's pick
