@@ -401,7 +401,7 @@ def test_sampling_values_beyond_the_device_rows_take_their_limit(llm):
     Now the first means no limit, and the others the uniform weights any huge temperature gives
     (1e20, which needs no limit, is their oracle)."""
     def tokens(**kwargs):
-        return llm.generate(OK_PROMPT, SamplingParams(max_tokens=6, seed=5, **kwargs))[0].outputs[0].token_ids
+        return llm.generate(OK_PROMPT, SamplingParams(max_tokens=4, seed=5, **kwargs))[0].outputs[0].token_ids
     assert tokens(temperature=1.0, top_k=2 ** 40) == tokens(temperature=1.0, top_k=0)
     uniform = tokens(temperature=1e20)
     assert tokens(temperature=1e300) == tokens(temperature=float("inf")) == uniform and len(set(uniform)) > 2
