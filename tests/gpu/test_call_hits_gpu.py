@@ -111,3 +111,25 @@ def test_a_kept_workspace_orders_calls_on_two_streams():
         want = F.scaled_dot_product_attention(q[None, :, None], k[None, :, :4000], v[None, :, :4000],
                                               enable_gqa=True)[0, :, 0]
         torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)
+
+
+def test_a_caller_s_workspace_takes_the_written_out_hit_on_the_gpu():
+    """decode_attention with the caller's `workspace=` (tilesafe tensors) and out=: from the third
+    call the plan's hit is the written-out one; each call computes its own query's attention."""
+    k, v = _r(8, 1024, 128, seed=3), _r(8, 1024, 128, seed=4)
+    n = torch.tensor([1000], device="cuda", dtype=torch.int32)
+    out = torch.empty(32, 128, device="cuda", dtype=torch.bfloat16)
+    tk.decode_attention.plans.plans.clear()
+    with ts.backend("triton"), torch.no_grad():
+        ws = tk.decode_workspace(out, k)
+        for seed in range(6):
+            q = _r(32, 128, seed=20 + seed)
+            out.fill_(float("nan"))
+            got = tk.decode_attention(q, k, v, n, out=out, workspace=ws)
+            assert got is out
+            want = F.scaled_dot_product_attention(q[None, :, None], k[None, :, :1000], v[None, :, :1000],
+                                                  enable_gqa=True)[0, :, 0]
+            torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)
+    hits = [p.hit for p in tk.decode_attention.plans.plans.values() if p.hit]
+    assert hits and all(h.unrolled is not None for h in hits)
+    tk.decode_attention.plans.plans.clear()
