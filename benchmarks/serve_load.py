@@ -447,8 +447,9 @@ def _httpx():
 
 
 def _plot(report: dict, path: str) -> bool:
-    """Output tokens/s, TTFT and ITL (p50 solid, p99 dashed) against concurrency, a line per
-    shared-prefix length; False (and a note) without matplotlib."""
+    """Output tokens/s (the offline engine's dotted), TTFT and ITL (p50 solid, p99 dashed)
+    against concurrency, a line per decode-step rows value and shared-prefix length; False (and
+    a note) without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -457,12 +458,20 @@ def _plot(report: dict, path: str) -> bool:
         print(f"no matplotlib here: not drawing {path} (run --plot JSON where it is installed)", file=sys.stderr)
         return False
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for shared in sorted({lv.get("shared_prefix", 0) for lv in report["levels"]}):
-        lvs = sorted((lv for lv in report["levels"] if lv.get("shared_prefix", 0) == shared and "error" not in lv),
-                     key=lambda lv: lv["concurrency"])
+    good = [lv for lv in report["levels"] if "error" not in lv]
+    values = list(dict.fromkeys(str(lv.get("decode_step_tokens")) for lv in good))
+    for value, shared in [(v, n) for v in values for n in sorted({lv.get("shared_prefix", 0) for lv in good})]:
+        lvs = sorted((lv for lv in good if lv.get("shared_prefix", 0) == shared
+                      and str(lv.get("decode_step_tokens")) == value), key=lambda lv: lv["concurrency"])
+        if not lvs:
+            continue
         cs = [lv["concurrency"] for lv in lvs]
-        label = f"shared prefix {shared}" if shared else "no shared prefix"
+        label = (f"shared prefix {shared}" if shared else "no shared prefix") + \
+            (f", rows {'off' if value == 'None' else value}" if len(values) > 1 else "")
         line, = axes[0].plot(cs, [lv["output_tokens_per_s"] for lv in lvs], "o-", label=label)
+        if value == values[0] and any("offline_output_tokens_per_s" in lv for lv in lvs):
+            axes[0].plot(cs, [lv.get("offline_output_tokens_per_s", float("nan")) for lv in lvs], ":",
+                         color=line.get_color(), label=f"{label}, offline")
         for ax, key in ((axes[1], "ttft_s"), (axes[2], "itl_s")):
             ax.plot(cs, [lv[key].get("p50", float("nan")) * 1e3 for lv in lvs], "o-", color=line.get_color(),
                     label=f"{label}, p50")
