@@ -30,7 +30,8 @@ SLEEP_US = 2000              # a trace's events this long are the GPU sleep in f
 # split-K pair; above 16 rows a GEMM); each takes the next weight of the step, in the order the
 # model reads them.
 WEIGHT_KERNELS = ("skinny_kernel", "fused_skinny_kernel", "split_k_kernel", "fused_split_kernel",
-                  "mm_kernel", "mm_persistent_kernel", "split_k_last_kernel", "argmax_gemv_kernel")
+                  "mm_kernel", "mm_persistent_kernel", "split_k_last_kernel", "weight_major_kernel",
+                  "weight_major_split_kernel", "argmax_gemv_kernel")
 SUM_KERNELS = ("split_sum_kernel", "fused_sum_kernel")
 ATTENTION = ("paged_decode_kernel", "paged_decode_single_kernel", "paged_decode_last_kernel",
              "decode_combine_kernel")

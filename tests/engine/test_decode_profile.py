@@ -186,3 +186,10 @@ def test_layer_positions_of_a_batch_step():
     rows = rows_of([(n, 1.0) for n in seq], gap=0.5)
     dp.table(rows, dp.step_bytes(seq, Cfg, context=4, splits=1, batch=32))
     assert [p["kernel"] for p in dp._layer_positions(rows, 3)] == first
+
+
+def test_the_weight_major_kernels_stream_a_weight():
+    """The weight-major GEMM the config model picks at 17..32 rows (kernels/weight_major.py)
+    takes its projection's weight like the other weight kernels (it was a "small" kernel)."""
+    names = ["weight_major_kernel", "rms_norm_kernel", "weight_major_split_kernel", "mm_kernel"]
+    assert dp.kinds_of(names) == ["gemv", "small", "gemv", "lm_head"]
