@@ -41,18 +41,20 @@ def start_pending(start, stream: int, args: tuple, states, sets, writes, held: t
     return done
 
 
-def start_pending_source(states: list, sets: str, writes: tuple, args: str, held: str, mark: str | None,
+def start_pending_source(states: list, sets: str | list, writes: tuple, args: str, held: str, mark: str | None,
                          streams: str, device: str) -> list:
     """`start_pending` as lines of Python for a launcher that writes its steps out per layout
     (planned_unrolled.py), ending with the completion in `done`: `states`: the expressions of
     the states; `sets`, `args`, `held`, `mark` (None: no mark), `streams`, `device`: the
-    expressions start_pending is passed; `writes`: the write flags (constants of the layout).
+    expressions start_pending is passed (`sets` a name, indexed per state, or one expression
+    per state); `writes`: the write flags (constants of the layout).
     Needs `torch`, `Completion` and record_launch_source's names in its namespace. The same
     steps in the same order."""
     lines = [f"stream = torch._C._cuda_getCurrentRawStream({device})"]
-    for k, (state, is_write) in enumerate(zip(states, writes)):
+    set_of = sets if isinstance(sets, (list, tuple)) else [f"{sets}[{k}]" for k in range(len(states))]
+    for state, is_write, byteset in zip(states, writes, set_of):
         lines += [f"if {state}._pending and {state}.pending_stream != stream:   # S10: other streams' work",
-                  f"    {state}.order_device({sets}[{k}], {bool(is_write)!r}, stream)"]
+                  f"    {state}.order_device({byteset}, {bool(is_write)!r}, stream)"]
     lines.append(f"self.start(stream, {args})")
     if mark is not None:
         lines += [f"if {mark} is not None:",

@@ -38,7 +38,12 @@ def unrolled(pl, lent):
           "partial": functools.partial, "SETS": pl.sets.sets, "MAKE": pl.sets.make, "PLACES": pl.places,
           "DEVICE": pl.device_index}
     src = ["def run(self, roots):", "    places = PLACES"]
+    same = _same_reads(pl)
     for k, r in enumerate(pl.slots):
+        if k in same:             # the view of an earlier argument: its checks, address and byte set
+            j = same[k]
+            src += [f"    a{k}, s{k}, p{k} = a{j}, s{j}, p{j}"]
+            continue
         frozen = f" or s{k}.frozen" if pl.writes[k] else ""
         off = pl.offsets[k]
         src += [f"    a{k} = roots[{r}]",
@@ -52,6 +57,8 @@ def unrolled(pl, lent):
                 f"        MAKE({k}, a{k}[0], a{k}[3], a{k}[4], p{k} - a{k}[3])",
                 f"        places[{k}] = a{k}[2:]"]
     for k in pl.reads:          # S14 (a masked state only: none means all written)
+        if k in same:
+            continue
         src += [f"    if s{k}.init_mask is not None and not s{k}.is_written(self._view({k}, roots)):",
                 "        return False"]
     values = [f"V{i}" for i in range(len(pl.values))]
@@ -71,13 +78,34 @@ def unrolled(pl, lent):
         src.append("    mark = None")
     views = "".join(f"a{k}[0], " for k in range(n))
     args = "".join(f"{v}, " for v in values)
-    tail = start_pending_source([f"s{k}" for k in range(n)], "SETS", pl.writes, f"({args})", f"({views})", "mark",
-                                "self.streams", "DEVICE")
+    # Ordering and registration once per distinct read: a second entry for the same bytes, kind
+    # and stream would take the first one's place (record_launch), and its ordering is the first's.
+    own = [k for k in range(n) if k not in same]
+    tail = start_pending_source([f"s{k}" for k in own], [f"SETS[{k}]" for k in own], tuple(pl.writes[k] for k in own),
+                                f"({args})", f"({views})", "mark", "self.streams", "DEVICE")
     src += ["    " + line for line in tail]
     src += ["    self.kernel.last_launch = self.launched",
             "    return True"]
     exec(compile("\n".join(src), f"<planned launch of {pl.kernel.name}>", "exec"), ns)   # noqa: S102 (our own text)
     return ns["run"]
+
+
+def _same_reads(pl) -> dict:
+    """Arguments read through the very view of an earlier read argument (same root, offset,
+    shape, strides, item size and alignment class: a kernel's unused operand passed the input,
+    say): argument -> that earlier one. Their checks, addresses and byte sets are the earlier
+    one's, so the written-out launch does them once."""
+    first, same = {}, {}
+    for k in range(len(pl.slots)):
+        if pl.writes[k]:
+            continue
+        key = (pl.slots[k], pl.offsets[k], pl.shapes[k], pl.byte_strides[k], pl.items[k], pl.aligns[k],
+               k in pl.reads)
+        if key in first:
+            same[k] = first[key]
+        else:
+            first[key] = k
+    return same
 
 
 def layout_direct(launcher):

@@ -422,17 +422,19 @@ def record_launch(states, bytesets, writes, future: Future, stream) -> None:
                 pending.append(entry)
 
 
-def record_launch_source(states: list, sets: str, writes: tuple, future: str, stream: str) -> list:
+def record_launch_source(states: list, sets: str | list, writes: tuple, future: str, stream: str) -> list:
     """`record_launch(states, sets, writes, future, stream)` as lines of Python for a launcher
     that writes its steps out per layout (planned_unrolled.py): `states`: the expressions of
-    the states; `sets`: the name of the list of byte sets; `writes`: the write flags (bools,
-    constants of the layout); `future`, `stream`: names. Needs `record_launch_names()` in its
+    the states; `sets`: the name of the list of byte sets (indexed per state), or one
+    expression per state; `writes`: the write flags (bools, constants of the layout);
+    `future`, `stream`: names. Needs `record_launch_names()` in its
     namespace. The same steps, per state."""
     lines = ["SS._changes += 1",
              "with SS.StorageState._lock:"]
-    for k, (state, is_write) in enumerate(zip(states, writes)):
+    set_of = sets if isinstance(sets, (list, tuple)) else [f"{sets}[{k}]" for k in range(len(states))]
+    for state, is_write, byteset in zip(states, writes, set_of):
         w = repr(bool(is_write))
-        lines += [f"    b = {sets}[{k}]",
+        lines += [f"    b = {byteset}",
                   f"    entry = _new_access(PendingAccess, (b, {w}, {future}, False))",
                   f"    pending = {state}._pending",
                   "    if not pending:",

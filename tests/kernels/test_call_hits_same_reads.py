@@ -1,0 +1,114 @@
+"""A planned launch whose kernel reads one view through two arguments (a fused GEMV's unused
+operand passed the input: `linear(x, w, residual=r, out=r)`) checks, orders and registers that
+view once in its written-out GPU form (planned_unrolled._same_reads): the argument tuple still
+holds the address at both places, the pending registry holds one read of those bytes, and the
+refusals of the view (S8: lent through another handle) are made as for any argument. CPU
+stand-ins for the CUDA stream and Triton's launcher."""
+import pytest
+import torch
+
+import tilesafe as ts
+import tilesafe.kernels as tk
+from tilesafe.runtime import planned_launch
+from tilesafe.runtime.planned_launch import PlannedLaunch
+from tilesafe.runtime.planned_unrolled import _same_reads
+from tilesafe.runtime.storage_state import StorageState
+
+class _Stream:
+    device_index = None
+
+
+def _rand(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(shape, generator=g) * 2 - 1
+
+
+@pytest.fixture
+def gpu_form(monkeypatch, no_sweeps):
+    """Every fast launch takes the GPU form on CPU tensors: argument k's address at position k
+    of the tuple; `started` records (stream, args); nothing runs."""
+    started, ran = [], []
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+
+    def prepare(self, bound):
+        n = len(self.access)
+        self.start = lambda stream, args: started.append((stream, args))
+        self.values = (None,) * n
+        self.pointers = tuple((k, k) for k in range(n))
+        self.descriptors, self.device_index = (), 0
+        return planned_launch._GPU
+    real_run = PlannedLaunch.run
+    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+    monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: ran.append(real_run(self, roots)) or ran[-1])
+    tk.linear.plans.plans.clear()
+    yield started, ran
+    tk.linear.plans.plans.clear()
+
+
+def _finish(*tensors):
+    for t in tensors:
+        for access in StorageState.of(t)._pending:
+            getattr(access.future, "_finish", lambda: None)()
+
+
+def reads_future(t):
+    """The completion of the latest launch that registered a read of `t`'s memory."""
+    return [a.future for a in StorageState.of(t)._pending if not a.is_write][-1]
+
+
+def _launch(plan):
+    (launch,) = [pl for pl in plan.hit.launches if pl is not None]
+    return launch
+
+
+def test_a_view_read_twice_is_checked_and_registered_once(gpu_form):
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((16, 32), 1)
+        for seed in range(6):
+            x, r = _rand((1, 32), 10 + seed), _rand((1, 16), 20 + seed)    # new memory every call
+            started.clear()
+            got = tk.linear(x, w, residual=r, out=r)
+            assert got is r
+            if seed < 3:
+                _finish(x, w, r)
+                continue                                  # the first calls take the full path
+            assert ran[-1] is True
+            (plan,) = tk.linear.plans.plans.values()
+            launch = _launch(plan)
+            same = _same_reads(launch)
+            assert same                                   # the fused kernel reads x through two arguments
+            (_, args), = started
+            names = [name for name, _, _ in launch.access]
+            want = {id(x): x.data_ptr(), id(w): w.data_ptr(), id(r): r.data_ptr()}
+            for k, j in same.items():                     # each place holds the shared view's address
+                assert args[k] == args[j] and launch.slots[k] == launch.slots[j], names
+            assert sorted(set(args)) == sorted(set(want.values()))
+            reads = [a.byteset for a in StorageState.of(x)._pending if not a.is_write]
+            assert reads and len(set(reads)) == len(reads)       # one entry per view of x read
+            assert all(a.future is reads_future(x) for a in StorageState.of(x)._pending)   # this launch's
+            _finish(x, w, r)
+
+
+def test_the_shared_view_s_memory_lent_out_declines_the_gpu_form(gpu_form):
+    """S8 for the view read twice is its first argument's check (one state): lent memory
+    declines the written-out launch before anything started, and the full step decides."""
+    started, ran = gpu_form
+    with ts.backend("reference"):
+        w = _rand((16, 32), 1)
+        for seed in range(3):
+            x, r = _rand((1, 32), 10 + seed), _rand((1, 16), 20 + seed)
+            tk.linear(x, w, residual=r, out=r)
+            _finish(x, w, r)
+        x, r = _rand((1, 32), 40), _rand((1, 16), 41)
+        ts.from_torch(x)
+        lent = ts.from_torch(x.view(1, 32)).partition((1, 32))   # x's memory lent through another handle
+        started.clear()
+        ran.clear()
+        try:
+            tk.linear(x, w, residual=r, out=r)
+        except ts.TileSafeError:
+            pass                                          # (whatever the full step decides)
+        assert ran and ran[0] is False and started == []  # declined: nothing started
+        lent.unpartition()
