@@ -210,6 +210,8 @@ BAD = [
     ({"model": NAME, "prompt": "w1", "stream": "yes"}, 400, "stream"),
     ({"model": NAME, "prompt": "w1", "echo": True}, 400, "echo"),
     ({"model": NAME, "prompt": "w1", "ignore_eos": "yes"}, 400, "ignore_eos"),
+    ({"model": NAME, "prompt": "w1", "presence_penalty": 0.5}, 400, "presence_penalty"),   # not implemented
+    ({"model": NAME, "prompt": "w1", "min_p": 0.1}, 400, "min_p"),                         # (was dropped)
 ]
 BAD_CHAT = [
     ({"model": NAME}, 400, "messages"),
@@ -220,6 +222,7 @@ BAD_CHAT = [
     ({"model": NAME, "messages": [{"role": "user", "content": "w1"}], "max_completion_tokens": 0}, 400,
      "max_completion_tokens"),
     ({"model": "x", "messages": [{"role": "user", "content": "w1"}]}, 404, "model"),
+    ({"model": NAME, "messages": [{"role": "user", "content": "w1"}], "logit_bias": {"3": 5}}, 400, "logit_bias"),
 ]
 
 
@@ -227,7 +230,7 @@ def test_bad_request_fuzz_leaves_the_server_serving(server, client, offline):
     want = offline("w9 w10", temperature=0, max_tokens=3).outputs[0].text
     cases = [("/v1/completions", *b) for b in BAD] + [("/v1/chat/completions", *b) for b in BAD_CHAT]
     with httpx.Client(base_url=server.url, timeout=30) as h:
-        for round_ in range(8):                    # 8 x 34 bad requests, a good one after each round
+        for round_ in range(8):                    # 8 x 37 bad requests, a good one after each round
             for path, body, status, param in cases:
                 kw = {"content": body} if isinstance(body, bytes) else {"json": body}
                 r = h.post(path, **kw)

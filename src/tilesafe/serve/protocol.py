@@ -7,14 +7,17 @@ raise `ApiError` — an HTTP status and an OpenAI-style error body that names th
     {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens", "code": null}}
 
 Fields the engine does not implement with a non-default value (`n > 1`, `best_of`, `echo`,
-more than the chosen token's log-probability) are refused rather than ignored; unknown
-fields are ignored, as vLLM does.
+more than the chosen token's log-probability, and the sampling knobs `SamplingParams` refuses
+unless neutral: OpenAI's `presence_penalty`, `frequency_penalty`, `logit_bias`, vLLM's
+`min_p`, `repetition_penalty`, ... — `sampling_params.NOT_APPLIED`) are refused rather than
+ignored; unknown fields are ignored, as vLLM does.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.sampling_params import SamplingParams
+from ..engine.errors import RequestError
+from ..engine.sampling_params import NOT_APPLIED, SamplingParams, is_neutral
 
 
 class ApiError(Exception):
@@ -112,15 +115,23 @@ def _parsed(body: dict, prompt, max_tokens, logprobs: bool) -> ParsedRequest:
     if options is not None and (not isinstance(options, dict) or not all(
             isinstance(options.get(k, False), bool) for k in ("include_usage", "continuous_usage_stats"))):
         raise ApiError(400, "'stream_options' must be an object like {\"include_usage\": true}", "stream_options")
-    params = SamplingParams(
-        temperature=_number(body, "temperature", 0.0, None, ">= 0"),
-        top_p=_number(body, "top_p", 0.0, 1.0, "in (0, 1]", open_low=True),
-        top_k=_int(body, "top_k", -1, None, ">= -1 (0 or -1: no limit)"),
-        max_tokens=max_tokens,
-        seed=_int(body, "seed", None, None, "an integer"),
-        stop=stop or [],
-        ignore_eos=_bool(body, "ignore_eos"),
-        logprobs=1 if logprobs else None)
+    # The knobs the sampler lacks go to SamplingParams, which refuses any but their neutral value
+    # (they were dropped here: a request with presence_penalty=1.5 decoded as if it had none).
+    knobs = {name: body[name] for name in NOT_APPLIED if name in body}
+    try:
+        params = SamplingParams(
+            temperature=_number(body, "temperature", 0.0, None, ">= 0"),
+            top_p=_number(body, "top_p", 0.0, 1.0, "in (0, 1]", open_low=True),
+            top_k=_int(body, "top_k", -1, None, ">= -1 (0 or -1: no limit)"),
+            max_tokens=max_tokens,
+            seed=_int(body, "seed", None, None, "an integer"),
+            stop=stop or [],
+            ignore_eos=_bool(body, "ignore_eos"),
+            logprobs=1 if logprobs else None,
+            **knobs)
+    except RequestError as e:
+        refused = next((k for k, v in knobs.items() if not is_neutral(v, NOT_APPLIED[k][0])), None)
+        raise ApiError(400, f"{e.message} ({e.help})" if e.help else e.message, refused) from None
     options = options or {}
     return ParsedRequest(model, prompt, params, bool(stream), bool(options.get("include_usage")), logprobs,
                          continuous_usage=bool(options.get("include_usage") and options.get("continuous_usage_stats")))
