@@ -80,6 +80,18 @@ def test_every_engine_error_has_a_help_line():
     assert sum(name in FACTORIES for _, _, name, _ in found) >= 80, "the walk found too few error calls"
 
 
+def test_every_request_error_of_the_server_has_a_help_line():
+    """The serving layer (src/tilesafe/serve) raises the engine's RequestError for a bad
+    EngineCore / AsyncLLM call: those carry a help line too (its HTTP errors are ApiErrors, and
+    its internal raises are not walked here)."""
+    serve = ENGINE.parent / "serve"
+    calls = [(path.name, node.lineno) for path in sorted(serve.glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+             and called(node) in FACTORIES and help_of(node, FACTORIES[called(node)]) is None]
+    assert not calls, calls
+    assert "request_error(" in (serve / "engine_core.py").read_text()      # the walk reads the right folder
+
+
 def test_the_listed_internal_raises_still_exist():
     """A listed raise that is gone leaves a stale entry that would let a new one in unseen."""
     raised = set()

@@ -70,7 +70,8 @@ class AsyncLLM:
             raise request_error(f"AsyncLLM.generate: request id {request_id!r} is already in flight",
                                 help="give each concurrent request its own id")
         if not self.thread.alive:
-            raise request_error("AsyncLLM.generate: the engine is shut down")
+            raise request_error("AsyncLLM.generate: the engine is shut down",
+                                help="shutdown() ends an AsyncLLM for good: make a new AsyncLLM(llm) to serve again")
         box = mailbox_for(asyncio.get_running_loop())
         outs: asyncio.Queue = asyncio.Queue()
 

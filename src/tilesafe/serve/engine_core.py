@@ -67,7 +67,8 @@ class EngineCore:
                                 help="serve an LLM made with tensor_parallel_size=1; a tensor-parallel LLM "
                                      "works with generate(), stream() and chat()")
         if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise request_error(f"serve: block_size must be a positive int, got {block_size!r}")
+            raise request_error(f"serve: block_size must be a positive int, got {block_size!r}",
+                                help="the tokens one KV block holds, e.g. block_size=16 (the default)")
         need = -(-llm.max_model_len // block_size)          # one sequence of max_model_len must fit
         if kv_blocks is None:
             kv_blocks = llm.max_num_seqs * need
@@ -93,7 +94,9 @@ class EngineCore:
         split = split_rows is not None and self.runner.graphs is not None
         self.runner.split_rows = split_rows if split else None
         if warm_up not in (None, True, False, "full"):
-            raise request_error(f"serve: warm_up must be True, False, 'full' or None, got {warm_up!r}")
+            raise request_error(f"serve: warm_up must be True, False, 'full' or None, got {warm_up!r}",
+                                help="leave it unset (None): the step shapes serving uses are warmed wherever "
+                                     "decode graphs run; 'full' warms every step shape there is")
         start = time.perf_counter()
         use_graph = self.runner.decoder.use_graph
         warms = use_graph if warm_up is None else bool(warm_up)
@@ -164,7 +167,8 @@ class EngineCore:
 
     def add(self, req: Request) -> None:
         if req.request_id in self.scheduler:
-            raise request_error(f"request id {req.request_id!r} is already running")
+            raise request_error(f"request id {req.request_id!r} is already running",
+                                help="give each request in flight its own id")
         self._order += 1
         req.order = self._order
         self.scheduler.add(req)
