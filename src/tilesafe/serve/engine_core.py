@@ -115,8 +115,8 @@ class EngineCore:
                 self.runner.mixed_chunks = warmed      # more fresh prompts than that go split
         # Decode-step rows (Scheduler.row_budget), off unless asked for: "auto" gives each bucket
         # of decode rows the most rows whose measured step is at most twice that bucket's (issue
-        # 19's inter-token bound, per bucket); without warmed captured steps to time (the CPU, no
-        # warm-up) "auto" is off.
+        # 19's inter-token bound, per bucket), "itl" the rows within that bound (row_policy.py);
+        # without warmed captured steps to time (the CPU, no warm-up) both are off.
         self._warmed = bool(use_graph and warms)
         self.decode_step_times: dict[int, float] = {}
         self.auto_step_tokens: dict[int, int] | None = None     # "auto"'s budget per decode bucket
@@ -145,8 +145,9 @@ class EngineCore:
         self._gauges()
 
     def set_decode_step_tokens(self, tokens: int | str | None) -> None:
-        """The rows of a step beside decodes (None: off; "auto": from the decode buckets' step
-        times, measured on first use — call it on the engine thread, between steps)."""
+        """The rows of a step beside decodes (None: off; "auto" and "itl": from the decode buckets'
+        step times, measured on first use, off without warmed captured steps to time; call it on
+        the engine thread, between steps)."""
         _check_step_tokens(tokens, self.llm.max_num_seqs)
         timed = tokens in ("auto", "itl")                   # budgets from the buckets' timed steps
         if tokens not in (None, "itl") and (tokens != "auto" or self._warmed):    # (an unwarmed "auto" is off)
