@@ -91,21 +91,38 @@ def unrolled(pl, lent):
 
 
 def _same_reads(pl) -> dict:
-    """Arguments read through the very view of an earlier read argument (same root, offset,
-    shape, strides, item size and alignment class: a kernel's unused operand passed the input,
-    say): argument -> that earlier one. Their checks, addresses and byte sets are the earlier
-    one's, so the written-out launch does them once."""
+    """Arguments read over the very bytes of an earlier read argument (the same root, offset
+    and alignment class, and the same bytes: one dense run of equal length, or the same shape
+    and strides; the same S14 role): argument -> that earlier one. A kernel's unused operand
+    passed the input (a GEMV's bias as x's row, a fused GEMV's `up`), say. Their checks,
+    ordering and registration are the earlier one's, so the written-out launch does them once
+    (a registry entry of the same bytes, kind and completion adds no conflict)."""
     first, same = {}, {}
     for k in range(len(pl.slots)):
         if pl.writes[k]:
             continue
-        key = (pl.slots[k], pl.offsets[k], pl.shapes[k], pl.byte_strides[k], pl.items[k], pl.aligns[k],
-               k in pl.reads)
+        dense = _dense_bytes(pl.shapes[k], pl.byte_strides[k], pl.items[k])
+        where = ("dense", dense) if dense else (pl.shapes[k], pl.byte_strides[k], pl.items[k])
+        key = (pl.slots[k], pl.offsets[k], pl.aligns[k], k in pl.reads, where)
         if key in first:
             same[k] = first[key]
         else:
             first[key] = k
     return same
+
+
+def _dense_bytes(shape, byte_strides, item) -> int | None:
+    """The bytes of a view that is one dense run (row-major, axes of one element aside), else
+    None (an empty view too)."""
+    expected = item
+    for n, stride in zip(reversed(shape), reversed(byte_strides)):
+        if n == 0:
+            return None
+        if n != 1:
+            if stride != expected:
+                return None
+            expected *= n
+    return expected
 
 
 def layout_direct(launcher):
