@@ -131,7 +131,7 @@ class Scheduler:
         """A step of decode-step rows: the decode rows, then prompt chunks — those under way in
         arrival order, then admitted ones — up to the row budget or the decode rows' bucket."""
         d = len(decode)
-        fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
+        fill = self._fill(d)
         admit = True
         if isinstance(self.row_budget, ItlRows):    # by the inter-token bound
             limit = self.row_budget.limit(d, fill)
@@ -153,10 +153,15 @@ class Scheduler:
         tokens waiting or under way and their prompts, the decoding requests' mean max_tokens
         (their lifetime)."""
         d = len(decode)
-        fill = next((b for b in self.row_buckets if b >= d), d) if self.row_buckets else d
+        fill = self._fill(d)
         queued = sum(r.uncomputed for r in prefilling) + sum(r.uncomputed for r in self.waiting)
         return (d, fill, queued, len(prefilling) + len(self.waiting),
                 sum(r.seq.params.max_tokens for r in decode) / d if d else 0.0)
+
+    def _fill(self, decode_rows: int) -> int:
+        """The row bucket `decode_rows` decodes fill (the count itself without buckets)."""
+        return next((b for b in self.row_buckets if b >= decode_rows), decode_rows) if self.row_buckets \
+            else decode_rows
 
     def computed(self, req: Request, n: int) -> None:
         """The step wrote the KV of `req`'s next n tokens: their full blocks become shareable."""
