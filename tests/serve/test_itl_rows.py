@@ -52,10 +52,10 @@ def _req(rid, n_prompt, order, max_tokens):
     return Request(rid, seq, sink=lambda out: None, order=order)
 
 
-def _three_decoding(max_tokens):
+def _three_decoding(max_tokens, max_num_seqs=4):
     """A scheduler of ItlRows over buckets 1-8 (bound 0.7 x 2 x 1.0 = 1.4: bucket 4) with three
     decoding 3-token requests that live `max_tokens` tokens (params shared: mutable)."""
-    s = Scheduler(max_num_seqs=4, max_model_len=64, num_blocks=64, block_size=4,
+    s = Scheduler(max_num_seqs=max_num_seqs, max_model_len=64, num_blocks=64, block_size=4,
                   row_budget=ItlRows.from_times({1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0}, 0.7), row_buckets=[1, 2, 4, 8])
     decoding = [_req(f"d{i}", 3, i, max_tokens) for i in range(3)]
     for r in decoding:
@@ -105,3 +105,24 @@ def test_past_keeping_up_a_fresh_prompt_goes_whole_and_one_under_way_finishes_as
         r.seq.params.max_tokens = 8
     plan = s.schedule()
     assert plan.rows and plan.prefill == [(p, 1)] and list(s.waiting) == [q]
+
+
+@pytest.mark.parametrize("max_tokens, admits", [(64, True), (2, False)])
+def test_rows_past_keeping_up_finish_the_prompt_under_way_and_admit_no_other(max_tokens, admits):
+    """A 3-token prompt under way (one row taken beside three decodes), then 8-row steps within
+    the bound: it finishes in 2 rows, leaving 3. While the rows keep up (decodes living 64
+    tokens) the queued prompt takes them; past that (2 tokens: 22 queued tokens need 5 steps)
+    it waits for a step without rows. (The queued prompt has rows left over here, so admitting
+    anyway would show.)"""
+    s, decoding = _three_decoding(64, max_num_seqs=8)
+    p, q = _req("p", 3, 9, 64), _req("q", 20, 10, 64)
+    s.add(p)
+    _decoded(s, s.schedule())                       # p's first row: under way, 2 to go
+    assert p.computed == 1
+    s.row_budget = ItlRows.from_times({1: 1.0, 2: 1.1, 4: 1.3, 8: 1.35}, 0.7)      # 8 rows: 5 beside the decodes
+    s.add(q)
+    for r in decoding:
+        r.seq.params.max_tokens = max_tokens
+    plan = s.schedule()
+    assert plan.rows and plan.decode == decoding and plan.prefill[0] == (p, 2)
+    assert plan.prefill[1:] == ([(q, 3)] if admits else []) and list(s.waiting) == ([] if admits else [q])
