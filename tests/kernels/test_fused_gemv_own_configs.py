@@ -25,22 +25,28 @@ def e(*shape):
 
 
 @pytest.fixture
-def launches(monkeypatch):
-    """Each launch as (kernel, output tiles, the loop's constants), under a table whose only
-    addition is a fused entry for the 8B down projection's silu_mul_linear."""
+def recorded(monkeypatch):
+    """Each launch as (kernel, output tiles, the loop's constants), under the committed table."""
     seen = []
 
     def record(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
         loop = {k: args[k] for k in ("BK", "PER", "DOT", "PREFETCH") if k in args}
         seen.append((PAIRS.get(kernel.name, kernel.name), {n: t for n, (_, t) in outputs.items()}, loop))
-    table = copy.deepcopy(configs.tuned_table("nvidia-h200"))
-    table.setdefault("linear", {})[f"bf16/{E}x{I}/gemv/silu"] = OWN
-    monkeypatch.setattr(configs, "tuned_table", lambda gpu: table)
     monkeypatch.setattr(configs, "current_backend", lambda: "triton")
     monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
     for name in ("matmul", "linear_fusions"):
         monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", record)
     return seen
+
+
+@pytest.fixture
+def launches(recorded, monkeypatch):
+    """`recorded`, under a table whose only addition is a fused entry (OWN) for the 8B down
+    projection's silu_mul_linear."""
+    table = copy.deepcopy(configs.tuned_table("nvidia-h200"))
+    table.setdefault("linear", {})[f"bf16/{E}x{I}/gemv/silu"] = OWN
+    monkeypatch.setattr(configs, "tuned_table", lambda gpu: table)
+    return recorded
 
 
 def resolved(seen, call):
@@ -73,3 +79,30 @@ def test_two_rows_keep_linears_config(launches):
 def test_on_the_cpu_backends_no_entry_applies(monkeypatch):
     monkeypatch.setattr(configs, "tuned_table", lambda gpu: {"linear": {f"bf16/{E}x{I}/gemv/silu": OWN}})
     assert configs.tuned_entry("linear", f"bf16/{E}x{I}/gemv/silu") is None
+
+
+# The committed H200 picks, from benchmarks/probes/fused_gemv_probe.py (session 20 mid round, us per call,
+# weights from HBM): the fused down projections of 32B (the engine's pick 81.4 -> 66.3), 14B (56.3 -> 45.9)
+# and 8B (35.9 -> 27.2), 32B's o with the residual (23.6 -> 22.4), and 14B's plain qkv and gate/up GEMVs
+# (22.3 -> 19.6, 85.1 -> 81.9).
+PICKS = [
+    (lambda: tk.silu_mul_linear(e(1, 2 * 25600), e(5120, 25600), residual=e(1, 5120)), (8, 512, False)),
+    (lambda: tk.silu_mul_linear(e(1, 2 * 17408), e(5120, 17408), residual=e(1, 5120)), (8, 512, False)),
+    (lambda: tk.silu_mul_linear(e(1, 2 * 12288), e(4096, 12288), residual=e(1, 4096)), (8, 512, True)),
+    (lambda: tk.linear(e(1, 8192), e(5120, 8192), residual=e(1, 5120)), (8, 512, False)),
+    (lambda: tk.linear(e(1, 5120), e(7168, 5120)), (4, 1024, False)),
+    (lambda: tk.linear(e(1, 5120), e(34816, 5120)), (4, 1024, False)),
+]
+
+
+@pytest.mark.parametrize("call, pick", PICKS)
+def test_the_h200_tables_measured_picks(recorded, call, pick):
+    bn, bk, prefetch = pick
+    assert resolved(recorded, call) == [("fused_skinny_kernel", {"c": (1, bn)},
+                                         {"BK": bk, "DOT": False, "PREFETCH": prefetch})]
+
+
+def test_the_32b_o_projection_without_its_residual_keeps_linears_entry(recorded):
+    """linear's own entry for 5120 x 8192 (4 x 2048) stays: the fused entry is the residual form's."""
+    got = resolved(recorded, lambda: tk.linear(e(1, 8192), e(5120, 8192)))
+    assert [(t, loop["BK"]) for _, t, loop in got] == [({"c": (1, 4)}, 2048)]
