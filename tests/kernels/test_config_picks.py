@@ -18,8 +18,8 @@ def _intended(shape) -> dict | None:
     """The pick a later rule is meant to make instead of the recorded one (None: unchanged). Session
     19's short-K GEMV rule (4 KB loads for one row by 1024 <= K <= 2048) changed 18 of these picks and
     was withdrawn after its measurement (gemm_model.SHORT_K_FORMS). Session 20's weight-major rule
-    (17..32 rows by outputs of 48..131 column tiles of 64: `gemm_model.weight_major_choice`) makes
-    its own pick there."""
+    (17..32 rows by outputs of 48..131 column tiles of 64, K >= 2560: `gemm_model.weight_major_choice`)
+    makes its own pick there."""
     return gm.weight_major_choice(shape, cm.H200)
 
 
@@ -34,10 +34,11 @@ def test_the_sweeps_picks_change_only_where_a_rule_says():
         else:
             assert got == want, (key, got, want)
             changed.append(key)
-    # M = 24 and 32 by N = 4096, 5120, 6144 (64, 80, 96 column tiles) and the seven K
-    assert len(RECORDED["picks"]) == 1050 and len(changed) == 42
-    assert {tuple(int(v) for v in key.split("x")[:2]) for key in changed} == {(m, n) for m in (24, 32)
-                                                                             for n in (4096, 5120, 6144)}
+    # M = 24 and 32 by N = 4096, 5120, 6144 (64, 80, 96 column tiles) by K = 2560, 4096
+    assert len(RECORDED["picks"]) == 1050 and len(changed) == 12
+    assert {tuple(int(v) for v in key.split("x")) for key in changed} == {(m, n, k) for m in (24, 32)
+                                                                         for n in (4096, 5120, 6144)
+                                                                         for k in (2560, 4096)}
 
 
 def test_no_tuned_gemv_entry_is_short_k():

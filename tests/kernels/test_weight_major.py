@@ -162,6 +162,7 @@ def test_a_rule_config_is_one_the_lookup_takes():
             assert configs.lookup("matmul", "?", c)["weight_major"]
     assert GM.weight_major_choice(cm.Gemm(32, 10240, 4096, "bf16"), cm.H200) is None    # 160 tiles: a wave
     assert GM.weight_major_choice(cm.Gemm(32, 2560, 4096, "bf16"), cm.H200) is None     # 40: the one-wave split
+    assert GM.weight_major_choice(cm.Gemm(32, 4096, 1024, "bf16"), cm.H200) is None     # K shorter than timed
 
 
 def test_a_non_bool_switch_is_refused(backend, device):

@@ -130,8 +130,10 @@ def streaming_choice(s: Gemm, gpu: Gpu) -> dict | None:
 # in under one wave: there 64-row weight tiles ran 1.07-1.38x faster
 # (M = 32: 4B qkv 11.3 against 12.6 us, 8B qkv 16.6 / 17.8, 8B o 13.8 / 17.0, 8B down split 31.7-32.1
 # / 44.3). Its K split only pays on a long K (8B down: 5 slices 32.1 us, none 35.0; on 8B o and
-# qkv splits lost): each slice keeps >= WEIGHT_MAJOR_SLICE K tiles.
+# qkv splits lost): each slice keeps >= WEIGHT_MAJOR_SLICE K tiles. K >= WEIGHT_MAJOR_MIN_K: the
+# shortest K timed (a 0.6B projection's K = 1024 has 8 K tiles of 128: a pipeline's fill, untimed).
 WEIGHT_MAJOR_ROWS = (17, 32)
+WEIGHT_MAJOR_MIN_K = 2560
 WEIGHT_MAJOR_TILE = (64, 128)          # weight rows, K tile at 2-byte elements (fp32: half)
 WEIGHT_MAJOR_STAGES = 4
 WEIGHT_MAJOR_SLICE = 24                # K tiles a slice of the rule's split keeps at least
@@ -142,7 +144,7 @@ WEIGHT_MAJOR_MAX_ROWS = 128            # rows one block takes (the MMA's N side)
 def weight_major_choice(s: Gemm, gpu: Gpu) -> dict | None:
     """The weight-major config where the measurements above favour it (None elsewhere)."""
     lo, hi = WEIGHT_MAJOR_ROWS
-    if s.family != "matmul" or not lo <= s.m <= hi:
+    if s.family != "matmul" or not lo <= s.m <= hi or s.k < WEIGHT_MAJOR_MIN_K:
         return None
     es = element_bytes(s.dtype)
     bm = max(16, min(WEIGHT_MAJOR_MAX_ROWS, pow2(s.m)))
