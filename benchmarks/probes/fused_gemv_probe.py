@@ -12,6 +12,10 @@ and the gate/up GEMV 4.48. Per Qwen3 shape (0.6B, 4B, 8B, 14B, 32B, bf16, M = 1)
            silu_mul, then linear(act, w, residual=res, out=res) (both kernels timed) —
 it times
   engine   the call as the engine makes it (the tuned table / config model's pick);
+  before   the engine's call with the config it ran before session 20's table entries: a fused
+           call with `linear`'s config for the weight (linear_fusions.fused_config had no entries
+           of its own), 14B's qkv and gate/up GEMVs with the config model's choice (the loop is
+           today's: before d07b8e6 the fused PREFETCH loop was slower still, the 32B down 92 us);
   plain    linear(x, w) with that pick: the GEMV without prologue or epilogue (the rate to reach);
   alt      the other form (norm or SiLU-mul folded against apart), picks as they are;
   cand.    the role's fused call with each candidate config below (column tile, K tile, stages,
@@ -23,6 +27,8 @@ copies is replayed 10 times queued behind a GPU sleep; us per call and TB/s of t
 Cases run most valuable first (32B's down first) until FUSED_GEMV_BUDGET_S (default 70 s) is
 spent; each catches its own errors; a table at the end, JSON to argv[1].
     PYTHONPATH=src timeout 90 python3 benchmarks/probes/fused_gemv_probe.py "$OUT/gemvcfg.json"
+FUSED_GEMV_SIZES (e.g. "32b,4b") picks the models, FUSED_GEMV_CANDIDATES=0 times the engine's
+picks (before, now, plain, the other form) without the candidates.
 Without a GPU it runs every call once at shapes cut 64-fold on the CPU backend and checks it
 (no timing): a smoke test of the probe itself.
 """
@@ -37,12 +43,15 @@ import torch
 import tilesafe as ts
 import tilesafe.kernels as tk
 from tilesafe.engine.model import DECODE_FORMS, DEFAULT_FORM
+from tilesafe.kernels import config_model
+from tilesafe.kernels.matmul import skinny_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # queued_ms, beside this file
 from queued_ms import queued_ms  # noqa: E402
 
 T0 = time.perf_counter()
 BUDGET_S = float(os.environ.get("FUSED_GEMV_BUDGET_S", "70"))
+MAX_CANDIDATES = int(os.environ.get("FUSED_GEMV_CANDIDATES", "99"))   # 0: the engine's picks, before and after, only
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 CUT = 1 if GPU else 64                  # the CPU smoke run's shapes: 64x smaller
@@ -53,6 +62,7 @@ SLEEP = 10_000_000                      # ~5 ms: the host queues a case's 12 rep
 # hidden, q width (heads x 128), kv width, intermediate
 SIZES = {"32b": (5120, 8192, 1024, 25600), "14b": (5120, 5120, 1024, 17408), "8b": (4096, 4096, 1024, 12288),
          "4b": (2560, 4096, 1024, 9728), "0.6b": (1024, 2048, 1024, 3072)}
+LAYERS = {"32b": 64, "14b": 40, "8b": 36, "4b": 36, "0.6b": 28}
 ORDER = ["32b", "4b", "14b", "8b", "0.6b"]          # most valuable first: the final run measures 32B and 4B
 ROLES = ["down", "o", "qkv", "gate_up"]
 
@@ -76,7 +86,8 @@ CANDIDATES = {
     "n64k128s4x8": cand(64, 128, 4, split=8),
 }
 PER_ROLE = {
-    "down": ["n8k512s3p", "n8k512s4", "n4k1024s3p", "n16k256s3p", "n16k256s4", "n16k512s3", "n32k256s4", "n4k1024s4", "n8k1024s4w8",
+    "down": ["n8k512s3p", "n8k512s4", "n4k1024s3p", "n16k256s3p", "n16k256s4", "n16k512s3", "n32k256s4", "n4k1024s4",
+             "n8k1024s4w8",
              "n16k512s3x2", "n32k256s4x2", "n32k256s4x4", "n64k128s4x4", "n64k128s4x8"],
     "o": ["n4k2048s3", "n4k1024s4", "n8k512s3p", "n8k512s4", "n16k256s4", "n8k1024s4w8", "n16k512s3x2"],
     "qkv": ["n4k1024s4", "n8k512s3p", "n8k512s4", "n16k256s4", "n8k1024s4w8"],
@@ -192,20 +203,38 @@ def case(rows: list, r: Role, impl: str, how: str, config) -> None:
     print(json.dumps(row), flush=True)
 
 
+# Plain GEMVs whose table entry session 20 added (before it: the config model's choice).
+NEW_GEMV_ENTRIES = {("14b", "qkv"), ("14b", "gate_up")}
+
+
+def before_config(r: Role, how: str) -> dict | None:
+    """The config the engine's call ran before session 20's entries: `linear`'s for a fused
+    GEMV (linear_fusions.fused_config had no entries of its own), the config model's choice
+    for a plain GEMV whose entry is new; None where nothing changed."""
+    if how == "fused":
+        return dict(skinny_config(ts.bf16, 1, r.n, r.k, None))
+    if (r.size, r.role) in NEW_GEMV_ENTRIES:
+        return config_model.choose(config_model.Gemm(1, r.n, r.k, "bf16"), config_model.H200)
+    return None
+
+
 def probe_role(rows: list, r: Role, full: bool) -> None:
-    engine = "fused" if r.fused else "apart"
+    engine = "fused" if r.fused or r.role == "o" else "apart"
     case(rows, r, "engine", engine, None)
+    before = before_config(r, engine)
+    if before is not None:
+        case(rows, r, "before", engine, before)
     case(rows, r, "plain", "plain", None)
     if r.role != "o":
         case(rows, r, "alt", "apart" if r.fused else "fused", None)
-    names = PER_ROLE[r.role] if full else PER_ROLE[r.role][:3]
+    names = (PER_ROLE[r.role] if full else PER_ROLE[r.role][:3])[:MAX_CANDIDATES]
     how = "fused" if r.role in ("down", "o") else engine      # down's candidates: the fused form
     for name in names:
         case(rows, r, name, how, CANDIDATES[name])
 
 
 def table(rows: list) -> None:
-    print(f"\n{'model':5} {'role':8} {'N x K':>12} {'engine':>13} {'plain':>13} {'alt':>13} "
+    print(f"\n{'model':5} {'role':8} {'N x K':>12} {'before':>13} {'engine':>13} {'plain':>13} {'alt':>13} "
           f"{'best candidate':>26}  engine/best")
     for size in ORDER:
         for role in ROLES:
@@ -215,16 +244,31 @@ def table(rows: list) -> None:
             got = {x["impl"]: x for x in mine}
 
             def cell(x):
-                return f"{x['us']:6.2f}/{x['TB_s']:5.2f}" if x and "us" in x else ("err" if "error" in x else "ok") if x else "-"
+                if not x:
+                    return "-"
+                return f"{x['us']:6.2f}/{x['TB_s']:5.2f}" if "us" in x else "err" if "error" in x else "ok"
             cands = [x for x in mine if x["impl"] in CANDIDATES and "us" in x]
             best = min(cands, key=lambda x: x["us"]) if cands else None
             bcell = f"{best['impl']} {cell(best)}" if best else "-"
             ratio = f"{got['engine']['us'] / best['us']:.3f}" if best and "us" in got.get("engine", {}) else "-"
             nk = f"{mine[0]['n']}x{mine[0]['k']}"
-            print(f"{size:5} {role:8} {nk:>12} {cell(got.get('engine')):>13} {cell(got.get('plain')):>13} "
+            before = got.get("before") or got.get("engine")
+            print(f"{size:5} {role:8} {nk:>12} {cell(before):>13} {cell(got.get('engine')):>13} "
+                  f"{cell(got.get('plain')):>13} "
                   f"{cell(got.get('alt')):>13} {bcell:>26}  {ratio}")
-    print("\n(us / TB/s of the weight read; engine: the call the engine makes, fused or apart by"
-          " DECODE_FORMS; alt: the other form; candidates: down and o fused, qkv/gate_up in the engine's form)")
+    print("\n(us / TB/s of the weight read; engine: the call the engine makes now, fused or apart by"
+          " DECODE_FORMS; before: its config before session 20's table entries (see the docstring);"
+          " alt: the other form; candidates: down and o fused, qkv/gate_up in the engine's form)")
+    print("\nper layer, the four GEMVs (us): before -> engine now; x layers = the step's GEMVs (ms)")
+    for size in ORDER:
+        mine = {x["role"]: x for x in rows if x["model"] == size and x["impl"] == "engine" and "us" in x}
+        was = {x["role"]: x for x in rows if x["model"] == size and x["impl"] == "before" and "us" in x}
+        if len(mine) == len(ROLES):
+            now = sum(x["us"] for x in mine.values())
+            then = sum((was.get(role) or x)["us"] for role, x in mine.items())
+            n = LAYERS[size]
+            print(f"{size:5} {then:8.2f} -> {now:8.2f}   x {n} = {then * n / 1e3:.3f} -> {now * n / 1e3:.3f} ms"
+                  f" (saves {(then - now) * n / 1e3:.3f} ms a step)")
     errs = [x for x in rows if "error" in x]
     print(f"{len(errs)} cases with errors" + "".join(f"\n  {x['model']} {x['role']} {x['impl']}: {x['error'][:160]}"
                                                      for x in errs[:12]))

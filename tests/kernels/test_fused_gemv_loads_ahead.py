@@ -12,8 +12,9 @@ import pytest
 import tilesafe as ts
 from tilesafe.kernels.linear_fusions import NORM_LATE, PLAIN, RES_OWN, SILU_MUL, fused_skinny_kernel
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
-                                reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1",
+    reason="TRITON_INTERPRET=1 makes Triton's own library interpreted, so it cannot compile")
 N, K, BN, BK = 5120, 25600, 8, 512     # the 32B down projection's tuned GEMV (prefetch, 8 x 512)
 
 
