@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the examples and show what tilesafe refuses",
                           description="Run each example (one line each), then show the errors of "
                                       "deliberately unsafe kernels.")
-    demo.add_argument("--examples", metavar="DIR", help="the examples folder (default: the ones installed with tilesafe)")
+    demo.add_argument("--examples", metavar="DIR",
+                      help="the examples folder (default: the ones installed with tilesafe)")
     check = sub.add_parser("check", help="check the kernels of Python files without running them",
                            description="Import each file with launching disabled and report the errors of "
                                        "every @ts.kernel it defines. Exits 1 if any kernel has an error.")

@@ -5,8 +5,9 @@
 
 A call runs its prompts in waves of at most `max_num_seqs`: the wave's prompts are
 prefilled together (packed one after another, each into its cache slot), then the wave
-decodes together, one token per sequence per step, until every sequence has stopped. Every prompt and parameter is checked before any
-device work, and a refused call leaves the LLM as it was.
+decodes together, one token per sequence per step, until every sequence has stopped. Every
+prompt and parameter is checked before any device work, and a refused call leaves the LLM as
+it was.
 """
 from __future__ import annotations
 
