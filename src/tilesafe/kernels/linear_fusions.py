@@ -427,7 +427,16 @@ def fused_config(dtype, m: int, n: int, k: int, config, tag: str, run=None) -> d
     `linear`'s config for this (N, K) (first-use tuning times the plain GEMV of the same
     operands), except that one row takes the tuned table's `<weight class>/gemv/<tag>` entry
     where the GPU measured one for this very weight and form: the prologue's loads and math
-    can move the best tiles away from the plain GEMV's (benchmarks/probes/fused_gemv_probe.py)."""
+    can move the best tiles away from the plain GEMV's (benchmarks/probes/fused_gemv_probe.py).
+
+    Why they move (H200, session 20): the prologue costs registers, so fewer blocks share an
+    SM and a grid that was one wave for the plain GEMV becomes two. 8 x 512 tiles with the
+    PREFETCH loop take 96 registers a thread plain (5 blocks of 128 threads an SM: 660 slots)
+    and 123 with SiLU-mul (4: 528 slots), so the 640 blocks of the 32B / 14B down projections
+    ran 81 / 57 us fused against 63 / 44 plain, while the pipelined loop (93 registers) ran
+    66 / 46; the 8B's 512 blocks fit, and its PREFETCH form won (27.2 us). 4 x 1024 tiles:
+    64 registers plain, 72 fused (8 -> 7 blocks an SM; the 8B's 1024 blocks: 35.9 us fused
+    against 25.9). A model of the fused forms' residency would choose these itself."""
     cfg = skinny_config(dtype, m, n, k, config, run=run)
     if m == 1 and config is None:
         own = configs.tuned_entry("linear", f"{configs.weight_class(dtype, (), (n, k))}/gemv/{tag}")
