@@ -382,8 +382,9 @@ def gemm(fn, torch_mode, at, bt, out_dtype, bias, activation, precision, out, co
 
 def skinny_config(dtype, m: int, n: int, k: int, config, run=None) -> dict:
     """The config of an M <= 16 product by an (N, K) weight: `linear`'s, and the fused GEMVs'
-    (`linear_fusions`), which must stream the weight exactly as `linear` does — their
-    prologue and epilogue only add arithmetic to a memory-bound loop. `run(config)` makes
+    (`linear_fusions.fused_config`), which stream the weight as `linear` does except where the
+    table holds a measured entry of their own for the weight (their prologue's registers can
+    cost a wave: fused_config says how). `run(config)` makes
     the call with that config, for first-use tuning (whichever of the two runs first tunes
     the shared shape bucket; the other then reuses its choice)."""
     return configs.lookup("linear", linear_keys(dtype, m, n, k), config, dtype,
