@@ -44,11 +44,12 @@ def test_lean_torch_step_gives_the_plain_steps_logits(checkpoint):
 
 
 def test_engine_bench_torch_step_flag_picks_the_step_and_the_gate_passes_with_lean():
-    """engine.py --torch-step: plain by default, lean on request (then it is the gate's reference too:
-    the gate must pass with it as it does with the plain step)."""
+    """engine.py --torch-step: compiled_mm by default (the fastest PyTorch step), plain and lean on
+    request (then it is the gate's reference too: the gate must pass with it as with the plain step)."""
     import engine as bench
     import engine_check
-    assert bench.TORCH_STEPS[bench.parse_args([]).torch_step] is TorchQwen3Step
+    assert bench.TORCH_STEPS[bench.parse_args([]).torch_step] is CompiledMmTorchQwen3Step
+    assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "plain"]).torch_step] is TorchQwen3Step
     assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "lean"]).torch_step] is LeanTorchQwen3Step
     llm = LLM.from_random("tiny", device="cpu", dtype="float32", max_model_len=16, max_num_seqs=1, progress=False)
     r = engine_check.check(llm, LeanTorchQwen3Step(llm, 16), [151, 2000, 30000, 7], 2)
@@ -92,3 +93,14 @@ def test_engine_bench_torch_step_flag_offers_the_compiled_steps():
         is CompiledGlueTorchQwen3Step
     assert bench.TORCH_STEPS[bench.parse_args(["--torch-step", "compiled_glue_mv"]).torch_step] \
         is CompiledGlueMvTorchQwen3Step
+
+
+def test_engine_gate_passes_with_the_compiled_mm_steps_math_as_reference():
+    """The default --torch-step's math (uncompiled here: compiling on the CPU is slow) is a reference
+    the gate accepts, as it does the plain step."""
+    import engine_check
+    llm = LLM.from_random("tiny", device="cpu", dtype="float32", max_model_len=16, max_num_seqs=1, progress=False)
+    r = engine_check.check(llm, CompiledMmTorchQwen3Step(llm, 16, compile=False), [151, 2000, 30000, 7], 2)
+    assert r["passed"], r["why"]
+    assert r["first_step"]["max_rel"] < 1e-4 and r["torch_prefill_vs_baseline"]["max_rel"] < 1e-4
+    assert r["teacher_forced"]["engine_tokens"] == r["baseline_tokens"]

@@ -1,8 +1,8 @@
-"""`CompiledTorchQwen3Step` (engine.py --torch-step compiled) on the GPU, bf16 random Qwen3-0.6B:
-Dynamo compiles its per-layer function once for all 28 layers (one graph, no recompile per
-layer), its logits match the plain step's within the gate's bf16 limit, its CUDA graph captures
-(Dynamo told to fail on a recompile) and replays the eager step's tokens, and the gate passes
-with it as the reference.
+"""The compiled PyTorch steps (engine.py --torch-step compiled_mm, the default, compiled and
+compiled_glue) on the GPU, bf16 random Qwen3-0.6B: Dynamo compiles the per-layer function once
+for all 28 layers (one graph, no recompile per layer), their logits match the plain step's within
+the gate's bf16 limit; compiled_mm's CUDA graph captures (Dynamo told to fail on a recompile) and
+replays the eager step's tokens, and the gate passes with it as the reference.
 
 Run on the H200: PYTHONPATH=src python -m pytest tests/engine/test_torch_compiled_step_gpu.py -m gpu -q -s
 """
@@ -46,16 +46,16 @@ def test_compiled_logits_match_the_plain_step_and_compile_once(llm, cls):
 
 
 def test_compiled_graph_captures_and_replays_the_eager_tokens(llm):
-    step = CompiledTorchQwen3Step(llm, 60)
+    step = CompiledMmTorchQwen3Step(llm, 60)                # engine.py's default --torch-step
     s = step.step_seconds(40, reps=5)
     assert math.isfinite(s) and 0 < s < 1
     tokens = step.greedy(PROMPT[:4], 3)                     # replays the captured graph
-    _, eager_logits = CompiledTorchQwen3Step(llm, 60).greedy_logits(PROMPT[:4], 3)
+    _, eager_logits = CompiledMmTorchQwen3Step(llm, 60).greedy_logits(PROMPT[:4], 3)
     scale = float(eager_logits.abs().max())
     assert engine_check.agreement(eager_logits, tokens, 1e-2 * scale)["disagree_at"] == []
 
 
 def test_gate_passes_with_the_compiled_step_as_reference(llm):
-    r = engine_check.check(llm, CompiledTorchQwen3Step(llm, 60), PROMPT, 16)
+    r = engine_check.check(llm, CompiledMmTorchQwen3Step(llm, 60), PROMPT, 16)
     print({k: r[k] for k in ("first_step", "rows", "why")})
     assert r["passed"], r["why"]
