@@ -63,8 +63,7 @@ def parse_completion(body) -> ParsedRequest:
     logprobs = _int(body, "logprobs", 0, 1, "0 or 1 (only the chosen token's log-probability)")
     if _field(body, "echo", False) not in (False, None):
         raise ApiError(400, "'echo' is not supported", "echo")
-    best_of = _int(body, "best_of", 1, 1, "1")
-    del best_of
+    _int(body, "best_of", 1, 1, "1")            # (checked: only 1 is taken)
     return _parsed(body, engine_prompt, max_tokens=_int(body, "max_tokens", 1, None, "a positive integer"),
                    logprobs=logprobs is not None)
 
