@@ -9,8 +9,8 @@ import torch
 from tilesafe.engine import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from torch_qwen3 import (CompiledGlueMvTorchQwen3Step, CompiledGlueTorchQwen3Step, CompiledMmTorchQwen3Step,  # noqa: E402
-                         CompiledTorchQwen3Step, LeanTorchQwen3Step, TorchQwen3Step)
+from torch_qwen3 import (CompiledGlueMvTorchQwen3Step, CompiledGlueTorchQwen3Step,  # noqa: E402
+                         CompiledMmTorchQwen3Step, CompiledTorchQwen3Step, LeanTorchQwen3Step, TorchQwen3Step)
 
 
 def test_torch_baseline_gives_transformers_greedy_tokens(checkpoint, hf_greedy):
