@@ -242,3 +242,15 @@ def test_bad_request_fuzz_leaves_the_server_serving(server, client, offline):
     assert httpx.get(server.url + "/health").status_code == 200
     wait_idle(server)
     assert metric(server, "tilesafe_num_requests_waiting") == 0
+
+
+def test_an_engine_refusal_keeps_its_help_line(server, offline):
+    """A prompt the engine refuses is an HTTP 400 whose message is the engine's, with its help
+    line (what to do instead): it was the message alone."""
+    from tilesafe.engine import RequestError
+    prompt = " ".join(["w1"] * 40)
+    with pytest.raises(RequestError) as want:
+        offline(prompt, max_tokens=2)
+    r = httpx.post(server.url + "/v1/completions", json={"model": NAME, "prompt": prompt, "max_tokens": 2}, timeout=30)
+    assert r.status_code == 400 and want.value.help
+    assert r.json()["error"]["message"] == f"{want.value.message} ({want.value.help})"

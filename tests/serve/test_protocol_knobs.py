@@ -4,6 +4,7 @@ reach SamplingParams from a request body: a non-neutral value is an HTTP 400 nam
 is taken, as vLLM clients often spell it out."""
 import pytest
 
+from tilesafe.engine.sampling_params import NOT_APPLIED
 from tilesafe.serve.protocol import ApiError, parse_chat, parse_completion
 
 COMPLETION = {"model": "m", "prompt": "w1"}
@@ -19,7 +20,8 @@ def test_a_knob_the_sampler_lacks_is_a_400_naming_it(parse, base, name, value):
     with pytest.raises(ApiError) as e:
         parse({**base, name: value})
     assert (e.value.status, e.value.param) == (400, name)
-    assert f"{name}={value!r} is not supported" in e.value.message and "(" in e.value.message  # with its help
+    assert f"{name}={value!r} is not supported" in e.value.message
+    assert e.value.message.endswith(f"({NOT_APPLIED[name][1]})")         # with what to do instead
 
 
 def test_the_field_named_is_the_refused_one_beside_neutral_ones():

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..engine.errors import RequestError
 from ..errors import TileSafeError
 from .async_llm import AsyncLLM
-from .protocol import ApiError, ParsedRequest, parse_chat, parse_completion
+from .protocol import ApiError, ParsedRequest, parse_chat, parse_completion, refusal
 
 
 def build_app(engine: AsyncLLM, model_name: str, metrics=None) -> FastAPI:
@@ -84,7 +84,7 @@ async def _serve(engine: AsyncLLM, model_name: str, request: Request, parse, cha
         try:
             first = await outputs.__anext__()      # the engine's checks run here: errors are still HTTP errors
         except RequestError as e:
-            raise ApiError(400, e.message, "messages" if chat else "prompt") from None
+            raise ApiError(400, refusal(e), "messages" if chat else "prompt") from None
     except ApiError as e:
         return JSONResponse(e.body(), e.status)
     shape = _Shape(engine, model_name, request_id, chat, p)
@@ -105,7 +105,7 @@ def _chat_prompt(engine: AsyncLLM, p: ParsedRequest):
     try:
         return {"prompt_token_ids": tok.apply_chat_template(p.messages, enable_thinking=p.enable_thinking)}
     except TileSafeError as e:
-        raise ApiError(400, e.message, "messages") from None
+        raise ApiError(400, refusal(e), "messages") from None
 
 
 async def _sse(shape: "_Shape", first, outputs):

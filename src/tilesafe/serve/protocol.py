@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.errors import RequestError
+from ..errors import TileSafeError
 from ..engine.sampling_params import NOT_APPLIED, SamplingParams, is_neutral
 
 
@@ -130,10 +131,15 @@ def _parsed(body: dict, prompt, max_tokens, logprobs: bool) -> ParsedRequest:
             **knobs)
     except RequestError as e:
         refused = next((k for k, v in knobs.items() if not is_neutral(v, NOT_APPLIED[k][0])), None)
-        raise ApiError(400, f"{e.message} ({e.help})" if e.help else e.message, refused) from None
+        raise ApiError(400, refusal(e), refused) from None
     options = options or {}
     return ParsedRequest(model, prompt, params, bool(stream), bool(options.get("include_usage")), logprobs,
                          continuous_usage=bool(options.get("include_usage") and options.get("continuous_usage_stats")))
+
+
+def refusal(e: TileSafeError) -> str:
+    """An engine refusal as an HTTP error's message: what is wrong, then what to do instead."""
+    return f"{e.message} ({e.help})" if e.help else e.message
 
 
 def _object(body) -> dict:
