@@ -277,15 +277,17 @@ class CompiledTorchQwen3Step(LeanTorchQwen3Step):
     compiled once and called by all layers, its GEMMs still cuBLAS (Inductor's extern mm/addmm; no
     max-autotune) and its attention torch's SDPA; the whole step then captured in one CUDA graph by
     `capture` as the other steps are. `compile=False` runs the same functions eagerly (the CPU check
-    of the math). `compile_s` is the first (compiling) step's seconds; `graphs` how many graphs
-    Dynamo compiled for it (1 here: a recompile per layer would show as more)."""
+    of the math; the default off a GPU). `compile_s` is the first (compiling) step's seconds;
+    `graphs` how many graphs Dynamo compiled for it (1 here: a recompile per layer would show as more)."""
     whole = True          # the GEMMs and SDPA inside the compiled layer (False: only the glue compiled)
     mv = False            # the eager GEMVs as torch.mv(W, x) (glue-only variant and the LM head)
     layer_fn = staticmethod(_layer)                 # the compiled per-layer function (whole = True)
 
-    def __init__(self, llm, max_len: int, compile: bool = True):
+    def __init__(self, llm, max_len: int, compile: bool | None = None):
         super().__init__(llm, max_len)
         cfg, dev, dt = self.cfg, llm.device, llm.dtype
+        if compile is None:                  # a CPU smoke run of engine.py: the same math, no C++ compile
+            compile = torch.device(dev).type == "cuda"
         self.dims = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size, cfg.rms_norm_eps)
         shape = (2, 1, cfg.num_kv_heads, max_len, cfg.head_dim)             # k and v of a layer: one tensor
         self.kv = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
