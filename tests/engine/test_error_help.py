@@ -4,7 +4,8 @@ The walk reads each module of src/tilesafe/engine with `ast`. Every call of an e
 (`request_error`, `checkpoint_error`, ...) or of a `TileSafeError` class must pass a help that
 is not None; every `raise` must raise one of those, or be one of the few internal raises listed
 in `INTERNAL` with the reason a user never sees it. A new refusal without a help line, or a new
-kind of raise, fails here.
+kind of raise, fails here. The serving layer's RequestErrors (src/tilesafe/serve) are walked
+too.
 """
 from __future__ import annotations
 
