@@ -20,6 +20,8 @@ checks everything and refuses as a fresh call would.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ..runtime.aliasing import first_address
@@ -38,7 +40,7 @@ from .launch import start
 
 class CallHit:
     """The fast form of one CallPlan (see the module's docstring)."""
-    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news", "flat", "kept", "unrolled")
+    __slots__ = ("plan", "launches", "groups", "extents", "internal", "news", "flat", "kept", "seen", "unrolled")
 
     def __init__(self, plan, launches: list, groups: int, extents: list):
         self.plan, self.launches, self.groups, self.extents = plan, launches, groups, extents
@@ -54,6 +56,9 @@ class CallHit:
         # The workspaces (internal roots), allocated by the first call and kept: every call's
         # launches use them as a caller's `workspace=` would be used (see __call__).
         self.kept: dict = {}
+        # Per scratch root, (a weak reference to the thread's scratch buffer it was made in, the
+        # root): the written-out form's (scratch_root), taken while that buffer is the current one.
+        self.seen: dict = {}
         self.unrolled = None        # the common case written out (call_hits_unrolled), set by `of`
 
     @staticmethod
@@ -151,6 +156,20 @@ class CallHit:
             if self.flat:                      # a tuple of results (rms_norm's with its residual)
                 return tuple([handed[r] for r in returned])
             return _result(returned, handed)
+
+    def scratch_root(self, i: int) -> tuple:
+        """(weak reference to the buffer, root) of scratch root `i` in this thread's scratch for
+        its device, as `_walk` makes the root (scratch.views: a buffer too small is replaced by
+        a larger one), kept in `seen` for the next calls while that buffer is this thread's."""
+        plan = self.plan
+        device = plan.roots[i][1]
+        t = scratch.views(device, (plan.scratch_elems,))[0]
+        tv = t._t
+        storage = tv.untyped_storage()
+        sptr = storage.data_ptr()
+        seen = self.seen[i] = (weakref.ref(scratch.buffers()[device]),
+                               (tv, t._state, first_address(tv, sptr), sptr, storage.nbytes()))
+        return seen
 
     def _steps(self, roots: list, made: list, apart: bool) -> None:
         """The plan's steps on these roots (`made`: their tilesafe tensors where made);

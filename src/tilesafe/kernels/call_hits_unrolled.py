@@ -10,7 +10,7 @@ the view (S13 as `from_torch`'s unlocked common case borrows it), each tilesafe 
 caller's `workspace=`) neither handed over nor lent — and hands any other call,
 before it has done anything, to CallHit's own loops (`_walk`), which borrow, refuse or
 allocate as before. What it does on the common case is what those loops do, in their order:
-borrow, allocate (or take the kept workspace), the storages-apart test (S7), each launch's
+borrow, allocate (or take the kept workspace, the device's scratch), the storages-apart test (S7), each launch's
 fast form or its full step, the result.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..runtime.spec import dense_strides
 from ..runtime.storage_state import STATE_ATTR, StorageState
 from ..runtime.tensor import Tensor
 from . import call_recording as R
+from . import scratch
 
 
 def unrolled(hit, places: list):
@@ -35,15 +36,15 @@ def unrolled(hit, places: list):
         return None
     mine = [i for i, place in enumerate(places) if type(place[4]) is Tensor]   # a workspace's, a Tensor argument
     allocated = list(enumerate(plan.roots[n:], n))
-    if any(kind != R.EMPTY or i not in hit.news for i, (kind, _) in allocated):
-        return None                       # scratch views, ts.empty's tracked memory
+    if any(kind != R.SCRATCH and (kind != R.EMPTY or i not in hit.news) for i, (kind, _) in allocated):
+        return None                       # ts.empty's tracked memory
     returned = plan.returned
     if not (type(returned) is int or hit.flat):
         return None
     ns = {"__name__": __name__,   # tilesafe's code: error locations skip its frames (errors.caller_loc)
           "LOCK": LOCK, "STATE_ATTR": STATE_ATTR, "torch_empty_strided": torch.empty_strided,
           "attach_new": StorageState.attach_new,
-          "KEPT": hit.kept, "LAUNCHES": hit.launches}
+          "KEPT": hit.kept, "LAUNCHES": hit.launches, "SCRATCH_BUFFERS": scratch.buffers}
     src = ["def call(hit, places):",
            "    with LOCK:"]
     body = []
@@ -65,7 +66,19 @@ def unrolled(hit, places: list):
                  "    return hit._walk(places)"]
     roots = [f"(tv{i}, s{i}, p{i}, sp{i}, n{i})" for i in range(n)]
     states = [f"s{i}" for i in range(n)]
-    for i, _ in allocated:                # (torch's new bytes; a returned one is torch-mode: CallHit.news)
+    for i, (kind, recipe) in allocated:   # (torch's new bytes; a returned one is torch-mode: CallHit.news)
+        if kind == R.SCRATCH:
+            # The device's scratch (split-K partials, a long row's statistics): its root made
+            # once per buffer (CallHit.scratch_root) and taken again while this thread's buffer
+            # for the device is that one (a larger call may have replaced it: then made anew).
+            ns[f"SEEN{i}"], ns[f"SDEV{i}"] = hit.seen, recipe
+            body += [f"w{i} = SEEN{i}.get({i})",
+                     f"if w{i} is None or w{i}[0]() is not SCRATCH_BUFFERS().get(SDEV{i}):",
+                     f"    w{i} = hit.scratch_root({i})",
+                     f"r{i} = w{i}[1]"]
+            roots.append(f"r{i}")
+            states.append(f"r{i}[1]")
+            continue
         shape, dtype, device = hit.news[i]
         # torch.empty_strided with the layout's size and strides: torch's cheapest call for a
         # known dense layout (no overload choice between torch.empty's forms; CPU: ~1.7 µs
