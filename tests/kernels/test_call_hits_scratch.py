@@ -108,6 +108,12 @@ def test_a_replaced_scratch_buffer_is_the_one_the_next_call_uses(walked):
         torch.testing.assert_close(tk.softmax(x), torch.softmax(x, -1), rtol=2e-5, atol=2e-5)
         assert walked == [] and hit.seen[i][0]() is new
         assert torch.equal(old._t, kept) and new._t.abs().sum() > 0    # the statistics went to the new buffer
+        del old, new
+        scratch.buffers().clear()              # no buffer for the device (a new thread's case), the last one dead
+        x.copy_(_rand((2, 2048), 10))
+        torch.testing.assert_close(tk.softmax(x), torch.softmax(x, -1), rtol=2e-5, atol=2e-5)
+        made = scratch.buffers()[device]
+        assert walked == [] and hit.seen[i][0]() is made                 # made by the call, and used
 
 
 def _refused_twice(call, error, marker):

@@ -72,8 +72,10 @@ def unrolled(hit, places: list):
             # once per buffer (CallHit.scratch_root) and taken again while this thread's buffer
             # for the device is that one (a larger call may have replaced it: then made anew).
             ns[f"SEEN{i}"], ns[f"SDEV{i}"] = hit.seen, recipe
+            # (None: this thread has no buffer yet, and a dead reference is None too)
             body += [f"w{i} = SEEN{i}.get({i})",
-                     f"if w{i} is None or w{i}[0]() is not SCRATCH_BUFFERS().get(SDEV{i}):",
+                     f"b{i} = SCRATCH_BUFFERS().get(SDEV{i})",
+                     f"if w{i} is None or b{i} is None or w{i}[0]() is not b{i}:",
                      f"    w{i} = hit.scratch_root({i})",
                      f"r{i} = w{i}[1]"]
             roots.append(f"r{i}")
