@@ -65,10 +65,13 @@ def test_k_splits_add_up_in_the_last_block(backend, device, monkeypatch, m, spli
     assert np.array_equal(f64(again), f64(got))
 
 
-def test_matmul_takes_it_too_through_strides(backend, device):
+@pytest.mark.parametrize("m", [4, 20])      # the skinny path's config, and matmul's own (m > 16)
+def test_matmul_takes_it_too_through_strides(backend, device, monkeypatch, m):
     """matmul(a, b) with b a transposed view (K, N) of a row-major weight: read in place."""
-    a, w = randn((4, 64), "f32", 46, device), randn((48, 64), "f32", 47, device)
-    got = tk.matmul(a, w.T, out=poisoned((4, 48), "f32", device), config={"weight_major": True})
+    a, w = randn((m, 64), "f32", 46, device), randn((48, 64), "f32", 47, device)
+    names = launches(monkeypatch)
+    got = tk.matmul(a, w.T, out=poisoned((m, 48), "f32", device), config={"weight_major": True})
+    assert names == ["weight_major_kernel"]
     assert_close(got, t64(a) @ t64(w).T, "f32", **MM_TOL["f32"])
 
 
