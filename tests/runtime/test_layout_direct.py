@@ -284,7 +284,7 @@ def test_a_tensor_where_the_layout_had_a_partition_is_refused_as_a_first_launch_
 
 def test_a_loop_of_fresh_launches_leaves_the_garbage_collector_nothing_to_do(gpu):
     # A tuple built from a generator or map() leaves Python's young-generation count one
-    # higher. The direct path built one per launch (LayoutPlan.repeated), so a loop of
+    # higher. The direct path built one per launch (its same-objects test), so a loop of
     # launches ran the collector, full collections of a large heap among them (the H200: 12
     # of a fresh launch's 67 µs).
     _warm()

@@ -1,4 +1,4 @@
-"""LayoutPlan.repeated written out for a layout's roles (layout_unrolled.same_objects): whether a
+"""A layout plan's same-objects test, written out for its roles (layout_unrolled.same_objects): whether a
 launch passes the very objects of the layout's previous fast launch — tensors and partitions
 the same live objects (held weakly: a new object at a dead one's address is another object),
 other values by id — and it remembers them when not. Values of another kind or count than the

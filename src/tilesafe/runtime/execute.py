@@ -19,7 +19,7 @@ def execute(compiled, bound) -> Future:
     """Launch `compiled` code with these bound arguments; returns the launch's Future."""
     call = compiled.launch(bound)
     counters = arrivals.counters(call.device, call.tickets) if call.tickets else None
-    # A list, not a generator: tuple(generator) raises Python's GC count (LayoutPlan.repeated says why)
+    # A list, not a generator: tuple(generator) raises Python's GC count (layout_unrolled.same_objects says why)
     outputs = tuple([bound.tensors[n].obj for n in compiled.kernel.outputs])
     if call.synchronous:    # finished when start returns: nothing to order or keep pending
         _wait_for_pending(compiled.kernel, bound)

@@ -99,7 +99,7 @@ class LaunchCache:
                 form.last = plan
         if future is not MISS:
             # (torch arguments are borrowed per launch: no repeat-launch plan holds them)
-            if not plan.borrows and plan.same(plan, values):          # LayoutPlan.repeated
+            if not plan.borrows and plan.same(plan, values):
                 self._repeat(plan, args, kwargs, grid, backend, values)
             else:      # the same-arguments plan is another launch's now: the next launch need not try it
                 self.kernel._last_plan = None
@@ -277,7 +277,9 @@ class LayoutPlan:
         self.launchers: dict = {}   # runtime scalars -> True (seen once), a LayoutLauncher, or False (none)
         self.unrolled = None        # `direct` written out for this layout (layout_unrolled), at its first use
         self.last: list | None = None    # per value of the latest fast launch: a weak reference, or its id
-        # `repeated`, written out for these roles (a tensor or partition is held weakly)
+        # `same(self, values)`: whether `values` are the objects of this layout's previous fast
+        # launch, remembering them when not (layout_unrolled.same_objects, for these roles: a
+        # tensor or partition is held weakly, any other value by id)
         self.same = same_objects(tuple(role == _PART or role == _TENSOR for role in self.roles))
         spec = kernel.specializer.spec(bound)
         self.reads = tuple(n for n, k in kinds.items() if k == REF or k in OUTPUTS and n in spec.reads)
@@ -288,13 +290,6 @@ class LayoutPlan:
         facts = LaunchFacts(bound)
         self.scalar_checks = [(c, bounds.masks_for([c], facts)) for c in spec.checks
                               if _scalar_leaves(c) & per_call]
-
-    def repeated(self, values) -> bool:
-        """Whether `values` are the objects of this layout's previous fast launch (each
-        tensor and partition the same live object, held weakly; other values by id); when
-        not, they are remembered for the next launch. Written out for the layout's roles
-        (layout_unrolled.same_objects): `launch` calls `self.same` itself."""
-        return self.same(self, values)
 
     def direct(self, values, keyed: bool = False):
         """A launch with these argument values through the GPU launcher of their runtime
