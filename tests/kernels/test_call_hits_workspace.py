@@ -2,9 +2,10 @@
 plan's written-out hit (kernels/call_hits_unrolled.py) as torch-only calls do: from the layout's
 third call CallHit's loops never run, and each call computes its own result. What the hit
 trusts of a workspace tensor — not handed to torch, not lent — is read on every call: a call
-of the same layout whose workspace was partitioned, handed to torch or made unwritten since the
-last one is refused as a fresh call refuses it (class, message, the user's line, nothing
-written), and so is a hand-over by another thread after the key was read."""
+of the same layout whose workspace was partitioned or handed to torch since the last one, or
+whose out= reaches the workspace's bytes through another storage, is refused as a fresh call
+refuses it (class, message, the user's line, nothing written), and so is a hand-over by
+another thread after the key was read."""
 import pytest
 import torch
 
