@@ -29,8 +29,9 @@ from . import configs, layout, scratch
 from .call_checks import check_aliasing
 from .call_plans import planned
 from .elementwise import residual_add, silu_mul
+from .gemm_steps import epilogue, mac
 from .launch import cdiv, launch, pow2
-from .matmul import ACTIVATIONS, SKINNY_M, epilogue, gemm, l2_prefetch, mac, skinny_config
+from .matmul import ACTIVATIONS, SKINNY_M, gemm, l2_prefetch, skinny_config
 from .matmul import peel_form, prefetch_form, skinny_tiles, warm_slab
 from .norms import rms_norm
 

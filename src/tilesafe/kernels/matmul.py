@@ -17,7 +17,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from . import weight_major
 from .elementwise import GELU, SILU
-from .gemm_steps import epilogue, mac   # noqa: F401 - linear_fusions imports them from here
+from .gemm_steps import epilogue, mac
 from .gemm_model import auto_splits as _splits   # how many ways to split K (the model predicts the same)
 from .gemm_model import linear_tiles, tail_split
 from .launch import cdiv, launch, pow2, workers
