@@ -110,6 +110,7 @@ def test_a_replaced_scratch_buffer_is_the_one_the_next_call_uses(walked):
         assert torch.equal(old._t, kept) and new._t.abs().sum() > 0    # the statistics went to the new buffer
         del old, new
         scratch.buffers().clear()              # no buffer for the device (a new thread's case), the last one dead
+        assert i not in hit.seen               # its root forgotten with it: the plan keeps no dead buffer's memory
         x.copy_(_rand((2, 2048), 10))
         torch.testing.assert_close(tk.softmax(x), torch.softmax(x, -1), rtol=2e-5, atol=2e-5)
         made = scratch.buffers()[device]

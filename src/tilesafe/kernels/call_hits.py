@@ -160,16 +160,22 @@ class CallHit:
     def scratch_root(self, i: int) -> tuple:
         """(weak reference to the buffer, root) of scratch root `i` in this thread's scratch for
         its device, as `_walk` makes the root (scratch.views: a buffer too small is replaced by
-        a larger one), kept in `seen` for the next calls while that buffer is this thread's."""
+        a larger one), kept in `seen` for the next calls while that buffer is this thread's (and
+        forgotten when the buffer dies, so that a replaced buffer's memory is not kept by a plan)."""
         plan = self.plan
         device = plan.roots[i][1]
         t = scratch.views(device, (plan.scratch_elems,))[0]
         tv = t._t
         storage = tv.untyped_storage()
         sptr = storage.data_ptr()
-        seen = self.seen[i] = (weakref.ref(scratch.buffers()[device]),
-                               (tv, t._state, first_address(tv, sptr), sptr, storage.nbytes()))
-        return seen
+        seen = self.seen
+
+        def forget(ref):        # the buffer was replaced or its thread ended: let go of its memory now
+            if seen.get(i, _NO_ROOT)[0] is ref:
+                seen.pop(i, None)      # (another thread may have taken it since: made again then)
+        found = seen[i] = (weakref.ref(scratch.buffers()[device], forget),
+                           (tv, t._state, first_address(tv, sptr), sptr, storage.nbytes()))
+        return found
 
     def _steps(self, roots: list, made: list, apart: bool) -> None:
         """The plan's steps on these roots (`made`: their tilesafe tensors where made);
@@ -191,6 +197,9 @@ class CallHit:
         outputs = {n: (_tensor(v, roots, made), tile) for n, (v, tile) in step.outs.items()}
         args = {n: _tensor(v, roots, made) if type(v) is R.View else v for n, v in step.values.items()}
         start(step.kernel, outputs, step.grid, args, step)
+
+
+_NO_ROOT = (None,)
 
 
 def _planned(step) -> PlannedLaunch | None:
