@@ -1,6 +1,7 @@
 """The steps every tensor-core product shares: the multiply-accumulate and the epilogue
 (bias, activation) of an fp32 output tile, used by `matmul`'s kernels, the fused GEMVs
-(`linear_fusions`) and the weight-major kernels (`weight_major`)."""
+(`linear_fusions`) and the weight-major kernels (`weight_major`), and the sum of a K split's
+partials that its last split to arrive stores (`matmul`'s one-kernel split, `weight_major`'s)."""
 import tilesafe as ts
 
 from .elementwise import unary_op
@@ -24,3 +25,13 @@ def epilogue(acc, bias, j, BN, HAS_BIAS, ACT):
     if ACT >= 0:
         acc = unary_op(acc, ACT)
     return acc
+
+
+@ts.function
+def split_total(part, BM, BN):
+    """The fp32 (BM, BN) sum of the group's partials of `part` (1, BM, BN) tiles, in split
+    order (the same bits whichever split arrives last); inside `if ts.last_arrival():`."""
+    total = ts.zeros((BM, BN), ts.f32)                           # (BM, BN)
+    for s in part.members():
+        total = total + ts.reshape(part.load(s), (BM, BN))
+    return total

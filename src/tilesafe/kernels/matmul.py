@@ -17,7 +17,7 @@ from .call_checks import check_aliasing
 from .call_plans import planned
 from . import weight_major
 from .elementwise import GELU, SILU
-from .gemm_steps import epilogue, mac
+from .gemm_steps import epilogue, mac, split_total
 from .gemm_model import auto_splits as _splits   # how many ways to split K (the model predicts the same)
 from .gemm_model import linear_tiles, tail_split
 from .launch import cdiv, launch, pow2, workers
@@ -203,10 +203,7 @@ def split_k_last_kernel(c: ts.MutLast["TC", ("BM", "BN")], part: ts.Mut[ts.f32, 
     acc = k_slice(a, b, ts.block_id(0), ts.block_id(1), j, PER, TF32, DOT, BM, BN, BK, L2P, L2K)
     part.store(ts.reshape(acc, (1, BM, BN)))
     if ts.last_arrival():
-        total = ts.zeros((BM, BN), ts.f32)                       # (BM, BN)
-        for s in part.members():
-            total = total + ts.reshape(part.load(s), (BM, BN))
-        c.store(epilogue(total, bias, j, BN, HAS_BIAS, ACT).astype(TC))
+        c.store(epilogue(split_total(part, BM, BN), bias, j, BN, HAS_BIAS, ACT).astype(TC))
 
 
 @ts.kernel

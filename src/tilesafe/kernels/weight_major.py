@@ -15,7 +15,7 @@ split does.
 import tilesafe as ts
 
 from . import scratch
-from .gemm_steps import epilogue, mac
+from .gemm_steps import epilogue, mac, split_total
 from .gemm_model import WEIGHT_MAJOR_MAX_ROWS as MAX_ROWS
 from .gemm_model import weight_major_slots, weight_major_splits, weight_major_stages
 from .launch import cdiv, launch, pow2, workers
@@ -61,10 +61,7 @@ def weight_major_split_kernel(c: ts.MutLast["TC", ("BM", "BN")], part: ts.Mut[ts
     acc = k_slice_t(a, b, ts.block_id(0), ts.block_id(1), j, PER, TF32, BM, BN, BK)
     part.store(ts.reshape(acc, (1, BM, BN)))
     if ts.last_arrival():
-        total = ts.zeros((BM, BN), ts.f32)                       # (BM, BN)
-        for s in part.members():
-            total = total + ts.reshape(part.load(s), (BM, BN))
-        c.store(epilogue(total, bias, j, BN, HAS_BIAS, ACT).astype(TC))
+        c.store(epilogue(split_total(part, BM, BN), bias, j, BN, HAS_BIAS, ACT).astype(TC))
 
 
 def tiles(cfg: dict, m: int, n: int, k: int) -> tuple[int, int, int]:
