@@ -6,10 +6,13 @@ imports, on Triton's interpreter too. Triton 3.6's interpreter computes bf16 wro
 mis-casts fp8 (DESIGN §5), so there a test whose `dtype` parameter is bf16 or fp8, or that
 is marked `reference_only`, is skipped.
 """
+import collections
+
 import pytest
+import torch
 
 import tilesafe as ts
-from tilesafe.runtime import binding
+from tilesafe.runtime import binding, future
 
 
 def _cpu_backends() -> list[str]:
@@ -27,6 +30,17 @@ NOT_ON_TRITON_INTERPRETER = ("bf16", "f8e4m3fn", "f8e5m2")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "reference_only: runs on the reference backend only")
+
+
+@pytest.fixture(autouse=True)
+def own_holding(monkeypatch):
+    """Each CPU test holds its launches' completions in a deque of its own: the CPU stand-ins of
+    the GPU launch forms leave completions on stand-in streams in `future.HOLDING`, and a later
+    test's launch that reached the sweep count would record a CUDA event for them (no CUDA here),
+    so whether a test failed depended on how many stand-in launches ran before it in its worker."""
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(future.HOLDING, "_held", collections.deque())
+        monkeypatch.setattr(future.HOLDING, "_next", future.HOLDING.limit)
 
 
 @pytest.fixture(params=CPU_BACKENDS)
