@@ -61,16 +61,25 @@ def caches(d: Dims, device, dtype, seed=1) -> list[tuple[torch.Tensor, torch.Ten
             for _ in range(d.layers)]
 
 
-class TilesafeStep:
-    """The step as tilesafe.kernels calls into buffers allocated once (13 calls a layer)."""
+class _Step:
+    """What both tilesafe steps hold: the sizes, weights and caches, the step's device inputs
+    (token, position, sequence length) and a maker of buffers allocated once."""
 
-    def __init__(self, d: Dims, w: dict, kv: list, device, dtype):
+    def _inputs(self, d: Dims, w: dict, kv: list, device, dtype):
+        """Sets the inputs; returns the buffer maker and the q and k/v widths."""
         self.d, self.w, self.kv = d, w, kv
-        e = lambda *shape, dt=dtype: torch.empty(shape, device=device, dtype=dt)   # noqa: E731
-        qw, kvw = d.heads * d.head_dim, d.kv_heads * d.head_dim
         self.token = torch.tensor([7], device=device, dtype=torch.int32)
         self.pos = torch.tensor([d.context], device=device, dtype=torch.int32)
         self.seq_len = torch.tensor([d.context + 1], device=device, dtype=torch.int32)
+        e = lambda *shape, dt=dtype: torch.empty(shape, device=device, dtype=dt)   # noqa: E731
+        return e, d.heads * d.head_dim, d.kv_heads * d.head_dim
+
+
+class TilesafeStep(_Step):
+    """The step as tilesafe.kernels calls into buffers allocated once (13 calls a layer)."""
+
+    def __init__(self, d: Dims, w: dict, kv: list, device, dtype):
+        e, qw, kvw = self._inputs(d, w, kv, device, dtype)
         self.r, self.y, self.delta = e(1, d.hidden), e(1, d.hidden), e(1, d.hidden)
         self.qkv, self.qn, self.kn = e(1, qw + 2 * kvw), e(d.heads, d.head_dim), e(d.kv_heads, d.head_dim)
         self.qr, self.kr = e(1, d.heads, d.head_dim), e(1, d.kv_heads, d.head_dim)
@@ -111,7 +120,7 @@ class TilesafeStep:
         return self.logits
 
 
-class FusedStep:
+class FusedStep(_Step):
     """The step with the library's fused calls (7 calls a layer and 2 torch cache copies):
     rms_norm_linear (norm + QKV, norm + gate/up), norm_rope (q, k), linear with `residual=`
     (o-projection added to the residual stream in place), silu_mul_linear with `residual=`
@@ -120,12 +129,7 @@ class FusedStep:
     stream, for checking against TorchStep (not part of the timed step)."""
 
     def __init__(self, d: Dims, w: dict, kv: list, device, dtype):
-        self.d, self.w, self.kv = d, w, kv
-        e = lambda *shape, dt=dtype: torch.empty(shape, device=device, dtype=dt)   # noqa: E731
-        qw, kvw = d.heads * d.head_dim, d.kv_heads * d.head_dim
-        self.token = torch.tensor([7], device=device, dtype=torch.int32)
-        self.pos = torch.tensor([d.context], device=device, dtype=torch.int32)
-        self.seq_len = torch.tensor([d.context + 1], device=device, dtype=torch.int32)
+        e, qw, kvw = self._inputs(d, w, kv, device, dtype)
         self.r, self.qkv = e(1, d.hidden), e(1, qw + 2 * kvw)
         self.qr, self.kr = e(1, d.heads, d.head_dim), e(1, d.kv_heads, d.head_dim)
         self.attn, self.gu = e(d.heads, d.head_dim), e(1, 2 * d.inter)

@@ -13,6 +13,21 @@ from torch_qwen3 import (CompiledGlueMvTorchQwen3Step, CompiledGlueTorchQwen3Ste
                          CompiledMmTorchQwen3Step, CompiledTorchQwen3Step, LeanTorchQwen3Step, TorchQwen3Step)
 
 
+def llm_with_uneven_norms(checkpoint, seed: int, final: bool) -> LLM:
+    """A tiny float32 LLM on the CPU whose norm weights are not all ones (the layers' four, and the
+    final norm's if `final`), so a swapped or misplaced norm changes the logits."""
+    folder, _ = checkpoint()
+    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
+    g = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        for layer in llm.model.w.layers:
+            for norm in (layer.q_norm, layer.k_norm, layer.input_norm, layer.post_norm):
+                norm.add_(torch.randn(norm.shape, generator=g) * 0.3)
+        if final:
+            llm.model.w.norm.add_(torch.randn(llm.model.w.norm.shape, generator=g) * 0.3)
+    return llm
+
+
 def test_torch_baseline_gives_transformers_greedy_tokens(checkpoint, hf_greedy):
     folder, hf = checkpoint()
     llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
@@ -24,13 +39,7 @@ def test_lean_torch_step_gives_the_plain_steps_logits(checkpoint):
     """The lean step (engine.py --torch-step lean) is the plain step's math: same logits at every
     position, in float32, with norm weights that are not all ones (so q/k norms cannot be swapped)
     and a cache length that is not a multiple of 16 (the mask is a slice of an aligned buffer)."""
-    folder, _ = checkpoint()
-    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
-    g = torch.Generator().manual_seed(3)
-    with torch.inference_mode():
-        for layer in llm.model.w.layers:
-            for norm in (layer.q_norm, layer.k_norm, layer.input_norm, layer.post_norm):
-                norm.add_(torch.randn(norm.shape, generator=g) * 0.3)
+    llm = llm_with_uneven_norms(checkpoint, seed=3, final=False)
     seq = [3, 17, 5, 60, 2, 9, 41, 11, 7]
     plain = TorchQwen3Step(llm, 21).teacher_forced_logits(seq)
     lean_step = LeanTorchQwen3Step(llm, 21)
@@ -64,14 +73,7 @@ def test_compiled_steps_functions_give_the_plain_steps_logits(checkpoint):
     their per-layer functions, here uncompiled (compile=False; the compiled run is the GPU test's),
     give the same float32 logits at every position and write the same cache rows, with norm weights
     that are not all ones (a swapped q/k norm or a wrong next-layer norm would show)."""
-    folder, _ = checkpoint()
-    llm = LLM(str(folder), device="cpu", max_model_len=32, max_num_seqs=1, progress=False)
-    g = torch.Generator().manual_seed(4)
-    with torch.inference_mode():
-        for layer in llm.model.w.layers:
-            for norm in (layer.q_norm, layer.k_norm, layer.input_norm, layer.post_norm):
-                norm.add_(torch.randn(norm.shape, generator=g) * 0.3)
-        llm.model.w.norm.add_(torch.randn(llm.model.w.norm.shape, generator=g) * 0.3)
+    llm = llm_with_uneven_norms(checkpoint, seed=4, final=True)
     seq = [3, 17, 5, 60, 2, 9, 41, 11, 7]
     plain_step = TorchQwen3Step(llm, 21)
     plain = plain_step.teacher_forced_logits(seq)
