@@ -22,7 +22,6 @@ from .launch import cdiv, launch, pow2, workers
 from .machine_model import gpu_of
 
 
-
 @ts.function
 def k_slice_t(a, b, s, i, j, PER, TF32, BM, BN, BK):
     """The fp32 (BM, BN) sum over K tiles [s * PER, (s + 1) * PER) of output tile (i, j),
