@@ -1,5 +1,6 @@
 """Checks shared by the tests of whole library calls: where an error points, and that a
 refused call wrote nothing. Nothing here imports tilesafe internals."""
+import pytest
 import torch
 
 
@@ -45,3 +46,18 @@ def assert_unchanged(before: list[torch.Tensor], *tensors: torch.Tensor) -> None
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu").contiguous().view(torch.uint8).clone()
+
+
+def refused_twice(call, error, path: str, marker: str, library) -> str:
+    """The error of `call()` on a warm plan's written-out hit, then of the same call with the
+    library function's plans forgotten (a fresh call's full path): the same class, message and
+    line; returns the message."""
+    messages = []
+    for _ in range(2):
+        with pytest.raises(error) as e:
+            call()
+        assert_located(e.value, path, marker)
+        messages.append(e.value.message)
+        library.plans.plans.clear()
+    assert messages[0] == messages[1]
+    return messages[0]

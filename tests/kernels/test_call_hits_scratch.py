@@ -11,7 +11,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from call_helpers import assert_located, assert_unchanged, snapshot
+from call_helpers import assert_unchanged, refused_twice, snapshot
 from tilesafe.kernels import call_recording as R
 from tilesafe.kernels import configs, scratch
 from tilesafe.kernels.call_hits import CallHit
@@ -117,20 +117,6 @@ def test_a_replaced_scratch_buffer_is_the_one_the_next_call_uses(walked):
         assert walked == [] and hit.seen[i][0]() is made                 # made by the call, and used
 
 
-def _refused_twice(call, error, marker):
-    """The error of `call()` on the warm plan's written-out hit, then of the same call with the
-    plans forgotten (a fresh call's full path): the same class, message and line."""
-    messages = []
-    for _ in range(2):
-        with pytest.raises(error) as e:
-            call()
-        assert_located(e.value, HERE, marker)
-        messages.append(e.value.message)
-        tk.softmax.plans.plans.clear()
-    assert messages[0] == messages[1]
-    return messages[0]
-
-
 def _warm():
     for seed in range(3):
         tk.softmax(_rand((2, 2048), seed), out=torch.zeros(2, 2048))
@@ -143,7 +129,8 @@ def test_a_lent_out_in_the_same_layout_is_refused(fresh_plans):
         x, out = _rand((2, 2048), 5), torch.full((2, 2048), 7.0)
         lent = ts.from_torch(out).partition((1, 2048))
         before = snapshot(out)
-        message = _refused_twice(lambda: tk.softmax(x, out=out), ts.OwnershipError, "scratch-lent")  # scratch-lent
+        message = refused_twice(lambda: tk.softmax(x, out=out), ts.OwnershipError, HERE,  # scratch-lent
+                                "scratch-lent", tk.softmax)
         assert "lent" in message
         assert_unchanged(before, out)
         lent.unpartition()
@@ -154,8 +141,8 @@ def test_unwritten_memory_is_refused_until_torch_writes_it(fresh_plans):
         _warm()
         x = ts.empty((2, 2048)).to_torch()
         out = torch.zeros(2, 2048)
-        message = _refused_twice(lambda: tk.softmax(x, out=out), ts.OwnershipError,  # scratch-unwritten
-                                 "scratch-unwritten")
+        message = refused_twice(lambda: tk.softmax(x, out=out), ts.OwnershipError, HERE,  # scratch-unwritten
+                                "scratch-unwritten", tk.softmax)
         assert "came from ts.empty and has not been written" in message
         _warm()
         x.copy_(_rand((2, 2048), 6))                   # torch writes it: its version counter moves
@@ -172,7 +159,7 @@ def test_an_out_over_x_through_another_storage_is_refused(fresh_plans):
         out = torch.from_numpy(base.numpy()[1024:]).view(2, 2048)   # another storage, over x's second half
         ts.from_torch(x), ts.from_torch(out)
         before = snapshot(base)
-        message = _refused_twice(lambda: tk.softmax(x, out=out), ts.AliasError,  # scratch-alias
-                                 "scratch-alias")
+        message = refused_twice(lambda: tk.softmax(x, out=out), ts.AliasError, HERE,  # scratch-alias
+                                "scratch-alias", tk.softmax)
         assert message == "softmax: `out` shares memory with the input `x`"
         assert_unchanged(before, base)

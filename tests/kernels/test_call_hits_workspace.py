@@ -11,7 +11,7 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from call_helpers import assert_located, assert_unchanged, snapshot
+from call_helpers import assert_located, assert_unchanged, refused_twice, snapshot
 from tilesafe.kernels import call_plans
 from tilesafe.kernels.call_hits import CallHit
 
@@ -63,20 +63,6 @@ def test_a_caller_s_workspace_takes_the_written_out_hit(decode, monkeypatch):
             assert plan.hit.unrolled is not None and walked == []    # the written-out hit alone
 
 
-def _refused_twice(call, marker):
-    """The error of `call()` on the warm plan's hit, then of the same call with the plans
-    forgotten (a fresh call's full path): the same class, message and line."""
-    errors = []
-    for _ in range(2):
-        with pytest.raises(ts.OwnershipError) as e:
-            call()
-        assert_located(e.value, HERE, marker)
-        errors.append(e.value.message)
-        tk.decode_attention.plans.plans.clear()
-    assert errors[0] == errors[1]
-    return errors[0]
-
-
 def test_a_workspace_lent_since_the_last_call_is_refused(decode):
     q, k, v, n, out, ws = decode
     _warm(decode)
@@ -85,7 +71,7 @@ def test_a_workspace_lent_since_the_last_call_is_refused(decode):
 
     def call():
         return tk.decode_attention(q, k, v, n, out=out, workspace=ws)  # ws-lent-call
-    message = _refused_twice(call, "ws-lent-call")
+    message = refused_twice(call, ts.OwnershipError, HERE, "ws-lent-call", tk.decode_attention)
     assert message.startswith("cannot use `partition()`: this tensor is lent to a partition (lent at ")
     assert_unchanged(before, out)
     lent.unpartition()
@@ -103,7 +89,7 @@ def test_a_workspace_handed_to_torch_since_the_last_call_is_refused(decode):
 
     def call():
         return tk.decode_attention(q, k, v, n, out=out, workspace=ws)  # ws-handed-call
-    message = _refused_twice(call, "ws-handed-call")
+    message = refused_twice(call, ts.OwnershipError, HERE, "ws-handed-call", tk.decode_attention)
     assert message.startswith("cannot use `partition()`: this tensor was handed to torch at ")
     assert_unchanged(before, out)
 
