@@ -150,6 +150,28 @@ def test_a_replay_does_no_per_tensor_registry_work(monkeypatch, waits):
     assert waits.events == []
 
 
+def test_replays_alternating_between_graphs_on_one_stream_order_no_tensor(monkeypatch, waits):
+    """A serving engine replays a bucket's graph after another's, and every graph reads the
+    same weights: each weight then holds a standing entry per graph, all on the replay's own
+    stream, which orders them by itself, so the switch looks at no entry (walking them cost
+    ~1 ms a switch on the H200) — while another stream's pending write is still ordered."""
+    tensors = [ts.zeros(16) for _ in range(400)]
+    graphs = [captured([(t, i % 5 == 0) for i, t in enumerate(tensors)]) for _ in range(4)]
+    for g in graphs:
+        g.replay()
+    calls = []
+    real = StorageState.order_device
+    monkeypatch.setattr(StorageState, "order_device",
+                        lambda self, *args: (calls.append(self), real(self, *args))[1])
+    for _ in range(5):
+        for g in graphs:
+            g.replay()
+    assert calls == [] and waits.events == []
+    event = pending_on_other_stream(tensors[3], True)          # now one tensor has other-stream work
+    graphs[0].replay()
+    assert calls == [tensors[3]._state] and waits.events == [event]
+
+
 # -- S9: the host waits for the latest replay ----------------------------------------------------
 
 def test_a_host_read_of_a_graph_written_tensor_waits_for_the_latest_replay():

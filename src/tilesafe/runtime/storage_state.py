@@ -354,8 +354,12 @@ class StorageState:
         the graph lives (`future.live`), so a replay costs no registry work."""
         registry_changed()
         with self._lock:
+            stream = getattr(future, "stream", None)
+            if not self._pending:
+                self.pending_stream = stream
+            elif self.pending_stream != stream:
+                self.pending_stream = None
             self._pending.append(PendingAccess(byteset, is_write, future, True))
-            self.pending_stream = None
 
     def order_device(self, byteset: ByteSet, write: bool, stream: int) -> None:
         """S10: make the current stream (raw handle `stream`) wait for conflicting pending
