@@ -30,7 +30,7 @@ def test_prompts_beside_decodes_go_as_bounded_decode_rows_with_their_tokens(llm,
     core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, decode_step_tokens=4)
     plans = []
     schedule = core.scheduler.schedule
-    core.scheduler.schedule = lambda: plans.append(schedule()) or plans[-1]
+    core.scheduler.schedule = lambda **kw: plans.append(schedule(**kw)) or plans[-1]
     prompts = [[2, 4, 6], [8, 10, 12, 14, 16, 18, 20], [3, 5], [7, 9, 11, 13, 15]]
     outs = [[] for _ in prompts]
     core.add(_request(llm, 0, prompts[0], outs))

@@ -289,10 +289,11 @@ def test_text_is_made_on_the_event_loop_unless_a_stop_string_needs_it(llm, alone
 def test_a_steps_outputs_go_out_while_the_next_decode_step_runs(llm, alone, monkeypatch):
     """The engine thread sends step N's outputs after launching step N + 1 (overlapping the
     GPU), in order, and the last ones when no work is left; a receiver that is gone then
-    aborts its request after the step, which frees its blocks."""
+    aborts its request after the step, which frees its blocks. (Steps launched ahead:
+    test_launch_ahead.py.)"""
     from tilesafe.serve.engine_core import EngineCore
     events = []
-    core = EngineCore(llm, kv_blocks=32, block_size=4)
+    core = EngineCore(llm, kv_blocks=32, block_size=4, launch_ahead=False)
     start, finish = core.runner.start_decode, core.runner.finish_decode
     monkeypatch.setattr(core.runner, "start_decode",
                         lambda reqs, prefill=(): events.append("launch") or start(reqs, prefill))

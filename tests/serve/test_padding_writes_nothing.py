@@ -31,7 +31,8 @@ def written_rows(cache) -> set[int]:
 
 def serve_poisoned(core, llm, prompts, arrivals, params) -> dict:
     """Serve `prompts` (arriving as `arrivals` says, one group a step) over a poisoned pool,
-    checking after every step that only computed slots were written; each one's tokens."""
+    checking after every step that only computed slots were written (and the next slot of each
+request in a decode step launched ahead); each one's tokens."""
     cache = core.runner.cache
     assert not core.runner.shares_llm_cache
     for t in cache.k + cache.v:
@@ -50,7 +51,11 @@ def serve_poisoned(core, llm, prompts, arrivals, params) -> dict:
             seq = llm._sequences({"prompt_token_ids": prompts[rid]}, params)[0]
             core.add(Request(rid, seq, sink=lambda out, rid=rid: outs[rid].extend(out.token_ids)))
         core.step()
-        assert written_rows(cache) <= allowed
+        ahead = set()                                      # a decode step launched ahead: each request's next slot
+        bs = core.scheduler.blocks.block_size
+        for r in core.ahead_requests:                      # (in its last block: not appended yet)
+            ahead.add(core.scheduler.blocks.block_table(r.request_id)[r.computed // bs] * bs + r.computed % bs)
+        assert written_rows(cache) <= allowed | ahead
     assert written_rows(cache) == allowed and allowed       # every computed position was written
     return outs
 

@@ -19,7 +19,7 @@ def _serve(core, llm):
     """PROMPTS[0] alone first (its decode rows then carry the rest), the others at once;
     each request's tokens and every step's plan."""
     plans, schedule = [], core.scheduler.schedule
-    core.scheduler.schedule = lambda: plans.append(schedule()) or plans[-1]
+    core.scheduler.schedule = lambda **kw: plans.append(schedule(**kw)) or plans[-1]
     outs = [[] for _ in PROMPTS]
 
     def add(i):

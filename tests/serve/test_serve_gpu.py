@@ -47,8 +47,8 @@ def test_async_engine_on_the_gpu_matches_the_offline_engine():
 def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefill():
     """Five requests sharing a 40-token prefix, prefilled in chunks of 32 tokens a step, decode
     in the bucket of 8 (3 padding rows), then 4, 2, 1 as they finish: the captured buckets give
-    exactly the tokens of the same steps run eagerly; agreement with the offline engine (bf16)
-    is printed."""
+    exactly the tokens of the same steps run eagerly, and of the same steps launched in turn
+    (no decode step launched ahead); agreement with the offline engine (bf16) is printed."""
     from tilesafe.engine.decode_step import bucket_sizes
     from tilesafe.serve.engine_core import EngineCore
     from tilesafe.serve.request import Request
@@ -58,10 +58,10 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
     params = [SamplingParams(temperature=0, max_tokens=12 + 4 * i, ignore_eos=True) for i in range(5)]
     want = [llm.generate({"prompt_token_ids": p}, sp)[0].outputs[0].token_ids for p, sp in zip(prompts, params)]
 
-    def serve(graphs: bool):
+    def serve(graphs: bool, launch_ahead: bool = True):
         core = EngineCore(llm, kv_blocks=64, block_size=16, max_num_batched_tokens=32, warm_up=False,
-                          split_prefill=False, mixed_steps=False)   # the packed forward both times: only the
-                                                                    # decode differs
+                          split_prefill=False, mixed_steps=False,   # the packed forward both times: only the
+                          launch_ahead=launch_ahead)                # decode differs
         core.runner.decoder.use_graph = graphs
         outs = [[] for _ in prompts]
         for i, (p, sp) in enumerate(zip(prompts, params)):
@@ -78,6 +78,9 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
     assert st.hits >= 4 and st.used == 0
     eager, _ = serve(False)
     assert replayed == eager
+    assert core.ahead_steps[0] > 0                          # decode steps launched ahead, adopted
+    in_turn, plain = serve(True, launch_ahead=False)
+    assert in_turn == replayed and plain.ahead_steps == [0, 0]
     same = sum(g == w for g, w in zip(replayed, want))
     print(f"\nserve bf16 0.6b, prefix hits {st.hits} blocks, chunks of 32: {same}/{len(prompts)} requests "
           f"token-identical to the offline engine")

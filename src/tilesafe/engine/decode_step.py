@@ -107,6 +107,17 @@ class DecodeSteps:
         self._launch(step, step.io.batch)
         return step, len(ids)
 
+    def launch_ahead(self, ticket, cache_rows: list[int], tables: list[list[int]]):
+        """Launch, before `finish(ticket)`, the next step of the started step's rows: real
+        row i fed the token this step samples, at its next position, writing its KV at
+        cache_rows[i] and reading through tables[i] (its live table, grown by at most the
+        block that row holds). Returns that step's ticket; the host prepares and launches it
+        while the device still runs this one (the serving engine's decode steps launched ahead)."""
+        step, n = ticket
+        step.io.send_ahead(n, cache_rows, tables)
+        self._launch(step, step.io.batch)
+        return step, n
+
     def finish(self, ticket) -> tuple[list[int], list[float]]:
         step, n = ticket
         return step.io.receive(n)

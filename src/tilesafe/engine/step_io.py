@@ -20,6 +20,14 @@ Two layouts of the same buffer — ids, positions, lengths, cache rows (B each),
   (the block manager's live list) gets only its new entries, so a step costs O(new
   blocks), not O(batch x max_blocks); rows in a run with the same table (a prompt's rows
   in a serving row step, which move between steps) are copies of the run's first row.
+
+Launched ahead (`send_ahead`): the serving engine may launch a decode step before reading
+the tokens of the one before, when it feeds the same rows their next tokens: the tokens'
+copies back are queued first (the next step overwrites them), the next inputs are the last
+ones one position further — staged in one of two spare pinned buffers, each rewritten only
+after its own copy ran — and each row's token goes from the device's tokens to its ids by a
+queued device copy. `receive` then waits for the tokens' copies alone, not for the step
+launched after them: the host prepares step N + 1 while step N runs.
 """
 from __future__ import annotations
 
@@ -55,6 +63,10 @@ class StepIO:
         self.out_tokens = torch.empty(a.tokens.shape, dtype=a.tokens.dtype, pin_memory=self.cuda)
         self.out_chosen = torch.empty(a.chosen.shape, dtype=a.chosen.dtype, pin_memory=self.cuda)
         self.in_flight = False               # a copy from `staged` may still be queued
+        self.ids = a.ids
+        self._last = self.rows               # the host copy of the inputs last sent
+        self._spare: list = []               # send_ahead's two (pinned tensor, its numpy, copy event)
+        self._received = None                # the event after the tokens' queued copies back (start_receive)
 
     def send(self, ids: list[int], positions: list[int], slots: list[int], max_model_len: int) -> None:
         """The slot cache: rows ids, positions, cache lengths, cache rows, slots (the tables)."""
@@ -73,6 +85,7 @@ class StepIO:
         live list of the request's blocks: only grown while the request runs); rows n.. are
         padding."""
         self._wait()
+        self._last = self.rows
         n, b = len(ids), self.batch
         self._ids[:n] = ids
         self._positions[:n] = positions
@@ -105,13 +118,55 @@ class StepIO:
                 owner[i], length[i] = None, 0
         self._copy()
 
+    def send_ahead(self, n: int, cache_rows: list[int], tables: list[list[int]]) -> None:
+        """Inputs of the next step of the same rows, sent before this step's tokens are read:
+        row i < n feeds this step's token i at its position + 1 (length + 1), writes its KV
+        at cache_rows[i] and reads through tables[i] (the table it had, or that table grown
+        by one block: only its last entry is written); the rows past n stay padding. This
+        step's tokens are queued back first."""
+        self.start_receive()
+        if not self._spare:
+            self._spare = [self._spare_buffer() for _ in range(2)]
+        spare = self._spare.pop(0)
+        self._spare.append(spare)
+        staged, rows, copied = spare
+        if copied is not None:
+            copied.synchronize()              # its last copy ran (two steps ago): free to rewrite
+        rows[:] = self._last
+        flat, b = rows.reshape(-1), self.batch
+        flat[b:b + n] += 1                    # positions
+        flat[2 * b:2 * b + n] += 1            # lengths
+        flat[3 * b:3 * b + n] = cache_rows
+        t = flat[4 * b:].reshape(b, self.width)
+        for i, table in enumerate(tables):
+            t[i, len(table) - 1] = table[-1]
+        self.inputs.copy_(staged, non_blocking=True)
+        if copied is not None:
+            copied.record()
+        self.ids[:n].copy_(self.tokens[:n], non_blocking=True)   # device to device, after the step
+        self._last = rows
+
+    def _spare_buffer(self) -> tuple:
+        staged = torch.zeros(self.staged.shape, dtype=torch.int32, pin_memory=self.cuda)
+        return staged, staged.numpy(), torch.cuda.Event() if self.cuda else None
+
+    def start_receive(self) -> None:
+        """Queue the copies of the step's tokens back now (a step launched after it rewrites them)."""
+        if self._received is None:
+            self.out_tokens.copy_(self.tokens, non_blocking=True)
+            self.out_chosen.copy_(self.chosen, non_blocking=True)
+            self._received = torch.cuda.Event() if self.cuda else True
+            if self.cuda:
+                self._received.record()
+
     def receive(self, n: int | None = None) -> tuple[list[int], list[float]]:
         """The step's tokens and their log-probabilities (of its first n rows), once it has run."""
-        if not self.cuda:
+        if not self.cuda and self._received is None:
             return self.tokens[:n].tolist(), self.chosen[:n].tolist()
-        self.out_tokens.copy_(self.tokens, non_blocking=True)
-        self.out_chosen.copy_(self.chosen, non_blocking=True)
-        torch.cuda.current_stream(self.tokens.device).synchronize()
+        self.start_receive()
+        if self.cuda:
+            self._received.synchronize()      # those copies only: a step launched ahead runs on
+        self._received = None
         self.in_flight = False
         return self.out_tokens[:n].tolist(), self.out_chosen[:n].tolist()
 

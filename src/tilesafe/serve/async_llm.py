@@ -39,11 +39,11 @@ class AsyncLLM:
     def __init__(self, llm, kv_blocks: int | None = None, block_size: int = 16, metrics=None,
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, warm_up=None,
                  stream_interval: int = 1, split_rows: int | None = None,
-                 decode_step_tokens=DEFAULT_DECODE_STEP_TOKENS):
+                 decode_step_tokens=DEFAULT_DECODE_STEP_TOKENS, launch_ahead: bool = True):
         self.llm = llm
         self.core = EngineCore(llm, kv_blocks, block_size, metrics, max_num_batched_tokens, prefix_caching,
                                warm_up=warm_up, stream_interval=stream_interval, split_rows=split_rows,
-                               decode_step_tokens=decode_step_tokens)
+                               decode_step_tokens=decode_step_tokens, launch_ahead=launch_ahead)
         self.thread = EngineThread(self.core)
         self._ids = itertools.count()
         self._live: set[str] = set()
@@ -109,14 +109,15 @@ class AsyncLLM:
         """Running and waiting requests, KV blocks, prefix-cache hits and lookups (in blocks),
         preemptions and steps, read between steps; `step_timing`: per kind of step (decode,
         mixed, split, packed) [steps, wall seconds, rows]; `decode_gaps`: [count, seconds] of
-        host time between a decode step's device sync and the next one's launch."""
+        host time between a decode step's device sync and the next one's launch (none for a
+        step launched ahead); `ahead_steps`: [adopted, dropped] decode steps launched ahead."""
         def read(core: EngineCore) -> dict:
             st = core.scheduler.blocks.stats()
             return dict(running=len(core.scheduler.running), waiting=len(core.scheduler.waiting),
                         kv_blocks_used=st.used, kv_blocks_total=st.total, prefix_cache_hits=st.hits,
                         prefix_cache_queries=st.queries, preemptions=core.preemptions,
                         steps=core.steps, step_timing={k: list(v) for k, v in core.timing.items()},
-                        decode_gaps=list(core.decode_gaps))
+                        decode_gaps=list(core.decode_gaps), ahead_steps=list(core.ahead_steps))
         return self.thread.call(read)
 
     def shutdown(self) -> None:

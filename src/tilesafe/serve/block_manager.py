@@ -124,10 +124,19 @@ class BlockManager:
         block has room, give `token` its slot there and return True; else change nothing and
         return False (a new block is needed: `can_append` / `append`)."""
         seq = self._seqs.get(seq_id)
-        if seq is None or len(seq.tokens) != have or have % self.block_size == 0 \
-                or have >= len(seq.blocks) * self.block_size:
+        if seq is None or len(seq.tokens) != have or have >= len(seq.blocks) * self.block_size:
             return False
         seq.tokens.append(token)
+        return True
+
+    def grow(self, seq_id) -> bool:
+        """One more block for a sequence ahead of the tokens that will fill it (a decode step
+        launched ahead writes its next token's KV there before the token is known); False,
+        changing nothing, when no block is free."""
+        seq = self._seq(seq_id)
+        if not self.num_free_blocks:
+            return False
+        seq.blocks.append(self._new_block())
         return True
 
     def block_table(self, seq_id) -> list[int]:

@@ -60,7 +60,8 @@ class EngineCore:
                  max_num_batched_tokens: int | None = None, prefix_caching: bool = True, pad_decode: bool = True,
                  warm_up: bool | str | None = None, split_prefill: bool | None = None,
                  mixed_steps: bool | None = None, stream_interval: int = 1, stream_interval_from: int = 64,
-                 split_rows: int | None = None, decode_step_tokens: int | str | None = DEFAULT_DECODE_STEP_TOKENS):
+                 split_rows: int | None = None, decode_step_tokens: int | str | None = DEFAULT_DECODE_STEP_TOKENS,
+                 launch_ahead: bool = True):
         self.llm = llm
         if getattr(llm, "_tp", None) is not None:
             raise request_error("serve: a tensor-parallel LLM cannot be served yet (the server runs one rank)",
@@ -133,6 +134,12 @@ class EngineCore:
         self._gone: list[Request] = []          # requests whose receiver went away inside this step
         self.steps = 0
         self.preemptions = 0
+        # Decode steps launched ahead: while only decodes run, the next step of the same
+        # requests is launched before this one's tokens are read (_launch_ahead), so the host's
+        # work between two steps — scheduling, staging, the launch — overlaps the device's.
+        self.launch_ahead = launch_ahead
+        self._ahead = None                      # the step launched ahead, not yet adopted
+        self.ahead_steps = [0, 0]               # steps launched ahead: [adopted, dropped]
         # Per kind of step ("decode", or the runner's prefill form: "mixed", "split", "packed"):
         # [steps, wall seconds, rows]; and for back-to-back decode steps [gaps, seconds] of host
         # time between one's device sync and the next one's launch (the device idles then).
@@ -183,6 +190,7 @@ class EngineCore:
         req = self.scheduler.get(request_id)
         if req is not None:
             self.scheduler.finish(req)
+            self._settle_ahead()
             if notify:
                 if req.sent < len(req.seq.tokens):     # tokens a stream interval held back go out first
                     _send(req, req.take_output())
@@ -195,8 +203,15 @@ class EngineCore:
     def step(self) -> None:
         s = self.scheduler
         began = time.perf_counter()
-        plan = s.schedule()
+        ahead, self._ahead = self._ahead, None
+        plan = s.schedule(admit=ahead is None)  # a step launched ahead has its rows: arrivals join the next
         self.preemptions += len(plan.preempted)
+        ticket = None
+        if ahead is not None:
+            ticket = self.runner.adopt(ahead, plan.decode) if not plan.prefill else None
+            self.ahead_steps[ticket is None] += 1
+            if ticket is None:                  # its rows are not this plan's: run the plan instead
+                self.runner.discard(ahead)
         if plan.prefill:        # the gauges show the admitted requests' blocks before their first token goes out
             self._gauges()
         start = time.perf_counter()
@@ -207,10 +222,15 @@ class EngineCore:
                 done = self.runner.step(plan.prefill, plan.decode, while_running=lambda: self._flush(in_step=True))
                 self._time(self.runner.last_form, start, plan.num_tokens)
             elif plan.decode or plan.prefill:   # the last step's outputs go out while this one runs on the GPU
-                ticket = self.runner.start_decode(plan.decode, plan.prefill)
-                if synced is not None:
+                if ticket is None:
+                    ticket = self.runner.start_decode(plan.decode, plan.prefill)
+                    if synced is not None:
+                        self.decode_gaps[0] += 1
+                        self.decode_gaps[1] += time.perf_counter() - synced
+                elif synced is not None:        # launched before the last step's sync: no gap
                     self.decode_gaps[0] += 1
-                    self.decode_gaps[1] += time.perf_counter() - synced
+                if self._can_launch_ahead(plan, ticket):
+                    self._ahead = self.runner.launch_ahead(ticket)      # (None: no block free for it)
                 self._flush(in_step=True)
                 done = self.runner.finish_decode(ticket)
                 self._synced = time.perf_counter()
@@ -224,6 +244,7 @@ class EngineCore:
             self._gone = []
             if plan.prefill or plan.decode:     # (a step without either keeps the last one's outputs held)
                 self._hold(done)
+            self._settle_ahead()
         if not s.has_work():
             self._flush()
         self.steps += 1
@@ -232,6 +253,46 @@ class EngineCore:
             kind = ((self.runner.last_form if not plan.rows else "rows") if plan.prefill
                     else "decode" if plan.decode else "none")
             self.trace.append((kind, plan.num_tokens, len(plan.decode), began, time.perf_counter()))
+
+    def _can_launch_ahead(self, plan, ticket) -> bool:
+        """Whether the step after this decode step is sure to decode the same requests, so that
+        it can be launched now: nothing else runs or waits, every row of this step is a request
+        still running, none ends by its length with this step's token (one ending by a stop
+        token or an abort drops its row), and the batch is greedy (a sampled row's Philox step
+        is uploaded with a host sync)."""
+        s = self.scheduler
+        if not self.launch_ahead or plan.prefill or s.waiting or len(plan.decode) != len(s.running) \
+                or len(ticket[0]) != len(plan.decode):
+            return False
+        most = s.max_model_len
+        for r in plan.decode:
+            seq = r.seq
+            made = len(seq.tokens) + 1
+            if made >= seq.params.max_tokens or len(seq.prompt_ids) + made >= most:
+                return False
+        return self.runner.all_greedy(len(plan.decode))
+
+    @property
+    def ahead_requests(self) -> list[Request]:
+        """The running requests of the decode step launched ahead (each one's next position is
+        being computed already), or none."""
+        return [r for r in self._ahead[0] if r is not None and r.running] if self._ahead else []
+
+    def _settle_ahead(self) -> None:
+        """Drop a step launched ahead whose requests have all ended (nothing would adopt it)."""
+        ahead = self._ahead
+        if ahead is not None and not any(r is not None and r.running for r in ahead[0]):
+            self._ahead = None
+            self.ahead_steps[1] += 1
+            self.runner.discard(ahead)
+
+    def quiesce(self) -> None:
+        """Wait for and drop a step launched ahead: before anything else uses the model's
+        buffers (an `LLM.generate` on the engine thread, a failure); its requests decode anew."""
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            self.ahead_steps[1] += 1
+            self.runner.discard(ahead)
 
     def _time(self, kind: str, start: float, rows: int) -> None:
         t = self.timing.setdefault(kind, [0, 0.0, 0])
@@ -245,12 +306,17 @@ class EngineCore:
         Nothing may be running."""
         if self.scheduler.running:
             raise request_error("serve: reset_prefix_cache while requests run", help="call it between requests")
+        self.quiesce()
         self.scheduler.blocks.reset_prefix_cache()
         self.runner.forget_rows()
 
     def fail_all(self, error: BaseException) -> None:
         """An exception inside a step: every request gets it; the engine starts empty again."""
         s = self.scheduler
+        try:
+            self.quiesce()
+        except Exception:                       # the device failed: nothing of it is adopted
+            self._ahead = None
         try:
             self._flush()                       # the tokens made before it
         except Exception:

@@ -275,13 +275,15 @@ class ModelRunner:
 
     def finish_decode(self, ticket) -> list[Request]:
         """Wait for a started step; append each decode row's token and the token of each
-        prompt the step ended; returns those requests."""
+        prompt the step ended; returns those requests (a row of None, a request gone since a
+        launch ahead: its token dropped)."""
         reqs, prefill, started = ticket
         tokens, logprobs = self.decoder.finish(started)
         self.passes += 1
         for r, t, lp in zip(reqs, tokens, logprobs):
-            r.seq.append(t, lp)
-        done = list(reqs)
+            if r is not None:
+                r.seq.append(t, lp)
+        done = [r for r in reqs if r is not None]
         i = len(reqs)
         for r, n in prefill:
             i += n
@@ -289,6 +291,46 @@ class ModelRunner:
                 r.seq.append(tokens[i - 1], logprobs[i - 1])
                 done.append(r)
         return done
+
+    def launch_ahead(self, ticket):
+        """The next decode step of a started decode step's requests (no prompt rows), launched
+        before its tokens are read (DecodeSteps.launch_ahead): each request fed its coming
+        token at its next position — a new block given now to one whose next token starts a
+        block. None (nothing launched) when no block is free for one. `adopt` makes it a
+        step's ticket, or `discard` drops it."""
+        reqs, prefill, started = ticket
+        bm = self.blocks
+        bs = bm.block_size
+        rows, tables = [], []
+        for r in reqs:
+            p = r.computed + 1                        # the position its coming token is fed at
+            table = bm.live_table(r.request_id)
+            if p >= len(table) * bs and not bm.grow(r.request_id):
+                return None
+            rows.append(table[p // bs] * bs + p % bs)
+            tables.append(table)
+        return list(reqs), self.decoder.launch_ahead(started, rows, tables)
+
+    def adopt(self, ahead, decode: list[Request]):
+        """The ticket of a step launched ahead, when its rows are `decode` (the scheduler's
+        decode rows now) save requests gone since (their rows' tokens are dropped); else None."""
+        reqs, started = ahead
+        if not decode:
+            return None
+        live = {id(r) for r in decode}
+        rows = [r if r is not None and id(r) in live else None for r in reqs]
+        if [r for r in rows if r is not None] != decode:
+            return None
+        return rows, (), started
+
+    def discard(self, ahead) -> None:
+        """Wait for a step launched ahead and drop its tokens (its KV writes are those the
+        step that replaces it writes again: the same tokens at the same positions)."""
+        self.decoder.finish(ahead[1])
+
+    def all_greedy(self, rows: int) -> bool:
+        """Whether the sampler's first `rows` rows (a decode step's) take the argmax."""
+        return self.sampler.all_greedy(self.decoder.bucket(rows))
 
     def _decode(self, reqs: list[Request]) -> None:
         """The decode step of `reqs` (their sampler rows set: rows 0.., then the bucket's)."""

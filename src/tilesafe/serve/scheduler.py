@@ -83,6 +83,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._by_id: dict[str, Request] = {}
+        self._admitting = True
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._by_id
@@ -94,9 +95,11 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> StepPlan:
+    def schedule(self, admit: bool = True) -> StepPlan:
         """The next step's plan (steps 1-4 of the module's docstring); the blocks of every
-        request in it are allocated. Call `computed` for each once the step has run."""
+        request in it are allocated. Call `computed` for each once the step has run.
+        `admit=False`: no waiting request joins (a decode step launched ahead has its rows)."""
+        self._admitting = admit
         preempted = self._reserve()
         decode, prefilling = [], []                 # one uncomputed token (its fed-back one), more
         for r in self.running:
@@ -210,7 +213,7 @@ class Scheduler:
         `recompute=False`: steps of decode-step rows (any shape, a prefix hit kept)."""
         admitted = []
         limit = self.max_fresh if recompute else None
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while self._admitting and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             if limit is not None and (len(admitted) >= limit or (admitted and req.uncomputed > budget)):
                 break                       # it would need a shape warm-up did not run: next step
