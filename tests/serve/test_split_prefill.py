@@ -130,3 +130,37 @@ def test_split_rows_runs_three_fresh_prompts_beside_few_decodes_split_after_the_
     assert all(w[1] <= 2 for w in ways if w[0] == "mixed")
     assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
                     for i, p in enumerate(prompts)]
+
+
+def test_a_lone_fresh_prompt_replays_its_prefill_graph_after_the_default_warm_up(word_model, llm_one_seq):
+    """The default warm-up also warms the prefill graphs; then a step of one fresh prompt and
+    no decode rows runs split (its prefill graph: a mixed step's forward would be its chunk
+    plus max_num_seqs sampled rows), while a prompt beside decodes, or two together, go mixed."""
+    from tilesafe.engine import LLM
+    llm = LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=6, progress=False)
+    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, mixed_steps=True,
+                      split_prefill=True, warm_up=True)
+    assert core.runner.split_alone and core.runner.split_rows is None
+    ways = []
+    split, mixed = core.runner.split, core.runner.mixed_step
+    core.runner.split = lambda p, d: ways.append(("split", len(p), len(d))) or split(p, d)
+    core.runner.mixed_step = lambda c, d, *w: ways.append(("mixed", len(c), len(d))) or mixed(c, d, *w)
+    prompts = [[2, 4, 6], [8, 10], [3, 5, 7], [9, 11]]
+    outs = [[] for _ in prompts]
+
+    def add(i):
+        core.add(Request(f"r{i}", llm._sequences({"prompt_token_ids": prompts[i]}, PARAMS[i % 2])[0],
+                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
+    add(0)
+    core.step()                        # alone: split
+    add(1)
+    core.step()                        # beside r0's decode: mixed
+    while core.has_work():
+        core.step()
+    add(2)
+    add(3)
+    while core.has_work():             # two at once, no decodes: mixed
+        core.step()
+    assert ways == [("split", 1, 0), ("mixed", 1, 1), ("mixed", 2, 0)]
+    assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
+                    for i, p in enumerate(prompts)]

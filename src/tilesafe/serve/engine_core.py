@@ -104,9 +104,11 @@ class EngineCore:
         if warms:
             with llm.on_device(), torch.inference_mode():
                 self.runner.warm_up(self.scheduler.max_num_batched_tokens, full=warm_up == "full")
-                if split and warm_up != "full":          # the prefill graphs a split step replays
-                    self.runner.graphs.warm_up()
-                    self.runner.forget_rows()
+                if self.runner.graphs is not None:
+                    if warm_up != "full":                # the prefill graphs a split step replays
+                        self.runner.graphs.warm_up()
+                        self.runner.forget_rows()
+                    self.runner.split_alone = True       # a lone fresh prompt: its prefill graph
             mixed = self.runner.mixed
             if warm_up != "full" and mixed is not None:
                 # Steps keep to the shapes the default warm-up ran: its mixed steps of 1-2 fresh prompts

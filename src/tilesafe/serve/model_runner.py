@@ -104,6 +104,10 @@ class ModelRunner:
         # With split_rows, a step of more fresh chunks than this runs split too: the mixed steps
         # the warm-up captured (EngineCore lowers it to 1-2 without a full warm-up).
         self.mixed_chunks = WARM_CHUNKS
+        # A step of one fresh prompt and no decode rows runs its prefill graph (split) once the
+        # graphs are warm (EngineCore): a mixed step's forward is the chunk plus max_num_seqs
+        # sampled rows (H200, 4B, 128 tokens at 128 sequences: 7.2 ms against 5.1 ms).
+        self.split_alone = False
 
     def step(self, prefill: list[tuple[Request, int]], decode: list[Request], while_running=None) -> list[Request]:
         """The step's one forward: the prefill chunks and the decode rows together (a decode
@@ -119,6 +123,11 @@ class ModelRunner:
         if all(not r.computed for r, _ in prefill):
             chunks = list(prefill) + [(r, 1) for r in decode if not r.computed]   # one-token prompts: chunks
             rows = [r for r in decode if r.computed]
+            if self.split_alone and not rows and len(prefill) == 1 == len(chunks) \
+                    and self.graphs.fits(prefill[0][1]):
+                self.last_form = "split"
+                before()
+                return self.split(prefill, decode)
             if self.split_rows is not None and self.graphs is not None \
                     and all(self.graphs.fits(n) for _, n in prefill) \
                     and (not rows or len(rows) >= self.split_rows or self.mixed is None
