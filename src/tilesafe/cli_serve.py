@@ -35,14 +35,14 @@ def add_parser(sub) -> None:
                    "prefill chunks together (default 2048): longer prompts are prefilled in chunks")
     p.add_argument("--no-prefix-caching", action="store_true", help="do not share the KV blocks of identical "
                    "prompt prefixes between requests")
-    p.add_argument("--decode-step-tokens", type=_step_tokens, default=None, metavar="auto|itl|off|N",
+    p.add_argument("--decode-step-tokens", type=_step_tokens, default="itl", metavar="auto|itl|off|N",
                    help="rows of a step that carries decode rows: its decodes plus prompt tokens (up to 3x "
                         "max-num-seqs), run as one captured decode step, so a new prompt delays the running "
                         "requests' next token by one bounded step (auto: for each bucket of decode rows, the most "
                         "rows whose step, timed at start-up, takes <= 2x that bucket's step; itl: the rows whose timed "
                         "step keeps the decodes within twice the batch-1 step, while they keep up with the "
-                        "waiting prompts, else whole prompts as when off; default off: prompts beside decodes go "
-                        "whole, in mixed steps)")
+                        "waiting prompts, else whole prompts as when off (the default; without captured steps to "
+                        "time, off); off: prompts beside decodes go whole, in mixed steps)")
     p.add_argument("--stream-interval", type=int, default=1, metavar="N",
                    help="while 64 or more requests run, send each one's tokens every N steps (default 1: every "
                         "step); fewer, larger stream chunks leave the engine more of the host")

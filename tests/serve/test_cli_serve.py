@@ -82,10 +82,10 @@ def test_serve_flags_reach_the_engine():
                                                "--split-rows", "64"]))
     assert (opts["decode_step_tokens"], opts["stream_interval"], opts["split_rows"]) == (48, 2, 64)
     defaults = engine_options(parser().parse_args(["serve", "m"]))
-    assert (defaults["decode_step_tokens"], defaults["stream_interval"], defaults["split_rows"]) == (None, 1, None)
-    for word in ("auto", "itl"):
+    assert (defaults["decode_step_tokens"], defaults["stream_interval"], defaults["split_rows"]) == ("itl", 1, None)
+    for word, value in (("auto", "auto"), ("itl", "itl"), ("off", None)):
         assert engine_options(parser().parse_args(["serve", "m", "--decode-step-tokens", word]))[
-            "decode_step_tokens"] == word
+            "decode_step_tokens"] == value
 
 
 @pytest.mark.parametrize("bad", ["0", "many", "-3"])
