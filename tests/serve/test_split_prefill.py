@@ -100,67 +100,65 @@ def test_split_rows_lets_a_warmed_engine_admit_four_fresh_prompts_a_step(llm, ll
                     for i, p in enumerate(prompts)]
 
 
+class SixSeqCore:
+    """A warmed engine core of six sequences over the word model (with four, a mixed step cannot
+    hold 3 chunks: R - C == 1) that records each prefill step's form, (way, chunks, decode
+    rows), and serves the four prompts below, each with its tokens."""
+    PROMPTS = [[2, 4, 6], [8, 10], [3, 5, 7], [9, 11]]
+
+    def __init__(self, word_model, **options):
+        from tilesafe.engine import LLM
+        self.llm = LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=6, progress=False)
+        self.core = core = EngineCore(self.llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16,
+                                      mixed_steps=True, split_prefill=True, warm_up=True, **options)
+        self.ways = []
+        split, mixed = core.runner.split, core.runner.mixed_step
+        core.runner.split = lambda p, d: self.ways.append(("split", len(p), len(d))) or split(p, d)
+        core.runner.mixed_step = lambda c, d, *w: self.ways.append(("mixed", len(c), len(d))) or mixed(c, d, *w)
+        self.outs = [[] for _ in self.PROMPTS]
+
+    def add(self, i):
+        self.core.add(Request(f"r{i}", self.llm._sequences({"prompt_token_ids": self.PROMPTS[i]}, PARAMS[i % 2])[0],
+                              sink=lambda out: self.outs[i].extend(out.token_ids)))
+
+    def drain(self):
+        while self.core.has_work():
+            self.core.step()
+
+    def alone(self, llm_one_seq):
+        return [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
+                for i, p in enumerate(self.PROMPTS)]
+
+
 def test_split_rows_runs_three_fresh_prompts_beside_few_decodes_split_after_the_default_warm_up(word_model,
                                                                                                 llm_one_seq):
     """The default warm-up captures mixed steps of 1-2 fresh prompts; with split_rows a step
     admits up to 4, so a step of 3 beside fewer than split_rows decode rows must run split
-    (old code: a mixed step of 3 chunks, a shape warm-up never ran: compiled mid-serving).
-    Six sequences: with four, a mixed step cannot hold 3 chunks (R - C == 1) anyway."""
-    from tilesafe.engine import LLM
-    llm = LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=6, progress=False)
-    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, mixed_steps=True,
-                      split_prefill=True, warm_up=True, split_rows=3)
-    ways = []
-    split, mixed = core.runner.split, core.runner.mixed_step
-    core.runner.split = lambda p, d: ways.append(("split", len(p), len(d))) or split(p, d)
-    core.runner.mixed_step = lambda c, d, *w: ways.append(("mixed", len(c), len(d))) or mixed(c, d, *w)
-    prompts = [[2, 4, 6], [8, 10], [3, 5, 7], [9, 11]]
-    outs = [[] for _ in prompts]
-
-    def add(i):
-        core.add(Request(f"r{i}", llm._sequences({"prompt_token_ids": prompts[i]}, PARAMS[i % 2])[0],
-                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
-    add(0)
-    core.step()                        # r0's prompt: it decodes from now on
+    (old code: a mixed step of 3 chunks, a shape warm-up never ran: compiled mid-serving)."""
+    s = SixSeqCore(word_model, split_rows=3)
+    s.add(0)
+    s.core.step()                      # r0's prompt: it decodes from now on
     for i in (1, 2, 3):
-        add(i)
-    while core.has_work():
-        core.step()
-    assert ways[:2] == [("split", 1, 0), ("split", 3, 1)]
-    assert all(w[1] <= 2 for w in ways if w[0] == "mixed")
-    assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
-                    for i, p in enumerate(prompts)]
+        s.add(i)
+    s.drain()
+    assert s.ways[:2] == [("split", 1, 0), ("split", 3, 1)]
+    assert all(w[1] <= 2 for w in s.ways if w[0] == "mixed")
+    assert s.outs == s.alone(llm_one_seq)
 
 
 def test_a_lone_fresh_prompt_replays_its_prefill_graph_after_the_default_warm_up(word_model, llm_one_seq):
     """The default warm-up also warms the prefill graphs; then a step of one fresh prompt and
     no decode rows runs split (its prefill graph: a mixed step's forward would be its chunk
     plus max_num_seqs sampled rows), while a prompt beside decodes, or two together, go mixed."""
-    from tilesafe.engine import LLM
-    llm = LLM(str(word_model), device="cpu", max_model_len=32, max_num_seqs=6, progress=False)
-    core = EngineCore(llm, kv_blocks=32, block_size=4, max_num_batched_tokens=16, mixed_steps=True,
-                      split_prefill=True, warm_up=True)
-    assert core.runner.split_alone and core.runner.split_rows is None
-    ways = []
-    split, mixed = core.runner.split, core.runner.mixed_step
-    core.runner.split = lambda p, d: ways.append(("split", len(p), len(d))) or split(p, d)
-    core.runner.mixed_step = lambda c, d, *w: ways.append(("mixed", len(c), len(d))) or mixed(c, d, *w)
-    prompts = [[2, 4, 6], [8, 10], [3, 5, 7], [9, 11]]
-    outs = [[] for _ in prompts]
-
-    def add(i):
-        core.add(Request(f"r{i}", llm._sequences({"prompt_token_ids": prompts[i]}, PARAMS[i % 2])[0],
-                         sink=lambda out, i=i: outs[i].extend(out.token_ids)))
-    add(0)
-    core.step()                        # alone: split
-    add(1)
-    core.step()                        # beside r0's decode: mixed
-    while core.has_work():
-        core.step()
-    add(2)
-    add(3)
-    while core.has_work():             # two at once, no decodes: mixed
-        core.step()
-    assert ways == [("split", 1, 0), ("mixed", 1, 1), ("mixed", 2, 0)]
-    assert outs == [llm_one_seq.generate({"prompt_token_ids": p}, PARAMS[i % 2])[0].outputs[0].token_ids
-                    for i, p in enumerate(prompts)]
+    s = SixSeqCore(word_model)
+    assert s.core.runner.split_alone and s.core.runner.split_rows is None
+    s.add(0)
+    s.core.step()                      # alone: split
+    s.add(1)
+    s.core.step()                      # beside r0's decode: mixed
+    s.drain()
+    s.add(2)
+    s.add(3)
+    s.drain()                          # two at once, no decodes: mixed
+    assert s.ways == [("split", 1, 0), ("mixed", 1, 1), ("mixed", 2, 0)]
+    assert s.outs == s.alone(llm_one_seq)
