@@ -175,6 +175,21 @@ def test_masked_logits_are_never_chosen(backend, device):
     assert np.isfinite(lp.cpu().numpy()).all()
 
 
+def test_an_infinite_temperature_samples_the_finite_logits_uniformly(backend, device):
+    """temperature inf is the limit of large temperatures: uniform over the finite logits, as
+    1e30 (kernels.sampling.TEMPERATURE_MAX). Old code took 1 / inf = 0 and weighed a masked
+    logit exp(-inf * 0) = NaN: every row picked the last index."""
+    x = logits(np.random.default_rng(12), 8, 64)
+    x[:, 40:] = -np.inf
+    temps, ks, ps, seeds, steps = rows(8, seed0=3)
+    inf = np.full(8, np.inf, np.float32)
+    tok, lp = (t.cpu().numpy() for t in run(x, (inf, np.zeros(8, np.int32), np.ones(8, np.float32), seeds, steps),
+                                             device))
+    assert (tok < 40).all() and np.isfinite(lp).all() and len(set(tok.tolist())) > 1
+    assert compare(x, (np.full(8, 1e30, np.float32), np.zeros(8, np.int32), np.ones(8, np.float32), seeds, steps),
+                   tok, lp) <= 1
+
+
 # --- reproducibility ------------------------------------------------------------------------------
 def test_seeds_reproduce_and_rows_do_not_depend_on_the_batch(backend, device):
     rng = np.random.default_rng(6)

@@ -25,6 +25,7 @@ import random
 import torch
 
 import tilesafe.kernels as tk
+from tilesafe.kernels.sampling import TEMPERATURE_MAX
 
 from .sampling_params import SamplingParams
 
@@ -35,7 +36,6 @@ GREEDY_BELOW = 1e-5      # vLLM's sampling epsilon: a smaller temperature sample
 # / 1e30) is 1.0 in f32 for any logit gap below 1e22, the same uniform weights a larger
 # temperature gives.
 TOP_K_MAX = 2 ** 31 - 1
-TEMPERATURE_MAX = 1e30
 
 
 class Sampler:

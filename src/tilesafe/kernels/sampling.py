@@ -45,6 +45,10 @@ MAX_PROBES = 64          # bisection passes per threshold at most (a row of near
 # (2048 wide: 75 round trips a pass). 8192 over 16 warps: 128 registers (the cap for 512
 # threads), no spills (ptxas -v, sm_90a).
 BLOCK_V = 8192
+# A larger temperature (inf included) samples as 1e30 does: exp((x - max) / 1e30) is 1.0 in f32
+# for any finite logit gap below 1e22 (uniform weights, the limit), where a reciprocal of 0
+# would make a masked logit's weight exp(-inf * 0) = NaN.
+TEMPERATURE_MAX = 1e30
 
 
 @ts.function
@@ -184,7 +188,7 @@ def sample_kernel(tok: ts.Mut[ts.i32, (1,)], logprob: ts.Mut[ts.f32, (1,)], x: t
     temp = ts.scalar(ts.load(temperature, (i,), shape=(1,)))
     k = ts.scalar(ts.load(top_k, (i,), shape=(1,)))
     p = ts.scalar(ts.load(top_p, (i,), shape=(1,)))
-    inv_t = 1.0 / ts.where(temp > 0.0, temp, 1.0)
+    inv_t = 1.0 / ts.where(temp > 0.0, ts.minimum(temp, TEMPERATURE_MAX), 1.0)
     best, at, z, zt, low = _lanes(x, i, 0, BV, V, inv_t, False)           # (BV,) each, before any tile
     if temp > 0.0:                                                         # pass 1
         best, at, z, zt, low = _lanes(x, i, nt, BV, V, inv_t, True)
