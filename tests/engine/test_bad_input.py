@@ -86,6 +86,24 @@ def test_wrong_tensor_shape_and_dtype(checkpoint, tmp_path):
     assert_located(e.value, "ckpt: dtype", name, "torch.int32")
 
 
+def test_tensors_the_model_would_not_use_are_refused(checkpoint, tmp_path):
+    """Were silently ignored: attention biases (another architecture's) made another model."""
+    from safetensors.torch import load_file, save_file
+    folder, _ = checkpoint()
+    dst = copy_of(folder, tmp_path)
+    tensors = load_file(dst / "model.safetensors")
+    tensors["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(64)
+    tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)     # harmless: recomputed
+    save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError) as e:
+        LLM(str(dst), device="cpu", progress=False)  # ckpt: unused
+    assert_located(e.value, "ckpt: unused", "holds 1 tensor(s) a Qwen3 model of this config.json does not use: "
+                                            "'model.layers.0.self_attn.q_proj.bias'")
+    del tensors["model.layers.0.self_attn.q_proj.bias"]
+    save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
+    assert LLM(str(dst), device="cpu", max_model_len=16, max_num_seqs=1, progress=False)
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_an_unreadable_safetensors_file_is_named(checkpoint, tmp_path, damage):
     """Was safetensors' own SafetensorError, raised from the engine's listing of the file's tensors."""

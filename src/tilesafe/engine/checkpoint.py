@@ -71,8 +71,24 @@ def expected_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
 def load_weights(model_dir, cfg: Qwen3Config, dtype: torch.dtype, device: str, progress: bool = True,
                  shards=None) -> Weights:
     """Read, check, convert and pack every tensor of the checkpoint in `model_dir` (with
-    `shards`, a `parallel.Shards`: only that rank's slices)."""
-    return build_weights(_FileSource(tensor_files(model_dir), device), cfg, dtype, device, progress, shards)
+    `shards`, a `parallel.Shards`: only that rank's slices). A tensor the model would not use
+    is refused: the checkpoint is another architecture's (attention biases, say) or its
+    config.json describes another model, and ignoring it would compute something else."""
+    files = tensor_files(model_dir)
+    unused = sorted(name for name in files if name not in expected_shapes(cfg) and not _harmless(name, cfg))
+    if unused:
+        shown = ", ".join(repr(n) for n in unused[:4]) + (f" and {len(unused) - 4} more" if len(unused) > 4 else "")
+        raise checkpoint_error(f"the checkpoint in {model_dir} holds {len(unused)} tensor(s) a Qwen3 model of this "
+                               f"config.json does not use: {shown}",
+                               help="load a Qwen3 checkpoint with the config.json saved with it (another "
+                                    "architecture's weights, e.g. attention biases, would be ignored)")
+    return build_weights(_FileSource(files, device), cfg, dtype, device, progress, shards)
+
+
+def _harmless(name: str, cfg: Qwen3Config) -> bool:
+    """Tensors some saves hold that change nothing: a tied model's copy of the embedding as
+    lm_head, and rotary inverse frequencies (recomputed from rope_theta)."""
+    return (name == "lm_head.weight" and cfg.tie_word_embeddings) or name.endswith("rotary_emb.inv_freq")
 
 
 def weights_from_tensors(named_tensors, cfg: Qwen3Config, dtype: torch.dtype, device: str,
