@@ -88,6 +88,8 @@ def serve_rows(docs: list[dict]) -> str:
                   in SIZE_ORDER else 99)
     for d in docs:
         size = str(d.get("random_weights") or d.get("model")).upper()
+        if str(d.get("output_len", "64")) != "64":          # the other loads name their lengths
+            size += f" ({d.get('prompt_len')} in, {d.get('output_len')} out)"
         for lv in sorted(d["levels"], key=lambda x: (x["concurrency"], str(x.get("decode_step_tokens")))):
             if lv.get("shared_prefix", 0):
                 continue

@@ -1,6 +1,6 @@
 """benchmarks/readme_table.py --serve: the serving table's rows from serve_load JSONs (smallest
 shape, then fewest clients first; off for no decode-step rows; a failed level says so) and
-issue 19's inter-token target per size."""
+issue 19's inter-token target per size; a load of other lengths names them."""
 import sys
 from pathlib import Path
 
@@ -25,3 +25,11 @@ def test_serve_rows_order_label_and_target():
     assert rows[3].startswith("| 4B | 32 | itl | 1100 | 1000 | 1.10 |")
     assert rows[4] == "| 8B | 128 | itl | error: Boom: x | | | | | | |"
     assert rows[-1] == "4B: p99 gap at 32 clients 6.00 ms against twice the 2.50 ms batch-1 step (1.20x the bound)."
+
+
+def test_a_load_of_other_lengths_is_labelled_with_them():
+    long = {"random_weights": "4b", "prompt_len": "128", "output_len": "512", "levels": [_level(32, "itl", 900.0)]}
+    plain = {"random_weights": "4b", "prompt_len": "128", "output_len": "64", "levels": [_level(32, "itl", 1100.0)]}
+    rows = readme_table.serve_rows([long, plain]).splitlines()
+    assert rows[2].startswith("| 4B (128 in, 512 out) | 32 | itl | 900 |")
+    assert rows[3].startswith("| 4B | 32 | itl | 1100 |")
