@@ -88,15 +88,20 @@ def test_bucket_graphs_replay_the_eager_steps_with_prefix_hits_and_chunked_prefi
 
 
 @pytest.mark.gpu
-def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing(compiles):
+@pytest.mark.parametrize("rows", [None, "itl"])
+def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing(compiles, rows):
     """EngineCore(warm_up="full") on the GPU: every decode bucket captured greedy and sampled,
     every mixed step and prefill shape run, before the first request; requests of every batch
-    size and prompt length then only replay and compile nothing."""
+    size and prompt length then only replay and compile nothing. Without decode-step rows each
+    step is one forward (the prompts beside decodes: one mixed graph); with `itl` (the default)
+    prompts queue behind row steps and a step of three fresh prompts runs split (the decode
+    bucket, then a prefill graph each: more forwards than steps)."""
     from tilesafe.engine.decode_step import bucket_sizes
     from tilesafe.serve.engine_core import EngineCore
     from tilesafe.serve.request import Request
     llm = LLM.from_random("0.6b", device="cuda", max_model_len=128, max_num_seqs=4, progress=False)
-    core = EngineCore(llm, kv_blocks=32, block_size=16, max_num_batched_tokens=32, warm_up="full")
+    core = EngineCore(llm, kv_blocks=32, block_size=16, max_num_batched_tokens=32, warm_up="full",
+                      decode_step_tokens=rows)
     steps = core.runner.decoder.steps
     assert sorted(steps) == bucket_sizes(4)
     graphs = {(b, g): s.graphs[g] for b, s in steps.items() for g in (True, False)}
@@ -116,7 +121,7 @@ def test_warm_up_captures_every_bucket_and_serving_then_captures_nothing(compile
     assert [len(o) for o in outs] == [sp.max_tokens for sp in params]
     mixed = core.runner.mixed.steps                                           # fresh prompts beside decodes:
     assert mixed and all(m.graph is not None for m in mixed.values())          # one captured forward a step
-    assert core.runner.passes == core.steps
+    assert core.runner.passes == core.steps if rows is None else core.runner.passes >= core.steps
     greedy = [i for i, sp in enumerate(params) if sp.temperature == 0]
     want = {i: llm.generate({"prompt_token_ids": [500 + i + 3 * j for j in range(1 + 5 * i)]}, params[i])[0]
             .outputs[0].token_ids for i in greedy}
