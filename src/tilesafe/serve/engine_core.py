@@ -139,8 +139,8 @@ class EngineCore:
         self.steps = 0
         self.preemptions = 0
         # Decode steps launched ahead: while only decodes run, the next step of the same
-        # requests is launched before this one's tokens are read (_launch_ahead), so the host's
-        # work between two steps — scheduling, staging, the launch — overlaps the device's.
+        # requests is launched before this one's tokens are read (_can_launch_ahead), so the
+        # host's work between two steps — scheduling, staging, the launch — overlaps the device's.
         self.launch_ahead = launch_ahead
         self._ahead = None                      # the step launched ahead, not yet adopted
         self.ahead_steps = [0, 0]               # steps launched ahead: [adopted, dropped]
@@ -213,9 +213,10 @@ class EngineCore:
         ticket = None
         if ahead is not None:
             ticket = self.runner.adopt(ahead, plan.decode) if not plan.prefill else None
-            self.ahead_steps[ticket is None] += 1
             if ticket is None:                  # its rows are not this plan's: run the plan instead
-                self.runner.discard(ahead)
+                self._drop_ahead(ahead)
+            else:
+                self.ahead_steps[0] += 1
         if plan.prefill:        # the gauges show the admitted requests' blocks before their first token goes out
             self._gauges()
         start = time.perf_counter()
@@ -286,17 +287,19 @@ class EngineCore:
         """Drop a step launched ahead whose requests have all ended (nothing would adopt it)."""
         ahead = self._ahead
         if ahead is not None and not any(r is not None and r.running for r in ahead[0]):
-            self._ahead = None
-            self.ahead_steps[1] += 1
-            self.runner.discard(ahead)
+            self._drop_ahead(ahead)
 
     def quiesce(self) -> None:
         """Wait for and drop a step launched ahead: before anything else uses the model's
         buffers (an `LLM.generate` on the engine thread, a failure); its requests decode anew."""
         if self._ahead is not None:
-            ahead, self._ahead = self._ahead, None
-            self.ahead_steps[1] += 1
-            self.runner.discard(ahead)
+            self._drop_ahead(self._ahead)
+
+    def _drop_ahead(self, ahead) -> None:
+        """Wait for a step launched ahead and drop its tokens."""
+        self._ahead = None
+        self.ahead_steps[1] += 1
+        self.runner.discard(ahead)
 
     def _time(self, kind: str, start: float, rows: int) -> None:
         t = self.timing.setdefault(kind, [0, 0.0, 0])
