@@ -97,3 +97,39 @@ def gpu_form_launching_nothing(monkeypatch, no_sweeps):
         self.descriptors, self.device_index = (), 0
         return planned_launch._GPU
     monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+
+
+class StandInStream:
+    """A stand-in torch stream (nothing polls it: the completions are finished by hand)."""
+    device_index = None
+
+
+@pytest.fixture
+def stand_in_stream(monkeypatch):
+    """The current CUDA stream is raw handle 7 and `torch.cuda.current_stream()` a StandInStream."""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: StandInStream())
+
+
+@pytest.fixture
+def gpu_form_recording(monkeypatch, no_sweeps, stand_in_stream):
+    """A factory: `gpu_form_recording(layout=None)` makes every fast launch take the GPU form on
+    CPU tensors — argument k's address at position k of the argument tuple, then the values and
+    descriptors `layout(n)` gives for n arguments (default: the addresses alone) — with a start
+    that records (stream, args) and launches nothing. Returns (started, ran): the starts, and
+    what each run of a plan returned."""
+    def install(layout=None):
+        started, ran = [], []
+
+        def prepare(self, bound):
+            n = len(self.access)
+            self.start = lambda stream, args: started.append((stream, args))
+            self.values, self.descriptors = layout(n) if layout else ((None,) * n, ())
+            self.pointers = tuple((k, k) for k in range(n))
+            self.device_index = 0
+            return planned_launch._GPU
+        real_run = PlannedLaunch.run
+        monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
+        monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: ran.append(real_run(self, roots)) or ran[-1])
+        return started, ran
+    return install

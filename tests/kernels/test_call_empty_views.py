@@ -29,18 +29,13 @@ def test_an_empty_view_sharing_a_storage_with_another_argument_is_planned_right(
         assert y.shape == (0, 32) and bool((out == 7.0).all())
 
 
-class _Stream:
-    device_index = None
-
-
 def test_an_empty_cache_view_is_registered_at_its_own_bytes_by_a_fast_launch(monkeypatch, counted,
-                                                                            gpu_form_launching_nothing):
+                                                                            gpu_form_launching_nothing,
+                                                                            stand_in_stream):
     """decode_attention over empty views of K/V caches (no cached tokens yet) launches its
     kernels; on the GPU form (stand-ins for the stream and Triton's launcher) each launch
     registers the views' byte sets exactly as the full path makes them (runtime.aliasing.
     byte_set: the storage offset), not at a negative offset from a 0 address."""
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     monkeypatch.setattr(future.HOLDING, "add", lambda completion: completion._finish())
     tk.decode_attention.plans.plans.clear()                      # plans made here, with the stand-ins
     with ts.backend("reference"):

@@ -92,11 +92,10 @@ def test_an_out_lent_through_another_handle_is_refused_as_a_first_call_is(backen
     torch.testing.assert_close(tk.rms_norm(x, w, out=out), _rms(x, w), rtol=2e-4, atol=2e-5)
 
 
-def test_the_gpu_form_refuses_a_frozen_out_and_reads_a_frozen_input(monkeypatch, gpu_form_launching_nothing):
+def test_the_gpu_form_refuses_a_frozen_out_and_reads_a_frozen_input(monkeypatch, gpu_form_launching_nothing,
+                                                                     stand_in_stream):
     """S18 on the GPU form (stand-ins): an `out=` in memory frozen after the plan was made is
     refused as a first call refuses it; a frozen input is read as before."""
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     tk.rms_norm.plans.plans.clear()
     launched = []
     real_run = PlannedLaunch.run
@@ -179,17 +178,11 @@ def test_a_workspace_the_call_allocates_itself_is_kept_for_its_next_calls(backen
     assert len(seen) >= 3 and all(s == seen[0] for s in seen)      # the same workspace addresses every call
 
 
-class _Stream:
-    """A stand-in torch stream (nothing polls it: the completions are finished by hand)."""
-    device_index = None
-
-
-def test_the_gpu_form_starts_with_the_call_addresses_and_registers_each_access(monkeypatch, no_sweeps):
+def test_the_gpu_form_starts_with_the_call_addresses_and_registers_each_access(monkeypatch, no_sweeps,
+                                                                               stand_in_stream):
     """On a GPU a fast launch fills the call's addresses into the layout's argument tuple and
     registers each argument's bytes as pending on the current stream (S9/S10), with byte sets
     made again when the memory moved. Stand-ins for the stream and Triton's launcher."""
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     started = []
 
     def prepare(self, bound):              # what TritonLaunch.layout_slots gives: a slot per address
@@ -240,7 +233,9 @@ def test_the_gpu_form_orders_after_other_streams_work_only(monkeypatch, gpu_form
     (the stream runs it first), so none is looked for."""
     waited, ordered = [], []
 
-    class Stream(_Stream):
+    class Stream:                              # a stand-in stream that records what it waits for
+        device_index = None
+
         def wait_event(self, event):
             waited.append(event)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
@@ -373,7 +368,8 @@ def test_the_direct_launcher_calls_triton_s_c_launch_as_its_launcher_would():
         knobs.runtime.launch_enter_hook.remove(hook)
 
 
-def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch, gpu_form_launching_nothing):
+def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch, gpu_form_launching_nothing,
+                                                                stand_in_stream):
     """Python's young-generation count grows with the containers a call leaves alive (and by
     one per tuple(map(...)) or tuple(generator), a CPython quirk); a loop of calls whose count
     keeps growing runs collections. On the GPU form (stand-ins for the stream and Triton's
@@ -381,8 +377,6 @@ def test_loops_of_gpu_form_calls_leave_the_gc_young_count_flat(monkeypatch, gpu_
     the memory map's queue of weak references (no state kept alive there)."""
     from gc_counts import young_growth
     from tilesafe.runtime import memory_map
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     monkeypatch.setattr(future.HOLDING, "add", lambda completion: completion._finish())
 
     tk.rms_norm.plans.plans.clear()

@@ -9,13 +9,8 @@ import torch
 
 import tilesafe as ts
 import tilesafe.kernels as tk
-from tilesafe.runtime import planned_launch
-from tilesafe.runtime.planned_launch import PlannedLaunch
 from tilesafe.runtime.planned_unrolled import _same_reads
 from tilesafe.runtime.storage_state import StorageState
-
-class _Stream:
-    device_index = None
 
 
 def _rand(shape, seed):
@@ -24,23 +19,10 @@ def _rand(shape, seed):
 
 
 @pytest.fixture
-def gpu_form(monkeypatch, no_sweeps):
+def gpu_form(gpu_form_recording):
     """Every fast launch takes the GPU form on CPU tensors: argument k's address at position k
     of the tuple; `started` records (stream, args); nothing runs."""
-    started, ran = [], []
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
-
-    def prepare(self, bound):
-        n = len(self.access)
-        self.start = lambda stream, args: started.append((stream, args))
-        self.values = (None,) * n
-        self.pointers = tuple((k, k) for k in range(n))
-        self.descriptors, self.device_index = (), 0
-        return planned_launch._GPU
-    real_run = PlannedLaunch.run
-    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
-    monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: ran.append(real_run(self, roots)) or ran[-1])
+    started, ran = gpu_form_recording()
     tk.linear.plans.plans.clear()
     yield started, ran
     tk.linear.plans.plans.clear()

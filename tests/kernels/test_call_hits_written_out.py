@@ -10,15 +10,9 @@ import tilesafe as ts
 import tilesafe.kernels as tk
 from call_helpers import assert_located, marker_line
 from tilesafe.backends.triton.tma import Address, LayoutDescriptor
-from tilesafe.runtime import planned_launch
-from tilesafe.runtime.planned_launch import PlannedLaunch
 from tilesafe.runtime.storage_state import StorageState
 
 HERE = __file__
-
-
-class _Stream:
-    device_index = None
 
 
 def _rand(shape, seed):
@@ -31,25 +25,13 @@ def _rms(x, w, eps=1e-6):
 
 
 @pytest.fixture
-def gpu_form(monkeypatch, no_sweeps):
+def gpu_form(gpu_form_recording):
     """Every fast launch takes the GPU form on CPU tensors: per argument k, its address at
     position k of the tuple and a descriptor of it at position n + k; then a layout fact. The
     start records (stream, args) and launches nothing; `ran` records what each run returned."""
-    started, ran = [], []
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
-
-    def prepare(self, bound):
-        n = len(self.access)
-        self.start = lambda stream, args: started.append((stream, args))
-        self.values = (None,) * (2 * n) + ("a fact of the layout",)
-        self.pointers = tuple((k, k) for k in range(n))
-        self.descriptors = tuple((n + k, k, ("shape", k), ("strides", k), ("box", k)) for k in range(n))
-        self.device_index = 0
-        return planned_launch._GPU
-    real_run = PlannedLaunch.run
-    monkeypatch.setattr(PlannedLaunch, "_prepare", prepare)
-    monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: ran.append(real_run(self, roots)) or ran[-1])
+    started, ran = gpu_form_recording(lambda n: (
+        (None,) * (2 * n) + ("a fact of the layout",),
+        tuple((n + k, k, ("shape", k), ("strides", k), ("box", k)) for k in range(n))))
     tk.rms_norm.plans.plans.clear()
     yield started, ran
     for t in list(_FINISH):
