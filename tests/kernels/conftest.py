@@ -6,11 +6,13 @@ Triton on a CUDA GPU. Tensors live where the backend runs: the CPU, or CUDA for 
 On Triton's interpreter every eligible 2-D access goes through TMA descriptors (the
 language tests cover the pointer path there), so CI runs the library's TMA code too.
 """
+import sys
+
 import pytest
 import torch
 
 import tilesafe as ts
-from tilesafe.kernels import call_hits
+from tilesafe.kernels import call_hits, call_plans, configs
 from tilesafe.runtime import future, planned_launch
 from tilesafe.runtime.planned_launch import PlannedLaunch
 
@@ -133,3 +135,26 @@ def gpu_form_recording(monkeypatch, no_sweeps, stand_in_stream):
         monkeypatch.setattr(PlannedLaunch, "run", lambda self, roots: ran.append(real_run(self, roots)) or ran[-1])
         return started, ran
     return install
+
+
+# The kernel of `linear` and of the fused decode GEMV call that streams the weight the same way.
+FUSED_PARTNER = {"skinny_kernel": "fused_skinny_kernel", "split_k_kernel": "fused_split_kernel",
+                 "split_sum_kernel": "fused_sum_kernel"}
+
+
+@pytest.fixture
+def gemv_launches(monkeypatch):
+    """Each launch of `linear` and the fused GEMV calls on the Triton backend, recorded and not
+    run (no call plans), as (kernel — linear's under its fused partner's name —, output tiles,
+    resolved config, the loop's constants BK/PER/DOT/PREFETCH)."""
+    seen = []
+
+    def record(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
+        loop = {k: args[k] for k in ("BK", "PER", "DOT", "PREFETCH") if k in args}
+        seen.append((FUSED_PARTNER.get(kernel.name, kernel.name), {n: t for n, (_, t) in outputs.items()},
+                     dict(cfg or {}), loop))
+    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
+    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
+    for name in ("matmul", "linear_fusions"):
+        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", record)
+    return seen

@@ -4,20 +4,15 @@ K splits and prefetch — on the H200 (sm_90 compile target, no GPU needed: laun
 recorded, not run) and under first-use tuning, where the fused call must get the timed choice
 of `linear`'s shape bucket, not the config model's untimed one. Their prologue and epilogue
 then only add arithmetic to a memory-bound loop."""
-import sys
-
 import pytest
 import torch
 
 import tilesafe.kernels as tk
 from tilesafe.backends.triton import targets
-from tilesafe.kernels import call_plans, configs, first_use
+from tilesafe.kernels import first_use
 
 BF = torch.bfloat16
 E, I, QKV = 4096, 12288, 6144            # Qwen3-8B: hidden, intermediate, packed q/k/v width
-PAIRS = {                                # the kernel of `linear` and of the fused call, one to one
-    "skinny_kernel": "fused_skinny_kernel", "split_k_kernel": "fused_split_kernel",
-    "split_sum_kernel": "fused_sum_kernel"}
 CALLS = {   # projection: (plain linear, fused call) on the same rows and weight
     "qkv": (lambda m: tk.linear(e(m, E), e(QKV, E)),
             lambda m: tk.rms_norm_linear(e(m, E), e(E), e(QKV, E))),
@@ -34,22 +29,6 @@ def e(*shape):
     return torch.empty(shape, dtype=BF)
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """Each launch as (kernel, output tiles, resolved config, the loop's constants)."""
-    seen = []
-
-    def record(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
-        loop = {k: args[k] for k in ("BK", "PER", "DOT", "PREFETCH") if k in args}
-        seen.append((PAIRS.get(kernel.name, kernel.name), {n: t for n, (_, t) in outputs.items()},
-                     dict(cfg or {}), loop))
-    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
-    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    for name in ("matmul", "linear_fusions"):
-        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", record)
-    return seen
-
-
 def resolved(seen, call, m):
     seen.clear()
     with targets.compiling_for("sm_90"):
@@ -59,9 +38,9 @@ def resolved(seen, call, m):
 
 @pytest.mark.parametrize("m", [1, 8])
 @pytest.mark.parametrize("proj", list(CALLS))
-def test_a_fused_gemv_resolves_linears_config_on_the_h200(launches, proj, m):
+def test_a_fused_gemv_resolves_linears_config_on_the_h200(gemv_launches, proj, m):
     plain, fused = CALLS[proj]
-    want, got = resolved(launches, plain, m), resolved(launches, fused, m)
+    want, got = resolved(gemv_launches, plain, m), resolved(gemv_launches, fused, m)
     if (proj, m) == ("down", 1):     # the H200 measured the fused form's own tiles (bf16/4096x12288/gemv/silu)
         assert [(k, t, loop) for k, t, _, loop in got] == [
             ("fused_skinny_kernel", {"c": (1, 8)}, {"BK": 512, "DOT": False, "PREFETCH": True})]
@@ -70,7 +49,7 @@ def test_a_fused_gemv_resolves_linears_config_on_the_h200(launches, proj, m):
     assert want and got == want
 
 
-def test_under_first_use_tuning_the_fused_call_gets_linears_timed_choice(launches, monkeypatch):
+def test_under_first_use_tuning_the_fused_call_gets_linears_timed_choice(gemv_launches, monkeypatch):
     """Tuning picks the model's last candidate here (a stand-in timer): a fused call that
     skipped tuning would run the model's first choice while `linear` runs the timed one.
     A weight no tuned entry was made for (3000 x 5000), so the shape bucket tunes."""
@@ -79,7 +58,7 @@ def test_under_first_use_tuning_the_fused_call_gets_linears_timed_choice(launche
 
     def fused(m):
         return tk.silu_mul_linear(e(m, 10000), e(3000, 5000), residual=e(m, 3000))
-    untuned = resolved(launches, plain, 1)
+    untuned = resolved(gemv_launches, plain, 1)
     picked = []
 
     def pick(family, key, candidates, run, gpu, timer=None):
@@ -88,7 +67,7 @@ def test_under_first_use_tuning_the_fused_call_gets_linears_timed_choice(launche
         return candidates[-1]
     monkeypatch.setattr(first_use, "wanted", lambda: True)
     monkeypatch.setattr(first_use, "pick", pick)
-    got, want = resolved(launches, fused, 1), resolved(launches, plain, 1)
+    got, want = resolved(gemv_launches, fused, 1), resolved(gemv_launches, plain, 1)
     assert len(picked) == 2 and picked[0] == picked[1]     # one shape bucket, tuned by either call
     assert want != untuned                                 # the timed choice is not the model's first
     assert got == want

@@ -3,21 +3,18 @@
 one; everywhere else — other forms, other weights, 2..16 rows, `linear` itself — `linear`'s
 config, as before. Checked on the H200's compile target (launches recorded, not run)."""
 import copy
-import sys
 
 import pytest
 import torch
 
 import tilesafe.kernels as tk
 from tilesafe.backends.triton import targets
-from tilesafe.kernels import call_plans, configs
+from tilesafe.kernels import configs
 
 BF = torch.bfloat16
 E, I = 4096, 12288                       # Qwen3-8B: hidden, intermediate
 OWN = {"block_m": 16, "block_n": 32, "block_k": 256, "min_blocks": 1, "split_k": 4, "prefetch": False,
        "num_warps": 4, "num_stages": 4, "time_ms": 0.05}
-PAIRS = {"skinny_kernel": "fused_skinny_kernel", "split_k_kernel": "fused_split_kernel",
-         "split_sum_kernel": "fused_sum_kernel"}
 
 
 def e(*shape):
@@ -25,35 +22,21 @@ def e(*shape):
 
 
 @pytest.fixture
-def recorded(monkeypatch):
-    """Each launch as (kernel, output tiles, the loop's constants), under the committed table."""
-    seen = []
-
-    def record(kernel, outputs, grid=None, cfg=None, pdl=False, **args):
-        loop = {k: args[k] for k in ("BK", "PER", "DOT", "PREFETCH") if k in args}
-        seen.append((PAIRS.get(kernel.name, kernel.name), {n: t for n, (_, t) in outputs.items()}, loop))
-    monkeypatch.setattr(configs, "current_backend", lambda: "triton")
-    monkeypatch.setattr(call_plans, "call_key", lambda *a: (None, None))
-    for name in ("matmul", "linear_fusions"):
-        monkeypatch.setattr(sys.modules[f"tilesafe.kernels.{name}"], "launch", record)
-    return seen
-
-
-@pytest.fixture
-def launches(recorded, monkeypatch):
-    """`recorded`, under a table whose only addition is a fused entry (OWN) for the 8B down
+def launches(gemv_launches, monkeypatch):
+    """`gemv_launches`, under a table whose only addition is a fused entry (OWN) for the 8B down
     projection's silu_mul_linear."""
     table = copy.deepcopy(configs.tuned_table("nvidia-h200"))
     table.setdefault("linear", {})[f"bf16/{E}x{I}/gemv/silu"] = OWN
     monkeypatch.setattr(configs, "tuned_table", lambda gpu: table)
-    return recorded
+    return gemv_launches
 
 
 def resolved(seen, call):
+    """The call's launches as (kernel, output tiles, the loop's constants)."""
     seen.clear()
     with targets.compiling_for("sm_90"):
         call()
-    return list(seen)
+    return [(k, tiles, loop) for k, tiles, _, loop in seen]
 
 
 def test_the_down_projections_fused_call_takes_its_own_entry(launches):
@@ -73,7 +56,7 @@ def test_linear_and_the_other_forms_keep_linears_config(launches):
 def test_two_rows_keep_linears_config(launches):
     plain = resolved(launches, lambda: tk.linear(e(2, I), e(E, I)))
     fused = resolved(launches, lambda: tk.silu_mul_linear(e(2, 2 * I), e(E, I), residual=e(2, E)))
-    assert fused == [(PAIRS.get(k, k), t, loop) for k, t, loop in plain]
+    assert fused == plain                                  # (linear's kernels under their fused names)
 
 
 def test_on_the_cpu_backends_no_entry_applies(monkeypatch):
@@ -96,13 +79,13 @@ PICKS = [
 
 
 @pytest.mark.parametrize("call, pick", PICKS)
-def test_the_h200_tables_measured_picks(recorded, call, pick):
+def test_the_h200_tables_measured_picks(gemv_launches, call, pick):
     bn, bk, prefetch = pick
-    assert resolved(recorded, call) == [("fused_skinny_kernel", {"c": (1, bn)},
+    assert resolved(gemv_launches, call) == [("fused_skinny_kernel", {"c": (1, bn)},
                                          {"BK": bk, "DOT": False, "PREFETCH": prefetch})]
 
 
-def test_the_32b_o_projection_without_its_residual_keeps_linears_entry(recorded):
+def test_the_32b_o_projection_without_its_residual_keeps_linears_entry(gemv_launches):
     """linear's own entry for 5120 x 8192 (4 x 2048) stays: the fused entry is the residual form's."""
-    got = resolved(recorded, lambda: tk.linear(e(1, 8192), e(5120, 8192)))
+    got = resolved(gemv_launches, lambda: tk.linear(e(1, 8192), e(5120, 8192)))
     assert [(t, loop["BK"]) for _, t, loop in got] == [({"c": (1, 4)}, 2048)]
